@@ -1,0 +1,146 @@
+"""Pure PCM helpers: sample formats, resampling, G.711 μ-law, framing, WAV files.
+
+All functions are free of I/O except :func:`read_wav` / :func:`write_wav`.  Inside the pipeline,
+audio is mono **int16 at 16 kHz** (``PIPELINE_RATE``) on the way in; TTS output keeps the voice's
+own rate and each transport converts to its wire format.
+"""
+
+from __future__ import annotations
+
+import wave
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+import soxr
+
+__all__ = [
+    "PIPELINE_RATE",
+    "Int16Array",
+    "Float32Array",
+    "StreamResampler",
+    "duration_ms",
+    "float_to_int16",
+    "int16_to_float",
+    "mulaw_decode",
+    "mulaw_encode",
+    "pcm16_from_bytes",
+    "read_wav",
+    "resample",
+    "write_wav",
+]
+
+PIPELINE_RATE = 16_000
+
+Int16Array = npt.NDArray[np.int16]
+Float32Array = npt.NDArray[np.float32]
+
+
+def pcm16_from_bytes(data: bytes) -> Int16Array:
+    """Little-endian 16-bit PCM bytes to int16 samples.  Raises ``ValueError`` on an odd length."""
+    if len(data) % 2:
+        raise ValueError(f"16-bit PCM needs an even number of bytes, got {len(data)}")
+    return np.frombuffer(data, dtype="<i2").astype(np.int16)
+
+
+def int16_to_float(pcm: Int16Array) -> Float32Array:
+    """int16 samples to float32 in [-1, 1)."""
+    return (pcm.astype(np.float32) / 32768.0).astype(np.float32)
+
+
+def float_to_int16(x: Float32Array) -> Int16Array:
+    """float32 samples (clipped to [-1, 1]) to int16."""
+    return (np.clip(x, -1.0, 1.0) * 32767.0).astype(np.int16)
+
+
+def duration_ms(samples: int, rate: int) -> float:
+    """Length of ``samples`` samples at ``rate`` Hz, in milliseconds."""
+    return samples * 1000.0 / rate
+
+
+def resample(pcm: Int16Array, src_rate: int, dst_rate: int) -> Int16Array:
+    """Resample a whole int16 clip with soxr (band-limited, not interpolation)."""
+    if src_rate == dst_rate or len(pcm) == 0:
+        return pcm
+    out = soxr.resample(pcm, src_rate, dst_rate, quality="HQ")
+    return np.asarray(out, dtype=np.int16)
+
+
+class StreamResampler:
+    """Chunk-by-chunk resampling with state carried between chunks (soxr's streaming mode).
+
+    Feeding a clip in pieces yields the same samples as resampling it whole, minus a short delay
+    that :meth:`flush` releases at the end of a stream.
+    """
+
+    def __init__(self, src_rate: int, dst_rate: int) -> None:
+        self.src_rate = src_rate
+        self.dst_rate = dst_rate
+        self._rs: soxr.ResampleStream | None = None if src_rate == dst_rate else soxr.ResampleStream(src_rate, dst_rate, 1, dtype="int16")
+
+    def process(self, pcm: Int16Array, *, last: bool = False) -> Int16Array:
+        if self._rs is None:
+            return pcm
+        out = self._rs.resample_chunk(pcm, last=last)
+        return np.asarray(out, dtype=np.int16)
+
+    def flush(self) -> Int16Array:
+        return self.process(np.zeros(0, dtype=np.int16), last=True)
+
+
+# G.711 μ-law, computed rather than tabulated from a library: ``audioop`` left the standard
+# library in Python 3.13.  The formulas follow ITU-T G.711 (bias 0x84, clip 32635).
+_MULAW_BIAS = 0x84
+_MULAW_CLIP = 32635
+
+
+def _build_mulaw_decode_table() -> Int16Array:
+    u = ~np.arange(256, dtype=np.int32) & 0xFF
+    sign = u & 0x80
+    exponent = (u >> 4) & 0x07
+    mantissa = u & 0x0F
+    magnitude = (((mantissa << 3) + _MULAW_BIAS) << exponent) - _MULAW_BIAS
+    return np.where(sign != 0, -magnitude, magnitude).astype(np.int16)
+
+
+_MULAW_DECODE = _build_mulaw_decode_table()
+
+
+def mulaw_decode(data: bytes) -> Int16Array:
+    """G.711 μ-law bytes to int16 samples."""
+    return _MULAW_DECODE[np.frombuffer(data, dtype=np.uint8)]
+
+
+def mulaw_encode(pcm: Int16Array) -> bytes:
+    """int16 samples to G.711 μ-law bytes."""
+    x = pcm.astype(np.int32)
+    sign = np.where(x < 0, 0x80, 0)
+    mag = np.minimum(np.abs(x), _MULAW_CLIP) + _MULAW_BIAS
+    # exponent = position of the highest set bit above bit 7, 0..7
+    exponent = np.clip(np.floor(np.log2(mag)).astype(np.int32) - 7, 0, 7)
+    mantissa = (mag >> (exponent + 3)) & 0x0F
+    byte = ~(sign | (exponent << 4) | mantissa) & 0xFF
+    out: bytes = byte.astype(np.uint8).tobytes()
+    return out
+
+
+def read_wav(path: str | Path) -> tuple[Int16Array, int]:
+    """Read a 16-bit PCM WAV file, mixing stereo down to mono.  Returns (samples, rate)."""
+    with wave.open(str(path), "rb") as w:
+        if w.getsampwidth() != 2:
+            raise ValueError(f"{path}: only 16-bit PCM WAV is supported (got {8 * w.getsampwidth()}-bit)")
+        rate = w.getframerate()
+        channels = w.getnchannels()
+        data = np.frombuffer(w.readframes(w.getnframes()), dtype="<i2").astype(np.int16)
+    if channels > 1:
+        data = data.reshape(-1, channels).mean(axis=1).astype(np.int16)
+    return data, rate
+
+
+def write_wav(path: str | Path, pcm: Int16Array, rate: int) -> None:
+    """Write mono int16 samples as a 16-bit PCM WAV file."""
+    with wave.open(str(path), "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(rate)
+        w.writeframes(pcm.astype("<i2").tobytes())

@@ -1,0 +1,107 @@
+"""Loading model engines by name, once per process.
+
+Backends are imported lazily, by module path, when their name is configured; a missing optional
+dependency raises :class:`~voiceagent.errors.MissingDependencyError` naming the extra to install.
+Nothing registers itself by import side effect.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from voiceagent.backends.protocols import LlmBackend, Message, SttBackend, TtsBackend, TurnBackend, VadBackend
+from voiceagent.config import Config
+from voiceagent.errors import ConfigError, MissingDependencyError
+
+__all__ = ["Engines", "load_engines", "warm_up"]
+
+log = logging.getLogger(__name__)
+
+# name -> (module, class, the pip extra that provides its dependencies)
+_VAD = {"silero": ("voiceagent.backends.silero", "SileroVad", "cpu")}
+_STT = {
+    "whisper-tiny": ("voiceagent.backends.whisper", "WhisperStt", "cpu"),
+    "whisper-base": ("voiceagent.backends.whisper", "WhisperStt", "cpu"),
+}
+_TURN = {"smart-turn-v3": ("voiceagent.backends.smart_turn", "SmartTurn", "cpu")}
+_LLM = {"llama_cpp": ("voiceagent.backends.llama_cpp", "LlamaCppLlm", "cpu")}
+_TTS = {"joe": ("voiceagent.backends.piper_tts", "PiperTts", "cpu")}
+
+
+def _cls(table: dict[str, tuple[str, str, str]], kind: str, name: str) -> Any:
+    if name not in table:
+        raise ConfigError(f"invalid configuration: unknown {kind} backend {name!r}; known: {', '.join(sorted(table))}")
+    module, cls, extra = table[name]
+    try:
+        return getattr(importlib.import_module(module), cls)
+    except ModuleNotFoundError as exc:
+        raise MissingDependencyError(exc.name or module, extra) from exc
+
+
+@dataclass
+class Engines:
+    """The loaded models, shared by all sessions of a process."""
+
+    vad: VadBackend
+    stt: SttBackend
+    turn: TurnBackend | None
+    llm: LlmBackend
+    tts: TtsBackend
+    load_seconds: dict[str, float] = field(default_factory=dict)
+
+    def close(self) -> None:
+        for backend in (self.vad, self.stt, self.turn, self.llm, self.tts):
+            if backend is not None:
+                backend.executor.shutdown(wait=False, cancel_futures=True)
+
+
+def load_engines(config: Config) -> Engines:
+    """Load every configured model (blocking; seconds).  Call it once, off the event loop."""
+    timings: dict[str, float] = {}
+    cache = config.cache_path
+
+    def timed(name: str, factory: Any, *args: Any) -> Any:
+        t0 = time.perf_counter()
+        obj = factory(*args)
+        timings[name] = round(time.perf_counter() - t0, 3)
+        log.info("loaded %s in %.2f s", name, timings[name])
+        return obj
+
+    vad = timed("vad", _cls(_VAD, "vad", config.vad.model))
+    stt = timed("stt", _cls(_STT, "stt", config.stt.model), config.stt.model, cache, config.stt.threads, config.stt.beam_size)
+    turn = None if config.turn.model == "none" else timed("turn", _cls(_TURN, "turn", config.turn.model))
+    llm = timed("llm", _cls(_LLM, "llm", config.llm.backend), config.llm.model, cache, config.llm.threads, config.llm.context)
+    tts = timed("tts", _cls(_TTS, "tts", config.tts.model), config.tts.model)
+    return Engines(vad=vad, stt=stt, turn=turn, llm=llm, tts=tts, load_seconds=timings)
+
+
+def warm_up(engines: Engines, config: Config) -> dict[str, float]:
+    """Run every model once so the first user turn is not the cold one (blocking).
+
+    The LLM is primed with the system prompt, so its KV cache already holds that prefix.
+    """
+    timings: dict[str, float] = {}
+    rng = np.random.default_rng(0)
+    noise = (rng.standard_normal(16000) * 0.01).astype(np.float32)
+    t0 = time.perf_counter()
+    engines.stt.transcribe(noise, config.stt.language)
+    timings["stt"] = time.perf_counter() - t0
+    if engines.turn is not None:
+        t0 = time.perf_counter()
+        engines.turn.completion_probability(noise)
+        timings["turn"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    for _ in engines.llm.stream([Message("system", config.llm.instructions), Message("user", "Hello.")], 1, 0.0):
+        pass
+    timings["llm"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    for _ in engines.tts.synthesize("Hello.", 1.0):
+        pass
+    timings["tts"] = time.perf_counter() - t0
+    return {k: round(v, 3) for k, v in timings.items()}

@@ -1,0 +1,58 @@
+"""Silero VAD v6 on onnxruntime (the ONNX file from the ``silero-vad`` package; no torch)."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import onnxruntime as ort
+
+from voiceagent.audio import Float32Array
+from voiceagent.catalog import get_spec, locate
+
+__all__ = ["SileroStream", "SileroVad"]
+
+_WINDOW = 512  # samples at 16 kHz (32 ms): the window the model was trained on
+_CONTEXT = 64  # the model expects the previous window's last 64 samples in front of each window
+
+
+class SileroStream:
+    """Recurrent state and carry-over samples of one audio stream."""
+
+    window_samples = _WINDOW
+
+    def __init__(self, session: ort.InferenceSession) -> None:
+        self._session = session
+        self._state = np.zeros((2, 1, 128), dtype=np.float32)
+        self._context = np.zeros(_CONTEXT, dtype=np.float32)
+        self._pending = np.zeros(0, dtype=np.float32)
+        self._sr = np.array(16000, dtype=np.int64)
+
+    def process(self, pcm: Float32Array) -> list[float]:
+        buf = np.concatenate([self._pending, pcm.astype(np.float32)])
+        probs: list[float] = []
+        n = len(buf) // _WINDOW
+        for i in range(n):
+            window = buf[i * _WINDOW : (i + 1) * _WINDOW]
+            x = np.concatenate([self._context, window])[np.newaxis, :]
+            out, self._state = self._session.run(None, {"input": x, "state": self._state, "sr": self._sr})
+            probs.append(float(out[0][0]))
+            self._context = window[-_CONTEXT:]
+        self._pending = buf[n * _WINDOW :]
+        return probs
+
+
+class SileroVad:
+    """The shared model.  ``stream()`` makes per-session state."""
+
+    def __init__(self) -> None:
+        path = locate(get_spec("vad", "silero"), "model")
+        opts = ort.SessionOptions()
+        # One thread: a 32 ms window costs ~0.2 ms; more threads only add contention with STT/LLM.
+        opts.intra_op_num_threads = 1
+        opts.inter_op_num_threads = 1
+        self._session = ort.InferenceSession(str(path), sess_options=opts, providers=["CPUExecutionProvider"])
+        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="vad")
+
+    def stream(self) -> SileroStream:
+        return SileroStream(self._session)

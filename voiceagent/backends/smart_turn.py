@@ -1,0 +1,44 @@
+"""Smart Turn v3.2: P(turn complete) from the last 8 s of audio (ONNX, shipped in pipecat-ai)."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import onnxruntime as ort
+from faster_whisper.feature_extractor import FeatureExtractor
+
+from voiceagent.audio import Float32Array
+from voiceagent.catalog import get_spec, locate
+
+__all__ = ["SmartTurn"]
+
+_SECONDS = 8
+_SAMPLES = 16000 * _SECONDS
+_FRAMES = 800
+
+
+class SmartTurn:
+    def __init__(self) -> None:
+        path = locate(get_spec("turn", "smart-turn-v3"), "model")
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = 1
+        opts.inter_op_num_threads = 1
+        self._session = ort.InferenceSession(str(path), sess_options=opts, providers=["CPUExecutionProvider"])
+        self._features = FeatureExtractor(feature_size=80, chunk_length=_SECONDS)
+        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="turn")
+
+    def features(self, audio: Float32Array) -> Float32Array:
+        """80 by 800 Whisper log-mel features of the last 8 s (left-padded with silence)."""
+        x = audio[-_SAMPLES:].astype(np.float32)
+        if len(x) < _SAMPLES:
+            x = np.pad(x, (_SAMPLES - len(x), 0))
+        # The model was trained on zero-mean, unit-variance audio (transformers' do_normalize).
+        x = (x - x.mean()) / np.sqrt(x.var() + 1e-7)
+        mel = self._features(x, padding=0)
+        return np.asarray(mel[:, :_FRAMES], dtype=np.float32)
+
+    def completion_probability(self, audio: Float32Array) -> float:
+        feats = self.features(audio)[np.newaxis, :, :]
+        (out,) = self._session.run(None, {"input_features": feats})
+        return float(np.asarray(out).reshape(-1)[0])

@@ -1,0 +1,195 @@
+"""The model catalog (``models/catalog.toml``): locating packaged models and preparing split ones.
+
+Models ship inside PyPI packages.  Files are located with :mod:`importlib.metadata` (the package
+is never imported: some carrier packages import heavy or missing dependencies).  A model split
+across several packages is joined once into the cache directory and checked against the sha256
+recorded in the catalog; a ``.sha256`` file beside it records a successful check so that start-up
+only compares sizes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata as md
+import os
+import shutil
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from voiceagent.errors import ChecksumError, ModelError
+
+__all__ = ["ModelSpec", "catalog_path", "load_catalog", "locate", "prepare", "status"]
+
+_KINDS = ("vad", "stt", "turn", "llm", "tts")
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    kind: str
+    name: str
+    description: str
+    package: str
+    version: str
+    licence: str
+    size_mb: float
+    files: dict[str, str] = field(default_factory=dict)
+    parts: tuple[tuple[str, str], ...] = ()
+    output: str = ""
+    sha256: str = ""
+    extra_packages: tuple[str, ...] = ()
+    install: str = ""
+
+    @property
+    def key(self) -> str:
+        return f"{self.kind}.{self.name}"
+
+    @property
+    def pip_requirements(self) -> list[str]:
+        return [f"{self.package}=={self.version}", *self.extra_packages]
+
+
+def catalog_path() -> Path:
+    """The catalog file: packaged beside this module in a wheel, else the source tree's models/."""
+    packaged = Path(__file__).with_name("catalog.toml")
+    if packaged.is_file():
+        return packaged
+    return Path(__file__).resolve().parent.parent / "models" / "catalog.toml"
+
+
+def load_catalog(path: Path | None = None) -> dict[str, ModelSpec]:
+    """All models by ``kind.name``."""
+    with open(path or catalog_path(), "rb") as fh:
+        raw = tomllib.load(fh)
+    out: dict[str, ModelSpec] = {}
+    for kind in _KINDS:
+        for name, entry in raw.get(kind, {}).items():
+            spec = ModelSpec(
+                kind=kind,
+                name=name,
+                description=str(entry["description"]),
+                package=str(entry["package"]),
+                version=str(entry["version"]),
+                licence=str(entry["licence"]),
+                size_mb=float(entry["size_mb"]),
+                files={str(k): str(v) for k, v in entry.get("files", {}).items()},
+                parts=tuple((str(p), str(f)) for p, f in entry.get("parts", [])),
+                output=str(entry.get("output", "")),
+                sha256=str(entry.get("sha256", "")),
+                extra_packages=tuple(str(p) for p in entry.get("extra_packages", [])),
+                install=str(entry.get("install", "")),
+            )
+            out[spec.key] = spec
+    return out
+
+
+def get_spec(kind: str, name: str) -> ModelSpec:
+    """The catalog entry for ``kind.name``; a ModelError lists the names that exist."""
+    catalog = load_catalog()
+    spec = catalog.get(f"{kind}.{name}")
+    if spec is None:
+        names = sorted(s.name for s in catalog.values() if s.kind == kind)
+        raise ModelError(f"unknown {kind} model {name!r}; known: {', '.join(names)}")
+    return spec
+
+
+def _package_file(package: str, relpath: str) -> Path:
+    try:
+        dist = md.distribution(package)
+    except md.PackageNotFoundError:
+        raise ModelError(
+            f"model package {package!r} is not installed (run the README's install command, or: pip install {package})"
+        ) from None
+    path = Path(str(dist.locate_file(relpath)))
+    if not path.exists():
+        raise ModelError(f"package {package!r} is installed but lacks {relpath}")
+    return path
+
+
+def locate(spec: ModelSpec, key: str) -> Path:
+    """Path of the file (or directory) ``key`` of ``spec`` inside its installed package."""
+    if key not in spec.files:
+        raise ModelError(f"model {spec.key} has no file {key!r}")
+    return _package_file(spec.package, spec.files[key])
+
+
+def joined_path(spec: ModelSpec, cache_dir: Path) -> Path:
+    return cache_dir / "models" / spec.output
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 22), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def prepare(spec: ModelSpec, cache_dir: Path) -> Path:
+    """Make a split model usable: join its parts once into the cache and verify the sha256.
+
+    Idempotent: a joined file whose recorded checksum matches the catalog is reused as is.
+    Writes to a temporary file first, so an interrupted join never leaves a truncated model.
+    Returns the joined file (models without parts need no preparation: returns their first file).
+    """
+    if not spec.parts:
+        return locate(spec, next(iter(spec.files)))
+    target = joined_path(spec, cache_dir)
+    stamp = target.with_name(target.name + ".sha256")
+    sources = [_package_file(pkg, rel) for pkg, rel in spec.parts]
+    expected_size = sum(p.stat().st_size for p in sources)
+    if target.is_file() and stamp.is_file() and stamp.read_text().strip() == spec.sha256 and target.stat().st_size == expected_size:
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    h = hashlib.sha256()
+    try:
+        with open(tmp, "wb") as out:
+            for src in sources:
+                with open(src, "rb") as fh:
+                    for block in iter(lambda: fh.read(1 << 22), b""):
+                        h.update(block)
+                        out.write(block)
+        digest = h.hexdigest()
+        if spec.sha256 and digest != spec.sha256:
+            raise ChecksumError(f"{spec.key}: joined file has sha256 {digest}, the catalog records {spec.sha256}")
+        os.replace(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)
+    stamp.write_text(digest + "\n")
+    # A split model directory (Whisper) also needs its small files beside the joined one.
+    for key in spec.files:
+        src = locate(spec, key)
+        dst = target.parent / src.name
+        if not dst.exists():
+            shutil.copyfile(src, dst)
+    return target
+
+
+def is_prepared(spec: ModelSpec, cache_dir: Path) -> bool:
+    if not spec.parts:
+        return True
+    target = joined_path(spec, cache_dir)
+    stamp = target.with_name(target.name + ".sha256")
+    return target.is_file() and stamp.is_file() and stamp.read_text().strip() == spec.sha256
+
+
+def status(spec: ModelSpec, cache_dir: Path) -> str:
+    """One word for ``voiceagent models``: ready, unprepared or missing."""
+    try:
+        for pkg, rel in spec.parts:
+            _package_file(pkg, rel)
+        for key in spec.files:
+            locate(spec, key)
+    except ModelError:
+        return "missing"
+    return "ready" if is_prepared(spec, cache_dir) else "unprepared"
+
+
+def verify(spec: ModelSpec, cache_dir: Path) -> str:
+    """Re-hash a prepared model and compare with the catalog; returns the digest."""
+    target = joined_path(spec, cache_dir)
+    digest = _sha256(target)
+    if digest != spec.sha256:
+        raise ChecksumError(f"{spec.key}: {target} has sha256 {digest}, expected {spec.sha256}")
+    return digest

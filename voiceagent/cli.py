@@ -1,0 +1,182 @@
+"""Command line: ``voiceagent serve | replay | models``.
+
+Every command takes ``--config FILE`` and repeatable ``--set section.key=value``; see
+:mod:`voiceagent.config` for the precedence.  Errors a user can fix (bad configuration, a model
+package that is not installed) print one line and exit with status 2, not a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import signal
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from voiceagent import catalog
+from voiceagent.backends.registry import load_engines, warm_up
+from voiceagent.config import Config, load_config
+from voiceagent.errors import VoiceAgentError
+from voiceagent.replay import ReplayResult, format_table, replay_file, summarize
+from voiceagent.transports.server import VoiceAgentServer
+
+__all__ = ["main"]
+
+log = logging.getLogger("voiceagent")
+
+
+def _config(args: argparse.Namespace) -> Config:
+    overrides: dict[str, str] = {}
+    for item in args.set or []:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise VoiceAgentError(f"--set expects section.key=value, got {item!r}")
+        overrides[key.strip()] = value.strip()
+    if getattr(args, "host", None) is not None:
+        overrides["server.host"] = args.host
+    if getattr(args, "port", None) is not None:
+        overrides["server.port"] = str(args.port)
+    return load_config(args.config, overrides=overrides)
+
+
+async def _start_server(config: Config) -> VoiceAgentServer:
+    t0 = time.perf_counter()
+    loop = asyncio.get_running_loop()
+    engines = await loop.run_in_executor(None, load_engines, config)
+    warm = await loop.run_in_executor(None, warm_up, engines, config)
+    server = VoiceAgentServer(config, engines)
+    await server.start()
+    log.info(json.dumps({"event": "ready", "url": server.url, "startup_s": round(time.perf_counter() - t0, 2), "load_s": engines.load_seconds, "warmup_s": warm}))
+    return server
+
+
+async def _serve(config: Config) -> None:
+    server = await _start_server(config)
+    print(f"voiceagent ready: {server.url}", flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    await server.aclose()
+    server.engines.close()
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    config = _config(args)
+    _logging(config)
+    asyncio.run(_serve(config))
+    return 0
+
+
+async def _replay(args: argparse.Namespace, config: Config) -> ReplayResult:
+    server: VoiceAgentServer | None = None
+    url = args.url
+    if args.in_process:
+        server = await _start_server(config)
+        url = server.url
+    try:
+        turns = []
+        for f in args.files:
+            turns.extend(await replay_file(url, f, speed=args.speed))
+    finally:
+        if server is not None:
+            await server.aclose()
+            server.engines.close()
+    return ReplayResult(turns, summarize(turns))
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    config = _config(args)
+    if args.in_process:
+        config = load_config(args.config, overrides={"server.port": "0", **dict(s.split("=", 1) for s in args.set or [])})
+    _logging(config)
+    result = asyncio.run(_replay(args, config))
+    print(format_table(result))
+    if args.json:
+        Path(args.json).write_text(json.dumps(result.to_json(), indent=2) + "\n")
+        print(f"wrote {args.json}")
+    return 0
+
+
+def cmd_models(args: argparse.Namespace) -> int:
+    config = _config(args)
+    cache = config.cache_path
+    specs = catalog.load_catalog()
+    if args.action == "prepare":
+        for spec in specs.values():
+            if not spec.parts:
+                continue
+            if catalog.status(spec, cache) == "missing":
+                print(f"skip {spec.key}: package not installed ({', '.join(spec.pip_requirements)})")
+                continue
+            t0 = time.perf_counter()
+            path = catalog.prepare(spec, cache)
+            print(f"prepared {spec.key}: {path} ({time.perf_counter() - t0:.1f} s, sha256 ok)")
+        return 0
+    if args.action == "verify":
+        bad = 0
+        for spec in specs.values():
+            if spec.parts and catalog.status(spec, cache) == "ready":
+                print(f"{spec.key}: sha256 {catalog.verify(spec, cache)} ok")
+        return 1 if bad else 0
+    configured = {f"vad.{config.vad.model}", f"stt.{config.stt.model}", f"turn.{config.turn.model}", f"llm.{config.llm.model}", f"tts.{config.tts.model}"}
+    rows = [("model", "use", "status", "size", "source package", "licence")]
+    for spec in specs.values():
+        rows.append(
+            (spec.key, "*" if spec.key in configured else "", catalog.status(spec, cache), f"{spec.size_mb:g} MB", " + ".join(spec.pip_requirements), spec.licence)
+        )
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for r in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+    print(f"\n* = configured.  cache: {cache}.  'unprepared': run `voiceagent models prepare`.")
+    return 0
+
+
+def _logging(config: Config) -> None:
+    logging.basicConfig(level=config.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--config", help="TOML configuration file (else $VOICEAGENT_CONFIG)")
+    common.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE", help="override one setting (repeatable)")
+    parser = argparse.ArgumentParser(prog="voiceagent", description="A real-time voice agent.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("serve", parents=[common], help="serve the OpenAI Realtime protocol over WebSockets")
+    p.add_argument("--host", help="address to bind (default 127.0.0.1)")
+    p.add_argument("--port", type=int, help="port (default 8765; 0 picks a free one)")
+    p.set_defaults(func=cmd_serve)
+
+    p = sub.add_parser("replay", parents=[common], help="stream WAV files to a server and time the answers")
+    p.add_argument("files", nargs="+", help="16-bit WAV files (any rate)")
+    p.add_argument("--url", default="ws://127.0.0.1:8765/v1/realtime")
+    p.add_argument("--in-process", action="store_true", help="start a server in this process (port 0)")
+    p.add_argument("--speed", type=float, default=1.0, help="playback speed (1 = real time)")
+    p.add_argument("--json", help="write per-turn results and a summary here")
+    p.set_defaults(func=cmd_replay)
+
+    p = sub.add_parser("models", parents=[common], help="list models; 'prepare' joins split ones; 'verify' re-hashes")
+    p.add_argument("action", nargs="?", choices=["list", "prepare", "verify"], default="list")
+    p.set_defaults(func=cmd_models)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except VoiceAgentError as exc:
+        print(f"voiceagent: error: {exc.message}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

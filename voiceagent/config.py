@@ -1,0 +1,294 @@
+"""Configuration: frozen dataclasses, validated at start-up.
+
+Precedence, lowest first: the defaults below < a TOML file (``--config FILE`` or
+``VOICEAGENT_CONFIG``) < environment variables ``VOICEAGENT_<SECTION>__<KEY>`` (for example
+``VOICEAGENT_LLM__MODEL=smollm2-135m``; top-level keys as ``VOICEAGENT_CACHE_DIR``) < command-line
+flags (``--set llm.model=smollm2-135m``, plus ``--host``/``--port``).
+
+Unknown keys, wrong types and out-of-range values raise :class:`~voiceagent.errors.ConfigError`
+with the dotted key in the message, before any model is loaded.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import os
+import tomllib
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from voiceagent.errors import ConfigError
+
+__all__ = [
+    "DEFAULT_INSTRUCTIONS",
+    "Config",
+    "LlmConfig",
+    "PlayoutConfig",
+    "ServerConfig",
+    "SttConfig",
+    "TtsConfig",
+    "TurnConfig",
+    "VadConfig",
+    "load_config",
+]
+
+DEFAULT_INSTRUCTIONS = (
+    "You are a friendly voice assistant in a spoken conversation. "
+    "Answer in one or two short, complete sentences of plain spoken English. "
+    "Never use lists, markdown, code or emojis."
+)
+
+
+def _check(cond: bool, key: str, message: str) -> None:
+    if not cond:
+        raise ConfigError(f"invalid configuration: {key} {message}")
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    host: str = "127.0.0.1"
+    port: int = 8765
+    max_message_bytes: int = 1 << 20
+    """Largest WebSocket message accepted; a larger one closes the connection with code 1009."""
+    max_sessions: int = 8
+    public_url: str = ""
+    """Public wss:// base URL used in the TwiML document (telephony); empty: derived from the request."""
+
+    def __post_init__(self) -> None:
+        _check(0 <= self.port <= 65535, "server.port", "must be 0..65535")
+        _check(self.max_message_bytes >= 1024, "server.max_message_bytes", "must be at least 1024")
+        _check(self.max_sessions >= 1, "server.max_sessions", "must be at least 1")
+
+
+@dataclass(frozen=True)
+class VadConfig:
+    model: str = "silero"
+    threshold: float = 0.5
+    prefix_padding_ms: int = 300
+    stop_ms: int = 160
+    """Silence that ends a speech *segment*: the transcript is finalised (and speculation starts)."""
+    min_speech_ms: int = 96
+    """Speech must last this long before it counts as started (filters clicks)."""
+    barge_in_ms: int = 320
+    """Speech must last this long while the agent talks before it interrupts (filters coughs)."""
+
+    def __post_init__(self) -> None:
+        _check(0.0 < self.threshold < 1.0, "vad.threshold", "must be between 0 and 1")
+        _check(self.stop_ms >= 32, "vad.stop_ms", "must be at least 32")
+        _check(self.prefix_padding_ms >= 0, "vad.prefix_padding_ms", "must be >= 0")
+        _check(self.min_speech_ms >= 0, "vad.min_speech_ms", "must be >= 0")
+        _check(self.barge_in_ms >= 0, "vad.barge_in_ms", "must be >= 0")
+
+
+@dataclass(frozen=True)
+class SttConfig:
+    model: str = "whisper-tiny"
+    language: str = "en"
+    threads: int = 2
+    beam_size: int = 1
+    partials: bool = True
+    partial_interval_ms: int = 1200
+    """Audio between two partial decodes while the user speaks (each costs a full encoder pass)."""
+
+    def __post_init__(self) -> None:
+        _check(self.threads >= 1, "stt.threads", "must be >= 1")
+        _check(self.beam_size >= 1, "stt.beam_size", "must be >= 1")
+        _check(self.partial_interval_ms >= 200, "stt.partial_interval_ms", "must be >= 200")
+
+
+@dataclass(frozen=True)
+class TurnConfig:
+    model: str = "smart-turn-v3"
+    """End-of-turn model, or "none" to use the silence threshold alone."""
+    silence_ms: int = 500
+    """Silence that ends a turn whatever the model says (the fallback; OpenAI's silence_duration_ms)."""
+    complete_ms: int = 240
+    """Silence that ends a turn when the turn model judges it complete."""
+    threshold: float = 0.5
+    speculative: bool = True
+    """Start answering at the end of a segment; hold the audio until the turn is confirmed."""
+
+    def __post_init__(self) -> None:
+        _check(self.silence_ms >= 100, "turn.silence_ms", "must be >= 100")
+        _check(self.complete_ms >= 0, "turn.complete_ms", "must be >= 0")
+        _check(0.0 < self.threshold < 1.0, "turn.threshold", "must be between 0 and 1")
+
+
+@dataclass(frozen=True)
+class LlmConfig:
+    backend: str = "llama_cpp"
+    model: str = "qwen2.5-0.5b"
+    threads: int = 2
+    context: int = 2048
+    max_tokens: int = 80
+    temperature: float = 0.0
+    instructions: str = DEFAULT_INSTRUCTIONS
+
+    def __post_init__(self) -> None:
+        _check(self.threads >= 1, "llm.threads", "must be >= 1")
+        _check(self.context >= 256, "llm.context", "must be >= 256")
+        _check(1 <= self.max_tokens <= 4096, "llm.max_tokens", "must be 1..4096")
+        _check(0.0 <= self.temperature <= 2.0, "llm.temperature", "must be 0..2")
+
+
+@dataclass(frozen=True)
+class TtsConfig:
+    model: str = "joe"
+    speed: float = 1.0
+    threads: int = 1
+
+    def __post_init__(self) -> None:
+        _check(0.25 <= self.speed <= 4.0, "tts.speed", "must be 0.25..4")
+        _check(self.threads >= 1, "tts.threads", "must be >= 1")
+
+
+@dataclass(frozen=True)
+class PlayoutConfig:
+    lead_ms: int = 400
+    """How far ahead of the listener's playback audio is sent; what is not sent yet is never heard."""
+    chunk_ms: int = 100
+
+    def __post_init__(self) -> None:
+        _check(self.lead_ms >= 0, "playout.lead_ms", "must be >= 0")
+        _check(10 <= self.chunk_ms <= 1000, "playout.chunk_ms", "must be 10..1000")
+
+
+@dataclass(frozen=True)
+class Config:
+    server: ServerConfig = field(default_factory=ServerConfig)
+    vad: VadConfig = field(default_factory=VadConfig)
+    stt: SttConfig = field(default_factory=SttConfig)
+    turn: TurnConfig = field(default_factory=TurnConfig)
+    llm: LlmConfig = field(default_factory=LlmConfig)
+    tts: TtsConfig = field(default_factory=TtsConfig)
+    playout: PlayoutConfig = field(default_factory=PlayoutConfig)
+    cache_dir: str = "~/.cache/voiceagent"
+    log_level: str = "info"
+
+    def __post_init__(self) -> None:
+        _check(
+            self.log_level in ("debug", "info", "warning", "error"),
+            "log_level",
+            "must be debug, info, warning or error",
+        )
+
+    @property
+    def cache_path(self) -> Path:
+        return Path(os.path.expanduser(self.cache_dir))
+
+
+T = TypeVar("T")
+
+
+def _coerce(value: Any, typ: Any, key: str) -> Any:
+    """Convert ``value`` (from TOML, or a string from env/flags) to ``typ``."""
+    if typ is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("1", "true", "yes", "on", "0", "false", "no", "off"):
+            return value.lower() in ("1", "true", "yes", "on")
+        raise ConfigError(f"invalid configuration: {key} must be a boolean, got {value!r}")
+    if typ is int:
+        if isinstance(value, bool):
+            raise ConfigError(f"invalid configuration: {key} must be an integer, got {value!r}")
+        try:
+            return int(value)
+        except (TypeError, ValueError):
+            raise ConfigError(f"invalid configuration: {key} must be an integer, got {value!r}") from None
+    if typ is float:
+        if isinstance(value, bool):
+            raise ConfigError(f"invalid configuration: {key} must be a number, got {value!r}")
+        try:
+            return float(value)
+        except (TypeError, ValueError):
+            raise ConfigError(f"invalid configuration: {key} must be a number, got {value!r}") from None
+    if typ is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"invalid configuration: {key} must be a string, got {value!r}")
+        return value
+    raise ConfigError(f"invalid configuration: {key} has an unsupported type")  # pragma: no cover
+
+
+def _build(cls: type[T], data: Mapping[str, Any], prefix: str) -> T:
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
+    kwargs: dict[str, Any] = {}
+    for key, value in data.items():
+        dotted = f"{prefix}{key}"
+        if key not in names:
+            close = difflib.get_close_matches(key, names, n=1)
+            hint = f" (did you mean {prefix}{close[0]}?)" if close else ""
+            raise ConfigError(f"invalid configuration: unknown key {dotted}{hint}")
+        typ = hints[key]
+        if dataclasses.is_dataclass(typ):
+            if not isinstance(value, Mapping):
+                raise ConfigError(f"invalid configuration: {dotted} must be a table")
+            kwargs[key] = _build(typ, value, f"{dotted}.")  # type: ignore[arg-type]
+        else:
+            kwargs[key] = _coerce(value, typ if not isinstance(typ, types.UnionType) else str, dotted)
+    return cls(**kwargs)
+
+
+def _merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in extra.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def _set_dotted(tree: dict[str, Any], dotted: str, value: str) -> None:
+    parts = [p for p in dotted.split(".") if p]
+    if not parts:
+        raise ConfigError(f"invalid configuration: empty key in {dotted!r}")
+    node = tree
+    for part in parts[:-1]:
+        node = node.setdefault(part, {})
+        if not isinstance(node, dict):
+            raise ConfigError(f"invalid configuration: {dotted} is not inside a table")
+    node[parts[-1]] = value
+
+
+def load_config(
+    file: str | Path | None = None,
+    env: Mapping[str, str] | None = None,
+    overrides: Mapping[str, str] | None = None,
+) -> Config:
+    """Build the effective configuration.
+
+    ``file``: a TOML file (else ``VOICEAGENT_CONFIG`` from ``env``, else none).  ``env``: the
+    environment (default ``os.environ``).  ``overrides``: dotted keys to string values, from flags.
+    """
+    env = os.environ if env is None else env
+    tree: dict[str, Any] = {}
+    path = file or env.get("VOICEAGENT_CONFIG")
+    if path:
+        try:
+            with open(path, "rb") as fh:
+                tree = tomllib.load(fh)
+        except FileNotFoundError:
+            raise ConfigError(f"configuration file not found: {path}") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"configuration file {path} is not valid TOML: {exc}") from None
+    env_tree: dict[str, Any] = {}
+    for name, value in env.items():
+        if not name.startswith("VOICEAGENT_") or name == "VOICEAGENT_CONFIG":
+            continue
+        rest = name[len("VOICEAGENT_") :].lower()
+        _set_dotted(env_tree, rest.replace("__", "."), value)
+    tree = _merge(tree, env_tree)
+    flag_tree: dict[str, Any] = {}
+    for dotted, value in (overrides or {}).items():
+        _set_dotted(flag_tree, dotted, value)
+    tree = _merge(tree, flag_tree)
+    try:
+        return _build(Config, tree, "")
+    except TypeError as exc:  # pragma: no cover - _build checks names first
+        raise ConfigError(f"invalid configuration: {exc}") from None

@@ -1,0 +1,334 @@
+"""The typed events that flow between stages, and from the session to a transport.
+
+Every event carries ``session`` (the session id), ``gen`` (the generation current when it was
+made) and ``t`` (seconds on the session's injected clock).
+
+Two families:
+
+* **Input events** (audio, voice activity, transcripts) describe what the user did.  They are
+  never dropped: losing them would lose user speech.
+* **Response events** (subclasses of :class:`ResponseEvent`) belong to one attempt at answering.
+  When the session's generation moves past theirs (barge-in, a retracted speculative turn,
+  ``response.cancel``) every channel drops them and every stage stops working on them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+import numpy as np
+
+from voiceagent.audio import Float32Array, Int16Array
+
+__all__ = [
+    "AudioDelta",
+    "AudioFrame",
+    "Clause",
+    "ErrorEvent",
+    "Event",
+    "GenerationEnd",
+    "ItemTruncated",
+    "InputClear",
+    "InputCommit",
+    "InputCleared",
+    "InputCommitted",
+    "InputSpeechStarted",
+    "InputSpeechStopped",
+    "InputTranscriptDelta",
+    "InputTranscriptDone",
+    "Mark",
+    "OutputTranscriptDelta",
+    "PlaybackCleared",
+    "ResponseAudio",
+    "ResponseCreated",
+    "ResponseDone",
+    "ResponseEvent",
+    "ResponseStatus",
+    "Silence",
+    "SpeechStarted",
+    "SpeechStopped",
+    "TranscriptDelta",
+    "TranscriptSegment",
+    "TurnConfirmed",
+    "TurnMetrics",
+    "TurnRetracted",
+    "UserTurn",
+]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Event:
+    """Common header of every event."""
+
+    t: float
+    gen: int
+    session: str = ""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ResponseEvent(Event):
+    """An event that belongs to generation ``gen``; dropped once the session moves past it."""
+
+
+# --------------------------------------------------------------------------- input side
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class AudioFrame(Event):
+    """User audio: mono int16 at the pipeline rate; ``start_ms`` is its position in the input stream."""
+
+    pcm: Int16Array
+    start_ms: float
+
+    @property
+    def end_ms(self) -> float:
+        return self.start_ms + len(self.pcm) * 1000.0 / 16_000
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SpeechStarted(Event):
+    """VAD: speech began at ``audio_ms`` (input-stream time, prefix padding not included)."""
+
+    audio_ms: float
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SpeechStopped(Event):
+    """VAD: a short silence followed speech; speech ended at ``audio_ms``.  Not yet a turn end."""
+
+    audio_ms: float
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Silence(Event):
+    """VAD: ``silence_ms`` of silence since the last :class:`SpeechStopped`; the endpointer's clock."""
+
+    audio_ms: float
+    silence_ms: float
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TranscriptDelta(Event):
+    """STT: a partial transcript of the segment being spoken (replaces the previous partial)."""
+
+    text: str
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TranscriptSegment(Event):
+    """STT: the final transcript of one speech segment, with its audio (float32, 16 kHz).
+
+    ``committed``: the segment is a whole manual commit (``input_audio_buffer.commit``).
+    """
+
+    text: str
+    audio: Float32Array
+    start_ms: float
+    end_ms: float
+    committed: bool = False
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class InputCommit(Event):
+    """Manual turn-taking: everything buffered since the last commit is one user turn."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class InputClear(Event):
+    """Drop buffered, not yet committed input audio."""
+
+
+# --------------------------------------------------------------------------- turn and response
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class UserTurn(ResponseEvent):
+    """Start answering.  ``text`` is the user's words (``None``: history already holds them).
+
+    ``speculative`` turns are answered at once but their audio is held by playout until a
+    :class:`TurnConfirmed` with the same ``gen`` releases it.
+    """
+
+    text: str | None
+    speculative: bool
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TurnConfirmed(Event):
+    """Endpointer: the user's turn is over; ``gen`` is the response that answers ``text``.
+
+    ``respond`` is False when the session does not answer on its own (``create_response``
+    off, or a manual commit); ``gen`` is then meaningless.
+    """
+
+    text: str
+    audio_end_ms: float
+    respond: bool
+    marks: dict[str, float]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TurnRetracted(Event):
+    """Endpointer: the user went on speaking; the speculative response ``gen`` is void."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Mark(ResponseEvent):
+    """A timeline mark of generation ``gen`` (``llm_first_token``, ``first_clause``, ``tts_first_audio``)."""
+
+    name: str
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Clause(ResponseEvent):
+    """LLM → TTS: a speakable piece of the reply, in order; ``index`` counts from 0."""
+
+    text: str
+    index: int
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ResponseAudio(ResponseEvent):
+    """TTS → playout: audio of clause ``index`` (mono int16 at ``rate``)."""
+
+    pcm: Int16Array
+    rate: int
+    index: int
+    text: str
+    first_of_clause: bool
+
+
+class ResponseStatus(StrEnum):
+    COMPLETED = "completed"
+    CANCELLED = "cancelled"
+    FAILED = "failed"
+    INCOMPLETE = "incomplete"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class GenerationEnd(ResponseEvent):
+    """The producer of generation ``gen`` has finished (or failed: ``error`` says why)."""
+
+    text: str
+    status: ResponseStatus
+    error: str | None = None
+
+
+# --------------------------------------------------------------------------- session → transport
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class InputSpeechStarted(Event):
+    """The user started a turn (item ``item_id``) at ``audio_ms`` of the input stream."""
+
+    item_id: str
+    audio_ms: float
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class InputSpeechStopped(Event):
+    item_id: str
+    audio_ms: float
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class InputTranscriptDelta(Event):
+    """A partial transcript of the turn being spoken (the whole partial text so far)."""
+
+    item_id: str
+    text: str
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class InputCleared(Event):
+    """Buffered input audio was discarded."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class InputCommitted(Event):
+    """A user item entered the history."""
+
+    item_id: str
+    previous_item_id: str | None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class InputTranscriptDone(Event):
+    item_id: str
+    text: str
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ResponseCreated(Event):
+    response_id: str
+    item_id: str
+    previous_item_id: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class AudioDelta(Event):
+    """Reply audio for the listener, at the voice's rate; ``offset_ms`` is its position in the item."""
+
+    response_id: str
+    item_id: str
+    pcm: Int16Array
+    rate: int
+    offset_ms: float
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class OutputTranscriptDelta(Event):
+    response_id: str
+    item_id: str
+    text: str
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ResponseDone(Event):
+    """A response ended; ``text`` is what the history holds for it (cut to what was heard)."""
+
+    response_id: str
+    item_id: str
+    status: ResponseStatus
+    text: str
+    reason: str | None = None
+    audio_ms: float = 0.0
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PlaybackCleared(Event):
+    """Barge-in: the listener's buffered audio of this response must be discarded now."""
+
+    response_id: str
+    item_id: str
+    heard_ms: float
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ItemTruncated(Event):
+    item_id: str
+    audio_end_ms: float
+    text: str
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TurnMetrics(Event):
+    """Per-turn timeline: seconds from the end of user speech to each mark (JSON-friendly)."""
+
+    response_id: str
+    spans: dict[str, float]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ErrorEvent(Event):
+    code: str
+    message: str
+    kind: str = "invalid_request_error"
+    param: str | None = None
+    event_id: str | None = None
+
+
+def empty_pcm() -> Int16Array:
+    """A zero-length int16 array (for events that carry no audio)."""
+    return np.zeros(0, dtype=np.int16)

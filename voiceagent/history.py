@@ -1,0 +1,143 @@
+"""The conversation history, as the model sees it and as the listener heard it.
+
+Assistant items are built clause by clause from what playout actually sent, with each clause's
+audio length; a barge-in or a client's ``conversation.item.truncate`` sets ``heard_ms`` and the
+item's text becomes what was heard (whole clauses, then a word-boundary prefix of the clause that
+was playing).  Items are only appended or cut, never re-rendered, so the LLM prompt of the next
+turn extends the previous one and llama.cpp reuses its KV cache.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+
+from voiceagent.backends.protocols import Message
+from voiceagent.text import cut_to_fraction
+
+__all__ = ["AssistantItem", "History", "SpokenClause", "UserItem", "new_id"]
+
+_counter = itertools.count(1)
+
+
+def new_id(prefix: str) -> str:
+    """A short id unique within this process (``item_…``, ``resp_…``, ``event_…``)."""
+    return f"{prefix}_{next(_counter):06d}"
+
+
+@dataclass
+class UserItem:
+    id: str
+    text: str
+    gen: int = -1
+    """The generation of the response this turn started (-1: none)."""
+    role: str = "user"
+
+
+@dataclass
+class SpokenClause:
+    text: str
+    audio_ms: float = 0.0
+
+
+@dataclass
+class AssistantItem:
+    id: str
+    gen: int
+    clauses: list[SpokenClause] = field(default_factory=list)
+    heard_ms: float | None = None
+    status: str = "in_progress"
+    role: str = "assistant"
+
+    def add_clause(self, text: str) -> None:
+        self.clauses.append(SpokenClause(text))
+
+    def add_audio(self, ms: float) -> None:
+        if not self.clauses:
+            self.add_clause("")
+        self.clauses[-1].audio_ms += ms
+
+    @property
+    def audio_ms(self) -> float:
+        return sum(c.audio_ms for c in self.clauses)
+
+    @property
+    def full_text(self) -> str:
+        return "".join(c.text for c in self.clauses).strip()
+
+    @property
+    def text(self) -> str:
+        if self.heard_ms is None:
+            return self.full_text
+        out = ""
+        pos = 0.0
+        for clause in self.clauses:
+            text, ms = clause.text, clause.audio_ms
+            if pos + ms <= self.heard_ms:
+                out += text
+                pos += ms
+                continue
+            if ms > 0:
+                part = cut_to_fraction(text, (self.heard_ms - pos) / ms)
+                if part:
+                    out = out.rstrip() + " " + part if out.strip() else part
+            break
+        return out.strip()
+
+    def cut(self, heard_ms: float) -> None:
+        """Keep only what was heard; a later, smaller figure (the client's own) cuts further."""
+        heard = max(0.0, min(heard_ms, self.audio_ms))
+        self.heard_ms = heard if self.heard_ms is None else min(self.heard_ms, heard)
+
+
+Item = UserItem | AssistantItem
+
+
+class History:
+    def __init__(self) -> None:
+        self.items: list[Item] = []
+
+    def add_user(self, text: str, gen: int = -1, item_id: str | None = None) -> UserItem:
+        item = UserItem(id=item_id or new_id("item"), text=text, gen=gen)
+        self.items.append(item)
+        return item
+
+    def add_assistant(self, gen: int, item_id: str) -> AssistantItem:
+        item = AssistantItem(id=item_id, gen=gen)
+        self.items.append(item)
+        return item
+
+    def find(self, item_id: str) -> Item | None:
+        return next((i for i in self.items if i.id == item_id), None)
+
+    def delete(self, item_id: str) -> bool:
+        before = len(self.items)
+        self.items = [i for i in self.items if i.id != item_id]
+        return len(self.items) != before
+
+    @property
+    def last_id(self) -> str | None:
+        return self.items[-1].id if self.items else None
+
+    def messages(self, instructions: str, *, pending_user: str | None = None, gen: int = -1, max_chars: int = 6000) -> list[Message]:
+        """The prompt: system, history (empty assistant turns skipped), then the pending user text.
+
+        A user item that belongs to generation ``gen`` is left out when ``pending_user`` carries
+        the same turn (a speculative answer may start before or after the turn is committed).
+        Oldest items are dropped first when the history exceeds ``max_chars``.
+        """
+        msgs: list[Message] = []
+        for item in self.items:
+            if isinstance(item, UserItem):
+                if pending_user is not None and item.gen == gen and gen >= 0:
+                    continue
+                msgs.append(Message("user", item.text))
+            else:
+                text = item.text
+                if text:
+                    msgs.append(Message("assistant", text))
+        if pending_user is not None:
+            msgs.append(Message("user", pending_user))
+        while sum(len(m.content) for m in msgs) > max_chars and len(msgs) > 1:
+            msgs.pop(0)
+        return [Message("system", instructions), *msgs]

@@ -1,0 +1,106 @@
+"""Per-turn timelines, latency histograms and their Prometheus text exposition."""
+
+from __future__ import annotations
+
+import bisect
+import threading
+from dataclasses import dataclass, field
+
+__all__ = ["MARKS", "Histogram", "Metrics", "TurnTimeline"]
+
+# The order of marks within a turn; spans are reported from ``speech_end``.
+MARKS = (
+    "speech_end",
+    "vad_stop",
+    "transcript_final",
+    "turn_confirmed",
+    "llm_first_token",
+    "first_clause",
+    "tts_first_audio",
+    "first_audio_sent",
+)
+
+
+@dataclass
+class TurnTimeline:
+    """Clock times of the marks of one turn (first report of each mark wins)."""
+
+    marks: dict[str, float] = field(default_factory=dict)
+
+    def mark(self, name: str, t: float) -> None:
+        self.marks.setdefault(name, t)
+
+    def spans_ms(self) -> dict[str, float]:
+        """Milliseconds from the end of user speech to every other mark."""
+        origin = self.marks.get("speech_end")
+        if origin is None:
+            return {}
+        return {name: round((t - origin) * 1000.0, 1) for name, t in self.marks.items() if name != "speech_end"}
+
+
+class Histogram:
+    def __init__(self, buckets: tuple[float, ...]) -> None:
+        self.buckets = buckets
+        self.counts = [0] * (len(buckets) + 1)
+        self.total = 0.0
+        self.n = 0
+        self._lock = threading.Lock()
+
+    def observe(self, value: float) -> None:
+        with self._lock:
+            self.counts[bisect.bisect_left(self.buckets, value)] += 1
+            self.total += value
+            self.n += 1
+
+    def render(self, name: str, labels: str = "") -> list[str]:
+        lines = []
+        cumulative = 0
+        sep = "," if labels else ""
+        for bound, count in zip(self.buckets, self.counts, strict=False):
+            cumulative += count
+            lines.append(f'{name}_bucket{{{labels}{sep}le="{bound}"}} {cumulative}')
+        lines.append(f'{name}_bucket{{{labels}{sep}le="+Inf"}} {self.n}')
+        lines.append(f"{name}_sum{{{labels}}} {self.total}")
+        lines.append(f"{name}_count{{{labels}}} {self.n}")
+        return lines
+
+
+_LATENCY_BUCKETS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0)
+
+
+class Metrics:
+    """Process-wide counters and histograms, shared by all sessions of a server."""
+
+    def __init__(self) -> None:
+        self.sessions_active = 0
+        self.sessions_total = 0
+        self.turns = 0
+        self.barge_ins = 0
+        self.errors = 0
+        self.spans: dict[str, Histogram] = {m: Histogram(_LATENCY_BUCKETS) for m in MARKS[1:]}
+
+    def observe_turn(self, spans_ms: dict[str, float]) -> None:
+        self.turns += 1
+        for name, ms in spans_ms.items():
+            hist = self.spans.get(name)
+            if hist is not None:
+                hist.observe(ms / 1000.0)
+
+    def render(self) -> str:
+        lines = [
+            "# TYPE voiceagent_sessions_active gauge",
+            f"voiceagent_sessions_active {self.sessions_active}",
+            "# TYPE voiceagent_sessions_total counter",
+            f"voiceagent_sessions_total {self.sessions_total}",
+            "# TYPE voiceagent_turns_total counter",
+            f"voiceagent_turns_total {self.turns}",
+            "# TYPE voiceagent_barge_ins_total counter",
+            f"voiceagent_barge_ins_total {self.barge_ins}",
+            "# TYPE voiceagent_errors_total counter",
+            f"voiceagent_errors_total {self.errors}",
+            "# HELP voiceagent_span_seconds seconds from end of user speech to each pipeline mark",
+            "# TYPE voiceagent_span_seconds histogram",
+        ]
+        for name, hist in self.spans.items():
+            lines.extend(hist.render("voiceagent_span_seconds", f'mark="{name}"'))
+        return "\n".join(lines) + "\n"

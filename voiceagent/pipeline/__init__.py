@@ -1,0 +1,8 @@
+"""Stage base, bounded channels, generation scope and off-loop helpers."""
+
+from voiceagent.pipeline.channel import Channel
+from voiceagent.pipeline.generation import GenerationScope
+from voiceagent.pipeline.offload import iterate_in, run_in
+from voiceagent.pipeline.stage import Stage, StageContext
+
+__all__ = ["Channel", "GenerationScope", "Stage", "StageContext", "iterate_in", "run_in"]

@@ -1,0 +1,75 @@
+"""Bounded channels between stages.
+
+A :class:`Channel` is an asyncio queue with a fixed capacity: ``put`` waits while it is full
+(back-pressure, never silent loss).  Its one filter is generational: a
+:class:`~voiceagent.events.ResponseEvent` whose generation the session has moved past is dropped
+on ``get`` — that answer was cancelled, so nobody downstream may act on it.  Input events are never
+dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Generic, TypeVar
+
+from voiceagent.events import Event, ResponseEvent
+from voiceagent.pipeline.generation import GenerationScope
+
+__all__ = ["Channel"]
+
+E = TypeVar("E", bound=Event)
+
+
+class Channel(Generic[E]):
+    """A bounded FIFO of events.
+
+    Cancellation: cancelling a waiting ``put`` leaves the channel unchanged (the item was not
+    added); cancelling a waiting ``get`` loses no item (nothing was taken).
+    """
+
+    def __init__(self, name: str, capacity: int, scope: GenerationScope) -> None:
+        if capacity < 1:
+            raise ValueError("a channel needs a capacity of at least 1")
+        self.name = name
+        self.capacity = capacity
+        self._scope = scope
+        self._queue: asyncio.Queue[E] = asyncio.Queue(maxsize=capacity)
+        self.dropped_stale = 0
+
+    def __len__(self) -> int:
+        return self._queue.qsize()
+
+    async def put(self, item: E) -> None:
+        """Add ``item``, waiting while the channel is full."""
+        await self._queue.put(item)
+
+    def put_nowait(self, item: E) -> None:
+        """Add ``item`` or raise :class:`asyncio.QueueFull`."""
+        self._queue.put_nowait(item)
+
+    async def get(self) -> E:
+        """Take the next item that is still current."""
+        while True:
+            item = await self._queue.get()
+            if self._is_stale(item):
+                self.dropped_stale += 1
+                continue
+            return item
+
+    def drop_stale(self) -> int:
+        """Remove stale response events now (frees room for current ones); returns how many."""
+        keep: list[E] = []
+        dropped = 0
+        while not self._queue.empty():
+            item = self._queue.get_nowait()
+            if self._is_stale(item):
+                dropped += 1
+            else:
+                keep.append(item)
+        for item in keep:
+            self._queue.put_nowait(item)
+        self.dropped_stale += dropped
+        return dropped
+
+    def _is_stale(self, item: E) -> bool:
+        return isinstance(item, ResponseEvent) and self._scope.is_stale(item.gen)

@@ -1,0 +1,227 @@
+"""Latency replay: stream WAV files to a server at real-time pace and time every answer.
+
+Ground truth comes from the audio, not from the server: the file is cut into 10 ms frames and a
+frame is *speech* when its RMS is above ``ENERGY_FLOOR_DBFS`` (−45 dBFS).  A user turn ends at the
+end of its last speech frame; a gap of at least ``turn_gap_s`` (default 1.5 s) of non-speech
+frames separates two turns (so a 300–400 ms pause mid-sentence does not).
+
+``first_audio_s`` is when the first reply audio byte of the answer reached this client, on the
+same clock as the audio it sent (seconds of input audio since the stream began, so at
+``--speed 2`` it is still in the file's own timeline).  ``latency_ms`` is the wall time between
+the moment the last speech sample of the turn was sent and that first reply byte.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from websockets.asyncio.client import connect
+
+from voiceagent.audio import Int16Array, read_wav, resample
+
+__all__ = ["ENERGY_FLOOR_DBFS", "ReplayResult", "TurnResult", "replay_file", "speech_turns", "summarize"]
+
+ENERGY_FLOOR_DBFS = -45.0
+_FRAME_MS = 10
+_WIRE_RATE = 24000
+_CHUNK_MS = 20
+
+
+@dataclass
+class TurnResult:
+    file: str
+    turn: int
+    transcript: str
+    reply: str
+    speech_end_s: float
+    first_audio_s: float | None
+    latency_ms: float | None
+    spans_ms: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class ReplayResult:
+    turns: list[TurnResult]
+    summary: dict[str, Any]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"turns": [asdict(t) for t in self.turns], "summary": self.summary}
+
+
+def speech_turns(pcm: Int16Array, rate: int, *, turn_gap_s: float = 1.5, floor_dbfs: float = ENERGY_FLOOR_DBFS) -> list[tuple[float, float]]:
+    """(start_s, end_s) of each user turn, from frame energy (see the module docstring)."""
+    n = rate * _FRAME_MS // 1000
+    frames = len(pcm) // n
+    if frames == 0:
+        return []
+    x = pcm[: frames * n].astype(np.float64).reshape(frames, n) / 32768.0
+    rms = np.sqrt((x**2).mean(axis=1))
+    with np.errstate(divide="ignore"):
+        dbfs = 20 * np.log10(np.maximum(rms, 1e-10))
+    speech = np.flatnonzero(dbfs > floor_dbfs)
+    turns: list[tuple[float, float]] = []
+    if len(speech) == 0:
+        return turns
+    gap_frames = int(turn_gap_s * 1000 / _FRAME_MS)
+    start = prev = int(speech[0])
+    for idx in speech[1:]:
+        i = int(idx)
+        if i - prev > gap_frames:
+            turns.append((start * _FRAME_MS / 1000, (prev + 1) * _FRAME_MS / 1000))
+            start = i
+        prev = i
+    turns.append((start * _FRAME_MS / 1000, (prev + 1) * _FRAME_MS / 1000))
+    return turns
+
+
+@dataclass
+class _Response:
+    id: str
+    created_s: float
+    first_audio_wall: float | None = None
+    first_audio_s: float | None = None
+    text: str = ""
+    status: str = "in_progress"
+    spans: dict[str, float] = field(default_factory=dict)
+
+
+async def replay_file(url: str, path: str | Path, *, speed: float = 1.0, tail_s: float = 2.5, timeout_s: float = 30.0, turn_gap_s: float = 1.5) -> list[TurnResult]:
+    """Stream one file over one connection and return one result per ground-truth turn."""
+    pcm, rate = read_wav(path)
+    turns = speech_turns(pcm, rate, turn_gap_s=turn_gap_s)
+    wire = resample(pcm, rate, _WIRE_RATE)
+    wire = np.concatenate([wire, np.zeros(int(tail_s * _WIRE_RATE), dtype=np.int16)])
+    step = _WIRE_RATE * _CHUNK_MS // 1000
+    responses: dict[str, _Response] = {}
+    order: list[str] = []
+    transcripts: list[tuple[float, str]] = []
+    errors: list[dict[str, Any]] = []
+    sep = "&" if "?" in url else "?"
+    async with connect(f"{url}{sep}voiceagent_metrics=1", max_size=None) as ws:
+        first = json.loads(await ws.recv())
+        if first.get("type") != "session.created":
+            raise RuntimeError(f"expected session.created, got {first.get('type')}")
+        await ws.send(json.dumps({"type": "session.update", "session": {"type": "realtime", "audio": {"input": {"format": {"type": "audio/pcm", "rate": 24000}}}}}))
+        t0 = time.monotonic()
+
+        def audio_s(wall: float) -> float:
+            return (wall - t0) * speed
+
+        async def reader() -> None:
+            async for raw in ws:
+                now = time.monotonic()
+                msg = json.loads(raw)
+                kind = msg.get("type")
+                if kind == "response.created":
+                    rid = msg["response"]["id"]
+                    responses[rid] = _Response(rid, audio_s(now))
+                    order.append(rid)
+                elif kind in ("response.output_audio.delta", "response.audio.delta"):
+                    r = responses.get(msg["response_id"])
+                    if r is not None and r.first_audio_wall is None:
+                        r.first_audio_wall = now
+                        r.first_audio_s = audio_s(now)
+                elif kind == "response.output_audio_transcript.delta":
+                    r = responses.get(msg["response_id"])
+                    if r is not None:
+                        r.text += msg["delta"]
+                elif kind == "response.done":
+                    r = responses.get(msg["response"]["id"])
+                    if r is not None:
+                        r.status = msg["response"]["status"]
+                        out = msg["response"].get("output") or []
+                        if out and out[0].get("content"):
+                            r.text = out[0]["content"][0].get("transcript") or r.text
+                elif kind == "conversation.item.input_audio_transcription.completed":
+                    transcripts.append((audio_s(now), msg["transcript"]))
+                elif kind == "voiceagent.turn_metrics":
+                    r = responses.get(msg["response_id"])
+                    if r is not None:
+                        r.spans = msg["spans_ms"]
+                elif kind == "error":
+                    errors.append(msg["error"])
+
+        read_task = asyncio.create_task(reader())
+        try:
+            for i in range(0, len(wire), step):
+                await asyncio.sleep(max(0.0, t0 + (i / _WIRE_RATE) / speed - time.monotonic()))
+                chunk = wire[i : i + step]
+                await ws.send(json.dumps({"type": "input_audio_buffer.append", "audio": base64.b64encode(chunk.astype("<i2").tobytes()).decode()}))
+            deadline = time.monotonic() + timeout_s
+            while time.monotonic() < deadline:
+                answered = sum(1 for rid in order if responses[rid].status != "in_progress")
+                if answered >= len(turns) and all(responses[r].status != "in_progress" for r in order):
+                    break
+                await asyncio.sleep(0.05)
+        finally:
+            read_task.cancel()
+            await asyncio.gather(read_task, return_exceptions=True)
+    if errors:
+        raise RuntimeError(f"server reported errors: {errors}")
+    return _match(str(path), turns, [responses[r] for r in order], transcripts, t0, speed)
+
+
+def _match(name: str, turns: list[tuple[float, float]], responses: list[_Response], transcripts: list[tuple[float, str]], t0: float, speed: float) -> list[TurnResult]:
+    out: list[TurnResult] = []
+    for k, (start, end) in enumerate(turns):
+        nxt = turns[k + 1][0] if k + 1 < len(turns) else float("inf")
+        # The answer to turn k: the first response heard after the turn began and before the next.
+        cands = [r for r in responses if r.first_audio_s is not None and start < r.first_audio_s < nxt + 0.5 and r.status != "cancelled"]
+        cands = cands or [r for r in responses if r.first_audio_s is not None and start < r.first_audio_s < nxt + 0.5]
+        resp = cands[0] if cands else None
+        heard_by = resp.created_s if resp is not None else nxt
+        words = [text for ts, text in transcripts if start < ts <= heard_by + 0.05]
+        latency = None
+        if resp is not None and resp.first_audio_wall is not None:
+            latency = round((resp.first_audio_wall - (t0 + end / speed)) * 1000.0, 1)
+        out.append(
+            TurnResult(
+                file=name, turn=k, transcript=" ".join(words).strip(), reply=resp.text.strip() if resp else "",
+                speech_end_s=round(end, 3), first_audio_s=round(resp.first_audio_s, 3) if resp and resp.first_audio_s is not None else None,
+                latency_ms=latency, spans_ms=resp.spans if resp else {},
+            )
+        )
+    return out
+
+
+def summarize(turns: list[TurnResult]) -> dict[str, Any]:
+    lat = np.array([t.latency_ms for t in turns if t.latency_ms is not None], dtype=np.float64)
+    summary: dict[str, Any] = {"turns": len(turns), "answered": int(len(lat))}
+    if len(lat):
+        summary.update(
+            p50_ms=round(float(np.percentile(lat, 50)), 1),
+            p95_ms=round(float(np.percentile(lat, 95)), 1),
+            min_ms=round(float(lat.min()), 1),
+            max_ms=round(float(lat.max()), 1),
+        )
+    else:
+        summary.update(p50_ms=None, p95_ms=None)
+    return summary
+
+
+def format_table(result: ReplayResult) -> str:
+    rows = [("file", "turn", "speech_end_s", "first_audio_s", "latency_ms", "transcript", "reply")]
+    for t in result.turns:
+        rows.append(
+            (
+                Path(t.file).name, str(t.turn), f"{t.speech_end_s:.2f}", "-" if t.first_audio_s is None else f"{t.first_audio_s:.2f}",
+                "-" if t.latency_ms is None else f"{t.latency_ms:.0f}", _clip(t.transcript, 40), _clip(t.reply, 50),
+            )
+        )
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    s = result.summary
+    lines.append(f"turns {s['turns']}  answered {s['answered']}  p50 {s.get('p50_ms')} ms  p95 {s.get('p95_ms')} ms")
+    return "\n".join(lines)
+
+
+def _clip(text: str, n: int) -> str:
+    return text if len(text) <= n else text[: n - 1] + "…"

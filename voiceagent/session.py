@@ -1,0 +1,443 @@
+"""One conversation: the pipeline of stages, the history and the per-turn timeline.
+
+A transport drives a :class:`Session` through its methods (``append_audio``, ``commit_input``,
+``add_text``, ``create_response``, ``cancel_response``, ``truncate``, ``update``) and reads what
+to send to its client from :meth:`Session.events`.  The session is cheap: the models live in the
+shared :class:`~voiceagent.backends.Engines`.
+
+Barge-in: speech that starts while a response is audible (the VAD requires ``barge_in_ms`` of it
+then) moves the generation on, which cancels LLM, TTS and playout work in flight; the assistant
+item is cut to the audio the listener heard, the client is told to clear its playback buffer
+(:class:`~voiceagent.events.PlaybackCleared`) and the response ends ``cancelled``.
+
+Cancellation: ``aclose()`` (or leaving ``async with``) cancels every stage task and waits for
+them; model calls already running in executors finish in their threads and are discarded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import json
+import logging
+from collections import deque
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any
+
+from voiceagent.audio import PIPELINE_RATE, Int16Array
+from voiceagent.backends.protocols import Message
+from voiceagent.backends.registry import Engines
+from voiceagent.clock import Clock, MonotonicClock
+from voiceagent.config import Config
+from voiceagent.errors import ProtocolError, StageError
+from voiceagent.events import (
+    AudioDelta,
+    AudioFrame,
+    ErrorEvent,
+    Event,
+    GenerationEnd,
+    InputClear,
+    InputCleared,
+    InputCommit,
+    InputCommitted,
+    InputSpeechStarted,
+    InputSpeechStopped,
+    InputTranscriptDelta,
+    InputTranscriptDone,
+    ItemTruncated,
+    Mark,
+    OutputTranscriptDelta,
+    PlaybackCleared,
+    ResponseCreated,
+    ResponseDone,
+    ResponseStatus,
+    SpeechStarted,
+    TranscriptDelta,
+    TurnConfirmed,
+    TurnMetrics,
+    TurnRetracted,
+    UserTurn,
+)
+from voiceagent.history import AssistantItem, History, new_id
+from voiceagent.metrics import Metrics, TurnTimeline
+from voiceagent.pipeline import Channel, GenerationScope, StageContext
+from voiceagent.settings import SessionSettings, settings_from_config
+from voiceagent.stages.llm import LlmStage
+from voiceagent.stages.playout import PlayoutStage
+from voiceagent.stages.stt import SttStage
+from voiceagent.stages.tts import TtsStage
+from voiceagent.stages.turn import TurnStage
+from voiceagent.stages.vad import VadStage
+
+__all__ = ["Session"]
+
+log = logging.getLogger(__name__)
+
+_INBOX = 256  # per stage; ~5 s of 20 ms audio frames before back-pressure reaches the transport
+_OUTBOX = 1024
+_CLOSED = object()
+
+
+@dataclass
+class _Response:
+    gen: int
+    id: str
+    item_id: str
+    timeline: TurnTimeline = field(default_factory=TurnTimeline)
+    released: bool = False
+    done: bool = False
+    item: AssistantItem | None = None
+    instructions: str | None = None
+
+
+class Session:
+    """A conversation with one client.  Use ``async with Session(...) as s:``."""
+
+    def __init__(
+        self,
+        engines: Engines,
+        config: Config,
+        *,
+        clock: Clock | None = None,
+        metrics: Metrics | None = None,
+        session_id: str | None = None,
+    ) -> None:
+        self.id = session_id or new_id("sess")
+        self.config = config
+        self.clock: Clock = clock or MonotonicClock()
+        self.metrics = metrics or Metrics()
+        self.settings: SessionSettings = settings_from_config(config)
+        self.history = History()
+        self.scope = GenerationScope()
+        self._engines = engines
+        self._outbox: asyncio.Queue[object] = asyncio.Queue(maxsize=_OUTBOX)
+        self._tasks: list[asyncio.Task[None]] = []
+        self._responses: dict[int, _Response] = {}
+        self._playing: _Response | None = None
+        self._user_item: str | None = None
+        self._audio_ms = 0.0
+        self._arrivals: deque[tuple[float, float]] = deque(maxlen=3000)  # (end_ms, clock time)
+        self._started = False
+        self._closed = False
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def __aenter__(self) -> Session:
+        await self.start()
+        return self
+
+    async def __aexit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:
+        await self.aclose()
+
+    async def start(self) -> None:
+        """Build the stages and start their tasks."""
+        if self._started:
+            return
+        self._started = True
+        cfg = self.config
+        ctx = StageContext(self.id, self.clock, self.scope, self._on_event, self._on_stage_error)
+
+        def chan(name: str) -> Channel[Event]:
+            return Channel(name, _INBOX, self.scope)
+
+        self._vad_in, stt_in, turn_in, llm_in, tts_in, play_in = (chan(n) for n in ("vad", "stt", "turn", "llm", "tts", "playout"))
+        self._llm_in = llm_in
+        self.vad = VadStage(
+            ctx,
+            self._vad_in,
+            stt_in,
+            self._engines.vad,
+            lambda: self.settings,
+            self._agent_audible,
+            cfg.vad.stop_ms,
+            cfg.vad.min_speech_ms,
+            cfg.vad.barge_in_ms,
+        )
+        self.stt = SttStage(ctx, stt_in, turn_in, self._engines.stt, lambda: self.settings, cfg.stt.partials, cfg.stt.partial_interval_ms)
+        self.turn = TurnStage(
+            ctx,
+            turn_in,
+            llm_in,
+            self._engines.turn if cfg.turn.model != "none" else None,
+            lambda: self.settings,
+            cfg.turn.speculative,
+            cfg.turn.complete_ms,
+            cfg.turn.threshold,
+        )
+        self.llm = LlmStage(ctx, llm_in, tts_in, self._engines.llm, self._prompt, lambda: self.settings)
+        self.tts = TtsStage(ctx, tts_in, play_in, self._engines.tts, lambda: self.settings)
+        self.playout = PlayoutStage(ctx, play_in, cfg.playout.lead_ms, cfg.playout.chunk_ms)
+        for stage in (self.vad, self.stt, self.turn, self.llm, self.tts, self.playout):
+            self._tasks.append(asyncio.create_task(stage.run(), name=f"{self.id}.{stage.name}"))
+        self.metrics.sessions_active += 1
+        self.metrics.sessions_total += 1
+
+    async def aclose(self) -> None:
+        """Stop every stage.  Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._started:
+            self.metrics.sessions_active -= 1
+        with contextlib.suppress(asyncio.QueueFull):
+            self._outbox.put_nowait(_CLOSED)
+
+    async def events(self) -> AsyncIterator[Event]:
+        """What to send to the client, in order, until the session closes."""
+        while True:
+            item = await self._outbox.get()
+            if item is _CLOSED:
+                return
+            assert isinstance(item, Event)
+            yield item
+
+    # ------------------------------------------------------------------ transport API
+
+    def update(self, **changes: Any) -> SessionSettings:
+        """Change session settings (fields of :class:`SessionSettings`); returns the new ones."""
+        self.settings = dataclasses.replace(self.settings, **changes)
+        return self.settings
+
+    async def append_audio(self, pcm: Int16Array) -> None:
+        """User audio at 16 kHz.  Waits (back-pressure) rather than dropping when stages lag."""
+        now = self.clock.now()
+        frame = AudioFrame(t=now, gen=self.scope.current, session=self.id, pcm=pcm, start_ms=self._audio_ms)
+        self._audio_ms += len(pcm) * 1000.0 / PIPELINE_RATE
+        self._arrivals.append((self._audio_ms, now))
+        await self._vad_in.put(frame)
+
+    @property
+    def input_ms(self) -> float:
+        """Milliseconds of user audio received so far."""
+        return self._audio_ms
+
+    async def commit_input(self) -> None:
+        """Manual turn-taking: the buffered audio is a user turn (transcribed, added to history)."""
+        await self._vad_in.put(InputCommit(t=self.clock.now(), gen=self.scope.current, session=self.id))
+
+    async def clear_input(self) -> None:
+        await self._vad_in.put(InputClear(t=self.clock.now(), gen=self.scope.current, session=self.id))
+        await self._emit(InputCleared(t=self.clock.now(), gen=self.scope.current, session=self.id))
+
+    async def add_text(self, text: str, role: str = "user") -> str:
+        """Add a text item to the history (``conversation.item.create``); returns its id."""
+        prev = self.history.last_id
+        if role == "assistant":
+            item = self.history.add_assistant(-1, new_id("item"))
+            item.add_clause(text)
+            item.status = "completed"
+            item_id = item.id
+        else:
+            item_id = self.history.add_user(text).id
+        await self._emit(
+            InputCommitted(t=self.clock.now(), gen=self.scope.current, session=self.id, item_id=item_id, previous_item_id=prev)
+        )
+        return item_id
+
+    async def create_response(self, instructions: str | None = None) -> str:
+        """Answer now from the history (``response.create``); returns the response id."""
+        if self._playing is not None and not self._playing.done:
+            raise ProtocolError(
+                "conversation_already_has_active_response",
+                f"response {self._playing.id} is still in progress; cancel it first",
+            )
+        gen = self.scope.next()
+        resp = self._response(gen)
+        resp.instructions = instructions
+        await self._release(resp)
+        await self._llm_in.put(UserTurn(t=self.clock.now(), gen=gen, session=self.id, text=None, speculative=False))
+        return resp.id
+
+    async def cancel_response(self, reason: str = "client_cancelled") -> bool:
+        """Stop the response being spoken (``response.cancel``); False when there is none."""
+        if self._playing is None or self._playing.done:
+            return False
+        await self._interrupt(reason)
+        return True
+
+    async def truncate(self, item_id: str, audio_end_ms: float) -> None:
+        """The client played only ``audio_end_ms`` of assistant item ``item_id``."""
+        item = self.history.find(item_id)
+        if item is None:
+            raise ProtocolError("item_not_found", f"no item {item_id!r}", param="item_id")
+        if not isinstance(item, AssistantItem):
+            raise ProtocolError("invalid_item_type", "only assistant items can be truncated", param="item_id")
+        if audio_end_ms < 0 or audio_end_ms > item.audio_ms + 1.0:
+            raise ProtocolError(
+                "invalid_audio_end_ms",
+                f"audio_end_ms {audio_end_ms} is outside the item's audio (0..{item.audio_ms:.0f} ms)",
+                param="audio_end_ms",
+            )
+        item.cut(audio_end_ms)
+        await self._emit(
+            ItemTruncated(
+                t=self.clock.now(), gen=self.scope.current, session=self.id, item_id=item_id, audio_end_ms=audio_end_ms, text=item.text
+            )
+        )
+
+    def delete_item(self, item_id: str) -> None:
+        if not self.history.delete(item_id):
+            raise ProtocolError("item_not_found", f"no item {item_id!r}", param="item_id")
+
+    # ------------------------------------------------------------------ internals
+
+    def _prompt(self, turn: UserTurn) -> Sequence[Message]:
+        resp = self._responses.get(turn.gen)
+        instructions = (resp.instructions if resp and resp.instructions else None) or self.settings.instructions
+        return self.history.messages(instructions, pending_user=turn.text, gen=turn.gen)
+
+    def _agent_audible(self) -> bool:
+        resp = self._playing
+        if resp is None:
+            return False
+        if not resp.done:
+            return True
+        tl = self.playout.timeline(resp.gen)
+        return tl.heard_ms(self.clock.now()) < tl.sent_ms
+
+    def _response(self, gen: int) -> _Response:
+        resp = self._responses.get(gen)
+        if resp is None:
+            resp = _Response(gen=gen, id=new_id("resp"), item_id=new_id("item"))
+            self._responses[gen] = resp
+        return resp
+
+    def _arrival_time(self, audio_ms: float) -> float:
+        for end_ms, t in self._arrivals:
+            if end_ms >= audio_ms:
+                return t
+        return self.clock.now()
+
+    async def _emit(self, event: Event) -> None:
+        await self._outbox.put(event)
+
+    async def _release(self, resp: _Response) -> None:
+        previous = self._playing
+        if previous is not None and previous.gen != resp.gen:
+            self.playout.forget(previous.gen)
+        prev_id = self.history.last_id
+        resp.released = True
+        resp.item = self.history.add_assistant(resp.gen, resp.item_id)
+        self._playing = resp
+        await self._emit(
+            ResponseCreated(
+                t=self.clock.now(), gen=resp.gen, session=self.id, response_id=resp.id, item_id=resp.item_id, previous_item_id=prev_id
+            )
+        )
+        self.playout.release(resp.gen, resp.id, resp.item_id)
+
+    async def _interrupt(self, reason: str) -> None:
+        resp = self._playing
+        self.scope.cancel()
+        self._playing = None
+        if resp is None or resp.item is None:
+            return
+        now = self.clock.now()
+        tl = self.playout.timeline(resp.gen)
+        heard = tl.heard_ms(now)
+        if not resp.done or heard < tl.sent_ms:
+            resp.item.cut(heard)
+            self.metrics.barge_ins += 1
+            await self._emit(
+                PlaybackCleared(t=now, gen=resp.gen, session=self.id, response_id=resp.id, item_id=resp.item_id, heard_ms=heard)
+            )
+        if not resp.done:
+            await self._finish(resp, ResponseStatus.CANCELLED, reason)
+
+    async def _finish(self, resp: _Response, status: ResponseStatus, reason: str | None) -> None:
+        resp.done = True
+        item = resp.item
+        if item is not None:
+            item.status = "completed" if status is ResponseStatus.COMPLETED else "incomplete"
+        now = self.clock.now()
+        await self._emit(
+            ResponseDone(
+                t=now,
+                gen=resp.gen,
+                session=self.id,
+                response_id=resp.id,
+                item_id=resp.item_id,
+                status=status,
+                text=item.text if item else "",
+                reason=reason,
+                audio_ms=item.audio_ms if item else 0.0,
+            )
+        )
+        spans = resp.timeline.spans_ms()
+        if spans:
+            self.metrics.observe_turn(spans)
+            await self._emit(TurnMetrics(t=now, gen=resp.gen, session=self.id, response_id=resp.id, spans=spans))
+        log.info(json.dumps({"event": "turn", "session": self.id, "response": resp.id, "status": status.value, "spans_ms": spans}))
+        self._responses.pop(resp.gen, None)
+
+    async def _on_stage_error(self, err: StageError, gen: int) -> None:
+        self.metrics.errors += 1
+        await self._emit(
+            ErrorEvent(t=self.clock.now(), gen=gen, session=self.id, code=f"{err.stage}_failed", message=err.message, kind="server_error")
+        )
+
+    async def _on_event(self, ev: Event) -> None:
+        now = self.clock.now()
+        if isinstance(ev, SpeechStarted):
+            if self._agent_audible() and (self.settings.turn_detection is None or self.settings.turn_detection.interrupt_response):
+                await self._interrupt("turn_detected")
+            if self._user_item is None:
+                self._user_item = new_id("item")
+                await self._emit(InputSpeechStarted(t=now, gen=ev.gen, session=self.id, item_id=self._user_item, audio_ms=ev.audio_ms))
+        elif isinstance(ev, TranscriptDelta):
+            if self._user_item is not None:
+                await self._emit(InputTranscriptDelta(t=now, gen=ev.gen, session=self.id, item_id=self._user_item, text=ev.text))
+        elif isinstance(ev, TurnRetracted):
+            self._responses.pop(ev.gen, None)
+        elif isinstance(ev, TurnConfirmed):
+            await self._confirm(ev)
+        elif isinstance(ev, Mark):
+            if not self.scope.is_stale(ev.gen):
+                self._response(ev.gen).timeline.mark(ev.name, ev.t)
+        elif isinstance(ev, OutputTranscriptDelta):
+            resp = self._responses.get(ev.gen)
+            if resp is not None and resp.item is not None:
+                resp.item.add_clause(ev.text)
+                await self._emit(ev)
+        elif isinstance(ev, AudioDelta):
+            resp = self._responses.get(ev.gen)
+            if resp is not None and resp.item is not None:
+                resp.item.add_audio(len(ev.pcm) * 1000.0 / ev.rate)
+                resp.timeline.mark("first_audio_sent", now)
+                await self._emit(ev)
+        elif isinstance(ev, GenerationEnd):
+            resp = self._responses.get(ev.gen)
+            if resp is not None and not resp.done:
+                await self._finish(resp, ev.status, ev.error)
+        else:  # pragma: no cover - every notified type is handled above
+            log.debug("unhandled event %s", type(ev).__name__)
+
+    async def _confirm(self, ev: TurnConfirmed) -> None:
+        now = self.clock.now()
+        item_id = self._user_item or new_id("item")
+        self._user_item = None
+        prev = self.history.last_id
+        if self.settings.turn_detection is not None:
+            await self._emit(InputSpeechStopped(t=now, gen=ev.gen, session=self.id, item_id=item_id, audio_ms=ev.audio_end_ms))
+        self.history.add_user(ev.text, ev.gen if ev.respond else -1, item_id)
+        await self._emit(InputCommitted(t=now, gen=ev.gen, session=self.id, item_id=item_id, previous_item_id=prev))
+        await self._emit(InputTranscriptDone(t=now, gen=ev.gen, session=self.id, item_id=item_id, text=ev.text))
+        if not ev.respond or self.scope.is_stale(ev.gen):
+            return
+        previous = self._playing
+        if previous is not None and not previous.done:
+            # Already stale (this turn's generation superseded it); close it for the client.
+            await self._finish(previous, ResponseStatus.CANCELLED, "turn_detected")
+        resp = self._response(ev.gen)
+        tl = resp.timeline
+        tl.mark("speech_end", self._arrival_time(ev.audio_end_ms))
+        for name, t in ev.marks.items():
+            tl.mark(name, t)
+        tl.mark("turn_confirmed", ev.t)
+        await self._release(resp)

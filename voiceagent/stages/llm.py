@@ -1,0 +1,90 @@
+"""LLM stage: streams the reply and cuts it into clauses for TTS as the tokens arrive.
+
+Cancellation: when the generation goes stale the stage's task is cancelled; the token generator
+is closed in the LLM executor after the token in flight, which stops llama.cpp's decoding.
+A backend that raises ends the generation with ``GenerationEnd(status=failed)`` downstream (so
+the response is closed for the client) and is reported as a ``StageError``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+
+from voiceagent.backends.protocols import LlmBackend, Message
+from voiceagent.errors import StageError
+from voiceagent.events import Clause, Event, GenerationEnd, Mark, ResponseStatus, UserTurn
+from voiceagent.pipeline import Channel, Stage, StageContext, iterate_in
+from voiceagent.settings import SessionSettings
+from voiceagent.text import ClauseSplitter
+
+__all__ = ["LlmStage"]
+
+
+class LlmStage(Stage):
+    name = "llm"
+
+    def __init__(
+        self,
+        ctx: StageContext,
+        inbox: Channel[Event],
+        out: Channel[Event],
+        backend: LlmBackend,
+        prompt: Callable[[UserTurn], Sequence[Message]],
+        settings: Callable[[], SessionSettings],
+    ) -> None:
+        super().__init__(ctx, inbox, out)
+        self._backend = backend
+        self._prompt = prompt
+        self._settings = settings
+
+    async def handle(self, event: Event) -> None:
+        if not isinstance(event, UserTurn):
+            await self.emit(event)
+            return
+        gen = event.gen
+        messages = list(self._prompt(event))
+        settings = self._settings()
+        splitter = ClauseSplitter()
+        text = ""
+        index = 0
+        first = True
+
+        def make() -> Iterator[str]:
+            return self._backend.stream(messages, settings.max_output_tokens, settings.temperature)
+
+        try:
+            async for piece in iterate_in(self._backend.executor, make):
+                if first:
+                    first = False
+                    await self.ctx.notify(self._mark(gen, "llm_first_token"))
+                text += piece
+                for clause in splitter.push(piece):
+                    index = await self._clause(gen, clause, index)
+            for clause in splitter.flush():
+                index = await self._clause(gen, clause, index)
+        except Exception as exc:
+            await self.emit(
+                GenerationEnd(
+                    t=self.ctx.clock.now(),
+                    gen=gen,
+                    session=self.ctx.session_id,
+                    text=text,
+                    status=ResponseStatus.FAILED,
+                    error=f"{type(exc).__name__}: {exc}",
+                )
+            )
+            raise StageError(self.name, f"{type(exc).__name__}: {exc}") from exc
+        await self.emit(
+            GenerationEnd(t=self.ctx.clock.now(), gen=gen, session=self.ctx.session_id, text=text, status=ResponseStatus.COMPLETED)
+        )
+
+    async def _clause(self, gen: int, text: str, index: int) -> int:
+        if not text.strip():
+            return index
+        if index == 0:
+            await self.ctx.notify(self._mark(gen, "first_clause"))
+        await self.emit(Clause(t=self.ctx.clock.now(), gen=gen, session=self.ctx.session_id, text=text, index=index))
+        return index + 1
+
+    def _mark(self, gen: int, name: str) -> Mark:
+        return Mark(t=self.ctx.clock.now(), gen=gen, session=self.ctx.session_id, name=name)

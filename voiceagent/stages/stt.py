@@ -1,0 +1,171 @@
+"""STT stage: buffers the speech segment, decodes partials while the user speaks and the final
+transcript of each segment as soon as the VAD reports a short silence.
+
+Decodes run in the STT backend's executor.  A partial decode is skipped while another decode is
+in flight (the stage degrades how often it works, never what it keeps) and ``partials_skipped``
+counts that.  Whisper's encoder costs the same for any clip length, so partials are spaced by
+``partial_interval_ms`` of audio.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+import numpy as np
+
+from voiceagent.audio import PIPELINE_RATE, Int16Array, int16_to_float
+from voiceagent.backends.protocols import SttBackend
+from voiceagent.errors import StageError
+from voiceagent.events import (
+    AudioFrame,
+    Event,
+    InputClear,
+    InputCommit,
+    SpeechStarted,
+    SpeechStopped,
+    TranscriptDelta,
+    TranscriptSegment,
+)
+from voiceagent.pipeline import Channel, Stage, StageContext, run_in
+from voiceagent.settings import SessionSettings
+
+__all__ = ["SttStage"]
+
+_RING_MS = 2000.0  # audio kept before a speech start, for prefix padding
+_TAIL_MS = 96.0  # silence kept after the end of speech: Whisper clips the last word without it
+
+
+class SttStage(Stage):
+    name = "stt"
+
+    def __init__(
+        self,
+        ctx: StageContext,
+        inbox: Channel[Event],
+        out: Channel[Event],
+        backend: SttBackend,
+        settings: Callable[[], SessionSettings],
+        partials: bool,
+        partial_interval_ms: int,
+    ) -> None:
+        super().__init__(ctx, inbox, out)
+        self._backend = backend
+        self._settings = settings
+        self._partials = partials
+        self._partial_interval_ms = partial_interval_ms
+        self._chunks: list[Int16Array] = []  # audio from ``_buf_start_ms`` to the present
+        self._buf_start_ms = 0.0
+        self._buf_end_ms = 0.0
+        self._segment_start: float | None = None
+        self._last_partial_ms = 0.0
+        self._partial_task: asyncio.Task[None] | None = None
+        self.partials_skipped = 0
+        self.decodes = 0
+
+    # -- buffer -------------------------------------------------------------------------------
+
+    def _append(self, frame: AudioFrame) -> None:
+        if not self._chunks:
+            self._buf_start_ms = frame.start_ms
+        self._chunks.append(frame.pcm)
+        self._buf_end_ms = frame.end_ms
+
+    def _slice(self, start_ms: float, end_ms: float) -> Int16Array:
+        if not self._chunks:
+            return np.zeros(0, dtype=np.int16)
+        audio = np.concatenate(self._chunks)
+        a = max(0, int((start_ms - self._buf_start_ms) * PIPELINE_RATE / 1000))
+        b = max(a, int((end_ms - self._buf_start_ms) * PIPELINE_RATE / 1000))
+        return audio[a:b]
+
+    def _trim_before(self, ms: float) -> None:
+        """Forget audio older than ``ms`` (keeps whole chunks)."""
+        while self._chunks:
+            first_len_ms = len(self._chunks[0]) * 1000.0 / PIPELINE_RATE
+            if self._buf_start_ms + first_len_ms > ms:
+                return
+            self._chunks.pop(0)
+            self._buf_start_ms += first_len_ms
+
+    # -- events -------------------------------------------------------------------------------
+
+    async def handle(self, event: Event) -> None:
+        manual = self._settings().turn_detection is None
+        if isinstance(event, AudioFrame):
+            self._append(event)
+            if manual:
+                return
+            if self._segment_start is None:
+                self._trim_before(self._buf_end_ms - _RING_MS)
+            elif self._partials and self._buf_end_ms - self._last_partial_ms >= self._partial_interval_ms:
+                self._maybe_partial()
+            return
+        if isinstance(event, SpeechStarted):
+            td = self._settings().turn_detection
+            pad = td.prefix_padding_ms if td is not None else 0
+            self._segment_start = max(self._buf_start_ms, event.audio_ms - pad)
+            self._last_partial_ms = self._buf_end_ms
+            await self.emit(event)
+            return
+        if isinstance(event, SpeechStopped):
+            await self.emit(event)
+            if self._segment_start is not None:
+                start = self._segment_start
+                end = min(self._buf_end_ms, event.audio_ms + _TAIL_MS)
+                self._segment_start = None
+                await self._final(start, end, committed=False)
+                self._trim_before(end - _RING_MS)
+            return
+        if isinstance(event, InputCommit):
+            await self._final(self._buf_start_ms, self._buf_end_ms, committed=True)
+            self._chunks.clear()
+            return
+        if isinstance(event, InputClear):
+            self._chunks.clear()
+            self._segment_start = None
+            return
+        await self.emit(event)
+
+    async def _final(self, start_ms: float, end_ms: float, *, committed: bool) -> None:
+        audio = int16_to_float(self._slice(start_ms, end_ms))
+        text = ""
+        failure: Exception | None = None
+        if len(audio) >= PIPELINE_RATE // 10:
+            self.decodes += 1
+            try:
+                text = await run_in(self._backend.executor, self._backend.transcribe, audio, self._settings().language)
+            except Exception as exc:
+                # Still close the segment (as silence) so the endpointer is not left waiting.
+                failure = exc
+        await self.emit(
+            TranscriptSegment(
+                t=self.ctx.clock.now(),
+                gen=self.ctx.scope.current,
+                session=self.ctx.session_id,
+                text=text,
+                audio=audio,
+                start_ms=start_ms,
+                end_ms=end_ms,
+                committed=committed,
+            )
+        )
+        if failure is not None:
+            raise StageError(self.name, f"transcription failed: {type(failure).__name__}: {failure}") from failure
+
+    def _maybe_partial(self) -> None:
+        self._last_partial_ms = self._buf_end_ms
+        if self._partial_task is not None and not self._partial_task.done():
+            self.partials_skipped += 1
+            return
+        assert self._segment_start is not None
+        audio = int16_to_float(self._slice(self._segment_start, self._buf_end_ms))
+        self._partial_task = self.spawn(self._partial(audio), "partial")
+
+    async def _partial(self, audio: np.ndarray) -> None:
+        self.decodes += 1
+        text = await run_in(self._backend.executor, self._backend.transcribe, audio, self._settings().language)
+        if text:
+            await self.ctx.notify(
+                TranscriptDelta(t=self.ctx.clock.now(), gen=self.ctx.scope.current, session=self.ctx.session_id, text=text)
+            )

@@ -1,0 +1,90 @@
+"""TTS stage: speaks each clause as it arrives; hands each audio chunk on at once.
+
+Cancellation: a stale generation cancels the synthesis task; the voice's generator is closed in
+the TTS executor after the chunk in flight.  A failing voice ends the generation as failed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+from voiceagent.audio import Int16Array
+from voiceagent.backends.protocols import TtsBackend
+from voiceagent.errors import StageError
+from voiceagent.events import Clause, Event, GenerationEnd, Mark, ResponseAudio, ResponseStatus, empty_pcm
+from voiceagent.pipeline import Channel, Stage, StageContext, iterate_in
+from voiceagent.settings import SessionSettings
+from voiceagent.text import clean_for_speech
+
+__all__ = ["TtsStage"]
+
+
+class TtsStage(Stage):
+    name = "tts"
+
+    def __init__(
+        self,
+        ctx: StageContext,
+        inbox: Channel[Event],
+        out: Channel[Event],
+        backend: TtsBackend,
+        settings: Callable[[], SessionSettings],
+    ) -> None:
+        super().__init__(ctx, inbox, out)
+        self._backend = backend
+        self._settings = settings
+        self._failed_gen: int | None = None
+
+    async def handle(self, event: Event) -> None:
+        if isinstance(event, GenerationEnd) and event.gen == self._failed_gen:
+            return  # already ended as failed below
+        if not isinstance(event, Clause):
+            await self.emit(event)
+            return
+        if event.gen == self._failed_gen:
+            return
+        speech = clean_for_speech(event.text)
+        rate = self._backend.sample_rate
+        first = True
+        speed = self._settings().speed
+
+        def make() -> Iterator[Int16Array]:
+            return self._backend.synthesize(speech, speed)
+
+        try:
+            if speech:
+                async for pcm in iterate_in(self._backend.executor, make):
+                    if first and event.index == 0:
+                        await self.ctx.notify(
+                            Mark(t=self.ctx.clock.now(), gen=event.gen, session=self.ctx.session_id, name="tts_first_audio")
+                        )
+                    await self.emit(self._audio(event, pcm, rate, first))
+                    first = False
+        except Exception as exc:
+            self._failed_gen = event.gen
+            await self.emit(
+                GenerationEnd(
+                    t=self.ctx.clock.now(),
+                    gen=event.gen,
+                    session=self.ctx.session_id,
+                    text="",
+                    status=ResponseStatus.FAILED,
+                    error=f"{type(exc).__name__}: {exc}",
+                )
+            )
+            raise StageError(self.name, f"{type(exc).__name__}: {exc}") from exc
+        if first:
+            # Nothing speakable (only symbols): the text still belongs to the transcript.
+            await self.emit(self._audio(event, empty_pcm(), rate, True))
+
+    def _audio(self, clause: Clause, pcm: Int16Array, rate: int, first: bool) -> ResponseAudio:
+        return ResponseAudio(
+            t=self.ctx.clock.now(),
+            gen=clause.gen,
+            session=self.ctx.session_id,
+            pcm=pcm,
+            rate=rate,
+            index=clause.index,
+            text=clause.text,
+            first_of_clause=first,
+        )

@@ -1,0 +1,256 @@
+"""Turn stage: decides when the user's turn is over, and starts answering speculatively.
+
+:class:`Endpointer` is the pure decision logic (``feed(...) -> actions``); the stage runs the
+turn model in its executor and turns actions into events.
+
+Policy: a turn is a run of speech segments.  When a segment's final transcript arrives (after a
+short silence) the endpointer may **speculate**: the answer starts at once but its audio is held.
+The turn is **confirmed** once the silence reaches ``complete_ms`` and the turn model judges the
+turn complete, or reaches ``silence_ms`` whatever the model says (the fallback).  Speech before
+confirmation **retracts** the speculation and the turn goes on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from voiceagent.audio import Float32Array
+from voiceagent.backends.protocols import TurnBackend
+from voiceagent.events import Event, Silence, SpeechStarted, SpeechStopped, TranscriptSegment, TurnConfirmed, TurnRetracted, UserTurn
+from voiceagent.pipeline import Channel, Stage, StageContext, run_in
+from voiceagent.settings import SessionSettings
+
+__all__ = ["Confirm", "Endpointer", "Retract", "RunTurnModel", "Speculate", "TurnStage"]
+
+_TURN_AUDIO_S = 8  # the turn model looks at the last 8 s
+
+
+@dataclass(frozen=True, slots=True)
+class Speculate:
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class Retract:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class Confirm:
+    text: str
+    audio_end_ms: float
+    committed: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class RunTurnModel:
+    audio: Float32Array = field(compare=False)
+
+
+Action = Speculate | Retract | Confirm | RunTurnModel
+
+
+class Endpointer:
+    """The turn state machine.  Time is audio time, carried by ``silence`` ticks from the VAD."""
+
+    def __init__(self, *, speculative: bool, use_model: bool) -> None:
+        self.speculative = speculative
+        self.use_model = use_model
+        self._segments: list[str] = []
+        self._audio: list[Float32Array] = []
+        self._paused = False  # a segment ended and no speech since
+        self._transcribed = False  # the last segment's transcript is in
+        self._speculating = False
+        self._prob: float | None = None
+        self._silence = 0.0
+        self._speech_end_ms = 0.0
+
+    @property
+    def text(self) -> str:
+        return " ".join(s for s in self._segments if s).strip()
+
+    def on_speech_started(self) -> list[Action]:
+        out: list[Action] = []
+        if self._speculating:
+            out.append(Retract())
+            self._speculating = False
+        self._paused = False
+        self._transcribed = False
+        self._prob = None
+        return out
+
+    def on_speech_stopped(self, audio_ms: float) -> list[Action]:
+        self._paused = True
+        self._transcribed = False
+        self._prob = None
+        self._silence = 0.0
+        self._speech_end_ms = audio_ms
+        return []
+
+    def on_segment(self, seg: TranscriptSegment, respond: bool) -> list[Action]:
+        if seg.committed:
+            text = " ".join([*self._segments, seg.text]).strip()
+            self._reset()
+            return [Confirm(text, seg.end_ms, committed=True)]
+        self._segments.append(seg.text.strip())
+        self._audio.append(seg.audio)
+        self._transcribed = True
+        if not self._paused:
+            return []  # the user already went on speaking; this text joins the turn
+        if not self.text:
+            self._reset()  # noise: no words, no turn
+            return []
+        out: list[Action] = []
+        # Speculate first: the answer starts while the turn model is still judging.
+        if self.speculative and respond:
+            self._speculating = True
+            out.append(Speculate(self.text))
+        if self.use_model:
+            audio = np.concatenate(self._audio)[-16000 * _TURN_AUDIO_S :]
+            out.append(RunTurnModel(audio))
+        return out
+
+    def on_probability(self, prob: float, complete_ms: float, silence_ms: float, threshold: float) -> list[Action]:
+        self._prob = prob
+        return self._check(complete_ms, silence_ms, threshold)
+
+    def on_silence(self, silence: float, complete_ms: float, silence_ms: float, threshold: float) -> list[Action]:
+        self._silence = silence
+        return self._check(complete_ms, silence_ms, threshold)
+
+    def _check(self, complete_ms: float, silence_ms: float, threshold: float) -> list[Action]:
+        if not (self._paused and self._transcribed and self.text):
+            return []
+        complete = self._prob is not None and self._prob >= threshold
+        if self._silence >= silence_ms or (complete and self._silence >= complete_ms):
+            action = Confirm(self.text, self._speech_end_ms)
+            self._reset()
+            return [action]
+        return []
+
+    @property
+    def speculating(self) -> bool:
+        return self._speculating
+
+    def _reset(self) -> None:
+        self._segments = []
+        self._audio = []
+        self._paused = False
+        self._transcribed = False
+        self._speculating = False
+        self._prob = None
+        self._silence = 0.0
+
+
+class TurnStage(Stage):
+    """Inbox: VAD events and transcripts from STT.  Out: ``UserTurn`` to the LLM stage."""
+
+    name = "turn"
+
+    def __init__(
+        self,
+        ctx: StageContext,
+        inbox: Channel[Event],
+        out: Channel[Event],
+        backend: TurnBackend | None,
+        settings: Callable[[], SessionSettings],
+        speculative: bool,
+        complete_ms: int,
+        threshold: float,
+    ) -> None:
+        super().__init__(ctx, inbox, out)
+        self._backend = backend
+        self._settings = settings
+        self._complete_ms = complete_ms
+        self._threshold = threshold
+        self.endpointer = Endpointer(speculative=speculative, use_model=backend is not None)
+        self._spec_gen: int | None = None
+        self._marks: dict[str, float] = {}
+        self.retractions = 0
+
+    def _silence_ms(self) -> float:
+        td = self._settings().turn_detection
+        return float(td.silence_duration_ms) if td is not None else float("inf")
+
+    def _respond(self) -> bool:
+        td = self._settings().turn_detection
+        return td is not None and td.create_response
+
+    async def handle(self, event: Event) -> None:
+        ep = self.endpointer
+        args = (float(self._complete_ms), self._silence_ms(), self._threshold)
+        if isinstance(event, SpeechStarted):
+            actions = ep.on_speech_started()
+        elif isinstance(event, SpeechStopped):
+            self._marks = {"vad_stop": event.t}
+            actions = ep.on_speech_stopped(event.audio_ms)
+        elif isinstance(event, TranscriptSegment):
+            self._marks["transcript_final"] = event.t
+            actions = ep.on_segment(event, self._respond())
+        elif isinstance(event, Silence):
+            actions = ep.on_silence(event.silence_ms, *args)
+        else:
+            actions = []
+        await self._apply(actions)
+
+    async def _apply(self, actions: list[Action]) -> None:
+        for action in actions:
+            if isinstance(action, RunTurnModel):
+                if self._backend is None:
+                    continue
+                prob = await run_in(self._backend.executor, self._backend.completion_probability, action.audio)
+                await self._apply(self.endpointer.on_probability(prob, float(self._complete_ms), self._silence_ms(), self._threshold))
+            elif isinstance(action, Speculate):
+                gen = self.ctx.scope.next()
+                self._spec_gen = gen
+                await self.emit(UserTurn(t=self.ctx.clock.now(), gen=gen, session=self.ctx.session_id, text=action.text, speculative=True))
+            elif isinstance(action, Retract):
+                spec = self._spec_gen
+                self._spec_gen = None
+                self.retractions += 1
+                if spec is not None and not self.ctx.scope.is_stale(spec):
+                    self.ctx.scope.cancel()
+                    await self.ctx.notify(TurnRetracted(t=self.ctx.clock.now(), gen=spec, session=self.ctx.session_id))
+            elif isinstance(action, Confirm):
+                await self._confirm(action)
+
+    async def _confirm(self, action: Confirm) -> None:
+        now = self.ctx.clock.now()
+        respond = self._respond() and not action.committed
+        gen = self._spec_gen
+        self._spec_gen = None
+        if gen is not None and self.ctx.scope.is_stale(gen):
+            gen = None  # the speculative answer was cancelled meanwhile (barge-in): answer anew
+        if not respond:
+            await self.ctx.notify(
+                TurnConfirmed(
+                    t=now,
+                    gen=-1,
+                    session=self.ctx.session_id,
+                    text=action.text,
+                    audio_end_ms=action.audio_end_ms,
+                    respond=False,
+                    marks=dict(self._marks),
+                )
+            )
+            return
+        speculative = gen is not None
+        if gen is None:
+            gen = self.ctx.scope.next()
+        # Tell the session first, so the response is registered before its audio can arrive.
+        await self.ctx.notify(
+            TurnConfirmed(
+                t=now,
+                gen=gen,
+                session=self.ctx.session_id,
+                text=action.text,
+                audio_end_ms=action.audio_end_ms,
+                respond=True,
+                marks=dict(self._marks),
+            )
+        )
+        if not speculative:
+            await self.emit(UserTurn(t=now, gen=gen, session=self.ctx.session_id, text=action.text, speculative=False))

@@ -1,0 +1,154 @@
+"""VAD stage: speech probability per 32 ms window → speech start / stop / silence events.
+
+The decision logic is :class:`VadTracker`, a pure state machine; the stage runs the model in the
+VAD backend's executor and forwards every audio frame to STT *before* the events that refer to it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from voiceagent.audio import int16_to_float
+from voiceagent.backends.protocols import VadBackend
+from voiceagent.events import AudioFrame, Event, Silence, SpeechStarted, SpeechStopped
+from voiceagent.pipeline import Channel, Stage, StageContext, run_in
+from voiceagent.settings import SessionSettings
+
+__all__ = ["VadStage", "VadTracker", "VoiceEvent"]
+
+_WINDOW_MS = 32.0
+_MAX_SILENCE_TICKS_MS = 4000.0  # the endpointer never needs more silence than this
+
+
+@dataclass(frozen=True, slots=True)
+class VoiceEvent:
+    kind: str  # "start" | "stop" | "silence"
+    audio_ms: float
+    silence_ms: float = 0.0
+
+
+class VadTracker:
+    """Hysteresis over window probabilities.
+
+    Speech starts after ``min_speech_ms`` of windows at or above ``threshold`` (``start`` carries
+    the first such window's start); it stops after ``stop_ms`` below ``threshold - 0.15``
+    (``stop`` carries the end of the last speech window).  After a stop, each silent window
+    yields ``silence`` with the silence length so far, up to 4 s.
+    """
+
+    def __init__(self, window_ms: float = _WINDOW_MS) -> None:
+        self.window_ms = window_ms
+        self.in_speech = False
+        self._cand_start: float | None = None
+        self._cand_ms = 0.0
+        self._silence_ms = 0.0
+        self._last_speech_end = 0.0
+        self._after_stop = False
+
+    def feed(self, prob: float, window_end_ms: float, threshold: float, min_speech_ms: float, stop_ms: float) -> list[VoiceEvent]:
+        start = window_end_ms - self.window_ms
+        out: list[VoiceEvent] = []
+        if not self.in_speech:
+            if prob >= threshold:
+                if self._cand_start is None:
+                    self._cand_start = start
+                self._cand_ms += self.window_ms
+                if self._cand_ms >= min_speech_ms:
+                    self.in_speech = True
+                    self._after_stop = False
+                    self._silence_ms = 0.0
+                    self._last_speech_end = window_end_ms
+                    out.append(VoiceEvent("start", self._cand_start))
+                    self._cand_start = None
+                    self._cand_ms = 0.0
+            else:
+                self._cand_start = None
+                self._cand_ms = 0.0
+            if not self.in_speech and self._after_stop:
+                silence = window_end_ms - self._last_speech_end
+                if silence <= _MAX_SILENCE_TICKS_MS:
+                    out.append(VoiceEvent("silence", window_end_ms, silence))
+            return out
+        if prob >= threshold - 0.15:
+            self._silence_ms = 0.0
+            self._last_speech_end = window_end_ms
+            return out
+        self._silence_ms += self.window_ms
+        if self._silence_ms >= stop_ms:
+            self.in_speech = False
+            self._after_stop = True
+            out.append(VoiceEvent("stop", self._last_speech_end))
+            out.append(VoiceEvent("silence", window_end_ms, window_end_ms - self._last_speech_end))
+        return out
+
+    def reset(self) -> None:
+        self.__init__(self.window_ms)  # type: ignore[misc]
+
+
+class VadStage(Stage):
+    """Inbox: ``AudioFrame`` (and manual-mode control events, passed on).  Out: to STT.
+
+    ``agent_active()`` says whether the agent is answering; then speech must last
+    ``barge_in_ms`` (not ``min_speech_ms``) to start, so a cough does not interrupt.
+    """
+
+    name = "vad"
+
+    def __init__(
+        self,
+        ctx: StageContext,
+        inbox: Channel[Event],
+        out: Channel[Event],
+        backend: VadBackend,
+        settings: Callable[[], SessionSettings],
+        agent_active: Callable[[], bool],
+        stop_ms: int,
+        min_speech_ms: int,
+        barge_in_ms: int,
+    ) -> None:
+        super().__init__(ctx, inbox, out)
+        self._backend = backend
+        self._stream = backend.stream()
+        self._settings = settings
+        self._agent_active = agent_active
+        self._stop_ms = stop_ms
+        self._min_speech_ms = min_speech_ms
+        self._barge_in_ms = barge_in_ms
+        self.tracker = VadTracker(1000.0 * self._stream.window_samples / 16000)
+        self._samples = 0
+
+    async def handle(self, event: Event) -> None:
+        if not isinstance(event, AudioFrame):
+            await self.emit(event)
+            return
+        await self.emit(event)
+        probs = await run_in(self._backend.executor, self._stream.process, int16_to_float(event.pcm))
+        # Windows are contiguous from the start of the stream, whatever the frame sizes.
+        win = self.tracker.window_ms
+        base_windows = self._samples // self._stream.window_samples
+        self._samples += len(event.pcm)
+        td = self._settings().turn_detection
+        if td is None:
+            # Manual turn-taking: no VAD events (the model still runs to keep its state current).
+            self.tracker.reset()
+            return
+        min_ms = self._barge_in_ms if self._agent_active() else self._min_speech_ms
+        for i, prob in enumerate(probs):
+            end_ms = (base_windows + i + 1) * win
+            for ve in self.tracker.feed(prob, end_ms, td.threshold, min_ms, self._stop_ms):
+                await self._forward(ve)
+
+    async def _forward(self, ve: VoiceEvent) -> None:
+        now = self.ctx.clock.now()
+        ev: Event
+        if ve.kind == "start":
+            ev = SpeechStarted(t=now, gen=self.ctx.scope.current, session=self.ctx.session_id, audio_ms=ve.audio_ms)
+        elif ve.kind == "stop":
+            ev = SpeechStopped(t=now, gen=self.ctx.scope.current, session=self.ctx.session_id, audio_ms=ve.audio_ms)
+        else:
+            ev = Silence(t=now, gen=self.ctx.scope.current, session=self.ctx.session_id, audio_ms=ve.audio_ms, silence_ms=ve.silence_ms)
+        if isinstance(ev, SpeechStarted):
+            # The session reacts at once (barge-in); STT and the endpointer see it in order.
+            await self.ctx.notify(ev)
+        await self.emit(ev)

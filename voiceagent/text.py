@@ -1,0 +1,83 @@
+"""Pure text helpers: splitting a streamed reply into speakable clauses, cleaning text for TTS,
+and cutting a reply to the part a listener heard."""
+
+from __future__ import annotations
+
+import re
+
+__all__ = ["ClauseSplitter", "clean_for_speech", "cut_to_fraction"]
+
+_SENTENCE_END = re.compile(r"[.!?…]+[\"')\]]*\s")
+_CLAUSE_END = re.compile(r"[,;:\u2014]\s")
+_MARKUP = re.compile(r"[*_`#>|~]+|\[(.*?)\]\(.*?\)")
+
+
+class ClauseSplitter:
+    """Cut a token stream into clauses as early as they are speakable.
+
+    A clause ends at a sentence end, or at a comma/semicolon/colon once it has ``min_words``
+    (fewer for the very first clause, which decides the time to first audio), or at ``max_words``.
+    The pieces returned keep their original spacing, so ``"".join`` of everything pushed and
+    flushed equals the input exactly.
+    """
+
+    def __init__(self, first_min_words: int = 3, min_words: int = 6, max_words: int = 24) -> None:
+        self._buf = ""
+        self._first_min = first_min_words
+        self._min = min_words
+        self._max = max_words
+        self._emitted = 0
+
+    def push(self, piece: str) -> list[str]:
+        self._buf += piece
+        out: list[str] = []
+        while True:
+            cut = self._find_cut()
+            if cut is None:
+                return out
+            out.append(self._buf[:cut])
+            self._buf = self._buf[cut:]
+            self._emitted += 1
+
+    def flush(self) -> list[str]:
+        rest, self._buf = self._buf, ""
+        if rest.strip():
+            self._emitted += 1
+            return [rest]
+        return [rest] if rest else []
+
+    def _find_cut(self) -> int | None:
+        m = _SENTENCE_END.search(self._buf)
+        if m and m.end() - 1 > 0 and _words(self._buf[: m.end()]) >= 1:
+            return m.end()
+        need = self._first_min if self._emitted == 0 else self._min
+        for m in _CLAUSE_END.finditer(self._buf):
+            if _words(self._buf[: m.end()]) >= need:
+                return m.end()
+        if _words(self._buf) > self._max:
+            # Hard cut at the last space so a run-on clause does not delay audio indefinitely.
+            idx = self._buf.rstrip().rfind(" ")
+            if idx > 0:
+                return idx + 1
+        return None
+
+
+def _words(text: str) -> int:
+    return len(text.split())
+
+
+def clean_for_speech(text: str) -> str:
+    """Remove markdown and symbols a TTS voice would read aloud or stumble on."""
+    text = _MARKUP.sub(lambda m: m.group(1) or " ", text)
+    return " ".join(text.split())
+
+
+def cut_to_fraction(text: str, fraction: float) -> str:
+    """The first ``fraction`` of ``text``, at a word boundary (rounded down)."""
+    if fraction >= 1.0:
+        return text
+    if fraction <= 0.0:
+        return ""
+    words = text.split()
+    keep = int(len(words) * fraction)
+    return " ".join(words[:keep])

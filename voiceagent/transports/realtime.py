@@ -1,0 +1,146 @@
+"""The OpenAI Realtime transport: one WebSocket connection ↔ one :class:`~voiceagent.session.Session`.
+
+Reader: each text frame is decoded by :class:`RealtimeCodec` and applied to the session; a bad
+frame (non-JSON, unknown type, bad base64, odd PCM length, a binary frame, an invalid value)
+gets an ``error`` event and the connection stays open.  Oversized frames are refused by the
+WebSocket layer with close code 1009.  Writer: every session event is encoded and sent as soon
+as it exists.  When the client goes away the session is closed; nothing else is affected.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from typing import Any
+
+from websockets.asyncio.server import ServerConnection
+from websockets.exceptions import ConnectionClosed
+
+from voiceagent.errors import ProtocolError
+from voiceagent.session import Session
+from voiceagent.transports.realtime_codec import (
+    AppendAudio,
+    CancelResponse,
+    ClearInput,
+    Command,
+    CommitInput,
+    CreateItem,
+    CreateResponse,
+    DeleteItem,
+    RealtimeCodec,
+    RetrieveItem,
+    TruncateItem,
+    UpdateSession,
+)
+
+__all__ = ["RealtimeConnection"]
+
+log = logging.getLogger(__name__)
+
+_MIN_COMMIT_MS = 100.0
+
+
+class RealtimeConnection:
+    def __init__(self, ws: ServerConnection, session: Session, voice_rate: int, *, send_metrics: bool) -> None:
+        self.ws = ws
+        self.session = session
+        self.codec = RealtimeCodec(session.settings, voice_rate, send_metrics=send_metrics)
+        self._send_lock = asyncio.Lock()
+        self._committed_ms = 0.0
+
+    async def send(self, message: dict[str, Any]) -> None:
+        async with self._send_lock:
+            await self.ws.send(json.dumps(message))
+
+    async def run(self) -> None:
+        """Serve until the client disconnects.  Cancelling this closes the session."""
+        writer = asyncio.create_task(self._write(), name=f"{self.session.id}.writer")
+        try:
+            await self.send(self.codec.session_message("session.created", self.session.id))
+            async for frame in self.ws:
+                if isinstance(frame, bytes):
+                    await self.send(
+                        self.codec.error(
+                            ProtocolError("binary_not_supported", "send JSON text frames; audio goes base64 in input_audio_buffer.append")
+                        )
+                    )
+                    continue
+                try:
+                    await self._apply(self.codec.decode(frame))
+                except ProtocolError as exc:
+                    await self.send(self.codec.error(exc))
+        except ConnectionClosed:
+            pass
+        finally:
+            writer.cancel()
+            with contextlib.suppress(asyncio.CancelledError, ConnectionClosed):
+                await writer
+            await self.session.aclose()
+
+    async def _write(self) -> None:
+        async for event in self.session.events():
+            for message in self.codec.encode(event):
+                await self.send(message)
+
+    async def _apply(self, cmd: Command) -> None:
+        s = self.session
+        if isinstance(cmd, AppendAudio):
+            await s.append_audio(cmd.pcm)
+        elif isinstance(cmd, UpdateSession):
+            self.codec.settings = s.update(**cmd.changes)
+            await self.send(self.codec.session_message("session.updated", s.id))
+        elif isinstance(cmd, CommitInput):
+            if s.settings.turn_detection is not None:
+                raise ProtocolError(
+                    "invalid_state",
+                    "input_audio_buffer.commit is for turn_detection null; server VAD commits by itself",
+                    event_id=cmd.event_id,
+                )
+            if s.input_ms - self._committed_ms < _MIN_COMMIT_MS:
+                raise ProtocolError(
+                    "input_audio_buffer_commit_empty",
+                    f"buffer too small: at least {_MIN_COMMIT_MS:.0f} ms of audio needed",
+                    event_id=cmd.event_id,
+                )
+            self._committed_ms = s.input_ms
+            await s.commit_input()
+        elif isinstance(cmd, ClearInput):
+            self._committed_ms = s.input_ms
+            await s.clear_input()
+        elif isinstance(cmd, CreateItem):
+            if cmd.role == "system":
+                raise ProtocolError(
+                    "unsupported_role",
+                    "system items are not supported; use session.update instructions",
+                    param="item.role",
+                    event_id=cmd.event_id,
+                )
+            await s.add_text(cmd.text, cmd.role)
+        elif isinstance(cmd, TruncateItem):
+            await s.truncate(cmd.item_id, cmd.audio_end_ms)
+        elif isinstance(cmd, DeleteItem):
+            s.delete_item(cmd.item_id)
+            await self.send({"type": "conversation.item.deleted", "event_id": cmd.event_id or "", "item_id": cmd.item_id})
+        elif isinstance(cmd, RetrieveItem):
+            item = s.history.find(cmd.item_id)
+            if item is None:
+                raise ProtocolError("item_not_found", f"no item {cmd.item_id!r}", param="item_id", event_id=cmd.event_id)
+            content_type = "input_text" if item.role == "user" else "output_audio"
+            await self.send(
+                {
+                    "type": "conversation.item.retrieved",
+                    "event_id": cmd.event_id or "",
+                    "item": {
+                        "id": item.id,
+                        "type": "message",
+                        "role": item.role,
+                        "content": [{"type": content_type, "transcript": item.text, "text": item.text}],
+                    },
+                }
+            )
+        elif isinstance(cmd, CreateResponse):
+            await s.create_response(cmd.instructions)
+        elif isinstance(cmd, CancelResponse) and not await s.cancel_response():
+            raise ProtocolError("response_cancel_not_active", "there is no active response to cancel", event_id=cmd.event_id)

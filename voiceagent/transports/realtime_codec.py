@@ -1,0 +1,529 @@
+"""The OpenAI Realtime protocol (GA event names) as a pure codec: text in → commands, events → JSON.
+
+No sockets and no event loop: ``decode`` turns one client text frame into a :data:`Command` or
+raises :class:`~voiceagent.errors.ProtocolError` (the transport sends it as an ``error`` event
+and keeps the connection); ``encode`` turns one session event into the server messages for it.
+Audio is converted here: ``audio/pcm`` (24 kHz) or ``audio/pcmu`` (8 kHz μ-law) in, 16 kHz to the
+session; the voice's rate out, resampled with soxr per response.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import dataclasses
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from voiceagent.audio import PIPELINE_RATE, Int16Array, StreamResampler, mulaw_decode, mulaw_encode, pcm16_from_bytes
+from voiceagent.errors import ProtocolError
+from voiceagent.events import (
+    AudioDelta,
+    ErrorEvent,
+    Event,
+    InputCleared,
+    InputCommitted,
+    InputSpeechStarted,
+    InputSpeechStopped,
+    InputTranscriptDelta,
+    InputTranscriptDone,
+    ItemTruncated,
+    OutputTranscriptDelta,
+    ResponseCreated,
+    ResponseDone,
+    ResponseStatus,
+    TurnMetrics,
+)
+from voiceagent.history import new_id
+from voiceagent.settings import SessionSettings, TurnDetection
+
+__all__ = [
+    "AppendAudio",
+    "CancelResponse",
+    "ClearInput",
+    "Command",
+    "CommitInput",
+    "CreateItem",
+    "CreateResponse",
+    "DeleteItem",
+    "RealtimeCodec",
+    "RetrieveItem",
+    "TruncateItem",
+    "UpdateSession",
+]
+
+
+@dataclass(frozen=True)
+class UpdateSession:
+    changes: dict[str, Any]
+    event_id: str | None = None
+
+
+@dataclass(frozen=True)
+class AppendAudio:
+    pcm: Int16Array  # 16 kHz
+    event_id: str | None = None
+
+
+@dataclass(frozen=True)
+class CommitInput:
+    event_id: str | None = None
+
+
+@dataclass(frozen=True)
+class ClearInput:
+    event_id: str | None = None
+
+
+@dataclass(frozen=True)
+class CreateItem:
+    role: str
+    text: str
+    event_id: str | None = None
+
+
+@dataclass(frozen=True)
+class TruncateItem:
+    item_id: str
+    audio_end_ms: float
+    event_id: str | None = None
+
+
+@dataclass(frozen=True)
+class DeleteItem:
+    item_id: str
+    event_id: str | None = None
+
+
+@dataclass(frozen=True)
+class RetrieveItem:
+    item_id: str
+    event_id: str | None = None
+
+
+@dataclass(frozen=True)
+class CreateResponse:
+    instructions: str | None = None
+    event_id: str | None = None
+
+
+@dataclass(frozen=True)
+class CancelResponse:
+    response_id: str | None = None
+    event_id: str | None = None
+
+
+Command = (
+    UpdateSession
+    | AppendAudio
+    | CommitInput
+    | ClearInput
+    | CreateItem
+    | TruncateItem
+    | DeleteItem
+    | RetrieveItem
+    | CreateResponse
+    | CancelResponse
+)
+
+_FORMATS = {"audio/pcm": 24000, "audio/pcmu": 8000}
+
+
+def _fmt(kind: str) -> dict[str, Any]:
+    return {"type": kind, "rate": _FORMATS[kind]} if kind == "audio/pcm" else {"type": kind}
+
+
+class RealtimeCodec:
+    """Per-connection protocol state: audio formats, resamplers, transcript delta bookkeeping."""
+
+    def __init__(self, settings: SessionSettings, voice_rate: int, *, send_metrics: bool = False) -> None:
+        self.settings = settings
+        self.voice_rate = voice_rate
+        self.send_metrics = send_metrics
+        self.input_format = "audio/pcm"
+        self.output_format = "audio/pcm"
+        self._in_rs = StreamResampler(_FORMATS[self.input_format], PIPELINE_RATE)
+        self._out_rs: dict[str, StreamResampler] = {}
+        self._partials: dict[str, str] = {}
+
+    # ------------------------------------------------------------------ client → server
+
+    def decode(self, text: str) -> Command:
+        try:
+            msg = json.loads(text)
+        except (json.JSONDecodeError, RecursionError) as exc:
+            raise ProtocolError("invalid_json", f"message is not valid JSON: {exc}") from None
+        if not isinstance(msg, dict):
+            raise ProtocolError("invalid_event", "a client event must be a JSON object")
+        event_id = msg.get("event_id") if isinstance(msg.get("event_id"), str) else None
+        kind = msg.get("type")
+        if not isinstance(kind, str):
+            raise ProtocolError("missing_type", "a client event needs a string 'type'", param="type", event_id=event_id)
+        handler = _DECODERS.get(kind)
+        if handler is None:
+            raise ProtocolError("unknown_event_type", f"unknown event type {kind!r}", param="type", event_id=event_id)
+        try:
+            cmd: Command = handler(self, msg, event_id)
+            return cmd
+        except ProtocolError as exc:
+            if exc.event_id is None:
+                exc.event_id = event_id
+            raise
+
+    def _session_update(self, msg: dict[str, Any], event_id: str | None) -> UpdateSession:
+        sess = _obj(msg, "session", "session", required=True)
+        changes: dict[str, Any] = {}
+        if "instructions" in sess:
+            changes["instructions"] = _str(sess, "instructions", "session.instructions")
+        if "max_output_tokens" in sess:
+            mot = sess["max_output_tokens"]
+            if mot == "inf":
+                mot = 4096
+            if not isinstance(mot, int) or isinstance(mot, bool) or not 1 <= mot <= 4096:
+                raise ProtocolError(
+                    "invalid_value", "max_output_tokens must be an integer 1..4096 or 'inf'", param="session.max_output_tokens"
+                )
+            changes["max_output_tokens"] = mot
+        audio = _obj(sess, "audio", "session.audio")
+        inp = _obj(audio, "input", "session.audio.input")
+        out = _obj(audio, "output", "session.audio.output")
+        if "format" in inp:
+            self._set_input_format(_format(inp, "session.audio.input.format"))
+        if "format" in out:
+            self.output_format = _format(out, "session.audio.output.format")
+        if "transcription" in inp and isinstance(inp["transcription"], dict):
+            lang = inp["transcription"].get("language")
+            if lang is not None:
+                if not isinstance(lang, str) or not 2 <= len(lang) <= 3:
+                    raise ProtocolError(
+                        "invalid_value",
+                        "transcription.language must be an ISO-639-1 code",
+                        param="session.audio.input.transcription.language",
+                    )
+                changes["language"] = lang
+        if "turn_detection" in inp:
+            changes["turn_detection"] = self._turn_detection(inp["turn_detection"])
+        if "voice" in out:
+            voice = _str(out, "voice", "session.audio.output.voice")
+            changes["voice"] = voice  # one voice is installed; the name is recorded, not applied
+        if "speed" in out:
+            speed = out["speed"]
+            if not isinstance(speed, int | float) or isinstance(speed, bool) or not 0.25 <= speed <= 4.0:
+                raise ProtocolError("invalid_value", "speed must be a number 0.25..4", param="session.audio.output.speed")
+            changes["speed"] = float(speed)
+        return UpdateSession(changes, event_id)
+
+    def _turn_detection(self, td: Any) -> TurnDetection | None:
+        if td is None:
+            return None
+        if not isinstance(td, dict):
+            raise ProtocolError("invalid_value", "turn_detection must be an object or null", param="session.audio.input.turn_detection")
+        kind = td.get("type", "server_vad")
+        if kind not in ("server_vad", "semantic_vad"):
+            raise ProtocolError(
+                "invalid_value", f"unsupported turn_detection type {kind!r}", param="session.audio.input.turn_detection.type"
+            )
+        cur = self.settings.turn_detection or TurnDetection(0.5, 300, 500)
+        threshold = td.get("threshold", cur.threshold)
+        if not isinstance(threshold, int | float) or isinstance(threshold, bool) or not 0.0 < threshold < 1.0:
+            raise ProtocolError("invalid_value", "threshold must be between 0 and 1", param="session.audio.input.turn_detection.threshold")
+        ints: dict[str, int] = {}
+        for key, default, low in (("prefix_padding_ms", cur.prefix_padding_ms, 0), ("silence_duration_ms", cur.silence_duration_ms, 100)):
+            value = td.get(key, default)
+            if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= 10_000:
+                raise ProtocolError(
+                    "invalid_value", f"{key} must be an integer {low}..10000", param=f"session.audio.input.turn_detection.{key}"
+                )
+            ints[key] = value
+        bools: dict[str, bool] = {}
+        for key, default_b in (("create_response", cur.create_response), ("interrupt_response", cur.interrupt_response)):
+            value = td.get(key, default_b)
+            if not isinstance(value, bool):
+                raise ProtocolError("invalid_value", f"{key} must be a boolean", param=f"session.audio.input.turn_detection.{key}")
+            bools[key] = value
+        return TurnDetection(
+            float(threshold), ints["prefix_padding_ms"], ints["silence_duration_ms"], bools["create_response"], bools["interrupt_response"]
+        )
+
+    def _set_input_format(self, kind: str) -> None:
+        if kind != self.input_format:
+            self.input_format = kind
+            self._in_rs = StreamResampler(_FORMATS[kind], PIPELINE_RATE)
+
+    def _append(self, msg: dict[str, Any], event_id: str | None) -> AppendAudio:
+        data = _str(msg, "audio", "audio")
+        try:
+            raw = base64.b64decode(data, validate=True)
+        except (binascii.Error, ValueError):
+            raise ProtocolError("invalid_base64", "audio is not valid base64", param="audio") from None
+        if self.input_format == "audio/pcmu":
+            pcm = mulaw_decode(raw)
+        else:
+            if len(raw) % 2:
+                raise ProtocolError(
+                    "invalid_audio_length", f"audio/pcm needs an even number of bytes (16-bit samples), got {len(raw)}", param="audio"
+                )
+            pcm = pcm16_from_bytes(raw)
+        return AppendAudio(self._in_rs.process(pcm), event_id)
+
+    def _item_create(self, msg: dict[str, Any], event_id: str | None) -> CreateItem:
+        item = _obj(msg, "item", "item", required=True)
+        if item.get("type", "message") != "message":
+            raise ProtocolError("unsupported_item_type", f"item type {item.get('type')!r} is not supported", param="item.type")
+        role = item.get("role")
+        if role not in ("user", "assistant", "system"):
+            raise ProtocolError("invalid_value", "item.role must be user, assistant or system", param="item.role")
+        content = item.get("content")
+        if not isinstance(content, list) or not content:
+            raise ProtocolError("invalid_value", "item.content must be a non-empty list", param="item.content")
+        texts = []
+        for part in content:
+            if (
+                not isinstance(part, dict)
+                or part.get("type") not in ("input_text", "text", "output_text")
+                or not isinstance(part.get("text"), str)
+            ):
+                raise ProtocolError(
+                    "invalid_value", "only text content parts are supported in conversation.item.create", param="item.content"
+                )
+            texts.append(part["text"])
+        return CreateItem(str(role), " ".join(texts), event_id)
+
+    def _truncate(self, msg: dict[str, Any], event_id: str | None) -> TruncateItem:
+        ms = msg.get("audio_end_ms")
+        if not isinstance(ms, int | float) or isinstance(ms, bool) or ms < 0:
+            raise ProtocolError("invalid_value", "audio_end_ms must be a non-negative number", param="audio_end_ms")
+        return TruncateItem(_str(msg, "item_id", "item_id"), float(ms), event_id)
+
+    def _response_create(self, msg: dict[str, Any], event_id: str | None) -> CreateResponse:
+        resp = _obj(msg, "response", "response")
+        instr = resp.get("instructions")
+        if instr is not None and not isinstance(instr, str):
+            raise ProtocolError("invalid_value", "response.instructions must be a string", param="response.instructions")
+        return CreateResponse(instr, event_id)
+
+    def _response_cancel(self, msg: dict[str, Any], event_id: str | None) -> CancelResponse:
+        rid = msg.get("response_id")
+        return CancelResponse(rid if isinstance(rid, str) else None, event_id)
+
+    # ------------------------------------------------------------------ server → client
+
+    def session_object(self) -> dict[str, Any]:
+        s = self.settings
+        td: dict[str, Any] | None = None
+        if s.turn_detection is not None:
+            td = {"type": "server_vad", **dataclasses.asdict(s.turn_detection)}
+        return {
+            "type": "realtime",
+            "object": "realtime.session",
+            "id": "",
+            "model": "voiceagent",
+            "output_modalities": ["audio"],
+            "instructions": s.instructions,
+            "max_output_tokens": s.max_output_tokens,
+            "audio": {
+                "input": {
+                    "format": _fmt(self.input_format),
+                    "transcription": {"model": "whisper", "language": s.language},
+                    "turn_detection": td,
+                },
+                "output": {"format": _fmt(self.output_format), "voice": s.voice, "speed": s.speed},
+            },
+        }
+
+    def session_message(self, kind: str, session_id: str) -> dict[str, Any]:
+        obj = self.session_object()
+        obj["id"] = session_id
+        return _msg(kind, session=obj)
+
+    def error(self, exc: ProtocolError) -> dict[str, Any]:
+        return _msg(
+            "error",
+            error={"type": "invalid_request_error", "code": exc.code, "message": exc.message, "param": exc.param, "event_id": exc.event_id},
+        )
+
+    def encode(self, ev: Event) -> list[dict[str, Any]]:
+        if isinstance(ev, InputSpeechStarted):
+            return [_msg("input_audio_buffer.speech_started", audio_start_ms=int(ev.audio_ms), item_id=ev.item_id)]
+        if isinstance(ev, InputSpeechStopped):
+            return [_msg("input_audio_buffer.speech_stopped", audio_end_ms=int(ev.audio_ms), item_id=ev.item_id)]
+        if isinstance(ev, InputCommitted):
+            item = {
+                "id": ev.item_id,
+                "type": "message",
+                "role": "user",
+                "status": "completed",
+                "content": [{"type": "input_audio", "transcript": None}],
+            }
+            return [
+                _msg("input_audio_buffer.committed", previous_item_id=ev.previous_item_id, item_id=ev.item_id),
+                _msg("conversation.item.added", previous_item_id=ev.previous_item_id, item=item),
+            ]
+        if isinstance(ev, InputTranscriptDelta):
+            prev = self._partials.get(ev.item_id, "")
+            self._partials[ev.item_id] = ev.text
+            if not ev.text.startswith(prev) or ev.text == prev:
+                return []  # Whisper revised earlier words: deltas cannot retract; the final corrects
+            return [
+                _msg("conversation.item.input_audio_transcription.delta", item_id=ev.item_id, content_index=0, delta=ev.text[len(prev) :])
+            ]
+        if isinstance(ev, InputTranscriptDone):
+            self._partials.pop(ev.item_id, None)
+            return [_msg("conversation.item.input_audio_transcription.completed", item_id=ev.item_id, content_index=0, transcript=ev.text)]
+        if isinstance(ev, InputCleared):
+            return [_msg("input_audio_buffer.cleared")]
+        if isinstance(ev, ResponseCreated):
+            self._out_rs[ev.response_id] = StreamResampler(self.voice_rate, _FORMATS[self.output_format])
+            item = {
+                "id": ev.item_id,
+                "object": "realtime.item",
+                "type": "message",
+                "role": "assistant",
+                "status": "in_progress",
+                "content": [],
+            }
+            ids = {"response_id": ev.response_id, "item_id": ev.item_id, "output_index": 0, "content_index": 0}
+            return [
+                _msg(
+                    "response.created",
+                    response={"id": ev.response_id, "object": "realtime.response", "status": "in_progress", "output": []},
+                ),
+                _msg("response.output_item.added", response_id=ev.response_id, output_index=0, item=item),
+                _msg("conversation.item.added", previous_item_id=ev.previous_item_id, item=item),
+                _msg("response.content_part.added", **ids, part={"type": "audio", "transcript": ""}),
+            ]
+        if isinstance(ev, OutputTranscriptDelta):
+            return [
+                _msg(
+                    "response.output_audio_transcript.delta",
+                    response_id=ev.response_id,
+                    item_id=ev.item_id,
+                    output_index=0,
+                    content_index=0,
+                    delta=ev.text,
+                )
+            ]
+        if isinstance(ev, AudioDelta):
+            rs = self._out_rs.get(ev.response_id)
+            pcm = rs.process(ev.pcm) if rs is not None else ev.pcm
+            if len(pcm) == 0:
+                return []
+            return [self._audio_delta(ev.response_id, ev.item_id, pcm)]
+        if isinstance(ev, ResponseDone):
+            return self._response_done(ev)
+        if isinstance(ev, ItemTruncated):
+            return [_msg("conversation.item.truncated", item_id=ev.item_id, content_index=0, audio_end_ms=int(ev.audio_end_ms))]
+        if isinstance(ev, ErrorEvent):
+            return [
+                _msg("error", error={"type": ev.kind, "code": ev.code, "message": ev.message, "param": ev.param, "event_id": ev.event_id})
+            ]
+        if isinstance(ev, TurnMetrics):
+            return [_msg("voiceagent.turn_metrics", response_id=ev.response_id, spans_ms=ev.spans)] if self.send_metrics else []
+        return []
+
+    def _audio_delta(self, response_id: str, item_id: str, pcm: Int16Array) -> dict[str, Any]:
+        raw = mulaw_encode(pcm) if self.output_format == "audio/pcmu" else pcm.astype("<i2").tobytes()
+        return _msg(
+            "response.output_audio.delta",
+            response_id=response_id,
+            item_id=item_id,
+            output_index=0,
+            content_index=0,
+            delta=base64.b64encode(raw).decode("ascii"),
+        )
+
+    def _response_done(self, ev: ResponseDone) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        rs = self._out_rs.pop(ev.response_id, None)
+        if rs is not None and ev.status is ResponseStatus.COMPLETED:
+            tail = rs.flush()
+            if len(tail):
+                out.append(self._audio_delta(ev.response_id, ev.item_id, tail))
+        ids = {"response_id": ev.response_id, "item_id": ev.item_id, "output_index": 0, "content_index": 0}
+        item_status = "completed" if ev.status is ResponseStatus.COMPLETED else "incomplete"
+        item = {
+            "id": ev.item_id,
+            "object": "realtime.item",
+            "type": "message",
+            "role": "assistant",
+            "status": item_status,
+            "content": [{"type": "output_audio", "transcript": ev.text}],
+        }
+        details: dict[str, Any] | None = None
+        if ev.status is ResponseStatus.CANCELLED:
+            details = {"type": "cancelled", "reason": ev.reason or "client_cancelled"}
+        elif ev.status is ResponseStatus.FAILED:
+            details = {"type": "failed", "error": {"type": "server_error", "code": "generation_failed", "message": ev.reason or ""}}
+        out += [
+            _msg("response.output_audio.done", **ids),
+            _msg("response.output_audio_transcript.done", **ids, transcript=ev.text),
+            _msg("response.content_part.done", **ids, part={"type": "audio", "transcript": ev.text}),
+            _msg("response.output_item.done", response_id=ev.response_id, output_index=0, item=item),
+            _msg("conversation.item.done", item=item),
+            _msg(
+                "response.done",
+                response={
+                    "id": ev.response_id,
+                    "object": "realtime.response",
+                    "status": ev.status.value,
+                    "status_details": details,
+                    "output": [item],
+                    "usage": None,
+                    "audio_ms": round(ev.audio_ms, 1),
+                },
+            ),
+        ]
+        return out
+
+
+def _msg(kind: str, **fields: Any) -> dict[str, Any]:
+    return {"type": kind, "event_id": new_id("event"), **fields}
+
+
+def _obj(msg: dict[str, Any], key: str, param: str, *, required: bool = False) -> dict[str, Any]:
+    value = msg.get(key)
+    if value is None:
+        if required:
+            raise ProtocolError("missing_field", f"'{param}' is required", param=param)
+        return {}
+    if not isinstance(value, dict):
+        raise ProtocolError("invalid_value", f"'{param}' must be an object", param=param)
+    return value
+
+
+def _str(msg: dict[str, Any], key: str, param: str) -> str:
+    value = msg.get(key)
+    if not isinstance(value, str):
+        raise ProtocolError("invalid_value" if key in msg else "missing_field", f"'{param}' must be a string", param=param)
+    return value
+
+
+def _format(obj: dict[str, Any], param: str) -> str:
+    fmt = obj.get("format")
+    kind = fmt.get("type") if isinstance(fmt, dict) else fmt
+    if kind == "pcm16":  # beta name
+        kind = "audio/pcm"
+    if kind == "g711_ulaw":
+        kind = "audio/pcmu"
+    if kind not in _FORMATS:
+        raise ProtocolError(
+            "unsupported_format", f"audio format {kind!r} is not supported (audio/pcm at 24000 Hz or audio/pcmu)", param=param
+        )
+    if kind == "audio/pcm" and isinstance(fmt, dict) and fmt.get("rate", 24000) != 24000:
+        raise ProtocolError("unsupported_format", "audio/pcm is 24000 Hz in this protocol", param=f"{param}.rate")
+    return str(kind)
+
+
+_DECODERS: dict[str, Any] = {
+    "session.update": RealtimeCodec._session_update,
+    "input_audio_buffer.append": RealtimeCodec._append,
+    "input_audio_buffer.commit": lambda self, msg, eid: CommitInput(eid),
+    "input_audio_buffer.clear": lambda self, msg, eid: ClearInput(eid),
+    "conversation.item.create": RealtimeCodec._item_create,
+    "conversation.item.truncate": RealtimeCodec._truncate,
+    "conversation.item.delete": lambda self, msg, eid: DeleteItem(_str(msg, "item_id", "item_id"), eid),
+    "conversation.item.retrieve": lambda self, msg, eid: RetrieveItem(_str(msg, "item_id", "item_id"), eid),
+    "response.create": RealtimeCodec._response_create,
+    "response.cancel": RealtimeCodec._response_cancel,
+}

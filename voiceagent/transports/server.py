@@ -1,0 +1,125 @@
+"""The WebSocket server: routes connections by path, answers plain HTTP health and metrics.
+
+Routes:
+  ``ws://HOST:PORT/v1/realtime``  OpenAI Realtime protocol (query ``voiceagent_metrics=1`` adds
+                                  ``voiceagent.turn_metrics`` events with the per-turn spans)
+  ``GET /healthz``                ``ok`` once models are loaded
+  ``GET /metrics``                Prometheus text exposition
+
+Limits: messages over ``server.max_message_bytes`` close that connection with code 1009; past
+``server.max_sessions`` a new connection is refused with HTTP 503.  One failing session never
+affects another.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import http
+import logging
+from urllib.parse import parse_qs, urlsplit
+
+from websockets.asyncio.server import Server as WsServer
+from websockets.asyncio.server import ServerConnection, serve
+from websockets.datastructures import Headers
+from websockets.http11 import Request, Response
+
+from voiceagent.backends.registry import Engines
+from voiceagent.clock import Clock, MonotonicClock
+from voiceagent.config import Config
+from voiceagent.metrics import Metrics
+from voiceagent.session import Session
+from voiceagent.transports.realtime import RealtimeConnection
+
+__all__ = ["VoiceAgentServer"]
+
+log = logging.getLogger(__name__)
+
+REALTIME_PATH = "/v1/realtime"
+
+
+def _text(status: http.HTTPStatus, body: str, content_type: str = "text/plain; charset=utf-8") -> Response:
+    data = body.encode("utf-8")
+    headers = Headers([("Content-Type", content_type), ("Content-Length", str(len(data))), ("Connection", "close")])
+    return Response(status.value, status.phrase, headers, data)
+
+
+class VoiceAgentServer:
+    """Serves every session of one process on one port, sharing ``engines``."""
+
+    def __init__(self, config: Config, engines: Engines, *, clock: Clock | None = None) -> None:
+        self.config = config
+        self.engines = engines
+        self.clock = clock or MonotonicClock()
+        self.metrics = Metrics()
+        self.sessions: set[Session] = set()
+        self._server: WsServer | None = None
+
+    @property
+    def port(self) -> int:
+        if self._server is None:
+            raise RuntimeError("server not started")
+        sock = next(iter(self._server.sockets))
+        return int(sock.getsockname()[1])
+
+    @property
+    def url(self) -> str:
+        return f"ws://{self.config.server.host}:{self.port}{REALTIME_PATH}"
+
+    async def start(self) -> None:
+        cfg = self.config.server
+        self._server = await serve(
+            self._handle,
+            cfg.host,
+            cfg.port,
+            process_request=self._route,
+            max_size=cfg.max_message_bytes,
+            ping_interval=20,
+            ping_timeout=20,
+        )
+
+    async def serve_forever(self) -> None:
+        if self._server is None:
+            await self.start()
+        assert self._server is not None
+        await self._server.serve_forever()
+
+    async def aclose(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+        await asyncio.gather(*(s.aclose() for s in list(self.sessions)), return_exceptions=True)
+
+    async def __aenter__(self) -> VoiceAgentServer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    def _route(self, connection: ServerConnection, request: Request) -> Response | None:
+        path = urlsplit(request.path).path
+        if path == REALTIME_PATH:
+            if len(self.sessions) >= self.config.server.max_sessions:
+                return _text(http.HTTPStatus.SERVICE_UNAVAILABLE, "too many sessions\n")
+            return None  # go on with the WebSocket handshake
+        if path == "/healthz":
+            return _text(http.HTTPStatus.OK, "ok\n")
+        if path == "/metrics":
+            return _text(http.HTTPStatus.OK, self.metrics.render(), "text/plain; version=0.0.4")
+        return _text(http.HTTPStatus.NOT_FOUND, f"no route for {path}\n")
+
+    async def _handle(self, ws: ServerConnection) -> None:
+        assert ws.request is not None
+        parts = urlsplit(ws.request.path)
+        query = parse_qs(parts.query)
+        session = Session(self.engines, self.config, clock=self.clock, metrics=self.metrics)
+        self.sessions.add(session)
+        try:
+            await session.start()
+            conn = RealtimeConnection(ws, session, self.engines.tts.sample_rate, send_metrics=query.get("voiceagent_metrics") == ["1"])
+            log.info("session %s opened from %s", session.id, ws.remote_address)
+            await conn.run()
+        finally:
+            await session.aclose()
+            self.sessions.discard(session)
+            log.info("session %s closed", session.id)
