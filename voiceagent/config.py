@@ -194,7 +194,7 @@ def _coerce(value: Any, typ: Any, key: str) -> Any:
             return value.lower() in ("1", "true", "yes", "on")
         raise ConfigError(f"invalid configuration: {key} must be a boolean, got {value!r}")
     if typ is int:
-        if isinstance(value, bool):
+        if isinstance(value, bool | float):  # TOML says 2.7 or true: not an integer (int() would truncate)
             raise ConfigError(f"invalid configuration: {key} must be an integer, got {value!r}")
         try:
             return int(value)

@@ -55,7 +55,9 @@ class ReplayResult:
         return {"turns": [asdict(t) for t in self.turns], "summary": self.summary}
 
 
-def speech_turns(pcm: Int16Array, rate: int, *, turn_gap_s: float = 1.5, floor_dbfs: float = ENERGY_FLOOR_DBFS) -> list[tuple[float, float]]:
+def speech_turns(
+    pcm: Int16Array, rate: int, *, turn_gap_s: float = 1.5, floor_dbfs: float = ENERGY_FLOOR_DBFS
+) -> list[tuple[float, float]]:
     """(start_s, end_s) of each user turn, from frame energy (see the module docstring)."""
     n = rate * _FRAME_MS // 1000
     frames = len(pcm) // n
@@ -92,83 +94,109 @@ class _Response:
     spans: dict[str, float] = field(default_factory=dict)
 
 
-async def replay_file(url: str, path: str | Path, *, speed: float = 1.0, tail_s: float = 2.5, timeout_s: float = 30.0, turn_gap_s: float = 1.5) -> list[TurnResult]:
+class _Collector:
+    """Server events of one replay, timed on the client's clock."""
+
+    def __init__(self, t0: float, speed: float) -> None:
+        self.t0 = t0
+        self.speed = speed
+        self.responses: dict[str, _Response] = {}
+        self.order: list[str] = []
+        self.transcripts: list[tuple[float, str]] = []
+        self.errors: list[dict[str, Any]] = []
+
+    def audio_s(self, wall: float) -> float:
+        return (wall - self.t0) * self.speed
+
+    def finished(self, turns: int) -> bool:
+        done = [self.responses[r].status != "in_progress" for r in self.order]
+        return sum(done) >= turns and all(done)
+
+    def handle(self, msg: dict[str, Any], now: float) -> None:
+        kind = msg.get("type")
+        if kind == "response.created":
+            rid = msg["response"]["id"]
+            self.responses[rid] = _Response(rid, self.audio_s(now))
+            self.order.append(rid)
+        elif kind == "conversation.item.input_audio_transcription.completed":
+            self.transcripts.append((self.audio_s(now), msg["transcript"]))
+        elif kind == "error":
+            self.errors.append(msg["error"])
+        elif kind in ("response.output_audio.delta", "response.audio.delta"):
+            r = self.responses.get(msg["response_id"])
+            if r is not None and r.first_audio_wall is None:
+                r.first_audio_wall = now
+                r.first_audio_s = self.audio_s(now)
+        elif kind == "response.output_audio_transcript.delta":
+            r = self.responses.get(msg["response_id"])
+            if r is not None:
+                r.text += msg["delta"]
+        elif kind == "response.done":
+            r = self.responses.get(msg["response"]["id"])
+            if r is not None:
+                r.status = msg["response"]["status"]
+                out = msg["response"].get("output") or []
+                if out and out[0].get("content"):
+                    r.text = out[0]["content"][0].get("transcript") or r.text
+        elif kind == "voiceagent.turn_metrics":
+            r = self.responses.get(msg["response_id"])
+            if r is not None:
+                r.spans = msg["spans_ms"]
+
+
+async def replay_file(
+    url: str, path: str | Path, *, speed: float = 1.0, tail_s: float = 2.5, timeout_s: float = 30.0, turn_gap_s: float = 1.5
+) -> list[TurnResult]:
     """Stream one file over one connection and return one result per ground-truth turn."""
     pcm, rate = read_wav(path)
     turns = speech_turns(pcm, rate, turn_gap_s=turn_gap_s)
     wire = resample(pcm, rate, _WIRE_RATE)
     wire = np.concatenate([wire, np.zeros(int(tail_s * _WIRE_RATE), dtype=np.int16)])
     step = _WIRE_RATE * _CHUNK_MS // 1000
-    responses: dict[str, _Response] = {}
-    order: list[str] = []
-    transcripts: list[tuple[float, str]] = []
-    errors: list[dict[str, Any]] = []
     sep = "&" if "?" in url else "?"
     async with connect(f"{url}{sep}voiceagent_metrics=1", max_size=None) as ws:
         first = json.loads(await ws.recv())
         if first.get("type") != "session.created":
             raise RuntimeError(f"expected session.created, got {first.get('type')}")
-        await ws.send(json.dumps({"type": "session.update", "session": {"type": "realtime", "audio": {"input": {"format": {"type": "audio/pcm", "rate": 24000}}}}}))
+        await ws.send(
+            json.dumps(
+                {
+                    "type": "session.update",
+                    "session": {"type": "realtime", "audio": {"input": {"format": {"type": "audio/pcm", "rate": 24000}}}},
+                }
+            )
+        )
         t0 = time.monotonic()
-
-        def audio_s(wall: float) -> float:
-            return (wall - t0) * speed
+        col = _Collector(t0, speed)
 
         async def reader() -> None:
             async for raw in ws:
-                now = time.monotonic()
-                msg = json.loads(raw)
-                kind = msg.get("type")
-                if kind == "response.created":
-                    rid = msg["response"]["id"]
-                    responses[rid] = _Response(rid, audio_s(now))
-                    order.append(rid)
-                elif kind in ("response.output_audio.delta", "response.audio.delta"):
-                    r = responses.get(msg["response_id"])
-                    if r is not None and r.first_audio_wall is None:
-                        r.first_audio_wall = now
-                        r.first_audio_s = audio_s(now)
-                elif kind == "response.output_audio_transcript.delta":
-                    r = responses.get(msg["response_id"])
-                    if r is not None:
-                        r.text += msg["delta"]
-                elif kind == "response.done":
-                    r = responses.get(msg["response"]["id"])
-                    if r is not None:
-                        r.status = msg["response"]["status"]
-                        out = msg["response"].get("output") or []
-                        if out and out[0].get("content"):
-                            r.text = out[0]["content"][0].get("transcript") or r.text
-                elif kind == "conversation.item.input_audio_transcription.completed":
-                    transcripts.append((audio_s(now), msg["transcript"]))
-                elif kind == "voiceagent.turn_metrics":
-                    r = responses.get(msg["response_id"])
-                    if r is not None:
-                        r.spans = msg["spans_ms"]
-                elif kind == "error":
-                    errors.append(msg["error"])
+                col.handle(json.loads(raw), time.monotonic())
 
         read_task = asyncio.create_task(reader())
         try:
             for i in range(0, len(wire), step):
                 await asyncio.sleep(max(0.0, t0 + (i / _WIRE_RATE) / speed - time.monotonic()))
                 chunk = wire[i : i + step]
-                await ws.send(json.dumps({"type": "input_audio_buffer.append", "audio": base64.b64encode(chunk.astype("<i2").tobytes()).decode()}))
+                await ws.send(
+                    json.dumps({"type": "input_audio_buffer.append", "audio": base64.b64encode(chunk.astype("<i2").tobytes()).decode()})
+                )
             deadline = time.monotonic() + timeout_s
             while time.monotonic() < deadline:
-                answered = sum(1 for rid in order if responses[rid].status != "in_progress")
-                if answered >= len(turns) and all(responses[r].status != "in_progress" for r in order):
+                if col.finished(len(turns)):
                     break
                 await asyncio.sleep(0.05)
         finally:
             read_task.cancel()
             await asyncio.gather(read_task, return_exceptions=True)
-    if errors:
-        raise RuntimeError(f"server reported errors: {errors}")
-    return _match(str(path), turns, [responses[r] for r in order], transcripts, t0, speed)
+    if col.errors:
+        raise RuntimeError(f"server reported errors: {col.errors}")
+    return _match(str(path), turns, [col.responses[r] for r in col.order], col.transcripts, t0, speed)
 
 
-def _match(name: str, turns: list[tuple[float, float]], responses: list[_Response], transcripts: list[tuple[float, str]], t0: float, speed: float) -> list[TurnResult]:
+def _match(
+    name: str, turns: list[tuple[float, float]], responses: list[_Response], transcripts: list[tuple[float, str]], t0: float, speed: float
+) -> list[TurnResult]:
     out: list[TurnResult] = []
     for k, (start, end) in enumerate(turns):
         nxt = turns[k + 1][0] if k + 1 < len(turns) else float("inf")
@@ -183,9 +211,14 @@ def _match(name: str, turns: list[tuple[float, float]], responses: list[_Respons
             latency = round((resp.first_audio_wall - (t0 + end / speed)) * 1000.0, 1)
         out.append(
             TurnResult(
-                file=name, turn=k, transcript=" ".join(words).strip(), reply=resp.text.strip() if resp else "",
-                speech_end_s=round(end, 3), first_audio_s=round(resp.first_audio_s, 3) if resp and resp.first_audio_s is not None else None,
-                latency_ms=latency, spans_ms=resp.spans if resp else {},
+                file=name,
+                turn=k,
+                transcript=" ".join(words).strip(),
+                reply=resp.text.strip() if resp else "",
+                speech_end_s=round(end, 3),
+                first_audio_s=round(resp.first_audio_s, 3) if resp and resp.first_audio_s is not None else None,
+                latency_ms=latency,
+                spans_ms=resp.spans if resp else {},
             )
         )
     return out
@@ -193,7 +226,7 @@ def _match(name: str, turns: list[tuple[float, float]], responses: list[_Respons
 
 def summarize(turns: list[TurnResult]) -> dict[str, Any]:
     lat = np.array([t.latency_ms for t in turns if t.latency_ms is not None], dtype=np.float64)
-    summary: dict[str, Any] = {"turns": len(turns), "answered": int(len(lat))}
+    summary: dict[str, Any] = {"turns": len(turns), "answered": len(lat)}
     if len(lat):
         summary.update(
             p50_ms=round(float(np.percentile(lat, 50)), 1),
@@ -211,8 +244,13 @@ def format_table(result: ReplayResult) -> str:
     for t in result.turns:
         rows.append(
             (
-                Path(t.file).name, str(t.turn), f"{t.speech_end_s:.2f}", "-" if t.first_audio_s is None else f"{t.first_audio_s:.2f}",
-                "-" if t.latency_ms is None else f"{t.latency_ms:.0f}", _clip(t.transcript, 40), _clip(t.reply, 50),
+                Path(t.file).name,
+                str(t.turn),
+                f"{t.speech_end_s:.2f}",
+                "-" if t.first_audio_s is None else f"{t.first_audio_s:.2f}",
+                "-" if t.latency_ms is None else f"{t.latency_ms:.0f}",
+                _clip(t.transcript, 40),
+                _clip(t.reply, 50),
             )
         )
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]

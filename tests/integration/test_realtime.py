@@ -214,7 +214,7 @@ def test_bad_input_gets_errors_and_the_server_keeps_serving(engines: Any, run: A
 def test_client_that_vanishes_mid_turn_does_not_hurt_the_server(engines: Any, speech: dict[str, Path], run: Any) -> None:
     async def scenario() -> None:
         async with VoiceAgentServer(_config(), engines) as server:
-            ws, rec, task = await _connected(server)
+            ws, _rec, task = await _connected(server)
             await send_paced(ws, wire_audio(speech["capital"])[: WIRE_RATE * 2], speed=4.0)
             ws.transport.abort()  # no close frame: the client just disappears
             await asyncio.gather(task, return_exceptions=True)
