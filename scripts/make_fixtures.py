@@ -19,6 +19,7 @@ import tempfile
 import wave
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 RATE = 16000
 
@@ -33,6 +34,9 @@ class Fixture:
     lead_s: float = 0.6
     tail_s: float = 1.5
     keywords: tuple[tuple[str, ...], ...] = field(default=())  # per turn, words the transcript must contain
+    engine: str = "espeak"  # or "piper": read by the Piper joe voice (needs the voiceagent models)
+    bench: bool = True  # part of the latency benchmark set
+    pauses: int = 0  # mid-sentence pauses inside the turn(s): false cut-off candidates
 
 
 FIXTURES: dict[str, Fixture] = {
@@ -53,12 +57,48 @@ FIXTURES: dict[str, Fixture] = {
             ("I would like to know", "the largest planet in our solar system."),
             gaps=(0.35,),
             keywords=(("largest", "planet"),),
+            pauses=1,
         ),
         Fixture(
             "long_story",
             ("Tell me a long story about a dragon who lives in a castle by the sea and loves to read books.",),
             keywords=(("dragon",),),
+            bench=False,
         ),
+        Fixture(
+            "pause_sun", ("Can you tell me", "how far away the sun is?"), gaps=(0.3,), voice="en-us+f3", keywords=(("sun",),), pauses=1
+        ),
+        Fixture(
+            "pause_animal",
+            ("My favourite animal is", "the elephant, what is yours?"),
+            gaps=(0.4,),
+            voice="en-gb",
+            keywords=(("elephant",),),
+            pauses=1,
+        ),
+        Fixture(
+            "three_turns",
+            ("Hello there.", "What is two plus two?", "Thank you very much."),
+            gaps=(5.0, 5.0),
+            voice="en-us+m7",
+            keywords=(("hello",), ("two",), ("thank",)),
+        ),
+        Fixture("short", ("Good morning.",), voice="en-gb", keywords=(("morning",),)),
+        Fixture(
+            "long_question",
+            ("If I travel from London to Paris by train, how long does the journey usually take?",),
+            keywords=(("london", "paris"),),
+        ),
+        Fixture("piper_egg", ("How do I boil an egg?",), engine="piper", keywords=(("egg",),)),
+        Fixture("piper_song", ("Who wrote the song called Yesterday?",), engine="piper", keywords=(("song",),)),
+        Fixture(
+            "piper_two_turns",
+            ("What is the tallest mountain in the world?", "How high is it?"),
+            gaps=(6.0,),
+            engine="piper",
+            keywords=(("mountain",), ("high",)),
+        ),
+        Fixture("piper_pause", ("I need a good name for", "my new puppy."), gaps=(0.35,), engine="piper", keywords=(("puppy",),), pauses=1),
     )
 }
 
@@ -68,6 +108,23 @@ def _espeak(text: str, voice: str, wpm: int, out: Path) -> None:
     subprocess.run(["espeak-ng", "-v", voice, "-s", str(wpm), "-w", str(raw), text], check=True)
     subprocess.run(["sox", str(raw), "-r", str(RATE), "-c", "1", "-b", "16", str(out)], check=True)
     raw.unlink()
+
+
+def _piper(text: str, out: Path) -> None:
+    # Imported here: only Piper-read fixtures need the voiceagent models installed.
+    import numpy as np
+
+    from voiceagent.audio import resample, write_wav
+    from voiceagent.backends.piper_tts import PiperTts
+
+    global _VOICE
+    if _VOICE is None:
+        _VOICE = PiperTts("joe")
+    pcm = np.concatenate(list(_VOICE.synthesize(text, 1.0)))
+    write_wav(out, resample(pcm, _VOICE.sample_rate, RATE), RATE)
+
+
+_VOICE: Any = None
 
 
 def _read(path: Path) -> bytes:
@@ -100,7 +157,10 @@ def make(fixture: Fixture, out_dir: Path) -> Path:
         frames = _silence(fixture.lead_s)
         for i, text in enumerate(fixture.parts):
             part = Path(tmp) / f"p{i}.wav"
-            _espeak(text, fixture.voice, fixture.wpm, part)
+            if fixture.engine == "piper":
+                _piper(text, part)
+            else:
+                _espeak(text, fixture.voice, fixture.wpm, part)
             frames += _read(part)
             if i < len(fixture.gaps):
                 frames += _silence(fixture.gaps[i])
@@ -114,11 +174,12 @@ def make(fixture: Fixture, out_dir: Path) -> Path:
     return target
 
 
-def make_all(out_dir: Path) -> dict[str, Path]:
-    return {name: make(f, out_dir) for name, f in FIXTURES.items()}
+def make_all(out_dir: Path, *, engines: tuple[str, ...] = ("espeak",)) -> dict[str, Path]:
+    """Make every fixture spoken by one of ``engines`` (Piper-read ones need the models)."""
+    return {name: make(f, out_dir) for name, f in FIXTURES.items() if f.engine in engines}
 
 
 if __name__ == "__main__":
     out = Path(sys.argv[1] if len(sys.argv) > 1 else ".cache/fixtures")
-    for name, path in make_all(out).items():
+    for name, path in make_all(out, engines=("espeak", "piper")).items():
         print(f"{name}: {path}")

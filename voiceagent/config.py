@@ -93,10 +93,15 @@ class SttConfig:
     beam_size: int = 1
     partials: bool = True
     partial_interval_ms: int = 1200
-    """Audio between two partial decodes while the user speaks (each costs a full encoder pass)."""
+    """Audio between two partial decodes while the user speaks (each costs an encoder pass)."""
+    window_s: int = 0
+    """Encoder window: 0 = auto (clip + 1 s, rounded up to 5 s, at least 10 s); 30 = Whisper's classic."""
+    early_decode: bool = True
+    """Start the final decode at the first silent VAD window, before the segment is declared over."""
 
     def __post_init__(self) -> None:
         _check(self.threads >= 1, "stt.threads", "must be >= 1")
+        _check(0 <= self.window_s <= 30, "stt.window_s", "must be 0..30")
         _check(self.beam_size >= 1, "stt.beam_size", "must be >= 1")
         _check(self.partial_interval_ms >= 200, "stt.partial_interval_ms", "must be >= 200")
 
@@ -128,6 +133,8 @@ class LlmConfig:
     max_tokens: int = 80
     temperature: float = 0.0
     instructions: str = DEFAULT_INSTRUCTIONS
+    yield_to_tts: bool = True
+    """Pause decoding after the first clause until its audio exists (TTS gets the cores)."""
 
     def __post_init__(self) -> None:
         _check(self.threads >= 1, "llm.threads", "must be >= 1")
@@ -140,7 +147,7 @@ class LlmConfig:
 class TtsConfig:
     model: str = "joe"
     speed: float = 1.0
-    threads: int = 1
+    threads: int = 2
 
     def __post_init__(self) -> None:
         _check(0.25 <= self.speed <= 4.0, "tts.speed", "must be 0.25..4")

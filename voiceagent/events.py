@@ -46,6 +46,8 @@ __all__ = [
     "ResponseEvent",
     "ResponseStatus",
     "Silence",
+    "SpeechPaused",
+    "SpeechResumed",
     "SpeechStarted",
     "SpeechStopped",
     "TranscriptDelta",
@@ -89,6 +91,20 @@ class AudioFrame(Event):
 @dataclass(frozen=True, kw_only=True, slots=True)
 class SpeechStarted(Event):
     """VAD: speech began at ``audio_ms`` (input-stream time, prefix padding not included)."""
+
+    audio_ms: float
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SpeechPaused(Event):
+    """VAD: the first silent window after speech (speech ended at ``audio_ms``, perhaps for good)."""
+
+    audio_ms: float
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SpeechResumed(Event):
+    """VAD: speech came back before the pause became a stop."""
 
     audio_ms: float
 

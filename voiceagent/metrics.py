@@ -18,6 +18,7 @@ MARKS = (
     "first_clause",
     "tts_first_audio",
     "first_audio_sent",
+    "llm_done",
 )
 
 

@@ -44,6 +44,8 @@ class TurnResult:
     first_audio_s: float | None
     latency_ms: float | None
     spans_ms: dict[str, float] = field(default_factory=dict)
+    cutoffs: int = 0
+    """Answers whose audio began while this turn was still being spoken (false cut-offs)."""
 
 
 @dataclass
@@ -201,11 +203,12 @@ def _match(
     for k, (start, end) in enumerate(turns):
         nxt = turns[k + 1][0] if k + 1 < len(turns) else float("inf")
         # The answer to turn k: the first response heard after the turn began and before the next.
-        cands = [r for r in responses if r.first_audio_s is not None and start < r.first_audio_s < nxt + 0.5 and r.status != "cancelled"]
-        cands = cands or [r for r in responses if r.first_audio_s is not None and start < r.first_audio_s < nxt + 0.5]
+        cands = [r for r in responses if r.first_audio_s is not None and end < r.first_audio_s < nxt + 0.5 and r.status != "cancelled"]
+        cands = cands or [r for r in responses if r.first_audio_s is not None and end < r.first_audio_s < nxt + 0.5]
         resp = cands[0] if cands else None
         heard_by = resp.created_s if resp is not None else nxt
         words = [text for ts, text in transcripts if start < ts <= heard_by + 0.05]
+        cutoffs = sum(1 for r in responses if r.first_audio_s is not None and start < r.first_audio_s < end)
         latency = None
         if resp is not None and resp.first_audio_wall is not None:
             latency = round((resp.first_audio_wall - (t0 + end / speed)) * 1000.0, 1)
@@ -219,6 +222,7 @@ def _match(
                 first_audio_s=round(resp.first_audio_s, 3) if resp and resp.first_audio_s is not None else None,
                 latency_ms=latency,
                 spans_ms=resp.spans if resp else {},
+                cutoffs=cutoffs,
             )
         )
     return out

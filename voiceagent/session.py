@@ -64,6 +64,7 @@ from voiceagent.events import (
 from voiceagent.history import AssistantItem, History, new_id
 from voiceagent.metrics import Metrics, TurnTimeline
 from voiceagent.pipeline import Channel, GenerationScope, StageContext
+from voiceagent.pipeline.gate import FirstAudioGate
 from voiceagent.settings import SessionSettings, settings_from_config
 from voiceagent.stages.llm import LlmStage
 from voiceagent.stages.playout import PlayoutStage
@@ -156,7 +157,16 @@ class Session:
             cfg.vad.min_speech_ms,
             cfg.vad.barge_in_ms,
         )
-        self.stt = SttStage(ctx, stt_in, turn_in, self._engines.stt, lambda: self.settings, cfg.stt.partials, cfg.stt.partial_interval_ms)
+        self.stt = SttStage(
+            ctx,
+            stt_in,
+            turn_in,
+            self._engines.stt,
+            lambda: self.settings,
+            cfg.stt.partials,
+            cfg.stt.partial_interval_ms,
+            cfg.stt.early_decode,
+        )
         self.turn = TurnStage(
             ctx,
             turn_in,
@@ -167,8 +177,9 @@ class Session:
             cfg.turn.complete_ms,
             cfg.turn.threshold,
         )
-        self.llm = LlmStage(ctx, llm_in, tts_in, self._engines.llm, self._prompt, lambda: self.settings)
-        self.tts = TtsStage(ctx, tts_in, play_in, self._engines.tts, lambda: self.settings)
+        gate = FirstAudioGate(enabled=cfg.llm.yield_to_tts)
+        self.llm = LlmStage(ctx, llm_in, tts_in, self._engines.llm, self._prompt, lambda: self.settings, gate)
+        self.tts = TtsStage(ctx, tts_in, play_in, self._engines.tts, lambda: self.settings, gate)
         self.playout = PlayoutStage(ctx, play_in, cfg.playout.lead_ms, cfg.playout.chunk_ms)
         for stage in (self.vad, self.stt, self.turn, self.llm, self.tts, self.playout):
             self._tasks.append(asyncio.create_task(stage.run(), name=f"{self.id}.{stage.name}"))

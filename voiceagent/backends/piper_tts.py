@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
+import onnxruntime as ort
 from piper import PiperVoice, SynthesisConfig
+from piper.config import PiperConfig
 
 from voiceagent.audio import Int16Array
 from voiceagent.catalog import get_spec, locate
@@ -15,9 +18,15 @@ __all__ = ["PiperTts"]
 
 
 class PiperTts:
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, threads: int = 2) -> None:
         spec = get_spec("tts", name)
-        self._voice = PiperVoice.load(locate(spec, "model"), locate(spec, "config"))
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = threads
+        opts.inter_op_num_threads = 1
+        session = ort.InferenceSession(str(locate(spec, "model")), sess_options=opts, providers=["CPUExecutionProvider"])
+        with open(locate(spec, "config"), encoding="utf-8") as fh:
+            config = PiperConfig.from_dict(json.load(fh))
+        self._voice = PiperVoice(config=config, session=session)
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tts")
 
     @property

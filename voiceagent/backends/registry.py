@@ -74,10 +74,12 @@ def load_engines(config: Config) -> Engines:
         return obj
 
     vad = timed("vad", _cls(_VAD, "vad", config.vad.model))
-    stt = timed("stt", _cls(_STT, "stt", config.stt.model), config.stt.model, cache, config.stt.threads, config.stt.beam_size)
+    stt = timed(
+        "stt", _cls(_STT, "stt", config.stt.model), config.stt.model, cache, config.stt.threads, config.stt.beam_size, config.stt.window_s
+    )
     turn = None if config.turn.model == "none" else timed("turn", _cls(_TURN, "turn", config.turn.model))
     llm = timed("llm", _cls(_LLM, "llm", config.llm.backend), config.llm.model, cache, config.llm.threads, config.llm.context)
-    tts = timed("tts", _cls(_TTS, "tts", config.tts.model), config.tts.model)
+    tts = timed("tts", _cls(_TTS, "tts", config.tts.model), config.tts.model, config.tts.threads)
     return Engines(vad=vad, stt=stt, turn=turn, llm=llm, tts=tts, load_seconds=timings)
 
 

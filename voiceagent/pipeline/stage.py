@@ -53,7 +53,7 @@ class Stage(ABC):
         self.out = out
         self._child: asyncio.Task[None] | None = None
         self._child_gen: int | None = None
-        self._background: set[asyncio.Task[None]] = set()
+        self._background: set[asyncio.Task[Any]] = set()
         self.handled = 0
         ctx.scope.subscribe(self._on_bump)
 
@@ -96,6 +96,11 @@ class Stage(ABC):
         self._background.add(task)
         task.add_done_callback(self._background_done)
         return task
+
+    def _background_track(self, task: asyncio.Task[Any]) -> None:
+        """Cancel ``task`` with the stage (for side tasks whose result a later event awaits)."""
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     def _background_done(self, task: asyncio.Task[None]) -> None:
         self._background.discard(task)

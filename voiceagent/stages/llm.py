@@ -14,6 +14,7 @@ from voiceagent.backends.protocols import LlmBackend, Message
 from voiceagent.errors import StageError
 from voiceagent.events import Clause, Event, GenerationEnd, Mark, ResponseStatus, UserTurn
 from voiceagent.pipeline import Channel, Stage, StageContext, iterate_in
+from voiceagent.pipeline.gate import FirstAudioGate
 from voiceagent.settings import SessionSettings
 from voiceagent.text import ClauseSplitter
 
@@ -31,11 +32,13 @@ class LlmStage(Stage):
         backend: LlmBackend,
         prompt: Callable[[UserTurn], Sequence[Message]],
         settings: Callable[[], SessionSettings],
+        gate: FirstAudioGate | None = None,
     ) -> None:
         super().__init__(ctx, inbox, out)
         self._backend = backend
         self._prompt = prompt
         self._settings = settings
+        self._gate = gate or FirstAudioGate(enabled=False)
 
     async def handle(self, event: Event) -> None:
         if not isinstance(event, UserTurn):
@@ -74,6 +77,7 @@ class LlmStage(Stage):
                 )
             )
             raise StageError(self.name, f"{type(exc).__name__}: {exc}") from exc
+        await self.ctx.notify(self._mark(gen, "llm_done"))
         await self.emit(
             GenerationEnd(t=self.ctx.clock.now(), gen=gen, session=self.ctx.session_id, text=text, status=ResponseStatus.COMPLETED)
         )
@@ -84,6 +88,9 @@ class LlmStage(Stage):
         if index == 0:
             await self.ctx.notify(self._mark(gen, "first_clause"))
         await self.emit(Clause(t=self.ctx.clock.now(), gen=gen, session=self.ctx.session_id, text=text, index=index))
+        if index == 0:
+            # Leave the cores to TTS until the first audio exists (see pipeline/gate.py).
+            await self._gate.wait(gen)
         return index + 1
 
     def _mark(self, gen: int, name: str) -> Mark:

@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from voiceagent.audio import PIPELINE_RATE, Int16Array, int16_to_float
+from voiceagent.audio import PIPELINE_RATE, Float32Array, Int16Array, int16_to_float
 from voiceagent.backends.protocols import SttBackend
 from voiceagent.errors import StageError
 from voiceagent.events import (
@@ -22,6 +22,8 @@ from voiceagent.events import (
     Event,
     InputClear,
     InputCommit,
+    SpeechPaused,
+    SpeechResumed,
     SpeechStarted,
     SpeechStopped,
     TranscriptDelta,
@@ -48,6 +50,7 @@ class SttStage(Stage):
         settings: Callable[[], SessionSettings],
         partials: bool,
         partial_interval_ms: int,
+        early_decode: bool = True,
     ) -> None:
         super().__init__(ctx, inbox, out)
         self._backend = backend
@@ -60,6 +63,9 @@ class SttStage(Stage):
         self._segment_start: float | None = None
         self._last_partial_ms = 0.0
         self._partial_task: asyncio.Task[None] | None = None
+        self._early_decode = early_decode
+        self._early: tuple[float, asyncio.Task[tuple[str, Exception | None]]] | None = None  # (speech end ms, decode)
+        self.early_hits = 0
         self.partials_skipped = 0
         self.decodes = 0
 
@@ -108,13 +114,31 @@ class SttStage(Stage):
             self._last_partial_ms = self._buf_end_ms
             await self.emit(event)
             return
+        if isinstance(event, SpeechPaused):
+            if self._early_decode and self._segment_start is not None:
+                # Decode now, padding the not-yet-received tail with silence; if the pause becomes
+                # a stop at the same position, this result is the final one.
+                audio = self._segment_audio(self._segment_start, event.audio_ms)
+                task = asyncio.create_task(self._decode(audio), name="stt.early")
+                self._background_track(task)
+                self._early = (event.audio_ms, task)
+            return
+        if isinstance(event, SpeechResumed):
+            self._early = None  # stale: more speech follows; its result is ignored
+            return
         if isinstance(event, SpeechStopped):
             await self.emit(event)
             if self._segment_start is not None:
                 start = self._segment_start
-                end = min(self._buf_end_ms, event.audio_ms + _TAIL_MS)
+                end = event.audio_ms + _TAIL_MS
                 self._segment_start = None
-                await self._final(start, end, committed=False)
+                early, self._early = self._early, None
+                if early is not None and early[0] == event.audio_ms:
+                    self.early_hits += 1
+                    text, failure = await early[1]
+                    await self._emit_segment(text, failure, self._segment_audio(start, event.audio_ms), start, end, committed=False)
+                else:
+                    await self._final(start, end, committed=False)
                 self._trim_before(end - _RING_MS)
             return
         if isinstance(event, InputCommit):
@@ -127,17 +151,33 @@ class SttStage(Stage):
             return
         await self.emit(event)
 
+    def _segment_audio(self, start_ms: float, speech_end_ms: float) -> Float32Array:
+        """Segment audio up to ``speech_end_ms`` plus the tail; a tail not received yet is silence."""
+        audio = int16_to_float(self._slice(start_ms, speech_end_ms + _TAIL_MS))
+        want = int((speech_end_ms + _TAIL_MS - start_ms) * PIPELINE_RATE / 1000)
+        if len(audio) < want:
+            audio = np.concatenate([audio, np.zeros(want - len(audio), dtype=np.float32)])
+        return audio
+
+    async def _decode(self, audio: Float32Array) -> tuple[str, Exception | None]:
+        """Transcribe in the backend's executor; a failure is returned, not raised, so the
+        segment can still be closed (as silence) and the endpointer is not left waiting."""
+        if len(audio) < PIPELINE_RATE // 10:
+            return "", None
+        self.decodes += 1
+        try:
+            return await run_in(self._backend.executor, self._backend.transcribe, audio, self._settings().language), None
+        except Exception as exc:
+            return "", exc
+
     async def _final(self, start_ms: float, end_ms: float, *, committed: bool) -> None:
         audio = int16_to_float(self._slice(start_ms, end_ms))
-        text = ""
-        failure: Exception | None = None
-        if len(audio) >= PIPELINE_RATE // 10:
-            self.decodes += 1
-            try:
-                text = await run_in(self._backend.executor, self._backend.transcribe, audio, self._settings().language)
-            except Exception as exc:
-                # Still close the segment (as silence) so the endpointer is not left waiting.
-                failure = exc
+        text, failure = await self._decode(audio)
+        await self._emit_segment(text, failure, audio, start_ms, end_ms, committed=committed)
+
+    async def _emit_segment(
+        self, text: str, failure: Exception | None, audio: Float32Array, start_ms: float, end_ms: float, *, committed: bool
+    ) -> None:
         await self.emit(
             TranscriptSegment(
                 t=self.ctx.clock.now(),

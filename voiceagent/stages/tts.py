@@ -13,6 +13,7 @@ from voiceagent.backends.protocols import TtsBackend
 from voiceagent.errors import StageError
 from voiceagent.events import Clause, Event, GenerationEnd, Mark, ResponseAudio, ResponseStatus, empty_pcm
 from voiceagent.pipeline import Channel, Stage, StageContext, iterate_in
+from voiceagent.pipeline.gate import FirstAudioGate
 from voiceagent.settings import SessionSettings
 from voiceagent.text import clean_for_speech
 
@@ -29,10 +30,12 @@ class TtsStage(Stage):
         out: Channel[Event],
         backend: TtsBackend,
         settings: Callable[[], SessionSettings],
+        gate: FirstAudioGate | None = None,
     ) -> None:
         super().__init__(ctx, inbox, out)
         self._backend = backend
         self._settings = settings
+        self._gate = gate or FirstAudioGate(enabled=False)
         self._failed_gen: int | None = None
 
     async def handle(self, event: Event) -> None:
@@ -73,6 +76,7 @@ class TtsStage(Stage):
                 )
             )
             raise StageError(self.name, f"{type(exc).__name__}: {exc}") from exc
+        self._gate.open(event.gen)
         if first:
             # Nothing speakable (only symbols): the text still belongs to the transcript.
             await self.emit(self._audio(event, empty_pcm(), rate, True))

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from voiceagent.audio import int16_to_float
 from voiceagent.backends.protocols import VadBackend
-from voiceagent.events import AudioFrame, Event, Silence, SpeechStarted, SpeechStopped
+from voiceagent.events import AudioFrame, Event, Silence, SpeechPaused, SpeechResumed, SpeechStarted, SpeechStopped
 from voiceagent.pipeline import Channel, Stage, StageContext, run_in
 from voiceagent.settings import SessionSettings
 
@@ -23,7 +23,7 @@ _MAX_SILENCE_TICKS_MS = 4000.0  # the endpointer never needs more silence than t
 
 @dataclass(frozen=True, slots=True)
 class VoiceEvent:
-    kind: str  # "start" | "stop" | "silence"
+    kind: str  # "start" | "pause" | "resume" | "stop" | "silence"
     audio_ms: float
     silence_ms: float = 0.0
 
@@ -33,7 +33,9 @@ class VadTracker:
 
     Speech starts after ``min_speech_ms`` of windows at or above ``threshold`` (``start`` carries
     the first such window's start); it stops after ``stop_ms`` below ``threshold - 0.15``
-    (``stop`` carries the end of the last speech window).  After a stop, each silent window
+    (``stop`` carries the end of the last speech window).  The first silent window inside speech
+    yields ``pause`` (same position as the coming ``stop``), and speech before the stop yields
+    ``resume``: that lets STT start decoding ~``stop_ms`` early.  After a stop, each silent window
     yields ``silence`` with the silence length so far, up to 4 s.
     """
 
@@ -71,10 +73,14 @@ class VadTracker:
                     out.append(VoiceEvent("silence", window_end_ms, silence))
             return out
         if prob >= threshold - 0.15:
+            if self._silence_ms > 0:
+                out.append(VoiceEvent("resume", start))
             self._silence_ms = 0.0
             self._last_speech_end = window_end_ms
             return out
         self._silence_ms += self.window_ms
+        if self._silence_ms == self.window_ms:
+            out.append(VoiceEvent("pause", self._last_speech_end))
         if self._silence_ms >= stop_ms:
             self.in_speech = False
             self._after_stop = True
@@ -144,6 +150,10 @@ class VadStage(Stage):
         ev: Event
         if ve.kind == "start":
             ev = SpeechStarted(t=now, gen=self.ctx.scope.current, session=self.ctx.session_id, audio_ms=ve.audio_ms)
+        elif ve.kind == "pause":
+            ev = SpeechPaused(t=now, gen=self.ctx.scope.current, session=self.ctx.session_id, audio_ms=ve.audio_ms)
+        elif ve.kind == "resume":
+            ev = SpeechResumed(t=now, gen=self.ctx.scope.current, session=self.ctx.session_id, audio_ms=ve.audio_ms)
         elif ve.kind == "stop":
             ev = SpeechStopped(t=now, gen=self.ctx.scope.current, session=self.ctx.session_id, audio_ms=ve.audio_ms)
         else:
