@@ -47,19 +47,28 @@ class ClauseSplitter:
         return [rest] if rest else []
 
     def _find_cut(self) -> int | None:
+        # The earliest cut wins: a piece may carry several candidates (a comma and a later full
+        # stop, or many words at once), and the output must not depend on how text was chunked.
+        cuts: list[int] = []
         m = _SENTENCE_END.search(self._buf)
         if m and m.end() - 1 > 0 and _words(self._buf[: m.end()]) >= 1:
-            return m.end()
+            cuts.append(m.end())
         need = self._first_min if self._emitted == 0 else self._min
         for m in _CLAUSE_END.finditer(self._buf):
             if _words(self._buf[: m.end()]) >= need:
-                return m.end()
+                cuts.append(m.end())
+                break
         if _words(self._buf) > self._max:
-            # Hard cut at the last space so a run-on clause does not delay audio indefinitely.
-            idx = self._buf.rstrip().rfind(" ")
-            if idx > 0:
-                return idx + 1
-        return None
+            # Hard cut after the max_words-th word so a run-on clause does not delay audio indefinitely.
+            m = _first_words(self._max).match(self._buf)
+            if m:
+                cuts.append(m.end())
+        return min(cuts) if cuts else None
+
+
+def _first_words(n: int) -> re.Pattern[str]:
+    """Matches ``n`` words from the start, each followed by whitespace."""
+    return re.compile(rf"\s*(?:\S+\s+){{{n}}}")
 
 
 def _words(text: str) -> int:

@@ -188,10 +188,9 @@ class RealtimeCodec:
         audio = _obj(sess, "audio", "session.audio")
         inp = _obj(audio, "input", "session.audio.input")
         out = _obj(audio, "output", "session.audio.output")
-        if "format" in inp:
-            self._set_input_format(_format(inp, "session.audio.input.format"))
-        if "format" in out:
-            self.output_format = _format(out, "session.audio.output.format")
+        # Formats are validated here but applied last: a rejected update must change nothing.
+        in_format = _format(inp, "session.audio.input.format") if "format" in inp else None
+        out_format = _format(out, "session.audio.output.format") if "format" in out else None
         if "transcription" in inp and isinstance(inp["transcription"], dict):
             lang = inp["transcription"].get("language")
             if lang is not None:
@@ -212,6 +211,10 @@ class RealtimeCodec:
             if not isinstance(speed, int | float) or isinstance(speed, bool) or not 0.25 <= speed <= 4.0:
                 raise ProtocolError("invalid_value", "speed must be a number 0.25..4", param="session.audio.output.speed")
             changes["speed"] = float(speed)
+        if in_format is not None:
+            self._set_input_format(in_format)
+        if out_format is not None:
+            self.output_format = out_format
         return UpdateSession(changes, event_id)
 
     def _turn_detection(self, td: Any) -> TurnDetection | None:
@@ -506,7 +509,7 @@ def _format(obj: dict[str, Any], param: str) -> str:
         kind = "audio/pcm"
     if kind == "g711_ulaw":
         kind = "audio/pcmu"
-    if kind not in _FORMATS:
+    if not isinstance(kind, str) or kind not in _FORMATS:  # a list or object is not a format (nor hashable)
         raise ProtocolError(
             "unsupported_format", f"audio format {kind!r} is not supported (audio/pcm at 24000 Hz or audio/pcmu)", param=param
         )
