@@ -1,0 +1,46 @@
+"""A light variant of scripts/bench_latency.py: a few turns through the real server.
+
+Not a speed target (those live in the benchmark): a generous bound that only a broken pipeline
+misses, plus orderings that only hold while each stage streams its first output onwards.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from voiceagent.config import load_config
+from voiceagent.replay import replay_file, summarize
+from voiceagent.transports.server import VoiceAgentServer
+
+pytestmark = pytest.mark.models
+
+# Generous: the benchmark measures p50 well under a second on 2 cores; a pipeline that waits for
+# whole utterances, whole replies or whole syntheses lands well above this.
+P50_BOUND_MS = 2500.0
+
+
+def test_few_turns_stay_within_a_generous_bound_and_stream(engines: Any, speech: dict[str, Path], run: Any) -> None:
+    config = load_config(env={}, overrides={"server.port": "0", "llm.instructions": "Answer in two short sentences."})
+
+    async def scenario() -> list[Any]:
+        async with VoiceAgentServer(config, engines) as server:
+            turns = []
+            for name in ("weather", "pause_mid", "count"):
+                turns.extend(await replay_file(server.url, speech[name]))
+            return turns
+
+    turns = run(scenario(), 120)
+    summary = summarize(turns)
+    assert summary["answered"] == len(turns) == 3, turns
+    assert summary["p50_ms"] <= P50_BOUND_MS, summary
+    assert sum(t.cutoffs for t in turns) == 0, "the agent spoke while the user was still speaking"
+    for t in turns:
+        s = t.spans_ms
+        # Clause streaming: audio leaves before the LLM has finished the reply.
+        if "llm_done" in s and t.reply.count(".") + t.reply.count(",") >= 2:
+            assert s["first_audio_sent"] < s["llm_done"], (t.reply, s)
+        # First audio follows the first clause closely (TTS speaks clauses, not replies).
+        assert s["first_audio_sent"] - s["first_clause"] < 1000.0, s
