@@ -63,6 +63,8 @@ class PlayoutStage(Stage):
 
     def release(self, gen: int, response_id: str, item_id: str) -> None:
         """Let generation ``gen`` be heard, as response ``response_id`` / item ``item_id``."""
+        for old in [g for g in self._releases if g < gen]:
+            del self._releases[old]  # earlier generations are over (or were never confirmed)
         rel = self._releases.setdefault(gen, _Release())
         rel.response_id = response_id
         rel.item_id = item_id
