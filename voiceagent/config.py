@@ -285,11 +285,15 @@ def load_config(
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"configuration file {path} is not valid TOML: {exc}") from None
     env_tree: dict[str, Any] = {}
+    top_level = {f.name for f in dataclasses.fields(Config) if not dataclasses.is_dataclass(f.type)} | {"cache_dir", "log_level"}
     for name, value in env.items():
-        if not name.startswith("VOICEAGENT_") or name == "VOICEAGENT_CONFIG":
+        if not name.startswith("VOICEAGENT_"):
             continue
         rest = name[len("VOICEAGENT_") :].lower()
-        _set_dotted(env_tree, rest.replace("__", "."), value)
+        # Only VOICEAGENT_<SECTION>__<KEY> and the top-level keys are configuration; other
+        # VOICEAGENT_* variables (VOICEAGENT_CONFIG, test knobs) belong to someone else.
+        if "__" in rest or rest in top_level:
+            _set_dotted(env_tree, rest.replace("__", "."), value)
     tree = _merge(tree, env_tree)
     flag_tree: dict[str, Any] = {}
     for dotted, value in (overrides or {}).items():

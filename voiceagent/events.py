@@ -295,9 +295,12 @@ class AudioDelta(Event):
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class OutputTranscriptDelta(Event):
+    """The text of the clause whose audio starts now; ``clause_ms`` is that clause's audio length."""
+
     response_id: str
     item_id: str
     text: str
+    clause_ms: float = 0.0
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

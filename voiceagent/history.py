@@ -38,6 +38,9 @@ class UserItem:
 class SpokenClause:
     text: str
     audio_ms: float = 0.0
+    """Audio of this clause sent to the listener so far."""
+    expected_ms: float = 0.0
+    """The clause's whole audio length, when known (playout sends it ahead in pieces)."""
 
 
 @dataclass
@@ -49,8 +52,8 @@ class AssistantItem:
     status: str = "in_progress"
     role: str = "assistant"
 
-    def add_clause(self, text: str) -> None:
-        self.clauses.append(SpokenClause(text))
+    def add_clause(self, text: str, expected_ms: float = 0.0) -> None:
+        self.clauses.append(SpokenClause(text, expected_ms=expected_ms))
 
     def add_audio(self, ms: float) -> None:
         if not self.clauses:
@@ -77,8 +80,10 @@ class AssistantItem:
                 out += text
                 pos += ms
                 continue
-            if ms > 0:
-                part = cut_to_fraction(text, (self.heard_ms - pos) / ms)
+            # Words are spread over the clause's whole audio, not over the part sent so far.
+            total = max(ms, clause.expected_ms)
+            if total > 0:
+                part = cut_to_fraction(text, (self.heard_ms - pos) / total)
                 if part:
                     out = out.rstrip() + " " + part if out.strip() else part
             break

@@ -17,10 +17,10 @@ them; model calls already running in executors finish in their threads and are d
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import json
 import logging
+import math
 from collections import deque
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
@@ -196,8 +196,10 @@ class Session:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         if self._started:
             self.metrics.sessions_active -= 1
-        with contextlib.suppress(asyncio.QueueFull):
-            self._outbox.put_nowait(_CLOSED)
+        if self._outbox.full():
+            # Nobody is reading (the client is gone): make room so events() can still end.
+            self._outbox.get_nowait()
+        self._outbox.put_nowait(_CLOSED)
 
     async def events(self) -> AsyncIterator[Event]:
         """What to send to the client, in order, until the session closes."""
@@ -279,7 +281,7 @@ class Session:
             raise ProtocolError("item_not_found", f"no item {item_id!r}", param="item_id")
         if not isinstance(item, AssistantItem):
             raise ProtocolError("invalid_item_type", "only assistant items can be truncated", param="item_id")
-        if audio_end_ms < 0 or audio_end_ms > item.audio_ms + 1.0:
+        if not math.isfinite(audio_end_ms) or audio_end_ms < 0 or audio_end_ms > item.audio_ms + 1.0:
             raise ProtocolError(
                 "invalid_audio_end_ms",
                 f"audio_end_ms {audio_end_ms} is outside the item's audio (0..{item.audio_ms:.0f} ms)",
@@ -414,7 +416,7 @@ class Session:
         elif isinstance(ev, OutputTranscriptDelta):
             resp = self._responses.get(ev.gen)
             if resp is not None and resp.item is not None:
-                resp.item.add_clause(ev.text)
+                resp.item.add_clause(ev.text, ev.clause_ms)
                 await self._emit(ev)
         elif isinstance(ev, AudioDelta):
             resp = self._responses.get(ev.gen)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import functools
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncGenerator, Callable, Iterator
 from concurrent.futures import Executor
 from typing import ParamSpec, TypeVar
 
@@ -38,7 +38,7 @@ def _step(it: Iterator[T]) -> T | object:
     return next(it, _DONE)
 
 
-async def iterate_in(executor: Executor, make: Callable[[], Iterator[T]]) -> AsyncIterator[T]:
+async def iterate_in(executor: Executor, make: Callable[[], Iterator[T]]) -> AsyncGenerator[T, None]:
     """Create the iterator with ``make()`` and pull each item from it inside ``executor``.
 
     Cancellation (or ``aclose``) stops after the step in flight; the generator is then closed in

@@ -8,6 +8,7 @@ the response is closed for the client) and is reported as a ``StageError``.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterator, Sequence
 
 from voiceagent.backends.protocols import LlmBackend, Message
@@ -56,13 +57,14 @@ class LlmStage(Stage):
             return self._backend.stream(messages, settings.max_output_tokens, settings.temperature)
 
         try:
-            async for piece in iterate_in(self._backend.executor, make):
-                if first:
-                    first = False
-                    await self.ctx.notify(self._mark(gen, "llm_first_token"))
-                text += piece
-                for clause in splitter.push(piece):
-                    index = await self._clause(gen, clause, index)
+            async with contextlib.aclosing(iterate_in(self._backend.executor, make)) as pieces:
+                async for piece in pieces:
+                    if first:
+                        first = False
+                        await self.ctx.notify(self._mark(gen, "llm_first_token"))
+                    text += piece
+                    for clause in splitter.push(piece):
+                        index = await self._clause(gen, clause, index)
             for clause in splitter.flush():
                 index = await self._clause(gen, clause, index)
         except Exception as exc:

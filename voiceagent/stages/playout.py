@@ -103,6 +103,8 @@ class PlayoutStage(Stage):
                     response_id=rel.response_id,
                     item_id=rel.item_id,
                     text=audio.text,
+                    # Piper yields a whole sentence at once, so the first chunk is the clause.
+                    clause_ms=len(audio.pcm) * 1000.0 / audio.rate,
                 )
             )
         step = max(1, audio.rate * self._chunk_ms // 1000)

@@ -6,6 +6,7 @@ the TTS executor after the chunk in flight.  A failing voice ends the generation
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterator
 
 from voiceagent.audio import Int16Array
@@ -56,14 +57,16 @@ class TtsStage(Stage):
 
         try:
             if speech:
-                async for pcm in iterate_in(self._backend.executor, make):
-                    if first and event.index == 0:
-                        await self.ctx.notify(
-                            Mark(t=self.ctx.clock.now(), gen=event.gen, session=self.ctx.session_id, name="tts_first_audio")
-                        )
-                    await self.emit(self._audio(event, pcm, rate, first))
-                    first = False
+                async with contextlib.aclosing(iterate_in(self._backend.executor, make)) as chunks:
+                    async for pcm in chunks:
+                        if first and event.index == 0:
+                            self._gate.open(event.gen)
+                            mark = Mark(t=self.ctx.clock.now(), gen=event.gen, session=self.ctx.session_id, name="tts_first_audio")
+                            await self.ctx.notify(mark)
+                        await self.emit(self._audio(event, pcm, rate, first))
+                        first = False
         except Exception as exc:
+            self._gate.open(event.gen)
             self._failed_gen = event.gen
             await self.emit(
                 GenerationEnd(

@@ -67,7 +67,7 @@ class VadTracker:
             else:
                 self._cand_start = None
                 self._cand_ms = 0.0
-            if not self.in_speech and self._after_stop:
+            if not self.in_speech and self._after_stop and prob < threshold:
                 silence = window_end_ms - self._last_speech_end
                 if silence <= _MAX_SILENCE_TICKS_MS:
                     out.append(VoiceEvent("silence", window_end_ms, silence))

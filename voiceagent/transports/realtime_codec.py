@@ -13,6 +13,7 @@ import base64
 import binascii
 import dataclasses
 import json
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -143,7 +144,7 @@ class RealtimeCodec:
         self.send_metrics = send_metrics
         self.input_format = "audio/pcm"
         self.output_format = "audio/pcm"
-        self._in_rs = StreamResampler(_FORMATS[self.input_format], PIPELINE_RATE)
+        self._in_rs = StreamResampler(_FORMATS[self.input_format], PIPELINE_RATE, quality="LQ")
         self._out_rs: dict[str, StreamResampler] = {}
         self._partials: dict[str, str] = {}
 
@@ -252,7 +253,7 @@ class RealtimeCodec:
     def _set_input_format(self, kind: str) -> None:
         if kind != self.input_format:
             self.input_format = kind
-            self._in_rs = StreamResampler(_FORMATS[kind], PIPELINE_RATE)
+            self._in_rs = StreamResampler(_FORMATS[kind], PIPELINE_RATE, quality="LQ")
 
     def _append(self, msg: dict[str, Any], event_id: str | None) -> AppendAudio:
         data = _str(msg, "audio", "audio")
@@ -294,10 +295,10 @@ class RealtimeCodec:
         return CreateItem(str(role), " ".join(texts), event_id)
 
     def _truncate(self, msg: dict[str, Any], event_id: str | None) -> TruncateItem:
-        ms = msg.get("audio_end_ms")
-        if not isinstance(ms, int | float) or isinstance(ms, bool) or ms < 0:
+        ms = _finite(msg.get("audio_end_ms"))
+        if ms is None or ms < 0:
             raise ProtocolError("invalid_value", "audio_end_ms must be a non-negative number", param="audio_end_ms")
-        return TruncateItem(_str(msg, "item_id", "item_id"), float(ms), event_id)
+        return TruncateItem(_str(msg, "item_id", "item_id"), ms, event_id)
 
     def _response_create(self, msg: dict[str, Any], event_id: str | None) -> CreateResponse:
         resp = _obj(msg, "response", "response")
@@ -482,6 +483,18 @@ class RealtimeCodec:
 
 def _msg(kind: str, **fields: Any) -> dict[str, Any]:
     return {"type": kind, "event_id": new_id("event"), **fields}
+
+
+def _finite(value: Any) -> float | None:
+    """``value`` as a finite float; None for a non-number, a bool, NaN, ±Infinity (JSON as Python
+    reads it) or an integer too large for a float."""
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
 
 
 def _obj(msg: dict[str, Any], key: str, param: str, *, required: bool = False) -> dict[str, Any]:

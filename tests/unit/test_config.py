@@ -1,0 +1,180 @@
+"""voiceagent.config: precedence and validation."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from voiceagent.config import Config, load_config
+from voiceagent.errors import ConfigError, VoiceAgentError
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "voiceagent.toml"
+    path.write_text(text)
+    return path
+
+
+def test_defaults_without_file_env_or_overrides() -> None:
+    assert load_config(env={}) == Config()
+
+
+def test_precedence_defaults_file_env_overrides(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        """
+log_level = "warning"
+[llm]
+model = "from-file"
+max_tokens = 100
+[vad]
+threshold = 0.6
+stop_ms = 200
+[playout]
+lead_ms = 150
+""",
+    )
+    env = {
+        "VOICEAGENT_LLM__MODEL": "from-env",
+        "VOICEAGENT_VAD__THRESHOLD": "0.7",
+        "VOICEAGENT_LOG_LEVEL": "debug",
+        "VOICEAGENT_STT__PARTIALS": "off",
+        "UNRELATED": "ignored",
+    }
+    overrides = {"llm.model": "from-flag", "turn.silence_ms": "700"}
+    cfg = load_config(path, env=env, overrides=overrides)
+    assert cfg.llm.model == "from-flag"  # flag > env > file
+    assert cfg.vad.threshold == 0.7  # env > file
+    assert cfg.log_level == "debug"  # top-level key from env
+    assert cfg.llm.max_tokens == 100  # file > default
+    assert cfg.vad.stop_ms == 200
+    assert cfg.playout.lead_ms == 150
+    assert cfg.stt.partials is False
+    assert cfg.turn.silence_ms == 700
+    # untouched keys keep their defaults, also inside sections the file changed
+    assert cfg.llm.threads == Config().llm.threads
+    assert cfg.vad.min_speech_ms == Config().vad.min_speech_ms
+    assert cfg.tts == Config().tts
+
+
+def test_config_file_from_environment(tmp_path: Path) -> None:
+    path = write(tmp_path, "[tts]\nspeed = 1.5\n")
+    cfg = load_config(env={"VOICEAGENT_CONFIG": str(path)})
+    assert cfg.tts.speed == 1.5
+
+
+def test_explicit_file_beats_voiceagent_config_env(tmp_path: Path) -> None:
+    explicit = write(tmp_path, "[tts]\nspeed = 2.0\n")
+    other = tmp_path / "other.toml"
+    other.write_text("[tts]\nspeed = 3.0\n")
+    assert load_config(explicit, env={"VOICEAGENT_CONFIG": str(other)}).tts.speed == 2.0
+
+
+@pytest.mark.parametrize(
+    ("overrides", "env", "expected"),
+    [
+        ({"llm.modle": "x"}, {}, r"unknown key llm\.modle \(did you mean llm\.model\?\)"),
+        ({}, {"VOICEAGENT_VAD__TRESHOLD": "0.5"}, r"unknown key vad\.treshold \(did you mean vad\.threshold\?\)"),
+        ({"lm.model": "x"}, {}, r"unknown key lm \(did you mean llm\?\)"),
+        ({"log_levl": "info"}, {}, r"unknown key log_levl \(did you mean log_level\?\)"),
+    ],
+)
+def test_unknown_key_names_the_dotted_key_with_a_suggestion(overrides: dict[str, str], env: dict[str, str], expected: str) -> None:
+    with pytest.raises(ConfigError, match=expected):
+        load_config(env=env, overrides=overrides)
+
+
+def test_unknown_key_in_file(tmp_path: Path) -> None:
+    path = write(tmp_path, "[server]\nprot = 80\n")
+    with pytest.raises(ConfigError, match=r"server\.prot \(did you mean server\.port\?\)"):
+        load_config(path, env={})
+
+
+def test_unknown_key_without_close_match_has_no_hint() -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config(env={}, overrides={"llm.zzzzzz": "1"})
+    assert "llm.zzzzzz" in str(info.value)
+    assert "did you mean" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        ({"vad.threshold": "high"}, r"vad\.threshold must be a number"),
+        ({"llm.threads": "two"}, r"llm\.threads must be an integer"),
+        ({"llm.threads": "2.5"}, r"llm\.threads must be an integer"),
+        ({"stt.partials": "maybe"}, r"stt\.partials must be a boolean"),
+        ({"llm": "x"}, r"llm must be a table"),
+    ],
+)
+def test_wrong_type_from_flags(overrides: dict[str, str], expected: str) -> None:
+    with pytest.raises(ConfigError, match=expected):
+        load_config(env={}, overrides=overrides)
+
+
+@pytest.mark.parametrize(
+    ("toml", "expected"),
+    [
+        ("[llm]\nmodel = 5\n", r"llm\.model must be a string"),
+        ("[llm]\nthreads = true\n", r"llm\.threads must be an integer"),
+        ("[llm]\nthreads = 2.7\n", r"llm\.threads must be an integer"),
+        ("[vad]\nthreshold = false\n", r"vad\.threshold must be a number"),
+        ("[stt]\npartials = 1\n", r"stt\.partials must be a boolean"),
+        ("vad = 3\n", r"vad must be a table"),
+    ],
+)
+def test_wrong_type_from_file(tmp_path: Path, toml: str, expected: str) -> None:
+    path = write(tmp_path, toml)
+    with pytest.raises(ConfigError, match=expected):
+        load_config(path, env={})
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "expected"),
+    [
+        ("vad.threshold", "1.5", r"vad\.threshold must be between 0 and 1"),
+        ("vad.stop_ms", "10", r"vad\.stop_ms must be at least 32"),
+        ("server.port", "70000", r"server\.port must be 0\.\.65535"),
+        ("llm.max_tokens", "0", r"llm\.max_tokens must be 1\.\.4096"),
+        ("tts.speed", "9", r"tts\.speed must be 0\.25\.\.4"),
+        ("playout.chunk_ms", "5", r"playout\.chunk_ms must be 10\.\.1000"),
+        ("turn.threshold", "0", r"turn\.threshold must be between 0 and 1"),
+        ("log_level", "loud", r"log_level must be debug, info, warning or error"),
+    ],
+)
+def test_out_of_range(key: str, value: str, expected: str) -> None:
+    with pytest.raises(ConfigError, match=expected):
+        load_config(env={}, overrides={key: value})
+
+
+def test_out_of_range_from_env() -> None:
+    with pytest.raises(ConfigError, match=r"playout\.lead_ms must be >= 0"):
+        load_config(env={"VOICEAGENT_PLAYOUT__LEAD_MS": "-1"})
+
+
+def test_bad_toml(tmp_path: Path) -> None:
+    path = write(tmp_path, "[llm\nmodel = \n")
+    with pytest.raises(ConfigError, match="is not valid TOML") as info:
+        load_config(path, env={})
+    assert str(path) in str(info.value)
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    missing = tmp_path / "nope.toml"
+    with pytest.raises(ConfigError, match="configuration file not found") as info:
+        load_config(missing, env={})
+    assert str(missing) in str(info.value)
+
+
+def test_config_error_is_a_voiceagent_error_and_not_retryable() -> None:
+    with pytest.raises(VoiceAgentError) as info:
+        load_config(env={}, overrides={"vad.threshold": "2"})
+    assert isinstance(info.value, ConfigError)
+    assert info.value.retryable is False
+
+
+def test_config_is_frozen() -> None:
+    cfg = Config()
+    with pytest.raises(AttributeError):
+        cfg.llm.model = "x"  # type: ignore[misc]

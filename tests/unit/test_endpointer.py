@@ -1,0 +1,179 @@
+"""stages.turn.Endpointer: speculate, confirm, retract (pure, no loop)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from voiceagent.events import TranscriptSegment
+from voiceagent.stages.turn import Confirm, Endpointer, Retract, RunTurnModel, Speculate
+
+COMPLETE_MS = 240.0
+SILENCE_MS = 500.0
+THRESHOLD = 0.5
+
+
+def segment(text: str, end_ms: float = 1000.0, *, committed: bool = False, samples: int = 1600) -> TranscriptSegment:
+    return TranscriptSegment(
+        t=0.0,
+        gen=0,
+        text=text,
+        audio=np.full(samples, 0.1, dtype=np.float32),
+        start_ms=end_ms - 500,
+        end_ms=end_ms,
+        committed=committed,
+    )
+
+
+def silence(ep: Endpointer, ms: float) -> list[object]:
+    return list(ep.on_silence(ms, COMPLETE_MS, SILENCE_MS, THRESHOLD))
+
+
+def prob(ep: Endpointer, p: float) -> list[object]:
+    return list(ep.on_probability(p, COMPLETE_MS, SILENCE_MS, THRESHOLD))
+
+
+def test_speculate_when_the_segment_transcript_arrives_after_a_stop() -> None:
+    ep = Endpointer(speculative=True, use_model=False)
+    assert ep.on_speech_started() == []
+    assert ep.on_speech_stopped(1000.0) == []
+    assert ep.on_segment(segment(" hello there "), respond=True) == [Speculate("hello there")]
+    assert ep.speculating
+
+
+def test_no_speculation_when_disabled_or_not_responding() -> None:
+    for speculative, respond in ((False, True), (True, False)):
+        ep = Endpointer(speculative=speculative, use_model=False)
+        ep.on_speech_started()
+        ep.on_speech_stopped(1000.0)
+        assert ep.on_segment(segment("hello"), respond=respond) == []
+        assert not ep.speculating
+        # the turn is still confirmed at the silence fallback
+        assert silence(ep, SILENCE_MS) == [Confirm("hello", 1000.0)]
+
+
+def test_confirm_at_the_silence_fallback() -> None:
+    ep = Endpointer(speculative=True, use_model=False)
+    ep.on_speech_started()
+    ep.on_speech_stopped(1234.0)
+    ep.on_segment(segment("hello"), respond=True)
+    assert silence(ep, 96.0) == []
+    assert silence(ep, COMPLETE_MS) == []  # no turn model: complete_ms means nothing
+    assert silence(ep, SILENCE_MS - 1) == []
+    assert silence(ep, SILENCE_MS) == [Confirm("hello", 1234.0)]
+    assert not ep.speculating
+    assert silence(ep, SILENCE_MS + 32) == []  # confirmed once only
+
+
+def test_turn_model_requested_with_the_turn_audio() -> None:
+    ep = Endpointer(speculative=True, use_model=True)
+    ep.on_speech_started()
+    ep.on_speech_stopped(1000.0)
+    actions = ep.on_segment(segment("hello", samples=3200), respond=True)
+    assert actions[0] == Speculate("hello")  # speculation first: the answer starts while the model judges
+    assert isinstance(actions[1], RunTurnModel)
+    assert len(actions[1].audio) == 3200
+
+
+def test_confirm_early_when_the_turn_model_says_complete() -> None:
+    ep = Endpointer(speculative=True, use_model=True)
+    ep.on_speech_started()
+    ep.on_speech_stopped(1000.0)
+    ep.on_segment(segment("what time is it"), respond=True)
+    assert prob(ep, 0.8) == []  # complete, but the silence is still short
+    assert silence(ep, COMPLETE_MS - 32) == []
+    assert silence(ep, COMPLETE_MS) == [Confirm("what time is it", 1000.0)]
+
+
+def test_probability_arriving_after_complete_ms_confirms_at_once() -> None:
+    ep = Endpointer(speculative=True, use_model=True)
+    ep.on_speech_started()
+    ep.on_speech_stopped(1000.0)
+    ep.on_segment(segment("what time is it"), respond=True)
+    assert silence(ep, COMPLETE_MS + 64) == []  # no probability yet
+    assert prob(ep, THRESHOLD) == [Confirm("what time is it", 1000.0)]  # >= threshold counts
+
+
+def test_incomplete_turn_waits_for_the_silence_fallback() -> None:
+    ep = Endpointer(speculative=True, use_model=True)
+    ep.on_speech_started()
+    ep.on_speech_stopped(1000.0)
+    ep.on_segment(segment("I would like to"), respond=True)
+    assert prob(ep, 0.2) == []
+    assert silence(ep, COMPLETE_MS) == []
+    assert silence(ep, 400.0) == []
+    assert silence(ep, SILENCE_MS) == [Confirm("I would like to", 1000.0)]
+
+
+def test_retract_when_speech_resumes_and_the_turn_joins_both_segments() -> None:
+    ep = Endpointer(speculative=True, use_model=True)
+    ep.on_speech_started()
+    ep.on_speech_stopped(1000.0)
+    assert ep.on_segment(segment("I would like"), respond=True)[0] == Speculate("I would like")
+    assert prob(ep, 0.2) == []
+    assert silence(ep, 200.0) == []
+    assert ep.on_speech_started() == [Retract()]
+    assert not ep.speculating
+    assert silence(ep, SILENCE_MS) == []  # the old pause no longer counts
+    ep.on_speech_stopped(2500.0)
+    actions = ep.on_segment(segment("a coffee", end_ms=2500.0), respond=True)
+    assert actions[0] == Speculate("I would like a coffee")
+    assert prob(ep, 0.9) == []
+    assert silence(ep, COMPLETE_MS) == [Confirm("I would like a coffee", 2500.0)]
+
+
+def test_speech_start_without_speculation_retracts_nothing() -> None:
+    ep = Endpointer(speculative=False, use_model=False)
+    ep.on_speech_started()
+    ep.on_speech_stopped(1000.0)
+    ep.on_segment(segment("one"), respond=True)
+    assert ep.on_speech_started() == []
+
+
+def test_empty_segment_is_noise_and_makes_no_turn() -> None:
+    ep = Endpointer(speculative=True, use_model=True)
+    ep.on_speech_started()
+    ep.on_speech_stopped(1000.0)
+    assert ep.on_segment(segment("   "), respond=True) == []
+    assert not ep.speculating
+    assert prob(ep, 0.99) == []
+    assert silence(ep, SILENCE_MS * 4) == []
+    # and the noise leaves nothing behind for the next turn
+    ep.on_speech_started()
+    ep.on_speech_stopped(3000.0)
+    assert ep.on_segment(segment("hi", end_ms=3000.0), respond=True)[0] == Speculate("hi")
+
+
+def test_segment_arriving_while_speaking_again_joins_the_turn() -> None:
+    ep = Endpointer(speculative=True, use_model=False)
+    ep.on_speech_started()
+    ep.on_speech_stopped(1000.0)
+    ep.on_speech_started()  # the user went on before the transcript was in
+    assert ep.on_segment(segment("first"), respond=True) == []
+    assert silence(ep, SILENCE_MS) == []
+    ep.on_speech_stopped(2000.0)
+    assert ep.on_segment(segment("second", end_ms=2000.0), respond=True) == [Speculate("first second")]
+    assert silence(ep, SILENCE_MS) == [Confirm("first second", 2000.0)]
+
+
+def test_silence_before_the_transcript_does_not_confirm() -> None:
+    ep = Endpointer(speculative=True, use_model=False)
+    ep.on_speech_started()
+    ep.on_speech_stopped(1000.0)
+    assert silence(ep, SILENCE_MS + 100) == []  # transcript not in yet
+    ep.on_segment(segment("late"), respond=True)
+    assert silence(ep, SILENCE_MS + 132) == [Confirm("late", 1000.0)]
+
+
+def test_committed_segment_confirms_immediately() -> None:
+    ep = Endpointer(speculative=True, use_model=True)
+    actions = ep.on_segment(segment("manual turn", end_ms=777.0, committed=True), respond=False)
+    assert actions == [Confirm("manual turn", 777.0, committed=True)]
+    assert silence(ep, SILENCE_MS) == []
+
+
+def test_committed_segment_includes_earlier_segments_of_the_turn() -> None:
+    ep = Endpointer(speculative=False, use_model=False)
+    ep.on_speech_started()
+    ep.on_segment(segment("before"), respond=False)  # arrives while the user is still speaking
+    assert ep.on_segment(segment("now", committed=True), respond=False) == [Confirm("before now", 1000.0, committed=True)]
+    assert ep.text == ""

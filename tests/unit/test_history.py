@@ -1,0 +1,180 @@
+"""voiceagent.history: what the listener heard, and the prompt built from it."""
+
+from __future__ import annotations
+
+from voiceagent.backends.protocols import Message
+from voiceagent.history import AssistantItem, History, UserItem, new_id
+
+
+def spoken(*clauses: tuple[str, float]) -> AssistantItem:
+    item = AssistantItem(id=new_id("item"), gen=1)
+    for text, ms in clauses:
+        item.add_clause(text)
+        item.add_audio(ms)
+    return item
+
+
+REPLY = (("Hello there. ", 1000.0), ("How are you doing today? ", 1000.0), ("Bye.", 500.0))
+
+
+def test_uncut_item_is_the_full_text() -> None:
+    item = spoken(*REPLY)
+    assert item.audio_ms == 2500.0
+    assert item.text == item.full_text == "Hello there. How are you doing today? Bye."
+
+
+def test_cut_keeps_whole_clauses_then_a_word_prefix_of_the_playing_clause() -> None:
+    item = spoken(*REPLY)
+    item.cut(1500.0)  # all of clause 0, half of clause 1 (5 words -> 2)
+    assert item.heard_ms == 1500.0
+    assert item.text == "Hello there. How are"
+    assert item.full_text == "Hello there. How are you doing today? Bye."
+
+
+def test_cut_at_a_clause_boundary_keeps_whole_clauses_only() -> None:
+    item = spoken(*REPLY)
+    item.cut(2000.0)
+    assert item.text == "Hello there. How are you doing today?"
+
+
+def test_cut_inside_the_first_clause() -> None:
+    item = spoken(*REPLY)
+    item.cut(600.0)  # 0.6 of "Hello there." -> 1 word
+    assert item.text == "Hello"
+    item.cut(400.0)
+    assert item.text == ""
+
+
+def test_smaller_truncate_cuts_further_and_larger_does_not_grow() -> None:
+    item = spoken(*REPLY)
+    item.cut(1800.0)
+    assert item.text == "Hello there. How are you doing"
+    item.cut(1200.0)
+    assert item.heard_ms == 1200.0
+    assert item.text == "Hello there. How"
+    item.cut(2400.0)
+    assert item.heard_ms == 1200.0
+    assert item.text == "Hello there. How"
+
+
+def test_cut_is_clamped_to_the_audio() -> None:
+    item = spoken(*REPLY)
+    item.cut(10_000.0)
+    assert item.heard_ms == 2500.0
+    assert item.text == item.full_text
+    item.cut(-5.0)
+    assert item.heard_ms == 0.0
+    assert item.text == ""
+
+
+def test_cut_text_is_always_a_word_prefix_of_the_full_text() -> None:
+    full_words = spoken(*REPLY).full_text.split()
+    previous = len(full_words)
+    for heard in range(2500, -1, -50):
+        item = spoken(*REPLY)
+        item.cut(float(heard))
+        words = item.text.split()
+        assert words == full_words[: len(words)], heard
+        assert len(words) <= previous  # less heard, never more words
+        previous = len(words)
+
+
+def test_add_audio_before_any_clause_makes_an_empty_clause() -> None:
+    item = AssistantItem(id="item_x", gen=3)
+    item.add_audio(100.0)
+    assert item.audio_ms == 100.0
+    assert item.text == ""
+
+
+def test_history_find_delete_last_id() -> None:
+    h = History()
+    assert h.last_id is None
+    u = h.add_user("hi")
+    a = h.add_assistant(1, "item_a")
+    assert h.last_id == "item_a"
+    assert h.find(u.id) is u
+    assert h.find("item_a") is a
+    assert h.find("nope") is None
+    assert h.delete(u.id) is True
+    assert h.delete(u.id) is False
+    assert h.items == [a]
+
+
+def test_messages_are_system_then_history_in_order() -> None:
+    h = History()
+    h.add_user("What is two plus two?")
+    a = h.add_assistant(1, new_id("item"))
+    a.add_clause("Four.")
+    h.add_user("Thanks")
+    assert h.messages("Be brief.") == [
+        Message("system", "Be brief."),
+        Message("user", "What is two plus two?"),
+        Message("assistant", "Four."),
+        Message("user", "Thanks"),
+    ]
+
+
+def test_messages_use_the_heard_text_of_assistant_items() -> None:
+    h = History()
+    h.add_user("Tell me a story")
+    a = h.add_assistant(1, new_id("item"))
+    for text, ms in REPLY:
+        a.add_clause(text)
+        a.add_audio(ms)
+    a.cut(1500.0)
+    assert h.messages("sys")[-1] == Message("assistant", "Hello there. How are")
+
+
+def test_pending_user_excludes_the_user_item_of_the_same_generation() -> None:
+    h = History()
+    h.add_user("earlier", gen=1)
+    h.add_user("what time is it", gen=4)
+    msgs = h.messages("sys", pending_user="what time is it", gen=4)
+    assert msgs == [Message("system", "sys"), Message("user", "earlier"), Message("user", "what time is it")]
+    # another generation's pending text does not hide it
+    msgs = h.messages("sys", pending_user="something else", gen=5)
+    assert [m.content for m in msgs] == ["sys", "earlier", "what time is it", "something else"]
+    # without pending text the committed item is the prompt's last message
+    assert h.messages("sys", gen=4)[-1] == Message("user", "what time is it")
+
+
+def test_user_items_without_generation_are_never_excluded() -> None:
+    h = History()
+    h.add_user("typed text")  # gen -1
+    msgs = h.messages("sys", pending_user="typed text", gen=-1)
+    assert [m.content for m in msgs] == ["sys", "typed text", "typed text"]
+
+
+def test_empty_assistant_items_are_skipped() -> None:
+    h = History()
+    h.add_user("one")
+    h.add_assistant(1, new_id("item"))  # failed before saying anything
+    cut = h.add_assistant(2, new_id("item"))
+    cut.add_clause("Never heard.")
+    cut.add_audio(500.0)
+    cut.cut(0.0)
+    h.add_user("two")
+    assert [m.role for m in h.messages("sys")] == ["system", "user", "user"]
+
+
+def test_oldest_messages_are_dropped_beyond_max_chars_but_system_is_kept() -> None:
+    h = History()
+    for i in range(10):
+        h.add_user(f"{i}" * 100)
+    msgs = h.messages("S" * 500, pending_user="p" * 100, max_chars=350)
+    assert msgs[0] == Message("system", "S" * 500)  # the system prompt does not count and stays
+    assert [m.content for m in msgs[1:]] == ["8" * 100, "9" * 100, "p" * 100]  # 300 chars <= 350
+
+
+def test_the_pending_user_text_is_kept_even_when_alone_over_the_limit() -> None:
+    h = History()
+    h.add_user("old")
+    msgs = h.messages("sys", pending_user="x" * 50, max_chars=10)
+    assert msgs == [Message("system", "sys"), Message("user", "x" * 50)]
+
+
+def test_ids_are_unique_with_their_prefix() -> None:
+    ids = {new_id("item") for _ in range(100)}
+    assert len(ids) == 100
+    assert all(i.startswith("item_") for i in ids)
+    assert UserItem(id="u", text="t").role == "user"

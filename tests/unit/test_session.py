@@ -1,0 +1,654 @@
+"""voiceagent.session end to end with scripted fake backends (no models, no sockets).
+
+The session runs on a :class:`VirtualClock`: playout paces audio on it, so what the listener has
+"heard" moves only when a test advances it.  Durations are multiples of 125 ms (exact in binary)
+so that pacing deadlines compare exactly.  Speech is made with loud frames and pauses with zeros
+(see :class:`tests.unit.fakes.FakeVad`); every wait has a deadline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from voiceagent.backends.protocols import Message
+from voiceagent.clock import VirtualClock
+from voiceagent.config import Config, PlayoutConfig, SttConfig, TurnConfig, VadConfig
+from voiceagent.errors import ProtocolError
+from voiceagent.events import (
+    AudioDelta,
+    ErrorEvent,
+    InputCleared,
+    InputCommitted,
+    InputSpeechStarted,
+    InputSpeechStopped,
+    InputTranscriptDelta,
+    InputTranscriptDone,
+    ItemTruncated,
+    OutputTranscriptDelta,
+    PlaybackCleared,
+    ResponseCreated,
+    ResponseDone,
+    ResponseStatus,
+    TurnMetrics,
+)
+from voiceagent.history import AssistantItem, UserItem
+from voiceagent.metrics import MARKS
+from voiceagent.session import Session
+
+from .fakes import EventLog, FakeEngines, FakeLlm, FakeStt, FakeTts, FakeTurn, pause, speak
+
+Run = Callable[..., Any]
+MakeFakes = Callable[..., FakeEngines]
+
+CHUNK_S = 0.125  # playout chunk and fake TTS word length
+INSTRUCTIONS = Config().llm.instructions
+
+
+def make_config(*, lead_ms: int = 2000, silence_ms: int = 320, complete_ms: int = 160, partials: bool = False) -> Config:
+    return Config(
+        vad=VadConfig(min_speech_ms=64, stop_ms=96, barge_in_ms=96, prefix_padding_ms=96),
+        stt=SttConfig(partials=partials, partial_interval_ms=200),
+        turn=TurnConfig(silence_ms=silence_ms, complete_ms=complete_ms, threshold=0.5, speculative=True),
+        playout=PlayoutConfig(lead_ms=lead_ms, chunk_ms=125),
+    )
+
+
+@pytest.fixture
+def make_fakes() -> Iterator[MakeFakes]:
+    made: list[FakeEngines] = []
+
+    def make(**kwargs: Any) -> FakeEngines:
+        fakes = FakeEngines(**kwargs)
+        made.append(fakes)
+        return fakes
+
+    yield make
+    for fakes in made:
+        fakes.close()
+
+
+@contextlib.asynccontextmanager
+async def running(fakes: FakeEngines, config: Config, clock: VirtualClock | None = None) -> AsyncIterator[tuple[Session, EventLog]]:
+    session = Session(fakes.engines, config, clock=clock or VirtualClock(), session_id="sess_test")
+    await session.start()
+    log = EventLog(session)
+    log.start()
+    try:
+        yield session, log
+    finally:
+        await session.aclose()
+        await log.finished()
+
+
+async def say_turn(session: Session, speech_ms: float = 320, silence_ms: float = 640) -> None:
+    """Speak, then stay silent long enough for any turn to be confirmed."""
+    await speak(session, speech_ms)
+    await pause(session, silence_ms)
+
+
+def tokens(text: str) -> list[str]:
+    """Word-by-word pieces, as an LLM streams them."""
+    words = text.split(" ")
+    return [words[0]] + [" " + w for w in words[1:]]
+
+
+def assert_in_order(log: EventLog, *indices: int) -> None:
+    assert list(indices) == sorted(indices), log.describe()
+
+
+# --------------------------------------------------------------------------- (a) a plain turn
+
+
+def test_speech_then_silence_gets_an_answer(run: Run, make_fakes: MakeFakes) -> None:
+    reply = "It is sunny. Take a hat."
+    fakes = make_fakes(stt=FakeStt(["what is the weather"]), llm=FakeLlm([tokens(reply)]), turn=FakeTurn(0.9))
+
+    async def main() -> None:
+        async with running(fakes, make_config()) as (session, log):
+            await pause(session, 160)
+            await say_turn(session)
+            i_done, done = await log.wait_type(ResponseDone)
+            i_start, started = await log.wait_type(InputSpeechStarted)
+            i_stop, stopped = await log.wait_type(InputSpeechStopped)
+            i_commit, committed = await log.wait_type(InputCommitted)
+            i_text, transcript = await log.wait_type(InputTranscriptDone)
+            i_created, created = await log.wait_type(ResponseCreated)
+            i_words, _ = await log.wait_type(OutputTranscriptDelta)
+            i_audio, _ = await log.wait_type(AudioDelta)
+            assert_in_order(log, i_start, i_stop, i_commit, i_text, i_created, i_words, i_audio, i_done)
+
+            # the user item: speech from 160 ms (after 5 quiet windows) to 480 ms
+            assert started.audio_ms == 160.0
+            assert stopped.audio_ms == 480.0
+            assert committed.item_id == started.item_id == stopped.item_id == transcript.item_id
+            assert committed.previous_item_id is None
+            assert transcript.text == "what is the weather"
+
+            # the response
+            assert created.previous_item_id == started.item_id
+            assert done.status is ResponseStatus.COMPLETED
+            assert (done.response_id, done.item_id) == (created.response_id, created.item_id)
+            assert done.text == reply
+            deltas = log.of_type(AudioDelta)
+            assert all((d.response_id, d.item_id, d.rate) == (created.response_id, created.item_id, 24000) for d in deltas)
+            total = sum(len(d.pcm) for d in deltas)
+            assert total == fakes.tts.samples_for("It is sunny.") + fakes.tts.samples_for("Take a hat.")  # 6 words, 750 ms
+            assert done.audio_ms == pytest.approx(total * 1000 / 24000)
+            offsets = [d.offset_ms for d in deltas]
+            expected_offsets = [sum(len(d.pcm) for d in deltas[:i]) * 1000 / 24000 for i in range(len(deltas))]
+            assert offsets == pytest.approx(expected_offsets)
+            assert [e.text for e in log.of_type(OutputTranscriptDelta)] == ["It is sunny. ", "Take a hat."]
+            [metrics] = log.of_type(TurnMetrics)
+            assert metrics.response_id == created.response_id
+            assert set(metrics.spans) == set(MARKS[1:])
+
+            # history: [user, assistant] with the right texts
+            items = session.history.items
+            assert [type(i) for i in items] == [UserItem, AssistantItem]
+            assert (items[0].id, items[0].text) == (started.item_id, "what is the weather")
+            assert isinstance(items[1], AssistantItem)
+            assert (items[1].id, items[1].text, items[1].status) == (created.item_id, reply, "completed")
+
+            # the backends were called as expected, each in its own executor
+            [call] = fakes.llm.calls.items
+            assert call.messages == (Message("system", INSTRUCTIONS), Message("user", "what is the weather"))
+            assert fakes.tts.calls.items == ["It is sunny.", "Take a hat."]
+            [stt] = fakes.stt.calls.items
+            # the segment with 96 ms of prefix padding and 96 ms of tail: 64..576 ms
+            assert stt.samples == 512 * 16
+            assert stt.language == "en"
+            assert stt.thread.startswith("fake-stt")
+            assert len(fakes.turn.calls) == 1
+            assert all(name.startswith("fake-vad") for name in fakes.vad.threads.items)
+            assert len(log.of_type(ResponseCreated)) == 1
+            assert len(log.of_type(ErrorEvent)) == 0
+
+    run(main(), 20)
+
+
+def test_partial_transcripts_while_speaking(run: Run, make_fakes: MakeFakes) -> None:
+    fakes = make_fakes(stt=FakeStt(respond=lambda audio: f"words {len(audio)}"))
+
+    async def main() -> None:
+        async with running(fakes, make_config(partials=True)) as (session, log):
+            await pause(session, 160)
+            await speak(session, 960)
+            _, started = await log.wait_type(InputSpeechStarted)
+            i_partial, partial = await log.wait_type(InputTranscriptDelta)
+            assert partial.item_id == started.item_id
+            assert partial.text.startswith("words ")
+            await pause(session, 640)
+            i_final, final = await log.wait_type(InputTranscriptDone)
+            assert i_partial < i_final
+            assert final.item_id == started.item_id
+            # the final decode covers the whole segment, so it is longer than any partial
+            partial_lengths = [int(p.text.split()[1]) for p in log.of_type(InputTranscriptDelta)]
+            assert int(final.text.split()[1]) > max(partial_lengths)
+            assert session.stt.decodes >= 2
+
+    run(main(), 20)
+
+
+# --------------------------------------------------------------------------- (b) barge-in
+
+
+REPLY = "Alpha bravo charlie delta, echo foxtrot golf hotel india juliet kilo lima. Mike november oscar papa quebec romeo sierra tango."
+REPLY_WORDS = REPLY.split()
+
+
+@dataclass
+class BargeIn:
+    session_items: list[Any]
+    log: EventLog
+    first: ResponseCreated
+    cleared: PlaybackCleared
+    cancelled: ResponseDone
+    second_done: ResponseDone
+    barge_start: InputSpeechStarted
+    prompts: list[Any]
+    indices: dict[str, int]
+
+
+async def barge_in_scenario(fakes: FakeEngines) -> BargeIn:
+    """A long reply paced at 125 ms a chunk with 125 ms lead; the user speaks at 750 ms of playback.
+
+    By then 8 chunks (1000 ms: all of clause 0 and half of clause 1) were sent and 750 ms played.
+    """
+    clock = VirtualClock()
+    async with running(fakes, make_config(lead_ms=125), clock) as (session, log):
+        await pause(session, 160)
+        await say_turn(session)
+        _, first = await log.wait_type(ResponseCreated)
+        # two chunks go at once (the first, and the next within the lead), then one per 125 ms
+        await log.wait_type(AudioDelta, offset_ms=125.0)
+        for k in range(2, 8):
+            clock.advance(CHUNK_S)
+            await log.wait_type(AudioDelta, offset_ms=125.0 * k)
+        assert clock.now() == 0.75
+        assert not [d for d in log.of_type(AudioDelta) if d.offset_ms > 875.0]
+        # a 64 ms blip is not enough to interrupt (barge_in_ms is 96) ...
+        await speak(session, 64)
+        await pause(session, 64)
+        # ... 128 ms of speech is
+        await speak(session, 128)
+        i_cleared, cleared = await log.wait_type(PlaybackCleared)
+        i_cancelled, cancelled = await log.wait_type(ResponseDone, response_id=first.response_id)
+        i_barge, barge_start = await log.wait_type(InputSpeechStarted, after=i_cleared - 1)
+        await pause(session, 640)
+        i_second, second_done = await log.wait_type(ResponseDone, after=i_cancelled + 1)
+        return BargeIn(
+            session_items=list(session.history.items),
+            log=log,
+            first=first,
+            cleared=cleared,
+            cancelled=cancelled,
+            second_done=second_done,
+            barge_start=barge_start,
+            prompts=fakes.llm.calls.items,
+            indices={"cleared": i_cleared, "cancelled": i_cancelled, "barge": i_barge, "second": i_second},
+        )
+
+
+def barge_in_fakes(make_fakes: MakeFakes) -> FakeEngines:
+    return make_fakes(
+        stt=FakeStt(["tell me a story", "stop please"]),
+        llm=FakeLlm([tokens(REPLY), ["Okay", "."]]),
+        tts=FakeTts(ms_per_word=125.0),
+        turn=FakeTurn(0.9),
+    )
+
+
+def test_barge_in_clears_playback_and_cancels_the_response(run: Run, make_fakes: MakeFakes) -> None:
+    fakes = barge_in_fakes(make_fakes)
+    r = run(barge_in_scenario(fakes), 20)
+    log, idx = r.log, r.indices
+
+    # the client is told to drop its buffer, with the position it had reached
+    assert (r.cleared.response_id, r.cleared.item_id) == (r.first.response_id, r.first.item_id)
+    assert r.cleared.heard_ms == 750.0
+    assert r.cancelled.status is ResponseStatus.CANCELLED
+    assert r.cancelled.reason == "turn_detected"
+    assert r.cancelled.audio_ms == 1000.0  # what was sent
+    assert idx["cleared"] < idx["cancelled"] < idx["barge"]
+    # the blip did not start a turn: the barge-in speech starts at the 128 ms burst
+    assert r.barge_start.audio_ms == 160 + 320 + 640 + 64 + 64
+    assert len(log.of_type(InputSpeechStarted)) == 2
+    # nothing more of the interrupted response reached the client
+    late = [e for e in log.events[idx["cleared"] :] if isinstance(e, AudioDelta | OutputTranscriptDelta) and e.gen == r.first.gen]
+    assert late == []
+    assert sum(len(d.pcm) for d in log.of_type(AudioDelta) if d.response_id == r.first.response_id) == 24000  # 1000 ms
+
+    # the history holds a strict word-prefix of the reply, and the next prompt uses exactly that
+    user1, assistant1, user2, assistant2 = r.session_items
+    assert isinstance(assistant1, AssistantItem) and isinstance(assistant2, AssistantItem)
+    assert (user1.text, user2.text) == ("tell me a story", "stop please")
+    heard_words = assistant1.text.split()
+    assert 4 <= len(heard_words) < len(REPLY_WORDS)  # all of clause 0 was heard; clause 2 was never sent
+    assert heard_words == REPLY_WORDS[: len(heard_words)]
+    assert "Mike" not in assistant1.text
+    assert assistant1.heard_ms == 750.0
+    assert assistant1.status == "incomplete"
+    assert r.cancelled.text == assistant1.text
+    assert r.second_done.status is ResponseStatus.COMPLETED
+    assert r.second_done.text == assistant2.text == "Okay."
+    assert r.prompts[1].messages == (
+        Message("system", INSTRUCTIONS),
+        Message("user", "tell me a story"),
+        Message("assistant", assistant1.text),
+        Message("user", "stop please"),
+    )
+
+
+def test_barge_in_cuts_history_to_heard_audio(run: Run, make_fakes: MakeFakes) -> None:
+    fakes = barge_in_fakes(make_fakes)
+    r = run(barge_in_scenario(fakes), 20)
+    assistant1 = r.session_items[1]
+    assert isinstance(assistant1, AssistantItem)
+    # 125 ms a word, 750 ms heard: the listener heard exactly the first six words
+    words_heard = int(r.cleared.heard_ms // 125)
+    assert words_heard == 6
+    assert assistant1.text == " ".join(REPLY_WORDS[:words_heard])
+    assert r.cancelled.text == assistant1.text
+
+
+# --------------------------------------------------------------------------- (c) speculation
+
+
+def test_speculative_answer_is_retracted_when_the_user_goes_on(run: Run, make_fakes: MakeFakes) -> None:
+    fakes = make_fakes(
+        stt=FakeStt(["what is the weather", "like in Paris"]),
+        llm=FakeLlm([tokens("Speculative answer."), tokens("Final answer.")]),
+        turn=FakeTurn(0.1),  # never judged complete: only the 320 ms silence confirms
+    )
+
+    async def main() -> None:
+        async with running(fakes, make_config(silence_ms=320)) as (session, log):
+            bumps: list[int] = []
+            session.scope.subscribe(bumps.append)
+            await pause(session, 160)
+            await speak(session, 320)
+            await pause(session, 192)  # the segment ends (96 ms), the turn does not (320 ms)
+            await fakes.tts.calls.wait(1)  # the speculative answer is already being spoken ...
+            assert fakes.llm.calls.items[0].user_text == "what is the weather"
+            assert log.of_type(ResponseCreated) == []  # ... but held back
+            await speak(session, 320)
+            await pause(session, 640)
+            _, done = await log.wait_type(ResponseDone)
+
+            assert bumps == [1, 2, 3]  # speculate, retract, speculate again (and confirm it)
+            [created] = log.of_type(ResponseCreated)
+            assert created.gen == 3
+            assert done.status is ResponseStatus.COMPLETED
+            assert done.text == "Final answer."
+            assert fakes.tts.calls.items == ["Speculative answer.", "Final answer."]
+            # the first speculative generation never reached the client
+            assert {e.gen for e in log.of_type(AudioDelta)} == {3}
+            assert [e.text for e in log.of_type(OutputTranscriptDelta)] == ["Final answer."]
+            # one turn, whose prompt joins both segments
+            assert [c.user_text for c in fakes.llm.calls.items] == ["what is the weather", "what is the weather like in Paris"]
+            assert len(log.of_type(InputSpeechStarted)) == 1
+            [committed] = log.of_type(InputCommitted)
+            [transcript] = log.of_type(InputTranscriptDone)
+            assert transcript.text == "what is the weather like in Paris"
+            assert committed.item_id == transcript.item_id
+            assert [i.text for i in session.history.items] == ["what is the weather like in Paris", "Final answer."]
+            assert session.turn.retractions == 1
+
+    run(main(), 20)
+
+
+# --------------------------------------------------------------------------- (d) failures
+
+
+def test_llm_failure_fails_the_response_and_the_next_turn_is_answered(run: Run, make_fakes: MakeFakes) -> None:
+    fakes = make_fakes(
+        stt=FakeStt(["first question", "second question"]),
+        llm=FakeLlm([RuntimeError("llm exploded"), tokens("Second answer.")]),
+    )
+
+    async def main() -> None:
+        async with running(fakes, make_config()) as (session, log):
+            await say_turn(session)
+            i_failed, failed = await log.wait_type(ResponseDone)
+            _, error = await log.wait_type(ErrorEvent)
+            assert failed.status is ResponseStatus.FAILED
+            assert failed.reason is not None and "llm exploded" in failed.reason
+            assert failed.text == ""
+            assert error.code == "llm_failed"
+            assert error.kind == "server_error"
+            assert "llm exploded" in error.message
+            [created] = log.of_type(ResponseCreated)
+            assert failed.response_id == created.response_id
+            assert log.of_type(AudioDelta) == []
+
+            await say_turn(session)
+            _, answered = await log.wait_type(ResponseDone, after=i_failed + 1)
+            assert answered.status is ResponseStatus.COMPLETED
+            assert answered.text == "Second answer."
+            # the failed (empty) answer is not in the next prompt
+            assert fakes.llm.calls.items[1].messages == (
+                Message("system", INSTRUCTIONS),
+                Message("user", "first question"),
+                Message("user", "second question"),
+            )
+            assert [(i.role, i.text) for i in session.history.items] == [
+                ("user", "first question"),
+                ("assistant", ""),
+                ("user", "second question"),
+                ("assistant", "Second answer."),
+            ]
+            assert len(log.of_type(ErrorEvent)) == 1
+            assert session.metrics.errors == 1
+            # the failing generator was cleaned up in the LLM's executor
+            assert all(t.startswith("fake-llm") for t in await fakes.llm.closed.wait(2))
+
+    run(main(), 20)
+
+
+def test_tts_failure_fails_the_response_and_the_session_goes_on(run: Run, make_fakes: MakeFakes) -> None:
+    fakes = make_fakes(
+        stt=FakeStt(["one", "two"]),
+        llm=FakeLlm([tokens("Fine, I will say poison now. And more."), tokens("All good.")]),
+        tts=FakeTts(fail_on="poison"),
+    )
+
+    async def main() -> None:
+        async with running(fakes, make_config()) as (session, log):
+            await say_turn(session)
+            i_failed, failed = await log.wait_type(ResponseDone)
+            _, error = await log.wait_type(ErrorEvent)
+            assert failed.status is ResponseStatus.FAILED
+            assert error.code == "tts_failed"
+            assert "poison" in error.message
+            assert "And more" not in fakes.tts.calls.items  # nothing after the failed clause was spoken
+            await say_turn(session)
+            _, answered = await log.wait_type(ResponseDone, after=i_failed + 1)
+            assert answered.status is ResponseStatus.COMPLETED
+            assert answered.text == "All good."
+
+    run(main(), 20)
+
+
+def test_stt_failure_is_reported_and_makes_no_turn(run: Run, make_fakes: MakeFakes) -> None:
+    fakes = make_fakes(stt=FakeStt([RuntimeError("decoder crashed"), "hello again"]), llm=FakeLlm([tokens("Hi.")]))
+
+    async def main() -> None:
+        async with running(fakes, make_config()) as (session, log):
+            await say_turn(session)
+            _, error = await log.wait_type(ErrorEvent)
+            assert error.code == "stt_failed"
+            assert "decoder crashed" in error.message
+            await say_turn(session)
+            _, done = await log.wait_type(ResponseDone)
+            assert done.text == "Hi."
+            assert len(log.of_type(ResponseCreated)) == 1
+            assert [c.user_text for c in fakes.llm.calls.items] == ["hello again"]
+
+    run(main(), 20)
+
+
+# --------------------------------------------------------------------------- (e) manual turns
+
+
+def test_manual_mode_commit_then_create_response(run: Run, make_fakes: MakeFakes) -> None:
+    fakes = make_fakes(stt=FakeStt(["manual words"]), llm=FakeLlm([tokens("Manual reply.")]))
+
+    async def main() -> None:
+        async with running(fakes, make_config()) as (session, log):
+            session.update(turn_detection=None)
+            await speak(session, 320)
+            await pause(session, 160)
+            await session.commit_input()
+            _, transcript = await log.wait_type(InputTranscriptDone)
+            _, committed = await log.wait_type(InputCommitted)
+            assert transcript.text == "manual words"
+            assert committed.item_id == transcript.item_id
+            [stt] = fakes.stt.calls.items
+            assert stt.samples == 480 * 16  # everything appended since the start
+            # no VAD events and no answer of its own in manual mode
+            assert log.of_type(InputSpeechStarted) == []
+            assert log.of_type(InputSpeechStopped) == []
+            assert log.of_type(ResponseCreated) == []
+            assert len(fakes.llm.calls) == 0
+            assert [(i.role, i.text) for i in session.history.items] == [("user", "manual words")]
+
+            response_id = await session.create_response()
+            _, created = await log.wait_type(ResponseCreated)
+            _, done = await log.wait_type(ResponseDone)
+            assert created.response_id == done.response_id == response_id
+            assert created.previous_item_id == committed.item_id
+            assert done.status is ResponseStatus.COMPLETED
+            assert done.text == "Manual reply."
+            [call] = fakes.llm.calls.items
+            assert call.messages == (Message("system", INSTRUCTIONS), Message("user", "manual words"))
+
+    run(main(), 20)
+
+
+def test_manual_mode_clear_drops_buffered_audio(run: Run, make_fakes: MakeFakes) -> None:
+    fakes = make_fakes(stt=FakeStt(["after clear"]))
+
+    async def main() -> None:
+        async with running(fakes, make_config()) as (session, log):
+            session.update(turn_detection=None)
+            await speak(session, 320)
+            await session.clear_input()
+            await log.wait_type(InputCleared)
+            await speak(session, 160)
+            await session.commit_input()
+            await log.wait_type(InputTranscriptDone)
+            [stt] = fakes.stt.calls.items
+            assert stt.samples == 160 * 16  # only the audio after the clear
+
+    run(main(), 20)
+
+
+def test_text_items_and_create_response_with_instructions(run: Run, make_fakes: MakeFakes) -> None:
+    fakes = make_fakes(llm=FakeLlm([tokens("Bonjour.")]))
+
+    async def main() -> None:
+        async with running(fakes, make_config()) as (session, log):
+            earlier = await session.add_text("Earlier answer.", role="assistant")
+            user_id = await session.add_text("Say hello")
+            _, committed = await log.wait_type(InputCommitted, item_id=user_id)
+            assert committed.previous_item_id == earlier
+            response_id = await session.create_response(instructions="Answer in French.")
+            _, done = await log.wait_type(ResponseDone, response_id=response_id)
+            assert done.text == "Bonjour."
+            [call] = fakes.llm.calls.items
+            assert call.messages == (
+                Message("system", "Answer in French."),
+                Message("assistant", "Earlier answer."),
+                Message("user", "Say hello"),
+            )
+
+    run(main(), 20)
+
+
+# --------------------------------------------------------------------------- (f) API edges
+
+
+def test_cancel_with_nothing_active_returns_false(run: Run, make_fakes: MakeFakes) -> None:
+    fakes = make_fakes()
+
+    async def main() -> None:
+        async with running(fakes, make_config()) as (session, log):
+            assert await session.cancel_response() is False
+            assert log.of_type(PlaybackCleared) == []
+
+    run(main(), 10)
+
+
+def test_truncate_and_delete_of_unknown_items_raise(run: Run, make_fakes: MakeFakes) -> None:
+    fakes = make_fakes()
+
+    async def main() -> None:
+        async with running(fakes, make_config()) as (session, _):
+            with pytest.raises(ProtocolError) as info:
+                await session.truncate("item_nope", 100.0)
+            assert (info.value.code, info.value.param) == ("item_not_found", "item_id")
+            user_id = await session.add_text("hello")
+            with pytest.raises(ProtocolError) as info:
+                await session.truncate(user_id, 0.0)
+            assert info.value.code == "invalid_item_type"
+            with pytest.raises(ProtocolError) as info:
+                session.delete_item("item_nope")
+            assert info.value.code == "item_not_found"
+            session.delete_item(user_id)
+            assert session.history.items == []
+
+    run(main(), 10)
+
+
+def test_cancel_response_while_speaking(run: Run, make_fakes: MakeFakes) -> None:
+    fakes = make_fakes(stt=FakeStt(["tell me a story"]), llm=FakeLlm([tokens(REPLY)]))
+    clock = VirtualClock()
+
+    async def main() -> None:
+        async with running(fakes, make_config(lead_ms=125), clock) as (session, log):
+            await say_turn(session)
+            _, created = await log.wait_type(ResponseCreated)
+            await log.wait_type(AudioDelta, offset_ms=125.0)
+            clock.advance(CHUNK_S)
+            await log.wait_type(AudioDelta, offset_ms=250.0)
+            with pytest.raises(ProtocolError) as info:
+                await session.create_response()
+            assert info.value.code == "conversation_already_has_active_response"
+            assert await session.cancel_response() is True
+            _, cleared = await log.wait_type(PlaybackCleared)
+            _, done = await log.wait_type(ResponseDone)
+            assert cleared.heard_ms == 125.0
+            assert done.status is ResponseStatus.CANCELLED
+            assert done.reason == "client_cancelled"
+            assert done.text == "Alpha"  # 125 ms of a 125 ms-a-word reply
+            assert await session.cancel_response() is False
+            assert len(log.of_type(ResponseDone)) == 1
+            assert created.response_id == done.response_id
+
+    run(main(), 20)
+
+
+def test_truncate_cuts_the_item_and_never_grows_it(run: Run, make_fakes: MakeFakes) -> None:
+    fakes = make_fakes(stt=FakeStt(["weather"]), llm=FakeLlm([tokens("It is sunny. Take a hat.")]))
+
+    async def main() -> None:
+        async with running(fakes, make_config()) as (session, log):
+            await say_turn(session)
+            _, done = await log.wait_type(ResponseDone)
+            assert done.audio_ms == 750.0
+            await session.truncate(done.item_id, 250.0)
+            _, truncated = await log.wait_type(ItemTruncated)
+            assert (truncated.item_id, truncated.audio_end_ms, truncated.text) == (done.item_id, 250.0, "It is")
+            await session.truncate(done.item_id, 600.0)
+            _, second = await log.wait_type(ItemTruncated, audio_end_ms=600.0)
+            assert second.text == "It is"  # a larger figure does not grow it back
+            with pytest.raises(ProtocolError) as info:
+                await session.truncate(done.item_id, 5000.0)
+            assert (info.value.code, info.value.param) == ("invalid_audio_end_ms", "audio_end_ms")
+            with pytest.raises(ProtocolError):
+                await session.truncate(done.item_id, -1.0)
+            assert session.history.messages("sys")[-1] == Message("assistant", "It is")
+
+    run(main(), 20)
+
+
+def test_close_ends_events_and_stops_every_stage(run: Run, make_fakes: MakeFakes) -> None:
+    fakes = make_fakes()
+
+    async def main() -> None:
+        session = Session(fakes.engines, make_config(), clock=VirtualClock())
+        async with session:
+            assert session.metrics.sessions_active == 1
+            log = EventLog(session)
+            log.start()
+            await speak(session, 96)
+        await log.finished()  # events() ended
+        assert session.metrics.sessions_active == 0
+        for task in session._tasks:
+            assert task.done()
+        await session.aclose()  # idempotent
+        assert session.metrics.sessions_active == 0
+
+    run(main(), 10)
+
+
+def test_sessions_share_engines_but_not_state(run: Run, make_fakes: MakeFakes) -> None:
+    fakes = make_fakes(stt=FakeStt(default="same words"), llm=FakeLlm(default=tokens("Same reply.")))
+
+    async def main() -> None:
+        async with running(fakes, make_config()) as (a, log_a), running(fakes, make_config()) as (b, log_b):
+            await asyncio.gather(say_turn(a), say_turn(b))
+            _, done_a = await log_a.wait_type(ResponseDone)
+            _, done_b = await log_b.wait_type(ResponseDone)
+            assert done_a.text == done_b.text == "Same reply."
+            assert done_a.response_id != done_b.response_id
+            assert len(a.history.items) == len(b.history.items) == 2
+            assert len(fakes.vad.streams) == 2  # one VAD state per session
+
+    run(main(), 20)
