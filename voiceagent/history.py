@@ -92,6 +92,8 @@ class AssistantItem:
     def cut(self, heard_ms: float) -> None:
         """Keep only what was heard; a later, smaller figure (the client's own) cuts further."""
         heard = max(0.0, min(heard_ms, self.audio_ms))
+        if heard >= self.audio_ms - 1.0:
+            heard = self.audio_ms  # within a millisecond of the end: all of it was heard
         self.heard_ms = heard if self.heard_ms is None else min(self.heard_ms, heard)
 
 

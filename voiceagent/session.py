@@ -80,6 +80,8 @@ log = logging.getLogger(__name__)
 _INBOX = 256  # per stage; ~5 s of 20 ms audio frames before back-pressure reaches the transport
 _OUTBOX = 1024
 _CLOSED = object()
+# Heard and sent audio are sums of different float terms: a finished reply may differ by 1e-12.
+_AUDIBLE_EPS_MS = 1.0
 
 
 @dataclass
@@ -312,7 +314,7 @@ class Session:
         if not resp.done:
             return True
         tl = self.playout.timeline(resp.gen)
-        return tl.heard_ms(self.clock.now()) < tl.sent_ms
+        return tl.heard_ms(self.clock.now()) < tl.sent_ms - _AUDIBLE_EPS_MS
 
     def _response(self, gen: int) -> _Response:
         resp = self._responses.get(gen)
@@ -354,7 +356,7 @@ class Session:
         now = self.clock.now()
         tl = self.playout.timeline(resp.gen)
         heard = tl.heard_ms(now)
-        if not resp.done or heard < tl.sent_ms:
+        if not resp.done or heard < tl.sent_ms - _AUDIBLE_EPS_MS:
             resp.item.cut(heard)
             self.metrics.barge_ins += 1
             await self._emit(
@@ -398,11 +400,12 @@ class Session:
     async def _on_event(self, ev: Event) -> None:
         now = self.clock.now()
         if isinstance(ev, SpeechStarted):
-            if self._agent_audible() and (self.settings.turn_detection is None or self.settings.turn_detection.interrupt_response):
-                await self._interrupt("turn_detected")
+            # speech_started goes first, then the interrupted response's done (OpenAI's order).
             if self._user_item is None:
                 self._user_item = new_id("item")
                 await self._emit(InputSpeechStarted(t=now, gen=ev.gen, session=self.id, item_id=self._user_item, audio_ms=ev.audio_ms))
+            if self._agent_audible() and (self.settings.turn_detection is None or self.settings.turn_detection.interrupt_response):
+                await self._interrupt("turn_detected")
         elif isinstance(ev, TranscriptDelta):
             if self._user_item is not None:
                 await self._emit(InputTranscriptDelta(t=now, gen=ev.gen, session=self.id, item_id=self._user_item, text=ev.text))

@@ -224,7 +224,7 @@ async def barge_in_scenario(fakes: FakeEngines) -> BargeIn:
     async with running(fakes, make_config(lead_ms=125), clock) as (session, log):
         await pause(session, 160)
         await say_turn(session)
-        _, first = await log.wait_type(ResponseCreated)
+        i_first, first = await log.wait_type(ResponseCreated)
         # two chunks go at once (the first, and the next within the lead), then one per 125 ms
         await log.wait_type(AudioDelta, offset_ms=125.0)
         for k in range(2, 8):
@@ -239,7 +239,7 @@ async def barge_in_scenario(fakes: FakeEngines) -> BargeIn:
         await speak(session, 128)
         i_cleared, cleared = await log.wait_type(PlaybackCleared)
         i_cancelled, cancelled = await log.wait_type(ResponseDone, response_id=first.response_id)
-        i_barge, barge_start = await log.wait_type(InputSpeechStarted, after=i_cleared - 1)
+        i_barge, barge_start = await log.wait_type(InputSpeechStarted, after=i_first)
         await pause(session, 640)
         i_second, second_done = await log.wait_type(ResponseDone, after=i_cancelled + 1)
         return BargeIn(
@@ -275,7 +275,8 @@ def test_barge_in_clears_playback_and_cancels_the_response(run: Run, make_fakes:
     assert r.cancelled.status is ResponseStatus.CANCELLED
     assert r.cancelled.reason == "turn_detected"
     assert r.cancelled.audio_ms == 1000.0  # what was sent
-    assert idx["cleared"] < idx["cancelled"] < idx["barge"]
+    # OpenAI's order: speech_started first, then the interrupted response is cleared and closed.
+    assert idx["barge"] < idx["cleared"] < idx["cancelled"]
     # the blip did not start a turn: the barge-in speech starts at the 128 ms burst
     assert r.barge_start.audio_ms == 160 + 320 + 640 + 64 + 64
     assert len(log.of_type(InputSpeechStarted)) == 2
