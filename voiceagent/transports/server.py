@@ -3,6 +3,9 @@
 Routes:
   ``ws://HOST:PORT/v1/realtime``  OpenAI Realtime protocol (query ``voiceagent_metrics=1`` adds
                                   ``voiceagent.turn_metrics`` events with the per-turn spans)
+  ``ws://HOST:PORT/twilio``       Twilio Media Streams (a phone call)
+  ``GET /twilio/twiml``           the TwiML that connects a call to ``/twilio``
+  ``GET /``                       the browser microphone page (and its scripts)
   ``GET /healthz``                ``ok`` once models are loaded
   ``GET /metrics``                Prometheus text exposition
 
@@ -29,16 +32,24 @@ from voiceagent.config import Config
 from voiceagent.metrics import Metrics
 from voiceagent.session import Session
 from voiceagent.transports.realtime import RealtimeConnection
+from voiceagent.transports.twilio import TwilioConnection
+from voiceagent.transports.twilio_codec import stream_url, twiml
+from voiceagent.web import static_file
 
 __all__ = ["VoiceAgentServer"]
 
 log = logging.getLogger(__name__)
 
 REALTIME_PATH = "/v1/realtime"
+TWILIO_PATH = "/twilio"
+TWIML_PATH = "/twilio/twiml"
 
 
 def _text(status: http.HTTPStatus, body: str, content_type: str = "text/plain; charset=utf-8") -> Response:
-    data = body.encode("utf-8")
+    return _bytes(status, body.encode("utf-8"), content_type)
+
+
+def _bytes(status: http.HTTPStatus, data: bytes, content_type: str) -> Response:
     headers = Headers([("Content-Type", content_type), ("Content-Length", str(len(data))), ("Connection", "close")])
     return Response(status.value, status.phrase, headers, data)
 
@@ -98,7 +109,7 @@ class VoiceAgentServer:
 
     def _route(self, connection: ServerConnection, request: Request) -> Response | None:
         path = urlsplit(request.path).path
-        if path == REALTIME_PATH:
+        if path in (REALTIME_PATH, TWILIO_PATH):
             if len(self.sessions) >= self.config.server.max_sessions:
                 return _text(http.HTTPStatus.SERVICE_UNAVAILABLE, "too many sessions\n")
             return None  # go on with the WebSocket handshake
@@ -106,6 +117,16 @@ class VoiceAgentServer:
             return _text(http.HTTPStatus.OK, "ok\n")
         if path == "/metrics":
             return _text(http.HTTPStatus.OK, self.metrics.render(), "text/plain; version=0.0.4")
+        if path == TWIML_PATH:
+            try:
+                url = stream_url(self.config.server.public_url, request.headers.get("Host"), request.headers.get("X-Forwarded-Proto"))
+            except ValueError as exc:
+                return _text(http.HTTPStatus.BAD_REQUEST, f"{exc}\n")
+            return _text(http.HTTPStatus.OK, twiml(url), "text/xml; charset=utf-8")
+        static = static_file(path)
+        if static is not None:
+            body, content_type = static
+            return _bytes(http.HTTPStatus.OK, body, content_type)
         return _text(http.HTTPStatus.NOT_FOUND, f"no route for {path}\n")
 
     async def _handle(self, ws: ServerConnection) -> None:
@@ -116,8 +137,12 @@ class VoiceAgentServer:
         self.sessions.add(session)
         try:
             await session.start()
-            conn = RealtimeConnection(ws, session, self.engines.tts.sample_rate, send_metrics=query.get("voiceagent_metrics") == ["1"])
-            log.info("session %s opened from %s", session.id, ws.remote_address)
+            conn: RealtimeConnection | TwilioConnection
+            if parts.path == TWILIO_PATH:
+                conn = TwilioConnection(ws, session, self.engines.tts.sample_rate)
+            else:
+                conn = RealtimeConnection(ws, session, self.engines.tts.sample_rate, send_metrics=query.get("voiceagent_metrics") == ["1"])
+            log.info("session %s opened on %s from %s", session.id, parts.path, ws.remote_address)
             await conn.run()
         finally:
             await session.aclose()

@@ -1,0 +1,256 @@
+"""The Twilio Media Streams bridge, end to end: real models, a real server, a scripted phone call.
+
+The caller (clients/twilio_call.py) behaves as Twilio does: 20 ms μ-law frames in real time with
+string-typed numbers, and marks echoed only once the audio before them has played.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import importlib.util
+import json
+import sys
+import time
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from websockets.asyncio.client import connect
+from websockets.exceptions import ConnectionClosed
+
+from voiceagent.audio import read_wav, resample
+from voiceagent.config import Config, ServerConfig
+from voiceagent.history import AssistantItem, UserItem
+from voiceagent.replay import speech_turns
+from voiceagent.session import Session
+from voiceagent.transports.server import VoiceAgentServer
+
+pytestmark = pytest.mark.models
+
+ROOT = Path(__file__).resolve().parents[2]
+SCALE = float(__import__("os").environ.get("VOICEAGENT_TEST_TIMEOUT_SCALE", "1"))
+
+
+def _load_call_module() -> Any:
+    spec = importlib.util.spec_from_file_location("twilio_call", ROOT / "clients" / "twilio_call.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["twilio_call"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+twilio_call = _load_call_module()
+FakeTwilioCall = twilio_call.FakeTwilioCall
+
+
+def _config(**server: Any) -> Config:
+    return dataclasses.replace(Config(), server=ServerConfig(port=0, **server))
+
+
+def _twilio_url(server: VoiceAgentServer) -> str:
+    return f"ws://127.0.0.1:{server.port}/twilio"
+
+
+def _only_session(server: VoiceAgentServer) -> Session:
+    assert len(server.sessions) == 1, f"expected one live session, found {len(server.sessions)}"
+    return next(iter(server.sessions))
+
+
+def _words(text: str) -> set[str]:
+    return {w.strip(".,!?;:'\"").lower() for w in text.split() if len(w.strip(".,!?;:'\"")) > 2}
+
+
+def _frame_time(call: Any, first_frame: int, offset_s: float) -> float:
+    """Wall time at which the caller sent the frame ``offset_s`` into an utterance (or now, if not yet)."""
+    index = first_frame + int(offset_s / 0.02)
+    return call.frame_times[index] if index < len(call.frame_times) else time.monotonic()
+
+
+def test_twilio_call_gets_a_spoken_answer(engines: Any, speech: dict[str, Path], run: Callable[..., Any]) -> None:
+    pcm, rate = read_wav(speech["capital"])
+
+    async def scenario() -> tuple[Any, Session]:
+        async with VoiceAgentServer(_config(), engines) as server, FakeTwilioCall(_twilio_url(server)) as call:
+            await call.say(pcm, rate)
+            await call.wait_until(lambda: call.quiet_for(1.5), 60 * SCALE)
+            return call, _only_session(server)
+
+    call, session = run(scenario(), timeout=90)
+    users = [i for i in session.history.items if isinstance(i, UserItem)]
+    replies = [i for i in session.history.items if isinstance(i, AssistantItem)]
+    assert users and {"capital", "france"} & _words(users[0].text), users
+    assert replies and replies[0].status == "completed" and replies[0].text, replies
+    reply = replies[0]
+    # All of the reply reached the phone and played: every mark came back, nothing was cleared.
+    assert call.clears == []
+    assert call.marks_sent > 0 and call.marks_echoed == call.marks_sent
+    assert abs(call.received_ms - reply.audio_ms) < 60, (call.received_ms, reply.audio_ms)
+    assert reply.heard_ms is None
+    # The audio really is the reply: transcribing what the handset played finds its words.
+    heard = call.heard_audio()
+    assert len(heard) / 8000 > 0.5
+    text = engines.stt.transcribe((resample(heard, 8000, 16000).astype(np.float32) / 32768.0).astype(np.float32), "en")
+    assert _words(text) & _words(reply.text), (text, reply.text)
+
+
+def test_twilio_barge_in_clears_and_cuts_history_to_played_audio(engines: Any, speech: dict[str, Path], run: Callable[..., Any]) -> None:
+    question, q_rate = read_wav(speech["long_story"])
+    interruption, i_rate = read_wav(speech["capital"])
+    onset_s, speech_end_s = speech_turns(interruption, i_rate)[0]  # the fixture has silence around its speech
+    barge_in_s = Config().vad.barge_in_ms / 1000.0
+
+    async def scenario() -> dict[str, Any]:
+        async with VoiceAgentServer(_config(), engines) as server, FakeTwilioCall(_twilio_url(server)) as call:
+            await call.say(question, q_rate)
+            # A caller who talks over the agent once they have heard a second of its answer.
+            await call.wait_until(lambda: call.heard_ms >= 1000, 60 * SCALE)
+            started: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+            said = asyncio.create_task(call.say(interruption, i_rate, started))
+            first_frame = await started
+            await call.wait_until(lambda: bool(call.clears), 20 * SCALE)
+            clear_wall = call.clears[0]
+            await said
+            interruption_end = time.monotonic()
+            session = _only_session(server)
+            item = next(i for i in session.history.items if isinstance(i, AssistantItem))
+            cut = {"heard_ms": item.heard_ms, "audio_ms": item.audio_ms, "text": item.text, "full": item.full_text}
+            # The conversation goes on: the interruption is answered.
+            await call.wait_until(lambda: any(t > interruption_end for t in call.media_times) and call.quiet_for(1.0), 60 * SCALE)
+            return {
+                "cut": cut,
+                # On the audio's own timeline: speech frames the caller had sent when `clear` came.
+                "clear_after_s": (call.clear_frames[0] - first_frame) * 0.02 - onset_s,
+                "heard_at_clear": call.heard_ms_at_clear[0],
+                # Until the interruption's last word, any audio could only be the interrupted answer.
+                "stale_media": [
+                    round(t - clear_wall, 3) for t in call.media_times if clear_wall < t <= _frame_time(call, first_frame, speech_end_s)
+                ],
+                "clears": len(call.clears),
+                "replies": [i.text for i in session.history.items if isinstance(i, AssistantItem)],
+            }
+
+    r = run(scenario(), timeout=150)
+    cut = r["cut"]
+    # `clear` came promptly: within the barge-in window plus VAD and resampler buffering, and one
+    # 100 ms playout chunk, of the caller starting to speak.
+    assert 0 < r["clear_after_s"] < barge_in_s + 0.5 * SCALE, r
+    # After the clear, no audio of the interrupted answer reached the phone.
+    assert r["stale_media"] == [], r
+    assert r["clears"] == 1
+    # The stored assistant turn is cut to exactly what the marks say was played.
+    assert cut["heard_ms"] is not None and cut["heard_ms"] < cut["audio_ms"] - 200, cut
+    assert abs(cut["heard_ms"] - r["heard_at_clear"]) < 2, (cut, r["heard_at_clear"])
+    assert r["heard_at_clear"] >= 1000
+    assert len(cut["text"]) < len(cut["full"]) and cut["full"].startswith(cut["text"].split(" ")[0]), cut
+    assert len(r["replies"]) >= 2 and r["replies"][-1], r["replies"]
+
+
+def test_twiml_document(engines: Any, run: Callable[..., Any]) -> None:
+    async def fetch(server: VoiceAgentServer, host: str | None = None) -> tuple[str, str]:
+        req = urllib.request.Request(f"http://127.0.0.1:{server.port}/twilio/twiml")
+        if host:
+            req.add_header("Host", host)
+            req.add_header("X-Forwarded-Proto", "https")
+
+        def get() -> tuple[str, str]:
+            with urllib.request.urlopen(req, timeout=5) as resp:
+                return resp.headers["Content-Type"], resp.read().decode()
+
+        return await asyncio.to_thread(get)
+
+    async def scenario() -> list[tuple[str, str]]:
+        async with (
+            VoiceAgentServer(_config(), engines) as derived,
+            VoiceAgentServer(_config(public_url="https://voice.example.com/"), engines) as fixed,
+        ):
+            return [await fetch(derived, "abc123.ngrok.app"), await fetch(fixed)]
+
+    (ctype, body), (ctype2, body2) = run(scenario(), timeout=20)
+    assert ctype.startswith("text/xml") and ctype2.startswith("text/xml")
+    assert '<Response><Connect><Stream url="wss://abc123.ngrok.app/twilio"/></Connect></Response>' in body
+    assert '<Stream url="wss://voice.example.com/twilio"/>' in body2
+
+
+BAD_FRAMES: list[tuple[str, list[str | bytes], int, str]] = [
+    ("not json", ["{nope"], 1008, "invalid_json"),
+    ("media before start", [json.dumps({"event": "media", "streamSid": "MZ1", "media": {"payload": ""}})], 1008, "not_started"),
+    ("unknown event", [json.dumps({"event": "connected"}), json.dumps({"event": "bogus", "streamSid": "MZ1"})], 1008, "unknown_event"),
+    ("binary frame", [b"\x00\x01"], 1003, "binary"),
+    (
+        "wrong format",
+        [
+            json.dumps(
+                {
+                    "event": "start",
+                    "sequenceNumber": "1",
+                    "start": {"streamSid": "MZ1", "mediaFormat": {"encoding": "audio/x-l16", "sampleRate": "16000"}},
+                }
+            )
+        ],
+        1008,
+        "unsupported_format",
+    ),
+]
+START = json.dumps(
+    {"event": "start", "sequenceNumber": "1", "streamSid": "MZ1", "start": {"streamSid": "MZ1", "callSid": "CA1", "tracks": ["inbound"]}}
+)
+BAD_FRAMES += [
+    (
+        "bad base64",
+        [START, json.dumps({"event": "media", "sequenceNumber": "2", "streamSid": "MZ1", "media": {"payload": "!!not base64!!"}})],
+        1008,
+        "invalid_audio",
+    ),
+    (
+        "bad sequence number",
+        [START, json.dumps({"event": "mark", "sequenceNumber": "two", "streamSid": "MZ1", "mark": {"name": "x"}})],
+        1008,
+        "sequenceNumber",
+    ),
+    (
+        "mark never sent",
+        [START, json.dumps({"event": "mark", "sequenceNumber": "2", "streamSid": "MZ1", "mark": {"name": "x"}})],
+        1008,
+        "unknown_mark",
+    ),
+    ("another stream", [START, json.dumps({"event": "dtmf", "streamSid": "MZ2", "dtmf": {"digit": "1"}})], 1008, "wrong_stream"),
+]
+
+
+def test_malformed_twilio_frames_close_that_call_only(engines: Any, speech: dict[str, Path], run: Callable[..., Any]) -> None:
+    pcm, rate = read_wav(speech["capital"])
+
+    async def scenario() -> tuple[list[tuple[str, int | None, str]], bool, int]:
+        results = []
+        async with VoiceAgentServer(_config(), engines) as server:
+            url = _twilio_url(server)
+            async with connect(url) as bystander:  # another call, open throughout
+                await bystander.send(START)
+                for name, frames, _, _ in BAD_FRAMES:
+                    async with connect(url) as ws:
+                        for frame in frames:
+                            await ws.send(frame)
+                        with contextlib.suppress(ConnectionClosed):
+                            await asyncio.wait_for(ws.recv(), 10 * SCALE)
+                        results.append((name, ws.close_code, ws.close_reason or ""))
+                await bystander.send(json.dumps({"event": "dtmf", "streamSid": "MZ1", "dtmf": {"track": "inbound_track", "digit": "5"}}))
+                await bystander.ping()
+                bystander_alive = bystander.close_code is None
+            # And a proper call after all that still gets an answer.
+            async with FakeTwilioCall(url) as call:
+                await call.say(pcm, rate)
+                await call.wait_until(lambda: call.quiet_for(1.0), 60 * SCALE)
+            return results, bystander_alive, len(call.segments)
+
+    results, bystander_alive, segments = run(scenario(), timeout=120)
+    for (name, code, reason), (_, _, want_code, want_reason) in zip(results, BAD_FRAMES, strict=True):
+        assert code == want_code, (name, code, reason)
+        assert want_reason in reason, (name, reason)
+    assert bystander_alive
+    assert segments > 0
