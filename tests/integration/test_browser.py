@@ -1,0 +1,232 @@
+"""The browser page, in a real headless Chromium, against a real server with the real models.
+
+Chromium's fake capture device plays a WAV file as the microphone (it loops the file, so each
+test's file ends in a long silence and the assertions only need the first pass).  The page
+exposes counters on ``window.voiceagent``; the server's history is read from ``server.sessions``.
+Screenshots go to artifacts/ (and to docs/browser.png when it is missing or
+``VOICEAGENT_UPDATE_SCREENSHOT=1``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+import zipfile
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from voiceagent.audio import read_wav, write_wav
+from voiceagent.config import Config, ServerConfig
+from voiceagent.history import AssistantItem
+from voiceagent.transports.server import VoiceAgentServer
+from voiceagent.web import PAGES
+
+ROOT = Path(__file__).resolve().parents[2]
+ARTIFACTS = ROOT / "artifacts"
+DOCS_SHOT = ROOT / "docs" / "browser.png"
+CHROMIUM = os.environ.get("VOICEAGENT_CHROMIUM", "/usr/bin/chromium")
+SCALE = float(os.environ.get("VOICEAGENT_TEST_TIMEOUT_SCALE", "1"))
+MS = 1000 * SCALE  # Playwright timeouts are in milliseconds
+
+try:
+    from playwright.async_api import async_playwright
+except ModuleNotFoundError:  # the `clients` extra is not installed
+    async_playwright = None
+browser = pytest.mark.skipif(
+    async_playwright is None or not Path(CHROMIUM).exists(),
+    reason=f"needs playwright (pip install 'voiceagent[clients]') and Chromium at {CHROMIUM} (scripts/setup.sh installs both)",
+)
+
+# Without the background-networking flags Chromium's own connections are refused on a closed
+# network and slow everything down.
+FLAGS = [
+    "--use-fake-ui-for-media-stream",
+    "--use-fake-device-for-media-stream",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--autoplay-policy=no-user-gesture-required",
+]
+
+
+def _wav(path: Path, *parts: tuple[Path, float]) -> Path:
+    """Concatenate fixtures, each followed by the given seconds of silence, into a 16 kHz WAV."""
+    chunks = []
+    for fixture, silence_s in parts:
+        pcm, rate = read_wav(fixture)
+        assert rate == 16000
+        chunks += [pcm, np.zeros(int(silence_s * rate), dtype=np.int16)]
+    write_wav(path, np.concatenate(chunks), 16000)
+    return path
+
+
+@asynccontextmanager
+async def _page(server: VoiceAgentServer, microphone: Path, profile: Path, query: str = "") -> AsyncIterator[Any]:
+    assert async_playwright is not None
+    async with async_playwright() as pw:
+        context = await pw.chromium.launch_persistent_context(
+            str(profile),  # a fresh --user-data-dir
+            executable_path=CHROMIUM,
+            headless=True,
+            args=[*FLAGS, f"--use-file-for-fake-audio-capture={microphone}"],
+            viewport={"width": 860, "height": 640},
+        )
+        try:
+            page = context.pages[0] if context.pages else await context.new_page()
+            page.on("pageerror", lambda exc: PAGE_ERRORS.append(str(exc)))
+            await page.goto(f"http://127.0.0.1:{server.port}/{query}")
+            yield page
+        finally:
+            await context.close()
+
+
+PAGE_ERRORS: list[str] = []  # uncaught script errors of the page under test
+
+
+def _save(png: bytes, name: str) -> None:
+    ARTIFACTS.mkdir(exist_ok=True)
+    (ARTIFACTS / name).write_bytes(png)
+
+
+def _config() -> Config:
+    return dataclasses.replace(Config(), server=ServerConfig(port=0))
+
+
+@pytest.mark.models
+@browser
+def test_browser_conversation(engines: Any, speech: dict[str, Path], run: Callable[..., Any], tmp_path: Path) -> None:
+    mic = _wav(tmp_path / "mic.wav", (speech["capital"], 10.0))
+    PAGE_ERRORS.clear()
+
+    async def scenario() -> dict[str, Any]:
+        async with VoiceAgentServer(_config(), engines) as server, _page(server, mic, tmp_path / "profile") as page:
+            await page.click("#start")
+            await page.wait_for_function("() => voiceagent.state === 'connected'", timeout=20 * MS)
+            # A reply was transcribed, spoken and played, and its latency shown.
+            await page.wait_for_function(
+                "() => voiceagent.assistant.some(a => a.status === 'completed' && a.text) && voiceagent.metrics.length > 0",
+                timeout=60 * MS,
+            )
+            await page.wait_for_function(
+                "() => voiceagent.playedMs >= voiceagent.receivedMs - 1 && voiceagent.playedMs > 0", timeout=30 * MS
+            )
+            stats = await page.evaluate("() => JSON.parse(JSON.stringify(voiceagent))")
+            transcript = await page.inner_text("#transcript")
+            latency = await page.inner_text("#latency")
+            _save(await page.screenshot(full_page=True), "browser-conversation.png")
+            # Mute silences the microphone track; Stop closes the connection and the session.
+            await page.click("#mute")
+            muted = await page.evaluate("() => voiceagent.audio().track.every(t => !t.enabled)")
+            pressed = await page.get_attribute("#mute", "aria-pressed")
+            await page.click("#stop")
+            await page.wait_for_function("() => voiceagent.state === 'closed'", timeout=10 * MS)
+            deadline = time.monotonic() + 10 * SCALE
+            while server.sessions:  # the server notices the close on its own; no event announces it
+                if time.monotonic() > deadline:
+                    break
+                await page.wait_for_timeout(20)
+            return {
+                "stats": stats,
+                "transcript": transcript,
+                "latency": latency,
+                "muted": muted and pressed == "true",
+                "sessions_left": len(server.sessions),
+                "errors": list(PAGE_ERRORS),
+            }
+
+    r = run(scenario(), timeout=150)
+    stats = r["stats"]
+    assert re.search(r"capital|france", r["transcript"], re.IGNORECASE), r["transcript"]
+    assert any(re.search(r"capital|france", u, re.IGNORECASE) for u in stats["user"]), stats["user"]
+    reply = next(a for a in stats["assistant"] if a["status"] == "completed")
+    assert reply["text"] and reply["text"] in r["transcript"]
+    assert stats["receivedMs"] > 500 and stats["playedMs"] >= stats["receivedMs"] - 1, stats
+    assert stats["sentMs"] > 3000
+    assert re.fullmatch(r"\d+ ms", r["latency"]), r["latency"]
+    assert stats["metrics"][0]["first_audio_sent"] > 0
+    assert stats["errors"] == [] and r["errors"] == []
+    assert r["muted"]
+    assert r["sessions_left"] == 0
+
+
+@pytest.mark.models
+@browser
+def test_browser_barge_in_truncates_to_played_audio(engines: Any, speech: dict[str, Path], run: Callable[..., Any], tmp_path: Path) -> None:
+    # A long question, a pause in which the answer starts playing, then the user talks over it.
+    mic = _wav(tmp_path / "mic.wav", (speech["long_story"], 3.0), (speech["capital"], 8.0))
+    PAGE_ERRORS.clear()
+
+    async def scenario() -> dict[str, Any]:
+        async with VoiceAgentServer(_config(), engines) as server, _page(server, mic, tmp_path / "profile") as page:
+            await page.click("#start")
+            await page.wait_for_function("() => voiceagent.truncated.length > 0", timeout=90 * MS)
+            stats = await page.evaluate("() => JSON.parse(JSON.stringify(voiceagent))")
+            session = next(iter(server.sessions))
+            sent = stats["truncates"][0]
+            item = session.history.find(sent["item_id"])
+            assert isinstance(item, AssistantItem)
+            cut = {"heard_ms": item.heard_ms, "audio_ms": item.audio_ms, "text": item.text, "full": item.full_text}
+            # The interruption itself is answered; then the page is shown as it stands.
+            n = len(stats["assistant"])
+            await page.wait_for_function(f"() => voiceagent.assistant.length > {n}", timeout=60 * MS)
+            transcript = await page.inner_text("#transcript")
+            png = await page.screenshot(full_page=True)
+            _save(png, "browser-barge-in.png")
+            if os.environ.get("VOICEAGENT_UPDATE_SCREENSHOT") == "1" or not DOCS_SHOT.exists():
+                DOCS_SHOT.parent.mkdir(exist_ok=True)
+                shutil.copyfile(ARTIFACTS / "browser-barge-in.png", DOCS_SHOT)
+            return {"stats": stats, "cut": cut, "transcript": transcript, "errors": list(PAGE_ERRORS)}
+
+    r = run(scenario(), timeout=200)
+    stats, cut = r["stats"], r["cut"]
+    sent = stats["truncates"][0]
+    # Playback was cut mid-answer: the page had played some of it, not all it received.
+    assert 0 < sent["audio_end_ms"] < stats["receivedMs"], stats
+    # The server's stored turn is cut to exactly what the page said it played.
+    assert cut["heard_ms"] is not None and abs(cut["heard_ms"] - sent["audio_end_ms"]) <= 1.0, (cut, sent)
+    assert cut["heard_ms"] < cut["audio_ms"] and len(cut["text"]) < len(cut["full"]), cut
+    assert stats["truncated"][0] == sent
+    interrupted = next(a for a in stats["assistant"] if a["item_id"] == sent["item_id"])
+    assert interrupted["status"] == "cancelled"
+    assert "interrupted after" in r["transcript"]
+    assert stats["errors"] == [] and r["errors"] == []
+
+
+def test_page_ships_in_the_wheel_and_is_served_from_it(tmp_path: Path) -> None:
+    """A non-editable install carries the page: build the wheel, install it elsewhere, read the files."""
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path), str(ROOT)], check=True, timeout=300)
+    wheel = next(tmp_path.glob("voiceagent-*.whl"))
+    names = set(zipfile.ZipFile(wheel).namelist())
+    assert {f"voiceagent/web/{name}" for name, _ in PAGES.values()} <= names
+    target = tmp_path / "site"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target), str(wheel)], check=True, timeout=300
+    )
+    probe = (
+        "import json, voiceagent.web as w;print(json.dumps({'from': w.__file__, 'sizes': {p: len(w.static_file(p)[0]) for p in w.PAGES}}))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe],
+        env={**os.environ, "PYTHONPATH": str(target)},
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    got = json.loads(out.stdout)
+    assert got["from"].startswith(str(target))
+    assert all(size > 100 for size in got["sizes"].values()), got
