@@ -1,4 +1,4 @@
-"""Command line: ``voiceagent serve | replay | models``.
+"""Command line: ``voiceagent serve | talk | replay | models``.
 
 Every command takes ``--config FILE`` and repeatable ``--set section.key=value``; see
 :mod:`voiceagent.config` for the precedence.  Errors a user can fix (bad configuration, a model
@@ -22,6 +22,7 @@ from voiceagent.backends.registry import load_engines, warm_up
 from voiceagent.config import Config, load_config
 from voiceagent.errors import VoiceAgentError
 from voiceagent.replay import ReplayResult, format_table, replay_file, summarize
+from voiceagent.talk import TalkOptions, run_talk
 from voiceagent.transports.server import VoiceAgentServer
 
 __all__ = ["main"]
@@ -50,13 +51,26 @@ async def _start_server(config: Config) -> VoiceAgentServer:
     warm = await loop.run_in_executor(None, warm_up, engines, config)
     server = VoiceAgentServer(config, engines)
     await server.start()
-    log.info(json.dumps({"event": "ready", "url": server.url, "startup_s": round(time.perf_counter() - t0, 2), "load_s": engines.load_seconds, "warmup_s": warm}))
+    log.info(
+        json.dumps(
+            {
+                "event": "ready",
+                "url": server.url,
+                "startup_s": round(time.perf_counter() - t0, 2),
+                "load_s": engines.load_seconds,
+                "warmup_s": warm,
+            }
+        )
+    )
     return server
 
 
 async def _serve(config: Config) -> None:
     server = await _start_server(config)
     print(f"voiceagent ready: {server.url}", flush=True)
+    print(
+        f"browser: http://{config.server.host}:{server.port}/   phone (Twilio): ws://{config.server.host}:{server.port}/twilio", flush=True
+    )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -103,6 +117,20 @@ def cmd_replay(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_talk(args: argparse.Namespace) -> int:
+    config = _config(args)
+    # The terminal shows the conversation; log lines would interleave with it, so only warnings
+    # go to stderr unless --verbose.
+    level = config.log_level.upper() if args.verbose else "WARNING"
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    options = TalkOptions(url=args.url, input=Path(args.input) if args.input else None, output=Path(args.output) if args.output else None)
+    try:
+        asyncio.run(run_talk(options, config))
+    except KeyboardInterrupt:
+        print("\nbye", flush=True)
+    return 0
+
+
 def cmd_models(args: argparse.Namespace) -> int:
     config = _config(args)
     cache = config.cache_path
@@ -124,11 +152,24 @@ def cmd_models(args: argparse.Namespace) -> int:
             if spec.parts and catalog.status(spec, cache) == "ready":
                 print(f"{spec.key}: sha256 {catalog.verify(spec, cache)} ok")
         return 1 if bad else 0
-    configured = {f"vad.{config.vad.model}", f"stt.{config.stt.model}", f"turn.{config.turn.model}", f"llm.{config.llm.model}", f"tts.{config.tts.model}"}
+    configured = {
+        f"vad.{config.vad.model}",
+        f"stt.{config.stt.model}",
+        f"turn.{config.turn.model}",
+        f"llm.{config.llm.model}",
+        f"tts.{config.tts.model}",
+    }
     rows = [("model", "use", "status", "size", "source package", "licence")]
     for spec in specs.values():
         rows.append(
-            (spec.key, "*" if spec.key in configured else "", catalog.status(spec, cache), f"{spec.size_mb:g} MB", " + ".join(spec.pip_requirements), spec.licence)
+            (
+                spec.key,
+                "*" if spec.key in configured else "",
+                catalog.status(spec, cache),
+                f"{spec.size_mb:g} MB",
+                " + ".join(spec.pip_requirements),
+                spec.licence,
+            )
         )
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for r in rows:
@@ -152,6 +193,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--host", help="address to bind (default 127.0.0.1)")
     p.add_argument("--port", type=int, help="port (default 8765; 0 picks a free one)")
     p.set_defaults(func=cmd_serve)
+
+    p = sub.add_parser("talk", parents=[common], help="talk to the agent through the sound card (or audio files)")
+    p.add_argument("--url", help="a running server's ws://HOST:PORT/v1/realtime (default: run the models in this process)")
+    p.add_argument("--input", metavar="FILE", help="say this audio file instead of using the microphone (any format ffmpeg reads)")
+    p.add_argument("--output", metavar="FILE", help="play the agent into this file instead of the speaker (format from the suffix)")
+    p.add_argument("--verbose", action="store_true", help="show log lines (at the configured log_level)")
+    p.set_defaults(func=cmd_talk)
 
     p = sub.add_parser("replay", parents=[common], help="stream WAV files to a server and time the answers")
     p.add_argument("files", nargs="+", help="16-bit WAV files (any rate)")

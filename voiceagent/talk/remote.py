@@ -1,0 +1,118 @@
+"""``voiceagent talk --url``: the same conversation against a running server, over the OpenAI
+Realtime protocol (24 kHz pcm16 both ways).
+
+Barge-in: on ``input_audio_buffer.speech_started`` the speaker drops its queue at once and a
+``conversation.item.truncate`` tells the server how much of the item was actually played, by the
+speaker's own clock.  Server ``error`` events are printed and the conversation goes on; a server
+that goes away ends it with a :class:`~voiceagent.errors.DeviceError`-style message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import json
+import time
+from typing import Any
+
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
+
+from voiceagent.audio import PIPELINE_RATE, StreamResampler, pcm16_from_bytes
+from voiceagent.errors import VoiceAgentError
+from voiceagent.talk.conversation import Conversation, TalkResult
+from voiceagent.talk.devices import Microphone
+
+__all__ = ["WIRE_RATE", "talk_remote"]
+
+WIRE_RATE = 24000
+
+
+async def talk_remote(url: str, mic: Microphone, conv: Conversation, *, max_tail_s: float = 90.0) -> TalkResult:
+    """Converse with the server at ``url`` until the microphone is exhausted and the talk idle."""
+    if "voiceagent_metrics=" not in url:  # ask a voiceagent server for its per-turn timeline
+        url += ("&" if "?" in url else "?") + "voiceagent_metrics=1"
+    try:
+        ws = await connect(url, max_size=None, open_timeout=10)
+    except (OSError, InvalidHandshake, InvalidURI, TimeoutError) as exc:
+        raise VoiceAgentError(f"cannot connect to {url}: {exc}") from None
+    async with ws:
+        first = json.loads(await ws.recv())
+        if first.get("type") != "session.created":
+            raise VoiceAgentError(f"{url} is not a Realtime endpoint (first event: {first.get('type')!r})")
+        fmt = {"type": "audio/pcm", "rate": WIRE_RATE}
+        await ws.send(
+            json.dumps(
+                {"type": "session.update", "session": {"type": "realtime", "audio": {"input": {"format": fmt}, "output": {"format": fmt}}}}
+            )
+        )
+        reader = asyncio.create_task(_read(ws, conv), name="talk.reader")
+        up = StreamResampler(PIPELINE_RATE, WIRE_RATE, quality="LQ")
+        try:
+            ended: float | None = None
+            async for pcm in mic.frames():
+                wire = up.process(pcm)
+                if len(wire):
+                    audio = base64.b64encode(wire.astype("<i2").tobytes()).decode("ascii")
+                    await ws.send(json.dumps({"type": "input_audio_buffer.append", "audio": audio}))
+                if mic.exhausted:
+                    ended = ended or time.monotonic()
+                    if conv.idle() or time.monotonic() - ended > max_tail_s:
+                        break
+                if reader.done():
+                    break
+        except ConnectionClosed:
+            pass
+        finally:
+            reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError, ConnectionClosed):
+                await reader
+        if ws.close_code not in (None, 1000) and not conv.result.errors:
+            conv.error(f"the server closed the connection (code {ws.close_code}: {ws.close_reason})")
+    return conv.result
+
+
+async def _read(ws: ClientConnection, conv: Conversation) -> None:
+    async for raw in ws:
+        await _apply(ws, conv, json.loads(raw))
+
+
+async def _apply(ws: ClientConnection, conv: Conversation, msg: dict[str, Any]) -> None:
+    kind = msg.get("type")
+    if kind == "input_audio_buffer.speech_started":
+        # Whatever is still playing was talked over (a finished response may still be audible).
+        await _truncate(ws, conv, None)
+        conv.user_speaking()
+    elif kind == "conversation.item.input_audio_transcription.delta":
+        conv.user_delta(msg["item_id"], msg.get("delta", ""))
+    elif kind == "input_audio_buffer.speech_stopped":
+        conv.user_stopped()
+    elif kind == "conversation.item.input_audio_transcription.completed":
+        conv.user_final(msg["item_id"], msg.get("transcript", ""))
+    elif kind == "response.output_item.added":
+        conv.response_started(msg["response_id"], msg["item"]["id"])
+    elif kind in ("response.output_audio_transcript.delta", "response.audio_transcript.delta"):
+        conv.agent_text(msg["item_id"], msg["delta"])
+    elif kind in ("response.output_audio.delta", "response.audio.delta"):
+        conv.audio(msg["response_id"], msg["item_id"], pcm16_from_bytes(base64.b64decode(msg["delta"])), WIRE_RATE)
+    elif kind == "response.done":
+        resp = msg["response"]
+        out = resp.get("output") or [{}]
+        item = out[0]
+        content = item.get("content") or [{}]
+        if resp.get("status") == "cancelled" and item.get("id"):
+            # Barge-in: the server cancels the response just before it reports speech_started.
+            await _truncate(ws, conv, item["id"])
+        conv.response_done(resp["id"], item.get("id", ""), resp.get("status", ""), content[0].get("transcript") or "")
+    elif kind == "voiceagent.turn_metrics":
+        conv.metrics(msg["response_id"], msg.get("spans_ms") or {})
+    elif kind == "error":
+        err = msg.get("error", {})
+        conv.error(f"{err.get('code')}: {err.get('message')}")
+
+
+async def _truncate(ws: ClientConnection, conv: Conversation, item_id: str | None) -> None:
+    for cut in conv.barge_in(item_id):
+        msg = {"type": "conversation.item.truncate", "item_id": cut.item_id, "content_index": 0, "audio_end_ms": int(cut.audio_end_ms)}
+        await ws.send(json.dumps(msg))
