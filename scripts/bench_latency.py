@@ -57,7 +57,8 @@ ABLATIONS = {
     "stt_window_30s": {"stt.window_s": "30"},
     "no_early_decode": {"stt.early_decode": "false"},
     "no_turn_model": {"turn.model": "none"},
-    "no_tts_priority": {"llm.yield_to_tts": "false"},
+    "no_core_ordering": {"llm.yield_to_tts": "false"},
+    "first_clause_at_punctuation_only": {"llm.first_clause_words": "0"},
 }
 QUICK = ("capital", "pause_mid", "two_turns", "piper_egg")
 

@@ -84,6 +84,7 @@ FIXTURES: dict[str, Fixture] = {
             keywords=(("hello",), ("two",), ("thank",)),
         ),
         Fixture("short", ("Good morning.",), voice="en-gb", keywords=(("morning",),)),
+        Fixture("piper_book", ("Can you recommend a good book to read on holiday?",), engine="piper", keywords=(("book",),)),
         Fixture(
             "long_question",
             ("If I travel from London to Paris by train, how long does the journey usually take?",),

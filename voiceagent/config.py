@@ -134,13 +134,16 @@ class LlmConfig:
     temperature: float = 0.0
     instructions: str = DEFAULT_INSTRUCTIONS
     yield_to_tts: bool = True
-    """Pause decoding after the first clause until its audio exists (TTS gets the cores)."""
+    """Order work on the two cores along the critical path (see pipeline/gate.py)."""
+    first_clause_words: int = 6
+    """Cut the first clause after this many words when no punctuation came (0: never)."""
 
     def __post_init__(self) -> None:
         _check(self.threads >= 1, "llm.threads", "must be >= 1")
         _check(self.context >= 256, "llm.context", "must be >= 256")
         _check(1 <= self.max_tokens <= 4096, "llm.max_tokens", "must be 1..4096")
         _check(0.0 <= self.temperature <= 2.0, "llm.temperature", "must be 0..2")
+        _check(0 <= self.first_clause_words <= 100, "llm.first_clause_words", "must be 0..100")
 
 
 @dataclass(frozen=True)

@@ -64,7 +64,7 @@ from voiceagent.events import (
 from voiceagent.history import AssistantItem, History, new_id
 from voiceagent.metrics import Metrics, TurnTimeline
 from voiceagent.pipeline import Channel, GenerationScope, StageContext
-from voiceagent.pipeline.gate import FirstAudioGate
+from voiceagent.pipeline.gate import FirstAudioGate, GenerationGate
 from voiceagent.settings import SessionSettings, settings_from_config
 from voiceagent.stages.llm import LlmStage
 from voiceagent.stages.playout import PlayoutStage
@@ -148,6 +148,8 @@ class Session:
 
         self._vad_in, stt_in, turn_in, llm_in, tts_in, play_in = (chan(n) for n in ("vad", "stt", "turn", "llm", "tts", "playout"))
         self._llm_in = llm_in
+        gate = FirstAudioGate(enabled=cfg.llm.yield_to_tts, scope=self.scope)
+        llm_started = GenerationGate(enabled=cfg.llm.yield_to_tts, timeout_s=0.5, scope=self.scope)
         self.vad = VadStage(
             ctx,
             self._vad_in,
@@ -178,9 +180,11 @@ class Session:
             cfg.turn.speculative,
             cfg.turn.complete_ms,
             cfg.turn.threshold,
+            llm_started,
         )
-        gate = FirstAudioGate(enabled=cfg.llm.yield_to_tts)
-        self.llm = LlmStage(ctx, llm_in, tts_in, self._engines.llm, self._prompt, lambda: self.settings, gate)
+        self.llm = LlmStage(
+            ctx, llm_in, tts_in, self._engines.llm, self._prompt, lambda: self.settings, gate, llm_started, cfg.llm.first_clause_words
+        )
         self.tts = TtsStage(ctx, tts_in, play_in, self._engines.tts, lambda: self.settings, gate)
         self.playout = PlayoutStage(ctx, play_in, cfg.playout.lead_ms, cfg.playout.chunk_ms)
         for stage in (self.vad, self.stt, self.turn, self.llm, self.tts, self.playout):

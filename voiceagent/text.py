@@ -16,16 +16,18 @@ class ClauseSplitter:
     """Cut a token stream into clauses as early as they are speakable.
 
     A clause ends at a sentence end, or at a comma/semicolon/colon once it has ``min_words``
-    (fewer for the very first clause, which decides the time to first audio), or at ``max_words``.
+    (fewer for the very first clause, which decides the time to first audio), or after
+    ``max_words`` words (``first_max_words`` for the first clause, when set).
     The pieces returned keep their original spacing, so ``"".join`` of everything pushed and
     flushed equals the input exactly.
     """
 
-    def __init__(self, first_min_words: int = 3, min_words: int = 6, max_words: int = 24) -> None:
+    def __init__(self, first_min_words: int = 3, min_words: int = 6, max_words: int = 24, first_max_words: int = 0) -> None:
         self._buf = ""
         self._first_min = first_min_words
         self._min = min_words
         self._max = max_words
+        self._first_max = first_max_words or max_words
         self._emitted = 0
 
     def push(self, piece: str) -> list[str]:
@@ -58,9 +60,11 @@ class ClauseSplitter:
             if _words(self._buf[: m.end()]) >= need:
                 cuts.append(m.end())
                 break
-        if _words(self._buf) > self._max:
-            # Hard cut after the max_words-th word so a run-on clause does not delay audio indefinitely.
-            m = _first_words(self._max).match(self._buf)
+        limit = self._first_max if self._emitted == 0 else self._max
+        if _words(self._buf) > limit:
+            # Hard cut after the limit-th word so a run-on clause does not delay audio indefinitely
+            # (the first clause's limit is lower: it decides when the listener hears anything).
+            m = _first_words(limit).match(self._buf)
             if m:
                 cuts.append(m.end())
         return min(cuts) if cuts else None

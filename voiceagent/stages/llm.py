@@ -15,7 +15,7 @@ from voiceagent.backends.protocols import LlmBackend, Message
 from voiceagent.errors import StageError
 from voiceagent.events import Clause, Event, GenerationEnd, Mark, ResponseStatus, UserTurn
 from voiceagent.pipeline import Channel, Stage, StageContext, iterate_in
-from voiceagent.pipeline.gate import FirstAudioGate
+from voiceagent.pipeline.gate import FirstAudioGate, GenerationGate
 from voiceagent.settings import SessionSettings
 from voiceagent.text import ClauseSplitter
 
@@ -34,12 +34,16 @@ class LlmStage(Stage):
         prompt: Callable[[UserTurn], Sequence[Message]],
         settings: Callable[[], SessionSettings],
         gate: FirstAudioGate | None = None,
+        first_token: GenerationGate | None = None,
+        first_clause_words: int = 0,
     ) -> None:
         super().__init__(ctx, inbox, out)
         self._backend = backend
         self._prompt = prompt
         self._settings = settings
         self._gate = gate or FirstAudioGate(enabled=False)
+        self._first_token = first_token or GenerationGate(enabled=False)
+        self._first_clause_words = first_clause_words
 
     async def handle(self, event: Event) -> None:
         if not isinstance(event, UserTurn):
@@ -48,7 +52,7 @@ class LlmStage(Stage):
         gen = event.gen
         messages = list(self._prompt(event))
         settings = self._settings()
-        splitter = ClauseSplitter()
+        splitter = ClauseSplitter(first_max_words=self._first_clause_words)
         text = ""
         index = 0
         first = True
@@ -61,6 +65,7 @@ class LlmStage(Stage):
                 async for piece in pieces:
                     if first:
                         first = False
+                        self._first_token.open(gen)
                         await self.ctx.notify(self._mark(gen, "llm_first_token"))
                     text += piece
                     for clause in splitter.push(piece):
@@ -68,6 +73,7 @@ class LlmStage(Stage):
             for clause in splitter.flush():
                 index = await self._clause(gen, clause, index)
         except Exception as exc:
+            self._first_token.open(gen)
             await self.emit(
                 GenerationEnd(
                     t=self.ctx.clock.now(),

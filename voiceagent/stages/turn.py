@@ -21,6 +21,7 @@ from voiceagent.audio import Float32Array
 from voiceagent.backends.protocols import TurnBackend
 from voiceagent.events import Event, Silence, SpeechStarted, SpeechStopped, TranscriptSegment, TurnConfirmed, TurnRetracted, UserTurn
 from voiceagent.pipeline import Channel, Stage, StageContext, run_in
+from voiceagent.pipeline.gate import GenerationGate
 from voiceagent.settings import SessionSettings
 
 __all__ = ["Confirm", "Endpointer", "Retract", "RunTurnModel", "Speculate", "TurnStage"]
@@ -160,6 +161,7 @@ class TurnStage(Stage):
         speculative: bool,
         complete_ms: int,
         threshold: float,
+        llm_started: GenerationGate | None = None,
     ) -> None:
         super().__init__(ctx, inbox, out)
         self._backend = backend
@@ -168,6 +170,7 @@ class TurnStage(Stage):
         self._threshold = threshold
         self.endpointer = Endpointer(speculative=speculative, use_model=backend is not None)
         self._spec_gen: int | None = None
+        self._llm_started = llm_started or GenerationGate(enabled=False)
         self._marks: dict[str, float] = {}
         self.retractions = 0
 
@@ -201,6 +204,9 @@ class TurnStage(Stage):
             if isinstance(action, RunTurnModel):
                 if self._backend is None:
                     continue
+                if self._spec_gen is not None:
+                    # Off the critical path: let the speculative answer's prompt run first.
+                    await self._llm_started.wait(self._spec_gen)
                 prob = await run_in(self._backend.executor, self._backend.completion_probability, action.audio)
                 await self._apply(self.endpointer.on_probability(prob, float(self._complete_ms), self._silence_ms(), self._threshold))
             elif isinstance(action, Speculate):
