@@ -59,6 +59,7 @@ ABLATIONS = {
     "no_turn_model": {"turn.model": "none"},
     "no_core_ordering": {"llm.yield_to_tts": "false"},
     "first_clause_at_punctuation_only": {"llm.first_clause_words": "0"},
+    "turn_complete_240ms": {"turn.complete_ms": "240"},
 }
 QUICK = ("capital", "pause_mid", "two_turns", "piper_egg")
 

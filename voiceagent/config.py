@@ -112,8 +112,10 @@ class TurnConfig:
     """End-of-turn model, or "none" to use the silence threshold alone."""
     silence_ms: int = 500
     """Silence that ends a turn whatever the model says (the fallback; OpenAI's silence_duration_ms)."""
-    complete_ms: int = 240
-    """Silence that ends a turn when the turn model judges it complete."""
+    complete_ms: int = 400
+    """Silence that ends a turn when the turn model judges it complete.  Longer than the common
+    300-400 ms mid-sentence pause: at 240 ms the model's mistakes cut users off (see the README's
+    benchmark), and on 2 cores the first audio is not ready much before 500 ms anyway."""
     threshold: float = 0.5
     speculative: bool = True
     """Start answering at the end of a segment; hold the audio until the turn is confirmed."""

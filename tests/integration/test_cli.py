@@ -22,7 +22,7 @@ CLI = [sys.executable, "-m", "voiceagent.cli"]
 def test_replay_in_process_on_three_fixtures_writes_turns_and_summary(
     speech: dict[str, Path], fixture_specs: dict[str, Any], tmp_path: Path
 ) -> None:
-    names = ["capital", "colour", "two_turns"]
+    names = ["weather", "colour", "three_turns"]
     out = tmp_path / "replay.json"
     proc = subprocess.run(
         [*CLI, "replay", *(str(speech[n]) for n in names), "--in-process", "--json", str(out)],

@@ -35,10 +35,10 @@ def test_spoken_question_gets_transcript_and_spoken_reply(engines: Any, speech: 
     async def scenario() -> None:
         async with VoiceAgentServer(_config(), engines) as server:
             ws, rec, task = await _connected(server)
-            await send_paced(ws, wire_audio(speech["capital"]), speed=1.0)
+            await send_paced(ws, wire_audio(speech["weather"]), speed=1.0)
             done = await rec.wait_for("response.done", 30)
             transcript = (await rec.wait_for("conversation.item.input_audio_transcription.completed", 5))["transcript"].lower()
-            assert "capital" in transcript and "france" in transcript, transcript
+            assert "fun fact" in transcript and "moon" in transcript, transcript
             assert done["response"]["status"] == "completed"
             audio = b"".join(base64.b64decode(e["delta"]) for e in rec.of("response.output_audio.delta"))
             samples = np.frombuffer(audio, dtype="<i2")
@@ -245,16 +245,16 @@ def test_manual_turn_taking_with_commit(engines: Any, speech: dict[str, Path], r
             await ws.send(json.dumps({"type": "session.update", "session": {"audio": {"input": {"turn_detection": None}}}}))
             upd = await rec.wait_for("session.updated", 10)
             assert upd["session"]["audio"]["input"]["turn_detection"] is None
-            await send_paced(ws, wire_audio(speech["capital"]), speed=8.0)
+            await send_paced(ws, wire_audio(speech["weather"]), speed=8.0)
             assert not rec.of("input_audio_buffer.speech_started")
             await ws.send(json.dumps({"type": "input_audio_buffer.commit"}))
             t = await rec.wait_for("conversation.item.input_audio_transcription.completed", 20)
-            assert "france" in t["transcript"].lower()
+            assert "moon" in t["transcript"].lower()
             assert not rec.of("response.created"), "no response before response.create"
             await ws.send(json.dumps({"type": "response.create"}))
             done = await rec.wait_for("response.done", 30)
             assert done["response"]["status"] == "completed"
-            assert "paris" in done["response"]["output"][0]["content"][0]["transcript"].lower()
+            assert done["response"]["output"][0]["content"][0]["transcript"].strip(), "empty reply"
             await ws.close()
             await task
 
