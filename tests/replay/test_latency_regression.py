@@ -6,11 +6,14 @@ misses, plus orderings that only hold while each stage streams its first output 
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.conftest import SCALE
+from voiceagent.backends.protocols import Message
 from voiceagent.config import load_config
 from voiceagent.replay import replay_file, summarize
 from voiceagent.transports.server import VoiceAgentServer
@@ -18,8 +21,19 @@ from voiceagent.transports.server import VoiceAgentServer
 pytestmark = pytest.mark.models
 
 # Generous: the benchmark measures p50 well under a second on 2 cores; a pipeline that waits for
-# whole utterances, whole replies or whole syntheses lands well above this.
+# whole utterances, whole replies or whole syntheses lands well above this.  This machine's speed
+# drifts (up to 2-3x between hours), so the bound is scaled by the LLM decode speed measured
+# right before, against the ~55 ms/token seen when the benchmark ran.
 P50_BOUND_MS = 2500.0
+REFERENCE_MS_PER_TOKEN = 55.0
+
+
+def _ms_per_token(engines: Any) -> float:
+    msgs = [Message("system", "You are terse."), Message("user", "Count from one to twenty in words.")]
+    times = []
+    for _ in engines.llm.stream(msgs, 24, 0.0):
+        times.append(time.perf_counter())
+    return (times[-1] - times[0]) * 1000.0 / max(1, len(times) - 1)
 
 
 def test_few_turns_stay_within_a_generous_bound_and_stream(engines: Any, speech: dict[str, Path], run: Any) -> None:
@@ -32,10 +46,11 @@ def test_few_turns_stay_within_a_generous_bound_and_stream(engines: Any, speech:
                 turns.extend(await replay_file(server.url, speech[name]))
             return turns
 
-    turns = run(scenario(), 120)
+    slowdown = max(1.0, _ms_per_token(engines) / REFERENCE_MS_PER_TOKEN)
+    turns = run(scenario(), 120 * slowdown)
     summary = summarize(turns)
     assert summary["answered"] == len(turns) == 3, turns
-    assert summary["p50_ms"] <= P50_BOUND_MS, summary
+    assert summary["p50_ms"] <= P50_BOUND_MS * slowdown * SCALE, (summary, f"machine slowdown {slowdown:.2f}")
     assert sum(t.cutoffs for t in turns) == 0, "the agent spoke while the user was still speaking"
     for t in turns:
         s = t.spans_ms

@@ -9,17 +9,13 @@ as it exists.  When the client goes away the session is closed; nothing else is 
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import json
 import logging
-from typing import Any
 
 from websockets.asyncio.server import ServerConnection
-from websockets.exceptions import ConnectionClosed
 
 from voiceagent.errors import ProtocolError
 from voiceagent.session import Session
+from voiceagent.transports.connection import SessionConnection
 from voiceagent.transports.realtime_codec import (
     AppendAudio,
     CancelResponse,
@@ -42,44 +38,28 @@ log = logging.getLogger(__name__)
 _MIN_COMMIT_MS = 100.0
 
 
-class RealtimeConnection:
+class RealtimeConnection(SessionConnection):
     def __init__(self, ws: ServerConnection, session: Session, voice_rate: int, *, send_metrics: bool) -> None:
-        self.ws = ws
-        self.session = session
+        super().__init__(ws, session)
         self.codec = RealtimeCodec(session.settings, voice_rate, send_metrics=send_metrics)
-        self._send_lock = asyncio.Lock()
         self._committed_ms = 0.0
 
-    async def send(self, message: dict[str, Any]) -> None:
-        async with self._send_lock:
-            await self.ws.send(json.dumps(message))
-
-    async def run(self) -> None:
-        """Serve until the client disconnects.  Cancelling this closes the session."""
-        writer = asyncio.create_task(self._write(), name=f"{self.session.id}.writer")
-        try:
-            await self.send(self.codec.session_message("session.created", self.session.id))
-            async for frame in self.ws:
-                if isinstance(frame, bytes):
-                    await self.send(
-                        self.codec.error(
-                            ProtocolError("binary_not_supported", "send JSON text frames; audio goes base64 in input_audio_buffer.append")
-                        )
+    async def serve(self) -> None:
+        await self.send(self.codec.session_message("session.created", self.session.id))
+        async for frame in self.ws:
+            if isinstance(frame, bytes):
+                await self.send(
+                    self.codec.error(
+                        ProtocolError("binary_not_supported", "send JSON text frames; audio goes base64 in input_audio_buffer.append")
                     )
-                    continue
-                try:
-                    await self._apply(self.codec.decode(frame))
-                except ProtocolError as exc:
-                    await self.send(self.codec.error(exc))
-        except ConnectionClosed:
-            pass
-        finally:
-            writer.cancel()
-            with contextlib.suppress(asyncio.CancelledError, ConnectionClosed):
-                await writer
-            await self.session.aclose()
+                )
+                continue
+            try:
+                await self._apply(self.codec.decode(frame))
+            except ProtocolError as exc:
+                await self.send(self.codec.error(exc))
 
-    async def _write(self) -> None:
+    async def write(self) -> None:
         async for event in self.session.events():
             for message in self.codec.encode(event):
                 await self.send(message)

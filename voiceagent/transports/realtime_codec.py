@@ -38,6 +38,7 @@ from voiceagent.events import (
 )
 from voiceagent.history import new_id
 from voiceagent.settings import SessionSettings, TurnDetection
+from voiceagent.transports.fields import require_str
 
 __all__ = [
     "AppendAudio",
@@ -176,7 +177,7 @@ class RealtimeCodec:
         sess = _obj(msg, "session", "session", required=True)
         changes: dict[str, Any] = {}
         if "instructions" in sess:
-            changes["instructions"] = _str(sess, "instructions", "session.instructions")
+            changes["instructions"] = require_str(sess, "instructions", "session.instructions")
         if "max_output_tokens" in sess:
             mot = sess["max_output_tokens"]
             if mot == "inf":
@@ -205,7 +206,7 @@ class RealtimeCodec:
         if "turn_detection" in inp:
             changes["turn_detection"] = self._turn_detection(inp["turn_detection"])
         if "voice" in out:
-            voice = _str(out, "voice", "session.audio.output.voice")
+            voice = require_str(out, "voice", "session.audio.output.voice")
             changes["voice"] = voice  # one voice is installed; the name is recorded, not applied
         if "speed" in out:
             speed = out["speed"]
@@ -256,7 +257,7 @@ class RealtimeCodec:
             self._in_rs = StreamResampler(_FORMATS[kind], PIPELINE_RATE, quality="LQ")
 
     def _append(self, msg: dict[str, Any], event_id: str | None) -> AppendAudio:
-        data = _str(msg, "audio", "audio")
+        data = require_str(msg, "audio", "audio")
         try:
             raw = base64.b64decode(data, validate=True)
         except (binascii.Error, ValueError):
@@ -298,7 +299,7 @@ class RealtimeCodec:
         ms = _finite(msg.get("audio_end_ms"))
         if ms is None or ms < 0:
             raise ProtocolError("invalid_value", "audio_end_ms must be a non-negative number", param="audio_end_ms")
-        return TruncateItem(_str(msg, "item_id", "item_id"), ms, event_id)
+        return TruncateItem(require_str(msg, "item_id", "item_id"), ms, event_id)
 
     def _response_create(self, msg: dict[str, Any], event_id: str | None) -> CreateResponse:
         resp = _obj(msg, "response", "response")
@@ -508,13 +509,6 @@ def _obj(msg: dict[str, Any], key: str, param: str, *, required: bool = False) -
     return value
 
 
-def _str(msg: dict[str, Any], key: str, param: str) -> str:
-    value = msg.get(key)
-    if not isinstance(value, str):
-        raise ProtocolError("invalid_value" if key in msg else "missing_field", f"'{param}' must be a string", param=param)
-    return value
-
-
 def _format(obj: dict[str, Any], param: str) -> str:
     fmt = obj.get("format")
     kind = fmt.get("type") if isinstance(fmt, dict) else fmt
@@ -538,8 +532,8 @@ _DECODERS: dict[str, Any] = {
     "input_audio_buffer.clear": lambda self, msg, eid: ClearInput(eid),
     "conversation.item.create": RealtimeCodec._item_create,
     "conversation.item.truncate": RealtimeCodec._truncate,
-    "conversation.item.delete": lambda self, msg, eid: DeleteItem(_str(msg, "item_id", "item_id"), eid),
-    "conversation.item.retrieve": lambda self, msg, eid: RetrieveItem(_str(msg, "item_id", "item_id"), eid),
+    "conversation.item.delete": lambda self, msg, eid: DeleteItem(require_str(msg, "item_id", "item_id"), eid),
+    "conversation.item.retrieve": lambda self, msg, eid: RetrieveItem(require_str(msg, "item_id", "item_id"), eid),
     "response.create": RealtimeCodec._response_create,
     "response.cancel": RealtimeCodec._response_cancel,
 }

@@ -13,18 +13,14 @@ assistant item is truncated to what the echoed marks say the caller heard.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import json
 import logging
-from typing import Any
 
 from websockets.asyncio.server import ServerConnection
-from websockets.exceptions import ConnectionClosed
 
 from voiceagent.errors import ProtocolError
 from voiceagent.events import InputTranscriptDone, PlaybackCleared, ResponseDone
 from voiceagent.session import Session
+from voiceagent.transports.connection import SessionConnection
 from voiceagent.transports.twilio_codec import Dtmf, MarkEcho, Media, Start, Stop, TwilioCodec
 
 __all__ = ["CLOSE_POLICY", "TwilioConnection"]
@@ -35,45 +31,30 @@ CLOSE_POLICY = 1008  # RFC 6455 "policy violation": the peer broke the protocol
 CLOSE_UNSUPPORTED = 1003  # RFC 6455 "unsupported data": a binary frame
 
 
-class TwilioConnection:
+class TwilioConnection(SessionConnection):
     """Serves one Media Streams connection.  ``dtmf`` collects the digits the caller pressed."""
 
     def __init__(self, ws: ServerConnection, session: Session, voice_rate: int) -> None:
-        self.ws = ws
-        self.session = session
+        super().__init__(ws, session)
         self.codec = TwilioCodec(voice_rate)
         self.dtmf: list[str] = []
-        self._send_lock = asyncio.Lock()
 
-    async def send(self, message: dict[str, Any]) -> None:
-        async with self._send_lock:
-            await self.ws.send(json.dumps(message))
-
-    async def run(self) -> None:
-        """Serve until ``stop`` or the peer goes away.  Cancelling this closes the session."""
-        writer = asyncio.create_task(self._write(), name=f"{self.session.id}.twilio-writer")
-        try:
-            async for frame in self.ws:
-                if isinstance(frame, bytes):
-                    await self._refuse(CLOSE_UNSUPPORTED, "binary frames are not part of Media Streams")
-                    return
-                try:
-                    cmd = self.codec.decode(frame)
-                except ProtocolError as exc:
-                    await self._refuse(CLOSE_POLICY, f"{exc.code}: {exc.message}")
-                    return
-                if isinstance(cmd, Stop):
-                    log.info("twilio call %s stopped (session %s)", cmd.call_sid or self.codec.call_sid, self.session.id)
-                    await self.ws.close()
-                    return
-                await self._apply(cmd)
-        except ConnectionClosed:
-            pass
-        finally:
-            writer.cancel()
-            with contextlib.suppress(asyncio.CancelledError, ConnectionClosed):
-                await writer
-            await self.session.aclose()
+    async def serve(self) -> None:
+        """Serve until ``stop`` or the peer goes away."""
+        async for frame in self.ws:
+            if isinstance(frame, bytes):
+                await self._refuse(CLOSE_UNSUPPORTED, "binary frames are not part of Media Streams")
+                return
+            try:
+                cmd = self.codec.decode(frame)
+            except ProtocolError as exc:
+                await self._refuse(CLOSE_POLICY, f"{exc.code}: {exc.message}")
+                return
+            if isinstance(cmd, Stop):
+                log.info("twilio call %s stopped (session %s)", cmd.call_sid or self.codec.call_sid, self.session.id)
+                await self.ws.close()
+                return
+            await self._apply(cmd)
 
     async def _refuse(self, code: int, reason: str) -> None:
         log.warning("twilio stream %s: closing: %s", self.codec.stream_sid or "-", reason)
@@ -92,7 +73,7 @@ class TwilioConnection:
         elif isinstance(cmd, Start):
             log.info("twilio call %s started: stream %s, session %s", cmd.call_sid, cmd.stream_sid, self.session.id)
 
-    async def _write(self) -> None:
+    async def write(self) -> None:
         async for event in self.session.events():
             for message in self.codec.encode(event):
                 await self.send(message)

@@ -33,6 +33,7 @@ from xml.sax.saxutils import quoteattr
 from voiceagent.audio import PIPELINE_RATE, Int16Array, StreamResampler, mulaw_decode, mulaw_encode
 from voiceagent.errors import ProtocolError
 from voiceagent.events import AudioDelta, Event, PlaybackCleared, ResponseCreated, ResponseDone, ResponseStatus
+from voiceagent.transports.fields import require_str
 
 __all__ = [
     "TWILIO_RATE",
@@ -166,9 +167,9 @@ class TwilioCodec:
             return self._media(msg)
         if event == "dtmf":
             dtmf = _obj(msg, "dtmf")
-            return Dtmf(_str(dtmf, "digit", "dtmf.digit"))
+            return Dtmf(require_str(dtmf, "digit", "dtmf.digit"))
         if event == "mark":
-            return self._mark_echo(_str(_obj(msg, "mark"), "name", "mark.name"))
+            return self._mark_echo(require_str(_obj(msg, "mark"), "name", "mark.name"))
         stop = msg.get("stop")
         return Stop(_opt_str(stop, "callSid") if isinstance(stop, dict) else "")
 
@@ -208,7 +209,7 @@ class TwilioCodec:
 
     def _media(self, msg: dict[str, Any]) -> Media:
         media = _obj(msg, "media")
-        payload = _str(media, "payload", "media.payload")
+        payload = require_str(media, "payload", "media.payload")
         try:
             raw = base64.b64decode(payload, validate=True)
         except (binascii.Error, ValueError):
@@ -326,13 +327,6 @@ def _obj(msg: dict[str, Any], key: str) -> dict[str, Any]:
     value = msg.get(key)
     if not isinstance(value, dict):
         raise ProtocolError("missing_field", f"'{key}' must be an object", param=key)
-    return value
-
-
-def _str(msg: dict[str, Any], key: str, param: str) -> str:
-    value = msg.get(key)
-    if not isinstance(value, str):
-        raise ProtocolError("missing_field" if key not in msg else "invalid_value", f"'{param}' must be a string", param=param)
     return value
 
 
