@@ -284,13 +284,14 @@ def plots(report: dict[str, Any], out: Path) -> None:
     ours = report["ours"]
     fig, ax = plt.subplots(figsize=(10, 0.35 * len(ours) + 1.5))
     colors = plt.get_cmap("viridis")(np.linspace(0, 1, len(SPANS)))
+    drawn: set[str] = set()
     for row, t in enumerate(ours):
         prev = 0.0
-        for k, span in enumerate(SPANS):
-            v = t["spans_ms"].get(span)
-            if v is None:
-                continue
-            ax.barh(row, max(0.0, v - prev), left=prev, color=colors[k], label=span if row == 0 else None)
+        # In time order: with speculation the LLM's first token often comes before the turn is confirmed.
+        marks = sorted((t["spans_ms"][span], k, span) for k, span in enumerate(SPANS) if span in t["spans_ms"])
+        for v, k, span in marks:
+            ax.barh(row, max(0.0, v - prev), left=prev, color=colors[k], label=span if span not in drawn else None)
+            drawn.add(span)
             prev = max(prev, v)
         if t["latency_ms"] is not None:
             ax.plot(t["latency_ms"], row, "k|", markersize=12)
@@ -336,7 +337,12 @@ def main() -> int:
     ap.add_argument("--no-naive", action="store_true")
     ap.add_argument("--no-cold-start", action="store_true")
     ap.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")
+    ap.add_argument("--replot", metavar="LATENCY_JSON", help="only redraw the plots of an earlier run into --out")
     args = ap.parse_args()
+    if args.replot:
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        plots(json.loads(Path(args.replot).read_text()), Path(args.out))
+        return 0
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     overrides = dict(s.split("=", 1) for s in args.set)
