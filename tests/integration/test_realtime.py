@@ -70,6 +70,9 @@ def test_barge_in_cancels_reply_and_cuts_history(engines: Any, speech: dict[str,
             **{
                 "llm.max_tokens": "120",
                 "llm.instructions": "You are a storyteller. Always answer with a long story of at least six sentences.",
+                # A long playout lead: the client holds audio it has not played when the barge-in
+                # comes, however fast the LLM is today, so there is always something to cut.
+                "playout.lead_ms": "5000",
             }
         )
         async with VoiceAgentServer(cfg, engines) as server:
@@ -78,9 +81,9 @@ def test_barge_in_cancels_reply_and_cuts_history(engines: Any, speech: dict[str,
             created = await rec.wait_for("response.created", 30)
             rid = created["response"]["id"]
             await rec.wait_for("response.output_audio.delta", 30, response_id=rid)
-            # Let about a second of the reply play, then talk over it.
+            # Let a little of the reply arrive, then talk over it.
             first = next(i for i, e in enumerate(rec.events) if e.get("type") == "response.output_audio.delta")
-            await asyncio.wait_for(_until_audio_ms(rec, first, 1000.0), 20)
+            await asyncio.wait_for(_until_audio_ms(rec, first, 300.0), 20)
             await send_paced(ws, wire_audio(speech["colour"]), speed=1.0)
             done = await rec.wait_for("response.done", 30, start=first)
             assert done["response"]["id"] == rid
