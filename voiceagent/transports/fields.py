@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from voiceagent.errors import ProtocolError
 
-__all__ = ["require_str"]
+__all__ = ["parse_object", "require_str"]
 
 
 def require_str(msg: dict[str, Any], key: str, param: str) -> str:
@@ -15,3 +16,14 @@ def require_str(msg: dict[str, Any], key: str, param: str) -> str:
     if not isinstance(value, str):
         raise ProtocolError("invalid_value" if key in msg else "missing_field", f"'{param}' must be a string", param=param)
     return value
+
+
+def parse_object(text: str, what: str) -> dict[str, Any]:
+    """One JSON text frame as an object, else ``invalid_json`` / ``invalid_event`` (``what`` names it)."""
+    try:
+        msg = json.loads(text)
+    except (json.JSONDecodeError, RecursionError) as exc:
+        raise ProtocolError("invalid_json", f"message is not valid JSON: {exc}") from None
+    if not isinstance(msg, dict):
+        raise ProtocolError("invalid_event", f"{what} must be a JSON object")
+    return msg

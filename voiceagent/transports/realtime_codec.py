@@ -12,7 +12,6 @@ from __future__ import annotations
 import base64
 import binascii
 import dataclasses
-import json
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -38,7 +37,7 @@ from voiceagent.events import (
 )
 from voiceagent.history import new_id
 from voiceagent.settings import SessionSettings, TurnDetection
-from voiceagent.transports.fields import require_str
+from voiceagent.transports.fields import parse_object, require_str
 
 __all__ = [
     "AppendAudio",
@@ -152,12 +151,7 @@ class RealtimeCodec:
     # ------------------------------------------------------------------ client → server
 
     def decode(self, text: str) -> Command:
-        try:
-            msg = json.loads(text)
-        except (json.JSONDecodeError, RecursionError) as exc:
-            raise ProtocolError("invalid_json", f"message is not valid JSON: {exc}") from None
-        if not isinstance(msg, dict):
-            raise ProtocolError("invalid_event", "a client event must be a JSON object")
+        msg = parse_object(text, "a client event")
         event_id = msg.get("event_id") if isinstance(msg.get("event_id"), str) else None
         kind = msg.get("type")
         if not isinstance(kind, str):

@@ -24,7 +24,6 @@ from __future__ import annotations
 import base64
 import binascii
 import itertools
-import json
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -33,7 +32,7 @@ from xml.sax.saxutils import quoteattr
 from voiceagent.audio import PIPELINE_RATE, Int16Array, StreamResampler, mulaw_decode, mulaw_encode
 from voiceagent.errors import ProtocolError
 from voiceagent.events import AudioDelta, Event, PlaybackCleared, ResponseCreated, ResponseDone, ResponseStatus
-from voiceagent.transports.fields import require_str
+from voiceagent.transports.fields import parse_object, require_str
 
 __all__ = [
     "TWILIO_RATE",
@@ -141,12 +140,7 @@ class TwilioCodec:
     # ------------------------------------------------------------------ Twilio → server
 
     def decode(self, text: str) -> TwilioCommand:
-        try:
-            msg = json.loads(text)
-        except (json.JSONDecodeError, RecursionError) as exc:
-            raise ProtocolError("invalid_json", f"message is not valid JSON: {exc}") from None
-        if not isinstance(msg, dict):
-            raise ProtocolError("invalid_event", "a Media Streams message must be a JSON object")
+        msg = parse_object(text, "a Media Streams message")
         event = msg.get("event")
         if not isinstance(event, str):
             raise ProtocolError("missing_event", "a Media Streams message needs a string 'event'", param="event")
