@@ -102,8 +102,13 @@ def _save(png: bytes, name: str) -> None:
     (ARTIFACTS / name).write_bytes(png)
 
 
-def _config() -> Config:
-    return dataclasses.replace(Config(), server=ServerConfig(port=0))
+def _config(*, long_replies: bool = False) -> Config:
+    cfg = dataclasses.replace(Config(), server=ServerConfig(port=0))
+    if long_replies:
+        # The agent must still be talking when the interruption comes, however slow the machine is today.
+        story = "You are a storyteller. Always answer with a long story of at least six sentences."
+        cfg = dataclasses.replace(cfg, llm=dataclasses.replace(cfg.llm, instructions=story, max_tokens=160))
+    return cfg
 
 
 @pytest.mark.models
@@ -171,7 +176,7 @@ def test_browser_barge_in_truncates_to_played_audio(engines: Any, speech: dict[s
     PAGE_ERRORS.clear()
 
     async def scenario() -> dict[str, Any]:
-        async with VoiceAgentServer(_config(), engines) as server, _page(server, mic, tmp_path / "profile") as page:
+        async with VoiceAgentServer(_config(long_replies=True), engines) as server, _page(server, mic, tmp_path / "profile") as page:
             await page.click("#start")
             await page.wait_for_function("() => voiceagent.truncated.length > 0", timeout=90 * MS)
             stats = await page.evaluate("() => JSON.parse(JSON.stringify(voiceagent))")

@@ -51,7 +51,13 @@ FakeTwilioCall = twilio_call.FakeTwilioCall
 
 def _config(*, lead_ms: int | None = None, **server: Any) -> Config:
     cfg = dataclasses.replace(Config(), server=ServerConfig(port=0, **server))
-    return cfg if lead_ms is None else dataclasses.replace(cfg, playout=PlayoutConfig(lead_ms=lead_ms))
+    if lead_ms is None:
+        return cfg
+    # Barge-in: a long reply, so the agent is still talking when the caller interrupts.
+    story = "You are a storyteller. Always answer with a long story of at least six sentences."
+    return dataclasses.replace(
+        cfg, playout=PlayoutConfig(lead_ms=lead_ms), llm=dataclasses.replace(cfg.llm, instructions=story, max_tokens=160)
+    )
 
 
 def _twilio_url(server: VoiceAgentServer) -> str:
@@ -129,7 +135,8 @@ def test_twilio_barge_in_clears_and_cuts_history_to_played_audio(engines: Any, s
             # The conversation goes on: the interruption is answered (with a long lead its reply may
             # arrive in one burst, even before the interruption's trailing silence has been sent).
             def answered() -> bool:
-                return sum(isinstance(i, AssistantItem) for i in session.history.items) >= 2 and call.quiet_for(1.0)
+                items = [i for i in session.history.items if isinstance(i, AssistantItem)]
+                return len(items) >= 2 and items[-1].status == "completed" and call.quiet_for(1.0)
 
             await call.wait_until(answered, 60 * SCALE)
             return {
