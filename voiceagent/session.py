@@ -64,7 +64,7 @@ from voiceagent.events import (
 from voiceagent.history import AssistantItem, History, new_id
 from voiceagent.metrics import Metrics, TurnTimeline
 from voiceagent.pipeline import Channel, GenerationScope, StageContext
-from voiceagent.pipeline.gate import FirstAudioGate, GenerationGate
+from voiceagent.pipeline.gate import GenerationGate
 from voiceagent.settings import SessionSettings, settings_from_config
 from voiceagent.stages.llm import LlmStage
 from voiceagent.stages.playout import PlayoutStage
@@ -148,7 +148,7 @@ class Session:
 
         self._vad_in, stt_in, turn_in, llm_in, tts_in, play_in = (chan(n) for n in ("vad", "stt", "turn", "llm", "tts", "playout"))
         self._llm_in = llm_in
-        gate = FirstAudioGate(enabled=cfg.llm.yield_to_tts, scope=self.scope)
+        gate = GenerationGate(enabled=cfg.llm.yield_to_tts, scope=self.scope)
         llm_started = GenerationGate(enabled=cfg.llm.yield_to_tts, timeout_s=0.5, scope=self.scope)
         self.vad = VadStage(
             ctx,

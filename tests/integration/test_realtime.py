@@ -112,18 +112,6 @@ def test_barge_in_cancels_reply_and_cuts_history(engines: Any, speech: dict[str,
     run(scenario(), 150)
 
 
-async def _until_audio_ms(rec: Recorder, start: int, ms: float) -> None:
-    while True:
-        total = sum(
-            len(base64.b64decode(e["delta"])) / 2 / WIRE_RATE * 1000
-            for e in rec.events[start:]
-            if e.get("type") == "response.output_audio.delta"
-        )
-        if total >= ms:
-            return
-        await rec.wait_for("response.output_audio.delta", 20, start=len(rec.events))
-
-
 def test_openai_sdk_realtime_client_completes_a_spoken_turn(engines: Any, speech: dict[str, Path], run: Any) -> None:
     from openai import AsyncOpenAI
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.unit.signals import peak_hz, sine
 from voiceagent.audio import (
     Int16Array,
     StreamResampler,
@@ -23,16 +24,6 @@ from voiceagent.audio import (
 )
 
 ALL_INT16: Int16Array = np.arange(-32768, 32768, dtype=np.int32).astype(np.int16)
-
-
-def sine(freq: float, rate: int, seconds: float, amplitude: int = 10000) -> Int16Array:
-    t = np.arange(round(rate * seconds)) / rate
-    return (np.sin(2 * np.pi * freq * t) * amplitude).astype(np.int16)
-
-
-def peak_hz(pcm: Int16Array, rate: int) -> float:
-    spectrum = np.abs(np.fft.rfft(pcm.astype(np.float64) * np.hanning(len(pcm))))
-    return float(np.fft.rfftfreq(len(pcm), 1 / rate)[int(np.argmax(spectrum))])
 
 
 # --------------------------------------------------------------------------- μ-law

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from tests.unit.signals import peak_hz, sine
 from voiceagent.audio import Int16Array, mulaw_decode, mulaw_encode
 from voiceagent.config import Config
 from voiceagent.errors import ProtocolError
@@ -46,16 +47,6 @@ from voiceagent.transports.realtime_codec import (
 
 def codec(voice_rate: int = 24000, *, send_metrics: bool = False) -> RealtimeCodec:
     return RealtimeCodec(settings_from_config(Config()), voice_rate, send_metrics=send_metrics)
-
-
-def sine(freq: float, rate: int, seconds: float, amplitude: int = 10000) -> Int16Array:
-    t = np.arange(round(rate * seconds)) / rate
-    return (np.sin(2 * np.pi * freq * t) * amplitude).astype(np.int16)
-
-
-def peak_hz(pcm: Int16Array, rate: int) -> float:
-    spectrum = np.abs(np.fft.rfft(pcm.astype(np.float64) * np.hanning(len(pcm))))
-    return float(np.fft.rfftfreq(len(pcm), 1 / rate)[int(np.argmax(spectrum))])
 
 
 def b64(raw: bytes) -> str:

@@ -19,7 +19,7 @@ import contextlib
 
 from voiceagent.pipeline.generation import GenerationScope
 
-__all__ = ["FirstAudioGate", "GenerationGate"]
+__all__ = ["GenerationGate"]
 
 
 class GenerationGate:
@@ -57,6 +57,3 @@ class GenerationGate:
             return
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._event(gen).wait(), self.timeout_s)
-
-
-FirstAudioGate = GenerationGate  # the gate between the first clause's TTS and the rest of the LLM

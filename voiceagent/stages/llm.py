@@ -15,7 +15,7 @@ from voiceagent.backends.protocols import LlmBackend, Message
 from voiceagent.errors import StageError
 from voiceagent.events import Clause, Event, GenerationEnd, Mark, ResponseStatus, UserTurn
 from voiceagent.pipeline import Channel, Stage, StageContext, iterate_in
-from voiceagent.pipeline.gate import FirstAudioGate, GenerationGate
+from voiceagent.pipeline.gate import GenerationGate
 from voiceagent.settings import SessionSettings
 from voiceagent.text import ClauseSplitter
 
@@ -33,7 +33,7 @@ class LlmStage(Stage):
         backend: LlmBackend,
         prompt: Callable[[UserTurn], Sequence[Message]],
         settings: Callable[[], SessionSettings],
-        gate: FirstAudioGate | None = None,
+        gate: GenerationGate | None = None,
         first_token: GenerationGate | None = None,
         first_clause_words: int = 0,
     ) -> None:
@@ -41,7 +41,7 @@ class LlmStage(Stage):
         self._backend = backend
         self._prompt = prompt
         self._settings = settings
-        self._gate = gate or FirstAudioGate(enabled=False)
+        self._gate = gate or GenerationGate(enabled=False)
         self._first_token = first_token or GenerationGate(enabled=False)
         self._first_clause_words = first_clause_words
 

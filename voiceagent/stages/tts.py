@@ -14,7 +14,7 @@ from voiceagent.backends.protocols import TtsBackend
 from voiceagent.errors import StageError
 from voiceagent.events import Clause, Event, GenerationEnd, Mark, ResponseAudio, ResponseStatus, empty_pcm
 from voiceagent.pipeline import Channel, Stage, StageContext, iterate_in
-from voiceagent.pipeline.gate import FirstAudioGate
+from voiceagent.pipeline.gate import GenerationGate
 from voiceagent.settings import SessionSettings
 from voiceagent.text import clean_for_speech
 
@@ -31,12 +31,12 @@ class TtsStage(Stage):
         out: Channel[Event],
         backend: TtsBackend,
         settings: Callable[[], SessionSettings],
-        gate: FirstAudioGate | None = None,
+        gate: GenerationGate | None = None,
     ) -> None:
         super().__init__(ctx, inbox, out)
         self._backend = backend
         self._settings = settings
-        self._gate = gate or FirstAudioGate(enabled=False)
+        self._gate = gate or GenerationGate(enabled=False)
         self._failed_gen: int | None = None
 
     async def handle(self, event: Event) -> None:
