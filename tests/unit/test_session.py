@@ -234,7 +234,7 @@ async def barge_in_scenario(fakes: FakeEngines) -> BargeIn:
         assert not [d for d in log.of_type(AudioDelta) if d.offset_ms > 875.0]
         # a 64 ms blip is not enough to interrupt (barge_in_ms is 96) ...
         await speak(session, 64)
-        await pause(session, 64)
+        await pause(session, 128)  # (a gap: a dip of up to 64 ms would join the blip to what follows)
         # ... 128 ms of speech is
         await speak(session, 128)
         i_cleared, cleared = await log.wait_type(PlaybackCleared)
@@ -278,7 +278,7 @@ def test_barge_in_clears_playback_and_cancels_the_response(run: Run, make_fakes:
     # OpenAI's order: speech_started first, then the interrupted response is cleared and closed.
     assert idx["barge"] < idx["cleared"] < idx["cancelled"]
     # the blip did not start a turn: the barge-in speech starts at the 128 ms burst
-    assert r.barge_start.audio_ms == 160 + 320 + 640 + 64 + 64
+    assert r.barge_start.audio_ms == 160 + 320 + 640 + 64 + 128
     assert len(log.of_type(InputSpeechStarted)) == 2
     # nothing more of the interrupted response reached the client
     late = [e for e in log.events[idx["cleared"] :] if isinstance(e, AudioDelta | OutputTranscriptDelta) and e.gen == r.first.gen]

@@ -34,14 +34,44 @@ def test_start_after_min_speech_with_the_first_speech_window_start() -> None:
 
 def test_no_start_before_min_speech() -> None:
     tracker = VadTracker(W)
-    assert feed_all(tracker, [0.9, 0.9, 0.1, 0.9, 0.9, 0.1]) == []
+    assert feed_all(tracker, [0.1, 0.9, 0.9, 0.1, 0.1, 0.1, 0.1]) == []
     assert not tracker.in_speech
 
 
-def test_interrupted_candidate_restarts_from_the_next_speech_window() -> None:
+def test_candidate_needs_a_window_above_threshold_to_begin() -> None:
     tracker = VadTracker(W)
-    events = feed_all(tracker, [0.9, 0.9, 0.2, 0.9, 0.9, 0.9])
-    assert events == [(5, VoiceEvent("start", 3 * W))]
+    assert feed_all(tracker, [0.4, 0.45, 0.4, 0.4]) == []  # above the stop level, below the start level
+
+
+def test_a_short_dip_does_not_restart_the_candidate_and_does_not_count() -> None:
+    tracker = VadTracker(W)
+    # Two windows of dip (64 ms) inside a word: the candidate that began at window 0 goes on, and
+    # the dip windows do not count towards the 96 ms, so the start is decided at window 4.
+    events = feed_all(tracker, [0.9, 0.9, 0.1, 0.2, 0.9, 0.9])
+    assert events == [(4, VoiceEvent("start", 0.0))]
+
+
+def test_windows_between_the_stop_and_start_levels_extend_a_candidate() -> None:
+    tracker = VadTracker(W)
+    events = feed_all(tracker, [0.2, 0.6, 0.4, 0.4])
+    assert events == [(3, VoiceEvent("start", 1 * W))]
+
+
+def test_a_real_gap_restarts_the_candidate_from_the_next_speech_window() -> None:
+    tracker = VadTracker(W)
+    events = feed_all(tracker, [0.9, 0.9, 0.2, 0.1, 0.2, 0.9, 0.9, 0.9])
+    assert events == [(7, VoiceEvent("start", 5 * W))]
+
+
+def test_barge_in_length_is_reached_through_dips_whatever_their_alignment() -> None:
+    # The shape silero gives a spoken word at some window alignments: strong, one low window, on.
+    # A 320 ms requirement is met after 10 counted windows (3-6, 8, 10-14), not restarted at a dip.
+    probs = [0.0, 0.2, 0.3, 1.0, 1.0, 1.0, 1.0, 0.0, 0.4, 0.2] + [1.0] * 10
+    tracker = VadTracker(W)
+    events = []
+    for i, p in enumerate(probs):
+        events += [(i, ev) for ev in tracker.feed(p, (i + 1) * W, THRESHOLD, 320.0, STOP)]
+    assert events == [(14, VoiceEvent("start", 3 * W))]
 
 
 def test_zero_min_speech_starts_on_the_first_speech_window() -> None:

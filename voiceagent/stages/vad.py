@@ -19,6 +19,7 @@ __all__ = ["VadStage", "VadTracker", "VoiceEvent"]
 
 _WINDOW_MS = 32.0
 _MAX_SILENCE_TICKS_MS = 4000.0  # the endpointer never needs more silence than this
+_CANDIDATE_GAP_MS = 64.0  # the longest dip a speech-start candidate survives (two windows)
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,8 +32,10 @@ class VoiceEvent:
 class VadTracker:
     """Hysteresis over window probabilities.
 
-    Speech starts after ``min_speech_ms`` of windows at or above ``threshold`` (``start`` carries
-    the first such window's start); it stops after ``stop_ms`` below ``threshold - 0.15``
+    A speech-start candidate begins at a window at or above ``threshold``; later windows at or
+    above ``threshold - 0.15`` add to it, and it survives dips below that of up to 64 ms (they do
+    not count).  Speech starts once the candidate holds ``min_speech_ms`` (``start`` carries the
+    candidate's first window's start); it stops after ``stop_ms`` below ``threshold - 0.15``
     (``stop`` carries the end of the last speech window).  The first silent window inside speech
     yields ``pause`` (same position as the coming ``stop``), and speech before the stop yields
     ``resume``: that lets STT start decoding ~``stop_ms`` early.  After a stop, each silent window
@@ -44,6 +47,7 @@ class VadTracker:
         self.in_speech = False
         self._cand_start: float | None = None
         self._cand_ms = 0.0
+        self._cand_gap_ms = 0.0
         self._silence_ms = 0.0
         self._last_speech_end = 0.0
         self._after_stop = False
@@ -52,19 +56,31 @@ class VadTracker:
         start = window_end_ms - self.window_ms
         out: list[VoiceEvent] = []
         if not self.in_speech:
-            if prob >= threshold:
-                if self._cand_start is None:
+            counted = False
+            if self._cand_start is None:
+                if prob >= threshold:
                     self._cand_start = start
+                    self._cand_ms = self.window_ms
+                    self._cand_gap_ms = 0.0
+                    counted = True
+            elif prob >= threshold - 0.15:
                 self._cand_ms += self.window_ms
-                if self._cand_ms >= min_speech_ms:
-                    self.in_speech = True
-                    self._after_stop = False
-                    self._silence_ms = 0.0
-                    self._last_speech_end = window_end_ms
-                    out.append(VoiceEvent("start", self._cand_start))
+                self._cand_gap_ms = 0.0
+                counted = True
+            else:
+                # A dip between syllables does not end a candidate; a real gap does.  Without this,
+                # one low window in the middle of a word restarted the count, and whether a 320 ms
+                # barge-in fired after 320 ms or 900 ms of speech depended on window alignment.
+                self._cand_gap_ms += self.window_ms
+                if self._cand_gap_ms > _CANDIDATE_GAP_MS:
                     self._cand_start = None
                     self._cand_ms = 0.0
-            else:
+            if counted and self._cand_start is not None and self._cand_ms >= min_speech_ms:
+                self.in_speech = True
+                self._after_stop = False
+                self._silence_ms = 0.0
+                self._last_speech_end = window_end_ms
+                out.append(VoiceEvent("start", self._cand_start))
                 self._cand_start = None
                 self._cand_ms = 0.0
             if not self.in_speech and self._after_stop and prob < threshold:
