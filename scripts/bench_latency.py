@@ -16,13 +16,18 @@ Ground truth for the end of speech comes from the audio (see :mod:`voiceagent.re
 Markdown table) and ``waterfall.png`` / ``cdf.png``.  ``--ablations`` re-runs ours with one
 optimisation switched off at a time, so each one's worth is known.
 
+``--variant`` runs ours a second time with other settings, file by file beside the default, so
+the two are compared under the same machine conditions (a paired A/B).
+
 Usage: .venv/bin/python scripts/bench_latency.py [--quick] [--ablations] [--set section.key=value ...]
+                                                 [--variant section.key=value ...]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import platform
@@ -169,12 +174,60 @@ class NaiveChain:
 # ----------------------------------------------------------------------------- ours
 
 
-async def run_ours(engines: Engines, config: Config, files: list[Path]) -> list[TurnResult]:
-    async with VoiceAgentServer(config, engines) as server:
-        results: list[TurnResult] = []
+async def run_ours(
+    runs: list[tuple[Config, Engines]], files: list[Path], naive: NaiveChain | None = None
+) -> tuple[list[list[TurnResult]], list[NaiveTurn]]:
+    """Each file through each configuration's server, then (when given) the naive chain, file by file.
+
+    Pairing them per file keeps every side of a per-turn ratio under the same machine conditions:
+    this machine's speed drifts by up to 2x within minutes (CPU steal), and a run of all of ours
+    followed by all of the naive chain turned that drift into a bias of the ratio.
+    """
+    results: list[list[TurnResult]] = [[] for _ in runs]
+    baseline: list[NaiveTurn] = []
+    async with contextlib.AsyncExitStack() as stack:
+        servers = [await stack.enter_async_context(VoiceAgentServer(cfg, eng)) for cfg, eng in runs]
         for f in files:
-            results.extend(await replay_file(server.url, f))
-        return results
+            for server, res in zip(servers, results, strict=True):
+                await _reset(server.engines, server.config)
+                res.extend(await replay_file(server.url, f))
+                # The next run may use the same model objects, the naive chain from its own thread:
+                # first let the session end and every model executor finish what it was given.
+                await server.wait_idle()
+            if naive is not None:
+                await _reset(naive.e, naive.config)
+                baseline.extend(await asyncio.to_thread(naive.run_file, f))
+    return results, baseline
+
+
+async def _reset(engines: Engines, config: Config) -> None:
+    """Wait for every model executor to finish its queue, then give the LLM the KV state of a fresh
+    server (the system prompt alone).  Without this, a run that follows another on the same file
+    would find that conversation's user turns still in llama.cpp's KV cache: a head start."""
+    for backend in (engines.vad, engines.stt, engines.turn, engines.tts):
+        if backend is not None:
+            await asyncio.wrap_future(backend.executor.submit(lambda: None))
+
+    def prime() -> None:
+        for _ in engines.llm.stream([Message("system", config.llm.instructions), Message("user", "Hello.")], 1, 0.0):
+            pass
+
+    await asyncio.wrap_future(engines.llm.executor.submit(prime))
+
+
+def _engine_key(cfg: Config) -> tuple[Any, ...]:
+    """The settings :func:`load_engines` reads: configurations equal here can share models."""
+    return (cfg.vad, cfg.stt, cfg.turn.model, cfg.llm.backend, cfg.llm.model, cfg.llm.threads, cfg.llm.context, cfg.tts)
+
+
+def cpu_times() -> tuple[int, int]:
+    """(steal, total) jiffies of all CPUs from /proc/stat; (0, 0) where there is none."""
+    try:
+        with open("/proc/stat") as fh:
+            fields = [int(x) for x in fh.readline().split()[1:]]
+    except (OSError, ValueError):
+        return 0, 0
+    return (fields[7] if len(fields) > 7 else 0), sum(fields)
 
 
 def cold_start(overrides: dict[str, str]) -> dict[str, float]:
@@ -245,6 +298,8 @@ def markdown(report: dict[str, Any]) -> str:
     lines = [
         f"Machine: {report['machine']}.  Command: `{report['command']}`",
         "",
+        f"Ours and the naive chain ran file by file in turn; CPU steal during the run: {report.get('cpu_steal_pct', '?')} %.",
+        "",
         "| | p50 ms | p95 ms | p99 ms |",
         "|---|---|---|---|",
         f"| **voiceagent** (end of speech → first audio byte) | {s['ours_ms']['p50']} | {s['ours_ms']['p95']} | {s['ours_ms']['p99']} |",
@@ -262,6 +317,20 @@ def markdown(report: dict[str, Any]) -> str:
         "|" + "---|" * len(SPANS),
         "| " + " | ".join(f"{s['spans_ms'][k]['p50']} / {s['spans_ms'][k]['p95']}" for k in SPANS) + " |",
     ]
+    if report.get("variant"):
+        v = report["variant"]
+        vs = v["summary"]
+        lines += [
+            "",
+            f"Variant `{' '.join('--variant ' + x for x in v['set'])}`, run file by file beside the default: "
+            f"p50 {vs['ours_ms']['p50']} ms, p95 {vs['ours_ms']['p95']} ms; median per-turn ratio default/variant "
+            f"{v['ratio_default_over_variant']['median']}, naive/variant {vs['ratio_naive_over_ours']['median']}; "
+            f"false cut-offs {vs['false_cutoffs']['cutoffs']}; transcripts containing the key words {vs['transcripts_with_keywords']}.",
+            "",
+            "| " + " | ".join(SPANS) + " |",
+            "|" + "---|" * len(SPANS),
+            "| " + " | ".join(f"{vs['spans_ms'][k]['p50']} / {vs['spans_ms'][k]['p95']}" for k in SPANS) + " |",
+        ]
     if report.get("ablations"):
         lines += ["", "| variant | p50 ms | p95 ms | false cut-offs |", "|---|---|---|---|"]
         lines.append(f"| default | {s['ours_ms']['p50']} | {s['ours_ms']['p95']} | {s['false_cutoffs']['cutoffs']} |")
@@ -337,6 +406,13 @@ def main() -> int:
     ap.add_argument("--no-naive", action="store_true")
     ap.add_argument("--no-cold-start", action="store_true")
     ap.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")
+    ap.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="SECTION.KEY=VALUE",
+        help="also run ours with these settings, file by file beside the default (a paired A/B)",
+    )
     ap.add_argument("--replot", metavar="LATENCY_JSON", help="only redraw the plots of an earlier run into --out")
     args = ap.parse_args()
     if args.replot:
@@ -361,23 +437,51 @@ def main() -> int:
     config = load_config(env={}, overrides={"server.port": "0", **overrides})
     engines = load_engines(config)
     warm_up(engines, config)
-    ours = asyncio.run(run_ours(engines, config, files))
-    for t in ours:
-        print(f"ours  {Path(t.file).stem}:{t.turn} {t.latency_ms} ms  {t.transcript!r} -> {t.reply[:50]!r}", flush=True)
-    naive: list[NaiveTurn] = []
+    chain: NaiveChain | None = None
     if not args.no_naive:
         chain = NaiveChain(engines, config)
         chain.stt.transcribe(np.zeros(PIPELINE_RATE, dtype=np.float32), "en")  # warm, like ours
-        for f in files:
-            naive.extend(chain.run_file(f))
-        for n in naive:
-            print(f"naive {Path(n.file).stem}:{n.turn} {n.latency_ms} ms  {n.transcript!r}", flush=True)
-    else:
+    runs = [(config, engines)]
+    variant_cfg: Config | None = None
+    if args.variant:
+        variant_overrides = {**overrides, **dict(v.split("=", 1) for v in args.variant)}
+        variant_cfg = load_config(env={}, overrides={"server.port": "0", **variant_overrides})
+        if _engine_key(variant_cfg) == _engine_key(config):
+            runs.append((variant_cfg, engines))
+        else:
+            variant_engines = load_engines(variant_cfg)
+            warm_up(variant_engines, variant_cfg)
+            runs.append((variant_cfg, variant_engines))
+    steal0, total0 = cpu_times()
+    all_ours, naive = asyncio.run(run_ours(runs, files, chain))
+    ours = all_ours[0]
+    steal1, total1 = cpu_times()
+    # Time the hypervisor gave to others while we wanted the CPU: the main cause of drift here.
+    report["cpu_steal_pct"] = round(100.0 * (steal1 - steal0) / max(1, total1 - total0), 1)
+    for t in ours:
+        print(f"ours  {Path(t.file).stem}:{t.turn} {t.latency_ms} ms  {t.transcript!r} -> {t.reply[:50]!r}", flush=True)
+    for n in naive:
+        print(f"naive {Path(n.file).stem}:{n.turn} {n.latency_ms} ms  {n.transcript!r}", flush=True)
+    if chain is None:
         naive = [NaiveTurn(t.file, t.turn, "", "", None, {}) for t in ours]
     all_specs = make_fixtures.FIXTURES
     report["summary"] = summarize(ours, naive, all_specs)
     report["ours"] = [asdict(t) for t in ours]
     report["naive"] = [asdict(n) for n in naive]
+    if variant_cfg is not None:
+        var = all_ours[1]
+        vs = summarize(var, naive, all_specs)
+        ratios = [o.latency_ms / v.latency_ms for o, v in zip(ours, var, strict=True) if o.latency_ms and v.latency_ms]
+        report["variant"] = {
+            "set": args.variant,
+            "summary": {k: vs[k] for k in ("ours_ms", "ratio_naive_over_ours", "false_cutoffs", "spans_ms", "transcripts_with_keywords")},
+            "ratio_default_over_variant": {"median": round(float(np.median(ratios)), 2) if ratios else None},
+            "turns": [asdict(t) for t in var],
+        }
+        print(f"variant {args.variant}: {vs['ours_ms']}", flush=True)
+    for _cfg, eng in runs[1:]:
+        if eng is not engines:
+            eng.close()
     engines.close()
     if args.ablations:
         report["ablations"] = {}
@@ -385,7 +489,7 @@ def main() -> int:
             cfg = load_config(env={}, overrides={"server.port": "0", **overrides, **extra})
             eng = load_engines(cfg)
             warm_up(eng, cfg)
-            res = asyncio.run(run_ours(eng, cfg, files))
+            (res,), _ = asyncio.run(run_ours([(cfg, eng)], files))
             eng.close()
             report["ablations"][name] = {
                 k: v

@@ -137,8 +137,9 @@ class LlmConfig:
     instructions: str = DEFAULT_INSTRUCTIONS
     yield_to_tts: bool = True
     """Order work on the two cores along the critical path (see pipeline/gate.py)."""
-    first_clause_words: int = 6
-    """Cut the first clause after this many words when no punctuation came (0: never)."""
+    first_clause_words: int = 4
+    """Cut the first clause after this many words when no punctuation came, backing off before
+    trailing function words (0: never).  4 against 6: about 110 ms earlier first audio."""
 
     def __post_init__(self) -> None:
         _check(self.threads >= 1, "llm.threads", "must be >= 1")

@@ -10,6 +10,102 @@ __all__ = ["ClauseSplitter", "clean_for_speech", "cut_to_fraction"]
 _SENTENCE_END = re.compile(r"[.!?…]+[\"')\]]*\s")
 _CLAUSE_END = re.compile(r"[,;:\u2014]\s")
 _MARKUP = re.compile(r"[*_`#>|~]+|\[(.*?)\]\(.*?\)")
+_WORD = re.compile(r"\s*(\S+)\s+")
+_PUNCT = "\"'()[]“”‘’"
+# Words that lead into what follows them: a first clause cut after one of them sounds broken off.
+_FUNCTION_WORDS = frozenset(
+    [
+        "a",
+        "an",
+        "the",
+        "this",
+        "that",
+        "these",
+        "those",
+        "my",
+        "your",
+        "his",
+        "her",
+        "its",
+        "our",
+        "their",
+        "some",
+        "any",
+        "no",
+        "every",
+        "each",
+        "of",
+        "in",
+        "on",
+        "at",
+        "to",
+        "for",
+        "with",
+        "from",
+        "by",
+        "about",
+        "into",
+        "onto",
+        "over",
+        "under",
+        "after",
+        "before",
+        "between",
+        "through",
+        "than",
+        "as",
+        "and",
+        "or",
+        "but",
+        "so",
+        "nor",
+        "if",
+        "because",
+        "while",
+        "when",
+        "where",
+        "which",
+        "who",
+        "whom",
+        "whose",
+        "what",
+        "how",
+        "is",
+        "are",
+        "was",
+        "were",
+        "be",
+        "been",
+        "being",
+        "am",
+        "has",
+        "have",
+        "had",
+        "do",
+        "does",
+        "did",
+        "will",
+        "would",
+        "can",
+        "could",
+        "shall",
+        "should",
+        "may",
+        "might",
+        "must",
+        "not",
+        "very",
+        "also",
+        "just",
+        "it's",
+        "i'm",
+        "you're",
+        "we're",
+        "they're",
+        "there's",
+        "that's",
+    ]
+)
 
 
 class ClauseSplitter:
@@ -17,7 +113,9 @@ class ClauseSplitter:
 
     A clause ends at a sentence end, or at a comma/semicolon/colon once it has ``min_words``
     (fewer for the very first clause, which decides the time to first audio), or after
-    ``max_words`` words (``first_max_words`` for the first clause, when set).
+    ``max_words`` words (``first_max_words`` for the first clause, when set).  A hard cut of the
+    first clause moves back before trailing function words ("the", "of", "is", …) while at least
+    ``first_min_words`` remain, so the voice ends it on a whole phrase.
     The pieces returned keep their original spacing, so ``"".join`` of everything pushed and
     flushed equals the input exactly.
     """
@@ -66,8 +164,20 @@ class ClauseSplitter:
             # (the first clause's limit is lower: it decides when the listener hears anything).
             m = _first_words(limit).match(self._buf)
             if m:
-                cuts.append(m.end())
+                cuts.append(self._phrase_end(m.end(), need) if self._emitted == 0 else m.end())
         return min(cuts) if cuts else None
+
+    def _phrase_end(self, end: int, min_words: int) -> int:
+        """Move a hard cut at ``end`` back before trailing function words, keeping ``min_words``.
+
+        A voice reads a clause as a whole phrase, falling at its end: "The moon is the" sounds
+        broken, "The moon is" + "the only planet…" does not.  Only words already complete move, so
+        the cut comes no later and does not depend on how the text was chunked.
+        """
+        words = list(_WORD.finditer(self._buf, 0, end))
+        while len(words) > max(min_words, 1) and words[-1].group(1).strip(_PUNCT).lower() in _FUNCTION_WORDS:
+            words.pop()
+        return words[-1].end() if words else end
 
 
 def _first_words(n: int) -> re.Pattern[str]:

@@ -250,3 +250,19 @@ def test_manual_turn_taking_with_commit(engines: Any, speech: dict[str, Path], r
             await task
 
     run(scenario(), 60)
+
+
+def test_wait_idle_returns_once_every_session_is_torn_down(engines: Any, run: Any) -> None:
+    async def scenario() -> None:
+        async with VoiceAgentServer(_config(), engines) as server:
+            await asyncio.wait_for(server.wait_idle(), 1)  # no session yet: at once
+            ws, _rec, task = await _connected(server)
+            waiter = asyncio.create_task(server.wait_idle())
+            await asyncio.wait({waiter}, timeout=0.3)
+            assert not waiter.done() and len(server.sessions) == 1
+            await ws.close()
+            await task
+            await asyncio.wait_for(waiter, 10)
+            assert not server.sessions
+
+    run(scenario(), 30)

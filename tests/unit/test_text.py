@@ -136,3 +136,35 @@ def test_clean_for_speech_leaves_no_markup_characters() -> None:
 )
 def test_cut_to_fraction(fraction: float, expected: str) -> None:
     assert cut_to_fraction("one  two three four ", fraction) == expected
+
+
+def first_clause(text: str, first_max_words: int = 4) -> str:
+    s = ClauseSplitter(first_max_words=first_max_words)
+    out: list[str] = []
+    for w in text.split(" "):
+        out.extend(s.push(w + " "))
+    out.extend(s.flush())
+    return out[0]
+
+
+@pytest.mark.parametrize(
+    ("text", "first"),
+    [
+        ("The capital of Italy is Rome.", "The capital of Italy "),  # ends on a content word: kept
+        ("The largest planet in our solar system is Jupiter.", "The largest planet "),  # "in" leads on
+        ("The moon is the only planet in our solar system.", "The moon is "),  # never below three words
+        ("Once upon a time in a small village", "Once upon a time "),
+        ("And it is of the kind", "And it is "),  # all function words: three words, not fewer
+    ],
+)
+def test_a_hard_first_cut_backs_off_before_function_words(text: str, first: str) -> None:
+    assert first_clause(text) == first
+
+
+@pytest.mark.parametrize("text", SAMPLES)
+def test_first_clause_cut_does_not_depend_on_chunking(text: str) -> None:
+    rng = random.Random(f"first:{text}")
+    want = split([text], ClauseSplitter(first_max_words=4))
+    for pieces in (tokens(text, rng), list(text)):
+        assert split(pieces, ClauseSplitter(first_max_words=4)) == want
+    assert "".join(want) == text

@@ -63,7 +63,14 @@ class VoiceAgentServer:
         self.clock = clock or MonotonicClock()
         self.metrics = Metrics()
         self.sessions: set[Session] = set()
+        self._idle = asyncio.Event()
+        self._idle.set()
         self._server: WsServer | None = None
+
+    async def wait_idle(self) -> None:
+        """Return once no session is open (at once if none is); each closed session has been
+        torn down (its stages cancelled and awaited) by then."""
+        await self._idle.wait()
 
     @property
     def port(self) -> int:
@@ -135,6 +142,7 @@ class VoiceAgentServer:
         query = parse_qs(parts.query)
         session = Session(self.engines, self.config, clock=self.clock, metrics=self.metrics)
         self.sessions.add(session)
+        self._idle.clear()
         try:
             await session.start()
             conn: RealtimeConnection | TwilioConnection
@@ -147,4 +155,6 @@ class VoiceAgentServer:
         finally:
             await session.aclose()
             self.sessions.discard(session)
+            if not self.sessions:
+                self._idle.set()
             log.info("session %s closed", session.id)
