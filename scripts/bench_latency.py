@@ -280,7 +280,7 @@ def summarize(ours: list[TurnResult], naive: list[NaiveTurn], specs: dict[str, A
         "ours_warm_ms": percentiles(warm),
         "naive_ms": percentiles(nlat),
         "ratio_naive_over_ours": {
-            "median": round(float(np.median(ratios)), 2) if ratios else None,
+            "median": round(float(np.median(ratios)), 3) if ratios else None,
             "min": round(min(ratios), 2) if ratios else None,
         },
         "spans_ms": spans,
@@ -475,7 +475,7 @@ def main() -> int:
         report["variant"] = {
             "set": args.variant,
             "summary": {k: vs[k] for k in ("ours_ms", "ratio_naive_over_ours", "false_cutoffs", "spans_ms", "transcripts_with_keywords")},
-            "ratio_default_over_variant": {"median": round(float(np.median(ratios)), 2) if ratios else None},
+            "ratio_default_over_variant": {"median": round(float(np.median(ratios)), 3) if ratios else None},
             "turns": [asdict(t) for t in var],
         }
         print(f"variant {args.variant}: {vs['ours_ms']}", flush=True)
