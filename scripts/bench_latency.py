@@ -187,26 +187,29 @@ async def run_ours(
     baseline: list[NaiveTurn] = []
     async with contextlib.AsyncExitStack() as stack:
         servers = [await stack.enter_async_context(VoiceAgentServer(cfg, eng)) for cfg, eng in runs]
+        every = list({id(e): e for _, e in runs}.values())
         for f in files:
             for server, res in zip(servers, results, strict=True):
-                await _reset(server.engines, server.config)
+                await _reset(server.engines, server.config, every)
                 res.extend(await replay_file(server.url, f))
                 # The next run may use the same model objects, the naive chain from its own thread:
-                # first let the session end and every model executor finish what it was given.
+                # first let the session end (the next _reset drains the executors).
                 await server.wait_idle()
             if naive is not None:
-                await _reset(naive.e, naive.config)
+                await _reset(naive.e, naive.config, every)
                 baseline.extend(await asyncio.to_thread(naive.run_file, f))
     return results, baseline
 
 
-async def _reset(engines: Engines, config: Config) -> None:
-    """Wait for every model executor to finish its queue, then give the LLM the KV state of a fresh
-    server (the system prompt alone).  Without this, a run that follows another on the same file
-    would find that conversation's user turns still in llama.cpp's KV cache: a head start."""
-    for backend in (engines.vad, engines.stt, engines.turn, engines.tts):
-        if backend is not None:
-            await asyncio.wrap_future(backend.executor.submit(lambda: None))
+async def _reset(engines: Engines, config: Config, every: list[Engines]) -> None:
+    """Wait for every model executor (of ``every`` model set) to finish its queue, then give the
+    LLM of ``engines`` the KV state of a fresh server (the system prompt alone).  Without this, a
+    run that follows another on the same file would find that conversation's user turns still in
+    llama.cpp's KV cache: a head start."""
+    for eng in every:
+        for backend in (eng.vad, eng.stt, eng.turn, eng.llm, eng.tts):
+            if backend is not None:
+                await asyncio.wrap_future(backend.executor.submit(lambda: None))
 
     def prime() -> None:
         for _ in engines.llm.stream([Message("system", config.llm.instructions), Message("user", "Hello.")], 1, 0.0):
@@ -217,7 +220,21 @@ async def _reset(engines: Engines, config: Config) -> None:
 
 def _engine_key(cfg: Config) -> tuple[Any, ...]:
     """The settings :func:`load_engines` reads: configurations equal here can share models."""
-    return (cfg.vad, cfg.stt, cfg.turn.model, cfg.llm.backend, cfg.llm.model, cfg.llm.threads, cfg.llm.context, cfg.tts)
+    s, llm = cfg.stt, cfg.llm
+    return (
+        cfg.vad.model,
+        s.model,
+        s.threads,
+        s.beam_size,
+        s.window_s,
+        cfg.turn.model,
+        llm.backend,
+        llm.model,
+        llm.threads,
+        llm.context,
+        cfg.tts.model,
+        cfg.tts.threads,
+    )
 
 
 def cpu_times() -> tuple[int, int]:
@@ -295,11 +312,16 @@ def summarize(ours: list[TurnResult], naive: list[NaiveTurn], specs: dict[str, A
 
 def markdown(report: dict[str, Any]) -> str:
     s = report["summary"]
+    naive_ran = any(n["latency_ms"] is not None for n in report["naive"])
+    order = (", the variant" if report.get("variant") else "") + (" and the naive chain" if naive_ran else "")
     lines = [
         f"Machine: {report['machine']}.  Command: `{report['command']}`",
         "",
-        f"Ours and the naive chain ran file by file in turn; CPU steal during the run: {report.get('cpu_steal_pct', '?')} %.",
-        "",
+        *(
+            [f"Ours{order} ran file by file in turn; CPU steal during the run: {report['cpu_steal_pct']} %.", ""]
+            if "cpu_steal_pct" in report
+            else []
+        ),
         "| | p50 ms | p95 ms | p99 ms |",
         "|---|---|---|---|",
         f"| **voiceagent** (end of speech → first audio byte) | {s['ours_ms']['p50']} | {s['ours_ms']['p95']} | {s['ours_ms']['p99']} |",

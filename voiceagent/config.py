@@ -73,9 +73,11 @@ class VadConfig:
     stop_ms: int = 160
     """Silence that ends a speech *segment*: the transcript is finalised (and speculation starts)."""
     min_speech_ms: int = 96
-    """Speech must last this long before it counts as started (filters clicks)."""
+    """Speech must last this long before it counts as started (filters clicks).  Dips of up to
+    64 ms between syllables do not restart the count (see stages.vad.VadTracker)."""
     barge_in_ms: int = 320
-    """Speech must last this long while the agent talks before it interrupts (filters coughs)."""
+    """Speech must last this long while the agent talks before it interrupts (filters coughs);
+    counted as for ``min_speech_ms``."""
 
     def __post_init__(self) -> None:
         _check(0.0 < self.threshold < 1.0, "vad.threshold", "must be between 0 and 1")
@@ -139,7 +141,7 @@ class LlmConfig:
     """Order work on the two cores along the critical path (see pipeline/gate.py)."""
     first_clause_words: int = 4
     """Cut the first clause after this many words when no punctuation came, backing off before
-    trailing function words (0: never).  4 against 6 measured 1-5 % faster per turn (docs/bench)."""
+    trailing function words (0: never).  4 against 6: 1-5 % faster per turn at the median, p95 worse (docs/bench/first_clause_ab.md)."""
 
     def __post_init__(self) -> None:
         _check(self.threads >= 1, "llm.threads", "must be >= 1")

@@ -86,14 +86,15 @@ class ClauseSplitter:
         return min(cuts) if cuts else None
 
     def _phrase_end(self, end: int, min_words: int) -> int:
-        """Move a hard cut at ``end`` back before trailing function words, keeping ``min_words``.
+        """Move a hard cut at ``end`` back before trailing function words, keeping ``min_words``
+        (at least one).
 
         A voice reads a clause as a whole phrase, falling at its end: "The moon is the" sounds
         broken, "The moon is" + "the only planet…" does not.  Only words already complete move, so
         the cut comes no later and does not depend on how the text was chunked.
         """
         words = list(_WORD.finditer(self._buf, 0, end))
-        while len(words) > max(min_words, 1) and words[-1].group(1).strip(_PUNCT).lower() in _FUNCTION_WORDS:
+        while len(words) > max(min_words, 1) and words[-1].group(1).strip(_PUNCT).lower().replace("’", "'") in _FUNCTION_WORDS:
             words.pop()
         return words[-1].end() if words else end
 

@@ -53,7 +53,7 @@ def test_a_short_dip_does_not_restart_the_candidate_and_does_not_count() -> None
 
 def test_windows_between_the_stop_and_start_levels_extend_a_candidate() -> None:
     tracker = VadTracker(W)
-    events = feed_all(tracker, [0.2, 0.6, 0.4, 0.4])
+    events = feed_all(tracker, [0.2, 0.6, 0.4, 0.6])
     assert events == [(3, VoiceEvent("start", 1 * W))]
 
 
@@ -166,3 +166,23 @@ def test_reset_forgets_everything() -> None:
     assert not tracker.in_speech
     assert tracker.window_ms == W
     assert feed_all(tracker, [0.0] * 5, first_window=6) == []  # no ticks: the stop was forgotten
+
+
+def test_low_level_noise_between_dips_does_not_add_up_to_a_start() -> None:
+    # One clear window, then windows just above the stop level between 64 ms dips (echo, hum):
+    # the candidate lives on, but less than half of it is clear speech, so it never starts.
+    tracker = VadTracker(W)
+    probs = [0.6] + [0.1, 0.1, 0.36] * 9
+    assert [ev for p_i, p in enumerate(probs) for ev in tracker.feed(p, (p_i + 1) * W, THRESHOLD, 320.0, STOP)] == []
+    assert not tracker.in_speech
+
+
+def test_no_silence_ticks_while_a_start_candidate_lives() -> None:
+    tracker = VadTracker(W)
+    events = feed_all(tracker, [0.9] * 5 + [0.1] * 6 + [0.6, 0.4, 0.1, 0.6])
+    starts = [i for i, ev in events if ev.kind == "start"]
+    assert len(starts) == 2
+    # The second candidate began at window 11: no silence is reported from then until its start,
+    # which is placed at that window, so the endpointer never counts speech as silence.
+    assert events[-1] == (14, VoiceEvent("start", 11 * W))
+    assert not [i for i, ev in events if ev.kind == "silence" and i >= 11]

@@ -34,12 +34,13 @@ class VadTracker:
 
     A speech-start candidate begins at a window at or above ``threshold``; later windows at or
     above ``threshold - 0.15`` add to it, and it survives dips below that of up to 64 ms (they do
-    not count).  Speech starts once the candidate holds ``min_speech_ms`` (``start`` carries the
-    candidate's first window's start); it stops after ``stop_ms`` below ``threshold - 0.15``
+    not count).  Speech starts once the candidate holds ``min_speech_ms``, at least half of it at
+    or above ``threshold`` (``start`` carries the candidate's first window's start); it stops after ``stop_ms`` below ``threshold - 0.15``
     (``stop`` carries the end of the last speech window).  The first silent window inside speech
     yields ``pause`` (same position as the coming ``stop``), and speech before the stop yields
     ``resume``: that lets STT start decoding ~``stop_ms`` early.  After a stop, each silent window
-    yields ``silence`` with the silence length so far, up to 4 s.
+    yields ``silence`` with the silence length so far, up to 4 s, except while a start candidate
+    lives.
     """
 
     def __init__(self, window_ms: float = _WINDOW_MS) -> None:
@@ -47,6 +48,7 @@ class VadTracker:
         self.in_speech = False
         self._cand_start: float | None = None
         self._cand_ms = 0.0
+        self._cand_strong_ms = 0.0
         self._cand_gap_ms = 0.0
         self._silence_ms = 0.0
         self._last_speech_end = 0.0
@@ -60,11 +62,12 @@ class VadTracker:
             if self._cand_start is None:
                 if prob >= threshold:
                     self._cand_start = start
-                    self._cand_ms = self.window_ms
+                    self._cand_ms = self._cand_strong_ms = self.window_ms
                     self._cand_gap_ms = 0.0
                     counted = True
             elif prob >= threshold - 0.15:
                 self._cand_ms += self.window_ms
+                self._cand_strong_ms += self.window_ms if prob >= threshold else 0.0
                 self._cand_gap_ms = 0.0
                 counted = True
             else:
@@ -75,7 +78,9 @@ class VadTracker:
                 if self._cand_gap_ms > _CANDIDATE_GAP_MS:
                     self._cand_start = None
                     self._cand_ms = 0.0
-            if counted and self._cand_start is not None and self._cand_ms >= min_speech_ms:
+            # At least half of it must be clear speech, so low-level noise between real dips does
+            # not add up to a start.
+            if counted and self._cand_start is not None and self._cand_ms >= min_speech_ms and 2 * self._cand_strong_ms >= min_speech_ms:
                 self.in_speech = True
                 self._after_stop = False
                 self._silence_ms = 0.0
@@ -83,7 +88,9 @@ class VadTracker:
                 out.append(VoiceEvent("start", self._cand_start))
                 self._cand_start = None
                 self._cand_ms = 0.0
-            if not self.in_speech and self._after_stop and prob < threshold:
+            # No silence while a candidate lives: the endpointer must not end a turn on windows
+            # that may yet turn out to be speech (the next tick after the candidate dies catches up).
+            if not self.in_speech and self._after_stop and prob < threshold and self._cand_start is None:
                 silence = window_end_ms - self._last_speech_end
                 if silence <= _MAX_SILENCE_TICKS_MS:
                     out.append(VoiceEvent("silence", window_end_ms, silence))

@@ -68,8 +68,9 @@ class VoiceAgentServer:
         self._server: WsServer | None = None
 
     async def wait_idle(self) -> None:
-        """Return once no session is open (at once if none is); each closed session has been
-        torn down (its stages cancelled and awaited) by then."""
+        """Return once no session is open (at once if none is).  Each closed session's stages have
+        been cancelled and awaited by then; a model call already handed to an executor may still
+        be finishing there."""
         await self._idle.wait()
 
     @property
@@ -153,8 +154,10 @@ class VoiceAgentServer:
             log.info("session %s opened on %s from %s", session.id, parts.path, ws.remote_address)
             await conn.run()
         finally:
-            await session.aclose()
-            self.sessions.discard(session)
-            if not self.sessions:
-                self._idle.set()
+            try:
+                await session.aclose()
+            finally:
+                self.sessions.discard(session)
+                if not self.sessions:
+                    self._idle.set()
             log.info("session %s closed", session.id)
