@@ -8,14 +8,16 @@ playback clock) and tells when a file-driven conversation is over.
 
 from __future__ import annotations
 
+import asyncio
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from voiceagent.audio import Int16Array
 from voiceagent.talk.console import Console
-from voiceagent.talk.devices import Speaker
+from voiceagent.talk.devices import Microphone, Speaker
 
-__all__ = ["Conversation", "TalkResult", "Truncation", "Turn"]
+__all__ = ["Conversation", "TalkResult", "Truncation", "Turn", "feed_microphone"]
 
 
 @dataclass
@@ -155,3 +157,22 @@ class Conversation:
     def idle(self) -> bool:
         """No response in progress, nothing left to play and ``tail_s`` of quiet."""
         return not self._open and not self.speaker.busy() and time.monotonic() - self._last_activity >= self.tail_s
+
+
+async def feed_microphone(
+    mic: Microphone, conv: Conversation, send: Callable[[Int16Array], Awaitable[None]], reader: asyncio.Task[None], max_tail_s: float
+) -> None:
+    """Hand each microphone frame to ``send`` until the talk is over: the microphone is exhausted
+    (a file has ended) and the conversation idle, or ``max_tail_s`` has passed since it was, or
+    ``reader`` (the driver's event side) has ended.  A live microphone never ends by itself.
+    Cancellation: propagates from ``mic.frames()`` or ``send``; nothing is left half-sent here.
+    """
+    ended: float | None = None
+    async for pcm in mic.frames():
+        await send(pcm)
+        if mic.exhausted:
+            ended = ended or time.monotonic()
+            if conv.idle() or time.monotonic() - ended > max_tail_s:
+                return
+        if reader.done():
+            return

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 
 from voiceagent.errors import ProtocolError
 from voiceagent.events import (
@@ -28,7 +27,7 @@ from voiceagent.events import (
     TurnMetrics,
 )
 from voiceagent.session import Session
-from voiceagent.talk.conversation import Conversation, TalkResult
+from voiceagent.talk.conversation import Conversation, TalkResult, feed_microphone
 from voiceagent.talk.devices import Microphone
 
 __all__ = ["talk_local"]
@@ -42,15 +41,7 @@ async def talk_local(session: Session, mic: Microphone, conv: Conversation, *, m
     """
     reader = asyncio.create_task(_consume(session, conv), name="talk.events")
     try:
-        ended: float | None = None
-        async for pcm in mic.frames():
-            await session.append_audio(pcm)
-            if mic.exhausted:
-                ended = ended or time.monotonic()
-                if conv.idle() or time.monotonic() - ended > max_tail_s:
-                    break
-            if reader.done():
-                break
+        await feed_microphone(mic, conv, session.append_audio, reader, max_tail_s)
     finally:
         await session.aclose()  # ends session.events(), so the reader finishes
         with contextlib.suppress(asyncio.CancelledError):

@@ -13,15 +13,14 @@ import asyncio
 import base64
 import contextlib
 import json
-import time
 from typing import Any
 
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
 
-from voiceagent.audio import PIPELINE_RATE, StreamResampler, pcm16_from_bytes
+from voiceagent.audio import PIPELINE_RATE, Int16Array, StreamResampler, pcm16_from_bytes
 from voiceagent.errors import VoiceAgentError
-from voiceagent.talk.conversation import Conversation, TalkResult
+from voiceagent.talk.conversation import Conversation, TalkResult, feed_microphone
 from voiceagent.talk.devices import Microphone
 
 __all__ = ["WIRE_RATE", "talk_remote"]
@@ -49,19 +48,15 @@ async def talk_remote(url: str, mic: Microphone, conv: Conversation, *, max_tail
         )
         reader = asyncio.create_task(_read(ws, conv), name="talk.reader")
         up = StreamResampler(PIPELINE_RATE, WIRE_RATE, quality="LQ")
+
+        async def send(pcm: Int16Array) -> None:
+            wire = up.process(pcm)
+            if len(wire):
+                audio = base64.b64encode(wire.astype("<i2").tobytes()).decode("ascii")
+                await ws.send(json.dumps({"type": "input_audio_buffer.append", "audio": audio}))
+
         try:
-            ended: float | None = None
-            async for pcm in mic.frames():
-                wire = up.process(pcm)
-                if len(wire):
-                    audio = base64.b64encode(wire.astype("<i2").tobytes()).decode("ascii")
-                    await ws.send(json.dumps({"type": "input_audio_buffer.append", "audio": audio}))
-                if mic.exhausted:
-                    ended = ended or time.monotonic()
-                    if conv.idle() or time.monotonic() - ended > max_tail_s:
-                        break
-                if reader.done():
-                    break
+            await feed_microphone(mic, conv, send, reader, max_tail_s)
         except ConnectionClosed:
             pass
         finally:
