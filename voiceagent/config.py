@@ -55,14 +55,21 @@ class ServerConfig:
     port: int = 8765
     max_message_bytes: int = 1 << 20
     """Largest WebSocket message accepted; a larger one closes the connection with code 1009."""
-    max_sessions: int = 8
+    max_sessions: int = 0
+    """Sessions served at once; past it a connection gets HTTP 503.  0 = the measured capacity:
+    how many turns ending at the same instant fit ``latency_budget_ms``, from the per-turn model
+    work timed at start-up (see :mod:`voiceagent.capacity`)."""
+    latency_budget_ms: int = 2500
+    """The end-of-speech → first-audio latency the automatic capacity keeps every session under
+    when all of them finish a turn at the same instant."""
     public_url: str = ""
     """Public wss:// base URL used in the TwiML document (telephony); empty: derived from the request."""
 
     def __post_init__(self) -> None:
         _check(0 <= self.port <= 65535, "server.port", "must be 0..65535")
         _check(self.max_message_bytes >= 1024, "server.max_message_bytes", "must be at least 1024")
-        _check(self.max_sessions >= 1, "server.max_sessions", "must be at least 1")
+        _check(self.max_sessions >= 0, "server.max_sessions", "must be >= 0 (0: the measured capacity)")
+        _check(self.latency_budget_ms >= 100, "server.latency_budget_ms", "must be >= 100")
 
 
 @dataclass(frozen=True)
@@ -131,9 +138,21 @@ class TurnConfig:
 @dataclass(frozen=True)
 class LlmConfig:
     backend: str = "llama_cpp"
+    """``llama_cpp`` (in process) or ``openai`` (any OpenAI-compatible server at ``base_url``)."""
     model: str = "qwen2.5-0.5b"
+    """llama_cpp: a catalog name; openai: the model name the server expects."""
     threads: int = 2
     context: int = 2048
+    contexts: int = 8
+    """llama_cpp: KV contexts over the one memory-mapped model (~25 MB each for the 0.5B at 2k).
+    A conversation keeps its prefix warm in its own context while there are at least as many
+    contexts as conversations; beyond that the least recently used one is re-read."""
+    base_url: str = "http://127.0.0.1:8080/v1"
+    """openai: the server's API root (``…/v1``)."""
+    api_key: str = ""
+    """openai: sent as a bearer token when set (``VOICEAGENT_LLM__API_KEY``)."""
+    first_token_timeout_s: float = 5.0
+    """openai: a server that sends no token within this fails the turn with a clear error."""
     max_tokens: int = 80
     temperature: float = 0.0
     instructions: str = DEFAULT_INSTRUCTIONS
@@ -146,6 +165,9 @@ class LlmConfig:
     def __post_init__(self) -> None:
         _check(self.threads >= 1, "llm.threads", "must be >= 1")
         _check(self.context >= 256, "llm.context", "must be >= 256")
+        _check(1 <= self.contexts <= 64, "llm.contexts", "must be 1..64")
+        _check(self.first_token_timeout_s > 0, "llm.first_token_timeout_s", "must be > 0")
+        _check(self.base_url.startswith(("http://", "https://")), "llm.base_url", "must be an http:// or https:// URL")
         _check(1 <= self.max_tokens <= 4096, "llm.max_tokens", "must be 1..4096")
         _check(0.0 <= self.temperature <= 2.0, "llm.temperature", "must be 0..2")
         _check(0 <= self.first_clause_words <= 100, "llm.first_clause_words", "must be 0..100")

@@ -9,6 +9,7 @@
     │   └── ChecksumError           a prepared model file does not match the sha256 in the catalog
     ├── ProtocolError               a client sent something the wire protocol does not allow
     ├── StageError                  a backend raised while a stage was working on a turn
+    ├── EngineError                 an LLM engine could not answer (server down, HTTP error, timeout)
     └── DeviceError                 an audio device (sound card) is missing or failed
 
 Every error a client can cause is a ``ProtocolError`` with a machine-readable ``code``;
@@ -22,6 +23,7 @@ __all__ = [
     "ChecksumError",
     "ConfigError",
     "DeviceError",
+    "EngineError",
     "MissingDependencyError",
     "ModelError",
     "ProtocolError",
@@ -85,6 +87,13 @@ class StageError(VoiceAgentError):
     def __init__(self, stage: str, message: str) -> None:
         super().__init__(f"{stage}: {message}")
         self.stage = stage
+
+
+class EngineError(VoiceAgentError):
+    """An LLM engine could not answer: its server is unreachable, answered an HTTP error, broke off
+    mid-reply or missed its first-token deadline.  ``retryable``: a later call may work."""
+
+    retryable = True
 
 
 class DeviceError(VoiceAgentError):

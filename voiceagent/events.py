@@ -333,10 +333,13 @@ class ItemTruncated(Event):
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class TurnMetrics(Event):
-    """Per-turn timeline: seconds from the end of user speech to each mark (JSON-friendly)."""
+    """Per-turn timeline: milliseconds from the end of user speech to each mark (JSON-friendly),
+    with the load the turn met: sessions open at its end and its wait for the LLM (ms)."""
 
     response_id: str
     spans: dict[str, float]
+    sessions_active: int = 0
+    llm_queue_ms: float | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -14,6 +14,8 @@ MARKS = (
     "vad_stop",
     "transcript_final",
     "turn_confirmed",
+    "llm_request",
+    "llm_admitted",
     "llm_first_token",
     "first_clause",
     "tts_first_audio",
@@ -30,6 +32,12 @@ class TurnTimeline:
 
     def mark(self, name: str, t: float) -> None:
         self.marks.setdefault(name, t)
+
+    def between_ms(self, start: str, end: str) -> float | None:
+        """Milliseconds from mark ``start`` to mark ``end`` (None unless both exist)."""
+        if start not in self.marks or end not in self.marks:
+            return None
+        return round((self.marks[end] - self.marks[start]) * 1000.0, 1)
 
     def spans_ms(self) -> dict[str, float]:
         """Milliseconds from the end of user speech to every other mark."""
@@ -67,6 +75,7 @@ class Histogram:
 
 
 _LATENCY_BUCKETS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0)
+_QUEUE_BUCKETS = (0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0)
 
 
 class Metrics:
@@ -79,13 +88,17 @@ class Metrics:
         self.barge_ins = 0
         self.errors = 0
         self.spans: dict[str, Histogram] = {m: Histogram(_LATENCY_BUCKETS) for m in MARKS[1:]}
+        self.llm_queue = Histogram(_QUEUE_BUCKETS)
+        self.sessions_refused = 0
 
-    def observe_turn(self, spans_ms: dict[str, float]) -> None:
+    def observe_turn(self, spans_ms: dict[str, float], llm_queue_ms: float | None = None) -> None:
         self.turns += 1
         for name, ms in spans_ms.items():
             hist = self.spans.get(name)
             if hist is not None:
                 hist.observe(ms / 1000.0)
+        if llm_queue_ms is not None:
+            self.llm_queue.observe(llm_queue_ms / 1000.0)
 
     def render(self) -> str:
         lines = [
@@ -93,6 +106,9 @@ class Metrics:
             f"voiceagent_sessions_active {self.sessions_active}",
             "# TYPE voiceagent_sessions_total counter",
             f"voiceagent_sessions_total {self.sessions_total}",
+            "# HELP voiceagent_sessions_refused_total connections refused at capacity (HTTP 503)",
+            "# TYPE voiceagent_sessions_refused_total counter",
+            f"voiceagent_sessions_refused_total {self.sessions_refused}",
             "# TYPE voiceagent_turns_total counter",
             f"voiceagent_turns_total {self.turns}",
             "# TYPE voiceagent_barge_ins_total counter",
@@ -104,4 +120,9 @@ class Metrics:
         ]
         for name, hist in self.spans.items():
             lines.extend(hist.render("voiceagent_span_seconds", f'mark="{name}"'))
+        lines += [
+            "# HELP voiceagent_llm_queue_seconds time a turn waited for the LLM's sequence state",
+            "# TYPE voiceagent_llm_queue_seconds histogram",
+            *self.llm_queue.render("voiceagent_llm_queue_seconds"),
+        ]
         return "\n".join(lines) + "\n"

@@ -389,10 +389,28 @@ class Session:
             )
         )
         spans = resp.timeline.spans_ms()
+        queue_ms = resp.timeline.between_ms("llm_request", "llm_admitted")
+        active = self.metrics.sessions_active
         if spans:
-            self.metrics.observe_turn(spans)
-            await self._emit(TurnMetrics(t=now, gen=resp.gen, session=self.id, response_id=resp.id, spans=spans))
-        log.info(json.dumps({"event": "turn", "session": self.id, "response": resp.id, "status": status.value, "spans_ms": spans}))
+            self.metrics.observe_turn(spans, queue_ms)
+            await self._emit(
+                TurnMetrics(
+                    t=now, gen=resp.gen, session=self.id, response_id=resp.id, spans=spans, sessions_active=active, llm_queue_ms=queue_ms
+                )
+            )
+        log.info(
+            json.dumps(
+                {
+                    "event": "turn",
+                    "session": self.id,
+                    "response": resp.id,
+                    "status": status.value,
+                    "spans_ms": spans,
+                    "sessions_active": active,
+                    "llm_queue_ms": queue_ms,
+                }
+            )
+        )
         self._responses.pop(resp.gen, None)
 
     async def _on_stage_error(self, err: StageError, gen: int) -> None:

@@ -24,9 +24,11 @@ from typing import Any, TypeVar
 import numpy as np
 
 from voiceagent.audio import Float32Array, Int16Array
+from voiceagent.backends.llm_pool import LlmPool
 from voiceagent.backends.protocols import Message
 from voiceagent.backends.registry import Engines
 from voiceagent.events import Event
+from voiceagent.pipeline.scheduler import PriorityExecutor
 from voiceagent.session import Session
 
 SCALE = float(os.environ.get("VOICEAGENT_TEST_TIMEOUT_SCALE", "1"))
@@ -197,11 +199,12 @@ class LlmCall:
 
 
 class FakeLlm:
-    """Each ``stream`` call plays the next scripted reply: a list of text pieces (an exception in
-    the list is raised at that point, inside the executor), or an exception raised at once."""
+    """A scripted LLM context.  Each ``stream`` call plays the next scripted reply: a list of text
+    pieces (an exception in the list is raised at that point, inside the executor), or an
+    exception raised at once.  It keeps no sequence state (see :class:`SequenceCheckingLlm`)."""
 
     def __init__(self, replies: Sequence[Sequence[str | Exception] | Exception] = (), default: Sequence[str] = ("OK.",)) -> None:
-        self.executor = executor("fake-llm")
+        self.executor = PriorityExecutor("fake-llm")
         self._script = list(replies)
         self._default = list(default)
         self._lock = threading.Lock()
@@ -227,6 +230,46 @@ class FakeLlm:
                 self.steps.record(threading.current_thread().name)
         finally:
             self.closed.record(threading.current_thread().name)
+
+
+class InterleavedError(AssertionError):
+    """Two generations stepped on one context's sequence state."""
+
+
+class SequenceCheckingLlm:
+    """A fake LLM context that, like llama.cpp, holds the state of ONE sequence, and fails loudly
+    when generations interleave on it.
+
+    Starting a generation takes the context's state (the prompt is "evaluated"); each later step
+    checks that the state still belongs to that generation.  A step of a generation whose state
+    was taken over raises :class:`InterleavedError` (and records it in ``violations``): exactly
+    the condition under which llama.cpp decodes on another sequence's KV cache.  Each step also
+    reports the prompt it was started from, so replies show whose question they answer.
+    """
+
+    def __init__(self, name: str = "ctx", pieces: int = 4, step_s: float = 0.0) -> None:
+        self.name = name
+        self.pieces = pieces
+        self.step_s = step_s  # blocking work per step (time in the executor thread, not the loop)
+        self.owner: int | None = None  # which generation's sequence the state holds
+        self._next = 0
+        self.violations = Recorder()
+        self.prompts = Recorder()  # the last user message of every generation started here
+
+    def stream(self, messages: Sequence[Message], max_tokens: int, temperature: float) -> Iterator[str]:
+        self._next += 1
+        return self._generate(self._next, next(m.content for m in reversed(messages) if m.role == "user"))
+
+    def _generate(self, me: int, question: str) -> Iterator[str]:
+        self.owner = me  # prompt evaluation: the context now holds this sequence
+        self.prompts.record(question)
+        for i in range(self.pieces):
+            if self.owner != me:
+                self.violations.record((self.name, me, self.owner))
+                raise InterleavedError(f"context {self.name}: generation {me} stepped on the state of generation {self.owner}")
+            if self.step_s:
+                threading.Event().wait(self.step_s)
+            yield f"{question} {i}. " if i == 0 else f"{i}. "
 
 
 class FakeTts:
@@ -263,13 +306,16 @@ class FakeEngines:
         turn: FakeTurn | None = None,
         llm: FakeLlm | None = None,
         tts: FakeTts | None = None,
+        contexts: Sequence[Any] | None = None,
     ) -> None:
+        """``contexts``: the LLM pool's contexts (default: ``llm`` alone), stepped on ``llm``'s executor."""
         self.vad = vad or FakeVad()
         self.stt = stt or FakeStt(default="hello")
         self.turn = turn or FakeTurn()
         self.llm = llm or FakeLlm()
         self.tts = tts or FakeTts()
-        self.engines = Engines(vad=self.vad, stt=self.stt, turn=self.turn, llm=self.llm, tts=self.tts)
+        self.pool = LlmPool(list(contexts) if contexts else [self.llm], self.llm.executor, name="fake")
+        self.engines = Engines(vad=self.vad, stt=self.stt, turn=self.turn, llm=self.pool, tts=self.tts)
 
     def close(self) -> None:
         for ex in (self.vad.executor, self.stt.executor, self.turn.executor, self.llm.executor, self.tts.executor):

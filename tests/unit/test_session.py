@@ -41,7 +41,7 @@ from voiceagent.history import AssistantItem, UserItem
 from voiceagent.metrics import MARKS
 from voiceagent.session import Session
 
-from .fakes import EventLog, FakeEngines, FakeLlm, FakeStt, FakeTts, FakeTurn, pause, speak
+from .fakes import EventLog, FakeEngines, FakeLlm, FakeStt, FakeTts, FakeTurn, SequenceCheckingLlm, pause, speak
 
 Run = Callable[..., Any]
 MakeFakes = Callable[..., FakeEngines]
@@ -74,8 +74,10 @@ def make_fakes() -> Iterator[MakeFakes]:
 
 
 @contextlib.asynccontextmanager
-async def running(fakes: FakeEngines, config: Config, clock: VirtualClock | None = None) -> AsyncIterator[tuple[Session, EventLog]]:
-    session = Session(fakes.engines, config, clock=clock or VirtualClock(), session_id="sess_test")
+async def running(
+    fakes: FakeEngines, config: Config, clock: VirtualClock | None = None, session_id: str = "sess_test"
+) -> AsyncIterator[tuple[Session, EventLog]]:
+    session = Session(fakes.engines, config, clock=clock or VirtualClock(), session_id=session_id)
     await session.start()
     log = EventLog(session)
     log.start()
@@ -643,7 +645,13 @@ def test_sessions_share_engines_but_not_state(run: Run, make_fakes: MakeFakes) -
     fakes = make_fakes(stt=FakeStt(default="same words"), llm=FakeLlm(default=tokens("Same reply.")))
 
     async def main() -> None:
-        async with running(fakes, make_config()) as (a, log_a), running(fakes, make_config()) as (b, log_b):
+        async with (
+            running(fakes, make_config(), session_id="sess_a") as (a, log_a),
+            running(fakes, make_config(), session_id="sess_b") as (
+                b,
+                log_b,
+            ),
+        ):
             await asyncio.gather(say_turn(a), say_turn(b))
             _, done_a = await log_a.wait_type(ResponseDone)
             _, done_b = await log_b.wait_type(ResponseDone)
@@ -653,3 +661,35 @@ def test_sessions_share_engines_but_not_state(run: Run, make_fakes: MakeFakes) -
             assert len(fakes.vad.streams) == 2  # one VAD state per session
 
     run(main(), 20)
+
+
+def test_two_sessions_speaking_at_once_each_get_their_own_answer_without_interleaving(run: Run, make_fakes: MakeFakes) -> None:
+    """Turns that end at the same instant on a stateful LLM: each reply answers its own session's
+    question and no generation ever steps on another's sequence state."""
+    contexts = [SequenceCheckingLlm("ctx0", pieces=6, step_s=0.002), SequenceCheckingLlm("ctx1", pieces=6, step_s=0.002)]
+    # The transcript depends on how long the user spoke: the two sessions say different things.
+    stt = FakeStt(respond=lambda audio: "question about cats" if len(audio) < 16000 * 0.6 else "question about dogs")
+    fakes = make_fakes(stt=stt, contexts=contexts)
+
+    async def main() -> None:
+        async with (
+            running(fakes, make_config(), session_id="sess_a") as (a, log_a),
+            running(fakes, make_config(), session_id="sess_b") as (
+                b,
+                log_b,
+            ),
+        ):
+            for _turn in range(3):
+                start_a, start_b = len(log_a.events), len(log_b.events)
+                await asyncio.gather(say_turn(a, speech_ms=320), say_turn(b, speech_ms=800))
+                _, done_a = await log_a.wait_type(ResponseDone, after=start_a)
+                _, done_b = await log_b.wait_type(ResponseDone, after=start_b)
+                assert done_a.status is done_b.status is ResponseStatus.COMPLETED
+                assert done_a.text.startswith("question about cats"), done_a.text
+                assert done_b.text.startswith("question about dogs"), done_b.text
+        assert len(contexts[0].violations) == len(contexts[1].violations) == 0
+        # Each session kept its own context across turns (its prefix stays warm).
+        owners = {key: {i for k, i in fakes.pool.slot_history if k == key} for key in ("sess_a", "sess_b")}
+        assert len(owners["sess_a"]) == len(owners["sess_b"]) == 1 and owners["sess_a"] != owners["sess_b"], fakes.pool.slot_history
+
+    run(main(), 30)

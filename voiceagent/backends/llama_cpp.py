@@ -1,25 +1,33 @@
 """The embedded LLM: llama.cpp through llama-cpp-python, GGUF models from packages.
 
-One ``Llama`` object keeps the KV cache of its last prompt and reuses the longest common prefix
-of the next one.  The conversation is rendered deterministically (same system prompt, assistant
-turns stored exactly as generated, or cut at a word boundary on barge-in), so each turn only
-pays for its new tokens.
+:func:`load` builds an :class:`~voiceagent.backends.llm_pool.LlmPool` of ``llm.contexts``
+contexts over one model file.  Each context is a ``Llama`` object: the file is memory-mapped, so
+the weights live once in the OS page cache and each context adds only its KV cache (~25 MB at
+2k tokens for the 0.5B model) and compute buffers.
+
+One context keeps the KV cache of its last prompt and reuses the longest common prefix of the
+next one.  The conversation is rendered deterministically (same system prompt, assistant turns
+stored exactly as generated, or cut at a word boundary on barge-in), so a turn on the context
+that served the conversation last pays only for its new tokens.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, cast
 
 from llama_cpp import Llama
+from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
-from voiceagent.backends.protocols import Message
+from voiceagent.backends.llm_pool import LlmPool
+from voiceagent.backends.protocols import LlmContext, Message
 from voiceagent.catalog import get_spec, prepare
+from voiceagent.config import LlmConfig
+from voiceagent.pipeline.scheduler import PriorityExecutor
 
-__all__ = ["LlamaCppLlm", "gguf_path"]
+__all__ = ["LlamaCppContext", "gguf_path", "load"]
 
 
 def gguf_path(name: str, cache_dir: Path) -> Path:
@@ -27,26 +35,56 @@ def gguf_path(name: str, cache_dir: Path) -> Path:
     return prepare(get_spec("llm", name), cache_dir)
 
 
-class LlamaCppLlm:
-    def __init__(self, name: str, cache_dir: Path, threads: int, context: int) -> None:
-        path = gguf_path(name, cache_dir)
+def _messages(messages: Sequence[Message]) -> Any:
+    return [{"role": m.role, "content": m.content} for m in messages]
+
+
+class LlamaCppContext:
+    """One llama.cpp context (an :class:`~voiceagent.backends.protocols.LlmContext`)."""
+
+    def __init__(self, path: Path, threads: int, context: int) -> None:
         self._llm = Llama(
             model_path=str(path),
             n_ctx=context,
             n_threads=threads,
             n_threads_batch=threads,
             n_batch=256,
+            use_mmap=True,
             verbose=bool(os.environ.get("VOICEAGENT_LLAMA_VERBOSE")),
         )
         self.context = context
-        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="llm")
+        template = self._llm.metadata.get("tokenizer.chat_template")
+        self._formatter: Any = None  # renders the prompt exactly as create_chat_completion does
+        if template:
+            eos, bos = self._llm.token_eos(), self._llm.token_bos()
+            self._formatter = cast(Any, Jinja2ChatFormatter)(
+                template=template, eos_token=self._token_text(eos), bos_token=self._token_text(bos), stop_token_ids=[eos]
+            )
+
+    def _token_text(self, token: int) -> str:
+        return self._llm.detokenize([token], special=True).decode("utf-8", "replace") if token >= 0 else ""
 
     def count_tokens(self, text: str) -> int:
         return len(self._llm.tokenize(text.encode("utf-8"), add_bos=False, special=True))
 
+    def prompt_reuse(self, messages: Sequence[Message]) -> tuple[int, int]:
+        """(prompt tokens, tokens of it already in this context's KV cache), as llama.cpp will
+        see them; (0, 0) where the model has no chat template to render."""
+        if self._formatter is None:
+            return 0, 0
+        result = self._formatter(messages=_messages(messages))
+        tokens = self._llm.tokenize(result.prompt.encode("utf-8"), add_bos=not result.added_special, special=True)
+        cached = cast(Any, self._llm)._input_ids
+        reused = 0
+        for a, b in zip(cached, tokens, strict=False):
+            if a != b:
+                break
+            reused += 1
+        return len(tokens), reused
+
     def stream(self, messages: Sequence[Message], max_tokens: int, temperature: float) -> Iterator[str]:
         chunks = self._llm.create_chat_completion(
-            messages=cast(Any, [{"role": m.role, "content": m.content} for m in messages]),
+            messages=_messages(messages),
             stream=True,
             max_tokens=max_tokens,
             temperature=temperature,
@@ -58,3 +96,14 @@ class LlamaCppLlm:
             text = delta.get("content")
             if text:
                 yield str(text)
+
+
+def _reuse(context: LlmContext, messages: Sequence[Message]) -> tuple[int, int]:
+    return context.prompt_reuse(messages) if isinstance(context, LlamaCppContext) else (0, 0)
+
+
+def load(config: LlmConfig, cache_dir: Path) -> LlmPool:
+    """``config.contexts`` contexts over the catalog model ``config.model`` (blocking; seconds)."""
+    path = gguf_path(config.model, cache_dir)
+    contexts = [LlamaCppContext(path, config.threads, config.context) for _ in range(config.contexts)]
+    return LlmPool(contexts, PriorityExecutor("llm"), name="llama_cpp", count_prompt=_reuse)

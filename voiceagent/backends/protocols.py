@@ -1,21 +1,51 @@
 """What a model engine must provide; stages depend on these Protocols, never on a library.
 
-Each backend owns a single-thread ``executor``.  Its methods are **blocking** and are called
-only inside that executor (see :mod:`voiceagent.pipeline.offload`); generators it returns are
-iterated there too.  A backend is loaded once per process and shared by every session, so
-per-stream state (the VAD's recurrent state) lives in objects the caller holds.
+VAD, STT, turn and TTS backends each own a single-thread ``executor``.  Their methods are
+**blocking** and are called only inside that executor (see :mod:`voiceagent.pipeline.offload`);
+generators they return are iterated there too.  A backend is loaded once per process and shared
+by every session, so per-stream state (the VAD's recurrent state) lives in objects the caller
+holds, and nothing else in them is per-conversation.
+
+The LLM is different: a model is shared, a *sequence* is not.  Its decoding state (a llama.cpp
+context and KV cache, a server slot, an engine request) belongs to one generation at a time.
+Stages therefore talk to an :class:`LlmEngine`, an asynchronous layer that owns that state:
+
+* **Shared:** the weights, the executor or the HTTP connection pool, the engine's scheduler.
+* **Exclusive:** while a generation runs, the sequence state it decodes on is its alone.  No two
+  generations ever step on the same context (see :class:`LlmContext` for the blocking unit the
+  in-process engine schedules).
+* **Affinity:** a request names its conversation (``LlmRequest.key``); the engine keeps that
+  conversation's prompt prefix warm where it can (the same context, slot or prefix cache), so a
+  session's next turn pays only for its new tokens even after other sessions have spoken.
+* **Cancellation:** closing or cancelling the iterator that :meth:`LlmEngine.generate` returns
+  stops the generation in the engine (the in-process engine closes the token generator after the
+  token in flight; an HTTP engine closes the stream, which aborts the request on the server) and
+  gives the sequence state back for the next request.  ``CancelledError`` propagates.
+* **Failure:** an engine that cannot answer raises :class:`~voiceagent.errors.EngineError`
+  (retryable where a later call may work); the stage turns it into a failed response.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import AsyncGenerator, Callable, Iterator, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
 from voiceagent.audio import Float32Array, Int16Array
 
-__all__ = ["LlmBackend", "Message", "SttBackend", "TtsBackend", "TurnBackend", "VadBackend", "VadStream"]
+__all__ = [
+    "LlmContext",
+    "LlmEngine",
+    "LlmRequest",
+    "LlmStats",
+    "Message",
+    "SttBackend",
+    "TtsBackend",
+    "TurnBackend",
+    "VadBackend",
+    "VadStream",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,11 +89,65 @@ class TurnBackend(Protocol):
         ...
 
 
-class LlmBackend(Protocol):
-    executor: Executor
+class LlmContext(Protocol):
+    """One decoding context of a local model (blocking; thread-confined to its engine's executor).
+
+    It holds the state of one sequence at a time and reuses the longest common prefix of the
+    previous prompt it saw.  Exactly one generator may be open on it at a time.
+    """
 
     def stream(self, messages: Sequence[Message], max_tokens: int, temperature: float) -> Iterator[str]:
         """Generate the assistant's reply as text pieces.  Closing the iterator stops generation."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class LlmRequest:
+    """One generation: ``key`` names the conversation (affinity for its warm prefix).
+
+    ``on_admitted`` is called on the event loop when the request gets its sequence state (after
+    any queue wait), before the first token.
+    """
+
+    key: str
+    messages: Sequence[Message]
+    max_tokens: int
+    temperature: float
+    on_admitted: Callable[[], None] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LlmStats:
+    """A snapshot of an engine's load, for metrics and admission control."""
+
+    engine: str
+    slots: int
+    busy: int
+    waiting: int
+    prompt_tokens: int = 0
+    reused_tokens: int = 0
+    generated_tokens: int = 0
+    decode_seconds: float = 0.0
+
+
+class LlmEngine(Protocol):
+    """The LLM as stages see it: shared by every session of a process (contract: module docstring)."""
+
+    name: str
+
+    def generate(self, request: LlmRequest) -> AsyncGenerator[str, None]:
+        """Stream the reply as text pieces; close the iterator to stop early."""
+        ...
+
+    def prime(self, messages: Sequence[Message]) -> None:
+        """Warm every slot with ``messages``' prefix and forget conversation affinity (blocking:
+        call off the event loop, with no generation running)."""
+        ...
+
+    def stats(self) -> LlmStats: ...
+
+    def close(self) -> None:
+        """Release threads and connections (idempotent)."""
         ...
 
 

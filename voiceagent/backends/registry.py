@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from voiceagent.backends.protocols import LlmBackend, Message, SttBackend, TtsBackend, TurnBackend, VadBackend
+from voiceagent.backends.protocols import LlmEngine, Message, SttBackend, TtsBackend, TurnBackend, VadBackend
 from voiceagent.config import Config
 from voiceagent.errors import ConfigError, MissingDependencyError
 
@@ -30,7 +30,11 @@ _STT = {
     "whisper-base": ("voiceagent.backends.whisper", "WhisperStt", "cpu"),
 }
 _TURN = {"smart-turn-v3": ("voiceagent.backends.smart_turn", "SmartTurn", "cpu")}
-_LLM = {"llama_cpp": ("voiceagent.backends.llama_cpp", "LlamaCppLlm", "cpu")}
+# LLM engines: (module, factory ``load(LlmConfig, cache_dir)``, extra)
+_LLM = {
+    "llama_cpp": ("voiceagent.backends.llama_cpp", "load", "cpu"),
+    "openai": ("voiceagent.backends.openai_llm", "load", "cpu"),
+}
 _TTS = {"joe": ("voiceagent.backends.piper_tts", "PiperTts", "cpu")}
 
 
@@ -51,14 +55,15 @@ class Engines:
     vad: VadBackend
     stt: SttBackend
     turn: TurnBackend | None
-    llm: LlmBackend
+    llm: LlmEngine
     tts: TtsBackend
     load_seconds: dict[str, float] = field(default_factory=dict)
 
     def close(self) -> None:
-        for backend in (self.vad, self.stt, self.turn, self.llm, self.tts):
+        for backend in (self.vad, self.stt, self.turn, self.tts):
             if backend is not None:
                 backend.executor.shutdown(wait=False, cancel_futures=True)
+        self.llm.close()
 
 
 def load_engines(config: Config) -> Engines:
@@ -78,7 +83,7 @@ def load_engines(config: Config) -> Engines:
         "stt", _cls(_STT, "stt", config.stt.model), config.stt.model, cache, config.stt.threads, config.stt.beam_size, config.stt.window_s
     )
     turn = None if config.turn.model == "none" else timed("turn", _cls(_TURN, "turn", config.turn.model))
-    llm = timed("llm", _cls(_LLM, "llm", config.llm.backend), config.llm.model, cache, config.llm.threads, config.llm.context)
+    llm = timed("llm", _cls(_LLM, "llm", config.llm.backend), config.llm, cache)
     tts = timed("tts", _cls(_TTS, "tts", config.tts.model), config.tts.model, config.tts.threads)
     return Engines(vad=vad, stt=stt, turn=turn, llm=llm, tts=tts, load_seconds=timings)
 
@@ -86,7 +91,8 @@ def load_engines(config: Config) -> Engines:
 def warm_up(engines: Engines, config: Config) -> dict[str, float]:
     """Run every model once so the first user turn is not the cold one (blocking).
 
-    The LLM is primed with the system prompt, so its KV cache already holds that prefix.
+    The LLM is primed with the system prompt, so every context's KV cache (or the server's
+    prefix cache) already holds that prefix.
     """
     timings: dict[str, float] = {}
     rng = np.random.default_rng(0)
@@ -99,8 +105,7 @@ def warm_up(engines: Engines, config: Config) -> dict[str, float]:
         engines.turn.completion_probability(noise)
         timings["turn"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    for _ in engines.llm.stream([Message("system", config.llm.instructions), Message("user", "Hello.")], 1, 0.0):
-        pass
+    engines.llm.prime([Message("system", config.llm.instructions), Message("user", "Hello.")])
     timings["llm"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     for _ in engines.tts.synthesize("Hello.", 1.0):

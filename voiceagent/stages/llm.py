@@ -1,20 +1,25 @@
 """LLM stage: streams the reply and cuts it into clauses for TTS as the tokens arrive.
 
-Cancellation: when the generation goes stale the stage's task is cancelled; the token generator
-is closed in the LLM executor after the token in flight, which stops llama.cpp's decoding.
-A backend that raises ends the generation with ``GenerationEnd(status=failed)`` downstream (so
+The LLM is a shared :class:`~voiceagent.backends.protocols.LlmEngine`; each request names this
+session (its ``key``), so the engine gives it its own sequence state and keeps its prefix warm.
+Marks: ``llm_request`` (asked), ``llm_admitted`` (got its sequence state; the difference is the
+queue wait), ``llm_first_token``, ``first_clause``, ``llm_done``.
+
+Cancellation: when the generation goes stale the stage's task is cancelled and the engine's
+iterator closed, which stops the generation inside the engine (see the engine contract).
+An engine that raises ends the generation with ``GenerationEnd(status=failed)`` downstream (so
 the response is closed for the client) and is reported as a ``StageError``.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 
-from voiceagent.backends.protocols import LlmBackend, Message
+from voiceagent.backends.protocols import LlmEngine, LlmRequest, Message
 from voiceagent.errors import StageError
 from voiceagent.events import Clause, Event, GenerationEnd, Mark, ResponseStatus, UserTurn
-from voiceagent.pipeline import Channel, Stage, StageContext, iterate_in
+from voiceagent.pipeline import Channel, Stage, StageContext
 from voiceagent.pipeline.gate import GenerationGate
 from voiceagent.settings import SessionSettings
 from voiceagent.text import ClauseSplitter
@@ -30,7 +35,7 @@ class LlmStage(Stage):
         ctx: StageContext,
         inbox: Channel[Event],
         out: Channel[Event],
-        backend: LlmBackend,
+        engine: LlmEngine,
         prompt: Callable[[UserTurn], Sequence[Message]],
         settings: Callable[[], SessionSettings],
         gate: GenerationGate | None = None,
@@ -38,7 +43,7 @@ class LlmStage(Stage):
         first_clause_words: int = 0,
     ) -> None:
         super().__init__(ctx, inbox, out)
-        self._backend = backend
+        self._engine = engine
         self._prompt = prompt
         self._settings = settings
         self._gate = gate or GenerationGate(enabled=False)
@@ -56,16 +61,24 @@ class LlmStage(Stage):
         text = ""
         index = 0
         first = True
-
-        def make() -> Iterator[str]:
-            return self._backend.stream(messages, settings.max_output_tokens, settings.temperature)
+        admitted: list[float] = []
+        request = LlmRequest(
+            key=self.ctx.session_id,
+            messages=messages,
+            max_tokens=settings.max_output_tokens,
+            temperature=settings.temperature,
+            on_admitted=lambda: admitted.append(self.ctx.clock.now()),
+        )
+        await self.ctx.notify(self._mark(gen, "llm_request"))
 
         try:
-            async with contextlib.aclosing(iterate_in(self._backend.executor, make)) as pieces:
+            async with contextlib.aclosing(self._engine.generate(request)) as pieces:
                 async for piece in pieces:
                     if first:
                         first = False
                         self._first_token.open(gen)
+                        if admitted:
+                            await self.ctx.notify(Mark(t=admitted[0], gen=gen, session=self.ctx.session_id, name="llm_admitted"))
                         await self.ctx.notify(self._mark(gen, "llm_first_token"))
                     text += piece
                     for clause in splitter.push(piece):

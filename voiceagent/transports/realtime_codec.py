@@ -418,7 +418,17 @@ class RealtimeCodec:
                 _msg("error", error={"type": ev.kind, "code": ev.code, "message": ev.message, "param": ev.param, "event_id": ev.event_id})
             ]
         if isinstance(ev, TurnMetrics):
-            return [_msg("voiceagent.turn_metrics", response_id=ev.response_id, spans_ms=ev.spans)] if self.send_metrics else []
+            if not self.send_metrics:
+                return []
+            return [
+                _msg(
+                    "voiceagent.turn_metrics",
+                    response_id=ev.response_id,
+                    spans_ms=ev.spans,
+                    sessions_active=ev.sessions_active,
+                    llm_queue_ms=ev.llm_queue_ms,
+                )
+            ]
         return []
 
     def _audio_delta(self, response_id: str, item_id: str, pcm: Int16Array) -> dict[str, Any]:

@@ -1,0 +1,277 @@
+"""The in-process LLM engine: exclusive contexts, affinity, fair queueing, cancellation.
+
+The contexts are :class:`SequenceCheckingLlm` fakes, which hold one sequence's state the way a
+llama.cpp context does and fail loudly when two generations step on it in turn.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+from collections.abc import AsyncGenerator, Callable, Iterator
+from typing import Any
+
+import pytest
+
+from voiceagent.backends.llm_pool import LlmPool
+from voiceagent.backends.protocols import LlmRequest, Message
+from voiceagent.pipeline import iterate_in
+from voiceagent.pipeline.scheduler import PriorityExecutor
+
+from .fakes import InterleavedError, Recorder, SequenceCheckingLlm, deadline
+
+Run = Callable[..., Any]
+
+
+@pytest.fixture
+def executor() -> Iterator[PriorityExecutor]:
+    ex = PriorityExecutor("test-llm")
+    yield ex
+    ex.shutdown(wait=True, cancel_futures=True)
+
+
+def request(key: str, question: str, on_admitted: Callable[[], None] | None = None) -> LlmRequest:
+    return LlmRequest(key, [Message("system", "sys"), Message("user", question)], 16, 0.0, on_admitted)
+
+
+async def collect(gen: AsyncGenerator[str, None]) -> str:
+    async with contextlib.aclosing(gen) as pieces:
+        return "".join([p async for p in pieces])
+
+
+async def settled(pool: LlmPool) -> None:
+    """Wait until every lease is back (closing happens in the executor, then on the loop)."""
+    async with asyncio.timeout(deadline()):
+        await pool.drained()
+    assert pool.stats().busy == 0
+
+
+def test_the_detector_catches_two_generations_stepped_in_turn_on_one_context(run: Run, executor: PriorityExecutor) -> None:
+    """The bug this engine exists to prevent: two sessions' generators pulled in turn on one context."""
+    ctx = SequenceCheckingLlm("shared", pieces=6, step_s=0.002)
+    msgs = [Message("user", "a")]
+
+    async def consume() -> str:
+        return await collect(iterate_in(executor, lambda: ctx.stream(msgs, 8, 0.0)))
+
+    async def main() -> None:
+        results = await asyncio.gather(consume(), consume(), return_exceptions=True)
+        assert any(isinstance(r, InterleavedError) for r in results), results
+
+    run(main(), 10)
+    assert len(ctx.violations) >= 1
+
+
+def test_concurrent_generations_each_answer_their_own_prompt_without_interleaving(run: Run, executor: PriorityExecutor) -> None:
+    contexts = [SequenceCheckingLlm(f"ctx{i}", pieces=5, step_s=0.001) for i in range(2)]
+    pool = LlmPool(contexts, executor)
+    steps = Recorder()
+
+    async def ask(key: str, q: str) -> str:
+        text = ""
+        async with contextlib.aclosing(pool.generate(request(key, q))) as pieces:
+            async for piece in pieces:
+                steps.record(key)
+                text += piece
+        return text
+
+    async def main() -> None:
+        replies = await asyncio.gather(*(ask(f"s{i}", f"q{i}") for i in range(4)))
+        for i, reply in enumerate(replies):
+            assert reply.startswith(f"q{i} 0."), reply
+        await settled(pool)
+
+    run(main(), 10)
+    assert all(len(c.violations) == 0 for c in contexts)
+    # Two contexts, four requests: the first two interleaved token by token.
+    order = steps.items
+    assert order.index("s1") < len(order) - order[::-1].index("s0") - 1, order
+    assert pool.stats().busy == 0 and pool.stats().waiting == 0
+
+
+def test_one_context_serialises_requests_in_arrival_order(run: Run, executor: PriorityExecutor) -> None:
+    ctx = SequenceCheckingLlm("only", pieces=3)
+    pool = LlmPool([ctx], executor)
+    admitted = Recorder()
+
+    async def main() -> None:
+        gens = [collect(pool.generate(request(f"s{i}", f"q{i}", lambda i=i: admitted.record(i)))) for i in range(3)]  # type: ignore[misc]
+        replies = await asyncio.gather(*gens)
+        assert [r.split(" ")[0] for r in replies] == ["q0", "q1", "q2"]
+        await settled(pool)
+
+    run(main(), 10)
+    assert admitted.items == [0, 1, 2]
+    assert len(ctx.violations) == 0
+
+
+def test_a_conversation_returns_to_its_context_after_others_spoke(run: Run, executor: PriorityExecutor) -> None:
+    contexts = [SequenceCheckingLlm(f"ctx{i}") for i in range(2)]
+    pool = LlmPool(contexts, executor)
+
+    async def main() -> None:
+        for key in ("a", "b", "a", "b", "b", "a"):
+            await collect(pool.generate(request(key, key)))
+            await settled(pool)
+
+    run(main(), 10)
+    slots = {key: {i for k, i in pool.slot_history if k == key} for key in ("a", "b")}
+    assert len(slots["a"]) == len(slots["b"]) == 1 and slots["a"] != slots["b"], pool.slot_history
+
+
+def test_least_recently_used_context_is_reused_when_all_are_owned(run: Run, executor: PriorityExecutor) -> None:
+    pool = LlmPool([SequenceCheckingLlm(f"ctx{i}") for i in range(2)], executor)
+
+    async def main() -> None:
+        for key in ("a", "b", "a", "c"):  # c takes b's context: a used its own more recently
+            await collect(pool.generate(request(key, key)))
+            await settled(pool)
+
+    run(main(), 10)
+    history = dict(pool.slot_history[:2])
+    assert pool.slot_history[-1] == ("c", history["b"])
+
+
+def test_a_conversation_waits_for_its_own_closing_context_rather_than_going_cold(run: Run, executor: PriorityExecutor) -> None:
+    """A retracted speculation is still closing when the same session asks again: it gets the same
+    context (its warm prefix), not the free one."""
+    started = threading.Event()
+    release = threading.Event()
+
+    class Slow(SequenceCheckingLlm):
+        def _generate(self, me: int, question: str) -> Iterator[str]:
+            self.owner = me
+            yield "first "
+            started.set()
+            release.wait(deadline())  # the step in flight while the consumer is cancelled
+            yield "second "
+
+    contexts = [Slow("ctx0"), SequenceCheckingLlm("ctx1")]
+    pool = LlmPool(contexts, executor)
+
+    async def main() -> None:
+        gen = pool.generate(request("a", "one"))
+        assert await anext(gen) == "first "
+        step = asyncio.ensure_future(anext(gen))
+        await asyncio.to_thread(started.wait, deadline())
+        step.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await step
+        await gen.aclose()
+        again = asyncio.ensure_future(collect(pool.generate(request("a", "two"))))
+        await asyncio.sleep(0)
+        assert pool.stats().waiting == 1  # waiting for ctx0, although ctx1 is free
+        release.set()
+        await again
+        await settled(pool)
+
+    run(main(), 10)
+    assert [slot for key, slot in pool.slot_history] == [0, 0]
+
+
+def test_cancelling_a_generation_closes_it_in_the_executor_then_frees_the_context(run: Run, executor: PriorityExecutor) -> None:
+    closed = Recorder()
+
+    class Tracked(SequenceCheckingLlm):
+        def _generate(self, me: int, question: str) -> Iterator[str]:
+            try:
+                yield from super()._generate(me, question)
+            finally:
+                closed.record(threading.current_thread().name)
+
+    pool = LlmPool([Tracked("ctx0", pieces=1000, step_s=0.002)], executor)
+    got = Recorder()
+
+    async def main() -> None:
+        async def consume() -> None:
+            async for piece in pool.generate(request("a", "q")):
+                got.record(piece)
+
+        task = asyncio.create_task(consume())
+        await got.wait(2)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await settled(pool)
+        assert await collect(pool.generate(request("b", "next"))) != ""
+
+    run(main(), 10)
+    assert closed.items[0] == "test-llm"
+    assert len(got) < 1000  # stopped early, not drained
+
+
+def test_a_cancelled_waiter_leaves_the_queue_and_takes_no_context(run: Run, executor: PriorityExecutor) -> None:
+    pool = LlmPool([SequenceCheckingLlm("ctx0", pieces=3, step_s=0.01)], executor)
+
+    async def main() -> None:
+        first = asyncio.ensure_future(collect(pool.generate(request("a", "qa"))))
+        await asyncio.sleep(0)
+        waiting = asyncio.ensure_future(collect(pool.generate(request("b", "qb"))))
+        await asyncio.sleep(0)  # let it reach the queue
+        assert pool.stats().waiting == 1
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        assert pool.stats().waiting == 0
+        assert (await first).startswith("qa")
+        await settled(pool)
+
+    run(main(), 10)
+    assert [k for k, _ in pool.slot_history] == ["a"]
+
+
+def test_an_exception_in_a_step_propagates_and_frees_the_context(run: Run, executor: PriorityExecutor) -> None:
+    class Failing(SequenceCheckingLlm):
+        def _generate(self, me: int, question: str) -> Iterator[str]:
+            yield "partial "
+            raise RuntimeError("model broke")
+
+    pool = LlmPool([Failing("ctx0")], executor)
+
+    async def main() -> None:
+        with pytest.raises(RuntimeError, match="model broke"):
+            await collect(pool.generate(request("a", "q")))
+        await settled(pool)
+        with pytest.raises(RuntimeError):
+            await collect(pool.generate(request("a", "q")))
+
+    run(main(), 10)
+
+
+def test_new_generations_step_before_the_later_tokens_of_long_ones(run: Run, executor: PriorityExecutor) -> None:
+    """Least-served first: a turn that just started gets its first tokens ahead of the tenth token
+    of another session's reply."""
+    order = Recorder()
+
+    class Logged(SequenceCheckingLlm):
+        def _generate(self, me: int, question: str) -> Iterator[str]:
+            for piece in super()._generate(me, question):
+                order.record(question)
+                yield piece
+
+    pool = LlmPool([Logged("ctx0", pieces=30, step_s=0.002), Logged("ctx1", pieces=3, step_s=0.002)], executor)
+
+    async def main() -> None:
+        long = asyncio.ensure_future(collect(pool.generate(request("a", "long"))))
+        await order.wait(10)
+        short = await collect(pool.generate(request("b", "short")))
+        assert short.startswith("short")
+        await long
+
+    run(main(), 10)
+    items = order.items
+    last_short = len(items) - 1 - items[::-1].index("short")
+    # While "short" produced its 3 tokens, "long" got at most one step in between each.
+    assert items[last_short - 4 : last_short + 1].count("short") >= 3, items
+
+
+def test_prime_warms_every_context_and_forgets_affinity(run: Run, executor: PriorityExecutor) -> None:
+    contexts = [SequenceCheckingLlm(f"ctx{i}") for i in range(3)]
+    pool = LlmPool(contexts, executor)
+    run(collect(pool.generate(request("a", "q"))), 5)
+    run(settled(pool), 5)
+    pool.prime([Message("system", "sys"), Message("user", "Hello.")])
+    assert [c.prompts.items[-1] for c in contexts] == ["Hello."] * 3
+    run(collect(pool.generate(request("z", "q"))), 5)
+    assert pool.slot_history[-1] == ("z", 0)  # nobody owns a context any more: the first is taken

@@ -1,0 +1,95 @@
+"""PriorityExecutor: one thread, lower priority first, FIFO within a priority, cancellable queue."""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import Future
+
+import pytest
+
+from voiceagent.pipeline.scheduler import PriorityExecutor, submit_at
+
+from .fakes import deadline, executor
+
+
+def occupy(ex: PriorityExecutor) -> tuple[threading.Event, Future[bool]]:
+    """Keep the worker busy until the returned gate is set (returns once the call is running)."""
+    started, gate = threading.Event(), threading.Event()
+
+    def hold() -> bool:
+        started.set()
+        return gate.wait(deadline())
+
+    fut = ex.submit(hold)
+    assert started.wait(deadline())
+    return gate, fut
+
+
+def test_queued_calls_run_by_priority_then_in_submission_order() -> None:
+    ex = PriorityExecutor("prio")
+    order: list[str] = []
+    try:
+        gate, blocker = occupy(ex)
+        futures = [
+            ex.submit_at(5, order.append, "late-a"),
+            ex.submit_at(0, order.append, "urgent-a"),
+            ex.submit_at(5, order.append, "late-b"),
+            ex.submit_at(-1, order.append, "close"),
+            ex.submit_at(0, order.append, "urgent-b"),
+        ]
+        assert ex.depth == 5
+        gate.set()
+        blocker.result(deadline())
+        for fut in futures:
+            fut.result(deadline())
+    finally:
+        ex.shutdown()
+    assert order == ["close", "urgent-a", "urgent-b", "late-a", "late-b"]
+    assert ex.calls == 6
+
+
+def test_every_call_runs_in_the_one_named_thread_and_exceptions_reach_the_caller() -> None:
+    ex = PriorityExecutor("one-thread")
+    try:
+        names = {ex.submit_at(i % 3, lambda: threading.current_thread().name).result(deadline()) for i in range(20)}
+        assert names == {"one-thread"}
+        with pytest.raises(ZeroDivisionError):
+            ex.submit(lambda: 1 / 0).result(deadline())
+    finally:
+        ex.shutdown()
+
+
+def test_a_cancelled_queued_call_never_runs() -> None:
+    ex = PriorityExecutor("cancel")
+    ran: list[int] = []
+    try:
+        gate, blocker = occupy(ex)
+        doomed = ex.submit_at(0, ran.append, 1)
+        kept = ex.submit_at(1, ran.append, 2)
+        assert doomed.cancel()
+        gate.set()
+        blocker.result(deadline())
+        kept.result(deadline())
+    finally:
+        ex.shutdown()
+    assert ran == [2]
+
+
+def test_shutdown_refuses_new_work_and_can_cancel_the_queue() -> None:
+    ex = PriorityExecutor("shut")
+    gate, blocker = occupy(ex)
+    queued = ex.submit(lambda: None)
+    ex.shutdown(wait=False, cancel_futures=True)
+    assert queued.cancelled()
+    gate.set()
+    assert blocker.result(deadline()) is True
+    with pytest.raises(RuntimeError):
+        ex.submit(lambda: None)
+
+
+def test_submit_at_falls_back_to_plain_submit_on_other_executors() -> None:
+    ex = executor("plain")
+    try:
+        assert submit_at(ex, 3, lambda: 42).result(deadline()) == 42
+    finally:
+        ex.shutdown()

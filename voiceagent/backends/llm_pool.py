@@ -1,0 +1,253 @@
+"""The in-process LLM engine: a few exclusive contexts over one model, stepped fairly on one thread.
+
+Why: one llama.cpp context holds the KV cache of *one* sequence.  Stepping two sessions'
+generators in turn on it runs each step on the other's state (llama.cpp aborts the process).
+Here every generation leases a context of its own for its whole life:
+
+* **Exclusive leases.**  A context is leased to one generation until that generation's iterator
+  has been closed *in the executor*; only then can another lease it.
+* **Affinity with LRU reuse.**  A conversation (``LlmRequest.key``) gets the context it used last
+  while that is free, so its prompt prefix is still in the KV cache.  If its own context is still
+  closing its previous generation (a retracted speculation), it waits for that one rather than
+  starting cold elsewhere.  Otherwise it takes a context nobody owns, else the least recently
+  used one.  With as many contexts as active conversations nobody's prefix is evicted.
+* **Fair queueing.**  Requests that find no context wait in arrival order.
+* **One thread, token-step scheduling.**  Every step (the prompt evaluation plus first token, then
+  one token per step) is a separate call on one :class:`PriorityExecutor`.  Steps of different
+  generations interleave, and a step's priority is how many tokens its generation has produced:
+  the least-served generation goes first, so a new turn's first tokens are not queued behind
+  other sessions' long replies.  On a CPU the cores run one step at a time (llama.cpp's own
+  threads inside it), which is also what makes the state safe to share.
+
+Cancellation: closing or cancelling the iterator of :meth:`LlmPool.generate` closes the token
+generator in the executor after the step in flight (llama.cpp stops decoding), then releases the
+lease.  A queued request that is cancelled leaves the queue.  ``CancelledError`` propagates.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextvars
+import itertools
+import time
+from collections.abc import AsyncGenerator, Callable, Iterator, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from voiceagent.backends.protocols import LlmContext, LlmRequest, LlmStats, Message
+from voiceagent.pipeline.scheduler import PriorityExecutor
+
+__all__ = ["LlmPool"]
+
+T = TypeVar("T")
+_DONE = object()
+_CLOSE_PRIORITY = -1  # a closing generation frees its context: let it go first
+
+
+@dataclass
+class _Slot:
+    index: int
+    context: LlmContext
+    owner: str | None = None
+    busy: bool = False
+    last_used: int = 0
+
+
+@dataclass
+class _Waiter:
+    key: str
+    future: asyncio.Future[_Slot]
+
+
+def _step(it: Iterator[T]) -> T | object:
+    return next(it, _DONE)
+
+
+class LlmPool:
+    """:class:`~voiceagent.backends.protocols.LlmEngine` over ``contexts`` of one model.
+
+    ``contexts`` are used only from ``executor``'s thread.  ``count_prompt`` (optional) returns
+    ``(prompt_tokens, reused_tokens)`` for a context and messages, for the prefix-reuse metrics;
+    it is called in the executor before the generation starts.
+    """
+
+    def __init__(
+        self,
+        contexts: Sequence[LlmContext],
+        executor: PriorityExecutor,
+        name: str = "llama_cpp",
+        count_prompt: Callable[[LlmContext, Sequence[Message]], tuple[int, int]] | None = None,
+    ) -> None:
+        if not contexts:
+            raise ValueError("an LLM pool needs at least one context")
+        self.name = name
+        self.executor = executor
+        self._slots = [_Slot(i, c) for i, c in enumerate(contexts)]
+        self._waiters: collections.deque[_Waiter] = collections.deque()
+        self._drained: list[asyncio.Future[None]] = []
+        self._clock = itertools.count(1)
+        self._count_prompt = count_prompt
+        self._prompt_tokens = 0
+        self._reused_tokens = 0
+        self._generated = 0
+        self._decode_s = 0.0
+        self.slot_history: list[tuple[str, int]] = []
+        """(key, slot index) of every lease, in order (bounded: the last 1000)."""
+
+    @property
+    def contexts(self) -> list[LlmContext]:
+        return [s.context for s in self._slots]
+
+    # ------------------------------------------------------------------ leases
+
+    def _pick(self, key: str) -> _Slot | None:
+        own = [s for s in self._slots if s.owner == key]
+        if own:
+            # Its prefix is there; if that context is still busy (its previous generation is
+            # closing), waiting for it beats re-reading the whole history elsewhere.
+            return None if own[0].busy else own[0]
+        free = [s for s in self._slots if not s.busy]
+        if not free:
+            return None
+        unowned = [s for s in free if s.owner is None]
+        return unowned[0] if unowned else min(free, key=lambda s: s.last_used)
+
+    def _take(self, slot: _Slot, key: str) -> _Slot:
+        for other in self._slots:
+            if other is not slot and other.owner == key:
+                other.owner = None
+        slot.busy = True
+        slot.owner = key
+        slot.last_used = next(self._clock)
+        self.slot_history.append((key, slot.index))
+        del self.slot_history[:-1000]
+        return slot
+
+    async def _acquire(self, key: str) -> _Slot:
+        if not self._waiters:
+            slot = self._pick(key)
+            if slot is not None:
+                return self._take(slot, key)
+        waiter = _Waiter(key, asyncio.get_running_loop().create_future())
+        self._waiters.append(waiter)
+        try:
+            return await waiter.future
+        except asyncio.CancelledError:
+            if waiter.future.done() and not waiter.future.cancelled():
+                self._release(waiter.future.result())  # handed over just as we were cancelled
+            elif waiter in self._waiters:
+                self._waiters.remove(waiter)
+            raise
+
+    def _release(self, slot: _Slot) -> None:
+        slot.busy = False
+        self._dispatch()
+        if not any(s.busy for s in self._slots):
+            for fut in self._drained:
+                if not fut.done():
+                    fut.set_result(None)
+            self._drained.clear()
+
+    async def drained(self) -> None:
+        """Return once no context is leased (at once if none is): every generation has been closed."""
+        if any(s.busy for s in self._slots):
+            fut = asyncio.get_running_loop().create_future()
+            self._drained.append(fut)
+            await fut
+
+    def _dispatch(self) -> None:
+        # In arrival order, each waiter that can be served now is; one waiting for its own busy
+        # context does not hold back the others.
+        for waiter in list(self._waiters):
+            if waiter.future.done():
+                self._waiters.remove(waiter)
+                continue
+            slot = self._pick(waiter.key)
+            if slot is None:
+                if not any(not s.busy for s in self._slots):
+                    return
+                continue
+            self._waiters.remove(waiter)
+            waiter.future.set_result(self._take(slot, waiter.key))
+
+    # ------------------------------------------------------------------ generation
+
+    async def _call(self, priority: int, fn: Callable[[], T]) -> T:
+        ctx = contextvars.copy_context()
+        return await asyncio.wrap_future(self.executor.submit_at(priority, ctx.run, fn))
+
+    async def generate(self, request: LlmRequest) -> AsyncGenerator[str, None]:
+        """Stream the reply on a context leased for this generation (contract: module docstring)."""
+        slot = await self._acquire(request.key)
+        released = False
+        it: Iterator[str] | None = None
+        steps = 0
+        try:
+            if request.on_admitted is not None:
+                request.on_admitted()
+            context = slot.context
+            msgs = list(request.messages)
+
+            def make() -> Iterator[str]:
+                if self._count_prompt is not None:
+                    total, reused = self._count_prompt(context, msgs)
+                    self._prompt_tokens += total
+                    self._reused_tokens += reused
+                return context.stream(msgs, request.max_tokens, request.temperature)
+
+            it = gen = await self._call(0, make)
+            while True:
+                t0 = time.perf_counter()
+                item = await self._call(steps, lambda: _step(gen))
+                self._decode_s += time.perf_counter() - t0
+                if item is _DONE:
+                    break
+                steps += 1
+                self._generated += 1
+                yield item  # type: ignore[misc]
+            it = None  # ran to its end: nothing to close
+        finally:
+            if it is not None:
+                released = True
+                self._close_then_release(it, slot)
+            if not released:
+                self._release(slot)
+
+    def _close_then_release(self, it: Iterator[str], slot: _Slot) -> None:
+        """Close ``it`` in the executor (after the step in flight), then free the context."""
+        loop = asyncio.get_running_loop()
+        close = getattr(it, "close", None)
+        fut: Future[Any] = self.executor.submit_at(_CLOSE_PRIORITY, close if close is not None else (lambda: None))
+        fut.add_done_callback(lambda _f: loop.call_soon_threadsafe(self._release, slot))
+
+    # ------------------------------------------------------------------ the rest of LlmEngine
+
+    def prime(self, messages: Sequence[Message]) -> None:
+        """Evaluate ``messages`` on every context (one token each) and forget all affinity."""
+
+        def run(context: LlmContext) -> None:
+            for _ in context.stream(messages, 1, 0.0):
+                pass
+
+        futures = [self.executor.submit_at(0, run, s.context) for s in self._slots]
+        for fut in futures:
+            fut.result()
+        for slot in self._slots:
+            slot.owner = None
+
+    def stats(self) -> LlmStats:
+        return LlmStats(
+            engine=self.name,
+            slots=len(self._slots),
+            busy=sum(s.busy for s in self._slots),
+            waiting=len(self._waiters),
+            prompt_tokens=self._prompt_tokens,
+            reused_tokens=self._reused_tokens,
+            generated_tokens=self._generated,
+            decode_seconds=round(self._decode_s, 3),
+        )
+
+    def close(self) -> None:
+        self.executor.shutdown(wait=False, cancel_futures=True)

@@ -1,0 +1,160 @@
+"""An LLM behind any OpenAI-compatible server: streams ``POST {base_url}/chat/completions``.
+
+Servers this works with: ``llama-server``, ``python -m llama_cpp.server``, ``vllm serve``, and
+hosted APIs.  The server owns the sequence state (its slots, prefix cache and batching); every
+request carries the whole conversation, and the server reuses the cached prefix.
+
+* One pooled keep-alive HTTP client per process and event loop (``httpx.AsyncClient``).
+* A first-token deadline (``first_token_timeout_s``): a server that accepts the request but does
+  not start answering in time fails the turn with a clear :class:`EngineError`.
+* Errors: unreachable, an HTTP error status (its body quoted), a stream that breaks off, or a
+  malformed event each raise :class:`EngineError` naming the server.  The session survives.
+
+Cancellation: closing or cancelling the iterator closes the HTTP response; the connection is
+dropped rather than drained, which is how the server learns to abort the generation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncGenerator, Sequence
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from voiceagent.backends.protocols import LlmRequest, LlmStats, Message
+from voiceagent.config import LlmConfig
+from voiceagent.errors import EngineError
+
+__all__ = ["OpenAiLlm", "load", "parse_sse_line"]
+
+
+def parse_sse_line(line: str) -> str | None:
+    """The text delta in one ``data:`` line of a chat-completions stream ('' for none, None at the end).
+
+    Raises :class:`EngineError` for a line that is not the protocol's JSON.
+    """
+    if not line.startswith("data:"):
+        return ""  # comments, event names, keep-alives, blank separators
+    data = line[5:].strip()
+    if data == "[DONE]":
+        return None
+    try:
+        obj = json.loads(data)
+        if "error" in obj:
+            raise EngineError(f"the LLM server reported an error mid-stream: {obj['error']}")
+        choices = obj.get("choices") or []
+        if not choices:
+            return ""  # usage-only chunks
+        delta = choices[0].get("delta") or {}
+        content = delta.get("content")
+        return content if isinstance(content, str) else ""
+    except (ValueError, AttributeError, TypeError) as exc:
+        raise EngineError(f"the LLM server sent a malformed stream event: {data[:120]!r}") from exc
+
+
+class OpenAiLlm:
+    """:class:`~voiceagent.backends.protocols.LlmEngine` for an OpenAI-compatible HTTP server."""
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        api_key: str = "",
+        first_token_timeout_s: float = 5.0,
+        max_connections: int = 64,
+    ) -> None:
+        self.name = "openai"
+        self.base_url = base_url.rstrip("/")
+        self.model = model
+        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.first_token_timeout_s = first_token_timeout_s
+        self._limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
+        self._clients: dict[asyncio.AbstractEventLoop, httpx.AsyncClient] = {}
+        self._active = 0
+        self._generated = 0
+
+    def _client(self) -> httpx.AsyncClient:
+        # One pool per event loop: an httpx client's connections belong to the loop that made them.
+        loop = asyncio.get_running_loop()
+        client = self._clients.get(loop)
+        if client is None or client.is_closed:
+            for old in [lp for lp in self._clients if lp.is_closed()]:
+                del self._clients[old]
+            client = httpx.AsyncClient(limits=self._limits, timeout=httpx.Timeout(30.0, connect=5.0), headers=self._headers)
+            self._clients[loop] = client
+        return client
+
+    def _body(self, messages: Sequence[Message], max_tokens: int, temperature: float) -> dict[str, Any]:
+        return {
+            "model": self.model,
+            "messages": [{"role": m.role, "content": m.content} for m in messages],
+            "stream": True,
+            "max_tokens": max_tokens,
+            "temperature": temperature,
+        }
+
+    async def generate(self, request: LlmRequest) -> AsyncGenerator[str, None]:
+        """Stream the reply (contract: module docstring)."""
+        url = f"{self.base_url}/chat/completions"
+        body = self._body(request.messages, request.max_tokens, request.temperature)
+        self._active += 1
+        try:
+            if request.on_admitted is not None:
+                request.on_admitted()
+            try:
+                async with self._client().stream("POST", url, json=body) as resp:
+                    if resp.status_code != 200:
+                        text = (await resp.aread()).decode("utf-8", "replace").strip()
+                        raise EngineError(f"the LLM server at {self.base_url} answered HTTP {resp.status_code}: {text[:200]}")
+                    lines = resp.aiter_lines()
+                    first = True
+                    while True:
+                        try:
+                            if first:
+                                async with asyncio.timeout(self.first_token_timeout_s):
+                                    line = await anext(lines)
+                            else:
+                                line = await anext(lines)
+                        except StopAsyncIteration:
+                            raise EngineError(f"the LLM server at {self.base_url} ended the stream without [DONE]") from None
+                        except TimeoutError:
+                            raise EngineError(
+                                f"the LLM server at {self.base_url} sent nothing within {self.first_token_timeout_s:g} s"
+                            ) from None
+                        piece = parse_sse_line(line)
+                        if piece is None:
+                            return
+                        if piece:
+                            first = False
+                            self._generated += 1
+                            yield piece
+            except httpx.HTTPError as exc:
+                raise EngineError(f"the LLM server at {self.base_url} failed: {type(exc).__name__}: {exc}") from exc
+        finally:
+            self._active -= 1
+
+    def prime(self, messages: Sequence[Message]) -> None:
+        """One short blocking request, so the server caches the system prompt's prefix."""
+        body = self._body(messages, 1, 0.0) | {"stream": False}
+        try:
+            resp = httpx.post(f"{self.base_url}/chat/completions", json=body, headers=self._headers, timeout=60.0)
+        except httpx.HTTPError as exc:
+            raise EngineError(f"the LLM server at {self.base_url} is unreachable: {type(exc).__name__}: {exc}") from exc
+        if resp.status_code != 200:
+            raise EngineError(f"the LLM server at {self.base_url} answered HTTP {resp.status_code}: {resp.text[:200]}")
+
+    def stats(self) -> LlmStats:
+        return LlmStats(engine=self.name, slots=0, busy=self._active, waiting=0, generated_tokens=self._generated)
+
+    def close(self) -> None:
+        # Connections close with their event loop; a client whose loop is still running is
+        # closed by that loop's garbage collection of the transport.
+        self._clients.clear()
+
+
+def load(config: LlmConfig, cache_dir: Path) -> OpenAiLlm:
+    """The engine for ``llm.backend = "openai"`` (no I/O: the first request connects)."""
+    return OpenAiLlm(config.base_url, config.model, config.api_key, config.first_token_timeout_s)

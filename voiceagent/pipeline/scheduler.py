@@ -1,0 +1,105 @@
+"""A single-thread executor that runs queued calls by priority: the scheduler of a shared model.
+
+Every session's calls on one model meet in its executor.  With a plain FIFO, one session's
+background work (a partial decode, the tenth token of a long reply) can sit in front of another
+session's critical-path call (a final decode, a first token).  Here each call carries a
+priority: lower runs first, equal priorities run in submission order.  One thread means calls on
+the model never overlap, which is what makes sharing its state safe.
+
+Cancelling a queued call's future removes it; a call already running finishes (Python cannot
+stop a thread) and its result is dropped by whoever cancelled.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Executor, Future
+from typing import Any, TypeVar
+
+__all__ = ["PriorityExecutor", "submit_at"]
+
+T = TypeVar("T")
+
+_Item = tuple[int, int, "Future[Any]", Callable[[], Any], float]
+
+
+class PriorityExecutor(Executor):
+    """One worker thread (started on first use); ``submit_at(priority, fn, ...)`` orders the queue.
+
+    ``submit`` (the :class:`~concurrent.futures.Executor` API) uses priority 0.  The executor
+    keeps the total time calls waited in the queue (``wait_seconds``) and the number that ran.
+    """
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._heap: list[_Item] = []
+        self._seq = itertools.count()
+        self._cond = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self._shutdown = False
+        self.wait_seconds = 0.0
+        self.calls = 0
+
+    def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Future[T]:
+        return self.submit_at(0, fn, *args, **kwargs)
+
+    def submit_at(self, priority: int, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Future[T]:
+        """Queue ``fn(*args, **kwargs)``; lower ``priority`` runs sooner."""
+        fut: Future[T] = Future()
+        with self._cond:
+            if self._shutdown:
+                raise RuntimeError(f"executor {self.name} is shut down")
+            heapq.heappush(self._heap, (priority, next(self._seq), fut, lambda: fn(*args, **kwargs), time.perf_counter()))
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._work, name=self.name, daemon=True)
+                self._thread.start()
+            self._cond.notify()
+        return fut
+
+    @property
+    def depth(self) -> int:
+        """Calls waiting (not counting the one running)."""
+        with self._cond:
+            return len(self._heap)
+
+    def _work(self) -> None:
+        while True:
+            with self._cond:
+                while not self._heap and not self._shutdown:
+                    self._cond.wait()
+                if not self._heap:
+                    return
+                _prio, _seq, fut, call, queued_at = heapq.heappop(self._heap)
+            if not fut.set_running_or_notify_cancel():
+                continue
+            self.wait_seconds += time.perf_counter() - queued_at
+            self.calls += 1
+            try:
+                result = call()
+            except BaseException as exc:  # handed to the waiter, as ThreadPoolExecutor does
+                fut.set_exception(exc)
+            else:
+                fut.set_result(result)
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        with self._cond:
+            self._shutdown = True
+            if cancel_futures:
+                for _p, _s, fut, _c, _t in self._heap:
+                    fut.cancel()
+                self._heap.clear()
+            self._cond.notify_all()
+            thread = self._thread
+        if wait and thread is not None and thread is not threading.current_thread():
+            thread.join()
+
+
+def submit_at(executor: Executor, priority: int, fn: Callable[..., T], /, *args: Any) -> Future[T]:
+    """``executor.submit`` that honours ``priority`` where the executor is a :class:`PriorityExecutor`."""
+    if isinstance(executor, PriorityExecutor):
+        return executor.submit_at(priority, fn, *args)
+    return executor.submit(fn, *args)
