@@ -36,6 +36,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -48,6 +49,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 import make_fixtures  # noqa: E402
 
 from voiceagent.audio import PIPELINE_RATE, int16_to_float, read_wav, resample  # noqa: E402
+from voiceagent.backends.llm_pool import LlmPool  # noqa: E402
 from voiceagent.backends.protocols import Message  # noqa: E402
 from voiceagent.backends.registry import Engines, load_engines, warm_up  # noqa: E402
 from voiceagent.backends.whisper import WhisperStt  # noqa: E402
@@ -138,7 +140,7 @@ class NaiveChain:
                         msgs = [Message("system", cfg.llm.instructions), *history, Message("user", text)]
                         reply = ""
                         t_tok = None
-                        for piece in self.e.llm.stream(msgs, cfg.llm.max_tokens, cfg.llm.temperature):
+                        for piece in blocking_stream(self.e, msgs, cfg.llm.max_tokens, cfg.llm.temperature):
                             t_tok = t_tok or time.monotonic()
                             reply += piece
                             if re.search(r"[.!?](\s|$)", reply):
@@ -207,15 +209,23 @@ async def _reset(engines: Engines, config: Config, every: list[Engines]) -> None
     run that follows another on the same file would find that conversation's user turns still in
     llama.cpp's KV cache: a head start."""
     for eng in every:
-        for backend in (eng.vad, eng.stt, eng.turn, eng.llm, eng.tts):
+        for backend in (eng.vad, eng.stt, eng.turn, eng.tts):
             if backend is not None:
                 await asyncio.wrap_future(backend.executor.submit(lambda: None))
+        await eng.llm.aclose()  # every LLM lease back
+    await asyncio.to_thread(engines.llm.prime, [Message("system", config.llm.instructions), Message("user", "Hello.")])
 
-    def prime() -> None:
-        for _ in engines.llm.stream([Message("system", config.llm.instructions), Message("user", "Hello.")], 1, 0.0):
-            pass
 
-    await asyncio.wrap_future(engines.llm.executor.submit(prime))
+def blocking_stream(engines: Engines, messages: list[Message], max_tokens: int, temperature: float) -> Iterator[str]:
+    """The naive chain's LLM call: plain blocking iteration of one context, in the engine's own
+    thread (the naive chain runs alone: every session has ended and the pool is drained)."""
+    pool = engines.llm
+    if not isinstance(pool, LlmPool):
+        raise SystemExit("the naive chain needs the in-process llama_cpp engine")
+    context = pool.contexts[0]
+    it = pool.executor.submit(context.stream, messages, max_tokens, temperature).result()
+    while (piece := pool.executor.submit(next, it, None).result()) is not None:
+        yield piece
 
 
 def _engine_key(cfg: Config) -> tuple[Any, ...]:

@@ -280,14 +280,20 @@ def stage_onnx(args: argparse.Namespace) -> Report:
     file = {"vad": VAD_FILE, "turn": TURN_FILE, "tts": TTS_FILE}[kind]
     threads = {"vad": 1, "turn": 1, "tts": 2}[kind]  # voiceagent's CPU settings
     model = data / file
-    if provider == "cuda":
-        print("=== placement begin ===", file=sys.stderr, flush=True)
-        onnx_placement(ort, model)
-        print("=== placement end ===", file=sys.stderr, flush=True)
     t0 = time.perf_counter()
     session = session_for(ort, model, provider, threads)
     rep["session_create_s"] = round(time.perf_counter() - t0, 3)
     rep["session_providers"] = session.get_providers()
+    if provider == "cuda" and "CUDAExecutionProvider" not in rep["session_providers"]:
+        # onnxruntime falls back to CPU when it cannot load the CUDA libraries: try torch's copies.
+        import torch  # noqa: F401
+
+        session = session_for(ort, model, provider, threads)
+        rep["session_providers_after_import_torch"] = session.get_providers()
+    if provider == "cuda":
+        print("=== placement begin ===", file=sys.stderr, flush=True)
+        onnx_placement(ort, model)
+        print("=== placement end ===", file=sys.stderr, flush=True)
     audio = load_wav(data / WAV_FILE)
     iters = args.iters
     call: Callable[[], object]
@@ -377,8 +383,10 @@ def stage_all_cuda(args: argparse.Namespace) -> Report:
     data = Path(args.dir)
     before = gpu_used_mib()
     ort = import_ort(args.ort_path)
-    if hasattr(ort, "preload_dlls"):
+    try:
         ort.preload_dlls()
+    except Exception:  # no preload_dlls, or it failed: torch's copies of the CUDA libraries then
+        import torch  # noqa: F401
     audio = load_wav(data / WAV_FILE)
     vad = session_for(ort, data / VAD_FILE, "cuda", 1)
     turn = session_for(ort, data / TURN_FILE, "cuda", 1)
@@ -470,6 +478,10 @@ def run_child(script: Path, stage: str, extra: list[str], ort_path: str, args: a
     return rep
 
 
+def has_cuda_ep(env: Report) -> bool:
+    return "CUDAExecutionProvider" in env.get("onnxruntime", {}).get("providers", [])
+
+
 def probe(args: argparse.Namespace) -> Report:
     script = Path(__file__).resolve()
     data = Path(args.dir)
@@ -479,23 +491,21 @@ def probe(args: argparse.Namespace) -> Report:
         report["env_carried_ort"] = run_child(script, "env", [], gpu_ort, args)
     report["cuda_context_torch"] = run_child(script, "cuda_context", [], "", args)
     have = {"vad": VAD_FILE, "turn": TURN_FILE, "tts": TTS_FILE}
-    cuda_ort = ""
-    for ort_path in dict.fromkeys([gpu_ort, ""]):
-        env = report["env_carried_ort"] if ort_path else report["env_stock"]
-        if "CUDAExecutionProvider" in env.get("onnxruntime", {}).get("providers", []):
-            cuda_ort = ort_path
-            break
+    cuda_ort: str | None = None  # which onnxruntime to use for CUDA: the carried one ("path") or the stock one ("")
+    if gpu_ort and has_cuda_ep(report["env_carried_ort"]):
+        cuda_ort = gpu_ort
+    elif has_cuda_ep(report["env_stock"]):
+        cuda_ort = ""
     for kind, file in have.items():
         if not (data / file).exists():
             report[kind] = {"skipped": f"{file} missing"}
             continue
         report[kind] = {"cpu": run_child(script, "onnx", ["--model", kind, "--provider", "cpu"], "", args)}
-        if env_has_cuda := cuda_ort or "CUDAExecutionProvider" in report["env_stock"].get("onnxruntime", {}).get("providers", []):
-            report[kind]["cuda"] = run_child(script, "onnx", ["--model", kind, "--provider", "cuda"], cuda_ort, args)
-        else:
+        if cuda_ort is None:
             report[kind]["cuda"] = {"skipped": "no CUDAExecutionProvider in any onnxruntime here"}
-        report[kind]["cuda_available"] = bool(env_has_cuda)
-    if all((data / f).exists() for f in have.values()) and cuda_ort:
+        else:
+            report[kind]["cuda"] = run_child(script, "onnx", ["--model", kind, "--provider", "cuda"], cuda_ort, args)
+    if all((data / f).exists() for f in have.values()) and cuda_ort is not None:
         report["onnx_all_cuda_one_process"] = run_child(script, "all_cuda", [], cuda_ort, args)
     if (data / WHISPER_DIR / "model.bin").exists():
         report["whisper"] = {
@@ -529,8 +539,8 @@ def main() -> int:
         try:
             rep = STAGES[args.stage](args)
         except Exception as exc:
-            traceback.print_exc()
-            print(json.dumps({"error": last_error(exc)}), flush=True)
+            tb = traceback.format_exc().strip().splitlines()[-8:]
+            print(json.dumps({"error": last_error(exc), "traceback": tb}), flush=True)
             return 0
         print(json.dumps(rep), flush=True)
         return 0

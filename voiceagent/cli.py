@@ -61,6 +61,9 @@ async def _start_server(config: Config) -> VoiceAgentServer:
                 "startup_s": round(time.perf_counter() - t0, 2),
                 "load_s": engines.load_seconds,
                 "warmup_s": warm,
+                "turn_cost": engines.turn_cost.as_dict() if engines.turn_cost else None,
+                "capacity": server.capacity,
+                "capacity_source": server.capacity_source,
             }
         )
     )
@@ -69,7 +72,7 @@ async def _start_server(config: Config) -> VoiceAgentServer:
 
 async def _serve(config: Config) -> None:
     server = await _start_server(config)
-    print(f"voiceagent ready: {server.url}", flush=True)
+    print(f"voiceagent ready: {server.url}  (capacity {server.capacity} sessions: {server.capacity_source})", flush=True)
     print(
         f"browser: http://{config.server.host}:{server.port}/   phone (Twilio): ws://{config.server.host}:{server.port}/twilio", flush=True
     )

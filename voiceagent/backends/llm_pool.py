@@ -249,5 +249,9 @@ class LlmPool:
             decode_seconds=round(self._decode_s, 3),
         )
 
+    async def aclose(self) -> None:
+        """Wait for every lease to come back (nothing of the pool belongs to a loop)."""
+        await self.drained()
+
     def close(self) -> None:
         self.executor.shutdown(wait=False, cancel_futures=True)

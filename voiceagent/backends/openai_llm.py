@@ -149,9 +149,15 @@ class OpenAiLlm:
     def stats(self) -> LlmStats:
         return LlmStats(engine=self.name, slots=0, busy=self._active, waiting=0, generated_tokens=self._generated)
 
+    async def aclose(self) -> None:
+        """Close the running loop's pooled client (its keep-alive connections)."""
+        client = self._clients.pop(asyncio.get_running_loop(), None)
+        if client is not None:
+            await client.aclose()
+
     def close(self) -> None:
-        # Connections close with their event loop; a client whose loop is still running is
-        # closed by that loop's garbage collection of the transport.
+        """Forget every pooled client.  Close each from its own loop first (:meth:`aclose`):
+        an httpx client cannot be closed from another loop."""
         self._clients.clear()
 
 

@@ -146,6 +146,11 @@ class LlmEngine(Protocol):
 
     def stats(self) -> LlmStats: ...
 
+    async def aclose(self) -> None:
+        """Close what belongs to the running event loop (pooled connections); the engine stays
+        usable from other loops.  Call it before a loop that used the engine ends."""
+        ...
+
     def close(self) -> None:
         """Release threads and connections (idempotent)."""
         ...

@@ -7,6 +7,8 @@ Nothing registers itself by import side effect.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import importlib
 import logging
 import time
@@ -15,7 +17,9 @@ from typing import Any
 
 import numpy as np
 
-from voiceagent.backends.protocols import LlmEngine, Message, SttBackend, TtsBackend, TurnBackend, VadBackend
+from voiceagent.audio import PIPELINE_RATE, int16_to_float, resample
+from voiceagent.backends.protocols import LlmEngine, LlmRequest, Message, SttBackend, TtsBackend, TurnBackend, VadBackend
+from voiceagent.capacity import TurnCost
 from voiceagent.config import Config
 from voiceagent.errors import ConfigError, MissingDependencyError
 
@@ -58,6 +62,8 @@ class Engines:
     llm: LlmEngine
     tts: TtsBackend
     load_seconds: dict[str, float] = field(default_factory=dict)
+    turn_cost: TurnCost | None = None
+    """One turn's critical-path work on this machine, measured by :func:`warm_up` (capacity)."""
 
     def close(self) -> None:
         for backend in (self.vad, self.stt, self.turn, self.tts):
@@ -111,4 +117,49 @@ def warm_up(engines: Engines, config: Config) -> dict[str, float]:
     for _ in engines.tts.synthesize("Hello.", 1.0):
         pass
     timings["tts"] = time.perf_counter() - t0
+    engines.turn_cost = measure_turn_cost(engines, config)
     return {k: round(v, 3) for k, v in timings.items()}
+
+
+_PROBE_QUESTION = "What is the capital of France?"
+_PROBE_CLAUSE = "The capital of France"
+
+
+def measure_turn_cost(engines: Engines, config: Config) -> TurnCost:
+    """Time one turn's critical-path work, stage by stage, on a spoken question (blocking; no
+    session may be running).  The question is spoken by the TTS voice itself."""
+    chunks = list(engines.tts.synthesize(_PROBE_QUESTION, 1.0))
+    speech = int16_to_float(resample(np.concatenate(chunks), engines.tts.sample_rate, PIPELINE_RATE))
+    t0 = time.perf_counter()
+    engines.stt.transcribe(speech, config.stt.language)
+    stt_s = time.perf_counter() - t0
+    turn_s = 0.0
+    if engines.turn is not None:
+        t0 = time.perf_counter()
+        engines.turn.completion_probability(speech)
+        turn_s = time.perf_counter() - t0
+    first_s, token_s = asyncio.run(_llm_cost(engines.llm, config))
+    t0 = time.perf_counter()
+    for _ in engines.tts.synthesize(_PROBE_CLAUSE, 1.0):
+        break
+    tts_s = time.perf_counter() - t0
+    cost = TurnCost(stt_s=stt_s, turn_s=turn_s, llm_first_token_s=first_s, llm_token_s=token_s, tts_first_s=tts_s)
+    log.info("turn cost on this machine: %s", cost.as_dict())
+    return cost
+
+
+async def _llm_cost(llm: LlmEngine, config: Config) -> tuple[float, float]:
+    """(first-token seconds with the system prompt cached, mean seconds per later token)."""
+    request = LlmRequest("warm-up", [Message("system", config.llm.instructions), Message("user", _PROBE_QUESTION)], 12, 0.0)
+    times: list[float] = []
+    t0 = time.perf_counter()
+    try:
+        async with contextlib.aclosing(llm.generate(request)) as pieces:
+            async for _ in pieces:
+                times.append(time.perf_counter())
+    finally:
+        await llm.aclose()
+    if not times:
+        return time.perf_counter() - t0, 0.0
+    per_token = (times[-1] - times[0]) / (len(times) - 1) if len(times) > 1 else 0.0
+    return times[0] - t0, per_token

@@ -9,9 +9,11 @@ Routes:
   ``GET /healthz``                ``ok`` once models are loaded
   ``GET /metrics``                Prometheus text exposition
 
-Limits: messages over ``server.max_message_bytes`` close that connection with code 1009; past
-``server.max_sessions`` a new connection is refused with HTTP 503.  One failing session never
-affects another.
+Limits: messages over ``server.max_message_bytes`` close that connection with code 1009.  Past the
+capacity (``server.max_sessions``, or when that is 0 the capacity measured at start-up, see
+:mod:`voiceagent.capacity`) a new connection is refused with HTTP 503 and ``Retry-After``; a
+place is reserved at the handshake, so a burst of handshakes cannot pass the limit.  One failing
+session never affects another.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from websockets.datastructures import Headers
 from websockets.http11 import Request, Response
 
 from voiceagent.backends.registry import Engines
+from voiceagent.capacity import capacity
 from voiceagent.clock import Clock, MonotonicClock
 from voiceagent.config import Config
 from voiceagent.metrics import Metrics
@@ -45,12 +48,14 @@ TWILIO_PATH = "/twilio"
 TWIML_PATH = "/twilio/twiml"
 
 
-def _text(status: http.HTTPStatus, body: str, content_type: str = "text/plain; charset=utf-8") -> Response:
-    return _bytes(status, body.encode("utf-8"), content_type)
+def _text(status: http.HTTPStatus, body: str, content_type: str = "text/plain; charset=utf-8", **extra: str) -> Response:
+    return _bytes(status, body.encode("utf-8"), content_type, **extra)
 
 
-def _bytes(status: http.HTTPStatus, data: bytes, content_type: str) -> Response:
+def _bytes(status: http.HTTPStatus, data: bytes, content_type: str, **extra: str) -> Response:
     headers = Headers([("Content-Type", content_type), ("Content-Length", str(len(data))), ("Connection", "close")])
+    for name, value in extra.items():
+        headers[name.replace("_", "-")] = value
     return Response(status.value, status.phrase, headers, data)
 
 
@@ -63,9 +68,24 @@ class VoiceAgentServer:
         self.clock = clock or MonotonicClock()
         self.metrics = Metrics()
         self.sessions: set[Session] = set()
+        self._reserved: set[ServerConnection] = set()  # handshakes admitted, sessions not yet open
+        self._watchers: set[asyncio.Future[None]] = set()
+        self.capacity, self.capacity_source = self._capacity()
         self._idle = asyncio.Event()
         self._idle.set()
         self._server: WsServer | None = None
+
+    def _capacity(self) -> tuple[int, str]:
+        cfg = self.config
+        if cfg.server.max_sessions:
+            return cfg.server.max_sessions, "server.max_sessions"
+        cost = self.engines.turn_cost
+        if cost is None:
+            # Not measured (engines never warmed up): the LLM's own limit of exclusive slots.
+            slots = self.engines.llm.stats().slots or 1
+            return slots, "llm slots (turn cost not measured)"
+        n = capacity(cost, cfg.server.latency_budget_ms, cfg.vad.stop_ms)
+        return n, f"measured: {cost.work_s * 1000:.0f} ms of work per turn, {cfg.server.latency_budget_ms} ms budget"
 
     async def wait_idle(self) -> None:
         """Return once no session is open (at once if none is).  Each closed session's stages have
@@ -118,13 +138,24 @@ class VoiceAgentServer:
     def _route(self, connection: ServerConnection, request: Request) -> Response | None:
         path = urlsplit(request.path).path
         if path in (REALTIME_PATH, TWILIO_PATH):
-            if len(self.sessions) >= self.config.server.max_sessions:
-                return _text(http.HTTPStatus.SERVICE_UNAVAILABLE, "too many sessions\n")
+            if len(self.sessions) + len(self._reserved) >= self.capacity:
+                self.metrics.sessions_refused += 1
+                return _text(
+                    http.HTTPStatus.SERVICE_UNAVAILABLE,
+                    f"server at capacity: {self.capacity} sessions ({self.capacity_source}); retry later\n",
+                    Retry_After="5",
+                )
+            # Reserve the place now (not when the session opens): a burst of handshakes must not
+            # pass the limit.  It is given back when the session opens or the connection ends.
+            self._reserved.add(connection)
+            watcher = asyncio.ensure_future(self._unreserve_on_close(connection))
+            self._watchers.add(watcher)
+            watcher.add_done_callback(self._watchers.discard)
             return None  # go on with the WebSocket handshake
         if path == "/healthz":
             return _text(http.HTTPStatus.OK, "ok\n")
         if path == "/metrics":
-            return _text(http.HTTPStatus.OK, self.metrics.render(), "text/plain; version=0.0.4")
+            return _text(http.HTTPStatus.OK, self.metrics.render() + self._engine_metrics(), "text/plain; version=0.0.4")
         if path == TWIML_PATH:
             try:
                 url = stream_url(self.config.server.public_url, request.headers.get("Host"), request.headers.get("X-Forwarded-Proto"))
@@ -137,8 +168,33 @@ class VoiceAgentServer:
             return _bytes(http.HTTPStatus.OK, body, content_type)
         return _text(http.HTTPStatus.NOT_FOUND, f"no route for {path}\n")
 
+    async def _unreserve_on_close(self, connection: ServerConnection) -> None:
+        await connection.wait_closed()
+        self._reserved.discard(connection)
+
+    def _engine_metrics(self) -> str:
+        st = self.engines.llm.stats()
+        lines = [
+            "# TYPE voiceagent_capacity_sessions gauge",
+            f"voiceagent_capacity_sessions {self.capacity}",
+            "# HELP voiceagent_llm_slots exclusive sequence slots of the LLM engine (busy: leased now)",
+            "# TYPE voiceagent_llm_slots gauge",
+            f'voiceagent_llm_slots{{engine="{st.engine}",state="total"}} {st.slots}',
+            f'voiceagent_llm_slots{{engine="{st.engine}",state="busy"}} {st.busy}',
+            "# TYPE voiceagent_llm_waiting gauge",
+            f'voiceagent_llm_waiting{{engine="{st.engine}"}} {st.waiting}',
+            "# HELP voiceagent_llm_prompt_tokens_total prompt tokens, and those already in the KV cache (reused)",
+            "# TYPE voiceagent_llm_prompt_tokens_total counter",
+            f'voiceagent_llm_prompt_tokens_total{{engine="{st.engine}",kind="all"}} {st.prompt_tokens}',
+            f'voiceagent_llm_prompt_tokens_total{{engine="{st.engine}",kind="reused"}} {st.reused_tokens}',
+            "# TYPE voiceagent_llm_generated_tokens_total counter",
+            f'voiceagent_llm_generated_tokens_total{{engine="{st.engine}"}} {st.generated_tokens}',
+        ]
+        return "\n".join(lines) + "\n"
+
     async def _handle(self, ws: ServerConnection) -> None:
         assert ws.request is not None
+        self._reserved.discard(ws)
         parts = urlsplit(ws.request.path)
         query = parse_qs(parts.query)
         session = Session(self.engines, self.config, clock=self.clock, metrics=self.metrics)

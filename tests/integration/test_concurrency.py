@@ -1,0 +1,142 @@
+"""Many conversations at once, on the real packaged models over real loopback sockets.
+
+The sessions ask *different* questions and their turns end at the same instant: each clip is
+padded in front so that every user stops speaking at the same moment, then all are streamed at
+real-time pace together.  With one shared llama.cpp context this aborted the process
+(``GGML_ASSERT(logits != nullptr)``); each reply must now be about its own question.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import http
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from websockets.asyncio.client import connect
+from websockets.exceptions import InvalidStatus
+
+from tests.integration.rt_client import WIRE_RATE, Recorder, send_paced, wire_audio
+from voiceagent.config import Config, load_config
+from voiceagent.replay import speech_turns
+from voiceagent.transports.server import VoiceAgentServer
+
+pytestmark = pytest.mark.models
+
+# fixture -> (words its transcript must contain, words of which its reply must contain one).
+# Fixtures whose transcripts Whisper tiny gets right ("capital of France" is often heard as
+# "capital and friends", which has nothing to do with concurrency).
+QUESTIONS = {
+    "long_question": (("london", "paris"), ("london", "paris", "train", "hour", "journey")),
+    "colour": (("sky",), ("blue", "sky")),
+    "weather": (("moon",), ("moon",)),
+    "count": (("count",), ("one", "two", "three", "1", "2", "3")),
+}
+
+
+def _config(**overrides: str) -> Config:
+    return load_config(env={}, overrides={"server.port": "0", "server.max_sessions": "8", **overrides})
+
+
+def _aligned(paths: list[Path], lead_s: float = 0.3) -> list[np.ndarray[Any, Any]]:
+    """The clips at 24 kHz, padded in front so that their speech ends at the same sample."""
+    clips = [wire_audio(p, tail_s=1.5) for p in paths]
+    ends = [speech_turns(c, WIRE_RATE)[-1][1] for c in clips]
+    latest = max(ends) + lead_s
+    return [np.concatenate([np.zeros(int((latest - end) * WIRE_RATE), dtype=np.int16), c]) for c, end in zip(clips, ends, strict=True)]
+
+
+async def _ask_together(server: VoiceAgentServer, speech: dict[str, Path], names: list[str]) -> list[dict[str, Any]]:
+    conns = []
+    for _ in names:
+        ws = await connect(server.url + "?voiceagent_metrics=1", max_size=None)
+        rec = Recorder(ws)
+        conns.append((ws, rec, asyncio.create_task(rec.pump())))
+    for _ws, rec, _task in conns:
+        await rec.wait_for("session.created", 10)
+    clips = _aligned([speech[n] for n in names])
+    await asyncio.gather(*(send_paced(ws, clip, speed=1.0) for (ws, _r, _t), clip in zip(conns, clips, strict=True)))
+    results = []
+    for name, (ws, rec, task) in zip(names, conns, strict=True):
+        done = await rec.wait_for("response.done", 60)
+        transcript = (await rec.wait_for("conversation.item.input_audio_transcription.completed", 10))["transcript"]
+        metrics = await rec.wait_for("voiceagent.turn_metrics", 10)
+        results.append({"name": name, "done": done, "transcript": transcript, "metrics": metrics, "errors": rec.of("error")})
+    for ws, _rec, task in conns:
+        await ws.close()
+        await task
+    return results
+
+
+def _check(results: list[dict[str, Any]]) -> None:
+    for r in results:
+        heard_words, reply_words = QUESTIONS[r["name"]]
+        transcript = r["transcript"].lower()
+        assert all(w in transcript for w in heard_words), (r["name"], transcript)
+        response = r["done"]["response"]
+        assert response["status"] == "completed", (r["name"], response)
+        reply = response["output"][0]["content"][0]["transcript"].lower()
+        assert any(w in reply for w in reply_words), (r["name"], transcript, reply)
+        assert r["errors"] == [], r["errors"]
+        assert r["metrics"]["sessions_active"] == len(results)
+        assert r["metrics"]["llm_queue_ms"] is not None and r["metrics"]["llm_queue_ms"] >= 0
+
+
+async def _still_serves(server: VoiceAgentServer) -> None:
+    body = await asyncio.to_thread(lambda: urllib.request.urlopen(f"http://127.0.0.1:{server.port}/healthz", timeout=10).read())
+    assert body == b"ok\n"
+    async with connect(server.url) as ws:
+        rec = Recorder(ws)
+        task = asyncio.create_task(rec.pump())
+        await rec.wait_for("session.created", 10)
+        await ws.close()
+        await task
+
+
+@pytest.mark.parametrize("names", [["long_question", "weather"], ["long_question", "colour", "weather", "count"]], ids=["2-sessions", "4-sessions"])
+def test_sessions_asking_different_questions_at_the_same_instant_each_get_their_own_answer(
+    engines: Any, speech: dict[str, Path], run: Any, names: list[str]
+) -> None:
+    async def scenario() -> None:
+        async with VoiceAgentServer(_config(), engines) as server:
+            results = await _ask_together(server, speech, names)
+            _check(results)
+            await _still_serves(server)
+            # Every LLM lease came back once the sessions closed.
+            await server.wait_idle()
+            await engines.llm.aclose()
+            assert engines.llm.stats().busy == 0
+
+    run(scenario(), 180)
+
+
+def test_past_capacity_a_connection_is_refused_and_the_session_in_progress_goes_on(
+    engines: Any, speech: dict[str, Path], run: Any
+) -> None:
+    async def scenario() -> None:
+        async with VoiceAgentServer(_config(**{"server.max_sessions": "1"}), engines) as server:
+            ws = await connect(server.url, max_size=None)
+            rec = Recorder(ws)
+            task = asyncio.create_task(rec.pump())
+            await rec.wait_for("session.created", 10)
+            with pytest.raises(InvalidStatus) as refused:
+                await connect(server.url)
+            response = refused.value.response
+            assert response.status_code == http.HTTPStatus.SERVICE_UNAVAILABLE
+            assert response.headers["Retry-After"] == "5"
+            assert b"capacity" in response.body
+            # The admitted session is unaffected: it still gets its spoken turn answered.
+            await send_paced(ws, wire_audio(speech["capital"], tail_s=1.0), speed=1.0)
+            done = await rec.wait_for("response.done", 60)
+            assert done["response"]["status"] == "completed"
+            await ws.close()
+            await task
+            await server.wait_idle()
+            async with connect(server.url) as again:  # the place is free again
+                await again.recv()
+        assert server.metrics.sessions_refused == 1
+
+    run(scenario(), 120)

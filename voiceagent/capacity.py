@@ -1,0 +1,47 @@
+"""How many sessions a process can serve: a measured number, not a constant.
+
+The worst case for a voice server is every user finishing a sentence at the same instant.  Then
+each turn's critical-path work (the final transcript, the turn check, the LLM's prompt and first
+clause, the first audio of TTS) queues on the same cores, and the last session waits for all the
+others.  So, with ``wait`` the silence the VAD needs before any work starts and ``work`` one
+turn's critical-path compute measured on this machine at start-up, the n-th of n simultaneous
+turns hears its first audio after about ``wait + n * work``.  The capacity is the largest n for
+which that fits the latency budget (``server.latency_budget_ms``, the p95 target).
+
+``scripts/bench_concurrency.py`` checks the model against real simultaneous turns and reports
+the capacity it predicts beside the latencies it measured.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+__all__ = ["TurnCost", "capacity"]
+
+
+@dataclass(frozen=True, slots=True)
+class TurnCost:
+    """Seconds of one turn's critical-path work, each stage alone on the machine."""
+
+    stt_s: float
+    turn_s: float
+    llm_first_token_s: float
+    llm_token_s: float
+    tts_first_s: float
+    clause_tokens: int = 6
+
+    @property
+    def work_s(self) -> float:
+        """Transcript + turn check + first token + the rest of the first clause + first audio."""
+        return self.stt_s + self.turn_s + self.llm_first_token_s + self.clause_tokens * self.llm_token_s + self.tts_first_s
+
+    def as_dict(self) -> dict[str, float]:
+        return {k: round(float(v), 4) for k, v in asdict(self).items()} | {"work_s": round(self.work_s, 4)}
+
+
+def capacity(cost: TurnCost, budget_ms: float, wait_ms: float) -> int:
+    """Largest n with ``wait + n * work <= budget`` (at least 1: one session is always served)."""
+    if cost.work_s <= 0:
+        return 1
+    return max(1, math.floor((budget_ms - wait_ms) / 1000.0 / cost.work_s))
