@@ -60,7 +60,7 @@ async def _ask_together(server: VoiceAgentServer, speech: dict[str, Path], names
     clips = _aligned([speech[n] for n in names])
     await asyncio.gather(*(send_paced(ws, clip, speed=1.0) for (ws, _r, _t), clip in zip(conns, clips, strict=True)))
     results = []
-    for name, (ws, rec, task) in zip(names, conns, strict=True):
+    for name, (_ws, rec, _task) in zip(names, conns, strict=True):
         done = await rec.wait_for("response.done", 60)
         transcript = (await rec.wait_for("conversation.item.input_audio_transcription.completed", 10))["transcript"]
         metrics = await rec.wait_for("voiceagent.turn_metrics", 10)
@@ -96,7 +96,9 @@ async def _still_serves(server: VoiceAgentServer) -> None:
         await task
 
 
-@pytest.mark.parametrize("names", [["long_question", "weather"], ["long_question", "colour", "weather", "count"]], ids=["2-sessions", "4-sessions"])
+@pytest.mark.parametrize(
+    "names", [["long_question", "weather"], ["long_question", "colour", "weather", "count"]], ids=["2-sessions", "4-sessions"]
+)
 def test_sessions_asking_different_questions_at_the_same_instant_each_get_their_own_answer(
     engines: Any, speech: dict[str, Path], run: Any, names: list[str]
 ) -> None:
@@ -113,9 +115,7 @@ def test_sessions_asking_different_questions_at_the_same_instant_each_get_their_
     run(scenario(), 180)
 
 
-def test_past_capacity_a_connection_is_refused_and_the_session_in_progress_goes_on(
-    engines: Any, speech: dict[str, Path], run: Any
-) -> None:
+def test_past_capacity_a_connection_is_refused_and_the_session_in_progress_goes_on(engines: Any, speech: dict[str, Path], run: Any) -> None:
     async def scenario() -> None:
         async with VoiceAgentServer(_config(**{"server.max_sessions": "1"}), engines) as server:
             ws = await connect(server.url, max_size=None)
