@@ -35,6 +35,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import traceback
 import types
@@ -128,6 +129,16 @@ def last_error(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}".strip()
 
 
+def stub_av() -> None:
+    """faster-whisper imports PyAV at import time but uses it only to decode files: a stub will do."""
+    if "av" in sys.modules:
+        return
+    try:
+        import av  # type: ignore[import-not-found]  # noqa: F401
+    except ImportError:
+        sys.modules["av"] = types.ModuleType("av")
+
+
 # ---------------------------------------------------------------- prepare (here, not on the GPU machine)
 
 
@@ -207,7 +218,7 @@ def stage_env(args: argparse.Namespace) -> Report:
     return rep
 
 
-def session_for(ort: types.ModuleType, model: Path, provider: str, threads: int, verbose: bool = False) -> Any:
+def session_for(ort: types.ModuleType, model: Path, provider: str, threads: int, verbose: bool = False, algo: str = "EXHAUSTIVE") -> Any:
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = threads
     opts.inter_op_num_threads = 1
@@ -215,7 +226,9 @@ def session_for(ort: types.ModuleType, model: Path, provider: str, threads: int,
         opts.log_severity_level = 0
     providers: list[Any] = ["CPUExecutionProvider"]
     if provider == "cuda":
-        providers = [("CUDAExecutionProvider", {"device_id": 0}), "CPUExecutionProvider"]
+        # cudnn_conv_algo_search: EXHAUSTIVE (onnxruntime's default) benchmarks the cuDNN algorithms
+        # for every new input shape; HEURISTIC picks one without running them.
+        providers = [("CUDAExecutionProvider", {"device_id": 0, "cudnn_conv_algo_search": algo}), "CPUExecutionProvider"]
     return ort.InferenceSession(str(model), sess_options=opts, providers=providers)
 
 
@@ -237,6 +250,7 @@ def make_vad_call(session: Any, audio: F32) -> Callable[[], object]:
 
 
 def turn_features(audio: F32) -> F32:
+    stub_av()
     from faster_whisper.feature_extractor import FeatureExtractor
 
     x = audio[-8 * RATE :].astype(np.float32)
@@ -271,6 +285,8 @@ def stage_onnx(args: argparse.Namespace) -> Report:
     before = gpu_used_mib()
     ort = import_ort(args.ort_path)
     rep: Report = {"onnxruntime": ort.__version__, "provider_asked": provider}
+    if provider == "cuda":
+        rep["cudnn_conv_algo_search"] = args.algo
     if provider == "cuda" and hasattr(ort, "preload_dlls"):
         try:
             ort.preload_dlls()
@@ -281,14 +297,14 @@ def stage_onnx(args: argparse.Namespace) -> Report:
     threads = {"vad": 1, "turn": 1, "tts": 2}[kind]  # voiceagent's CPU settings
     model = data / file
     t0 = time.perf_counter()
-    session = session_for(ort, model, provider, threads)
+    session = session_for(ort, model, provider, threads, algo=args.algo)
     rep["session_create_s"] = round(time.perf_counter() - t0, 3)
     rep["session_providers"] = session.get_providers()
     if provider == "cuda" and "CUDAExecutionProvider" not in rep["session_providers"]:
         # onnxruntime falls back to CPU when it cannot load the CUDA libraries: try torch's copies.
         import torch  # noqa: F401
 
-        session = session_for(ort, model, provider, threads)
+        session = session_for(ort, model, provider, threads, algo=args.algo)
         rep["session_providers_after_import_torch"] = session.get_providers()
     if provider == "cuda":
         print("=== placement begin ===", file=sys.stderr, flush=True)
@@ -330,18 +346,15 @@ def stage_onnx(args: argparse.Namespace) -> Report:
 
 
 def stage_whisper(args: argparse.Namespace) -> Report:
-    if "av" not in sys.modules:
-        try:
-            import av  # type: ignore[import-not-found]  # noqa: F401
-        except ImportError:  # faster-whisper imports PyAV at import time but uses it only to decode files
-            sys.modules["av"] = types.ModuleType("av")
+    stub_av()
     import ctranslate2
     from faster_whisper import WhisperModel
 
     data = Path(args.dir)
     device = "cuda" if args.provider == "cuda" else "cpu"
-    compute_type = "float16" if device == "cuda" else "int8"
+    compute_type = args.compute_type or ("float16" if device == "cuda" else "int8")
     rep: Report = {"ctranslate2": ctranslate2.__version__, "device": device, "compute_type": compute_type}
+    rep["ld_library_path"] = os.environ.get("LD_LIBRARY_PATH", "")
     audio = load_wav(data / WAV_FILE)
     rep["clip_s"] = round(len(audio) / RATE, 2)
     before = gpu_used_mib()
@@ -388,9 +401,9 @@ def stage_all_cuda(args: argparse.Namespace) -> Report:
     except Exception:  # no preload_dlls, or it failed: torch's copies of the CUDA libraries then
         import torch  # noqa: F401
     audio = load_wav(data / WAV_FILE)
-    vad = session_for(ort, data / VAD_FILE, "cuda", 1)
-    turn = session_for(ort, data / TURN_FILE, "cuda", 1)
-    tts = session_for(ort, data / TTS_FILE, "cuda", 2)
+    vad = session_for(ort, data / VAD_FILE, "cuda", 1, algo=args.algo)
+    turn = session_for(ort, data / TURN_FILE, "cuda", 1, algo=args.algo)
+    tts = session_for(ort, data / TTS_FILE, "cuda", 2, algo=args.algo)
     vad_call = make_vad_call(vad, audio)
     feats = turn_features(audio)
     feeds, _spec = tts_inputs(data / IDS_FILE)
@@ -400,7 +413,7 @@ def stage_all_cuda(args: argparse.Namespace) -> Report:
         turn.run(None, {"input_features": feats})
         tts.run(None, feeds)
     after = gpu_used_mib()
-    rep: Report = {"providers": [s.get_providers()[0] for s in (vad, turn, tts)]}
+    rep: Report = {"providers": [s.get_providers()[0] for s in (vad, turn, tts)], "cudnn_conv_algo_search": args.algo}
     if before is not None and after is not None:
         rep["gpu_mib"] = {"before": round(before), "after": round(after), "delta": round(after - before)}
     return rep
@@ -460,11 +473,13 @@ def parse_placement(stderr: str) -> Report:
     return {"placement": placement, "cpu_ops": cpu_ops, "warnings": warnings[:10]}
 
 
-def run_child(script: Path, stage: str, extra: list[str], ort_path: str, args: argparse.Namespace) -> Report:
+def run_child(
+    script: Path, stage: str, extra: list[str], ort_path: str, args: argparse.Namespace, env: dict[str, str] | None = None
+) -> Report:
     cmd = [sys.executable, str(script), "child", stage, "--dir", args.dir, "--iters", str(args.iters), "--ort-path", ort_path, *extra]
     t0 = time.perf_counter()
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=CHILD_TIMEOUT_S, check=False)
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=CHILD_TIMEOUT_S, check=False, env=env)
     except subprocess.TimeoutExpired:
         return {"error": f"timed out after {CHILD_TIMEOUT_S} s"}
     rep: Report = {"wall_s": round(time.perf_counter() - t0, 2)}
@@ -476,6 +491,20 @@ def run_child(script: Path, stage: str, extra: list[str], ort_path: str, args: a
         rep["error"] = "\n".join(proc.stderr.strip().splitlines()[-6:])
     rep.update({k: v for k, v in parse_placement(proc.stderr).items() if v})
     return rep
+
+
+def cublas12_shim(found: list[str]) -> str | None:
+    """A temporary folder where libcublas.so.12 and libcublasLt.so.12 name the CUDA 13 libraries."""
+    libs = [f for f in found if f.endswith("libcublas.so.13")]
+    if not libs:
+        return None
+    src = Path(libs[0]).parent
+    shim = Path(tempfile.mkdtemp(prefix="cublas12shim-"))
+    for name in ("libcublas", "libcublasLt"):
+        if (src / f"{name}.so.13").exists():
+            (shim / f"{name}.so.12").symlink_to(src / f"{name}.so.13")
+            (shim / f"{name}.so.13").symlink_to(src / f"{name}.so.13")
+    return str(shim)
 
 
 def has_cuda_ep(env: Report) -> bool:
@@ -504,14 +533,24 @@ def probe(args: argparse.Namespace) -> Report:
         if cuda_ort is None:
             report[kind]["cuda"] = {"skipped": "no CUDAExecutionProvider in any onnxruntime here"}
         else:
-            report[kind]["cuda"] = run_child(script, "onnx", ["--model", kind, "--provider", "cuda"], cuda_ort, args)
+            for algo in ("EXHAUSTIVE", "HEURISTIC"):
+                extra = ["--model", kind, "--provider", "cuda", "--algo", algo]
+                report[kind][f"cuda_{algo.lower()}"] = run_child(script, "onnx", extra, cuda_ort, args)
     if all((data / f).exists() for f in have.values()) and cuda_ort is not None:
-        report["onnx_all_cuda_one_process"] = run_child(script, "all_cuda", [], cuda_ort, args)
+        report["onnx_all_cuda_one_process"] = run_child(script, "all_cuda", ["--algo", "HEURISTIC"], cuda_ort, args)
     if (data / WHISPER_DIR / "model.bin").exists():
         report["whisper"] = {
             "cpu": run_child(script, "whisper", ["--provider", "cpu"], "", args),
             "cuda": run_child(script, "whisper", ["--provider", "cuda"], "", args),
         }
+        shim = cublas12_shim(report["env_stock"].get("libcublas_found", []))
+        if shim is not None:
+            # Unsupported experiment: CTranslate2's PyPI build dlopens libcublas.so.12 (CUDA 12); name the
+            # machine's CUDA 13 cuBLAS so and see whether the functions it looks up still work.
+            env = {**os.environ, "LD_LIBRARY_PATH": f"{shim}:{os.environ.get('LD_LIBRARY_PATH', '')}".rstrip(":")}
+            for ct in ("float16", "int8_float16"):
+                extra = ["--provider", "cuda", "--compute-type", ct]
+                report["whisper"][f"cuda_{ct}_cublas13_as_12"] = run_child(script, "whisper", extra, "", args, env=env)
     else:
         report["whisper"] = {"skipped": f"{WHISPER_DIR}/model.bin missing"}
     return report
@@ -528,6 +567,8 @@ def main() -> int:
             p.add_argument("stage", choices=sorted(STAGES))
             p.add_argument("--model", choices=["vad", "turn", "tts"], default="vad")
             p.add_argument("--provider", choices=["cpu", "cuda"], default="cpu")
+            p.add_argument("--algo", choices=["EXHAUSTIVE", "HEURISTIC", "DEFAULT"], default="EXHAUSTIVE")
+            p.add_argument("--compute-type", default="", help="CTranslate2 compute type (default: int8 on CPU, float16 on CUDA)")
         p.add_argument("--dir", required=True, help="folder with the model files, speech.wav and piper_ids.json")
         p.add_argument("--ort-path", default="", help="folder holding a carried onnxruntime(-gpu) package")
         p.add_argument("--iters", type=int, default=30, help="timed calls per stage after warm-up (VAD: at least 200)")

@@ -65,7 +65,9 @@ class OpenAiLlm:
         api_key: str = "",
         first_token_timeout_s: float = 5.0,
         max_connections: int = 64,
+        transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
+        """``transport``: an httpx transport to use instead of the network (a test seam)."""
         self.name = "openai"
         self.base_url = base_url.rstrip("/")
         self.model = model
@@ -73,6 +75,7 @@ class OpenAiLlm:
         self.first_token_timeout_s = first_token_timeout_s
         self._limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
         self._clients: dict[asyncio.AbstractEventLoop, httpx.AsyncClient] = {}
+        self._transport = transport
         self._active = 0
         self._generated = 0
 
@@ -83,7 +86,9 @@ class OpenAiLlm:
         if client is None or client.is_closed:
             for old in [lp for lp in self._clients if lp.is_closed()]:
                 del self._clients[old]
-            client = httpx.AsyncClient(limits=self._limits, timeout=httpx.Timeout(30.0, connect=5.0), headers=self._headers)
+            client = httpx.AsyncClient(
+                limits=self._limits, timeout=httpx.Timeout(30.0, connect=5.0), headers=self._headers, transport=self._transport
+            )
             self._clients[loop] = client
         return client
 

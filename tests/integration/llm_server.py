@@ -1,0 +1,86 @@
+"""A real OpenAI-compatible LLM server for tests: ``python -m llama_cpp.server`` on loopback,
+serving the packaged Qwen GGUF.  Its output is captured so tests can read what it logged."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from typing import IO
+
+from tests.conftest import SCALE
+from voiceagent.backends.llama_cpp import gguf_path
+from voiceagent.config import Config
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class LlamaCppServer:
+    """Start with :meth:`start`, stop with :meth:`kill` (SIGKILL: a crash) or :meth:`stop`."""
+
+    def __init__(self, model: str = "qwen2.5-0.5b") -> None:
+        self.model_path = gguf_path(model, Config().cache_path)
+        self.port = free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._log: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115 - lives as long as the server; closed in stop()
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def start(self, timeout: float = 60.0) -> LlamaCppServer:
+        cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(self.model_path), "--host", "127.0.0.1"]
+        cmd += ["--port", str(self.port), "--n_threads", "2", "--n_ctx", "2048", "--logits_all", "false"]
+        # Only a disconnect may stop a generation (the default also stops it when another request comes).
+        cmd += ["--interrupt_requests", "false", "--model_alias", "qwen"]
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, env=env)
+        deadline = time.monotonic() + timeout * SCALE
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"llama_cpp.server exited with {self.proc.returncode}: {self.output()[-2000:]}")
+            try:
+                with urllib.request.urlopen(f"{self.base_url}/models", timeout=2) as resp:
+                    if resp.status == 200:
+                        return self
+            except (urllib.error.URLError, ConnectionError):
+                # Not listening yet: polling a child process's readiness, with a deadline.
+                time.sleep(0.1)
+        raise RuntimeError(f"llama_cpp.server not ready after {timeout} s: {self.output()[-2000:]}")
+
+    def output(self) -> str:
+        self._log.seek(0)
+        return self._log.read().decode("utf-8", "replace")
+
+    def wait_output(self, text: str, timeout: float = 10.0) -> bool:
+        """Wait until the server has logged ``text`` (polling its log file, with a deadline)."""
+        deadline = time.monotonic() + timeout * SCALE
+        while text not in self.output():
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.05)
+        return True
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(30)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        self._log.close()
