@@ -31,6 +31,7 @@ import glob
 import json
 import os
 import platform
+import re
 import shutil
 import statistics
 import subprocess
@@ -59,6 +60,7 @@ IDS_FILE = "piper_ids.json"
 WAV_FILE = "speech.wav"
 WHISPER_DIR = "whisper"
 CHILD_TIMEOUT_S = 300
+LOG_PREFIX = re.compile(r"^(\x1b\[[0-9;]*m)?\d{4}-\d\d-\d\d [0-9:.]+ \[[VIWEF]:[^\]]*\] ?")
 
 
 # ---------------------------------------------------------------- helpers
@@ -261,8 +263,11 @@ def turn_features(audio: F32) -> F32:
     return np.ascontiguousarray(np.asarray(mel[:, :800], dtype=np.float32)[np.newaxis])
 
 
-def tts_inputs(ids_file: Path) -> tuple[dict[str, Any], Report]:
+def tts_inputs(ids_file: Path, fixed_length: bool = False) -> tuple[dict[str, Any], Report]:
+    """Piper's inputs.  ``fixed_length``: noise_w 0, so the phoneme durations (and the output length) never vary."""
     spec = json.loads(ids_file.read_text(encoding="utf-8"))
+    if fixed_length:
+        spec["noise_w_scale"] = 0.0
     ids = np.array([spec["phoneme_ids"]], dtype=np.int64)
     feeds: dict[str, Any] = {
         "input": ids,
@@ -326,18 +331,23 @@ def stage_onnx(args: argparse.Namespace) -> Report:
 
         warmup = 5
     else:
-        feeds, spec = tts_inputs(data / IDS_FILE)
+        feeds, spec = tts_inputs(data / IDS_FILE, fixed_length=args.tts_fixed_length)
+        rep["tts_noise_w_scale"] = spec["noise_w_scale"]
         audio_out = np.asarray(session.run(None, feeds)[0]).reshape(-1)
         rep["tts_audio_s"] = round(len(audio_out) / float(spec["sample_rate"]), 3)
+        lengths: set[int] = set()
 
         def call() -> object:
-            return session.run(None, feeds)
+            out = session.run(None, feeds)
+            lengths.add(int(np.asarray(out[0]).size))
+            return out
 
         warmup = 3
     samples, first = time_calls(call, warmup, iters)
     rep["first_call_ms"] = round(first * 1000, 2)
     rep["latency"] = summarize(samples)
     if kind == "tts":
+        rep["distinct_output_lengths"] = len(lengths)
         rep["real_time_factor_p50"] = round(rep["latency"]["p50_ms"] / 1000 / rep["tts_audio_s"], 4)
     after = gpu_used_mib()
     if before is not None and after is not None:
@@ -463,13 +473,14 @@ def parse_placement(stderr: str) -> Report:
             placement.append(line.split("]", 1)[-1].strip() if line.startswith("20") else line.strip())
             in_cpu = in_block and "CPUExecutionProvider" in line
             continue
-        if in_cpu and line.startswith(" ") and "(" in line:
-            op = line.strip().split(" ", 1)[0]
+        body = LOG_PREFIX.sub("", line)
+        if in_cpu and body.startswith(" ") and "(" in body:
+            op = body.strip().split(" ", 1)[0]
             cpu_ops[op] = cpu_ops.get(op, 0) + 1
             continue
         in_cpu = False
         if ("[W:" in line or "[E:" in line) and not in_block:
-            warnings.append(line.strip()[:400])
+            warnings.append(re.sub(r"\x1b\[[0-9;]*m", "", line).strip()[:400])
     return {"placement": placement, "cpu_ops": cpu_ops, "warnings": warnings[:10]}
 
 
@@ -536,6 +547,12 @@ def probe(args: argparse.Namespace) -> Report:
             for algo in ("EXHAUSTIVE", "HEURISTIC"):
                 extra = ["--model", kind, "--provider", "cuda", "--algo", algo]
                 report[kind][f"cuda_{algo.lower()}"] = run_child(script, "onnx", extra, cuda_ort, args)
+                if kind == "tts":
+                    fixed = [*extra, "--tts-fixed-length"]
+                    report[kind][f"cuda_{algo.lower()}_fixed_length"] = run_child(script, "onnx", fixed, cuda_ort, args)
+        if kind == "tts":
+            fixed = ["--model", kind, "--provider", "cpu", "--tts-fixed-length"]
+            report[kind]["cpu_fixed_length"] = run_child(script, "onnx", fixed, "", args)
     if all((data / f).exists() for f in have.values()) and cuda_ort is not None:
         report["onnx_all_cuda_one_process"] = run_child(script, "all_cuda", ["--algo", "HEURISTIC"], cuda_ort, args)
     if (data / WHISPER_DIR / "model.bin").exists():
@@ -568,6 +585,7 @@ def main() -> int:
             p.add_argument("--model", choices=["vad", "turn", "tts"], default="vad")
             p.add_argument("--provider", choices=["cpu", "cuda"], default="cpu")
             p.add_argument("--algo", choices=["EXHAUSTIVE", "HEURISTIC", "DEFAULT"], default="EXHAUSTIVE")
+            p.add_argument("--tts-fixed-length", action="store_true", help="Piper with noise_w 0: the same output length every call")
             p.add_argument("--compute-type", default="", help="CTranslate2 compute type (default: int8 on CPU, float16 on CUDA)")
         p.add_argument("--dir", required=True, help="folder with the model files, speech.wav and piper_ids.json")
         p.add_argument("--ort-path", default="", help="folder holding a carried onnxruntime(-gpu) package")

@@ -181,6 +181,7 @@ class Session:
             cfg.turn.complete_ms,
             cfg.turn.threshold,
             llm_started,
+            cfg.vad.stop_ms,
         )
         self.llm = LlmStage(
             ctx, llm_in, tts_in, self._engines.llm, self._prompt, lambda: self.settings, gate, llm_started, cfg.llm.first_clause_words

@@ -13,11 +13,15 @@ Here every generation leases a context of its own for its whole life:
   used one.  With as many contexts as active conversations nobody's prefix is evicted.
 * **Fair queueing.**  Requests that find no context wait in arrival order.
 * **One thread, token-step scheduling.**  Every step (the prompt evaluation plus first token, then
-  one token per step) is a separate call on one :class:`PriorityExecutor`.  Steps of different
-  generations interleave, and a step's priority is how many tokens its generation has produced:
-  the least-served generation goes first, so a new turn's first tokens are not queued behind
-  other sessions' long replies.  On a CPU the cores run one step at a time (llama.cpp's own
-  threads inside it), which is also what makes the state safe to share.
+  one token per step) is a separate call on one :class:`PriorityExecutor`, so steps of different
+  generations interleave.  The first ``urgent_tokens`` steps of a generation (its first clause:
+  someone is waiting for them) run ahead of every later token, in admission order: when many
+  turns end at once, the first admitted reaches its first audio first, then the next, rather
+  than all of them reaching it late together (shortest-remaining-work first; round robin would
+  finish every first clause at about the time the last one finishes now).  Later tokens are
+  needed only at speaking pace; among them the least-served generation goes first.  On a CPU
+  the cores run one step at a time (llama.cpp's own threads inside it), which is also what makes
+  the state safe to share.
 
 Cancellation: closing or cancelling the iterator of :meth:`LlmPool.generate` closes the token
 generator in the executor after the step in flight (llama.cpp stops decoding), then releases the
@@ -44,6 +48,7 @@ __all__ = ["LlmPool"]
 T = TypeVar("T")
 _DONE = object()
 _CLOSE_PRIORITY = -1  # a closing generation frees its context: let it go first
+_LATE = 1 << 40  # priorities of non-urgent tokens start here (urgent ones count admissions from 0)
 
 
 @dataclass
@@ -88,6 +93,7 @@ class LlmPool:
         self._waiters: collections.deque[_Waiter] = collections.deque()
         self._drained: list[asyncio.Future[None]] = []
         self._clock = itertools.count(1)
+        self._admissions = itertools.count()
         self._count_prompt = count_prompt
         self._prompt_tokens = 0
         self._reused_tokens = 0
@@ -184,6 +190,11 @@ class LlmPool:
         released = False
         it: Iterator[str] | None = None
         steps = 0
+        admitted = next(self._admissions)
+
+        def priority() -> int:
+            return admitted if steps < request.urgent_tokens else _LATE + steps
+
         try:
             if request.on_admitted is not None:
                 request.on_admitted()
@@ -197,10 +208,10 @@ class LlmPool:
                     self._reused_tokens += reused
                 return context.stream(msgs, request.max_tokens, request.temperature)
 
-            it = gen = await self._call(0, make)
+            it = gen = await self._call(priority(), make)
             while True:
                 t0 = time.perf_counter()
-                item = await self._call(steps, lambda: _step(gen))
+                item = await self._call(priority(), lambda: _step(gen))
                 self._decode_s += time.perf_counter() - t0
                 if item is _DONE:
                     break

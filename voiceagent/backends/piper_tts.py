@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import onnxruntime as ort
@@ -13,6 +12,7 @@ from piper.config import PiperConfig
 
 from voiceagent.audio import Int16Array
 from voiceagent.catalog import get_spec, locate
+from voiceagent.pipeline.scheduler import PriorityExecutor
 
 __all__ = ["PiperTts"]
 
@@ -27,7 +27,7 @@ class PiperTts:
         with open(locate(spec, "config"), encoding="utf-8") as fh:
             config = PiperConfig.from_dict(json.load(fh))
         self._voice = PiperVoice(config=config, session=session)
-        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tts")
+        self.executor = PriorityExecutor("tts")
 
     @property
     def sample_rate(self) -> int:

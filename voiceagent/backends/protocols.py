@@ -106,7 +106,9 @@ class LlmRequest:
     """One generation: ``key`` names the conversation (affinity for its warm prefix).
 
     ``on_admitted`` is called on the event loop when the request gets its sequence state (after
-    any queue wait), before the first token.
+    any queue wait), before the first token.  ``urgent_tokens``: how many first tokens someone is
+    waiting for (the first clause); an engine that schedules may put them ahead of other
+    generations' later tokens, which are needed only at speaking pace.
     """
 
     key: str
@@ -114,6 +116,7 @@ class LlmRequest:
     max_tokens: int
     temperature: float
     on_admitted: Callable[[], None] | None = None
+    urgent_tokens: int = 0
 
 
 @dataclass(frozen=True, slots=True)

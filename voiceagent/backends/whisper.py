@@ -13,7 +13,6 @@ Two decoding paths:
 from __future__ import annotations
 
 import math
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import ctranslate2
@@ -23,6 +22,7 @@ from faster_whisper.feature_extractor import FeatureExtractor
 
 from voiceagent.audio import Float32Array
 from voiceagent.catalog import get_spec, locate, prepare
+from voiceagent.pipeline.scheduler import PriorityExecutor
 
 __all__ = ["WhisperStt", "model_dir", "window_frames"]
 
@@ -69,7 +69,7 @@ class WhisperStt:
         self._task = tok.token_to_id("<|transcribe|>")
         self._no_ts = tok.token_to_id("<|notimestamps|>")
         self._tokenizer = tok
-        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="stt")
+        self.executor = PriorityExecutor("stt")
 
     def transcribe(self, audio: Float32Array, language: str) -> str:
         frames = window_frames(len(audio), self._window_s)

@@ -41,6 +41,7 @@ class PriorityExecutor(Executor):
         self._cond = threading.Condition()
         self._thread: threading.Thread | None = None
         self._shutdown = False
+        self._running = False
         self.wait_seconds = 0.0
         self.calls = 0
 
@@ -66,6 +67,12 @@ class PriorityExecutor(Executor):
         with self._cond:
             return len(self._heap)
 
+    @property
+    def busy(self) -> bool:
+        """A call is running or waiting."""
+        with self._cond:
+            return self._running or bool(self._heap)
+
     def _work(self) -> None:
         while True:
             with self._cond:
@@ -74,7 +81,10 @@ class PriorityExecutor(Executor):
                 if not self._heap:
                     return
                 _prio, _seq, fut, call, queued_at = heapq.heappop(self._heap)
+                self._running = True
             if not fut.set_running_or_notify_cancel():
+                with self._cond:
+                    self._running = False
                 continue
             self.wait_seconds += time.perf_counter() - queued_at
             self.calls += 1
@@ -84,6 +94,9 @@ class PriorityExecutor(Executor):
                 fut.set_exception(exc)
             else:
                 fut.set_result(result)
+            finally:
+                with self._cond:
+                    self._running = False
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         with self._cond:

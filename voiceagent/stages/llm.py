@@ -68,6 +68,8 @@ class LlmStage(Stage):
             max_tokens=settings.max_output_tokens,
             temperature=settings.temperature,
             on_admitted=lambda: admitted.append(self.ctx.clock.now()),
+            # ~1.3 tokens a word, plus punctuation: the tokens of the first clause.
+            urgent_tokens=2 * self._first_clause_words + 2 if self._first_clause_words else 16,
         )
         await self.ctx.notify(self._mark(gen, "llm_request"))
 

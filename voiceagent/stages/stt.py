@@ -5,6 +5,11 @@ Decodes run in the STT backend's executor.  A partial decode is skipped while an
 in flight (the stage degrades how often it works, never what it keeps) and ``partials_skipped``
 counts that.  Whisper's encoder costs the same for any clip length, so partials are spaced by
 ``partial_interval_ms`` of audio.
+
+The executor is shared by every session.  Where it is a priority executor (the real Whisper
+backend's is), a final decode — on some user's critical path — runs before any queued partial,
+and a partial is skipped (counted in ``partials_skipped``) while any other decode is running or
+queued: under load partials are the first thing to give.
 """
 
 from __future__ import annotations
@@ -29,13 +34,17 @@ from voiceagent.events import (
     TranscriptDelta,
     TranscriptSegment,
 )
-from voiceagent.pipeline import Channel, Stage, StageContext, run_in
+from voiceagent.pipeline import Channel, Stage, StageContext
+from voiceagent.pipeline.offload import run_at
+from voiceagent.pipeline.scheduler import PriorityExecutor
 from voiceagent.settings import SessionSettings
 
 __all__ = ["SttStage"]
 
 _RING_MS = 2000.0  # audio kept before a speech start, for prefix padding
 _TAIL_MS = 96.0  # silence kept after the end of speech: Whisper clips the last word without it
+PRIORITY_FINAL = 0  # a transcript someone's answer waits for
+PRIORITY_PARTIAL = 1  # a progress update on screen
 
 
 class SttStage(Stage):
@@ -166,7 +175,8 @@ class SttStage(Stage):
             return "", None
         self.decodes += 1
         try:
-            return await run_in(self._backend.executor, self._backend.transcribe, audio, self._settings().language), None
+            language = self._settings().language
+            return await run_at(self._backend.executor, PRIORITY_FINAL, lambda: self._backend.transcribe(audio, language)), None
         except Exception as exc:
             return "", exc
 
@@ -198,13 +208,20 @@ class SttStage(Stage):
         if self._partial_task is not None and not self._partial_task.done():
             self.partials_skipped += 1
             return
+        executor = self._backend.executor
+        if isinstance(executor, PriorityExecutor) and executor.busy:
+            # Another session's decode is running or queued: a partial now would only delay it
+            # (and its own final); skip it and try again after the next interval.
+            self.partials_skipped += 1
+            return
         assert self._segment_start is not None
         audio = int16_to_float(self._slice(self._segment_start, self._buf_end_ms))
         self._partial_task = self.spawn(self._partial(audio), "partial")
 
     async def _partial(self, audio: np.ndarray) -> None:
         self.decodes += 1
-        text = await run_in(self._backend.executor, self._backend.transcribe, audio, self._settings().language)
+        language = self._settings().language
+        text = await run_at(self._backend.executor, PRIORITY_PARTIAL, lambda: self._backend.transcribe(audio, language))
         if text:
             await self.ctx.notify(
                 TranscriptDelta(t=self.ctx.clock.now(), gen=self.ctx.scope.current, session=self.ctx.session_id, text=text)

@@ -57,7 +57,9 @@ class TtsStage(Stage):
 
         try:
             if speech:
-                async with contextlib.aclosing(iterate_in(self._backend.executor, make)) as chunks:
+                # Shared voice: every session's first clause (its first audio) goes ahead of the
+                # later clauses of other replies, which are needed only at speaking pace.
+                async with contextlib.aclosing(iterate_in(self._backend.executor, make, priority=min(event.index, 1))) as chunks:
                     async for pcm in chunks:
                         if first and event.index == 0:
                             self._gate.open(event.gen)

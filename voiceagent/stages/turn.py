@@ -162,7 +162,9 @@ class TurnStage(Stage):
         complete_ms: int,
         threshold: float,
         llm_started: GenerationGate | None = None,
+        stop_ms: int = 160,
     ) -> None:
+        """``stop_ms``: the VAD's silence before it reports the end of speech (``vad.stop_ms``)."""
         super().__init__(ctx, inbox, out)
         self._backend = backend
         self._settings = settings
@@ -173,6 +175,17 @@ class TurnStage(Stage):
         self._llm_started = llm_started or GenerationGate(enabled=False)
         self._marks: dict[str, float] = {}
         self.retractions = 0
+        self.model_skipped = 0
+        self._stop_silence_ms = float(stop_ms)
+
+    def _fallback_reached(self) -> bool:
+        """Whether the silence since the end of speech (the VAD's stop window plus the wall time
+        since it) has reached the silence fallback.  Audio arrives in real time."""
+        stopped = self._marks.get("vad_stop")
+        if stopped is None:
+            return False
+        silence = self._stop_silence_ms + (self.ctx.clock.now() - stopped) * 1000.0
+        return silence >= self._silence_ms()
 
     def _silence_ms(self) -> float:
         td = self._settings().turn_detection
@@ -207,6 +220,12 @@ class TurnStage(Stage):
                 if self._spec_gen is not None:
                     # Off the critical path: let the speculative answer's prompt run first.
                     await self._llm_started.wait(self._spec_gen)
+                if self._fallback_reached():
+                    # Under load the wait outlasted the silence fallback: the next silence tick
+                    # confirms the turn whatever the model says, so its CPU time would be wasted
+                    # on everybody's critical path.
+                    self.model_skipped += 1
+                    continue
                 prob = await run_in(self._backend.executor, self._backend.completion_probability, action.audio)
                 await self._apply(self.endpointer.on_probability(prob, float(self._complete_ms), self._silence_ms(), self._threshold))
             elif isinstance(action, Speculate):

@@ -1,0 +1,319 @@
+#!/usr/bin/env python3
+"""Concurrency benchmark: N conversations on one real server at real-time pace.
+
+For N in 1, 2, 4, 8 (``--sessions``) and two arrangements:
+
+* ``simultaneous``: every session's turn k ends at the same instant (the worst case: all the
+  critical-path work of N turns lands on the cores at once);
+* ``staggered``: each session's turn k starts at a random offset (seeded) within the turn slot.
+
+Each session speaks ``--turns`` different questions (espeak-ng voices), one per slot of
+``--slot`` seconds, so that every answer has been played before the next question.  Per N it
+reports answered turns, errors, p50/p95/max end of speech → first audio (client clock, as
+``voiceagent replay``), the LLM queue wait (server's per-turn metrics), CPU (cores busy) and the
+process's peak RSS and PSS (RSS counts the memory-mapped model once per LLM context; PSS counts
+shared pages once).  The capacity the server measured at start-up is printed beside them.
+
+Writes ``concurrency.json``, ``concurrency.md`` and ``concurrency.png`` to ``--out``.
+
+    .venv/bin/python scripts/bench_concurrency.py                  # the in-process engine (route a)
+    .venv/bin/python scripts/bench_concurrency.py --llama-server build/bin/llama-server   # route b
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import random
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
+
+import make_fixtures  # noqa: E402
+from bench_latency import cpu_times, machine, percentiles  # noqa: E402
+
+from voiceagent.audio import read_wav, resample, write_wav  # noqa: E402
+from voiceagent.backends.llama_cpp import gguf_path  # noqa: E402
+from voiceagent.backends.registry import Engines, load_engines, warm_up  # noqa: E402
+from voiceagent.capacity import capacity  # noqa: E402
+from voiceagent.config import Config, load_config  # noqa: E402
+from voiceagent.replay import TurnResult, replay_file, speech_turns  # noqa: E402
+from voiceagent.transports.server import VoiceAgentServer  # noqa: E402
+
+RATE = 16000
+# Questions whose transcripts Whisper tiny gets right, in several voices.
+QUESTIONS = ("long_question", "colour", "weather", "count", "short", "pause_sun", "pause_animal", "pause_mid")
+
+
+class Sampler:
+    """Samples this process's CPU time and memory every ``period`` seconds in a thread."""
+
+    def __init__(self, period: float = 0.25) -> None:
+        self.period = period
+        self.peak_rss = 0
+        self.peak_pss = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self.extra_pids: list[int] = []
+
+    @staticmethod
+    def _mem(pid: int | str) -> tuple[int, int]:
+        rss = pss = 0
+        try:
+            with open(f"/proc/{pid}/smaps_rollup") as fh:
+                for line in fh:
+                    if line.startswith("Rss:"):
+                        rss = int(line.split()[1]) * 1024
+                    elif line.startswith("Pss:"):
+                        pss = int(line.split()[1]) * 1024
+        except OSError:
+            pass
+        return rss, pss
+
+    @staticmethod
+    def cpu_s(pid: int | str = "self") -> float:
+        try:
+            with open(f"/proc/{pid}/stat") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        except (OSError, IndexError, ValueError):
+            return 0.0
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.period):
+            rss = pss = 0
+            for pid in ["self", *self.extra_pids]:
+                r, p = self._mem(pid)
+                rss, pss = rss + r, pss + p
+            self.peak_rss, self.peak_pss = max(self.peak_rss, rss), max(self.peak_pss, pss)
+
+    def total_cpu_s(self) -> float:
+        return sum(self.cpu_s(pid) for pid in ["self", *self.extra_pids])
+
+    def __enter__(self) -> Sampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def session_files(n: int, turns: int, slot_s: float, arrangement: str, rng: random.Random, workdir: Path) -> list[Path]:
+    """One WAV per session: ``turns`` questions, turn k's speech ending at ``(k + 1) * slot_s - margin``
+    for all sessions (simultaneous) or at a random point of the slot (staggered)."""
+    fixtures = make_fixtures.make_all(ROOT / ".cache" / "fixtures")
+    files = []
+    for i in range(n):
+        out = np.zeros(int(turns * slot_s * RATE), dtype=np.int16)
+        for k in range(turns):
+            name = QUESTIONS[(i + k * 3) % len(QUESTIONS)]
+            pcm, rate = read_wav(fixtures[name])
+            pcm = resample(pcm, rate, RATE)
+            start_s, end_s = speech_turns(pcm, RATE)[0][0], speech_turns(pcm, RATE)[-1][1]
+            speech = pcm[int(start_s * RATE) : int(end_s * RATE) + RATE // 100]
+            latest_end = k * slot_s + 6.0  # every question (at most 5 s) fits before this point of its slot
+            end = latest_end if arrangement == "simultaneous" else k * slot_s + rng.uniform(len(speech) / RATE + 0.3, latest_end)
+            a = int(end * RATE) - len(speech)
+            out[a : a + len(speech)] = speech
+        path = workdir / f"{arrangement}-n{n}-s{i}.wav"
+        write_wav(path, out, RATE)
+        files.append(path)
+    return files
+
+
+async def run_n(server: VoiceAgentServer, files: list[Path]) -> tuple[list[TurnResult], list[str]]:
+    """Play every session's file at the same time over its own connection."""
+    results = await asyncio.gather(*(replay_file(server.url, f, timeout_s=60.0, turn_gap_s=3.0) for f in files), return_exceptions=True)
+    turns: list[TurnResult] = []
+    errors: list[str] = []
+    for r in results:
+        if isinstance(r, BaseException):
+            errors.append(f"{type(r).__name__}: {r}")
+        else:
+            turns.extend(r)
+    return turns, errors
+
+
+def summarize(turns: list[TurnResult], errors: list[str], expected: int, cpu_s: float, wall_s: float, sampler: Sampler) -> dict[str, Any]:
+    lat = [t.latency_ms for t in turns if t.latency_ms is not None]
+    queue = [t.spans_ms["llm_admitted"] - t.spans_ms["llm_request"] for t in turns if {"llm_admitted", "llm_request"} <= t.spans_ms.keys()]
+    p = percentiles(lat)
+    return {
+        "turns": expected,
+        "answered": len(lat),
+        "errors": len(errors) + sum(1 for t in turns if t.latency_ms is None),
+        "error_messages": errors[:5],
+        "latency_ms": p | {"max": round(max(lat), 1) if lat else None},
+        "llm_queue_ms": percentiles(queue) | {"max": round(max(queue), 1) if queue else None},
+        "cpu_cores": round(cpu_s / wall_s, 2) if wall_s else None,
+        "peak_rss_mb": round(sampler.peak_rss / 2**20),
+        "peak_pss_mb": round(sampler.peak_pss / 2**20),
+        "cutoffs": sum(t.cutoffs for t in turns),
+    }
+
+
+def start_llama_server(binary: str, config: Config, slots: int) -> tuple[subprocess.Popen[bytes], str]:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    model = gguf_path(config.llm.model, config.cache_path)
+    cmd = [binary, "-m", str(model), "--host", "127.0.0.1", "--port", str(port), "-t", str(config.llm.threads)]
+    cmd += ["--parallel", str(slots), "-c", str(config.llm.context * slots), "--cont-batching", "-b", "256", "--no-webui"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError), urllib.request.urlopen(f"{url}/health", timeout=2) as resp:
+            if resp.status == 200:
+                return proc, f"{url}/v1"
+        time.sleep(0.2)
+    proc.kill()
+    raise SystemExit("llama-server did not become ready")
+
+
+def markdown(report: dict[str, Any]) -> str:
+    lines = [
+        f"Machine: {report['machine']}.  Command: `{report['command']}`  ({report['engine']}, CPU steal {report['cpu_steal_pct']} %)",
+        "",
+        f"Capacity measured at start-up: **{report['capacity']}** sessions "
+        f"({report['turn_cost']['work_s'] * 1000:.0f} ms of critical-path work per turn, budget {report['budget_ms']} ms).",
+        "",
+        "| arrangement | N | answered | errors | p50 ms | p95 ms | max ms | LLM queue p50/max ms | CPU cores | peak RSS / PSS MB |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for arrangement, rows in report["results"].items():
+        for n, r in rows.items():
+            lat, q = r["latency_ms"], r["llm_queue_ms"]
+            lines.append(
+                f"| {arrangement} | {n} | {r['answered']}/{r['turns']} | {r['errors']} | {lat['p50']} | {lat['p95']} | {lat['max']} "
+                f"| {q['p50']} / {q['max']} | {r['cpu_cores']} | {r['peak_rss_mb']} / {r['peak_pss_mb']} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def plot(report: dict[str, Any], out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for arrangement, rows in report["results"].items():
+        ns = [int(n) for n in rows]
+        for key, style in (("p50", "-o"), ("p95", "--s")):
+            ax.plot(ns, [rows[str(n)]["latency_ms"][key] for n in ns], style, label=f"{arrangement} {key}")
+    ax.axhline(1500, color="grey", lw=0.8, ls=":")
+    ax.axhline(2500, color="grey", lw=0.8, ls=":")
+    ax.set_xlabel("concurrent sessions (N)")
+    ax.set_ylabel("end of speech → first audio (ms)")
+    ax.set_xscale("log", base=2)
+    ax.set_title(f"voiceagent concurrency ({report['engine']})")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(out / "concurrency.png", dpi=110)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", default=str(ROOT / "artifacts" / "bench"))
+    ap.add_argument("--sessions", default="1,2,4,8")
+    ap.add_argument("--arrangements", default="simultaneous,staggered")
+    ap.add_argument("--turns", type=int, default=3)
+    ap.add_argument("--slot", type=float, default=16.0, help="seconds per turn: question, answer and its playback")
+    ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--llama-server", metavar="BIN", help="route (b): serve the LLM from this llama-server binary (openai backend)")
+    ap.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")
+    args = ap.parse_args()
+    ns = [int(x) for x in args.sessions.split(",")]
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    overrides = {"server.port": "0", "server.max_sessions": str(max(ns)), **dict(s.split("=", 1) for s in args.set)}
+    config = load_config(env={}, overrides=overrides)
+    proc: subprocess.Popen[bytes] | None = None
+    engine = f"llama_cpp in process, {config.llm.contexts} contexts"
+    if args.llama_server:
+        proc, base_url = start_llama_server(args.llama_server, config, max(ns))
+        config = load_config(env={}, overrides={**overrides, "llm.backend": "openai", "llm.base_url": base_url, "llm.model": "qwen"})
+        engine = f"llama-server --parallel {max(ns)} (openai backend)"
+    engines: Engines = load_engines(config)
+    warm_up(engines, config)
+    assert engines.turn_cost is not None
+    report: dict[str, Any] = {
+        "machine": machine(),
+        "command": " ".join(["scripts/bench_concurrency.py", *sys.argv[1:]]),
+        "engine": engine,
+        "turn_cost": engines.turn_cost.as_dict(),
+        "budget_ms": config.server.latency_budget_ms,
+        "capacity": capacity(engines.turn_cost, config.server.latency_budget_ms, config.vad.stop_ms),
+        "results": {},
+    }
+    print(f"{engine}; turn cost {report['turn_cost']}; measured capacity {report['capacity']}", flush=True)
+    rng = random.Random(args.seed)
+    steal0, total0 = cpu_times()
+    t_start = time.monotonic()
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            for arrangement in args.arrangements.split(","):
+                report["results"][arrangement] = {}
+                for n in ns:
+                    files = session_files(n, args.turns, args.slot, arrangement, rng, Path(tmp))
+
+                    async def one(files: list[Path] = files) -> tuple[list[TurnResult], list[str]]:
+                        async with VoiceAgentServer(config, engines) as server:
+                            res = await run_n(server, files)
+                            await server.wait_idle()
+                            await engines.llm.aclose()
+                            return res
+
+                    with Sampler() as sampler:
+                        if proc is not None:
+                            sampler.extra_pids.append(proc.pid)
+                        cpu0, t0 = sampler.total_cpu_s(), time.monotonic()
+                        turns, errors = asyncio.run(one())
+                        cpu1, t1 = sampler.total_cpu_s(), time.monotonic()
+                    row = summarize(turns, errors, n * args.turns, cpu1 - cpu0, t1 - t0, sampler)
+                    row["turn_results"] = [asdict(t) for t in turns]
+                    report["results"][arrangement][str(n)] = row
+                    print(
+                        f"{arrangement:12s} N={n}: answered {row['answered']}/{row['turns']} errors {row['errors']} "
+                        f"latency {row['latency_ms']} queue {row['llm_queue_ms']} cpu {row['cpu_cores']} "
+                        f"rss/pss {row['peak_rss_mb']}/{row['peak_pss_mb']} MB",
+                        flush=True,
+                    )
+    finally:
+        engines.close()
+        if proc is not None:
+            proc.terminate()
+            proc.wait(30)
+    steal1, total1 = cpu_times()
+    report["cpu_steal_pct"] = round(100.0 * (steal1 - steal0) / max(1, total1 - total0), 1)
+    report["wall_s"] = round(time.monotonic() - t_start, 1)
+    stem = "concurrency" if not args.llama_server else "concurrency_llama_server"
+    (out / f"{stem}.json").write_text(json.dumps(report, indent=1))
+    (out / f"{stem}.md").write_text(markdown(report))
+    plot(report, out)
+    if args.llama_server:
+        (out / "concurrency.png").rename(out / f"{stem}.png")
+    print(markdown(report))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
