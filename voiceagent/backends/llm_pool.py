@@ -23,6 +23,12 @@ Here every generation leases a context of its own for its whole life:
   the cores run one step at a time (llama.cpp's own threads inside it), which is also what makes
   the state safe to share.
 
+Threads adapt to contention: llama.cpp's threads meet at a barrier many times per token, so when
+another model (a Whisper decode, a Piper clause) holds a core, a two-thread step waits for a
+descheduled peer at every barrier and runs several times slower than one thread would.  Each step
+therefore runs on ``threads`` threads when the other model executors are idle and on one thread
+while any of them is busy (``contended``, wired by the registry).
+
 Cancellation: closing or cancelling the iterator of :meth:`LlmPool.generate` closes the token
 generator in the executor after the step in flight (llama.cpp stops decoding), then releases the
 lease.  A queued request that is cancelled leaves the queue.  ``CancelledError`` propagates.
@@ -84,6 +90,7 @@ class LlmPool:
         executor: PriorityExecutor,
         name: str = "llama_cpp",
         count_prompt: Callable[[LlmContext, Sequence[Message]], tuple[int, int]] | None = None,
+        threads: int = 1,
     ) -> None:
         if not contexts:
             raise ValueError("an LLM pool needs at least one context")
@@ -95,6 +102,9 @@ class LlmPool:
         self._clock = itertools.count(1)
         self._admissions = itertools.count()
         self._count_prompt = count_prompt
+        self.threads = threads
+        self.contended: Callable[[], bool] = lambda: False
+        """True while other model work shares the cores (checked before every step)."""
         self._prompt_tokens = 0
         self._reused_tokens = 0
         self._generated = 0
@@ -184,6 +194,9 @@ class LlmPool:
         ctx = contextvars.copy_context()
         return await asyncio.wrap_future(self.executor.submit_at(priority, ctx.run, fn))
 
+    def _threads_now(self, context: LlmContext) -> None:
+        context.set_threads(1 if self.threads > 1 and self.contended() else self.threads)
+
     async def generate(self, request: LlmRequest) -> AsyncGenerator[str, None]:
         """Stream the reply on a context leased for this generation (contract: module docstring)."""
         slot = await self._acquire(request.key)
@@ -202,6 +215,7 @@ class LlmPool:
             msgs = list(request.messages)
 
             def make() -> Iterator[str]:
+                self._threads_now(context)
                 if self._count_prompt is not None:
                     total, reused = self._count_prompt(context, msgs)
                     self._prompt_tokens += total
@@ -209,9 +223,14 @@ class LlmPool:
                 return context.stream(msgs, request.max_tokens, request.temperature)
 
             it = gen = await self._call(priority(), make)
+
+            def step() -> str | object:
+                self._threads_now(context)
+                return _step(gen)
+
             while True:
                 t0 = time.perf_counter()
-                item = await self._call(priority(), lambda: _step(gen))
+                item = await self._call(priority(), step)
                 self._decode_s += time.perf_counter() - t0
                 if item is _DONE:
                     break

@@ -23,6 +23,9 @@ class PiperTts:
         opts = ort.SessionOptions()
         opts.intra_op_num_threads = threads
         opts.inter_op_num_threads = 1
+        # Idle worker threads sleep instead of spinning: with several sessions the cores are
+        # shared with STT and the LLM, and a spinning pool steals the time they need.
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
         session = ort.InferenceSession(str(locate(spec, "model")), sess_options=opts, providers=["CPUExecutionProvider"])
         with open(locate(spec, "config"), encoding="utf-8") as fh:
             config = PiperConfig.from_dict(json.load(fh))

@@ -96,6 +96,10 @@ class LlmContext(Protocol):
     previous prompt it saw.  Exactly one generator may be open on it at a time.
     """
 
+    def set_threads(self, threads: int) -> None:
+        """CPU threads for the next steps (takes effect between steps)."""
+        ...
+
     def stream(self, messages: Sequence[Message], max_tokens: int, temperature: float) -> Iterator[str]:
         """Generate the assistant's reply as text pieces.  Closing the iterator stops generation."""
         ...

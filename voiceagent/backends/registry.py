@@ -18,10 +18,12 @@ from typing import Any
 import numpy as np
 
 from voiceagent.audio import PIPELINE_RATE, int16_to_float, resample
+from voiceagent.backends.llm_pool import LlmPool
 from voiceagent.backends.protocols import LlmEngine, LlmRequest, Message, SttBackend, TtsBackend, TurnBackend, VadBackend
 from voiceagent.capacity import TurnCost
 from voiceagent.config import Config
 from voiceagent.errors import ConfigError, MissingDependencyError
+from voiceagent.pipeline.scheduler import PriorityExecutor
 
 __all__ = ["Engines", "load_engines", "warm_up"]
 
@@ -91,6 +93,9 @@ def load_engines(config: Config) -> Engines:
     turn = None if config.turn.model == "none" else timed("turn", _cls(_TURN, "turn", config.turn.model))
     llm = timed("llm", _cls(_LLM, "llm", config.llm.backend), config.llm, cache)
     tts = timed("tts", _cls(_TTS, "tts", config.tts.model), config.tts.model, config.tts.threads)
+    if isinstance(llm, LlmPool):
+        others = [b.executor for b in (stt, turn, tts) if b is not None and isinstance(b.executor, PriorityExecutor)]
+        llm.contended = lambda: any(ex.busy for ex in others)
     return Engines(vad=vad, stt=stt, turn=turn, llm=llm, tts=tts, load_seconds=timings)
 
 
