@@ -1,6 +1,9 @@
 #!/usr/bin/env python3
 """Concurrency benchmark: N conversations on one real server at real-time pace.
 
+The server is a real ``voiceagent serve`` process (the clients run in this process, so that
+their work does not share the server's interpreter; they do share the machine's cores).
+
 For N in 1, 2, 4, 8 (``--sessions``) and two arrangements:
 
 * ``simultaneous``: every session's turn k ends at the same instant (the worst case: all the
@@ -10,9 +13,10 @@ For N in 1, 2, 4, 8 (``--sessions``) and two arrangements:
 Each session speaks ``--turns`` different questions (espeak-ng voices), one per slot of
 ``--slot`` seconds, so that every answer has been played before the next question.  Per N it
 reports answered turns, errors, p50/p95/max end of speech → first audio (client clock, as
-``voiceagent replay``), the LLM queue wait (server's per-turn metrics), CPU (cores busy) and the
-process's peak RSS and PSS (RSS counts the memory-mapped model once per LLM context; PSS counts
-shared pages once).  The capacity the server measured at start-up is printed beside them.
+``voiceagent replay``), the LLM queue wait (server's per-turn metrics), the server's CPU (cores
+busy) and its peak RSS and PSS (RSS counts the memory-mapped model once per LLM context; PSS
+counts shared pages once; with ``--llama-server`` that process is added).  The capacity the
+server measured at start-up is printed beside them.
 
 Writes ``concurrency.json``, ``concurrency.md`` and ``concurrency.png`` to ``--out``.
 
@@ -49,11 +53,9 @@ from bench_latency import cpu_times, machine, percentiles  # noqa: E402
 
 from voiceagent.audio import read_wav, resample, write_wav  # noqa: E402
 from voiceagent.backends.llama_cpp import gguf_path  # noqa: E402
-from voiceagent.backends.registry import Engines, load_engines, warm_up  # noqa: E402
-from voiceagent.capacity import capacity  # noqa: E402
+from voiceagent.capacity import TurnCost, capacity  # noqa: E402
 from voiceagent.config import Config, load_config  # noqa: E402
 from voiceagent.replay import TurnResult, replay_file, speech_turns  # noqa: E402
-from voiceagent.transports.server import VoiceAgentServer  # noqa: E402
 
 RATE = 16000
 # Questions whose transcripts Whisper tiny gets right, in several voices.
@@ -63,13 +65,13 @@ QUESTIONS = ("long_question", "colour", "weather", "count", "short", "pause_sun"
 class Sampler:
     """Samples this process's CPU time and memory every ``period`` seconds in a thread."""
 
-    def __init__(self, period: float = 0.25) -> None:
+    def __init__(self, pids: list[int], period: float = 0.25) -> None:
         self.period = period
         self.peak_rss = 0
         self.peak_pss = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
-        self.extra_pids: list[int] = []
+        self.pids = pids
 
     @staticmethod
     def _mem(pid: int | str) -> tuple[int, int]:
@@ -86,7 +88,7 @@ class Sampler:
         return rss, pss
 
     @staticmethod
-    def cpu_s(pid: int | str = "self") -> float:
+    def cpu_s(pid: int | str) -> float:
         try:
             with open(f"/proc/{pid}/stat") as fh:
                 fields = fh.read().rsplit(")", 1)[1].split()
@@ -97,13 +99,13 @@ class Sampler:
     def _run(self) -> None:
         while not self._stop.wait(self.period):
             rss = pss = 0
-            for pid in ["self", *self.extra_pids]:
+            for pid in self.pids:
                 r, p = self._mem(pid)
                 rss, pss = rss + r, pss + p
             self.peak_rss, self.peak_pss = max(self.peak_rss, rss), max(self.peak_pss, pss)
 
     def total_cpu_s(self) -> float:
-        return sum(self.cpu_s(pid) for pid in ["self", *self.extra_pids])
+        return sum(self.cpu_s(pid) for pid in self.pids)
 
     def __enter__(self) -> Sampler:
         self._thread.start()
@@ -137,9 +139,9 @@ def session_files(n: int, turns: int, slot_s: float, arrangement: str, rng: rand
     return files
 
 
-async def run_n(server: VoiceAgentServer, files: list[Path]) -> tuple[list[TurnResult], list[str]]:
+async def run_n(url: str, files: list[Path]) -> tuple[list[TurnResult], list[str]]:
     """Play every session's file at the same time over its own connection."""
-    results = await asyncio.gather(*(replay_file(server.url, f, timeout_s=60.0, turn_gap_s=3.0) for f in files), return_exceptions=True)
+    results = await asyncio.gather(*(replay_file(url, f, timeout_s=60.0, turn_gap_s=3.0) for f in files), return_exceptions=True)
     turns: list[TurnResult] = []
     errors: list[str] = []
     for r in results:
@@ -168,6 +170,40 @@ def summarize(turns: list[TurnResult], errors: list[str], expected: int, cpu_s: 
     }
 
 
+class ServeProcess:
+    """``voiceagent serve`` in a child process: its URL and the start-up report it logged."""
+
+    def __init__(self, overrides: dict[str, str]) -> None:
+        args = [sys.executable, "-m", "voiceagent.cli", "serve", "--port", "0"]
+        for k, v in overrides.items():
+            args += ["--set", f"{k}={v}"]
+        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+        self.ready: dict[str, Any] = {}
+        self.url = ""
+        assert self.proc.stdout is not None and self.proc.stderr is not None
+        self._drain = threading.Thread(target=self._read_log, daemon=True)
+        self._drain.start()
+        for line in self.proc.stdout:
+            if line.startswith("voiceagent ready: "):
+                self.url = line.split()[2]
+                break
+        if not self.url:
+            raise SystemExit(f"voiceagent serve did not start (exit {self.proc.wait()})")
+        deadline = time.monotonic() + 10
+        while not self.ready and time.monotonic() < deadline:
+            time.sleep(0.05)  # the ready log line is written just before the stdout line
+
+    def _read_log(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            if '"event": "ready"' in line:
+                self.ready = json.loads(line[line.index("{") :])
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(30)
+
+
 def start_llama_server(binary: str, config: Config, slots: int) -> tuple[subprocess.Popen[bytes], str]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -185,6 +221,14 @@ def start_llama_server(binary: str, config: Config, slots: int) -> tuple[subproc
         time.sleep(0.2)
     proc.kill()
     raise SystemExit("llama-server did not become ready")
+
+
+def predicted_capacity(turn_cost: dict[str, float] | None, config: Config) -> int | None:
+    """The capacity a server with ``server.max_sessions = 0`` derives from this turn cost."""
+    if not turn_cost:
+        return None
+    cost = TurnCost(**{k: v for k, v in turn_cost.items() if k != "work_s"})  # type: ignore[arg-type]
+    return capacity(cost, config.server.latency_budget_ms, config.vad.stop_ms)
 
 
 def markdown(report: dict[str, Any]) -> str:
@@ -250,43 +294,37 @@ def main() -> int:
     engine = f"llama_cpp in process, {config.llm.contexts} contexts"
     if args.llama_server:
         proc, base_url = start_llama_server(args.llama_server, config, max(ns))
-        config = load_config(env={}, overrides={**overrides, "llm.backend": "openai", "llm.base_url": base_url, "llm.model": "qwen"})
+        overrides |= {"llm.backend": "openai", "llm.base_url": base_url, "llm.model": "qwen"}
         engine = f"llama-server --parallel {max(ns)} (openai backend)"
-    engines: Engines = load_engines(config)
-    warm_up(engines, config)
-    assert engines.turn_cost is not None
+    # The capacity is what the server would admit by itself (server.max_sessions = 0); the bench
+    # raises the limit so that it can also measure past it.
+    server = ServeProcess(overrides)
+    auto = load_config(env={}, overrides={**overrides, "server.max_sessions": "0"})
+    ready = server.ready
     report: dict[str, Any] = {
         "machine": machine(),
         "command": " ".join(["scripts/bench_concurrency.py", *sys.argv[1:]]),
         "engine": engine,
-        "turn_cost": engines.turn_cost.as_dict(),
-        "budget_ms": config.server.latency_budget_ms,
-        "capacity": capacity(engines.turn_cost, config.server.latency_budget_ms, config.vad.stop_ms),
+        "turn_cost": ready.get("turn_cost") or {},
+        "budget_ms": auto.server.latency_budget_ms,
+        "capacity": predicted_capacity(ready.get("turn_cost"), auto),
+        "startup_s": ready.get("startup_s"),
         "results": {},
     }
     print(f"{engine}; turn cost {report['turn_cost']}; measured capacity {report['capacity']}", flush=True)
     rng = random.Random(args.seed)
     steal0, total0 = cpu_times()
     t_start = time.monotonic()
+    pids = [server.proc.pid, *([proc.pid] if proc is not None else [])]
     try:
         with tempfile.TemporaryDirectory() as tmp:
             for arrangement in args.arrangements.split(","):
                 report["results"][arrangement] = {}
                 for n in ns:
                     files = session_files(n, args.turns, args.slot, arrangement, rng, Path(tmp))
-
-                    async def one(files: list[Path] = files) -> tuple[list[TurnResult], list[str]]:
-                        async with VoiceAgentServer(config, engines) as server:
-                            res = await run_n(server, files)
-                            await server.wait_idle()
-                            await engines.llm.aclose()
-                            return res
-
-                    with Sampler() as sampler:
-                        if proc is not None:
-                            sampler.extra_pids.append(proc.pid)
+                    with Sampler(pids) as sampler:
                         cpu0, t0 = sampler.total_cpu_s(), time.monotonic()
-                        turns, errors = asyncio.run(one())
+                        turns, errors = asyncio.run(run_n(server.url, files))
                         cpu1, t1 = sampler.total_cpu_s(), time.monotonic()
                     row = summarize(turns, errors, n * args.turns, cpu1 - cpu0, t1 - t0, sampler)
                     row["turn_results"] = [asdict(t) for t in turns]
@@ -298,7 +336,7 @@ def main() -> int:
                         flush=True,
                     )
     finally:
-        engines.close()
+        server.stop()
         if proc is not None:
             proc.terminate()
             proc.wait(30)

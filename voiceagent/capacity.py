@@ -36,6 +36,12 @@ class TurnCost:
         """Transcript + turn check + first token + the rest of the first clause + first audio."""
         return self.stt_s + self.turn_s + self.llm_first_token_s + self.clause_tokens * self.llm_token_s + self.tts_first_s
 
+    @property
+    def audio_after_first_token_s(self) -> float:
+        """The least time from the LLM's first token to the first audio: the rest of the first
+        clause and its synthesis, each alone on the machine."""
+        return (self.clause_tokens - 1) * self.llm_token_s + self.tts_first_s
+
     def as_dict(self) -> dict[str, float]:
         return {k: round(float(v), 4) for k, v in asdict(self).items()} | {"work_s": round(self.work_s, 4)}
 

@@ -182,6 +182,7 @@ class Session:
             cfg.turn.threshold,
             llm_started,
             cfg.vad.stop_ms,
+            self._engines.turn_cost.audio_after_first_token_s * 1000.0 if self._engines.turn_cost else 0.0,
         )
         self.llm = LlmStage(
             ctx, llm_in, tts_in, self._engines.llm, self._prompt, lambda: self.settings, gate, llm_started, cfg.llm.first_clause_words

@@ -275,3 +275,41 @@ def test_prime_warms_every_context_and_forgets_affinity(run: Run, executor: Prio
     assert [c.prompts.items[-1] for c in contexts] == ["Hello."] * 3
     run(collect(pool.generate(request("z", "q"))), 5)
     assert pool.slot_history[-1] == ("z", 0)  # nobody owns a context any more: the first is taken
+
+
+def test_first_clause_tokens_run_in_admission_order_ahead_of_round_robin(run: Run, executor: PriorityExecutor) -> None:
+    """Turns that end together: the first admitted reaches the end of its urgent tokens first, then
+    the next (shortest remaining work first), instead of all of them finishing late together."""
+    order = Recorder()
+
+    class Logged(SequenceCheckingLlm):
+        def _generate(self, me: int, question: str) -> Iterator[str]:
+            for piece in super()._generate(me, question):
+                order.record(question)
+                yield piece
+
+    pool = LlmPool([Logged(f"ctx{i}", pieces=8, step_s=0.001) for i in range(3)], executor)
+
+    def urgent(key: str) -> LlmRequest:
+        return LlmRequest(key, [Message("user", key)], 16, 0.0, urgent_tokens=4)
+
+    async def main() -> None:
+        await asyncio.gather(*(collect(pool.generate(urgent(k))) for k in ("a", "b", "c")))
+
+    run(main(), 10)
+    items = order.items
+    firsts = {k: [i for i, q in enumerate(items) if q == k][:4] for k in "abc"}
+    assert max(firsts["a"]) < min(firsts["b"]) and max(firsts["b"]) < min(firsts["c"]), items
+    assert len(items) == 24  # every token of every reply still came
+
+
+def test_steps_run_on_one_thread_while_other_models_are_busy(run: Run, executor: PriorityExecutor) -> None:
+    ctx = SequenceCheckingLlm("ctx0", pieces=2)
+    pool = LlmPool([ctx], executor, threads=2)
+    busy = [True]
+    pool.contended = lambda: busy[0]
+    run(collect(pool.generate(request("a", "q"))), 5)
+    assert set(ctx.threads.items) == {1}
+    busy[0] = False
+    run(collect(pool.generate(request("a", "q"))), 5)
+    assert ctx.threads.items[-1] == 2

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from voiceagent.backends.protocols import Message
+from voiceagent.capacity import TurnCost
 from voiceagent.clock import VirtualClock
 from voiceagent.config import Config, PlayoutConfig, SttConfig, TurnConfig, VadConfig
 from voiceagent.errors import ProtocolError
@@ -693,3 +694,24 @@ def test_two_sessions_speaking_at_once_each_get_their_own_answer_without_interle
         assert len(owners["sess_a"]) == len(owners["sess_b"]) == 1 and owners["sess_a"] != owners["sess_b"], fakes.pool.slot_history
 
     run(main(), 30)
+
+
+@pytest.mark.parametrize(("audio_after_token_ms", "model_runs"), [(0.0, True), (1000.0, False)])
+def test_the_turn_model_runs_only_where_its_answer_can_come_before_the_silence_fallback(
+    run: Run, make_fakes: MakeFakes, audio_after_token_ms: float, model_runs: bool
+) -> None:
+    """When the first audio cannot exist before the silence fallback confirms the turn anyway
+    (measured: the rest of the first clause and its synthesis), the turn model is not run."""
+    fakes = make_fakes(stt=FakeStt(["hello there"]), turn=FakeTurn(0.9))
+    ms = audio_after_token_ms / 1000.0
+    fakes.engines.turn_cost = TurnCost(stt_s=0.0, turn_s=0.0, llm_first_token_s=0.0, llm_token_s=0.0, tts_first_s=ms, clause_tokens=1)
+
+    async def main() -> None:
+        async with running(fakes, make_config()) as (session, log):
+            await say_turn(session)
+            _, done = await log.wait_type(ResponseDone)
+            assert done.status is ResponseStatus.COMPLETED
+            assert session.turn.model_skipped == (0 if model_runs else 1)
+
+    run(main(), 10)
+    assert (len(fakes.turn.calls) > 0) is model_runs

@@ -76,6 +76,67 @@ def _step(it: Iterator[T]) -> T | object:
     return next(it, _DONE)
 
 
+class _Steps:
+    """The token steps of one generation on the pool's executor.
+
+    The urgent steps (at most ``urgent``, while ``still()`` says someone waits) chain: each one,
+    in the worker thread, queues the next before its own result reaches the event loop, so while
+    a generation is urgent the worker never finds its queue without that generation's next step,
+    and priority (admission order) decides.
+    Later steps are queued one at a time as the consumer asks for them, so a consumer that pauses
+    (the LLM stage waiting for the first audio) pauses the decoding too.  At most ``urgent``
+    tokens are decoded ahead of the consumer.
+    """
+
+    def __init__(
+        self, pool: LlmPool, context: LlmContext, it: Iterator[str], admitted: int, urgent: int, still: Callable[[], bool] | None
+    ) -> None:
+        self.pool = pool
+        self.context = context
+        self.it = it
+        self.admitted = admitted
+        self.urgent = urgent
+        self.still = still or (lambda: True)
+        self.queue: collections.deque[Future[object]] = collections.deque()
+        self.submitted = 0
+        self.closed = False
+
+    def _submit(self) -> None:
+        n = self.submitted
+        self.submitted += 1
+        priority = self.admitted if self._urgent(n) else _LATE + n
+        self.queue.append(self.pool.executor.submit_at(priority, self._run))
+
+    def _run(self) -> object:
+        """One step, in the worker thread."""
+        if self.closed:
+            return _DONE
+        self.pool._threads_now(self.context)
+        t0 = time.perf_counter()
+        item = _step(self.it)
+        self.pool._decode_s += time.perf_counter() - t0
+        if item is not _DONE and self._urgent(self.submitted):
+            self._submit()
+        return item
+
+    def _urgent(self, n: int) -> bool:
+        return n < self.urgent and self.still()
+
+    async def next(self) -> object:
+        """The next piece, or ``_DONE``.  Cancelling the caller takes a queued step off the queue."""
+        if not self.queue:
+            self._submit()
+        item = await asyncio.wrap_future(self.queue[0])
+        self.queue.popleft()
+        return item
+
+    def cancel(self) -> None:
+        """No further step touches the generator; queued ones are dropped."""
+        self.closed = True
+        for fut in self.queue:
+            fut.cancel()
+
+
 class LlmPool:
     """:class:`~voiceagent.backends.protocols.LlmEngine` over ``contexts`` of one model.
 
@@ -200,19 +261,13 @@ class LlmPool:
     async def generate(self, request: LlmRequest) -> AsyncGenerator[str, None]:
         """Stream the reply on a context leased for this generation (contract: module docstring)."""
         slot = await self._acquire(request.key)
-        released = False
-        it: Iterator[str] | None = None
-        steps = 0
-        admitted = next(self._admissions)
-
-        def priority() -> int:
-            return admitted if steps < request.urgent_tokens else _LATE + steps
-
+        steps: _Steps | None = None
         try:
             if request.on_admitted is not None:
                 request.on_admitted()
             context = slot.context
             msgs = list(request.messages)
+            admitted = next(self._admissions)
 
             def make() -> Iterator[str]:
                 self._threads_now(context)
@@ -222,27 +277,17 @@ class LlmPool:
                     self._reused_tokens += reused
                 return context.stream(msgs, request.max_tokens, request.temperature)
 
-            it = gen = await self._call(priority(), make)
-
-            def step() -> str | object:
-                self._threads_now(context)
-                return _step(gen)
-
-            while True:
-                t0 = time.perf_counter()
-                item = await self._call(priority(), step)
-                self._decode_s += time.perf_counter() - t0
-                if item is _DONE:
-                    break
-                steps += 1
+            it = await self._call(admitted, make)
+            steps = _Steps(self, context, it, admitted, request.urgent_tokens, request.urgent)
+            while (item := await steps.next()) is not _DONE:
                 self._generated += 1
                 yield item  # type: ignore[misc]
-            it = None  # ran to its end: nothing to close
+            steps = None  # ran to its end: nothing to close
         finally:
-            if it is not None:
-                released = True
-                self._close_then_release(it, slot)
-            if not released:
+            if steps is not None:
+                steps.cancel()
+                self._close_then_release(steps.it, slot)
+            else:
                 self._release(slot)
 
     def _close_then_release(self, it: Iterator[str], slot: _Slot) -> None:

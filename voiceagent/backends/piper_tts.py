@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import onnxruntime as ort
@@ -17,20 +17,34 @@ from voiceagent.pipeline.scheduler import PriorityExecutor
 __all__ = ["PiperTts"]
 
 
+def _session(path: str, threads: int) -> ort.InferenceSession:
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    opts.inter_op_num_threads = 1
+    # Idle worker threads sleep instead of spinning: with several sessions the cores are shared
+    # with STT and the LLM, and a spinning pool steals the time they need.
+    opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return ort.InferenceSession(path, sess_options=opts, providers=["CPUExecutionProvider"])
+
+
 class PiperTts:
+    """Thread-confined to ``executor``.  Two ONNX sessions of the voice: ``threads`` threads when
+    the other models are idle (one user: the first audio sooner), one thread while another model
+    is busy (``contended``, wired by the registry), so that concurrent sessions' model calls do
+    not oversubscribe the cores."""
+
     def __init__(self, name: str, threads: int = 2) -> None:
         spec = get_spec("tts", name)
-        opts = ort.SessionOptions()
-        opts.intra_op_num_threads = threads
-        opts.inter_op_num_threads = 1
-        # Idle worker threads sleep instead of spinning: with several sessions the cores are
-        # shared with STT and the LLM, and a spinning pool steals the time they need.
-        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        session = ort.InferenceSession(str(locate(spec, "model")), sess_options=opts, providers=["CPUExecutionProvider"])
+        path = str(locate(spec, "model"))
+        self._sessions = {1: _session(path, 1)}
+        if threads > 1:
+            self._sessions[threads] = _session(path, threads)
+        self._threads = threads
         with open(locate(spec, "config"), encoding="utf-8") as fh:
             config = PiperConfig.from_dict(json.load(fh))
-        self._voice = PiperVoice(config=config, session=session)
+        self._voice = PiperVoice(config=config, session=self._sessions[threads])
         self.executor = PriorityExecutor("tts")
+        self.contended: Callable[[], bool] = lambda: False
 
     @property
     def sample_rate(self) -> int:
@@ -40,5 +54,6 @@ class PiperTts:
         # Piper yields one chunk per sentence; the TTS stage feeds it clauses so that the first
         # chunk comes sooner.  length_scale < 1 speaks faster.
         cfg = SynthesisConfig(length_scale=1.0 / speed)
+        self._voice.session = self._sessions[1 if self.contended() else self._threads]
         for chunk in self._voice.synthesize(text, syn_config=cfg):
             yield np.asarray(chunk.audio_int16_array, dtype=np.int16).reshape(-1)

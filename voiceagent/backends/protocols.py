@@ -110,9 +110,11 @@ class LlmRequest:
     """One generation: ``key`` names the conversation (affinity for its warm prefix).
 
     ``on_admitted`` is called on the event loop when the request gets its sequence state (after
-    any queue wait), before the first token.  ``urgent_tokens``: how many first tokens someone is
-    waiting for (the first clause); an engine that schedules may put them ahead of other
-    generations' later tokens, which are needed only at speaking pace.
+    any queue wait), before the first token.  ``urgent``: true while someone is waiting for the
+    tokens (until the first clause is out); an engine that schedules may put those ahead of other
+    generations' later tokens, which are needed only at speaking pace.  It may be called from
+    the engine's thread and must only read a flag.  ``urgent_tokens`` bounds how many tokens are
+    treated as urgent whatever ``urgent`` says.
     """
 
     key: str
@@ -121,6 +123,7 @@ class LlmRequest:
     temperature: float
     on_admitted: Callable[[], None] | None = None
     urgent_tokens: int = 0
+    urgent: Callable[[], bool] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,6 +12,7 @@ import contextlib
 import importlib
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -93,9 +94,18 @@ def load_engines(config: Config) -> Engines:
     turn = None if config.turn.model == "none" else timed("turn", _cls(_TURN, "turn", config.turn.model))
     llm = timed("llm", _cls(_LLM, "llm", config.llm.backend), config.llm, cache)
     tts = timed("tts", _cls(_TTS, "tts", config.tts.model), config.tts.model, config.tts.threads)
+    # Models that adapt their threads to contention learn whether the others are busy.
+    backends: dict[str, object] = {"stt": stt, "turn": turn, "tts": tts, "llm": llm}
+    executors = {k: ex for k, b in backends.items() if isinstance(ex := getattr(b, "executor", None), PriorityExecutor)}
+
+    def busy_besides(me: str) -> Callable[[], bool]:
+        others = [ex for k, ex in executors.items() if k != me]
+        return lambda: any(ex.busy for ex in others)
+
     if isinstance(llm, LlmPool):
-        others = [b.executor for b in (stt, turn, tts) if b is not None and isinstance(b.executor, PriorityExecutor)]
-        llm.contended = lambda: any(ex.busy for ex in others)
+        llm.contended = busy_besides("llm")
+    if hasattr(tts, "contended"):
+        tts.contended = busy_besides("tts")
     return Engines(vad=vad, stt=stt, turn=turn, llm=llm, tts=tts, load_seconds=timings)
 
 

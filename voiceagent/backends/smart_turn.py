@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
-
 import numpy as np
 import onnxruntime as ort
 from faster_whisper.feature_extractor import FeatureExtractor
 
 from voiceagent.audio import Float32Array
 from voiceagent.catalog import get_spec, locate
+from voiceagent.pipeline.scheduler import PriorityExecutor
 
 __all__ = ["SmartTurn"]
 
@@ -26,7 +25,7 @@ class SmartTurn:
         opts.inter_op_num_threads = 1
         self._session = ort.InferenceSession(str(path), sess_options=opts, providers=["CPUExecutionProvider"])
         self._features = FeatureExtractor(feature_size=80, chunk_length=_SECONDS)
-        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="turn")
+        self.executor = PriorityExecutor("turn")
 
     def features(self, audio: Float32Array) -> Float32Array:
         """80 by 800 Whisper log-mel features of the last 8 s (left-padded with silence)."""

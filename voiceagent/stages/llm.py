@@ -61,6 +61,7 @@ class LlmStage(Stage):
         text = ""
         index = 0
         first = True
+        waiting_for_first_clause = [True]  # read by the engine's thread: a flag, nothing more
         admitted: list[float] = []
         request = LlmRequest(
             key=self.ctx.session_id,
@@ -68,8 +69,9 @@ class LlmStage(Stage):
             max_tokens=settings.max_output_tokens,
             temperature=settings.temperature,
             on_admitted=lambda: admitted.append(self.ctx.clock.now()),
-            # ~1.3 tokens a word, plus punctuation: the tokens of the first clause.
-            urgent_tokens=2 * self._first_clause_words + 2 if self._first_clause_words else 16,
+            # The first clause is what the listener waits for; a bound in case it never ends.
+            urgent_tokens=32,
+            urgent=lambda: waiting_for_first_clause[0],
         )
         await self.ctx.notify(self._mark(gen, "llm_request"))
 
@@ -84,6 +86,7 @@ class LlmStage(Stage):
                         await self.ctx.notify(self._mark(gen, "llm_first_token"))
                     text += piece
                     for clause in splitter.push(piece):
+                        waiting_for_first_clause[0] = False
                         index = await self._clause(gen, clause, index)
             for clause in splitter.flush():
                 index = await self._clause(gen, clause, index)

@@ -133,7 +133,11 @@ class SttStage(Stage):
                 self._early = (event.audio_ms, task)
             return
         if isinstance(event, SpeechResumed):
-            self._early = None  # stale: more speech follows; its result is ignored
+            if self._early is not None:
+                # Stale: more speech follows.  Cancelling takes a decode that has not started off
+                # the shared queue, where it would delay other sessions' finals.
+                self._early[1].cancel()
+            self._early = None
             return
         if isinstance(event, SpeechStopped):
             await self.emit(event)

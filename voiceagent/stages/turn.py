@@ -163,8 +163,11 @@ class TurnStage(Stage):
         threshold: float,
         llm_started: GenerationGate | None = None,
         stop_ms: int = 160,
+        min_audio_ms: float = 0.0,
     ) -> None:
-        """``stop_ms``: the VAD's silence before it reports the end of speech (``vad.stop_ms``)."""
+        """``stop_ms``: the VAD's silence before it reports the end of speech (``vad.stop_ms``).
+        ``min_audio_ms``: the least time from the LLM's first token to the first audio on this
+        machine (the rest of the first clause and its synthesis, measured at start-up; 0 = unknown)."""
         super().__init__(ctx, inbox, out)
         self._backend = backend
         self._settings = settings
@@ -177,15 +180,17 @@ class TurnStage(Stage):
         self.retractions = 0
         self.model_skipped = 0
         self._stop_silence_ms = float(stop_ms)
+        self._min_audio_ms = min_audio_ms
 
-    def _fallback_reached(self) -> bool:
-        """Whether the silence since the end of speech (the VAD's stop window plus the wall time
-        since it) has reached the silence fallback.  Audio arrives in real time."""
+    def _fallback_first(self) -> bool:
+        """Whether the silence fallback will confirm the turn before the answer's first audio can
+        exist: the silence so far (the VAD's stop window plus the wall time since it; audio
+        arrives in real time) plus the least time from now to a first audio reaches it."""
         stopped = self._marks.get("vad_stop")
         if stopped is None:
             return False
         silence = self._stop_silence_ms + (self.ctx.clock.now() - stopped) * 1000.0
-        return silence >= self._silence_ms()
+        return silence + self._min_audio_ms >= self._silence_ms()
 
     def _silence_ms(self) -> float:
         td = self._settings().turn_detection
@@ -220,10 +225,10 @@ class TurnStage(Stage):
                 if self._spec_gen is not None:
                     # Off the critical path: let the speculative answer's prompt run first.
                     await self._llm_started.wait(self._spec_gen)
-                if self._fallback_reached():
-                    # Under load the wait outlasted the silence fallback: the next silence tick
-                    # confirms the turn whatever the model says, so its CPU time would be wasted
-                    # on everybody's critical path.
+                if self._fallback_first():
+                    # The answer's first audio cannot exist before the silence fallback confirms
+                    # the turn anyway, so an early "complete" from the model would gain nothing;
+                    # its CPU time would only slow the answer (and other sessions' answers).
                     self.model_skipped += 1
                     continue
                 prob = await run_in(self._backend.executor, self._backend.completion_probability, action.audio)
