@@ -129,8 +129,8 @@ def session_files(n: int, turns: int, slot_s: float, arrangement: str, rng: rand
             pcm = resample(pcm, rate, RATE)
             start_s, end_s = speech_turns(pcm, RATE)[0][0], speech_turns(pcm, RATE)[-1][1]
             speech = pcm[int(start_s * RATE) : int(end_s * RATE) + RATE // 100]
-            latest_end = k * slot_s + 6.0  # every question (at most 5 s) fits before this point of its slot
-            end = latest_end if arrangement == "simultaneous" else k * slot_s + rng.uniform(len(speech) / RATE + 0.3, latest_end)
+            latest = 6.0  # s into its slot: every question (at most 5 s) ends by then
+            end = k * slot_s + (latest if arrangement == "simultaneous" else rng.uniform(len(speech) / RATE + 0.3, latest))
             a = int(end * RATE) - len(speech)
             out[a : a + len(speech)] = speech
         path = workdir / f"{arrangement}-n{n}-s{i}.wav"
@@ -251,7 +251,7 @@ def markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plot(report: dict[str, Any], out: Path) -> None:
+def plot(report: dict[str, Any], out: Path, stem: str = "concurrency") -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -267,11 +267,13 @@ def plot(report: dict[str, Any], out: Path) -> None:
     ax.set_xlabel("concurrent sessions (N)")
     ax.set_ylabel("end of speech → first audio (ms)")
     ax.set_xscale("log", base=2)
+    all_ns = sorted({int(n) for rows in report["results"].values() for n in rows})
+    ax.set_xticks(all_ns, [str(n) for n in all_ns])
     ax.set_title(f"voiceagent concurrency ({report['engine']})")
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    fig.savefig(out / "concurrency.png", dpi=110)
+    fig.savefig(out / f"{stem}.png", dpi=110)
 
 
 def main() -> int:
@@ -284,7 +286,12 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--llama-server", metavar="BIN", help="route (b): serve the LLM from this llama-server binary (openai backend)")
     ap.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")
+    ap.add_argument("--replot", metavar="JSON", help="only redraw the plot of an earlier run into --out")
     args = ap.parse_args()
+    if args.replot:
+        report = json.loads(Path(args.replot).read_text())
+        plot(report, Path(args.out), Path(args.replot).stem)
+        return 0
     ns = [int(x) for x in args.sessions.split(",")]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -346,9 +353,7 @@ def main() -> int:
     stem = "concurrency" if not args.llama_server else "concurrency_llama_server"
     (out / f"{stem}.json").write_text(json.dumps(report, indent=1))
     (out / f"{stem}.md").write_text(markdown(report))
-    plot(report, out)
-    if args.llama_server:
-        (out / "concurrency.png").rename(out / f"{stem}.png")
+    plot(report, out, stem)
     print(markdown(report))
     return 0
 

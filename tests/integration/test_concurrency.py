@@ -140,3 +140,23 @@ def test_past_capacity_a_connection_is_refused_and_the_session_in_progress_goes_
         assert server.metrics.sessions_refused == 1
 
     run(scenario(), 120)
+
+
+def test_a_burst_of_handshakes_cannot_pass_the_limit(engines: Any, run: Any) -> None:
+    """Places are reserved at the handshake: six clients connecting at once to a server with room
+    for two get two sessions and four refusals, and the places come back when they close."""
+
+    async def scenario() -> None:
+        async with VoiceAgentServer(_config(**{"server.max_sessions": "2"}), engines) as server:
+            attempts = await asyncio.gather(*(connect(server.url) for _ in range(6)), return_exceptions=True)
+            admitted = [a for a in attempts if not isinstance(a, BaseException)]
+            refused = [a for a in attempts if isinstance(a, InvalidStatus)]
+            assert len(admitted) == 2 and len(refused) == 4, attempts
+            assert all(r.response.status_code == http.HTTPStatus.SERVICE_UNAVAILABLE for r in refused)
+            for ws in admitted:
+                await ws.close()
+            await server.wait_idle()
+            async with connect(server.url) as again:
+                assert '"session.created"' in str(await again.recv())
+
+    run(scenario(), 60)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -40,9 +41,11 @@ from voiceagent.events import (
 )
 from voiceagent.history import AssistantItem, UserItem
 from voiceagent.metrics import MARKS
+from voiceagent.pipeline.scheduler import PriorityExecutor
 from voiceagent.session import Session
+from voiceagent.stages.stt import PRIORITY_FINAL
 
-from .fakes import EventLog, FakeEngines, FakeLlm, FakeStt, FakeTts, FakeTurn, SequenceCheckingLlm, pause, speak
+from .fakes import EventLog, FakeEngines, FakeLlm, FakeStt, FakeTts, FakeTurn, Recorder, SequenceCheckingLlm, pause, speak
 
 Run = Callable[..., Any]
 MakeFakes = Callable[..., FakeEngines]
@@ -194,6 +197,48 @@ def test_partial_transcripts_while_speaking(run: Run, make_fakes: MakeFakes) -> 
             partial_lengths = [int(p.text.split()[1]) for p in log.of_type(InputTranscriptDelta)]
             assert int(final.text.split()[1]) > max(partial_lengths)
             assert session.stt.decodes >= 2
+
+    run(main(), 20)
+
+
+def test_partials_give_way_while_the_shared_decoder_is_busy(run: Run, make_fakes: MakeFakes) -> None:
+    """Another session's decode holds the shared STT executor: partials are skipped (counted),
+    not queued in front of it; the final decode still comes once the executor is free."""
+    queued = Recorder()
+
+    class Watched(PriorityExecutor):
+        def submit_at(self, priority: int, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+            queued.record(priority)
+            return super().submit_at(priority, fn, *args, **kwargs)
+
+    stt = FakeStt(respond=lambda audio: f"words {len(audio)}")
+    stt.executor = Watched("fake-stt")
+    fakes = make_fakes(stt=stt)
+    held, release = threading.Event(), threading.Event()
+
+    def other_sessions_decode() -> None:
+        held.set()
+        release.wait(10)
+
+    async def main() -> None:
+        async with running(fakes, make_config(partials=True)) as (session, log):
+            blocker = stt.executor.submit(other_sessions_decode)
+            await asyncio.to_thread(held.wait, 10)
+            await pause(session, 160)
+            await speak(session, 960)
+            await pause(session, 64)
+            # The first call queued after the blocker is the segment's decode: every partial
+            # interval before it (960 ms of speech, 200 ms apart) was skipped.
+            priorities = await queued.wait(2)
+            assert priorities[1] == PRIORITY_FINAL
+            assert session.stt.partials_skipped >= 3
+            assert len(stt.calls) == 0
+            release.set()
+            await asyncio.wrap_future(blocker)
+            await pause(session, 576)
+            _, final = await log.wait_type(InputTranscriptDone)
+            assert final.text.startswith("words ")
+            assert log.of_type(InputTranscriptDelta) == []
 
     run(main(), 20)
 

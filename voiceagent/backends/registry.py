@@ -140,32 +140,39 @@ _PROBE_QUESTION = "What is the capital of France?"
 _PROBE_CLAUSE = "The capital of France"
 
 
-def measure_turn_cost(engines: Engines, config: Config) -> TurnCost:
+def measure_turn_cost(engines: Engines, config: Config, repeats: int = 3) -> TurnCost:
     """Time one turn's critical-path work, stage by stage, on a spoken question (blocking; no
-    session may be running).  The question is spoken by the TTS voice itself."""
+    session may be running); each figure is the median of ``repeats`` runs, as one run on a
+    shared machine is noisy.  The question is spoken by the TTS voice itself."""
     chunks = list(engines.tts.synthesize(_PROBE_QUESTION, 1.0))
     speech = int16_to_float(resample(np.concatenate(chunks), engines.tts.sample_rate, PIPELINE_RATE))
-    t0 = time.perf_counter()
-    engines.stt.transcribe(speech, config.stt.language)
-    stt_s = time.perf_counter() - t0
-    turn_s = 0.0
-    if engines.turn is not None:
-        t0 = time.perf_counter()
-        engines.turn.completion_probability(speech)
-        turn_s = time.perf_counter() - t0
-    first_s, token_s = asyncio.run(_llm_cost(engines.llm, config))
-    t0 = time.perf_counter()
-    for _ in engines.tts.synthesize(_PROBE_CLAUSE, 1.0):
-        break
-    tts_s = time.perf_counter() - t0
+    turn = engines.turn
+
+    def timed(fn: Any) -> float:
+        runs = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            fn()
+            runs.append(time.perf_counter() - t0)
+        return float(np.median(runs))
+
+    def first_audio() -> None:
+        for _ in engines.tts.synthesize(_PROBE_CLAUSE, 1.0):
+            break
+
+    stt_s = timed(lambda: engines.stt.transcribe(speech, config.stt.language))
+    turn_s = timed(lambda: turn.completion_probability(speech)) if turn is not None else 0.0
+    llm = [asyncio.run(_llm_cost(engines.llm, config, f"warm-up-{i}")) for i in range(repeats)]
+    first_s, token_s = float(np.median([f for f, _ in llm])), float(np.median([t for _, t in llm]))
+    tts_s = timed(first_audio)
     cost = TurnCost(stt_s=stt_s, turn_s=turn_s, llm_first_token_s=first_s, llm_token_s=token_s, tts_first_s=tts_s)
     log.info("turn cost on this machine: %s", cost.as_dict())
     return cost
 
 
-async def _llm_cost(llm: LlmEngine, config: Config) -> tuple[float, float]:
+async def _llm_cost(llm: LlmEngine, config: Config, key: str) -> tuple[float, float]:
     """(first-token seconds with the system prompt cached, mean seconds per later token)."""
-    request = LlmRequest("warm-up", [Message("system", config.llm.instructions), Message("user", _PROBE_QUESTION)], 12, 0.0)
+    request = LlmRequest(key, [Message("system", config.llm.instructions), Message("user", _PROBE_QUESTION)], 12, 0.0)
     times: list[float] = []
     t0 = time.perf_counter()
     try:
