@@ -31,6 +31,19 @@ def executor() -> Iterator[PriorityExecutor]:
     ex.shutdown(wait=True, cancel_futures=True)
 
 
+class Logged(SequenceCheckingLlm):
+    """Records, in ``order``, whose question each step answered (the order the worker ran them)."""
+
+    def __init__(self, order: Recorder, name: str, pieces: int, step_s: float) -> None:
+        super().__init__(name, pieces, step_s)
+        self.order = order
+
+    def _generate(self, me: int, question: str) -> Iterator[str]:
+        for piece in super()._generate(me, question):
+            self.order.record(question)
+            yield piece
+
+
 def request(key: str, question: str, on_admitted: Callable[[], None] | None = None) -> LlmRequest:
     return LlmRequest(key, [Message("system", "sys"), Message("user", question)], 16, 0.0, on_admitted)
 
@@ -244,13 +257,7 @@ def test_new_generations_step_before_the_later_tokens_of_long_ones(run: Run, exe
     of another session's reply."""
     order = Recorder()
 
-    class Logged(SequenceCheckingLlm):
-        def _generate(self, me: int, question: str) -> Iterator[str]:
-            for piece in super()._generate(me, question):
-                order.record(question)
-                yield piece
-
-    pool = LlmPool([Logged("ctx0", pieces=30, step_s=0.002), Logged("ctx1", pieces=3, step_s=0.002)], executor)
+    pool = LlmPool([Logged(order, "ctx0", pieces=30, step_s=0.002), Logged(order, "ctx1", pieces=3, step_s=0.002)], executor)
 
     async def main() -> None:
         long = asyncio.ensure_future(collect(pool.generate(request("a", "long"))))
@@ -282,13 +289,7 @@ def test_first_clause_tokens_run_in_admission_order_ahead_of_round_robin(run: Ru
     the next (shortest remaining work first), instead of all of them finishing late together."""
     order = Recorder()
 
-    class Logged(SequenceCheckingLlm):
-        def _generate(self, me: int, question: str) -> Iterator[str]:
-            for piece in super()._generate(me, question):
-                order.record(question)
-                yield piece
-
-    pool = LlmPool([Logged(f"ctx{i}", pieces=8, step_s=0.001) for i in range(3)], executor)
+    pool = LlmPool([Logged(order, f"ctx{i}", pieces=8, step_s=0.001) for i in range(3)], executor)
 
     def urgent(key: str) -> LlmRequest:
         return LlmRequest(key, [Message("user", key)], 16, 0.0, urgent_tokens=4)
