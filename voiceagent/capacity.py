@@ -38,9 +38,9 @@ class TurnCost:
 
     @property
     def audio_after_first_token_s(self) -> float:
-        """The least time from the LLM's first token to the first audio: the rest of the first
-        clause and its synthesis, each alone on the machine."""
-        return (self.clause_tokens - 1) * self.llm_token_s + self.tts_first_s
+        """The least time from the LLM's first token to the first audio: one more token (the
+        shortest first clause, "Sure.", ends there) and its synthesis, each alone on the machine."""
+        return self.llm_token_s + self.tts_first_s
 
     def as_dict(self) -> dict[str, float]:
         return {k: round(float(v), 4) for k, v in asdict(self).items()} | {"work_s": round(self.work_s, 4)}

@@ -183,6 +183,45 @@ def test_a_conversation_waits_for_its_own_closing_context_rather_than_going_cold
     assert [slot for key, slot in pool.slot_history] == [0, 0]
 
 
+def test_a_newcomer_takes_a_free_context_while_an_earlier_waiter_waits_for_its_own(run: Run, executor: PriorityExecutor) -> None:
+    started = threading.Event()
+    release = threading.Event()
+
+    class Slow(SequenceCheckingLlm):
+        def _generate(self, me: int, question: str) -> Iterator[str]:
+            self.owner = me
+            yield "first "
+            started.set()
+            release.wait(deadline())
+            yield "second "
+
+    pool = LlmPool([Slow("ctx0"), SequenceCheckingLlm("ctx1")], executor)
+
+    async def main() -> None:
+        gen = pool.generate(request("a", "one"))
+        assert await anext(gen) == "first "
+        step = asyncio.ensure_future(anext(gen))
+        await asyncio.to_thread(started.wait, deadline())
+        step.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await step
+        await gen.aclose()
+        again = asyncio.ensure_future(collect(pool.generate(request("a", "two"))))  # waits for ctx0
+        await asyncio.sleep(0)
+        admitted = asyncio.Event()
+        other = asyncio.ensure_future(collect(pool.generate(request("b", "other", admitted.set))))
+        # b finds ctx1 free and gets it now, although a waits ahead of it in the queue (for ctx0,
+        # whose closing waits behind the step still running).
+        await asyncio.wait_for(admitted.wait(), deadline())
+        assert pool.stats().waiting == 1
+        release.set()
+        assert (await other).startswith("other")
+        await again
+
+    run(main(), 10)
+    assert pool.slot_history[-2:] == [("b", 1), ("a", 0)]
+
+
 def test_cancelling_a_generation_closes_it_in_the_executor_then_frees_the_context(run: Run, executor: PriorityExecutor) -> None:
     closed = Recorder()
 

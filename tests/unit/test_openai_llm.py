@@ -108,3 +108,20 @@ def test_closing_early_closes_the_response_stream(run: Run) -> None:
 
     run(main(), 5)
     assert body.closed
+
+
+def test_the_deadline_covers_late_headers_and_keep_alives(run: Run) -> None:
+    async def late_headers(_request: httpx.Request) -> httpx.Response:
+        await asyncio.sleep(5)  # the server holds its answer back (a queued request)
+        return httpx.Response(200, stream=Body([chunk("late")]))
+
+    class KeepAlives(httpx.AsyncByteStream):
+        async def __aiter__(self) -> AsyncIterator[bytes]:
+            while True:  # a comment line every 10 ms, never a token: each line must not reset the deadline
+                yield b": ping\n\n"
+                await asyncio.sleep(0.01)
+
+    for handler in (late_headers, lambda _r: httpx.Response(200, stream=KeepAlives())):
+        llm = OpenAiLlm("http://llm.test/v1", "m", transport=httpx.MockTransport(handler), first_token_timeout_s=0.1)
+        with pytest.raises(EngineError, match=r"nothing within 0\.1 s"):
+            run(collect(llm), 5)

@@ -115,7 +115,7 @@ class _Steps:
         t0 = time.perf_counter()
         item = _step(self.it)
         self.pool._decode_s += time.perf_counter() - t0
-        if item is not _DONE and self._urgent(self.submitted):
+        if item is not _DONE and not self.closed and self._urgent(self.submitted):
             self._submit()
         return item
 
@@ -133,7 +133,7 @@ class _Steps:
     def cancel(self) -> None:
         """No further step touches the generator; queued ones are dropped."""
         self.closed = True
-        for fut in self.queue:
+        for fut in list(self.queue):  # the worker may be appending one more right now
             fut.cancel()
 
 
@@ -209,6 +209,7 @@ class LlmPool:
                 return self._take(slot, key)
         waiter = _Waiter(key, asyncio.get_running_loop().create_future())
         self._waiters.append(waiter)
+        self._dispatch()  # earlier waiters may be waiting for their own busy context only
         try:
             return await waiter.future
         except asyncio.CancelledError:
@@ -262,6 +263,8 @@ class LlmPool:
         """Stream the reply on a context leased for this generation (contract: module docstring)."""
         slot = await self._acquire(request.key)
         steps: _Steps | None = None
+        it: Iterator[str] | None = None
+        finished = False
         try:
             if request.on_admitted is not None:
                 request.on_admitted()
@@ -282,19 +285,28 @@ class LlmPool:
             while (item := await steps.next()) is not _DONE:
                 self._generated += 1
                 yield item  # type: ignore[misc]
-            steps = None  # ran to its end: nothing to close
+            finished = True
         finally:
-            if steps is not None:
-                steps.cancel()
-                self._close_then_release(steps.it, slot)
-            else:
+            if finished:
                 self._release(slot)
+            else:
+                # Cancelled, closed early or failed: no further step may touch the context, the
+                # generator is closed in the executor (after any call of ours still running
+                # there, ``make`` included), and only then is the context free.
+                if steps is not None:
+                    steps.cancel()
+                self._close_then_release(it, slot)
 
-    def _close_then_release(self, it: Iterator[str], slot: _Slot) -> None:
-        """Close ``it`` in the executor (after the step in flight), then free the context."""
+    def _close_then_release(self, it: Iterator[str] | None, slot: _Slot) -> None:
+        """Close ``it`` in the executor (after the step in flight), then free the context.  If the
+        executor is shut down (the engine closed), the context is freed at once."""
         loop = asyncio.get_running_loop()
         close = getattr(it, "close", None)
-        fut: Future[Any] = self.executor.submit_at(_CLOSE_PRIORITY, close if close is not None else (lambda: None))
+        try:
+            fut: Future[Any] = self.executor.submit_at(_CLOSE_PRIORITY, close if close is not None else (lambda: None))
+        except RuntimeError:
+            self._release(slot)
+            return
         fut.add_done_callback(lambda _f: loop.call_soon_threadsafe(self._release, slot))
 
     # ------------------------------------------------------------------ the rest of LlmEngine

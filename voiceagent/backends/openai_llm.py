@@ -110,32 +110,24 @@ class OpenAiLlm:
             if request.on_admitted is not None:
                 request.on_admitted()
             try:
-                async with self._client().stream("POST", url, json=body) as resp:
-                    if resp.status_code != 200:
-                        text = (await resp.aread()).decode("utf-8", "replace").strip()
-                        raise EngineError(f"the LLM server at {self.base_url} answered HTTP {resp.status_code}: {text[:200]}")
-                    lines = resp.aiter_lines()
-                    first = True
-                    while True:
-                        try:
-                            if first:
-                                async with asyncio.timeout(self.first_token_timeout_s):
-                                    line = await anext(lines)
-                            else:
-                                line = await anext(lines)
-                        except StopAsyncIteration:
-                            raise EngineError(f"the LLM server at {self.base_url} ended the stream without [DONE]") from None
-                        except TimeoutError:
-                            raise EngineError(
-                                f"the LLM server at {self.base_url} sent nothing within {self.first_token_timeout_s:g} s"
-                            ) from None
-                        piece = parse_sse_line(line)
-                        if piece is None:
-                            return
-                        if piece:
-                            first = False
-                            self._generated += 1
-                            yield piece
+                # One deadline from sending the request to the first piece of text: it covers a
+                # server that holds its headers back as well as one that sends keep-alives only.
+                async with asyncio.timeout(self.first_token_timeout_s) as deadline:
+                    async with self._client().stream("POST", url, json=body) as resp:
+                        if resp.status_code != 200:
+                            text = (await resp.aread()).decode("utf-8", "replace").strip()
+                            raise EngineError(f"the LLM server at {self.base_url} answered HTTP {resp.status_code}: {text[:200]}")
+                        async for line in resp.aiter_lines():
+                            piece = parse_sse_line(line)
+                            if piece is None:
+                                return
+                            if piece:
+                                deadline.reschedule(None)
+                                self._generated += 1
+                                yield piece
+                        raise EngineError(f"the LLM server at {self.base_url} ended the stream without [DONE]")
+            except TimeoutError:
+                raise EngineError(f"the LLM server at {self.base_url} sent nothing within {self.first_token_timeout_s:g} s") from None
             except httpx.HTTPError as exc:
                 raise EngineError(f"the LLM server at {self.base_url} failed: {type(exc).__name__}: {exc}") from exc
         finally:

@@ -6,8 +6,9 @@ session's critical-path call (a final decode, a first token).  Here each call ca
 priority: lower runs first, equal priorities run in submission order.  One thread means calls on
 the model never overlap, which is what makes sharing its state safe.
 
-Cancelling a queued call's future removes it; a call already running finishes (Python cannot
-stop a thread) and its result is dropped by whoever cancelled.
+Cancelling a queued call's future means it is skipped when its turn comes (it never runs); a call
+already running finishes (Python cannot stop a thread) and its result is dropped by whoever
+cancelled.
 """
 
 from __future__ import annotations

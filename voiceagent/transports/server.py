@@ -80,12 +80,16 @@ class VoiceAgentServer:
         if cfg.server.max_sessions:
             return cfg.server.max_sessions, "server.max_sessions"
         cost = self.engines.turn_cost
+        slots = self.engines.llm.stats().slots  # 0: the engine has no local limit (a remote server)
         if cost is None:
-            # Not measured (engines never warmed up): the LLM's own limit of exclusive slots.
-            slots = self.engines.llm.stats().slots or 1
-            return slots, "llm slots (turn cost not measured)"
+            # Not measured (engines never warmed up): the LLM's own limit, else one session.
+            return max(1, slots), "the LLM's contexts (turn cost not measured)" if slots else "one (turn cost not measured)"
         n = capacity(cost, cfg.server.latency_budget_ms, cfg.vad.stop_ms)
-        return n, f"measured: {cost.work_s * 1000:.0f} ms of work per turn, {cfg.server.latency_budget_ms} ms budget"
+        source = f"measured: {cost.work_s * 1000:.0f} ms of work per turn, {cfg.server.latency_budget_ms} ms budget"
+        if slots and n > slots:
+            # A context is leased for a whole reply: past them a turn would wait for other replies.
+            return slots, source + f", limited to the LLM's {slots} contexts"
+        return n, source
 
     async def wait_idle(self) -> None:
         """Return once no session is open (at once if none is).  Each closed session's stages have
@@ -127,6 +131,7 @@ class VoiceAgentServer:
             self._server.close()
             await self._server.wait_closed()
         await asyncio.gather(*(s.aclose() for s in list(self.sessions)), return_exceptions=True)
+        await self.engines.llm.aclose()  # this loop's pooled connections (the engine outlives the server)
 
     async def __aenter__(self) -> VoiceAgentServer:
         await self.start()
