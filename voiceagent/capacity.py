@@ -38,9 +38,11 @@ class TurnCost:
 
     @property
     def audio_after_first_token_s(self) -> float:
-        """The least time from the LLM's first token to the first audio: one more token (the
-        shortest first clause, "Sure.", ends there) and its synthesis, each alone on the machine."""
-        return self.llm_token_s + self.tts_first_s
+        """The time from the LLM's first token to the first audio of a typical first clause
+        (``clause_tokens``) and its synthesis, each alone on the machine.  A shorter first clause
+        ("Sure.") can be faster: the turn-model skip that uses this trades that rare case for the
+        turn model's CPU time on every turn whose first audio comes after the silence fallback."""
+        return (self.clause_tokens - 1) * self.llm_token_s + self.tts_first_s
 
     def as_dict(self) -> dict[str, float]:
         return {k: round(float(v), 4) for k, v in asdict(self).items()} | {"work_s": round(self.work_s, 4)}
