@@ -44,6 +44,35 @@ class Logged(SequenceCheckingLlm):
             yield piece
 
 
+class HeldAfterFirst(SequenceCheckingLlm):
+    """Yields one piece, then holds its next step (in the worker thread) until ``release``."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.started = threading.Event()
+        self.release = threading.Event()
+
+    def _generate(self, me: int, question: str) -> Iterator[str]:
+        self.owner = me
+        yield "first "
+        self.started.set()
+        self.release.wait(deadline())  # the step in flight while the consumer is cancelled
+        yield "second "
+
+
+async def cancel_during_held_step(pool: LlmPool, ctx: HeldAfterFirst, key: str) -> None:
+    """Start a generation on ``ctx``, cancel it while its second step runs, and close it: the
+    context stays busy (closing waits behind that step) until ``ctx.release`` is set."""
+    gen = pool.generate(request(key, "one"))
+    assert await anext(gen) == "first "
+    step = asyncio.ensure_future(anext(gen))
+    await asyncio.to_thread(ctx.started.wait, deadline())
+    step.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await step
+    await gen.aclose()
+
+
 def request(key: str, question: str, on_admitted: Callable[[], None] | None = None) -> LlmRequest:
     return LlmRequest(key, [Message("system", "sys"), Message("user", question)], 16, 0.0, on_admitted)
 
@@ -149,33 +178,15 @@ def test_least_recently_used_context_is_reused_when_all_are_owned(run: Run, exec
 def test_a_conversation_waits_for_its_own_closing_context_rather_than_going_cold(run: Run, executor: PriorityExecutor) -> None:
     """A retracted speculation is still closing when the same session asks again: it gets the same
     context (its warm prefix), not the free one."""
-    started = threading.Event()
-    release = threading.Event()
-
-    class Slow(SequenceCheckingLlm):
-        def _generate(self, me: int, question: str) -> Iterator[str]:
-            self.owner = me
-            yield "first "
-            started.set()
-            release.wait(deadline())  # the step in flight while the consumer is cancelled
-            yield "second "
-
-    contexts = [Slow("ctx0"), SequenceCheckingLlm("ctx1")]
-    pool = LlmPool(contexts, executor)
+    held = HeldAfterFirst("ctx0")
+    pool = LlmPool([held, SequenceCheckingLlm("ctx1")], executor)
 
     async def main() -> None:
-        gen = pool.generate(request("a", "one"))
-        assert await anext(gen) == "first "
-        step = asyncio.ensure_future(anext(gen))
-        await asyncio.to_thread(started.wait, deadline())
-        step.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await step
-        await gen.aclose()
+        await cancel_during_held_step(pool, held, "a")
         again = asyncio.ensure_future(collect(pool.generate(request("a", "two"))))
         await asyncio.sleep(0)
         assert pool.stats().waiting == 1  # waiting for ctx0, although ctx1 is free
-        release.set()
+        held.release.set()
         await again
         await settled(pool)
 
@@ -184,28 +195,11 @@ def test_a_conversation_waits_for_its_own_closing_context_rather_than_going_cold
 
 
 def test_a_newcomer_takes_a_free_context_while_an_earlier_waiter_waits_for_its_own(run: Run, executor: PriorityExecutor) -> None:
-    started = threading.Event()
-    release = threading.Event()
-
-    class Slow(SequenceCheckingLlm):
-        def _generate(self, me: int, question: str) -> Iterator[str]:
-            self.owner = me
-            yield "first "
-            started.set()
-            release.wait(deadline())
-            yield "second "
-
-    pool = LlmPool([Slow("ctx0"), SequenceCheckingLlm("ctx1")], executor)
+    held = HeldAfterFirst("ctx0")
+    pool = LlmPool([held, SequenceCheckingLlm("ctx1")], executor)
 
     async def main() -> None:
-        gen = pool.generate(request("a", "one"))
-        assert await anext(gen) == "first "
-        step = asyncio.ensure_future(anext(gen))
-        await asyncio.to_thread(started.wait, deadline())
-        step.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await step
-        await gen.aclose()
+        await cancel_during_held_step(pool, held, "a")
         again = asyncio.ensure_future(collect(pool.generate(request("a", "two"))))  # waits for ctx0
         await asyncio.sleep(0)
         admitted = asyncio.Event()
@@ -214,7 +208,7 @@ def test_a_newcomer_takes_a_free_context_while_an_earlier_waiter_waits_for_its_o
         # whose closing waits behind the step still running).
         await asyncio.wait_for(admitted.wait(), deadline())
         assert pool.stats().waiting == 1
-        release.set()
+        held.release.set()
         assert (await other).startswith("other")
         await again
 

@@ -166,8 +166,9 @@ class TurnStage(Stage):
         min_audio_ms: float = 0.0,
     ) -> None:
         """``stop_ms``: the VAD's silence before it reports the end of speech (``vad.stop_ms``).
-        ``min_audio_ms``: the least time from the LLM's first token to the first audio on this
-        machine (the rest of the first clause and its synthesis, measured at start-up; 0 = unknown)."""
+        ``min_audio_ms``: the time from the LLM's first token to the first audio of a typical first
+        clause on this machine (measured at start-up, ``TurnCost.audio_after_first_token_s``;
+        0 = unknown, never skip)."""
         super().__init__(ctx, inbox, out)
         self._backend = backend
         self._settings = settings
@@ -183,9 +184,9 @@ class TurnStage(Stage):
         self._min_audio_ms = min_audio_ms
 
     def _fallback_first(self) -> bool:
-        """Whether the silence fallback will confirm the turn before the answer's first audio can
-        exist: the silence so far (the VAD's stop window plus the wall time since it; audio
-        arrives in real time) plus the least time from now to a first audio reaches it."""
+        """Whether the silence fallback will confirm the turn before the answer's first audio is
+        expected: the silence so far (the VAD's stop window plus the wall time since it; audio
+        arrives in real time) plus the typical time from now to a first audio reaches it."""
         stopped = self._marks.get("vad_stop")
         if stopped is None:
             return False
@@ -226,7 +227,7 @@ class TurnStage(Stage):
                     # Off the critical path: let the speculative answer's prompt run first.
                     await self._llm_started.wait(self._spec_gen)
                 if self._fallback_first():
-                    # The answer's first audio cannot exist before the silence fallback confirms
+                    # The answer's first audio is not expected before the silence fallback confirms
                     # the turn anyway, so an early "complete" from the model would gain nothing;
                     # its CPU time would only slow the answer (and other sessions' answers).
                     self.model_skipped += 1
