@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import json
 import os
 import tomllib
 import types
@@ -42,6 +43,15 @@ DEFAULT_INSTRUCTIONS = (
     "Answer in one or two short, complete sentences of plain spoken English. "
     "Never use lists, markdown, code or emojis."
 )
+
+
+def _json_object(text: str) -> bool:
+    if not text:
+        return True
+    try:
+        return isinstance(json.loads(text), dict)
+    except ValueError:
+        return False
 
 
 def _check(cond: bool, key: str, message: str) -> None:
@@ -140,7 +150,16 @@ class TurnConfig:
 @dataclass(frozen=True)
 class LlmConfig:
     backend: str = "llama_cpp"
-    """``llama_cpp`` (in process) or ``openai`` (any OpenAI-compatible server at ``base_url``)."""
+    """``llama_cpp`` (in process), ``openai`` (any OpenAI-compatible server at ``base_url``) or
+    ``vllm`` (vLLM's engine in process)."""
+
+    @property
+    def fallback_backend(self) -> str | None:
+        """The fallback engine this configuration gets (None: none)."""
+        if self.fallback == "none" or (self.fallback == "auto" and self.backend == "llama_cpp"):
+            return None
+        return "llama_cpp"
+
     model: str = "qwen2.5-0.5b"
     """llama_cpp: a catalog name; openai: the model name the server expects."""
     threads: int = 2
@@ -155,6 +174,28 @@ class LlmConfig:
     """openai: sent as a bearer token when set (``VOICEAGENT_LLM__API_KEY``)."""
     first_token_timeout_s: float = 5.0
     """openai: a server that sends no token within this fails the turn with a clear error."""
+    gpu_memory_utilization: float = 0.8
+    """vllm: the share of the GPU's memory vLLM takes (weights and KV cache); the rest is left to
+    the speech models on the same device (about 2.6 GiB: docs/gpu_probe.md).  Ignored on a CPU."""
+    speculative_config: str = ""
+    """vllm: speculative decoding, as the JSON object vLLM's ``speculative_config`` takes, passed
+    through as is: ``{"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4}``,
+    or a draft model ``{"model": "<folder>", "num_speculative_tokens": 3}``.  Empty: off."""
+    fallback: str = "auto"
+    """The engine that answers a turn the configured one fails or is too slow for (a circuit
+    breaker, see backends/fallback.py): ``auto`` = the embedded ``llama_cpp`` model unless the
+    backend is already ``llama_cpp``; ``llama_cpp``; or ``none``."""
+    fallback_model: str = "qwen2.5-0.5b"
+    """The catalog model the embedded fallback runs."""
+    fallback_contexts: int = 2
+    """KV contexts of the embedded fallback (it answers only while the primary is failing)."""
+    first_token_budget_ms: int = 1500
+    """With a fallback: a turn whose first text the primary has not sent by then is answered by
+    the fallback (the primary's request is aborted)."""
+    breaker_failures: int = 3
+    """Failed or late turns in a row that open the breaker: later turns go straight to the fallback."""
+    breaker_reset_s: float = 30.0
+    """How long the breaker stays open before one turn probes the primary again."""
     max_tokens: int = 80
     temperature: float = 0.0
     instructions: str = DEFAULT_INSTRUCTIONS
@@ -169,6 +210,13 @@ class LlmConfig:
         _check(self.context >= 256, "llm.context", "must be >= 256")
         _check(1 <= self.contexts <= 64, "llm.contexts", "must be 1..64")
         _check(self.first_token_timeout_s > 0, "llm.first_token_timeout_s", "must be > 0")
+        _check(self.fallback in ("auto", "llama_cpp", "none"), "llm.fallback", "must be auto, llama_cpp or none")
+        _check(0.05 <= self.gpu_memory_utilization <= 0.98, "llm.gpu_memory_utilization", "must be 0.05..0.98")
+        _check(_json_object(self.speculative_config), "llm.speculative_config", "must be empty or a JSON object")
+        _check(1 <= self.fallback_contexts <= 64, "llm.fallback_contexts", "must be 1..64")
+        _check(self.first_token_budget_ms >= 50, "llm.first_token_budget_ms", "must be >= 50")
+        _check(self.breaker_failures >= 1, "llm.breaker_failures", "must be >= 1")
+        _check(self.breaker_reset_s >= 0, "llm.breaker_reset_s", "must be >= 0")
         _check(self.base_url.startswith(("http://", "https://")), "llm.base_url", "must be an http:// or https:// URL")
         _check(1 <= self.max_tokens <= 4096, "llm.max_tokens", "must be 1..4096")
         _check(0.0 <= self.temperature <= 2.0, "llm.temperature", "must be 0..2")

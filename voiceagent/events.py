@@ -29,6 +29,7 @@ __all__ = [
     "Event",
     "GenerationEnd",
     "ItemTruncated",
+    "LlmRoute",
     "InputClear",
     "InputCommit",
     "InputCleared",
@@ -197,6 +198,14 @@ class Mark(ResponseEvent):
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class LlmRoute(ResponseEvent):
+    """Which LLM engine answers generation ``gen``, and why (see voiceagent.backends.fallback)."""
+
+    engine: str
+    reason: str
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class Clause(ResponseEvent):
     """LLM → TTS: a speakable piece of the reply, in order; ``index`` counts from 0."""
 
@@ -334,12 +343,15 @@ class ItemTruncated(Event):
 @dataclass(frozen=True, kw_only=True, slots=True)
 class TurnMetrics(Event):
     """Per-turn timeline: milliseconds from the end of user speech to each mark (JSON-friendly),
-    with the load the turn met: sessions open at its end and its wait for the LLM (ms)."""
+    with the load the turn met: sessions open at its end and its wait for the LLM (ms), and the
+    LLM engine that answered and why (``llm_route``: see voiceagent.backends.fallback)."""
 
     response_id: str
     spans: dict[str, float]
     sessions_active: int = 0
     llm_queue_ms: float | None = None
+    llm_engine: str | None = None
+    llm_route: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

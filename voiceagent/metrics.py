@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import bisect
+import collections
 import threading
 from dataclasses import dataclass, field
 
@@ -90,9 +91,13 @@ class Metrics:
         self.spans: dict[str, Histogram] = {m: Histogram(_LATENCY_BUCKETS) for m in MARKS[1:]}
         self.llm_queue = Histogram(_QUEUE_BUCKETS)
         self.sessions_refused = 0
+        self.llm_answers: collections.Counter[tuple[str, str]] = collections.Counter()
 
-    def observe_turn(self, spans_ms: dict[str, float], llm_queue_ms: float | None = None) -> None:
+    def observe_turn(self, spans_ms: dict[str, float], llm_queue_ms: float | None = None, llm_route: tuple[str, str] | None = None) -> None:
+        """Count one finished turn: its spans, its wait for the LLM, and (engine, reason) that answered it."""
         self.turns += 1
+        if llm_route is not None:
+            self.llm_answers[llm_route] += 1
         for name, ms in spans_ms.items():
             hist = self.spans.get(name)
             if hist is not None:
@@ -124,5 +129,9 @@ class Metrics:
             "# HELP voiceagent_llm_queue_seconds time a turn waited for the LLM's sequence state",
             "# TYPE voiceagent_llm_queue_seconds histogram",
             *self.llm_queue.render("voiceagent_llm_queue_seconds"),
+            "# HELP voiceagent_llm_answers_total turns by the LLM engine that answered and why (see backends/fallback.py)",
+            "# TYPE voiceagent_llm_answers_total counter",
         ]
+        for (engine, reason), n in sorted(self.llm_answers.items()):
+            lines.append(f'voiceagent_llm_answers_total{{engine="{engine}",reason="{reason}"}} {n}')
         return "\n".join(lines) + "\n"

@@ -48,6 +48,7 @@ from voiceagent.events import (
     InputTranscriptDelta,
     InputTranscriptDone,
     ItemTruncated,
+    LlmRoute,
     Mark,
     OutputTranscriptDelta,
     PlaybackCleared,
@@ -94,6 +95,8 @@ class _Response:
     done: bool = False
     item: AssistantItem | None = None
     instructions: str | None = None
+    llm_route: tuple[str, str] | None = None
+    """(engine, reason): which LLM engine answered and why."""
 
 
 class Session:
@@ -393,11 +396,20 @@ class Session:
         spans = resp.timeline.spans_ms()
         queue_ms = resp.timeline.between_ms("llm_request", "llm_admitted")
         active = self.metrics.sessions_active
+        engine, route = resp.llm_route or (None, None)
         if spans:
-            self.metrics.observe_turn(spans, queue_ms)
+            self.metrics.observe_turn(spans, queue_ms, resp.llm_route)
             await self._emit(
                 TurnMetrics(
-                    t=now, gen=resp.gen, session=self.id, response_id=resp.id, spans=spans, sessions_active=active, llm_queue_ms=queue_ms
+                    t=now,
+                    gen=resp.gen,
+                    session=self.id,
+                    response_id=resp.id,
+                    spans=spans,
+                    sessions_active=active,
+                    llm_queue_ms=queue_ms,
+                    llm_engine=engine,
+                    llm_route=route,
                 )
             )
         log.info(
@@ -410,6 +422,8 @@ class Session:
                     "spans_ms": spans,
                     "sessions_active": active,
                     "llm_queue_ms": queue_ms,
+                    "llm_engine": engine,
+                    "llm_route": route,
                 }
             )
         )
@@ -440,6 +454,9 @@ class Session:
         elif isinstance(ev, Mark):
             if not self.scope.is_stale(ev.gen):
                 self._response(ev.gen).timeline.mark(ev.name, ev.t)
+        elif isinstance(ev, LlmRoute):
+            if not self.scope.is_stale(ev.gen):
+                self._response(ev.gen).llm_route = (ev.engine, ev.reason)
         elif isinstance(ev, OutputTranscriptDelta):
             resp = self._responses.get(ev.gen)
             if resp is not None and resp.item is not None:

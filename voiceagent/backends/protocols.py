@@ -114,7 +114,9 @@ class LlmRequest:
     tokens (until the first clause is out); an engine that schedules may put those ahead of other
     generations' later tokens, which are needed only at speaking pace.  It may be called from
     the engine's thread and must only read a flag.  ``urgent_tokens`` bounds how many tokens are
-    treated as urgent whatever ``urgent`` says.
+    treated as urgent whatever ``urgent`` says.  ``on_route`` is called on the event loop, before
+    the first token, by an engine that chooses between engines (:mod:`voiceagent.backends.fallback`)
+    with the name of the engine that answers and why.
     """
 
     key: str
@@ -124,6 +126,7 @@ class LlmRequest:
     on_admitted: Callable[[], None] | None = None
     urgent_tokens: int = 0
     urgent: Callable[[], bool] | None = None
+    on_route: Callable[[str, str], None] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,6 +141,9 @@ class LlmStats:
     reused_tokens: int = 0
     generated_tokens: int = 0
     decode_seconds: float = 0.0
+    breaker: str = ""
+    """The circuit breaker's state (closed, open, half_open) of an engine with a fallback; empty
+    for a single engine."""
 
 
 class LlmEngine(Protocol):

@@ -13,12 +13,13 @@ import importlib
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
 from voiceagent.audio import PIPELINE_RATE, int16_to_float, resample
+from voiceagent.backends.fallback import FallbackLlm
 from voiceagent.backends.llm_pool import LlmPool
 from voiceagent.backends.protocols import LlmEngine, LlmRequest, Message, SttBackend, TtsBackend, TurnBackend, VadBackend
 from voiceagent.capacity import TurnCost
@@ -41,6 +42,7 @@ _TURN = {"smart-turn-v3": ("voiceagent.backends.smart_turn", "SmartTurn", "cpu")
 _LLM = {
     "llama_cpp": ("voiceagent.backends.llama_cpp", "load", "cpu"),
     "openai": ("voiceagent.backends.openai_llm", "load", "cpu"),
+    "vllm": ("voiceagent.backends.vllm_llm", "load", "vllm"),
 }
 _TTS = {"joe": ("voiceagent.backends.piper_tts", "PiperTts", "cpu")}
 
@@ -93,17 +95,24 @@ def load_engines(config: Config) -> Engines:
     )
     turn = None if config.turn.model == "none" else timed("turn", _cls(_TURN, "turn", config.turn.model))
     llm = timed("llm", _cls(_LLM, "llm", config.llm.backend), config.llm, cache)
+    pools = [llm] if isinstance(llm, LlmPool) else []
+    fallback_name = config.llm.fallback_backend
+    if fallback_name is not None:
+        fallback_config = replace(config.llm, backend=fallback_name, model=config.llm.fallback_model, contexts=config.llm.fallback_contexts)
+        fallback = timed("llm_fallback", _cls(_LLM, "llm", fallback_name), fallback_config, cache)
+        pools += [fallback] if isinstance(fallback, LlmPool) else []
+        llm = FallbackLlm(llm, fallback, config.llm.first_token_budget_ms / 1000.0, config.llm.breaker_failures, config.llm.breaker_reset_s)
     tts = timed("tts", _cls(_TTS, "tts", config.tts.model), config.tts.model, config.tts.threads)
     # Models that adapt their threads to contention learn whether the others are busy.
-    backends: dict[str, object] = {"stt": stt, "turn": turn, "tts": tts, "llm": llm}
-    executors = {k: ex for k, b in backends.items() if isinstance(ex := getattr(b, "executor", None), PriorityExecutor)}
+    backends: list[tuple[str, object]] = [("stt", stt), ("turn", turn), ("tts", tts)] + [("llm", p) for p in pools]
+    executors = [(k, ex) for k, b in backends if isinstance(ex := getattr(b, "executor", None), PriorityExecutor)]
 
     def busy_besides(me: str) -> Callable[[], bool]:
-        others = [ex for k, ex in executors.items() if k != me]
+        others = [ex for k, ex in executors if k != me]
         return lambda: any(ex.busy for ex in others)
 
-    if isinstance(llm, LlmPool):
-        llm.contended = busy_besides("llm")
+    for pool in pools:
+        pool.contended = busy_besides("llm")
     if hasattr(tts, "contended"):
         tts.contended = busy_besides("tts")
     return Engines(vad=vad, stt=stt, turn=turn, llm=llm, tts=tts, load_seconds=timings)

@@ -3,7 +3,8 @@
 The LLM is a shared :class:`~voiceagent.backends.protocols.LlmEngine`; each request names this
 session (its ``key``), so the engine gives it its own sequence state and keeps its prefix warm.
 Marks: ``llm_request`` (asked), ``llm_admitted`` (got its sequence state; the difference is the
-queue wait), ``llm_first_token``, ``first_clause``, ``llm_done``.
+queue wait), ``llm_first_token``, ``first_clause``, ``llm_done``; with the first token, an
+``LlmRoute`` names the engine that answers and why.
 
 Cancellation: when the generation goes stale the stage's task is cancelled and the engine's
 iterator closed, which stops the generation inside the engine (see the engine contract).
@@ -18,7 +19,7 @@ from collections.abc import Callable, Sequence
 
 from voiceagent.backends.protocols import LlmEngine, LlmRequest, Message
 from voiceagent.errors import StageError
-from voiceagent.events import Clause, Event, GenerationEnd, Mark, ResponseStatus, UserTurn
+from voiceagent.events import Clause, Event, GenerationEnd, LlmRoute, Mark, ResponseStatus, UserTurn
 from voiceagent.pipeline import Channel, Stage, StageContext
 from voiceagent.pipeline.gate import GenerationGate
 from voiceagent.settings import SessionSettings
@@ -63,6 +64,7 @@ class LlmStage(Stage):
         first = True
         waiting_for_first_clause = [True]  # read by the engine's thread: a flag, nothing more
         admitted: list[float] = []
+        routes: list[tuple[str, str]] = []
         request = LlmRequest(
             key=self.ctx.session_id,
             messages=messages,
@@ -72,6 +74,7 @@ class LlmStage(Stage):
             # The first clause is what the listener waits for; a bound in case it never ends.
             urgent_tokens=32,
             urgent=lambda: waiting_for_first_clause[0],
+            on_route=lambda engine, reason: routes.append((engine, reason)),
         )
         await self.ctx.notify(self._mark(gen, "llm_request"))
 
@@ -83,6 +86,9 @@ class LlmStage(Stage):
                         self._first_token.open(gen)
                         if admitted:
                             await self.ctx.notify(Mark(t=admitted[0], gen=gen, session=self.ctx.session_id, name="llm_admitted"))
+                        engine, reason = routes[-1] if routes else (self._engine.name, "primary")
+                        now = self.ctx.clock.now()
+                        await self.ctx.notify(LlmRoute(t=now, gen=gen, session=self.ctx.session_id, engine=engine, reason=reason))
                         await self.ctx.notify(self._mark(gen, "llm_first_token"))
                     text += piece
                     for clause in splitter.push(piece):

@@ -427,6 +427,8 @@ class RealtimeCodec:
                     spans_ms=ev.spans,
                     sessions_active=ev.sessions_active,
                     llm_queue_ms=ev.llm_queue_ms,
+                    llm_engine=ev.llm_engine,
+                    llm_route=ev.llm_route,
                 )
             ]
         return []

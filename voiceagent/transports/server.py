@@ -195,6 +195,12 @@ class VoiceAgentServer:
             "# TYPE voiceagent_llm_generated_tokens_total counter",
             f'voiceagent_llm_generated_tokens_total{{engine="{st.engine}"}} {st.generated_tokens}',
         ]
+        if st.breaker:
+            lines += [
+                "# HELP voiceagent_llm_breaker_open 1 while the LLM circuit breaker sends turns to the fallback",
+                "# TYPE voiceagent_llm_breaker_open gauge",
+                f'voiceagent_llm_breaker_open{{engine="{st.engine}",state="{st.breaker}"}} {int(st.breaker != "closed")}',
+            ]
         return "\n".join(lines) + "\n"
 
     async def _handle(self, ws: ServerConnection) -> None:
