@@ -3,6 +3,8 @@
 #   system packages (espeak-ng, sox, ffmpeg, PortAudio, Chromium), a virtual environment in .venv,
 #   the Python packages (llama-cpp-python compiled for this CPU), model preparation and the
 #   spoken test fixtures.  A second run with nothing changed takes a few seconds.
+#   VOICEAGENT_SETUP_SERVE_ONLY=1 leaves out what only the tests use (Chromium, docker-compose,
+#   the fixtures): the container images set it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -15,7 +17,11 @@ need=()
 command -v espeak-ng >/dev/null || need+=(espeak-ng)
 command -v sox >/dev/null || need+=(sox)
 command -v ffmpeg >/dev/null || need+=(ffmpeg)
-command -v chromium >/dev/null || need+=(chromium)
+SERVE_ONLY=${VOICEAGENT_SETUP_SERVE_ONLY:-0}
+if [ "$SERVE_ONLY" != 1 ]; then  # test-only tools
+  command -v chromium >/dev/null || need+=(chromium)
+  command -v docker-compose >/dev/null || need+=(docker-compose)
+fi
 ldconfig -p 2>/dev/null | grep -q libportaudio.so.2 || need+=(libportaudio2)
 command -v cmake >/dev/null || need+=(cmake)
 command -v gcc >/dev/null || need+=(build-essential)
@@ -58,5 +64,5 @@ fi
 
 # --- models and fixtures ---------------------------------------------------------------------
 "$VENV/bin/voiceagent" models prepare | sed 's/^/[setup] /'
-"$VENV/bin/python" scripts/make_fixtures.py .cache/fixtures >/dev/null
+[ "$SERVE_ONLY" = 1 ] || "$VENV/bin/python" scripts/make_fixtures.py .cache/fixtures >/dev/null
 say "ready: $VENV/bin/voiceagent"

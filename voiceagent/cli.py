@@ -38,6 +38,8 @@ def _config(args: argparse.Namespace, **forced: str) -> Config:
         if not sep:
             raise VoiceAgentError(f"--set expects section.key=value, got {item!r}")
         overrides[key.strip()] = value.strip()
+    if getattr(args, "profile", None) is not None:
+        overrides["profile"] = args.profile
     if getattr(args, "host", None) is not None:
         overrides["server.host"] = args.host
     if getattr(args, "port", None) is not None:
@@ -189,6 +191,7 @@ def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--config", help="TOML configuration file (else $VOICEAGENT_CONFIG)")
     common.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE", help="override one setting (repeatable)")
+    common.add_argument("--profile", help="a named set of settings: gpu (see voiceagent/profiles.py); --set and the file win over it")
     parser = argparse.ArgumentParser(prog="voiceagent", description="A real-time voice agent.")
     sub = parser.add_subparsers(dest="command", required=True)
 

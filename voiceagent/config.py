@@ -27,6 +27,7 @@ from voiceagent.errors import ConfigError
 
 __all__ = [
     "DEFAULT_INSTRUCTIONS",
+    "GpuConfig",
     "Config",
     "LlmConfig",
     "PlayoutConfig",
@@ -52,6 +53,9 @@ def _json_object(text: str) -> bool:
         return isinstance(json.loads(text), dict)
     except ValueError:
         return False
+
+
+DEVICES = ("cpu", "cuda")
 
 
 def _check(cond: bool, key: str, message: str) -> None:
@@ -85,6 +89,9 @@ class ServerConfig:
 @dataclass(frozen=True)
 class VadConfig:
     model: str = "silero"
+    device: str = "cpu"
+    """``cpu`` or ``cuda``.  The gpu profile keeps the VAD on the CPU: one 32 ms window took
+    0.11 ms there against 0.75 ms through CUDA on an H100 (docs/gpu_probe.md)."""
     threshold: float = 0.5
     prefix_padding_ms: int = 300
     stop_ms: int = 160
@@ -97,6 +104,7 @@ class VadConfig:
     counted as for ``min_speech_ms``."""
 
     def __post_init__(self) -> None:
+        _check(self.device in DEVICES, "vad.device", "must be cpu or cuda")
         _check(0.0 < self.threshold < 1.0, "vad.threshold", "must be between 0 and 1")
         _check(self.stop_ms >= 32, "vad.stop_ms", "must be at least 32")
         _check(self.prefix_padding_ms >= 0, "vad.prefix_padding_ms", "must be >= 0")
@@ -108,6 +116,10 @@ class VadConfig:
 class SttConfig:
     model: str = "whisper-tiny"
     language: str = "en"
+    device: str = "cpu"
+    """``cpu`` or ``cuda`` (CTranslate2 built for the machine's CUDA)."""
+    compute_type: str = "auto"
+    """CTranslate2 compute type: ``auto`` = int8 on the CPU, float16 on CUDA."""
     threads: int = 1
     """One thread: tiny's short-window decode was as fast on one as on two (105 vs 130-180 ms
     for the start-up probe clip), and with several sessions the other core is the LLM's."""
@@ -122,6 +134,12 @@ class SttConfig:
 
     def __post_init__(self) -> None:
         _check(self.threads >= 1, "stt.threads", "must be >= 1")
+        _check(self.device in DEVICES, "stt.device", "must be cpu or cuda")
+        _check(
+            self.compute_type in ("auto", "int8", "int8_float16", "float16", "float32"),
+            "stt.compute_type",
+            "must be auto, int8, int8_float16, float16 or float32",
+        )
         _check(0 <= self.window_s <= 30, "stt.window_s", "must be 0..30")
         _check(self.beam_size >= 1, "stt.beam_size", "must be >= 1")
         _check(self.partial_interval_ms >= 200, "stt.partial_interval_ms", "must be >= 200")
@@ -131,6 +149,8 @@ class SttConfig:
 class TurnConfig:
     model: str = "smart-turn-v3"
     """End-of-turn model, or "none" to use the silence threshold alone."""
+    device: str = "cpu"
+    """``cpu`` or ``cuda`` (onnxruntime-gpu); one check took 62 ms on a CPU core, 2.1 ms on an H100."""
     silence_ms: int = 500
     """Silence that ends a turn whatever the model says (the fallback; OpenAI's silence_duration_ms)."""
     complete_ms: int = 400
@@ -143,6 +163,7 @@ class TurnConfig:
 
     def __post_init__(self) -> None:
         _check(self.silence_ms >= 100, "turn.silence_ms", "must be >= 100")
+        _check(self.device in DEVICES, "turn.device", "must be cpu or cuda")
         _check(self.complete_ms >= 0, "turn.complete_ms", "must be >= 0")
         _check(0.0 < self.threshold < 1.0, "turn.threshold", "must be between 0 and 1")
 
@@ -228,8 +249,12 @@ class TtsConfig:
     model: str = "joe"
     speed: float = 1.0
     threads: int = 2
+    device: str = "cpu"
+    """``cpu`` or ``cuda`` (onnxruntime-gpu, with cuDNN's heuristic convolution search: every reply
+    has a new length, and the exhaustive search costs ~850 ms per new length)."""
 
     def __post_init__(self) -> None:
+        _check(self.device in DEVICES, "tts.device", "must be cpu or cuda")
         _check(0.25 <= self.speed <= 4.0, "tts.speed", "must be 0.25..4")
         _check(self.threads >= 1, "tts.threads", "must be >= 1")
 
@@ -246,6 +271,17 @@ class PlayoutConfig:
 
 
 @dataclass(frozen=True)
+class GpuConfig:
+    speech_vram_mb: int = 3072
+    """GPU memory kept for the speech models on the device (Whisper, turn, TTS, their CUDA
+    contexts): about 2.6 GiB measured on an H100 (docs/gpu_probe.md), plus a margin.  Start-up
+    checks that this plus vLLM's share (``llm.gpu_memory_utilization``) is free."""
+
+    def __post_init__(self) -> None:
+        _check(self.speech_vram_mb >= 0, "gpu.speech_vram_mb", "must be >= 0")
+
+
+@dataclass(frozen=True)
 class Config:
     server: ServerConfig = field(default_factory=ServerConfig)
     vad: VadConfig = field(default_factory=VadConfig)
@@ -254,6 +290,10 @@ class Config:
     llm: LlmConfig = field(default_factory=LlmConfig)
     tts: TtsConfig = field(default_factory=TtsConfig)
     playout: PlayoutConfig = field(default_factory=PlayoutConfig)
+    gpu: GpuConfig = field(default_factory=GpuConfig)
+    profile: str = ""
+    """A named set of settings (voiceagent.profiles): ``gpu``.  Empty: the embedded CPU stack.
+    Settings given in the file, the environment or flags win over the profile's."""
     cache_dir: str = "~/.cache/voiceagent"
     log_level: str = "info"
 
@@ -263,6 +303,9 @@ class Config:
             "log_level",
             "must be debug, info, warning or error",
         )
+        from voiceagent.profiles import PROFILES  # the profiles name config keys: imported late
+
+        _check(self.profile == "" or self.profile in PROFILES, "profile", f"must be one of: {', '.join(sorted(PROFILES))} (or empty)")
 
     @property
     def cache_path(self) -> Path:
@@ -365,7 +408,7 @@ def load_config(
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"configuration file {path} is not valid TOML: {exc}") from None
     env_tree: dict[str, Any] = {}
-    top_level = {f.name for f in dataclasses.fields(Config) if not dataclasses.is_dataclass(f.type)} | {"cache_dir", "log_level"}
+    top_level = {f.name for f in dataclasses.fields(Config) if not dataclasses.is_dataclass(f.type)} | {"cache_dir", "log_level", "profile"}
     for name, value in env.items():
         if not name.startswith("VOICEAGENT_"):
             continue
@@ -379,6 +422,11 @@ def load_config(
     for dotted, value in (overrides or {}).items():
         _set_dotted(flag_tree, dotted, value)
     tree = _merge(tree, flag_tree)
+    profile = tree.get("profile", "")
+    if isinstance(profile, str) and profile:
+        from voiceagent.profiles import profile_tree
+
+        tree = _merge(profile_tree(profile), tree)  # the user's own settings win over the profile's
     try:
         return _build(Config, tree, "")
     except TypeError as exc:  # pragma: no cover - _build checks names first

@@ -93,17 +93,19 @@ class Metrics:
         self.sessions_refused = 0
         self.llm_answers: collections.Counter[tuple[str, str]] = collections.Counter()
 
-    def observe_turn(self, spans_ms: dict[str, float], llm_queue_ms: float | None = None, llm_route: tuple[str, str] | None = None) -> None:
-        """Count one finished turn: its spans, its wait for the LLM, and (engine, reason) that answered it."""
+    def observe_turn(self, spans_ms: dict[str, float], llm_queue_ms: float | None = None) -> None:
+        """Count one finished spoken turn: its spans and its wait for the LLM."""
         self.turns += 1
-        if llm_route is not None:
-            self.llm_answers[llm_route] += 1
         for name, ms in spans_ms.items():
             hist = self.spans.get(name)
             if hist is not None:
                 hist.observe(ms / 1000.0)
         if llm_queue_ms is not None:
             self.llm_queue.observe(llm_queue_ms / 1000.0)
+
+    def observe_llm_route(self, route: tuple[str, str]) -> None:
+        """Count one reply by (the LLM engine that answered it, why)."""
+        self.llm_answers[route] += 1
 
     def render(self) -> str:
         lines = [

@@ -398,7 +398,10 @@ class Session:
         active = self.metrics.sessions_active
         engine, route = resp.llm_route or (None, None)
         if spans:
-            self.metrics.observe_turn(spans, queue_ms, resp.llm_route)
+            self.metrics.observe_turn(spans, queue_ms)
+        if resp.llm_route is not None:
+            self.metrics.observe_llm_route(resp.llm_route)
+        if spans or resp.llm_route is not None:  # a text turn has no speech timeline, but an engine
             await self._emit(
                 TurnMetrics(
                     t=now,

@@ -3,6 +3,7 @@ serving the packaged Qwen GGUF.  Its output is captured so tests can read what i
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import socket
@@ -84,3 +85,62 @@ class LlamaCppServer:
             except subprocess.TimeoutExpired:
                 self.kill()
         self._log.close()
+
+
+class SlowProxy:
+    """A TCP proxy on loopback that holds back the upstream's first bytes on every connection for
+    ``delay_s`` (a server that accepts a request but is slow to answer).  Runs on the test's loop.
+    A client that closes its side closes the upstream connection too, as a real proxy does;
+    ``client_closed`` counts those connections (an HTTP request given up by its client)."""
+
+    def __init__(self, upstream_port: int, delay_s: float) -> None:
+        self.upstream_port = upstream_port
+        self.delay_s = delay_s
+        self.port = 0
+        self._server: asyncio.Server | None = None
+        self._tasks: set[asyncio.Future[None]] = set()
+        self.client_closed = 0
+        self.closed_event = asyncio.Event()
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    async def __aenter__(self) -> SlowProxy:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._server is not None
+        self._server.close()
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self._server.wait_closed()
+
+    async def _serve(self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
+        up_r, up_w = await asyncio.open_connection("127.0.0.1", self.upstream_port)
+
+        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter, delay_s: float) -> None:
+            first = True
+            while data := await src.read(65536):
+                if first and delay_s > 0:
+                    await asyncio.sleep(delay_s)  # the slowness being simulated, not a synchronisation
+                first = False
+                dst.write(data)
+                await dst.drain()
+
+        pipes = [asyncio.ensure_future(pipe(client_r, up_w, 0.0)), asyncio.ensure_future(pipe(up_r, client_w, self.delay_s))]
+        for p in pipes:
+            self._tasks.add(p)
+            p.add_done_callback(self._tasks.discard)
+        # Either side closing ends the connection on both sides.
+        done, _ = await asyncio.wait(pipes, return_when=asyncio.FIRST_COMPLETED)
+        if pipes[0] in done:
+            self.client_closed += 1
+            self.closed_event.set()
+        for p in pipes:
+            p.cancel()
+        for w in (up_w, client_w):
+            w.close()

@@ -91,3 +91,15 @@ def test_bad_configuration_is_one_clear_line(tmp_path: Path) -> None:
     assert proc.returncode == 2
     assert "unknown key llm.max_tokenz" in proc.stderr and "did you mean llm.max_tokens" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_the_gpu_profile_on_a_machine_without_a_gpu_stops_at_start_up_with_one_line() -> None:
+    from voiceagent.backends.gpu import query_gpus
+
+    if query_gpus():
+        pytest.skip("this machine has an NVIDIA GPU: the profile's failure path needs one without")
+    proc = subprocess.run([*CLI, "serve", "--profile", "gpu", "--port", "0"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert "needs an NVIDIA GPU" in lines[0] and "nvidia-smi finds none" in lines[0], lines

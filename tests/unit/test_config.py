@@ -178,3 +178,31 @@ def test_config_is_frozen() -> None:
     cfg = Config()
     with pytest.raises(AttributeError):
         cfg.llm.model = "x"  # type: ignore[misc]
+
+
+def test_a_profile_sets_its_keys_and_the_users_own_settings_win(tmp_path: Path) -> None:
+    cfg = load_config(env={}, overrides={"profile": "gpu"})
+    assert (cfg.stt.device, cfg.turn.device, cfg.tts.device, cfg.vad.device, cfg.llm.backend) == ("cuda", "cuda", "cuda", "cpu", "vllm")
+    assert cfg.stt.compute_type == "float16"
+    path = tmp_path / "c.toml"
+    path.write_text('profile = "gpu"\n[tts]\ndevice = "cpu"\n')
+    from_file = load_config(path, env={"VOICEAGENT_STT__DEVICE": "cpu"})
+    assert (from_file.profile, from_file.tts.device, from_file.stt.device, from_file.turn.device) == ("gpu", "cpu", "cpu", "cuda")
+    assert load_config(env={"VOICEAGENT_PROFILE": "gpu"}).llm.backend == "vllm"
+
+
+def test_an_unknown_profile_or_device_is_one_clear_error() -> None:
+    with pytest.raises(ConfigError, match="profile must be one of: gpu"):
+        load_config(env={}, overrides={"profile": "turbo"})
+    with pytest.raises(ConfigError, match=r"stt\.device must be cpu or cuda"):
+        load_config(env={}, overrides={"stt.device": "tpu"})
+    with pytest.raises(ConfigError, match=r"llm\.speculative_config must be empty or a JSON object"):
+        load_config(env={}, overrides={"llm.speculative_config": "[1, 2]"})
+    with pytest.raises(ConfigError, match=r"llm\.fallback must be auto, llama_cpp or none"):
+        load_config(env={}, overrides={"llm.fallback": "openai"})
+
+
+def test_the_fallback_engine_follows_the_backend() -> None:
+    assert load_config(env={}).llm.fallback_backend is None  # the embedded model needs no fallback to itself
+    assert load_config(env={}, overrides={"llm.backend": "openai"}).llm.fallback_backend == "llama_cpp"
+    assert load_config(env={}, overrides={"llm.backend": "vllm", "llm.fallback": "none"}).llm.fallback_backend is None

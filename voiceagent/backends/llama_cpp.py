@@ -65,6 +65,10 @@ class LlamaCppContext:
     def _token_text(self, token: int) -> str:
         return self._llm.detokenize([token], special=True).decode("utf-8", "replace") if token >= 0 else ""
 
+    def close(self) -> None:
+        """Free the context and its KV cache (the pool calls it once its executor has stopped)."""
+        self._llm.close()
+
     def set_threads(self, threads: int) -> None:
         if threads != self._threads:
             self._threads = threads

@@ -341,4 +341,11 @@ class LlmPool:
         await self.drained()
 
     def close(self) -> None:
-        self.executor.shutdown(wait=False, cancel_futures=True)
+        """Stop the executor (after the step in flight, if any), then free every context that can
+        be freed: left to the garbage collector at interpreter exit, llama.cpp's finalisers run
+        after the library is unloaded and print tracebacks."""
+        self.executor.shutdown(wait=True, cancel_futures=True)
+        for slot in self._slots:
+            close = getattr(slot.context, "close", None)
+            if callable(close):
+                close()

@@ -11,20 +11,21 @@ from piper import PiperVoice, SynthesisConfig
 from piper.config import PiperConfig
 
 from voiceagent.audio import Int16Array
+from voiceagent.backends.gpu import onnx_providers
 from voiceagent.catalog import get_spec, locate
 from voiceagent.pipeline.scheduler import PriorityExecutor
 
 __all__ = ["PiperTts"]
 
 
-def _session(path: str, threads: int) -> ort.InferenceSession:
+def _session(path: str, threads: int, device: str = "cpu") -> ort.InferenceSession:
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = threads
     opts.inter_op_num_threads = 1
     # Idle worker threads sleep instead of spinning: with several sessions the cores are shared
     # with STT and the LLM, and a spinning pool steals the time they need.
     opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    return ort.InferenceSession(path, sess_options=opts, providers=["CPUExecutionProvider"])
+    return ort.InferenceSession(path, sess_options=opts, providers=onnx_providers(device))
 
 
 class PiperTts:
@@ -33,12 +34,15 @@ class PiperTts:
     is busy (``contended``, wired by the registry), so that concurrent sessions' model calls do
     not oversubscribe the cores."""
 
-    def __init__(self, name: str, threads: int = 2) -> None:
+    def __init__(self, name: str, threads: int = 2, device: str = "cpu") -> None:
         spec = get_spec("tts", name)
         path = str(locate(spec, "model"))
-        self._sessions = {1: _session(path, 1)}
-        if threads > 1:
-            self._sessions[threads] = _session(path, threads)
+        if device == "cuda":  # one session: the GPU does the work, the CPU threads only feed it
+            self._sessions = dict.fromkeys({1, threads}, _session(path, 1, device))
+        else:
+            self._sessions = {1: _session(path, 1)}
+            if threads > 1:
+                self._sessions[threads] = _session(path, threads)
         self._threads = threads
         with open(locate(spec, "config"), encoding="utf-8") as fh:
             config = PiperConfig.from_dict(json.load(fh))

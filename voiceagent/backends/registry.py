@@ -20,6 +20,7 @@ import numpy as np
 
 from voiceagent.audio import PIPELINE_RATE, int16_to_float, resample
 from voiceagent.backends.fallback import FallbackLlm
+from voiceagent.backends.gpu import check_gpu
 from voiceagent.backends.llm_pool import LlmPool
 from voiceagent.backends.protocols import LlmEngine, LlmRequest, Message, SttBackend, TtsBackend, TurnBackend, VadBackend
 from voiceagent.capacity import TurnCost
@@ -89,11 +90,20 @@ def load_engines(config: Config) -> Engines:
         log.info("loaded %s in %.2f s", name, timings[name])
         return obj
 
-    vad = timed("vad", _cls(_VAD, "vad", config.vad.model))
+    check_gpu(config)  # before any model: a missing GPU or CUDA library is one clear line
+    vad = timed("vad", _cls(_VAD, "vad", config.vad.model), config.vad.device)
     stt = timed(
-        "stt", _cls(_STT, "stt", config.stt.model), config.stt.model, cache, config.stt.threads, config.stt.beam_size, config.stt.window_s
+        "stt",
+        _cls(_STT, "stt", config.stt.model),
+        config.stt.model,
+        cache,
+        config.stt.threads,
+        config.stt.beam_size,
+        config.stt.window_s,
+        config.stt.device,
+        config.stt.compute_type,
     )
-    turn = None if config.turn.model == "none" else timed("turn", _cls(_TURN, "turn", config.turn.model))
+    turn = None if config.turn.model == "none" else timed("turn", _cls(_TURN, "turn", config.turn.model), config.turn.device)
     llm = timed("llm", _cls(_LLM, "llm", config.llm.backend), config.llm, cache)
     pools = [llm] if isinstance(llm, LlmPool) else []
     fallback_name = config.llm.fallback_backend
@@ -102,7 +112,7 @@ def load_engines(config: Config) -> Engines:
         fallback = timed("llm_fallback", _cls(_LLM, "llm", fallback_name), fallback_config, cache)
         pools += [fallback] if isinstance(fallback, LlmPool) else []
         llm = FallbackLlm(llm, fallback, config.llm.first_token_budget_ms / 1000.0, config.llm.breaker_failures, config.llm.breaker_reset_s)
-    tts = timed("tts", _cls(_TTS, "tts", config.tts.model), config.tts.model, config.tts.threads)
+    tts = timed("tts", _cls(_TTS, "tts", config.tts.model), config.tts.model, config.tts.threads, config.tts.device)
     # Models that adapt their threads to contention learn whether the others are busy.
     backends: list[tuple[str, object]] = [("stt", stt), ("turn", turn), ("tts", tts)] + [("llm", p) for p in pools]
     executors = [(k, ex) for k, b in backends if isinstance(ex := getattr(b, "executor", None), PriorityExecutor)]

@@ -8,6 +8,7 @@ import numpy as np
 import onnxruntime as ort
 
 from voiceagent.audio import Float32Array
+from voiceagent.backends.gpu import onnx_providers
 from voiceagent.catalog import get_spec, locate
 
 __all__ = ["SileroStream", "SileroVad"]
@@ -45,13 +46,13 @@ class SileroStream:
 class SileroVad:
     """The shared model.  ``stream()`` makes per-session state."""
 
-    def __init__(self) -> None:
+    def __init__(self, device: str = "cpu") -> None:
         path = locate(get_spec("vad", "silero"), "model")
         opts = ort.SessionOptions()
         # One thread: a 32 ms window costs ~0.2 ms; more threads only add contention with STT/LLM.
         opts.intra_op_num_threads = 1
         opts.inter_op_num_threads = 1
-        self._session = ort.InferenceSession(str(path), sess_options=opts, providers=["CPUExecutionProvider"])
+        self._session = ort.InferenceSession(str(path), sess_options=opts, providers=onnx_providers(device))
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="vad")
 
     def stream(self) -> SileroStream:

@@ -7,6 +7,7 @@ import onnxruntime as ort
 from faster_whisper.feature_extractor import FeatureExtractor
 
 from voiceagent.audio import Float32Array
+from voiceagent.backends.gpu import onnx_providers
 from voiceagent.catalog import get_spec, locate
 from voiceagent.pipeline.scheduler import PriorityExecutor
 
@@ -18,12 +19,12 @@ _FRAMES = 800
 
 
 class SmartTurn:
-    def __init__(self) -> None:
+    def __init__(self, device: str = "cpu") -> None:
         path = locate(get_spec("turn", "smart-turn-v3"), "model")
         opts = ort.SessionOptions()
         opts.intra_op_num_threads = 1
         opts.inter_op_num_threads = 1
-        self._session = ort.InferenceSession(str(path), sess_options=opts, providers=["CPUExecutionProvider"])
+        self._session = ort.InferenceSession(str(path), sess_options=opts, providers=onnx_providers(device))
         self._features = FeatureExtractor(feature_size=80, chunk_length=_SECONDS)
         self.executor = PriorityExecutor("turn")
 

@@ -295,4 +295,3 @@ def load(config: LlmConfig, cache_dir: Path) -> VllmLlm:
 
     log.info("starting vLLM (%s) on %s: %s", model, "CPU" if on_cpu else "GPU", {k: v for k, v in kwargs.items() if k != "model"})
     return VllmLlm(make_engine, render, make_params)
-

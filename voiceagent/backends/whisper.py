@@ -51,11 +51,15 @@ def window_frames(samples: int, window_s: int) -> int:
 class WhisperStt:
     """Whole-clip decoding, greedy by default.  Thread-confined to ``executor``."""
 
-    def __init__(self, name: str, cache_dir: Path, threads: int, beam_size: int, window_s: int = 0) -> None:
+    def __init__(
+        self, name: str, cache_dir: Path, threads: int, beam_size: int, window_s: int = 0, device: str = "cpu", compute_type: str = "auto"
+    ) -> None:
+        if compute_type == "auto":
+            compute_type = "float16" if device == "cuda" else "int8"
         self._model = WhisperModel(
             str(model_dir(name, cache_dir)),
-            device="cpu",
-            compute_type="int8",
+            device=device,
+            compute_type=compute_type,
             cpu_threads=threads,
             num_workers=1,
             local_files_only=True,
