@@ -205,7 +205,10 @@ class LlmConfig:
     fallback: str = "auto"
     """The engine that answers a turn the configured one fails or is too slow for (a circuit
     breaker, see backends/fallback.py): ``auto`` = the embedded ``llama_cpp`` model unless the
-    backend is already ``llama_cpp``; ``llama_cpp``; or ``none``."""
+    backend is already ``llama_cpp``; ``llama_cpp``; or ``none``.  With ``backend = "llama_cpp"``
+    too, ``llama_cpp`` is a second in-process pool of its own contexts running ``fallback_model``
+    (say the 0.5B behind a bigger primary): it answers a turn whose primary fails, or whose first
+    text is late because every primary context is busy."""
     fallback_model: str = "qwen2.5-0.5b"
     """The catalog model the embedded fallback runs."""
     fallback_contexts: int = 2

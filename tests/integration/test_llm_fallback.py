@@ -1,5 +1,6 @@
 """The LLM circuit breaker against a real OpenAI-compatible server (llama.cpp's, on loopback) with
-the embedded model as the fallback: a server stopped mid-conversation, and a slow one."""
+the embedded model as the fallback: a server stopped mid-conversation, and a slow one; and with
+the in-process engine as the primary and a second in-process pool as the fallback."""
 
 from __future__ import annotations
 
@@ -13,11 +14,14 @@ from typing import Any
 import pytest
 from websockets.asyncio.client import connect
 
+from tests.faults import Faults, FaultyLlm
 from tests.integration.llm_server import LlamaCppServer, SlowProxy
 from tests.integration.rt_client import Recorder
 from voiceagent.backends.fallback import BreakerState, FallbackLlm
+from voiceagent.backends.llm_pool import LlmPool
 from voiceagent.backends.openai_llm import OpenAiLlm
 from voiceagent.backends.protocols import LlmRequest, Message
+from voiceagent.backends.registry import load_llm
 from voiceagent.config import load_config
 from voiceagent.transports.server import VoiceAgentServer
 
@@ -138,3 +142,92 @@ def test_a_server_slower_than_the_first_token_budget_is_aborted_and_the_fallback
     finally:
         llm_server.stop()
     assert routes == [("llama_cpp", "first_token_budget"), ("llama_cpp", "breaker_open"), ("openai", "probe")]
+
+
+def test_an_in_process_primary_hands_failed_and_late_turns_to_a_second_pool_and_a_barge_in_aborts_it(engines: Any, run: Any) -> None:
+    """``llm.backend = "llama_cpp"`` with ``llm.fallback = "llama_cpp"``: the real in-process pool
+    (one context) behind the breaker, a second real pool as the fallback.  A model failure (the
+    fault injector) and a turn that waits past its budget because the primary's only context is
+    busy both go to the fallback; a barge-in closes the primary's generation inside the engine."""
+    config = load_config(
+        env={}, overrides={"server.port": "0", "llm.fallback": "llama_cpp", "llm.contexts": "1", "llm.fallback_contexts": "1"}
+    )
+    llm, pools = load_llm(config)
+    assert isinstance(llm, FallbackLlm) and [type(p) for p in pools] == [LlmPool, LlmPool]
+    primary_pool, fallback_pool = pools
+    assert (llm.primary.name, llm.fallback.name) == ("llama_cpp", "llama_cpp_fallback")
+    clock = Clock()
+    faults = Faults()
+    llm = FallbackLlm(FaultyLlm(primary_pool, faults), fallback_pool, first_token_budget_s=3.0, failures=2, reset_s=30.0, clock=clock)
+    llm.prime([Message("system", config.llm.instructions), Message("user", "Hello.")])
+    mixed = dataclasses.replace(engines, llm=llm)
+    hold = asyncio.Event()
+    holding = asyncio.Event()
+
+    async def hold_the_only_primary_context() -> None:
+        request = LlmRequest("someone-else", [Message("user", "Count from one to one hundred.")], 200, 0.0)
+        async with contextlib.aclosing(primary_pool.generate(request)) as pieces:
+            async for _ in pieces:
+                holding.set()
+                await hold.wait()
+                return
+
+    async def main() -> None:
+        async with VoiceAgentServer(config, mixed) as server:
+            ws = await connect(server.url + "?voiceagent_metrics=1", max_size=None)
+            rec = Recorder(ws)
+            task = asyncio.create_task(rec.pump())
+            await rec.wait_for("session.created", 10)
+
+            async def ask(question: str) -> tuple[dict[str, Any], dict[str, Any]]:
+                mark = len(rec.events)
+                item = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": question}]}
+                await ws.send(json.dumps({"type": "conversation.item.create", "item": item}))
+                await ws.send(json.dumps({"type": "response.create"}))
+                done = await rec.wait_for("response.done", 60, start=mark)
+                return done, await rec.wait_for("voiceagent.turn_metrics", 10, start=mark)
+
+            async def answered(question: str, word: str, engine: str, why: str) -> None:
+                done, metrics = await ask(question)
+                reply = done["response"]["output"][0]["content"][0]["transcript"].lower()
+                assert done["response"]["status"] == "completed", (question, done)
+                assert (metrics["llm_engine"], metrics["llm_route"]) == (engine, why), (question, metrics)
+                assert word in reply, (question, engine, reply)
+
+            await answered("What is the capital of France?", "paris", "llama_cpp", "primary")
+            faults.arm("llm")  # the in-process model raises before its first token
+            await answered("What is the capital of Italy?", "rome", "llama_cpp_fallback", "primary_failed")
+            holder = asyncio.create_task(hold_the_only_primary_context())
+            await holding.wait()
+            await answered("What is the capital of Spain?", "madrid", "llama_cpp_fallback", "first_token_budget")
+            hold.set()
+            await holder
+            assert llm.breaker.state is BreakerState.OPEN  # two failed or late turns in a row
+            await answered("What is the capital of Germany?", "berlin", "llama_cpp_fallback", "breaker_open")
+            clock.t += 30.0
+            await answered("What is the capital of Japan?", "tokyo", "llama_cpp", "probe")
+            assert llm.breaker.state is BreakerState.CLOSED
+
+            # Barge-in on a reply of the in-process primary: its generation is closed in the engine.
+            await primary_pool.drained()
+            aborted = primary_pool.finished["abort"]
+            mark = len(rec.events)
+            item = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Count slowly from one to one hundred."}]}
+            await ws.send(json.dumps({"type": "conversation.item.create", "item": item}))
+            await ws.send(json.dumps({"type": "response.create"}))
+            await rec.wait_for("response.output_audio.delta", 60, start=mark)
+            await ws.send(json.dumps({"type": "response.cancel"}))
+            done = await rec.wait_for("response.done", 30, start=mark)
+            assert done["response"]["status"] == "cancelled"
+            await primary_pool.drained()
+            assert primary_pool.finished["abort"] == aborted + 1
+            assert rec.of("error") == []
+            await ws.close()
+            await task
+        await llm.aclose()
+
+    try:
+        run(main(), 300)
+    finally:
+        llm.close()
+    assert faults.fired["llm"] == 1

@@ -240,9 +240,11 @@ def test_cancelling_a_generation_closes_it_in_the_executor_then_frees_the_contex
         with pytest.raises(asyncio.CancelledError):
             await task
         await settled(pool)
+        assert pool.finished == {"abort": 1}
         assert await collect(pool.generate(request("b", "next"))) != ""
 
     run(main(), 10)
+    assert pool.finished == {"abort": 1, "stop": 1}
     assert closed.items[0] == "test-llm"
     assert len(got) < 1000  # stopped early, not drained
 
@@ -281,8 +283,10 @@ def test_an_exception_in_a_step_propagates_and_frees_the_context(run: Run, execu
         await settled(pool)
         with pytest.raises(RuntimeError):
             await collect(pool.generate(request("a", "q")))
+        await settled(pool)
 
     run(main(), 10)
+    assert pool.finished == {"error": 2}
 
 
 def test_new_generations_step_before_the_later_tokens_of_long_ones(run: Run, executor: PriorityExecutor) -> None:

@@ -31,7 +31,9 @@ while any of them is busy (``contended``, wired by the registry).
 
 Cancellation: closing or cancelling the iterator of :meth:`LlmPool.generate` closes the token
 generator in the executor after the step in flight (llama.cpp stops decoding), then releases the
-lease.  A queued request that is cancelled leaves the queue.  ``CancelledError`` propagates.
+lease; :attr:`LlmPool.finished` then counts it as ``abort`` (a generation that ran to its end
+counts as ``stop``, one whose model raised as ``error``).  A queued request that is cancelled
+leaves the queue.  ``CancelledError`` propagates.
 """
 
 from __future__ import annotations
@@ -170,6 +172,8 @@ class LlmPool:
         self._reused_tokens = 0
         self._generated = 0
         self._decode_s = 0.0
+        self.finished: collections.Counter[str] = collections.Counter()
+        """Generations by how they ended (``stop``, ``abort``: closed in the executor, ``error``)."""
         self.slot_history: list[tuple[str, int]] = []
         """(key, slot index) of every lease, in order (bounded: the last 1000)."""
 
@@ -265,6 +269,7 @@ class LlmPool:
         steps: _Steps | None = None
         it: Iterator[str] | None = None
         finished = False
+        failed = False
         try:
             if request.on_admitted is not None:
                 request.on_admitted()
@@ -286,8 +291,12 @@ class LlmPool:
                 self._generated += 1
                 yield item  # type: ignore[misc]
             finished = True
+        except Exception:
+            failed = True
+            raise
         finally:
             if finished:
+                self.finished["stop"] += 1
                 self._release(slot)
             else:
                 # Cancelled, closed early or failed: no further step may touch the context, the
@@ -295,19 +304,25 @@ class LlmPool:
                 # there, ``make`` included), and only then is the context free.
                 if steps is not None:
                     steps.cancel()
-                self._close_then_release(it, slot)
+                self._close_then_release(it, slot, "error" if failed else "abort")
 
-    def _close_then_release(self, it: Iterator[str] | None, slot: _Slot) -> None:
-        """Close ``it`` in the executor (after the step in flight), then free the context.  If the
-        executor is shut down (the engine closed), the context is freed at once."""
+    def _close_then_release(self, it: Iterator[str] | None, slot: _Slot, reason: str) -> None:
+        """Close ``it`` in the executor (after the step in flight), then free the context and count
+        the generation as ``reason``.  If the executor is shut down (the engine closed), the
+        context is freed at once."""
         loop = asyncio.get_running_loop()
         close = getattr(it, "close", None)
+
+        def released() -> None:
+            self.finished[reason] += 1
+            self._release(slot)
+
         try:
             fut: Future[Any] = self.executor.submit_at(_CLOSE_PRIORITY, close if close is not None else (lambda: None))
         except RuntimeError:
-            self._release(slot)
+            released()
             return
-        fut.add_done_callback(lambda _f: loop.call_soon_threadsafe(self._release, slot))
+        fut.add_done_callback(lambda _f: loop.call_soon_threadsafe(released))
 
     # ------------------------------------------------------------------ the rest of LlmEngine
 

@@ -28,7 +28,7 @@ from voiceagent.config import Config
 from voiceagent.errors import ConfigError, MissingDependencyError
 from voiceagent.pipeline.scheduler import PriorityExecutor
 
-__all__ = ["Engines", "load_engines", "warm_up"]
+__all__ = ["Engines", "load_engines", "load_llm", "warm_up"]
 
 log = logging.getLogger(__name__)
 
@@ -104,14 +104,7 @@ def load_engines(config: Config) -> Engines:
         config.stt.compute_type,
     )
     turn = None if config.turn.model == "none" else timed("turn", _cls(_TURN, "turn", config.turn.model), config.turn.device)
-    llm = timed("llm", _cls(_LLM, "llm", config.llm.backend), config.llm, cache)
-    pools = [llm] if isinstance(llm, LlmPool) else []
-    fallback_name = config.llm.fallback_backend
-    if fallback_name is not None:
-        fallback_config = replace(config.llm, backend=fallback_name, model=config.llm.fallback_model, contexts=config.llm.fallback_contexts)
-        fallback = timed("llm_fallback", _cls(_LLM, "llm", fallback_name), fallback_config, cache)
-        pools += [fallback] if isinstance(fallback, LlmPool) else []
-        llm = FallbackLlm(llm, fallback, config.llm.first_token_budget_ms / 1000.0, config.llm.breaker_failures, config.llm.breaker_reset_s)
+    llm, pools = load_llm(config, timed)
     tts = timed("tts", _cls(_TTS, "tts", config.tts.model), config.tts.model, config.tts.threads, config.tts.device)
     # Models that adapt their threads to contention learn whether the others are busy.
     backends: list[tuple[str, object]] = [("stt", stt), ("turn", turn), ("tts", tts)] + [("llm", p) for p in pools]
@@ -126,6 +119,25 @@ def load_engines(config: Config) -> Engines:
     if hasattr(tts, "contended"):
         tts.contended = busy_besides("tts")
     return Engines(vad=vad, stt=stt, turn=turn, llm=llm, tts=tts, load_seconds=timings)
+
+
+def load_llm(config: Config, timed: Callable[..., Any] | None = None) -> tuple[LlmEngine, list[LlmPool]]:
+    """The configured LLM engine, behind its circuit breaker when ``llm.fallback`` gives one
+    (blocking), and the in-process pools among its engines (their threads adapt to contention).
+    ``timed(name, factory, *args)`` calls each factory (default: plainly)."""
+    call = timed or (lambda _name, factory, *args: factory(*args))
+    cache = config.cache_path
+    llm: LlmEngine = call("llm", _cls(_LLM, "llm", config.llm.backend), config.llm, cache)
+    pools = [llm] if isinstance(llm, LlmPool) else []
+    fallback_name = config.llm.fallback_backend
+    if fallback_name is not None:
+        fallback_config = replace(config.llm, backend=fallback_name, model=config.llm.fallback_model, contexts=config.llm.fallback_contexts)
+        fallback = call("llm_fallback", _cls(_LLM, "llm", fallback_name), fallback_config, cache)
+        pools += [fallback] if isinstance(fallback, LlmPool) else []
+        if fallback.name == llm.name:
+            fallback.name += "_fallback"  # two pools of one backend: metrics must tell them apart
+        llm = FallbackLlm(llm, fallback, config.llm.first_token_budget_ms / 1000.0, config.llm.breaker_failures, config.llm.breaker_reset_s)
+    return llm, pools
 
 
 def warm_up(engines: Engines, config: Config) -> dict[str, float]:
