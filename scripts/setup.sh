@@ -21,6 +21,7 @@ SERVE_ONLY=${VOICEAGENT_SETUP_SERVE_ONLY:-0}
 if [ "$SERVE_ONLY" != 1 ]; then  # test-only tools
   command -v chromium >/dev/null || need+=(chromium)
   command -v docker-compose >/dev/null || need+=(docker-compose)
+  command -v openssl >/dev/null || need+=(openssl)  # a throw-away certificate for the TLS test
 fi
 ldconfig -p 2>/dev/null | grep -q libportaudio.so.2 || need+=(libportaudio2)
 command -v cmake >/dev/null || need+=(cmake)

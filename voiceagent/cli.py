@@ -17,7 +17,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from voiceagent import catalog
+from voiceagent import catalog, logs
 from voiceagent.backends.registry import load_engines, warm_up
 from voiceagent.config import Config, load_config
 from voiceagent.errors import VoiceAgentError
@@ -44,6 +44,9 @@ def _config(args: argparse.Namespace, **forced: str) -> Config:
         overrides["server.host"] = args.host
     if getattr(args, "port", None) is not None:
         overrides["server.port"] = str(args.port)
+    for flag in ("certfile", "keyfile"):
+        if getattr(args, flag, None) is not None:
+            overrides[f"server.{flag}"] = getattr(args, flag)
     overrides.update(forced)
     return load_config(args.config, overrides=overrides)
 
@@ -75,16 +78,15 @@ async def _start_server(config: Config) -> VoiceAgentServer:
 async def _serve(config: Config) -> None:
     server = await _start_server(config)
     print(f"voiceagent ready: {server.url}  (capacity {server.capacity} sessions: {server.capacity_source})", flush=True)
-    print(
-        f"browser: http://{config.server.host}:{server.port}/   phone (Twilio): ws://{config.server.host}:{server.port}/twilio", flush=True
-    )
+    print(server.how_to_connect(), flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
-    await server.aclose()
+    await server.drain(config.server.drain_s)
     server.engines.close()
+    log.info("stopped")
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -184,7 +186,7 @@ def cmd_models(args: argparse.Namespace) -> int:
 
 
 def _logging(config: Config) -> None:
-    logging.basicConfig(level=config.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    logs.configure(config.log_level, config.log_format)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -198,6 +200,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("serve", parents=[common], help="serve the OpenAI Realtime protocol over WebSockets")
     p.add_argument("--host", help="address to bind (default 127.0.0.1)")
     p.add_argument("--port", type=int, help="port (default 8765; 0 picks a free one)")
+    p.add_argument("--certfile", help="TLS certificate (PEM): serve wss:// and https:// (with --keyfile)")
+    p.add_argument("--keyfile", help="TLS private key (PEM)")
     p.set_defaults(func=cmd_serve)
 
     p = sub.add_parser("talk", parents=[common], help="talk to the agent through the sound card (or audio files)")

@@ -78,8 +78,43 @@ class ServerConfig:
     when all of them finish a turn at the same instant."""
     public_url: str = ""
     """Public wss:// base URL used in the TwiML document (telephony); empty: derived from the request."""
+    auth: str = "auto"
+    """``auto``: a token is required unless ``host`` is a loopback address; ``on``; ``off`` (on a
+    public address this logs a warning at start-up).  With auth on and no ``auth_tokens`` a token
+    is generated at start-up and printed with how to connect."""
+    auth_tokens: str = ""
+    """Accepted tokens, comma-separated (``VOICEAGENT_SERVER__AUTH_TOKENS``).  Clients send one as
+    ``Authorization: Bearer <token>``, as the WebSocket subprotocol ``openai-insecure-api-key.<token>``
+    (browsers), or in the URL (``?token=`` or Twilio's ``/twilio/<token>``)."""
+    allowed_origins: str = ""
+    """Browser origins allowed besides the server's own, comma-separated (``*``: any).  A
+    WebSocket upgrade from another origin is refused with HTTP 403; clients that send no
+    ``Origin`` (SDKs, Twilio) are not affected."""
+    certfile: str = ""
+    """TLS certificate (PEM); with ``keyfile`` the server speaks wss:// and https://."""
+    keyfile: str = ""
+    audio_burst_s: float = 10.0
+    """How far ahead of real time a client may send audio; audio past that is refused with an
+    ``input_audio_rate_exceeded`` error (0: no limit)."""
+    max_session_s: float = 3600.0
+    """A session longer than this is ended: an ``error`` event (``session_expired``), then close
+    code 1008 (0: no limit)."""
+    idle_timeout_s: float = 300.0
+    """A client that sends nothing for this long is closed the same way (``session_idle``; 0: no limit)."""
+    drain_s: float = 10.0
+    """On SIGTERM: new sessions are refused (503) while replies in progress get this long to
+    finish; then every session is closed and the process exits 0."""
+    max_history_items: int = 200
+    """Items a conversation keeps; the oldest are dropped (``conversation.item.deleted``) past it."""
 
     def __post_init__(self) -> None:
+        _check(self.auth in ("auto", "on", "off"), "server.auth", "must be auto, on or off")
+        _check(bool(self.certfile) == bool(self.keyfile), "server.certfile", "needs server.keyfile too (and the other way round)")
+        _check(self.audio_burst_s >= 0, "server.audio_burst_s", "must be >= 0")
+        _check(self.max_session_s >= 0, "server.max_session_s", "must be >= 0")
+        _check(self.idle_timeout_s >= 0, "server.idle_timeout_s", "must be >= 0")
+        _check(self.drain_s >= 0, "server.drain_s", "must be >= 0")
+        _check(self.max_history_items >= 2, "server.max_history_items", "must be >= 2")
         _check(0 <= self.port <= 65535, "server.port", "must be 0..65535")
         _check(self.max_message_bytes >= 1024, "server.max_message_bytes", "must be at least 1024")
         _check(self.max_sessions >= 0, "server.max_sessions", "must be >= 0 (0: the measured capacity)")
@@ -299,6 +334,10 @@ class Config:
     Settings given in the file, the environment or flags win over the profile's."""
     cache_dir: str = "~/.cache/voiceagent"
     log_level: str = "info"
+    log_format: str = "text"
+    """``text`` (one human-readable line per record) or ``json`` (one JSON object per line)."""
+    log_transcripts: bool = False
+    """Write what the caller and the agent said to the log (off: transcripts are private)."""
 
     def __post_init__(self) -> None:
         _check(
@@ -306,6 +345,7 @@ class Config:
             "log_level",
             "must be debug, info, warning or error",
         )
+        _check(self.log_format in ("text", "json"), "log_format", "must be text or json")
         from voiceagent.profiles import PROFILES  # the profiles name config keys: imported late
 
         _check(self.profile == "" or self.profile in PROFILES, "profile", f"must be one of: {', '.join(sorted(PROFILES))} (or empty)")
@@ -411,7 +451,8 @@ def load_config(
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"configuration file {path} is not valid TOML: {exc}") from None
     env_tree: dict[str, Any] = {}
-    top_level = {f.name for f in dataclasses.fields(Config) if not dataclasses.is_dataclass(f.type)} | {"cache_dir", "log_level", "profile"}
+    top_level = {f.name for f in dataclasses.fields(Config) if not dataclasses.is_dataclass(f.type)}
+    top_level |= {"cache_dir", "log_level", "log_format", "log_transcripts", "profile"}
     for name, value in env.items():
         if not name.startswith("VOICEAGENT_"):
             continue

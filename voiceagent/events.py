@@ -34,6 +34,7 @@ __all__ = [
     "InputCommit",
     "InputCleared",
     "InputCommitted",
+    "ItemsDropped",
     "InputSpeechStarted",
     "InputSpeechStopped",
     "InputTranscriptDelta",
@@ -51,6 +52,7 @@ __all__ = [
     "SpeechResumed",
     "SpeechStarted",
     "SpeechStopped",
+    "TextItemAdded",
     "TranscriptDelta",
     "TranscriptSegment",
     "TurnConfirmed",
@@ -276,6 +278,23 @@ class InputCommitted(Event):
 
     item_id: str
     previous_item_id: str | None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TextItemAdded(Event):
+    """A text item the client created (``conversation.item.create``) entered the history."""
+
+    item_id: str
+    previous_item_id: str | None
+    role: str
+    text: str
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ItemsDropped(Event):
+    """The oldest items left the history (its size limit); ``item_ids`` oldest first."""
+
+    item_ids: tuple[str, ...]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

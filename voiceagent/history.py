@@ -122,6 +122,13 @@ class History:
         self.items = [i for i in self.items if i.id != item_id]
         return len(self.items) != before
 
+    def trim(self, max_items: int) -> list[str]:
+        """Drop the oldest items beyond ``max_items``; returns their ids, oldest first."""
+        if len(self.items) <= max_items:
+            return []
+        dropped, self.items = self.items[: len(self.items) - max_items], self.items[len(self.items) - max_items :]
+        return [i.id for i in dropped]
+
     @property
     def last_id(self) -> str | None:
         return self.items[-1].id if self.items else None

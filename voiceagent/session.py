@@ -47,6 +47,7 @@ from voiceagent.events import (
     InputSpeechStopped,
     InputTranscriptDelta,
     InputTranscriptDone,
+    ItemsDropped,
     ItemTruncated,
     LlmRoute,
     Mark,
@@ -56,6 +57,7 @@ from voiceagent.events import (
     ResponseDone,
     ResponseStatus,
     SpeechStarted,
+    TextItemAdded,
     TranscriptDelta,
     TurnConfirmed,
     TurnMetrics,
@@ -128,6 +130,8 @@ class Session:
         self._arrivals: deque[tuple[float, float]] = deque(maxlen=3000)  # (end_ms, clock time)
         self._started = False
         self._closed = False
+        self._quiet = asyncio.Event()  # set while no response is active
+        self._quiet.set()
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -260,9 +264,18 @@ class Session:
         else:
             item_id = self.history.add_user(text).id
         await self._emit(
-            InputCommitted(t=self.clock.now(), gen=self.scope.current, session=self.id, item_id=item_id, previous_item_id=prev)
+            TextItemAdded(
+                t=self.clock.now(), gen=self.scope.current, session=self.id, item_id=item_id, previous_item_id=prev, role=role, text=text
+            )
         )
+        await self._trim_history()
         return item_id
+
+    async def _trim_history(self) -> None:
+        """Keep at most ``server.max_history_items`` items; the client is told which left."""
+        dropped = self.history.trim(self.config.server.max_history_items)
+        if dropped:
+            await self._emit(ItemsDropped(t=self.clock.now(), gen=self.scope.current, session=self.id, item_ids=tuple(dropped)))
 
     async def create_response(self, instructions: str | None = None) -> str:
         """Answer now from the history (``response.create``); returns the response id."""
@@ -277,6 +290,21 @@ class Session:
         await self._release(resp)
         await self._llm_in.put(UserTurn(t=self.clock.now(), gen=gen, session=self.id, text=None, speculative=False))
         return resp.id
+
+    @property
+    def active_response_id(self) -> str | None:
+        """The response being generated or spoken, if any."""
+        return self._playing.id if self._playing is not None and not self._playing.done else None
+
+    async def quiet(self) -> None:
+        """Return once no response is active (at once if none is)."""
+        await self._quiet.wait()
+
+    def _note_activity(self) -> None:
+        if self.active_response_id is None:
+            self._quiet.set()
+        else:
+            self._quiet.clear()
 
     async def cancel_response(self, reason: str = "client_cancelled") -> bool:
         """Stop the response being spoken (``response.cancel``); False when there is none."""
@@ -348,7 +376,9 @@ class Session:
         prev_id = self.history.last_id
         resp.released = True
         resp.item = self.history.add_assistant(resp.gen, resp.item_id)
+        await self._trim_history()
         self._playing = resp
+        self._note_activity()
         await self._emit(
             ResponseCreated(
                 t=self.clock.now(), gen=resp.gen, session=self.id, response_id=resp.id, item_id=resp.item_id, previous_item_id=prev_id
@@ -360,6 +390,7 @@ class Session:
         resp = self._playing
         self.scope.cancel()
         self._playing = None
+        self._note_activity()
         if resp is None or resp.item is None:
             return
         now = self.clock.now()
@@ -376,6 +407,7 @@ class Session:
 
     async def _finish(self, resp: _Response, status: ResponseStatus, reason: str | None) -> None:
         resp.done = True
+        self._note_activity()
         item = resp.item
         if item is not None:
             item.status = "completed" if status is ResponseStatus.COMPLETED else "incomplete"
@@ -488,6 +520,7 @@ class Session:
         self.history.add_user(ev.text, ev.gen if ev.respond else -1, item_id)
         await self._emit(InputCommitted(t=now, gen=ev.gen, session=self.id, item_id=item_id, previous_item_id=prev))
         await self._emit(InputTranscriptDone(t=now, gen=ev.gen, session=self.id, item_id=item_id, text=ev.text))
+        await self._trim_history()
         if not ev.respond or self.scope.is_stale(ev.gen):
             return
         previous = self._playing

@@ -178,3 +178,13 @@ def test_ids_are_unique_with_their_prefix() -> None:
     assert len(ids) == 100
     assert all(i.startswith("item_") for i in ids)
     assert UserItem(id="u", text="t").role == "user"
+
+
+def test_trim_drops_the_oldest_items_and_says_which() -> None:
+    from voiceagent.history import History
+
+    h = History()
+    ids = [h.add_user(f"q{i}").id for i in range(5)]
+    assert h.trim(5) == []
+    assert h.trim(3) == ids[:2]
+    assert [i.id for i in h.items] == ids[2:]

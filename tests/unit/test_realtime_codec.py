@@ -22,11 +22,13 @@ from voiceagent.events import (
     InputSpeechStopped,
     InputTranscriptDelta,
     InputTranscriptDone,
+    ItemsDropped,
     ItemTruncated,
     OutputTranscriptDelta,
     ResponseCreated,
     ResponseDone,
     ResponseStatus,
+    TextItemAdded,
     TurnMetrics,
 )
 from voiceagent.settings import TurnDetection, settings_from_config
@@ -82,6 +84,14 @@ def decode_error(c: RealtimeCodec, text: str) -> ProtocolError:
         ("{}", "missing_type"),
         ('{"type": 5}', "missing_type"),
         ('{"type": "response.fly"}', "unknown_event_type"),
+        # an integer of more digits than Python converts (its int-string limit raises ValueError)
+        ('{"type": "response.cancel", "n": ' + "9" * 5000 + "}", "invalid_json"),
+        # a lone UTF-16 surrogate is not text: no model, log or socket could encode it
+        (
+            '{"type": "conversation.item.create", "item": {"role": "user", "content": [{"type": "input_text", "text": "\\ud800"}]}}',
+            "invalid_json",
+        ),
+        ('{"type": "session.update", "session": {"instructions": "a\\udfffb"}}', "invalid_json"),
     ],
 )
 def test_decode_rejects_malformed_messages(text: str, code: str) -> None:
@@ -162,6 +172,9 @@ def test_invalid_fields(msg: dict[str, Any], code: str, param: str) -> None:
         ({"audio": {"output": {"speed": 5}}}, "invalid_value", "session.audio.output.speed"),
         ({"audio": {"output": {"speed": "fast"}}}, "invalid_value", "session.audio.output.speed"),
         ({"audio": {"output": {"voice": 1}}}, "invalid_value", "session.audio.output.voice"),
+        ({"audio": {"output": {"voice": ""}}}, "invalid_value", "session.audio.output.voice"),
+        ({"audio": {"output": {"voice": "   "}}}, "invalid_value", "session.audio.output.voice"),
+        ({"audio": {"output": {"voice": "v" * 65}}}, "invalid_value", "session.audio.output.voice"),
         ({"audio": {"input": {"transcription": {"language": "english"}}}}, "invalid_value", "session.audio.input.transcription.language"),
         ({"max_output_tokens": 0}, "invalid_value", "session.max_output_tokens"),
         ({"max_output_tokens": 5000}, "invalid_value", "session.max_output_tokens"),
@@ -532,3 +545,26 @@ def test_session_object_reflects_settings_and_formats() -> None:
     assert session["audio"]["output"]["format"] == {"type": "audio/pcm", "rate": 24000}
     assert session["audio"]["input"]["turn_detection"]["type"] == "server_vad"
     assert session["audio"]["input"]["turn_detection"]["threshold"] == Config().vad.threshold
+
+
+def test_a_valid_surrogate_pair_escape_is_text() -> None:
+    msg = '{"type": "conversation.item.create", "item": {"role": "user", "content": [{"type": "input_text", "text": "\\ud83d\\ude00"}]}}'
+    cmd = codec().decode(msg)
+    assert isinstance(cmd, CreateItem) and cmd.text == "\U0001f600"
+
+
+def test_a_text_item_is_echoed_as_text_with_its_role() -> None:
+    c = codec()
+    user = c.encode(TextItemAdded(t=0.0, gen=0, item_id="item_u", previous_item_id="item_a", role="user", text="Say hello"))
+    assert [m["type"] for m in user] == ["conversation.item.added", "conversation.item.done"]
+    assert user[0]["previous_item_id"] == "item_a"
+    assert user[0]["item"]["role"] == "user"
+    assert user[0]["item"]["content"] == [{"type": "input_text", "text": "Say hello"}]
+    agent = c.encode(TextItemAdded(t=0.0, gen=0, item_id="item_a", previous_item_id=None, role="assistant", text="Hi."))
+    assert agent[0]["item"]["role"] == "assistant"
+    assert agent[0]["item"]["content"] == [{"type": "output_text", "text": "Hi."}]
+
+
+def test_items_dropped_from_the_history_are_announced_as_deleted() -> None:
+    out = codec().encode(ItemsDropped(t=0.0, gen=0, item_ids=("item_1", "item_2")))
+    assert [(m["type"], m["item_id"]) for m in out] == [("conversation.item.deleted", "item_1"), ("conversation.item.deleted", "item_2")]

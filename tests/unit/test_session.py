@@ -37,6 +37,7 @@ from voiceagent.events import (
     ResponseCreated,
     ResponseDone,
     ResponseStatus,
+    TextItemAdded,
     TurnMetrics,
 )
 from voiceagent.history import AssistantItem, UserItem
@@ -565,8 +566,11 @@ def test_text_items_and_create_response_with_instructions(run: Run, make_fakes: 
         async with running(fakes, make_config()) as (session, log):
             earlier = await session.add_text("Earlier answer.", role="assistant")
             user_id = await session.add_text("Say hello")
-            _, committed = await log.wait_type(InputCommitted, item_id=user_id)
-            assert committed.previous_item_id == earlier
+            _, added = await log.wait_type(TextItemAdded, item_id=user_id)
+            assert (added.previous_item_id, added.role, added.text) == (earlier, "user", "Say hello")
+            _, first = await log.wait_type(TextItemAdded, item_id=earlier)
+            assert (first.role, first.text) == ("assistant", "Earlier answer.")
+            assert log.of_type(InputCommitted) == []  # no audio buffer was committed
             response_id = await session.create_response(instructions="Answer in French.")
             _, done = await log.wait_type(ResponseDone, response_id=response_id)
             assert done.text == "Bonjour."

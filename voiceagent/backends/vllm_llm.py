@@ -125,20 +125,23 @@ class VllmLlm:
 
         self._active += 1
         future = asyncio.run_coroutine_threadsafe(self._run(job, request, put), self._loop)
+        ended = False  # the job said it is over (its last words may still be on their way to done)
         try:
             if request.on_admitted is not None:
                 request.on_admitted()  # vLLM batches every request at once: no queue of ours
             while True:
                 item = await pieces.get()
                 if item is _END:
+                    ended = True
                     return
                 if isinstance(item, BaseException):
+                    ended = True
                     raise EngineError(f"the vLLM engine failed: {type(item).__name__}: {item}") from item
                 assert isinstance(item, str)
                 yield item
         finally:
             self._active -= 1
-            if not future.done():
+            if not ended and not future.done():
                 # A barge-in (or any early close): abort inside the engine and wait for its word.
                 stop = asyncio.run_coroutine_threadsafe(self._stop(job), self._loop)
                 try:

@@ -1,9 +1,15 @@
 """What every WebSocket transport shares: one connection driving one session.
 
-A subclass decodes frames in :meth:`SessionConnection.serve` and encodes session events in
-:meth:`SessionConnection.write`; this base serialises sends (the reader answers errors while the
-writer streams audio), runs the writer beside the reader, and closes the session however the
-connection ends.  Cancelling :meth:`run` closes the session too.
+A subclass decodes frames in :meth:`SessionConnection.serve` (reading them through
+:meth:`SessionConnection.frames`) and encodes session events in :meth:`SessionConnection.write`;
+this base serialises sends (the reader answers errors while the writer streams audio), runs the
+writer beside the reader, and closes the session however the connection ends.  Cancelling
+:meth:`run` closes the session too.
+
+Limits (``server.*``, on the session's clock): a session older than ``max_session_s``, or whose
+client has sent nothing for ``idle_timeout_s``, is ended through :meth:`SessionConnection.expire`
+(the subclass says why in its protocol, then the connection closes with 1008).  Audio more than
+``audio_burst_s`` ahead of real time is refused by :meth:`SessionConnection.audio_allowed`.
 """
 
 from __future__ import annotations
@@ -11,7 +17,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator
 from typing import Any
 
 from websockets.asyncio.server import ServerConnection
@@ -19,7 +27,11 @@ from websockets.exceptions import ConnectionClosed
 
 from voiceagent.session import Session
 
-__all__ = ["SessionConnection"]
+__all__ = ["CLOSE_POLICY", "SessionConnection"]
+
+log = logging.getLogger(__name__)
+
+CLOSE_POLICY = 1008  # RFC 6455 "policy violation"
 
 
 class SessionConnection(ABC):
@@ -27,6 +39,55 @@ class SessionConnection(ABC):
         self.ws = ws
         self.session = session
         self._send_lock = asyncio.Lock()
+        cfg = session.config.server
+        self._clock = session.clock
+        self.started_at = self._clock.now()
+        self.last_seen = self.started_at
+        self._max_session_s = cfg.max_session_s
+        self._idle_s = cfg.idle_timeout_s
+        self._burst_ms = cfg.audio_burst_s * 1000.0
+        self._audio_ms = 0.0
+
+    async def frames(self) -> AsyncIterator[str | bytes]:
+        """The client's frames, noting when each arrived (for the idle limit)."""
+        async for frame in self.ws:
+            self.last_seen = self._clock.now()
+            yield frame
+
+    def audio_allowed(self, ms: float) -> bool:
+        """Count ``ms`` of client audio; False (and not counted) if it would put the client more
+        than ``audio_burst_s`` ahead of real time since the session began."""
+        if self._burst_ms <= 0:
+            return True
+        elapsed_ms = (self._clock.now() - self.started_at) * 1000.0
+        if self._audio_ms + ms > elapsed_ms + self._burst_ms:
+            return False
+        self._audio_ms += ms
+        return True
+
+    @abstractmethod
+    async def expire(self, code: str, message: str) -> None:
+        """Tell the client, in its protocol, that the session ends for ``code`` (then it is closed)."""
+
+    async def _watch_limits(self) -> None:
+        """End the session at ``max_session_s`` or after ``idle_timeout_s`` without a frame."""
+        while True:
+            deadlines = []
+            if self._max_session_s > 0:
+                limit = f"sessions last at most {self._max_session_s:g} s"
+                deadlines.append((self.started_at + self._max_session_s, "session_expired", limit))
+            if self._idle_s > 0:
+                deadlines.append((self.last_seen + self._idle_s, "session_idle", f"nothing received for {self._idle_s:g} s"))
+            if not deadlines:
+                return
+            at, code, message = min(deadlines)
+            if self._clock.now() >= at:
+                log.info("session %s ended: %s (%s)", self.session.id, code, message)
+                with contextlib.suppress(ConnectionClosed):
+                    await self.expire(code, message)
+                await self.ws.close(CLOSE_POLICY, code)
+                return
+            await self._clock.sleep_until(at)
 
     async def send(self, message: dict[str, Any]) -> None:
         async with self._send_lock:
@@ -43,12 +104,15 @@ class SessionConnection(ABC):
     async def run(self) -> None:
         """Serve until the peer goes away; the session is closed whatever happens."""
         writer = asyncio.create_task(self.write(), name=f"{self.session.id}.writer")
+        watchdog = asyncio.create_task(self._watch_limits(), name=f"{self.session.id}.limits")
         try:
             await self.serve()
         except ConnectionClosed:
             pass
         finally:
-            writer.cancel()
-            with contextlib.suppress(asyncio.CancelledError, ConnectionClosed):
-                await writer
+            for task in (writer, watchdog):
+                task.cancel()
+            for task in (writer, watchdog):
+                with contextlib.suppress(asyncio.CancelledError, ConnectionClosed):
+                    await task
             await self.session.aclose()

@@ -22,8 +22,20 @@ def parse_object(text: str, what: str) -> dict[str, Any]:
     """One JSON text frame as an object, else ``invalid_json`` / ``invalid_event`` (``what`` names it)."""
     try:
         msg = json.loads(text)
-    except (json.JSONDecodeError, RecursionError) as exc:
-        raise ProtocolError("invalid_json", f"message is not valid JSON: {exc}") from None
+    except (ValueError, RecursionError) as exc:
+        # ValueError besides JSONDecodeError: an integer of more digits than Python converts
+        raise ProtocolError("invalid_json", f"message is not valid JSON: {str(exc)[:200]}") from None
     if not isinstance(msg, dict):
         raise ProtocolError("invalid_event", f"{what} must be a JSON object")
+    if "\\u" in text and not _encodable(msg):
+        # JSON may escape a lone surrogate (\ud800): not text, and no model or log can encode it
+        raise ProtocolError("invalid_json", "message contains a lone UTF-16 surrogate escape, which is not valid Unicode text")
     return msg
+
+
+def _encodable(msg: Any) -> bool:
+    try:
+        json.dumps(msg, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True

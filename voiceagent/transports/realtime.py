@@ -13,6 +13,7 @@ import logging
 
 from websockets.asyncio.server import ServerConnection
 
+from voiceagent.audio import PIPELINE_RATE
 from voiceagent.errors import ProtocolError
 from voiceagent.session import Session
 from voiceagent.transports.connection import SessionConnection
@@ -46,7 +47,7 @@ class RealtimeConnection(SessionConnection):
 
     async def serve(self) -> None:
         await self.send(self.codec.session_message("session.created", self.session.id))
-        async for frame in self.ws:
+        async for frame in self.frames():
             if isinstance(frame, bytes):
                 await self.send(
                     self.codec.error(
@@ -55,9 +56,19 @@ class RealtimeConnection(SessionConnection):
                 )
                 continue
             try:
-                await self._apply(self.codec.decode(frame))
+                cmd = self.codec.decode(frame)
             except ProtocolError as exc:
                 await self.send(self.codec.error(exc))
+                continue
+            try:
+                await self._apply(cmd)
+            except ProtocolError as exc:
+                if exc.event_id is None:
+                    exc.event_id = cmd.event_id  # errors raised by the session echo the client's event too
+                await self.send(self.codec.error(exc))
+
+    async def expire(self, code: str, message: str) -> None:
+        await self.send(self.codec.error(ProtocolError(code, message)))
 
     async def write(self) -> None:
         async for event in self.session.events():
@@ -67,6 +78,13 @@ class RealtimeConnection(SessionConnection):
     async def _apply(self, cmd: Command) -> None:
         s = self.session
         if isinstance(cmd, AppendAudio):
+            if not self.audio_allowed(len(cmd.pcm) * 1000.0 / PIPELINE_RATE):
+                raise ProtocolError(
+                    "input_audio_rate_exceeded",
+                    f"audio is arriving faster than real time (more than {self.session.config.server.audio_burst_s:g} s ahead); "
+                    "this chunk was dropped",
+                    event_id=cmd.event_id,
+                )
             await s.append_audio(cmd.pcm)
         elif isinstance(cmd, UpdateSession):
             self.codec.settings = s.update(**cmd.changes)
@@ -122,5 +140,12 @@ class RealtimeConnection(SessionConnection):
             )
         elif isinstance(cmd, CreateResponse):
             await s.create_response(cmd.instructions)
-        elif isinstance(cmd, CancelResponse) and not await s.cancel_response():
-            raise ProtocolError("response_cancel_not_active", "there is no active response to cancel", event_id=cmd.event_id)
+        elif isinstance(cmd, CancelResponse):
+            active = s.active_response_id
+            if active is None:
+                raise ProtocolError("response_cancel_not_active", "there is no active response to cancel", event_id=cmd.event_id)
+            if cmd.response_id is not None and cmd.response_id != active:
+                raise ProtocolError(
+                    "response_cancel_not_active", f"response {cmd.response_id!r} is not active", param="response_id", event_id=cmd.event_id
+                )
+            await s.cancel_response()

@@ -28,11 +28,13 @@ from voiceagent.events import (
     InputSpeechStopped,
     InputTranscriptDelta,
     InputTranscriptDone,
+    ItemsDropped,
     ItemTruncated,
     OutputTranscriptDelta,
     ResponseCreated,
     ResponseDone,
     ResponseStatus,
+    TextItemAdded,
     TurnMetrics,
 )
 from voiceagent.history import new_id
@@ -201,6 +203,10 @@ class RealtimeCodec:
             changes["turn_detection"] = self._turn_detection(inp["turn_detection"])
         if "voice" in out:
             voice = require_str(out, "voice", "session.audio.output.voice")
+            if not voice.strip() or len(voice) > 64:
+                raise ProtocolError(
+                    "invalid_value", "voice must be a non-empty name of at most 64 characters", param="session.audio.output.voice"
+                )
             changes["voice"] = voice  # one voice is installed; the name is recorded, not applied
         if "speed" in out:
             speed = out["speed"]
@@ -359,6 +365,22 @@ class RealtimeCodec:
                 _msg("input_audio_buffer.committed", previous_item_id=ev.previous_item_id, item_id=ev.item_id),
                 _msg("conversation.item.added", previous_item_id=ev.previous_item_id, item=item),
             ]
+        if isinstance(ev, TextItemAdded):
+            part = {"type": "input_text" if ev.role == "user" else "output_text", "text": ev.text}
+            text_item = {
+                "id": ev.item_id,
+                "object": "realtime.item",
+                "type": "message",
+                "role": ev.role,
+                "status": "completed",
+                "content": [part],
+            }
+            return [
+                _msg("conversation.item.added", previous_item_id=ev.previous_item_id, item=text_item),
+                _msg("conversation.item.done", previous_item_id=ev.previous_item_id, item=text_item),
+            ]
+        if isinstance(ev, ItemsDropped):
+            return [_msg("conversation.item.deleted", item_id=item_id) for item_id in ev.item_ids]
         if isinstance(ev, InputTranscriptDelta):
             prev = self._partials.get(ev.item_id, "")
             self._partials[ev.item_id] = ev.text

@@ -6,8 +6,15 @@ Routes:
   ``ws://HOST:PORT/twilio``       Twilio Media Streams (a phone call)
   ``GET /twilio/twiml``           the TwiML that connects a call to ``/twilio``
   ``GET /``                       the browser microphone page (and its scripts)
-  ``GET /healthz``                ``ok`` once models are loaded
+  ``GET /healthz``                ``ok`` while the process serves (liveness)
+  ``GET /readyz``                 ``ready`` once the models are loaded and warmed, 503 while
+                                  draining (readiness: a load balancer stops sending sessions)
   ``GET /metrics``                Prometheus text exposition
+
+Access (:mod:`voiceagent.transports.auth`): a WebSocket upgrade (and the TwiML document) without
+an accepted token, when auth is on, gets HTTP 401; one from a foreign browser origin gets 403;
+both before any session work.  ``/healthz``, ``/readyz`` and ``/metrics`` stay open for probes.
+TLS: ``server.certfile``/``server.keyfile`` (or a TLS-terminating proxy in front).
 
 Limits: messages over ``server.max_message_bytes`` close that connection with code 1009.  Past the
 capacity (``server.max_sessions``, or when that is 0 the capacity measured at start-up, see
@@ -21,12 +28,15 @@ from __future__ import annotations
 import asyncio
 import http
 import logging
+import ssl
+from collections.abc import Sequence
 from urllib.parse import parse_qs, urlsplit
 
 from websockets.asyncio.server import Server as WsServer
 from websockets.asyncio.server import ServerConnection, serve
 from websockets.datastructures import Headers
 from websockets.http11 import Request, Response
+from websockets.typing import Subprotocol
 
 from voiceagent.backends.registry import Engines
 from voiceagent.capacity import capacity
@@ -34,6 +44,7 @@ from voiceagent.clock import Clock, MonotonicClock
 from voiceagent.config import Config
 from voiceagent.metrics import Metrics
 from voiceagent.session import Session
+from voiceagent.transports.auth import SUBPROTOCOL, access_for, is_loopback
 from voiceagent.transports.realtime import RealtimeConnection
 from voiceagent.transports.twilio import TwilioConnection
 from voiceagent.transports.twilio_codec import stream_url, twiml
@@ -59,6 +70,19 @@ def _bytes(status: http.HTTPStatus, data: bytes, content_type: str, **extra: str
     return Response(status.value, status.phrase, headers, data)
 
 
+def _route_path(raw: str) -> str:
+    """The route of a request path: ``/twilio/<token>`` is the Twilio stream."""
+    path = urlsplit(raw).path
+    if path.startswith(TWILIO_PATH + "/") and path != TWIML_PATH and path.count("/") == 2:
+        return TWILIO_PATH
+    return path
+
+
+def _select_subprotocol(connection: ServerConnection, offered: Sequence[Subprotocol]) -> Subprotocol | None:
+    # A browser that offers subprotocols (the token travels as one) needs one selected back.
+    return Subprotocol(SUBPROTOCOL) if SUBPROTOCOL in offered else None
+
+
 class VoiceAgentServer:
     """Serves every session of one process on one port, sharing ``engines``."""
 
@@ -71,9 +95,11 @@ class VoiceAgentServer:
         self._reserved: set[ServerConnection] = set()  # handshakes admitted, sessions not yet open
         self._watchers: set[asyncio.Future[None]] = set()
         self.capacity, self.capacity_source = self._capacity()
+        self.access = access_for(config.server)
         self._idle = asyncio.Event()
         self._idle.set()
         self._server: WsServer | None = None
+        self.draining = False
 
     def _capacity(self) -> tuple[int, str]:
         cfg = self.config
@@ -105,19 +131,46 @@ class VoiceAgentServer:
         return int(sock.getsockname()[1])
 
     @property
+    def tls(self) -> bool:
+        return bool(self.config.server.certfile)
+
+    @property
     def url(self) -> str:
-        return f"ws://{self.config.server.host}:{self.port}{REALTIME_PATH}"
+        return f"{'wss' if self.tls else 'ws'}://{self.config.server.host}:{self.port}{REALTIME_PATH}"
+
+    def how_to_connect(self) -> str:
+        """One line: where the clients connect and, with auth on, how they authenticate."""
+        host = f"{self.config.server.host}:{self.port}"
+        http_scheme = "https" if self.tls else "http"
+        ws_scheme = "wss" if self.tls else "ws"
+        if not self.access.required:
+            return f"browser: {http_scheme}://{host}/   phone (Twilio): {ws_scheme}://{host}/twilio   (no token needed)"
+        token = self.access.tokens[0]
+        shown = token if self.access.generated else "<token>"
+        where = "generated for this run; set server.auth_tokens to keep one" if self.access.generated else "from server.auth_tokens"
+        return (
+            f"auth on ({where}): browser {http_scheme}://{host}/#token={shown}   clients: 'Authorization: Bearer {shown}'"
+            f"   phone (Twilio): {ws_scheme}://{host}/twilio/{shown}"
+        )
 
     async def start(self) -> None:
         cfg = self.config.server
+        context: ssl.SSLContext | None = None
+        if cfg.certfile:
+            context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+            context.load_cert_chain(cfg.certfile, cfg.keyfile)
+        if not self.access.required and not is_loopback(cfg.host):
+            log.warning("server.auth is off on %s: anyone who can reach this port can open sessions", cfg.host)
         self._server = await serve(
             self._handle,
             cfg.host,
             cfg.port,
             process_request=self._route,
+            select_subprotocol=_select_subprotocol,
             max_size=cfg.max_message_bytes,
             ping_interval=20,
             ping_timeout=20,
+            ssl=context,
         )
 
     async def serve_forever(self) -> None:
@@ -133,6 +186,23 @@ class VoiceAgentServer:
         await asyncio.gather(*(s.aclose() for s in list(self.sessions)), return_exceptions=True)
         await self.engines.llm.aclose()  # this loop's pooled connections (the engine outlives the server)
 
+    async def drain(self, grace_s: float) -> None:
+        """Shut down gently (SIGTERM): refuse new sessions at once, give replies in progress up to
+        ``grace_s`` to finish, then close every session and the listener."""
+        self.draining = True
+        log.info("draining: %d sessions open, new ones refused; up to %g s for replies in progress", len(self.sessions), grace_s)
+        try:
+            async with asyncio.timeout(grace_s):
+                await asyncio.gather(*(s.quiet() for s in list(self.sessions)))
+        except TimeoutError:
+            log.warning("drain: replies still running after %g s are cut", grace_s)
+        await self.aclose()
+
+    @property
+    def ready(self) -> bool:
+        """Models loaded and warmed (the turn cost measured), and not draining."""
+        return self.engines.turn_cost is not None and not self.draining
+
     async def __aenter__(self) -> VoiceAgentServer:
         await self.start()
         return self
@@ -141,8 +211,16 @@ class VoiceAgentServer:
         await self.aclose()
 
     def _route(self, connection: ServerConnection, request: Request) -> Response | None:
-        path = urlsplit(request.path).path
+        path = _route_path(request.path)
+        if path in (REALTIME_PATH, TWILIO_PATH, TWIML_PATH):
+            refusal = self.access.check(request.path, request.headers)
+            if refusal is not None:
+                self.metrics.sessions_refused += 1
+                return _text(http.HTTPStatus(refusal.status), refusal.reason + "\n", WWW_Authenticate="Bearer")
         if path in (REALTIME_PATH, TWILIO_PATH):
+            if self.draining:
+                self.metrics.sessions_refused += 1
+                return _text(http.HTTPStatus.SERVICE_UNAVAILABLE, "server is shutting down; retry later\n", Retry_After="5")
             if len(self.sessions) + len(self._reserved) >= self.capacity:
                 self.metrics.sessions_refused += 1
                 return _text(
@@ -159,11 +237,18 @@ class VoiceAgentServer:
             return None  # go on with the WebSocket handshake
         if path == "/healthz":
             return _text(http.HTTPStatus.OK, "ok\n")
+        if path == "/readyz":
+            if self.ready:
+                return _text(http.HTTPStatus.OK, "ready\n")
+            return _text(http.HTTPStatus.SERVICE_UNAVAILABLE, "draining\n" if self.draining else "warming up\n", Retry_After="5")
         if path == "/metrics":
             return _text(http.HTTPStatus.OK, self.metrics.render() + self._engine_metrics(), "text/plain; version=0.0.4")
         if path == TWIML_PATH:
             try:
                 url = stream_url(self.config.server.public_url, request.headers.get("Host"), request.headers.get("X-Forwarded-Proto"))
+                token = self.access.token_in(request.path, request.headers)
+                if token is not None:
+                    url += f"/{token}"  # Twilio's stream URL takes no query string: the token is a path segment
             except ValueError as exc:
                 return _text(http.HTTPStatus.BAD_REQUEST, f"{exc}\n")
             return _text(http.HTTPStatus.OK, twiml(url), "text/xml; charset=utf-8")
@@ -207,6 +292,7 @@ class VoiceAgentServer:
         assert ws.request is not None
         self._reserved.discard(ws)
         parts = urlsplit(ws.request.path)
+        path = _route_path(ws.request.path)
         query = parse_qs(parts.query)
         session = Session(self.engines, self.config, clock=self.clock, metrics=self.metrics)
         self.sessions.add(session)
@@ -214,11 +300,11 @@ class VoiceAgentServer:
         try:
             await session.start()
             conn: RealtimeConnection | TwilioConnection
-            if parts.path == TWILIO_PATH:
+            if path == TWILIO_PATH:
                 conn = TwilioConnection(ws, session, self.engines.tts.sample_rate)
             else:
                 conn = RealtimeConnection(ws, session, self.engines.tts.sample_rate, send_metrics=query.get("voiceagent_metrics") == ["1"])
-            log.info("session %s opened on %s from %s", session.id, parts.path, ws.remote_address)
+            log.info("session %s opened on %s from %s", session.id, path, ws.remote_address)
             await conn.run()
         finally:
             try:

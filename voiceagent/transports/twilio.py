@@ -17,6 +17,7 @@ import logging
 
 from websockets.asyncio.server import ServerConnection
 
+from voiceagent.audio import PIPELINE_RATE
 from voiceagent.errors import ProtocolError
 from voiceagent.events import InputTranscriptDone, PlaybackCleared, ResponseDone
 from voiceagent.session import Session
@@ -38,10 +39,12 @@ class TwilioConnection(SessionConnection):
         super().__init__(ws, session)
         self.codec = TwilioCodec(voice_rate)
         self.dtmf: list[str] = []
+        self.dropped_ms = 0.0
+        """Caller audio refused for arriving faster than real time (``server.audio_burst_s``)."""
 
     async def serve(self) -> None:
         """Serve until ``stop`` or the peer goes away."""
-        async for frame in self.ws:
+        async for frame in self.frames():
             if isinstance(frame, bytes):
                 await self._refuse(CLOSE_UNSUPPORTED, "binary frames are not part of Media Streams")
                 return
@@ -56,6 +59,10 @@ class TwilioConnection(SessionConnection):
                 return
             await self._apply(cmd)
 
+    async def expire(self, code: str, message: str) -> None:
+        """Media Streams has no error message: the close code and reason (1008) say it."""
+        log.warning("twilio stream %s: %s: %s", self.codec.stream_sid or "-", code, message)
+
     async def _refuse(self, code: int, reason: str) -> None:
         log.warning("twilio stream %s: closing: %s", self.codec.stream_sid or "-", reason)
         # A close reason is at most 123 bytes (RFC 6455); keep it readable rather than cut mid-character.
@@ -63,8 +70,10 @@ class TwilioConnection(SessionConnection):
 
     async def _apply(self, cmd: object) -> None:
         if isinstance(cmd, Media):
-            if len(cmd.pcm):
+            if len(cmd.pcm) and self.audio_allowed(len(cmd.pcm) * 1000.0 / PIPELINE_RATE):
                 await self.session.append_audio(cmd.pcm)
+            elif len(cmd.pcm):
+                self.dropped_ms += len(cmd.pcm) * 1000.0 / PIPELINE_RATE  # faster than a phone line can send
         elif isinstance(cmd, MarkEcho):
             pass  # the codec recorded the playback position
         elif isinstance(cmd, Dtmf):
@@ -79,9 +88,9 @@ class TwilioConnection(SessionConnection):
                 await self.send(message)
             if isinstance(event, PlaybackCleared):
                 await self._cut_to_heard(event)
-            elif isinstance(event, InputTranscriptDone):
+            elif isinstance(event, InputTranscriptDone) and self.session.config.log_transcripts:
                 log.info("twilio stream %s: caller: %s", self.codec.stream_sid, event.text)
-            elif isinstance(event, ResponseDone):
+            elif isinstance(event, ResponseDone) and self.session.config.log_transcripts:
                 log.info("twilio stream %s: agent (%s): %s", self.codec.stream_sid, event.status.value, event.text)
 
     async def _cut_to_heard(self, event: PlaybackCleared) -> None:

@@ -16,6 +16,12 @@ const WIRE_RATE = 24000;
 const params = new URLSearchParams(location.search);
 const defaultUrl = `${location.protocol === "https:" ? "wss" : "ws"}://${location.host}/v1/realtime?voiceagent_metrics=1`;
 const wsUrl = params.get("ws") || defaultUrl;
+// A server on a public address needs a token.  Browsers cannot set an Authorization header, so
+// it travels as the subprotocol "openai-insecure-api-key.<token>" (as with OpenAI's Realtime
+// API).  It comes from the page's #token=… (what `voiceagent serve` prints), else the field, and
+// is kept in this browser's localStorage; the fragment never reaches the server's logs.
+const hashToken = new URLSearchParams(location.hash.slice(1)).get("token");
+if (hashToken) localStorage.setItem("voiceagent.token", hashToken);
 const nativeCapture = params.get("capture") === "native";
 
 const stats = {
@@ -312,7 +318,9 @@ function onServer(msg) {
 
 function connect() {
   return new Promise((resolve, reject) => {
-    ws = new WebSocket(wsUrl);
+    const token = document.getElementById("token").value.trim();
+    if (token) localStorage.setItem("voiceagent.token", token);
+    ws = token ? new WebSocket(wsUrl, ["realtime", `openai-insecure-api-key.${token}`]) : new WebSocket(wsUrl);
     $("server").textContent = `· ${wsUrl}`;
     ws.onopen = () => {
       send({
@@ -331,7 +339,7 @@ function connect() {
         showError(`bad message from server: ${err.message}`);
       }
     };
-    ws.onerror = () => reject(new Error(`cannot connect to ${wsUrl}`));
+    ws.onerror = () => reject(new Error(`cannot connect to ${wsUrl} (if the server needs a token, enter it above)`));
     ws.onclose = (e) => {
       if (!stopping) {
         setState("error", `connection closed (code ${e.code}${e.reason ? `: ${e.reason}` : ""})`);
@@ -393,3 +401,4 @@ $("start").addEventListener("click", start);
 $("stop").addEventListener("click", stop);
 $("mute").addEventListener("click", toggleMute);
 $("server").textContent = `· ${wsUrl}`;
+$("token").value = localStorage.getItem("voiceagent.token") || "";

@@ -1,0 +1,63 @@
+"""Every backend failing mid-turn, through the real server with the real models (the fault
+injector of tests/faults.py wraps them): the client hears of it, and the next turn works."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+from websockets.asyncio.client import connect
+
+from tests.faults import Faults, inject
+from tests.integration.rt_client import Recorder, send_paced, wire_audio
+from voiceagent.config import load_config
+from voiceagent.transports.server import VoiceAgentServer
+
+pytestmark = pytest.mark.models
+
+
+@pytest.mark.parametrize(("kind", "after"), [("vad", 0), ("stt", 0), ("llm", 0), ("llm", 2), ("tts", 0), ("tts", 1)])
+def test_a_backend_failing_mid_turn_is_reported_and_the_next_turn_works(
+    kind: str, after: int, engines: Any, speech: dict[str, Path], run: Any
+) -> None:
+    faults = Faults()
+    faulty = inject(engines, faults)
+    # Not yet here: the turn model (this fixture's turn skips it; with it forced, the failed
+    # turn's error event did not come: see the closing note of issue 10).
+    config = load_config(env={}, overrides={"server.port": "0"})
+
+    async def main() -> list[dict[str, Any]]:
+        async with VoiceAgentServer(config, faulty) as server:
+            ws = await connect(server.url, max_size=None)
+            rec = Recorder(ws)
+            pump = asyncio.create_task(rec.pump())
+            await rec.wait_for("session.created", 10)
+            faults.arm(kind, after=after)
+            await send_paced(ws, wire_audio(speech["weather"], tail_s=1.5))
+            error = await rec.wait_for("error", 60)
+            assert error["error"]["code"] == f"{kind}_failed", error
+            assert faults.fired[kind] == 1
+            # A fault in one VAD window or one decode may leave the turn itself answered: let any
+            # reply of the first turn end, so the second question does not barge in on it.
+            while len(rec.of("response.done")) < len(rec.of("response.created")):
+                last = max((i for i, e in enumerate(rec.events) if e["type"] == "response.done"), default=-1)
+                await rec.wait_for("response.done", 60, start=last + 1)
+            failed = [e for e in rec.of("response.done") if e["response"]["status"] == "failed"]
+            mark = len(rec.events)
+            await send_paced(ws, wire_audio(speech["weather"], tail_s=0.5))
+            done = await rec.wait_for("response.done", 60, start=mark)
+            assert done["response"]["status"] == "completed", done
+            assert (
+                "moon"
+                in (await rec.wait_for("conversation.item.input_audio_transcription.completed", 10, start=mark))["transcript"].lower()
+            )
+            await ws.close()
+            await pump
+            await server.wait_idle()
+            return failed
+
+    failed = run(main(), 180)
+    if kind in ("llm", "tts"):  # the failure hit a response: it ends failed, not silently
+        assert len(failed) == 1, failed
