@@ -30,6 +30,7 @@ __all__ = [
     "GenerationEnd",
     "ItemTruncated",
     "LlmRoute",
+    "LlmUsage",
     "InputClear",
     "InputCommit",
     "InputCleared",
@@ -205,6 +206,19 @@ class LlmRoute(ResponseEvent):
 
     engine: str
     reason: str
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LlmUsage(ResponseEvent):
+    """What generation ``gen``'s reply used, sent when the LLM finished it (not for a reply that
+    was cancelled or failed).  ``decode_s``: first token to last; ``None`` counts are unknown."""
+
+    engine: str
+    model: str
+    prompt_tokens: int | None
+    reused_tokens: int | None
+    generated_tokens: int
+    decode_s: float
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -1,13 +1,23 @@
-"""Per-turn timelines, latency histograms and their Prometheus text exposition."""
+"""Per-turn timelines and the server's Prometheus metrics (through ``prometheus-client``).
+
+Each :class:`Metrics` owns a registry of its own (not the library's global one): a process may run
+several servers (the tests do), and each ``/metrics`` must show its own sessions only.  Values
+that live elsewhere (the LLM engine's load, the depth of every session's queues) are read at
+scrape time by collectors registered with :meth:`Metrics.add_collector`.
+"""
 
 from __future__ import annotations
 
-import bisect
-import collections
-import threading
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-__all__ = ["MARKS", "Histogram", "Metrics", "TurnTimeline"]
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import Metric
+from prometheus_client.registry import Collector
+
+__all__ = ["CONTENT_TYPE", "MARKS", "Metrics", "TurnTimeline"]
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 # The order of marks within a turn; spans are reported from ``speech_end``.
 MARKS = (
@@ -48,92 +58,154 @@ class TurnTimeline:
         return {name: round((t - origin) * 1000.0, 1) for name, t in self.marks.items() if name != "speech_end"}
 
 
-class Histogram:
-    def __init__(self, buckets: tuple[float, ...]) -> None:
-        self.buckets = buckets
-        self.counts = [0] * (len(buckets) + 1)
-        self.total = 0.0
-        self.n = 0
-        self._lock = threading.Lock()
-
-    def observe(self, value: float) -> None:
-        with self._lock:
-            self.counts[bisect.bisect_left(self.buckets, value)] += 1
-            self.total += value
-            self.n += 1
-
-    def render(self, name: str, labels: str = "") -> list[str]:
-        lines = []
-        cumulative = 0
-        sep = "," if labels else ""
-        for bound, count in zip(self.buckets, self.counts, strict=False):
-            cumulative += count
-            lines.append(f'{name}_bucket{{{labels}{sep}le="{bound}"}} {cumulative}')
-        lines.append(f'{name}_bucket{{{labels}{sep}le="+Inf"}} {self.n}')
-        lines.append(f"{name}_sum{{{labels}}} {self.total}")
-        lines.append(f"{name}_count{{{labels}}} {self.n}")
-        return lines
-
-
 _LATENCY_BUCKETS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0)
 _QUEUE_BUCKETS = (0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0)
+_RATE_BUCKETS = (1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 50.0, 75.0, 100.0, 200.0, 500.0)
+
+REFUSALS = ("unauthorized", "forbidden", "capacity", "draining")
+"""Why a handshake is refused: no or a wrong token (401), an origin not allowed (403), the server
+full (503) or shutting down (503)."""
 
 
 class Metrics:
-    """Process-wide counters and histograms, shared by all sessions of a server."""
+    """Process-wide counters and histograms, shared by all sessions of a server.
+
+    Counters and gauges are safe to update from any thread (the library locks them).  The
+    read-only properties (``sessions_active`` …) are for tests and logs.
+    """
 
     def __init__(self) -> None:
-        self.sessions_active = 0
-        self.sessions_total = 0
-        self.turns = 0
-        self.barge_ins = 0
-        self.errors = 0
-        self.spans: dict[str, Histogram] = {m: Histogram(_LATENCY_BUCKETS) for m in MARKS[1:]}
-        self.llm_queue = Histogram(_QUEUE_BUCKETS)
-        self.sessions_refused = 0
-        self.llm_answers: collections.Counter[tuple[str, str]] = collections.Counter()
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self._active = Gauge("voiceagent_sessions_active", "sessions open now", registry=r)
+        self._sessions = Counter("voiceagent_sessions", "sessions opened", registry=r)
+        self._refused = Counter(
+            "voiceagent_sessions_refused", "handshakes refused, by reason: " + ", ".join(REFUSALS), ["reason"], registry=r
+        )
+        for reason in REFUSALS:
+            self._refused.labels(reason)
+        self._turns = Counter("voiceagent_turns", "responses ended, by status (completed, cancelled, failed)", ["status"], registry=r)
+        self._barge_ins = Counter("voiceagent_barge_ins", "responses the user talked over", registry=r)
+        self._errors = Counter("voiceagent_errors", "error events sent to clients, by code", ["code"], registry=r)
+        self._spans = Histogram(
+            "voiceagent_span_seconds",
+            "seconds from the end of user speech to each mark of the turn",
+            ["mark"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self._llm_queue = Histogram(
+            "voiceagent_llm_queue_seconds", "time a turn waited for the LLM's sequence state", buckets=_QUEUE_BUCKETS, registry=r
+        )
+        self._queue_wait = Histogram(
+            "voiceagent_queue_wait_seconds",
+            "time an event waited in the queue in front of a stage",
+            ["queue"],
+            buckets=_QUEUE_BUCKETS,
+            registry=r,
+        )
+        self._answers = Counter(
+            "voiceagent_llm_answers",
+            "replies by the LLM engine that answered and why (see backends/fallback.py)",
+            ["engine", "reason"],
+            registry=r,
+        )
+        self._tokens = Counter(
+            "voiceagent_llm_turn_tokens",
+            "tokens of the replies, by engine and kind (prompt, reused, generated)",
+            ["engine", "kind"],
+            registry=r,
+        )
+        self._rate = Histogram(
+            "voiceagent_llm_tokens_per_second",
+            "decode speed of each reply (generated tokens / first to last token)",
+            ["engine"],
+            buckets=_RATE_BUCKETS,
+            registry=r,
+        )
 
-    def observe_turn(self, spans_ms: dict[str, float], llm_queue_ms: float | None = None) -> None:
-        """Count one finished spoken turn: its spans and its wait for the LLM."""
-        self.turns += 1
+    # ------------------------------------------------------------------ updates
+
+    def session_opened(self) -> None:
+        self._active.inc()
+        self._sessions.inc()
+
+    def session_closed(self) -> None:
+        self._active.dec()
+
+    def refused(self, reason: str) -> None:
+        """Count one refused handshake (``reason``: one of :data:`REFUSALS`)."""
+        self._refused.labels(reason).inc()
+
+    def barge_in(self) -> None:
+        self._barge_ins.inc()
+
+    def error(self, code: str) -> None:
+        self._errors.labels(code).inc()
+
+    def queue_wait(self, queue: str, seconds: float) -> None:
+        self._queue_wait.labels(queue).observe(max(0.0, seconds))
+
+    def observe_turn(self, status: str, spans_ms: dict[str, float], llm_queue_ms: float | None = None) -> None:
+        """Count one ended response: its status, its spans and its wait for the LLM."""
+        self._turns.labels(status).inc()
         for name, ms in spans_ms.items():
-            hist = self.spans.get(name)
-            if hist is not None:
-                hist.observe(ms / 1000.0)
+            if name in MARKS:
+                self._spans.labels(name).observe(ms / 1000.0)
         if llm_queue_ms is not None:
-            self.llm_queue.observe(llm_queue_ms / 1000.0)
+            self._llm_queue.observe(llm_queue_ms / 1000.0)
 
     def observe_llm_route(self, route: tuple[str, str]) -> None:
         """Count one reply by (the LLM engine that answered it, why)."""
-        self.llm_answers[route] += 1
+        self._answers.labels(*route).inc()
 
-    def render(self) -> str:
-        lines = [
-            "# TYPE voiceagent_sessions_active gauge",
-            f"voiceagent_sessions_active {self.sessions_active}",
-            "# TYPE voiceagent_sessions_total counter",
-            f"voiceagent_sessions_total {self.sessions_total}",
-            "# HELP voiceagent_sessions_refused_total connections refused at capacity (HTTP 503)",
-            "# TYPE voiceagent_sessions_refused_total counter",
-            f"voiceagent_sessions_refused_total {self.sessions_refused}",
-            "# TYPE voiceagent_turns_total counter",
-            f"voiceagent_turns_total {self.turns}",
-            "# TYPE voiceagent_barge_ins_total counter",
-            f"voiceagent_barge_ins_total {self.barge_ins}",
-            "# TYPE voiceagent_errors_total counter",
-            f"voiceagent_errors_total {self.errors}",
-            "# HELP voiceagent_span_seconds seconds from end of user speech to each pipeline mark",
-            "# TYPE voiceagent_span_seconds histogram",
-        ]
-        for name, hist in self.spans.items():
-            lines.extend(hist.render("voiceagent_span_seconds", f'mark="{name}"'))
-        lines += [
-            "# HELP voiceagent_llm_queue_seconds time a turn waited for the LLM's sequence state",
-            "# TYPE voiceagent_llm_queue_seconds histogram",
-            *self.llm_queue.render("voiceagent_llm_queue_seconds"),
-            "# HELP voiceagent_llm_answers_total turns by the LLM engine that answered and why (see backends/fallback.py)",
-            "# TYPE voiceagent_llm_answers_total counter",
-        ]
-        for (engine, reason), n in sorted(self.llm_answers.items()):
-            lines.append(f'voiceagent_llm_answers_total{{engine="{engine}",reason="{reason}"}} {n}')
-        return "\n".join(lines) + "\n"
+    def observe_tokens(self, engine: str, prompt: int | None, reused: int | None, generated: int, decode_s: float | None) -> None:
+        """Count one reply's tokens and, when it decoded for a measurable time, its tokens/s."""
+        if prompt is not None:
+            self._tokens.labels(engine, "prompt").inc(prompt)
+        if reused is not None:
+            self._tokens.labels(engine, "reused").inc(reused)
+        self._tokens.labels(engine, "generated").inc(generated)
+        if decode_s is not None and decode_s > 0 and generated > 1:
+            self._rate.labels(engine).observe((generated - 1) / decode_s)
+
+    def add_collector(self, collect: Callable[[], Iterable[Metric]]) -> None:
+        """Register ``collect`` to be called at each scrape (values owned by someone else)."""
+        self.registry.register(_Collector(collect))
+
+    # ------------------------------------------------------------------ reads
+
+    def value(self, name: str, **labels: str) -> float:
+        """One sample's value (0 when it has none yet), e.g. ``value("voiceagent_turns_total", status="failed")``."""
+        return self.registry.get_sample_value(name, labels) or 0.0
+
+    @property
+    def sessions_active(self) -> int:
+        return int(self.value("voiceagent_sessions_active"))
+
+    @property
+    def sessions_total(self) -> int:
+        return int(self.value("voiceagent_sessions_total"))
+
+    @property
+    def sessions_refused(self) -> int:
+        return sum(int(self.value("voiceagent_sessions_refused_total", reason=r)) for r in REFUSALS)
+
+    @property
+    def errors(self) -> int:
+        return int(sum(s.value for m in self._errors.collect() for s in m.samples if s.name.endswith("_total")))
+
+    def render(self) -> bytes:
+        """The text exposition of every metric (``GET /metrics``)."""
+        return generate_latest(self.registry)
+
+
+class _Collector(Collector):
+    def __init__(self, collect: Callable[[], Iterable[Metric]]) -> None:
+        self._collect = collect
+
+    def collect(self) -> Iterable[Metric]:
+        return self._collect()
+
+    def describe(self) -> Iterable[Metric]:
+        return []  # not described in advance: registering never calls collect

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
 
+from voiceagent import tracing
 from voiceagent.audio import PIPELINE_RATE, Int16Array
 from voiceagent.backends.protocols import Message
 from voiceagent.backends.registry import Engines
@@ -50,6 +51,7 @@ from voiceagent.events import (
     ItemsDropped,
     ItemTruncated,
     LlmRoute,
+    LlmUsage,
     Mark,
     OutputTranscriptDelta,
     PlaybackCleared,
@@ -99,6 +101,7 @@ class _Response:
     instructions: str | None = None
     llm_route: tuple[str, str] | None = None
     """(engine, reason): which LLM engine answered and why."""
+    usage: LlmUsage | None = None
 
 
 class Session:
@@ -123,6 +126,7 @@ class Session:
         self._engines = engines
         self._outbox: asyncio.Queue[object] = asyncio.Queue(maxsize=_OUTBOX)
         self._tasks: list[asyncio.Task[None]] = []
+        self._channels: tuple[Channel[Event], ...] = ()
         self._responses: dict[int, _Response] = {}
         self._playing: _Response | None = None
         self._user_item: str | None = None
@@ -151,7 +155,7 @@ class Session:
         ctx = StageContext(self.id, self.clock, self.scope, self._on_event, self._on_stage_error)
 
         def chan(name: str) -> Channel[Event]:
-            return Channel(name, _INBOX, self.scope)
+            return Channel(name, _INBOX, self.scope, on_wait=self.metrics.queue_wait, clock=self.clock.now)
 
         self._vad_in, stt_in, turn_in, llm_in, tts_in, play_in = (chan(n) for n in ("vad", "stt", "turn", "llm", "tts", "playout"))
         self._llm_in = llm_in
@@ -198,8 +202,8 @@ class Session:
         self.playout = PlayoutStage(ctx, play_in, cfg.playout.lead_ms, cfg.playout.chunk_ms)
         for stage in (self.vad, self.stt, self.turn, self.llm, self.tts, self.playout):
             self._tasks.append(asyncio.create_task(stage.run(), name=f"{self.id}.{stage.name}"))
-        self.metrics.sessions_active += 1
-        self.metrics.sessions_total += 1
+        self._channels = (self._vad_in, stt_in, turn_in, llm_in, tts_in, play_in)
+        self.metrics.session_opened()
 
     async def aclose(self) -> None:
         """Stop every stage.  Idempotent."""
@@ -210,7 +214,7 @@ class Session:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         if self._started:
-            self.metrics.sessions_active -= 1
+            self.metrics.session_closed()
         if self._outbox.full():
             # Nobody is reading (the client is gone): make room so events() can still end.
             self._outbox.get_nowait()
@@ -224,6 +228,12 @@ class Session:
                 return
             assert isinstance(item, Event)
             yield item
+
+    def queue_depths(self) -> dict[str, int]:
+        """Events waiting now in front of each stage, and in the outbox to the client."""
+        depths = {ch.name: len(ch) for ch in self._channels}
+        depths["outbox"] = self._outbox.qsize()
+        return depths
 
     # ------------------------------------------------------------------ transport API
 
@@ -367,6 +377,8 @@ class Session:
         return self.clock.now()
 
     async def _emit(self, event: Event) -> None:
+        if isinstance(event, ErrorEvent):
+            self.metrics.error(event.code)
         await self._outbox.put(event)
 
     async def _release(self, resp: _Response) -> None:
@@ -398,7 +410,7 @@ class Session:
         heard = tl.heard_ms(now)
         if not resp.done or heard < tl.sent_ms - _AUDIBLE_EPS_MS:
             resp.item.cut(heard)
-            self.metrics.barge_ins += 1
+            self.metrics.barge_in()
             await self._emit(
                 PlaybackCleared(t=now, gen=resp.gen, session=self.id, response_id=resp.id, item_id=resp.item_id, heard_ms=heard)
             )
@@ -429,10 +441,12 @@ class Session:
         queue_ms = resp.timeline.between_ms("llm_request", "llm_admitted")
         active = self.metrics.sessions_active
         engine, route = resp.llm_route or (None, None)
-        if spans:
-            self.metrics.observe_turn(spans, queue_ms)
+        usage = resp.usage
+        self.metrics.observe_turn(status.value, spans, queue_ms)
         if resp.llm_route is not None:
             self.metrics.observe_llm_route(resp.llm_route)
+        if usage is not None:
+            self.metrics.observe_tokens(usage.engine, usage.prompt_tokens, usage.reused_tokens, usage.generated_tokens, usage.decode_s)
         if spans or resp.llm_route is not None:  # a text turn has no speech timeline, but an engine
             await self._emit(
                 TurnMetrics(
@@ -447,25 +461,57 @@ class Session:
                     llm_route=route,
                 )
             )
-        log.info(
-            json.dumps(
-                {
-                    "event": "turn",
-                    "session": self.id,
-                    "response": resp.id,
-                    "status": status.value,
-                    "spans_ms": spans,
-                    "sessions_active": active,
-                    "llm_queue_ms": queue_ms,
-                    "llm_engine": engine,
-                    "llm_route": route,
-                }
-            )
+        record = self._turn_record(resp, status, reason, spans, queue_ms, active)
+        log.info(json.dumps(record))
+        tracing.record_turn(
+            resp.timeline.marks,
+            now,
+            {k: v for k, v in record.items() if isinstance(v, str | int | float) and k != "event"}
+            | ({f"tokens_{k}": v for k, v in record["tokens"].items()} if record["tokens"] else {})
+            | {f"model_{k}": v for k, v in record["models"].items()},
         )
         self._responses.pop(resp.gen, None)
 
+    def _turn_record(
+        self, resp: _Response, status: ResponseStatus, reason: str | None, spans: dict[str, float], queue_ms: float | None, active: int
+    ) -> dict[str, Any]:
+        """The per-turn log line: what a dashboard or an incident needs, no transcript unless
+        ``log_transcripts`` is on."""
+        cfg = self.config
+        usage = resp.usage
+        engine, route = resp.llm_route or (None, None)
+        record: dict[str, Any] = {
+            "event": "turn",
+            "session": self.id,
+            "response": resp.id,
+            "generation": resp.gen,
+            "status": status.value,
+            "reason": reason,
+            "spans_ms": spans,
+            "sessions_active": active,
+            "llm_queue_ms": queue_ms,
+            "llm_engine": engine,
+            "llm_route": route,
+            "tokens": None
+            if usage is None
+            else {"prompt": usage.prompt_tokens, "reused": usage.reused_tokens, "generated": usage.generated_tokens},
+            "tokens_per_s": round((usage.generated_tokens - 1) / usage.decode_s, 1)
+            if usage is not None and usage.decode_s > 0 and usage.generated_tokens > 1
+            else None,
+            "models": {
+                "vad": cfg.vad.model,
+                "stt": cfg.stt.model,
+                "turn": cfg.turn.model,
+                "llm": (usage.model if usage is not None and usage.model else cfg.llm.model),
+                "tts": self.settings.voice or cfg.tts.model,
+            },
+            "audio_ms": round(resp.item.audio_ms, 1) if resp.item is not None else 0.0,
+        }
+        if cfg.log_transcripts and resp.item is not None:
+            record["text"] = resp.item.text
+        return record
+
     async def _on_stage_error(self, err: StageError, gen: int) -> None:
-        self.metrics.errors += 1
         await self._emit(
             ErrorEvent(t=self.clock.now(), gen=gen, session=self.id, code=f"{err.stage}_failed", message=err.message, kind="server_error")
         )
@@ -492,6 +538,9 @@ class Session:
         elif isinstance(ev, LlmRoute):
             if not self.scope.is_stale(ev.gen):
                 self._response(ev.gen).llm_route = (ev.engine, ev.reason)
+        elif isinstance(ev, LlmUsage):
+            if not self.scope.is_stale(ev.gen):
+                self._response(ev.gen).usage = ev
         elif isinstance(ev, OutputTranscriptDelta):
             resp = self._responses.get(ev.gen)
             if resp is not None and resp.item is not None:

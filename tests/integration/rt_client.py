@@ -6,11 +6,13 @@ import asyncio
 import base64
 import json
 import time
+import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from prometheus_client.parser import text_string_to_metric_families
 from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed
 
@@ -81,3 +83,16 @@ async def send_paced(ws: ClientConnection, pcm: Int16Array, speed: float = 1.0, 
         if delay > 0:
             await asyncio.sleep(delay)  # pacing audio like a microphone, not synchronisation
         await ws.send(append_msg(pcm[i : i + step]))
+
+
+def scrape(port: int) -> dict[str, float]:
+    """``GET /metrics``, parsed by prometheus-client's own parser: ``{'name{a="x",b="y"}': value}``
+    with the labels in sorted order (blocking: call it through ``asyncio.to_thread``)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as resp:
+        text = resp.read().decode()
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            labels = ",".join(f'{k}="{v}"' for k, v in sorted(s.labels.items()))
+            out[f"{s.name}{{{labels}}}" if labels else s.name] = s.value
+    return out

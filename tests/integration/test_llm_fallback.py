@@ -8,7 +8,6 @@ import asyncio
 import contextlib
 import dataclasses
 import json
-import urllib.request
 from typing import Any
 
 import pytest
@@ -16,7 +15,7 @@ from websockets.asyncio.client import connect
 
 from tests.faults import Faults, FaultyLlm
 from tests.integration.llm_server import LlamaCppServer, SlowProxy
-from tests.integration.rt_client import Recorder
+from tests.integration.rt_client import Recorder, scrape
 from voiceagent.backends.fallback import BreakerState, FallbackLlm
 from voiceagent.backends.llm_pool import LlmPool
 from voiceagent.backends.openai_llm import OpenAiLlm
@@ -82,21 +81,21 @@ def test_a_server_stopped_mid_conversation_hands_its_turns_to_the_fallback_until
                 assert (metrics["llm_engine"], metrics["llm_route"]) == (engine, why), (question, metrics)
                 assert word in reply, (question, engine, reply)
             assert rec.of("error") == []  # every turn was answered: no failed response reached the client
-            body = await asyncio.to_thread(lambda: urllib.request.urlopen(f"http://127.0.0.1:{server.port}/metrics", timeout=10).read())
+            body = await asyncio.to_thread(scrape, server.port)
             await ws.close()
             await task
         await llm.aclose()
-        return body.decode()
+        return body
 
     try:
         exposition = run(main(), 300)
     finally:
         llm_server.stop()
-    assert 'voiceagent_llm_answers_total{engine="llama_cpp",reason="primary_failed"} 2' in exposition
-    assert 'voiceagent_llm_answers_total{engine="llama_cpp",reason="breaker_open"} 1' in exposition
-    assert 'voiceagent_llm_answers_total{engine="openai",reason="probe"} 1' in exposition
-    assert 'voiceagent_llm_answers_total{engine="openai",reason="primary"} 2' in exposition
-    assert 'voiceagent_llm_breaker_open{engine="openai",state="closed"} 0' in exposition
+    assert exposition['voiceagent_llm_answers_total{engine="llama_cpp",reason="primary_failed"}'] == 2
+    assert exposition['voiceagent_llm_answers_total{engine="llama_cpp",reason="breaker_open"}'] == 1
+    assert exposition['voiceagent_llm_answers_total{engine="openai",reason="probe"}'] == 1
+    assert exposition['voiceagent_llm_answers_total{engine="openai",reason="primary"}'] == 2
+    assert exposition['voiceagent_llm_breaker_open{engine="openai",state="closed"}'] == 0
 
 
 def test_a_server_slower_than_the_first_token_budget_is_aborted_and_the_fallback_answers(engines: Any, run: Any) -> None:

@@ -220,3 +220,26 @@ def test_get_cancellation_while_empty_loses_no_later_item(run: Run) -> None:
         assert isinstance(got, AudioFrame) and got.start_ms == 1
 
     run(main(), 5)
+
+
+def test_the_wait_of_each_item_in_the_channel_is_reported_on_the_channels_clock(run: Run) -> None:
+    now = [10.0]
+    waits: list[tuple[str, float]] = []
+    scope = GenerationScope()
+    ch: Channel[Event] = Channel("tts", 4, scope, on_wait=lambda name, s: waits.append((name, s)), clock=lambda: now[0])
+
+    async def main() -> None:
+        await ch.put(clause(0, "a"))
+        now[0] = 10.25
+        ch.put_nowait(clause(0, "b"))
+        scope.next()
+        ch.put_nowait(clause(1, "c"))
+        now[0] = 11.0
+        assert (await ch.get()).text == "c"  # type: ignore[attr-defined]
+        assert waits == [("tts", 0.75)]  # put at 10.25, taken at 11.0; the stale items are not reported
+        await ch.put(frame(0.0))
+        now[0] = 11.5
+        await ch.get()
+
+    run(main())
+    assert waits == [("tts", 0.75), ("tts", 0.5)]

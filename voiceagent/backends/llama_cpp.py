@@ -116,4 +116,4 @@ def load(config: LlmConfig, cache_dir: Path) -> LlmPool:
     """``config.contexts`` contexts over the catalog model ``config.model`` (blocking; seconds)."""
     path = gguf_path(config.model, cache_dir)
     contexts = [LlamaCppContext(path, config.threads, config.context) for _ in range(config.contexts)]
-    return LlmPool(contexts, PriorityExecutor("llm"), name="llama_cpp", count_prompt=_reuse, threads=config.threads)
+    return LlmPool(contexts, PriorityExecutor("llm"), name="llama_cpp", count_prompt=_reuse, threads=config.threads, model=config.model)

@@ -154,10 +154,12 @@ class LlmPool:
         name: str = "llama_cpp",
         count_prompt: Callable[[LlmContext, Sequence[Message]], tuple[int, int]] | None = None,
         threads: int = 1,
+        model: str = "",
     ) -> None:
         if not contexts:
             raise ValueError("an LLM pool needs at least one context")
         self.name = name
+        self.model = model
         self.executor = executor
         self._slots = [_Slot(i, c) for i, c in enumerate(contexts)]
         self._waiters: collections.deque[_Waiter] = collections.deque()
@@ -276,6 +278,9 @@ class LlmPool:
             context = slot.context
             msgs = list(request.messages)
             admitted = next(self._admissions)
+            usage = request.usage
+            if usage is not None:
+                usage.model = self.model
 
             def make() -> Iterator[str]:
                 self._threads_now(context)
@@ -283,12 +288,16 @@ class LlmPool:
                     total, reused = self._count_prompt(context, msgs)
                     self._prompt_tokens += total
                     self._reused_tokens += reused
+                    if usage is not None:
+                        usage.prompt_tokens, usage.reused_tokens = total, reused
                 return context.stream(msgs, request.max_tokens, request.temperature)
 
             it = await self._call(admitted, make)
             steps = _Steps(self, context, it, admitted, request.urgent_tokens, request.urgent)
             while (item := await steps.next()) is not _DONE:
                 self._generated += 1
+                if usage is not None:
+                    usage.generated_tokens += 1  # the context yields one piece per token
                 yield item  # type: ignore[misc]
             finished = True
         except Exception:

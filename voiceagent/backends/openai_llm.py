@@ -124,6 +124,10 @@ class OpenAiLlm:
                             if piece:
                                 deadline.reschedule(None)
                                 self._generated += 1
+                                if request.usage is not None:
+                                    # Servers send one token per chunk; the prompt is not reported.
+                                    request.usage.model = self.model
+                                    request.usage.generated_tokens += 1
                                 yield piece
                         raise EngineError(f"the LLM server at {self.base_url} ended the stream without [DONE]")
             except TimeoutError:

@@ -43,6 +43,7 @@ __all__ = [
     "SttBackend",
     "TtsBackend",
     "TurnBackend",
+    "Usage",
     "VadBackend",
     "VadStream",
 ]
@@ -105,6 +106,19 @@ class LlmContext(Protocol):
         ...
 
 
+@dataclass(slots=True)
+class Usage:
+    """What one generation used, filled in by the engine as it goes (from any thread: plain
+    stores only) and read by the caller once the generation has ended.  ``None``: the engine
+    cannot tell (an OpenAI-compatible server that reports no usage while streaming)."""
+
+    model: str = ""
+    prompt_tokens: int | None = None
+    reused_tokens: int | None = None
+    """Prompt tokens that were already in the KV cache (not evaluated again)."""
+    generated_tokens: int = 0
+
+
 @dataclass(frozen=True, slots=True)
 class LlmRequest:
     """One generation: ``key`` names the conversation (affinity for its warm prefix).
@@ -116,7 +130,8 @@ class LlmRequest:
     the engine's thread and must only read a flag.  ``urgent_tokens`` bounds how many tokens are
     treated as urgent whatever ``urgent`` says.  ``on_route`` is called on the event loop, before
     the first token, by an engine that chooses between engines (:mod:`voiceagent.backends.fallback`)
-    with the name of the engine that answers and why.
+    with the name of the engine that answers and why.  ``usage``, when given, is filled in by the
+    engine that answers (see :class:`Usage`).
     """
 
     key: str
@@ -127,6 +142,7 @@ class LlmRequest:
     urgent_tokens: int = 0
     urgent: Callable[[], bool] | None = None
     on_route: Callable[[str, str], None] | None = None
+    usage: Usage | None = None
 
 
 @dataclass(frozen=True, slots=True)

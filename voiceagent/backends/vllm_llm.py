@@ -83,8 +83,10 @@ class VllmLlm:
         render: Callable[[Sequence[Message]], list[int]],
         make_params: Callable[[int, float], Any],
         name: str = "vllm",
+        model: str = "",
     ) -> None:
         self.name = name
+        self.model = model
         self._render = render
         self._make_params = make_params
         self._loop = asyncio.new_event_loop()
@@ -163,13 +165,19 @@ class VllmLlm:
                 async for out in stream:
                     if first:
                         first = False
+                        cached = int(getattr(out, "num_cached_tokens", 0) or 0)
                         self._prompt_tokens += len(ids)
-                        self._cached_tokens += int(getattr(out, "num_cached_tokens", 0) or 0)
+                        self._cached_tokens += cached
+                        if request.usage is not None:
+                            request.usage.model = self.model
+                            request.usage.prompt_tokens, request.usage.reused_tokens = len(ids), cached
                     if job.stopped and not job.aborted_in_engine:
                         await self._abort(job)  # the stop came while the request was being added
                     completion = out.outputs[0] if out.outputs else None
                     if completion is not None and completion.text and not job.stopped:
                         self._generated += len(completion.token_ids)
+                        if request.usage is not None:
+                            request.usage.generated_tokens += len(completion.token_ids)
                         put(completion.text)
                     if out.finished:
                         self.finished[str(completion.finish_reason if completion is not None else "unknown")] += 1
@@ -297,4 +305,4 @@ def load(config: LlmConfig, cache_dir: Path) -> VllmLlm:
         return engine
 
     log.info("starting vLLM (%s) on %s: %s", model, "CPU" if on_cpu else "GPU", {k: v for k, v in kwargs.items() if k != "model"})
-    return VllmLlm(make_engine, render, make_params)
+    return VllmLlm(make_engine, render, make_params, model=config.model)

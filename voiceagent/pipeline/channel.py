@@ -10,6 +10,8 @@ dropped.
 from __future__ import annotations
 
 import asyncio
+import time
+from collections.abc import Callable
 from typing import Generic, TypeVar
 
 from voiceagent.events import Event, ResponseEvent
@@ -27,13 +29,25 @@ class Channel(Generic[E]):
     added); cancelling a waiting ``get`` loses no item (nothing was taken).
     """
 
-    def __init__(self, name: str, capacity: int, scope: GenerationScope) -> None:
+    def __init__(
+        self,
+        name: str,
+        capacity: int,
+        scope: GenerationScope,
+        *,
+        on_wait: Callable[[str, float], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """``on_wait(name, seconds)`` is told how long each item that ``get`` returns sat in the
+        channel (metrics: a stage that falls behind shows here first)."""
         if capacity < 1:
             raise ValueError("a channel needs a capacity of at least 1")
         self.name = name
         self.capacity = capacity
         self._scope = scope
-        self._queue: asyncio.Queue[E] = asyncio.Queue(maxsize=capacity)
+        self._on_wait = on_wait
+        self._clock = clock
+        self._queue: asyncio.Queue[tuple[float, E]] = asyncio.Queue(maxsize=capacity)
         self.dropped_stale = 0
 
     def __len__(self) -> int:
@@ -41,33 +55,35 @@ class Channel(Generic[E]):
 
     async def put(self, item: E) -> None:
         """Add ``item``, waiting while the channel is full."""
-        await self._queue.put(item)
+        await self._queue.put((self._clock(), item))
 
     def put_nowait(self, item: E) -> None:
         """Add ``item`` or raise :class:`asyncio.QueueFull`."""
-        self._queue.put_nowait(item)
+        self._queue.put_nowait((self._clock(), item))
 
     async def get(self) -> E:
         """Take the next item that is still current."""
         while True:
-            item = await self._queue.get()
+            t, item = await self._queue.get()
             if self._is_stale(item):
                 self.dropped_stale += 1
                 continue
+            if self._on_wait is not None:
+                self._on_wait(self.name, self._clock() - t)
             return item
 
     def drop_stale(self) -> int:
         """Remove stale response events now (frees room for current ones); returns how many."""
-        keep: list[E] = []
+        keep: list[tuple[float, E]] = []
         dropped = 0
         while not self._queue.empty():
-            item = self._queue.get_nowait()
-            if self._is_stale(item):
+            entry = self._queue.get_nowait()
+            if self._is_stale(entry[1]):
                 dropped += 1
             else:
-                keep.append(item)
-        for item in keep:
-            self._queue.put_nowait(item)
+                keep.append(entry)
+        for entry in keep:
+            self._queue.put_nowait(entry)
         self.dropped_stale += dropped
         return dropped
 

@@ -17,9 +17,9 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Sequence
 
-from voiceagent.backends.protocols import LlmEngine, LlmRequest, Message
+from voiceagent.backends.protocols import LlmEngine, LlmRequest, Message, Usage
 from voiceagent.errors import StageError
-from voiceagent.events import Clause, Event, GenerationEnd, LlmRoute, Mark, ResponseStatus, UserTurn
+from voiceagent.events import Clause, Event, GenerationEnd, LlmRoute, LlmUsage, Mark, ResponseStatus, UserTurn
 from voiceagent.pipeline import Channel, Stage, StageContext
 from voiceagent.pipeline.gate import GenerationGate
 from voiceagent.settings import SessionSettings
@@ -65,6 +65,8 @@ class LlmStage(Stage):
         waiting_for_first_clause = [True]  # read by the engine's thread: a flag, nothing more
         admitted: list[float] = []
         routes: list[tuple[str, str]] = []
+        usage = Usage()
+        first_token_t = 0.0
         request = LlmRequest(
             key=self.ctx.session_id,
             messages=messages,
@@ -75,6 +77,7 @@ class LlmStage(Stage):
             urgent_tokens=32,
             urgent=lambda: waiting_for_first_clause[0],
             on_route=lambda engine, reason: routes.append((engine, reason)),
+            usage=usage,
         )
         await self.ctx.notify(self._mark(gen, "llm_request"))
 
@@ -87,7 +90,7 @@ class LlmStage(Stage):
                         if admitted:
                             await self.ctx.notify(Mark(t=admitted[0], gen=gen, session=self.ctx.session_id, name="llm_admitted"))
                         engine, reason = routes[-1] if routes else (self._engine.name, "primary")
-                        now = self.ctx.clock.now()
+                        now = first_token_t = self.ctx.clock.now()
                         await self.ctx.notify(LlmRoute(t=now, gen=gen, session=self.ctx.session_id, engine=engine, reason=reason))
                         await self.ctx.notify(self._mark(gen, "llm_first_token"))
                     text += piece
@@ -109,7 +112,21 @@ class LlmStage(Stage):
                 )
             )
             raise StageError(self.name, f"{type(exc).__name__}: {exc}") from exc
-        await self.ctx.notify(self._mark(gen, "llm_done"))
+        done = self._mark(gen, "llm_done")
+        await self.ctx.notify(done)
+        await self.ctx.notify(
+            LlmUsage(
+                t=done.t,
+                gen=gen,
+                session=self.ctx.session_id,
+                engine=(routes[-1][0] if routes else self._engine.name),
+                model=usage.model,
+                prompt_tokens=usage.prompt_tokens,
+                reused_tokens=usage.reused_tokens,
+                generated_tokens=usage.generated_tokens,
+                decode_s=max(0.0, done.t - first_token_t) if not first else 0.0,
+            )
+        )
         await self.emit(
             GenerationEnd(t=self.ctx.clock.now(), gen=gen, session=self.ctx.session_id, text=text, status=ResponseStatus.COMPLETED)
         )

@@ -26,12 +26,14 @@ session never affects another.
 from __future__ import annotations
 
 import asyncio
+import collections
 import http
 import logging
 import ssl
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from urllib.parse import parse_qs, urlsplit
 
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from websockets.asyncio.server import Server as WsServer
 from websockets.asyncio.server import ServerConnection, serve
 from websockets.datastructures import Headers
@@ -42,7 +44,7 @@ from voiceagent.backends.registry import Engines
 from voiceagent.capacity import capacity
 from voiceagent.clock import Clock, MonotonicClock
 from voiceagent.config import Config
-from voiceagent.metrics import Metrics
+from voiceagent.metrics import CONTENT_TYPE, Metrics
 from voiceagent.session import Session
 from voiceagent.transports.auth import SUBPROTOCOL, access_for, is_loopback
 from voiceagent.transports.realtime import RealtimeConnection
@@ -56,6 +58,8 @@ log = logging.getLogger(__name__)
 
 REALTIME_PATH = "/v1/realtime"
 TWILIO_PATH = "/twilio"
+QUEUES = ("vad", "stt", "turn", "llm", "tts", "playout", "outbox")
+"""The queues of a session, in pipeline order (``voiceagent_queue_depth``)."""
 TWIML_PATH = "/twilio/twiml"
 
 
@@ -91,6 +95,7 @@ class VoiceAgentServer:
         self.engines = engines
         self.clock = clock or MonotonicClock()
         self.metrics = Metrics()
+        self.metrics.add_collector(self._collect)
         self.sessions: set[Session] = set()
         self._reserved: set[ServerConnection] = set()  # handshakes admitted, sessions not yet open
         self._watchers: set[asyncio.Future[None]] = set()
@@ -118,10 +123,14 @@ class VoiceAgentServer:
         return n, source
 
     async def wait_idle(self) -> None:
-        """Return once no session is open (at once if none is).  Each closed session's stages have
-        been cancelled and awaited by then; a model call already handed to an executor may still
-        be finishing there."""
+        """Return once no session is open and every connection's handler has returned (at once if
+        none is).  Each closed session's stages have been cancelled and awaited by then; a model
+        call already handed to an executor may still be finishing there."""
         await self._idle.wait()
+        pending = set(self._watchers) | (set(self._server.handler_tasks) if self._server is not None else set())
+        pending.discard(asyncio.current_task())
+        if pending:
+            await asyncio.wait(pending)
 
     @property
     def port(self) -> int:
@@ -215,14 +224,14 @@ class VoiceAgentServer:
         if path in (REALTIME_PATH, TWILIO_PATH, TWIML_PATH):
             refusal = self.access.check(request.path, request.headers)
             if refusal is not None:
-                self.metrics.sessions_refused += 1
+                self.metrics.refused("unauthorized" if refusal.status == http.HTTPStatus.UNAUTHORIZED else "forbidden")
                 return _text(http.HTTPStatus(refusal.status), refusal.reason + "\n", WWW_Authenticate="Bearer")
         if path in (REALTIME_PATH, TWILIO_PATH):
             if self.draining:
-                self.metrics.sessions_refused += 1
+                self.metrics.refused("draining")
                 return _text(http.HTTPStatus.SERVICE_UNAVAILABLE, "server is shutting down; retry later\n", Retry_After="5")
             if len(self.sessions) + len(self._reserved) >= self.capacity:
-                self.metrics.sessions_refused += 1
+                self.metrics.refused("capacity")
                 return _text(
                     http.HTTPStatus.SERVICE_UNAVAILABLE,
                     f"server at capacity: {self.capacity} sessions ({self.capacity_source}); retry later\n",
@@ -242,7 +251,7 @@ class VoiceAgentServer:
                 return _text(http.HTTPStatus.OK, "ready\n")
             return _text(http.HTTPStatus.SERVICE_UNAVAILABLE, "draining\n" if self.draining else "warming up\n", Retry_After="5")
         if path == "/metrics":
-            return _text(http.HTTPStatus.OK, self.metrics.render() + self._engine_metrics(), "text/plain; version=0.0.4")
+            return _bytes(http.HTTPStatus.OK, self.metrics.render(), CONTENT_TYPE)
         if path == TWIML_PATH:
             try:
                 url = stream_url(self.config.server.public_url, request.headers.get("Host"), request.headers.get("X-Forwarded-Proto"))
@@ -262,31 +271,41 @@ class VoiceAgentServer:
         await connection.wait_closed()
         self._reserved.discard(connection)
 
-    def _engine_metrics(self) -> str:
+    def _collect(self) -> Iterator[Metric]:
+        """Values owned by the engine and the sessions, read at each scrape of ``/metrics``."""
         st = self.engines.llm.stats()
-        lines = [
-            "# TYPE voiceagent_capacity_sessions gauge",
-            f"voiceagent_capacity_sessions {self.capacity}",
-            "# HELP voiceagent_llm_slots exclusive sequence slots of the LLM engine (busy: leased now)",
-            "# TYPE voiceagent_llm_slots gauge",
-            f'voiceagent_llm_slots{{engine="{st.engine}",state="total"}} {st.slots}',
-            f'voiceagent_llm_slots{{engine="{st.engine}",state="busy"}} {st.busy}',
-            "# TYPE voiceagent_llm_waiting gauge",
-            f'voiceagent_llm_waiting{{engine="{st.engine}"}} {st.waiting}',
-            "# HELP voiceagent_llm_prompt_tokens_total prompt tokens, and those already in the KV cache (reused)",
-            "# TYPE voiceagent_llm_prompt_tokens_total counter",
-            f'voiceagent_llm_prompt_tokens_total{{engine="{st.engine}",kind="all"}} {st.prompt_tokens}',
-            f'voiceagent_llm_prompt_tokens_total{{engine="{st.engine}",kind="reused"}} {st.reused_tokens}',
-            "# TYPE voiceagent_llm_generated_tokens_total counter",
-            f'voiceagent_llm_generated_tokens_total{{engine="{st.engine}"}} {st.generated_tokens}',
-        ]
+        yield GaugeMetricFamily("voiceagent_capacity_sessions", "sessions this server admits", value=self.capacity)
+        slots = GaugeMetricFamily(
+            "voiceagent_llm_slots", "exclusive sequence slots of the LLM engine (busy: leased now)", labels=["engine", "state"]
+        )
+        slots.add_metric([st.engine, "total"], st.slots)
+        slots.add_metric([st.engine, "busy"], st.busy)
+        yield slots
+        waiting = GaugeMetricFamily("voiceagent_llm_waiting", "generations waiting for an LLM slot", labels=["engine"])
+        waiting.add_metric([st.engine], st.waiting)
+        yield waiting
+        prompt = CounterMetricFamily(
+            "voiceagent_llm_prompt_tokens", "prompt tokens, and those already in the KV cache (reused)", labels=["engine", "kind"]
+        )
+        prompt.add_metric([st.engine, "all"], st.prompt_tokens)
+        prompt.add_metric([st.engine, "reused"], st.reused_tokens)
+        yield prompt
+        generated = CounterMetricFamily("voiceagent_llm_generated_tokens", "tokens generated by the LLM engine", labels=["engine"])
+        generated.add_metric([st.engine], st.generated_tokens)
+        yield generated
         if st.breaker:
-            lines += [
-                "# HELP voiceagent_llm_breaker_open 1 while the LLM circuit breaker sends turns to the fallback",
-                "# TYPE voiceagent_llm_breaker_open gauge",
-                f'voiceagent_llm_breaker_open{{engine="{st.engine}",state="{st.breaker}"}} {int(st.breaker != "closed")}',
-            ]
-        return "\n".join(lines) + "\n"
+            breaker = GaugeMetricFamily(
+                "voiceagent_llm_breaker_open", "1 while the LLM circuit breaker sends turns to the fallback", labels=["engine", "state"]
+            )
+            breaker.add_metric([st.engine, st.breaker], int(st.breaker != "closed"))
+            yield breaker
+        depth = GaugeMetricFamily("voiceagent_queue_depth", "events waiting in front of each stage, summed over sessions", labels=["queue"])
+        totals: collections.Counter[str] = collections.Counter()
+        for session in list(self.sessions):
+            totals.update(session.queue_depths())
+        for queue in QUEUES:
+            depth.add_metric([queue], totals[queue])
+        yield depth
 
     async def _handle(self, ws: ServerConnection) -> None:
         assert ws.request is not None
