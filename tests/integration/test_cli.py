@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -103,3 +104,21 @@ def test_the_gpu_profile_on_a_machine_without_a_gpu_stops_at_start_up_with_one_l
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1, proc.stderr
     assert "needs an NVIDIA GPU" in lines[0] and "nvidia-smi finds none" in lines[0], lines
+
+
+def test_a_model_that_fails_to_load_stops_serve_with_one_message_naming_it_and_the_fix(tmp_path: Path) -> None:
+    # A damaged joined LLM file whose size and stamp look right (so it is not joined again):
+    # llama.cpp refuses it, and serve must say which model and what to do, not print a traceback.
+    from voiceagent.catalog import get_spec, prepare
+
+    target = prepare(get_spec("llm", "qwen2.5-0.5b"), tmp_path)  # joined and verified once ...
+    size = target.stat().st_size
+    os.truncate(target, 0)
+    os.truncate(target, size)  # ... then zeroed: the size and the stamp still match
+    env = {**os.environ, "VOICEAGENT_CACHE_DIR": str(tmp_path)}
+    proc = subprocess.run([*CLI, "serve", "--port", "0"], capture_output=True, text=True, env=env, timeout=180)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("voiceagent: error: could not load the llm model 'qwen2.5-0.5b' (llm.model)"), last
+    assert "Fix: run 'bash scripts/setup.sh'" in last and str(tmp_path) in last

