@@ -78,10 +78,13 @@ from voiceagent.stages.tts import TtsStage
 from voiceagent.stages.turn import TurnStage
 from voiceagent.stages.vad import VadStage
 
-__all__ = ["Session"]
+__all__ = ["QUEUES", "Session"]
 
 log = logging.getLogger(__name__)
 
+QUEUES = ("vad", "stt", "turn", "llm", "tts", "playout", "outbox")
+"""The queues of a session in pipeline order: the inbox of each stage, then the outbox to the
+client (:meth:`Session.queue_depths`, ``voiceagent_queue_depth``)."""
 _INBOX = 256  # per stage; ~5 s of 20 ms audio frames before back-pressure reaches the transport
 _OUTBOX = 1024
 _CLOSED = object()
@@ -157,7 +160,7 @@ class Session:
         def chan(name: str) -> Channel[Event]:
             return Channel(name, _INBOX, self.scope, on_wait=self.metrics.queue_wait, clock=self.clock.now)
 
-        self._vad_in, stt_in, turn_in, llm_in, tts_in, play_in = (chan(n) for n in ("vad", "stt", "turn", "llm", "tts", "playout"))
+        self._vad_in, stt_in, turn_in, llm_in, tts_in, play_in = (chan(n) for n in QUEUES[:-1])
         self._llm_in = llm_in
         gate = GenerationGate(enabled=cfg.llm.yield_to_tts, scope=self.scope)
         llm_started = GenerationGate(enabled=cfg.llm.yield_to_tts, timeout_s=0.5, scope=self.scope)

@@ -25,7 +25,8 @@ from tests.faults import Faults, inject
 from tests.integration.rt_client import Recorder, scrape, send_paced, wire_audio
 from voiceagent.backends.llm_pool import LlmPool
 from voiceagent.config import load_config
-from voiceagent.transports.server import QUEUES, VoiceAgentServer
+from voiceagent.session import QUEUES
+from voiceagent.transports.server import VoiceAgentServer
 
 pytestmark = pytest.mark.models
 

@@ -45,7 +45,7 @@ from voiceagent.capacity import capacity
 from voiceagent.clock import Clock, MonotonicClock
 from voiceagent.config import Config
 from voiceagent.metrics import CONTENT_TYPE, Metrics
-from voiceagent.session import Session
+from voiceagent.session import QUEUES, Session
 from voiceagent.transports.auth import SUBPROTOCOL, access_for, is_loopback
 from voiceagent.transports.realtime import RealtimeConnection
 from voiceagent.transports.twilio import TwilioConnection
@@ -58,8 +58,6 @@ log = logging.getLogger(__name__)
 
 REALTIME_PATH = "/v1/realtime"
 TWILIO_PATH = "/twilio"
-QUEUES = ("vad", "stt", "turn", "llm", "tts", "playout", "outbox")
-"""The queues of a session, in pipeline order (``voiceagent_queue_depth``)."""
 TWIML_PATH = "/twilio/twiml"
 
 
