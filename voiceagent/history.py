@@ -51,6 +51,8 @@ class AssistantItem:
     heard_ms: float | None = None
     status: str = "in_progress"
     role: str = "assistant"
+    heard_by_client: bool = False
+    """True once the client itself said how much it played (``conversation.item.truncate``)."""
 
     def add_clause(self, text: str, expected_ms: float = 0.0) -> None:
         self.clauses.append(SpokenClause(text, expected_ms=expected_ms))
@@ -89,12 +91,22 @@ class AssistantItem:
             break
         return out.strip()
 
-    def cut(self, heard_ms: float) -> None:
-        """Keep only what was heard; a later, smaller figure (the client's own) cuts further."""
+    def cut(self, heard_ms: float, *, by_client: bool = False) -> None:
+        """Keep only what was heard.
+
+        The server's own figure (``by_client=False``, its playout estimate at a barge-in)
+        is provisional: the first figure from the client replaces it, larger or smaller,
+        because only the client knows what its speaker played. After that a figure only
+        cuts further: what was once reported unheard never comes back.
+        """
         heard = max(0.0, min(heard_ms, self.audio_ms))
         if heard >= self.audio_ms - 1.0:
             heard = self.audio_ms  # within a millisecond of the end: all of it was heard
-        self.heard_ms = heard if self.heard_ms is None else min(self.heard_ms, heard)
+        if self.heard_ms is None or (by_client and not self.heard_by_client):
+            self.heard_ms = heard
+        else:
+            self.heard_ms = min(self.heard_ms, heard)
+        self.heard_by_client = self.heard_by_client or by_client
 
 
 Item = UserItem | AssistantItem

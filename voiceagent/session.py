@@ -339,7 +339,7 @@ class Session:
                 f"audio_end_ms {audio_end_ms} is outside the item's audio (0..{item.audio_ms:.0f} ms)",
                 param="audio_end_ms",
             )
-        item.cut(audio_end_ms)
+        item.cut(audio_end_ms, by_client=True)
         await self._emit(
             ItemTruncated(
                 t=self.clock.now(), gen=self.scope.current, session=self.id, item_id=item_id, audio_end_ms=audio_end_ms, text=item.text

@@ -45,7 +45,7 @@ def test_cut_inside_the_first_clause() -> None:
     assert item.text == ""
 
 
-def test_smaller_truncate_cuts_further_and_larger_does_not_grow() -> None:
+def test_server_estimates_only_cut_further() -> None:
     item = spoken(*REPLY)
     item.cut(1800.0)
     assert item.text == "Hello there. How are you doing"
@@ -55,6 +55,23 @@ def test_smaller_truncate_cuts_further_and_larger_does_not_grow() -> None:
     item.cut(2400.0)
     assert item.heard_ms == 1200.0
     assert item.text == "Hello there. How"
+
+
+def test_the_clients_first_figure_replaces_the_servers_estimate_then_only_cuts() -> None:
+    # The server guessed 1200 ms at the barge-in; the client's speaker had played 1800 ms.
+    item = spoken(*REPLY)
+    item.cut(1200.0)
+    item.cut(1800.0, by_client=True)
+    assert item.heard_ms == 1800.0 and item.heard_by_client
+    assert item.text == "Hello there. How are you doing"
+    # A later, larger figure from the client does not bring back what it said was unheard.
+    item.cut(2400.0, by_client=True)
+    assert item.heard_ms == 1800.0
+    item.cut(600.0, by_client=True)
+    assert item.heard_ms == 600.0 and item.text == "Hello"
+    # Nor does a server estimate after the client has spoken.
+    item.cut(2000.0)
+    assert item.heard_ms == 600.0
 
 
 def test_cut_is_clamped_to_the_audio() -> None:
