@@ -10,6 +10,11 @@ Limits (``server.*``, on the session's clock): a session older than ``max_sessio
 client has sent nothing for ``idle_timeout_s``, is ended through :meth:`SessionConnection.expire`
 (the subclass says why in its protocol, then the connection closes with 1008).  Audio more than
 ``audio_burst_s`` ahead of real time is refused by :meth:`SessionConnection.audio_allowed`.
+
+Keepalive: the server pings every ``ping_interval`` (the WebSocket server's setting); a peer that
+answers none within ``ping_timeout`` has stopped reading (or is gone) and is ended the same way
+(``ping_timeout``, close code 1008).  The WebSocket library would otherwise fail it with 1011
+(internal error), which reads as a server fault; this base takes its timeout over.
 """
 
 from __future__ import annotations
@@ -47,6 +52,9 @@ class SessionConnection(ABC):
         self._idle_s = cfg.idle_timeout_s
         self._burst_ms = cfg.audio_burst_s * 1000.0
         self._audio_ms = 0.0
+        # The keepalive's timeout is ours (see the module docstring); the library only pings.
+        self._ping_interval, self._ping_timeout = ws.ping_interval, ws.ping_timeout
+        ws.ping_timeout = None
 
     async def frames(self) -> AsyncIterator[str | bytes]:
         """The client's frames, noting when each arrived (for the idle limit)."""
@@ -89,6 +97,31 @@ class SessionConnection(ABC):
                 return
             await self._clock.sleep_until(at)
 
+    async def _watch_pongs(self) -> None:
+        """End the session when a ping goes unanswered for ``ping_timeout`` (real time: the network's)."""
+        if self._ping_interval is None or self._ping_timeout is None:
+            return
+        while True:
+            await asyncio.sleep(self._ping_interval)
+            try:
+                # ping() itself waits while the client reads nothing and the send buffer is full.
+                async with asyncio.timeout(self._ping_timeout):
+                    await (await self.ws.ping())
+            except TimeoutError:
+                break
+        message = f"no answer to a ping in {self._ping_timeout:g} s: the client stopped reading"
+        log.info("session %s ended: ping_timeout (%s)", self.session.id, message)
+        # Say why where the client may still read it, but neither that nor the close frame may wait
+        # on a client that reads nothing: past the close timeout the connection is dropped.
+        with contextlib.suppress(ConnectionClosed, TimeoutError):
+            async with asyncio.timeout(1.0):
+                await self.expire("ping_timeout", message)
+        try:
+            async with asyncio.timeout(self.ws.close_timeout or 10.0):
+                await self.ws.close(CLOSE_POLICY, "ping_timeout")
+        except TimeoutError:
+            self.ws.transport.abort()
+
     async def send(self, message: dict[str, Any]) -> None:
         async with self._send_lock:
             await self.ws.send(json.dumps(message))
@@ -105,14 +138,15 @@ class SessionConnection(ABC):
         """Serve until the peer goes away; the session is closed whatever happens."""
         writer = asyncio.create_task(self.write(), name=f"{self.session.id}.writer")
         watchdog = asyncio.create_task(self._watch_limits(), name=f"{self.session.id}.limits")
+        keepalive = asyncio.create_task(self._watch_pongs(), name=f"{self.session.id}.keepalive")
         try:
             await self.serve()
         except ConnectionClosed:
             pass
         finally:
-            for task in (writer, watchdog):
+            for task in (writer, watchdog, keepalive):
                 task.cancel()
-            for task in (writer, watchdog):
+            for task in (writer, watchdog, keepalive):
                 with contextlib.suppress(asyncio.CancelledError, ConnectionClosed):
                     await task
             await self.session.aclose()

@@ -27,15 +27,13 @@ def parse_object(text: str, what: str) -> dict[str, Any]:
         raise ProtocolError("invalid_json", f"message is not valid JSON: {str(exc)[:200]}") from None
     if not isinstance(msg, dict):
         raise ProtocolError("invalid_event", f"{what} must be a JSON object")
-    if "\\u" in text and not _encodable(msg):
-        # JSON may escape a lone surrogate (\ud800): not text, and no model or log can encode it
-        raise ProtocolError("invalid_json", "message contains a lone UTF-16 surrogate escape, which is not valid Unicode text")
+    if "\\u" in text:
+        try:
+            json.dumps(msg, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:
+            # JSON may escape a lone surrogate (\ud800): not text, and no model or log can encode it
+            raise ProtocolError("invalid_json", "message contains a lone UTF-16 surrogate escape, not valid Unicode text") from None
+        except RecursionError:
+            # Nested just below the parser's limit: re-encoding it one call deeper passes the limit.
+            raise ProtocolError("invalid_json", "message is nested too deeply") from None
     return msg
-
-
-def _encodable(msg: Any) -> bool:
-    try:
-        json.dumps(msg, ensure_ascii=False).encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True

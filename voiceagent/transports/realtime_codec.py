@@ -189,8 +189,9 @@ class RealtimeCodec:
         # Formats are validated here but applied last: a rejected update must change nothing.
         in_format = _format(inp, "session.audio.input.format") if "format" in inp else None
         out_format = _format(out, "session.audio.output.format") if "format" in out else None
-        if "transcription" in inp and isinstance(inp["transcription"], dict):
-            lang = inp["transcription"].get("language")
+        transcription = _obj(inp, "transcription", "session.audio.input.transcription")
+        if transcription:
+            lang = transcription.get("language")
             if lang is not None:
                 if not isinstance(lang, str) or not 2 <= len(lang) <= 3:
                     raise ProtocolError(
@@ -310,7 +311,10 @@ class RealtimeCodec:
 
     def _response_cancel(self, msg: dict[str, Any], event_id: str | None) -> CancelResponse:
         rid = msg.get("response_id")
-        return CancelResponse(rid if isinstance(rid, str) else None, event_id)
+        if rid is not None and not isinstance(rid, str):
+            # Not "no id" (which would cancel whatever response is active): a wrong id cancels nothing.
+            raise ProtocolError("invalid_value", "response_id must be a string", param="response_id")
+        return CancelResponse(rid, event_id)
 
     # ------------------------------------------------------------------ server → client
 

@@ -337,5 +337,9 @@ def _int(msg: dict[str, Any], key: str, param: str) -> int:
     if isinstance(value, int) and value >= 0:
         return value
     if isinstance(value, str) and value.isascii() and value.isdigit():
-        return int(value)
-    raise ProtocolError("invalid_value", f"'{param}' must be a non-negative integer (or a digit string), got {value!r}", param=param)
+        try:
+            return int(value)
+        except ValueError:  # more digits than Python converts to an int (sys.get_int_max_str_digits)
+            pass
+    shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+    raise ProtocolError("invalid_value", f"'{param}' must be a non-negative integer (or a digit string), got {shown}", param=param)
