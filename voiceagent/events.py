@@ -24,9 +24,11 @@ from voiceagent.audio import Float32Array, Int16Array
 __all__ = [
     "AudioDelta",
     "AudioFrame",
+    "CallSummary",
     "Clause",
     "ErrorEvent",
     "Event",
+    "FunctionCallAdded",
     "GenerationEnd",
     "ItemTruncated",
     "LlmRoute",
@@ -54,6 +56,9 @@ __all__ = [
     "SpeechStarted",
     "SpeechStopped",
     "TextItemAdded",
+    "ToolCallMade",
+    "ToolCallRejected",
+    "ToolOutputAdded",
     "TranscriptDelta",
     "TranscriptSegment",
     "TurnConfirmed",
@@ -248,6 +253,25 @@ class ResponseStatus(StrEnum):
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class ToolCallMade(ResponseEvent):
+    """The LLM called a tool; ``arguments`` is checked JSON (``repaired``: only after repair)."""
+
+    call_id: str
+    name: str
+    arguments: str
+    repaired: bool = False
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ToolCallRejected(ResponseEvent):
+    """The LLM called a tool in a way that could not be repaired; nothing is sent as a call."""
+
+    name: str
+    arguments: str
+    problem: str
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class GenerationEnd(ResponseEvent):
     """The producer of generation ``gen`` has finished (or failed: ``error`` says why)."""
 
@@ -346,8 +370,44 @@ class OutputTranscriptDelta(Event):
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class FunctionCallAdded(Event):
+    """A response called a tool: the ``function_call`` item is in the history, complete."""
+
+    response_id: str
+    item_id: str
+    previous_item_id: str | None
+    output_index: int
+    call_id: str
+    name: str
+    arguments: str
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ToolOutputAdded(Event):
+    """A tool's output entered the history, right after its call: from the client, or
+    ``synthetic`` (the call went unanswered when the next answer started)."""
+
+    item_id: str
+    previous_item_id: str | None
+    call_id: str
+    output: str
+    synthetic: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class CallSummary:
+    """A function call a response made, as ``response.done`` lists it."""
+
+    item_id: str
+    call_id: str
+    name: str
+    arguments: str
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class ResponseDone(Event):
-    """A response ended; ``text`` is what the history holds for it (cut to what was heard)."""
+    """A response ended; ``text`` is what the history holds for it (cut to what was heard);
+    ``calls``: the function calls it made, in order, after its spoken message."""
 
     response_id: str
     item_id: str
@@ -355,6 +415,7 @@ class ResponseDone(Event):
     text: str
     reason: str | None = None
     audio_ms: float = 0.0
+    calls: tuple[CallSummary, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

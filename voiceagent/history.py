@@ -5,17 +5,36 @@ audio length; a barge-in or a client's ``conversation.item.truncate`` sets ``hea
 item's text becomes what was heard (whole clauses, then a word-boundary prefix of the clause that
 was playing).  Items are only appended or cut, never re-rendered, so the LLM prompt of the next
 turn extends the previous one and llama.cpp reuses its KV cache.
+
+Tool calls: a response's ``function_call`` items follow its spoken message; each call gets
+exactly one output item, placed right after the call (and its siblings), whenever it arrives:
+the client's, or a synthetic "cancelled" one when the next answer starts before the client's
+came (:meth:`History.answer_unanswered`), so the model's chat template never sees a call without
+its result.
 """
 
 from __future__ import annotations
 
 import itertools
+import json
 from dataclasses import dataclass, field
 
-from voiceagent.backends.protocols import Message
+from voiceagent.backends.protocols import Message, ToolCall
 from voiceagent.text import cut_to_fraction
 
-__all__ = ["AssistantItem", "History", "SpokenClause", "UserItem", "new_id"]
+__all__ = [
+    "CANCELLED_OUTPUT",
+    "AssistantItem",
+    "FunctionCallItem",
+    "FunctionCallOutputItem",
+    "History",
+    "SpokenClause",
+    "UserItem",
+    "new_id",
+]
+
+CANCELLED_OUTPUT = json.dumps({"error": "cancelled: the conversation went on before this call's result arrived"})
+"""The synthetic output of a call that was never answered."""
 
 _counter = itertools.count(1)
 
@@ -109,7 +128,26 @@ class AssistantItem:
         self.heard_by_client = self.heard_by_client or by_client
 
 
-Item = UserItem | AssistantItem
+@dataclass
+class FunctionCallItem:
+    id: str
+    call_id: str
+    name: str
+    arguments: str
+    gen: int = -1
+    role: str = "assistant"
+
+
+@dataclass
+class FunctionCallOutputItem:
+    id: str
+    call_id: str
+    output: str
+    synthetic: bool = False
+    role: str = "tool"
+
+
+Item = UserItem | AssistantItem | FunctionCallItem | FunctionCallOutputItem
 
 
 class History:
@@ -125,6 +163,38 @@ class History:
         item = AssistantItem(id=item_id, gen=gen)
         self.items.append(item)
         return item
+
+    def add_call(self, gen: int, call_id: str, name: str, arguments: str, item_id: str | None = None) -> FunctionCallItem:
+        item = FunctionCallItem(id=item_id or new_id("item"), call_id=call_id, name=name, arguments=arguments, gen=gen)
+        self.items.append(item)
+        return item
+
+    def call(self, call_id: str) -> FunctionCallItem | None:
+        return next((i for i in self.items if isinstance(i, FunctionCallItem) and i.call_id == call_id), None)
+
+    def output_of(self, call_id: str) -> FunctionCallOutputItem | None:
+        return next((i for i in self.items if isinstance(i, FunctionCallOutputItem) and i.call_id == call_id), None)
+
+    def unanswered_calls(self) -> list[FunctionCallItem]:
+        answered = {i.call_id for i in self.items if isinstance(i, FunctionCallOutputItem)}
+        return [i for i in self.items if isinstance(i, FunctionCallItem) and i.call_id not in answered]
+
+    def add_output(self, call_id: str, output: str, *, synthetic: bool = False, item_id: str | None = None) -> FunctionCallOutputItem:
+        """The one output of call ``call_id``, placed after the call and the calls and outputs
+        right behind it.  The caller checks that the call exists and is unanswered."""
+        item = FunctionCallOutputItem(id=item_id or new_id("item"), call_id=call_id, output=output, synthetic=synthetic)
+        at = next(n for n, i in enumerate(self.items) if isinstance(i, FunctionCallItem) and i.call_id == call_id) + 1
+        while at < len(self.items) and isinstance(self.items[at], FunctionCallItem | FunctionCallOutputItem):
+            at += 1
+        self.items.insert(at, item)
+        return item
+
+    def previous_id(self, item_id: str) -> str | None:
+        """The id of the item just before ``item_id`` (None: it is first, or not here)."""
+        for before, item in itertools.pairwise([None, *self.items]):
+            if item is not None and item.id == item_id:
+                return before.id if before is not None else None
+        return None
 
     def find(self, item_id: str) -> Item | None:
         return next((i for i in self.items if i.id == item_id), None)
@@ -153,17 +223,51 @@ class History:
         Oldest items are dropped first when the history exceeds ``max_chars``.
         """
         msgs: list[Message] = []
-        for item in self.items:
+        present = {i.call_id for i in self.items if isinstance(i, FunctionCallItem)}
+        answered = {i.call_id for i in self.items if isinstance(i, FunctionCallOutputItem)}
+        for n, item in enumerate(self.items):
             if isinstance(item, UserItem):
                 if pending_user is not None and item.gen == gen and gen >= 0:
                     continue
                 msgs.append(Message("user", item.text))
-            else:
+            elif isinstance(item, AssistantItem):
                 text = item.text
                 if text:
                     msgs.append(Message("assistant", text))
+            elif isinstance(item, FunctionCallItem):
+                call = ToolCall(item.call_id, item.name, item.arguments)
+                last = msgs[-1] if msgs else None
+                # One assistant message carries the text spoken and the calls that followed it.
+                if last is not None and last.role == "assistant" and self._same_turn(n, item):
+                    msgs[-1] = Message("assistant", last.content, (*last.tool_calls, call))
+                else:
+                    msgs.append(Message("assistant", "", (call,)))
+                following = self.items[n + 1] if n + 1 < len(self.items) else None
+                if item.call_id not in answered and not isinstance(following, FunctionCallItem):
+                    # Not yet answered: the prompt must not show a call without its result.
+                    for pending in self._unanswered_block(n, answered):
+                        msgs.append(Message("tool", CANCELLED_OUTPUT, tool_call_id=pending))
+            elif item.call_id in present:  # an output whose call was trimmed away is left out
+                msgs.append(Message("tool", item.output, tool_call_id=item.call_id))
         if pending_user is not None:
             msgs.append(Message("user", pending_user))
         while sum(len(m.content) for m in msgs) > max_chars and len(msgs) > 1:
             msgs.pop(0)
+            while len(msgs) > 1 and msgs[0].role == "tool":  # never a result without its call
+                msgs.pop(0)
         return [Message("system", instructions), *msgs]
+
+    def _same_turn(self, n: int, item: FunctionCallItem) -> bool:
+        before = self.items[n - 1] if n > 0 else None
+        return isinstance(before, AssistantItem | FunctionCallItem) and before.gen == item.gen
+
+    def _unanswered_block(self, n: int, answered: set[str]) -> list[str]:
+        """Call ids without output in the run of calls that ends at item ``n``."""
+        out: list[str] = []
+        while n >= 0 and isinstance(self.items[n], FunctionCallItem):
+            item = self.items[n]
+            assert isinstance(item, FunctionCallItem)
+            if item.call_id not in answered:
+                out.insert(0, item.call_id)
+            n -= 1
+        return out

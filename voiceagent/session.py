@@ -22,14 +22,14 @@ import json
 import logging
 import math
 from collections import deque
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
 
 from voiceagent import tracing
 from voiceagent.audio import PIPELINE_RATE, Int16Array
-from voiceagent.backends.protocols import Message
+from voiceagent.backends.protocols import Tool
 from voiceagent.backends.registry import Engines
 from voiceagent.clock import Clock, MonotonicClock
 from voiceagent.config import Config
@@ -37,8 +37,10 @@ from voiceagent.errors import ProtocolError, StageError
 from voiceagent.events import (
     AudioDelta,
     AudioFrame,
+    CallSummary,
     ErrorEvent,
     Event,
+    FunctionCallAdded,
     GenerationEnd,
     InputClear,
     InputCleared,
@@ -60,18 +62,21 @@ from voiceagent.events import (
     ResponseStatus,
     SpeechStarted,
     TextItemAdded,
+    ToolCallMade,
+    ToolCallRejected,
+    ToolOutputAdded,
     TranscriptDelta,
     TurnConfirmed,
     TurnMetrics,
     TurnRetracted,
     UserTurn,
 )
-from voiceagent.history import AssistantItem, History, new_id
+from voiceagent.history import CANCELLED_OUTPUT, AssistantItem, History, new_id
 from voiceagent.metrics import Metrics, TurnTimeline
 from voiceagent.pipeline import Channel, GenerationScope, StageContext
 from voiceagent.pipeline.gate import GenerationGate
 from voiceagent.settings import SessionSettings, settings_from_config
-from voiceagent.stages.llm import LlmStage
+from voiceagent.stages.llm import LlmPrompt, LlmStage
 from voiceagent.stages.playout import PlayoutStage
 from voiceagent.stages.stt import SttStage
 from voiceagent.stages.tts import TtsStage
@@ -105,6 +110,12 @@ class _Response:
     llm_route: tuple[str, str] | None = None
     """(engine, reason): which LLM engine answered and why."""
     usage: LlmUsage | None = None
+    tools: tuple[Tool, ...] | None = None
+    """This response's tools and choice (``response.create``); None: the session's."""
+    tool_choice: str | None = None
+    calls: list[CallSummary] = field(default_factory=list)
+    held: list[ToolCallMade | ToolCallRejected] = field(default_factory=list)
+    """Calls made before the response was released (a speculative answer): sent at release."""
 
 
 class Session:
@@ -197,6 +208,7 @@ class Session:
             llm_started,
             cfg.vad.stop_ms,
             self._engines.turn_cost.audio_after_first_token_s * 1000.0 if self._engines.turn_cost else 0.0,
+            may_speculate=lambda: not self.history.unanswered_calls(),
         )
         self.llm = LlmStage(
             ctx, llm_in, tts_in, self._engines.llm, self._prompt, lambda: self.settings, gate, llm_started, cfg.llm.first_clause_words
@@ -290,8 +302,11 @@ class Session:
         if dropped:
             await self._emit(ItemsDropped(t=self.clock.now(), gen=self.scope.current, session=self.id, item_ids=tuple(dropped)))
 
-    async def create_response(self, instructions: str | None = None) -> str:
-        """Answer now from the history (``response.create``); returns the response id."""
+    async def create_response(
+        self, instructions: str | None = None, *, tools: tuple[Tool, ...] | None = None, tool_choice: str | None = None
+    ) -> str:
+        """Answer now from the history (``response.create``); returns the response id.  ``tools``
+        and ``tool_choice`` replace the session's for this response only."""
         if self._playing is not None and not self._playing.done:
             raise ProtocolError(
                 "conversation_already_has_active_response",
@@ -300,6 +315,7 @@ class Session:
         gen = self.scope.next()
         resp = self._response(gen)
         resp.instructions = instructions
+        resp.tools, resp.tool_choice = tools, tool_choice
         await self._release(resp)
         await self._llm_in.put(UserTurn(t=self.clock.now(), gen=gen, session=self.id, text=None, speculative=False))
         return resp.id
@@ -346,16 +362,57 @@ class Session:
             )
         )
 
+    async def add_tool_output(self, call_id: str, output: str) -> str:
+        """The client's result of call ``call_id`` (a ``function_call_output`` item); returns the
+        item's id.  Exactly once per call: an unknown call or a second output is refused, also
+        when the call was already closed as cancelled because the conversation went on.  It
+        does not start a response (the client asks with ``response.create``); an answer that
+        starts later, spoken or created, uses it."""
+        if self.history.call(call_id) is None:
+            raise ProtocolError("call_not_found", f"no function call with call_id {call_id!r}", param="item.call_id")
+        answered = self.history.output_of(call_id)
+        if answered is not None:
+            why = "was closed as cancelled: the conversation went on before it arrived" if answered.synthetic else "already has one"
+            raise ProtocolError("tool_output_already_received", f"call {call_id!r} {why}", param="item.call_id")
+        item = self.history.add_output(call_id, output)
+        await self._emit_output(item.id, call_id, output, synthetic=False)
+        return item.id
+
+    async def _emit_output(self, item_id: str, call_id: str, output: str, *, synthetic: bool) -> None:
+        await self._emit(
+            ToolOutputAdded(
+                t=self.clock.now(),
+                gen=self.scope.current,
+                session=self.id,
+                item_id=item_id,
+                previous_item_id=self.history.previous_id(item_id),
+                call_id=call_id,
+                output=output,
+                synthetic=synthetic,
+            )
+        )
+
     def delete_item(self, item_id: str) -> None:
         if not self.history.delete(item_id):
             raise ProtocolError("item_not_found", f"no item {item_id!r}", param="item_id")
 
     # ------------------------------------------------------------------ internals
 
-    def _prompt(self, turn: UserTurn) -> Sequence[Message]:
+    async def _prompt(self, turn: UserTurn) -> LlmPrompt:
         resp = self._responses.get(turn.gen)
         instructions = (resp.instructions if resp and resp.instructions else None) or self.settings.instructions
-        return self.history.messages(instructions, pending_user=turn.text, gen=turn.gen)
+        if not turn.speculative:
+            # This answer goes ahead whatever the client sends now: a call still without its
+            # output is closed as cancelled, in the history and for the client (exactly once).
+            for call in self.history.unanswered_calls():
+                item = self.history.add_output(call.call_id, CANCELLED_OUTPUT, synthetic=True)
+                await self._emit_output(item.id, call.call_id, CANCELLED_OUTPUT, synthetic=True)
+        tools = resp.tools if resp is not None and resp.tools is not None else self.settings.tools
+        choice = resp.tool_choice if resp is not None and resp.tool_choice is not None else self.settings.tool_choice
+        if choice not in ("auto", "none", "required") and all(t.name != choice for t in tools):
+            choice = "auto"
+        messages = self.history.messages(instructions, pending_user=turn.text, gen=turn.gen)
+        return LlmPrompt(messages, tools, choice)
 
     def _agent_audible(self) -> bool:
         resp = self._playing
@@ -400,6 +457,45 @@ class Session:
             )
         )
         self.playout.release(resp.gen, resp.id, resp.item_id)
+        held, resp.held = resp.held, []
+        for ev in held:
+            await self._tool_event(resp, ev)
+
+    async def _tool_event(self, resp: _Response, ev: ToolCallMade | ToolCallRejected) -> None:
+        """A call the LLM made for ``resp``: into the history and to the client, once released."""
+        if not resp.released:
+            resp.held.append(ev)
+            return
+        now = self.clock.now()
+        if isinstance(ev, ToolCallRejected):
+            await self._emit(
+                ErrorEvent(
+                    t=now,
+                    gen=ev.gen,
+                    session=self.id,
+                    code="invalid_tool_call",
+                    message=f"the model's call of {ev.name!r} was not usable and was not sent ({ev.problem})",
+                    kind="server_error",
+                )
+            )
+            return
+        prev = self.history.last_id
+        item = self.history.add_call(ev.gen, ev.call_id, ev.name, ev.arguments)
+        resp.calls.append(CallSummary(item.id, ev.call_id, ev.name, ev.arguments))
+        await self._emit(
+            FunctionCallAdded(
+                t=now,
+                gen=ev.gen,
+                session=self.id,
+                response_id=resp.id,
+                item_id=item.id,
+                previous_item_id=prev,
+                output_index=len(resp.calls),
+                call_id=ev.call_id,
+                name=ev.name,
+                arguments=ev.arguments,
+            )
+        )
 
     async def _interrupt(self, reason: str) -> None:
         resp = self._playing
@@ -438,6 +534,7 @@ class Session:
                 text=item.text if item else "",
                 reason=reason,
                 audio_ms=item.audio_ms if item else 0.0,
+                calls=tuple(resp.calls),
             )
         )
         spans = resp.timeline.spans_ms()
@@ -535,15 +632,9 @@ class Session:
             self._responses.pop(ev.gen, None)
         elif isinstance(ev, TurnConfirmed):
             await self._confirm(ev)
-        elif isinstance(ev, Mark):
+        elif isinstance(ev, Mark | LlmRoute | LlmUsage | ToolCallMade | ToolCallRejected):
             if not self.scope.is_stale(ev.gen):
-                self._response(ev.gen).timeline.mark(ev.name, ev.t)
-        elif isinstance(ev, LlmRoute):
-            if not self.scope.is_stale(ev.gen):
-                self._response(ev.gen).llm_route = (ev.engine, ev.reason)
-        elif isinstance(ev, LlmUsage):
-            if not self.scope.is_stale(ev.gen):
-                self._response(ev.gen).usage = ev
+                await self._on_generation_note(ev)
         elif isinstance(ev, OutputTranscriptDelta):
             resp = self._responses.get(ev.gen)
             if resp is not None and resp.item is not None:
@@ -561,6 +652,18 @@ class Session:
                 await self._finish(resp, ev.status, ev.error)
         else:  # pragma: no cover - every notified type is handled above
             log.debug("unhandled event %s", type(ev).__name__)
+
+    async def _on_generation_note(self, ev: Mark | LlmRoute | LlmUsage | ToolCallMade | ToolCallRejected) -> None:
+        """What a stage noted about a live generation: timeline, engine, usage, tool calls."""
+        resp = self._response(ev.gen)
+        if isinstance(ev, Mark):
+            resp.timeline.mark(ev.name, ev.t)
+        elif isinstance(ev, LlmRoute):
+            resp.llm_route = (ev.engine, ev.reason)
+        elif isinstance(ev, LlmUsage):
+            resp.usage = ev
+        else:
+            await self._tool_event(resp, ev)
 
     async def _confirm(self, ev: TurnConfirmed) -> None:
         now = self.clock.now()

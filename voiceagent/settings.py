@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from voiceagent.backends.protocols import Tool
 from voiceagent.config import Config
 
 __all__ = ["SessionSettings", "TurnDetection", "settings_from_config"]
@@ -33,6 +34,9 @@ class SessionSettings:
     max_output_tokens: int
     temperature: float
     voice: str
+    tools: tuple[Tool, ...] = ()
+    tool_choice: str = "auto"
+    """``auto``, ``none``, ``required`` or the name of one of ``tools``."""
 
 
 def settings_from_config(config: Config) -> SessionSettings:

@@ -25,7 +25,7 @@ import numpy as np
 
 from voiceagent.audio import Float32Array, Int16Array
 from voiceagent.backends.llm_pool import LlmPool
-from voiceagent.backends.protocols import Message
+from voiceagent.backends.protocols import Message, Tool, ToolCall
 from voiceagent.backends.registry import Engines
 from voiceagent.events import Event
 from voiceagent.pipeline.scheduler import PriorityExecutor
@@ -191,6 +191,8 @@ class LlmCall:
     messages: tuple[Message, ...]
     max_tokens: int
     temperature: float
+    tools: tuple[Tool, ...] = ()
+    tool_choice: str = "auto"
 
     @property
     def user_text(self) -> str:
@@ -200,10 +202,13 @@ class LlmCall:
 
 class FakeLlm:
     """A scripted LLM context.  Each ``stream`` call plays the next scripted reply: a list of text
-    pieces (an exception in the list is raised at that point, inside the executor), or an
-    exception raised at once.  It keeps no sequence state (see :class:`SequenceCheckingLlm`)."""
+    pieces and tool calls (an exception in the list is raised at that point, inside the
+    executor), or an exception raised at once.  It keeps no sequence state (see
+    :class:`SequenceCheckingLlm`)."""
 
-    def __init__(self, replies: Sequence[Sequence[str | Exception] | Exception] = (), default: Sequence[str] = ("OK.",)) -> None:
+    def __init__(
+        self, replies: Sequence[Sequence[str | ToolCall | Exception] | Exception] = (), default: Sequence[str] = ("OK.",)
+    ) -> None:
         self.executor = PriorityExecutor("fake-llm")
         self._script = list(replies)
         self._default = list(default)
@@ -215,13 +220,15 @@ class FakeLlm:
     def set_threads(self, threads: int) -> None:
         self.threads = threads
 
-    def stream(self, messages: Sequence[Message], max_tokens: int, temperature: float) -> Iterator[str]:
-        self.calls.record(LlmCall(tuple(messages), max_tokens, temperature))
+    def stream(
+        self, messages: Sequence[Message], max_tokens: int, temperature: float, tools: Sequence[Tool] = (), tool_choice: str = "auto"
+    ) -> Iterator[str | ToolCall]:
+        self.calls.record(LlmCall(tuple(messages), max_tokens, temperature, tuple(tools), tool_choice))
         with self._lock:
             reply = self._script.pop(0) if self._script else self._default
         return self._generate(reply)
 
-    def _generate(self, reply: Sequence[str | Exception] | Exception) -> Iterator[str]:
+    def _generate(self, reply: Sequence[str | ToolCall | Exception] | Exception) -> Iterator[str | ToolCall]:
         try:
             self.steps.record(threading.current_thread().name)
             if isinstance(reply, Exception):
@@ -263,7 +270,9 @@ class SequenceCheckingLlm:
     def set_threads(self, threads: int) -> None:
         self.threads.record(threads)
 
-    def stream(self, messages: Sequence[Message], max_tokens: int, temperature: float) -> Iterator[str]:
+    def stream(
+        self, messages: Sequence[Message], max_tokens: int, temperature: float, tools: Sequence[Tool] = (), tool_choice: str = "auto"
+    ) -> Iterator[str]:
         self._next += 1
         return self._generate(self._next, next(m.content for m in reversed(messages) if m.role == "user"))
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from voiceagent.backends.protocols import LlmRequest, Message
+from voiceagent.backends.protocols import LlmRequest, Message, Tool
 from voiceagent.backends.vllm_llm import VllmLlm
 from voiceagent.errors import EngineError
 
@@ -77,7 +77,7 @@ class FakeAsyncLlm:
 
 
 def _llm(fake: FakeAsyncLlm) -> VllmLlm:
-    def render(messages: Sequence[Message]) -> list[int]:
+    def render(messages: Sequence[Message], tools: Sequence[Tool] = (), prefill: str = "") -> list[int]:
         return [len(m.content) for m in messages]
 
     return VllmLlm(lambda: fake, render, lambda max_tokens, temperature: max_tokens)

@@ -35,7 +35,7 @@ from collections.abc import AsyncGenerator, Callable, Sequence
 from dataclasses import replace
 from enum import Enum
 
-from voiceagent.backends.protocols import LlmEngine, LlmRequest, LlmStats, Message
+from voiceagent.backends.protocols import LlmEngine, LlmRequest, LlmStats, Message, ToolCall
 from voiceagent.errors import EngineError
 
 __all__ = ["ROUTE_REASONS", "Breaker", "BreakerState", "FallbackLlm"]
@@ -131,7 +131,7 @@ class FallbackLlm:
         self.breaker = Breaker(failures, reset_s, clock)
         self.answered: collections.Counter[tuple[str, str]] = collections.Counter()
 
-    async def generate(self, request: LlmRequest) -> AsyncGenerator[str, None]:
+    async def generate(self, request: LlmRequest) -> AsyncGenerator[str | ToolCall, None]:
         """Stream the reply from the primary or the fallback (rule: module docstring)."""
         route = self.breaker.acquire()
         reason = "breaker_open"

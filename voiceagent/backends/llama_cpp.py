@@ -9,6 +9,11 @@ One context keeps the KV cache of its last prompt and reuses the longest common 
 next one.  The conversation is rendered deterministically (same system prompt, assistant turns
 stored exactly as generated, or cut at a word boundary on barge-in), so a turn on the context
 that served the conversation last pays only for its new tokens.
+
+Tools go through the model's own chat template (Qwen2.5's lists them in the system turn and
+expects ``<tool_call>`` JSON back, read by :class:`~voiceagent.backends.tool_format.HermesToolParser`).
+``tool_choice`` "required" opens the call in the prompt and holds the model to JSON with a
+grammar; a named tool holds the arguments to that tool's schema (llama.cpp's own grammar path).
 """
 
 from __future__ import annotations
@@ -20,9 +25,11 @@ from typing import Any, cast
 
 from llama_cpp import Llama, llama_set_n_threads
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+from llama_cpp.llama_grammar import JSON_GBNF, LlamaGrammar
 
 from voiceagent.backends.llm_pool import LlmPool
-from voiceagent.backends.protocols import LlmContext, Message
+from voiceagent.backends.protocols import LlmContext, Message, Tool, ToolCall, ToolChoice
+from voiceagent.backends.tool_format import OPEN, HermesToolParser, chat_messages, new_call_id, tool_dicts
 from voiceagent.catalog import get_spec, prepare
 from voiceagent.config import LlmConfig
 from voiceagent.pipeline.scheduler import PriorityExecutor
@@ -36,7 +43,7 @@ def gguf_path(name: str, cache_dir: Path) -> Path:
 
 
 def _messages(messages: Sequence[Message]) -> Any:
-    return [{"role": m.role, "content": m.content} for m in messages]
+    return chat_messages(messages)
 
 
 class LlamaCppContext:
@@ -77,13 +84,12 @@ class LlamaCppContext:
     def count_tokens(self, text: str) -> int:
         return len(self._llm.tokenize(text.encode("utf-8"), add_bos=False, special=True))
 
-    def prompt_reuse(self, messages: Sequence[Message]) -> tuple[int, int]:
+    def prompt_reuse(self, messages: Sequence[Message], tools: Sequence[Tool] = ()) -> tuple[int, int]:
         """(prompt tokens, tokens of it already in this context's KV cache), as llama.cpp will
         see them; (0, 0) where the model has no chat template to render."""
         if self._formatter is None:
             return 0, 0
-        result = self._formatter(messages=_messages(messages))
-        tokens = self._llm.tokenize(result.prompt.encode("utf-8"), add_bos=not result.added_special, special=True)
+        tokens = self._prompt_tokens(messages, tools)
         cached = cast(Any, self._llm)._input_ids
         reused = 0
         for a, b in zip(cached, tokens, strict=False):
@@ -92,24 +98,73 @@ class LlamaCppContext:
             reused += 1
         return len(tokens), reused
 
-    def stream(self, messages: Sequence[Message], max_tokens: int, temperature: float) -> Iterator[str]:
+    def _prompt_tokens(self, messages: Sequence[Message], tools: Sequence[Tool]) -> list[int]:
+        result = self._formatter(messages=_messages(messages), tools=tool_dicts(tools) or None)
+        return self._llm.tokenize(result.prompt.encode("utf-8"), add_bos=not result.added_special, special=True)
+
+    def stream(
+        self,
+        messages: Sequence[Message],
+        max_tokens: int,
+        temperature: float,
+        tools: Sequence[Tool] = (),
+        tool_choice: ToolChoice = "auto",
+    ) -> Iterator[str | ToolCall]:
+        """One piece per token: text, ``""`` for a token that went into a tool call, and each call
+        once complete (see the module docstring for ``tool_choice``)."""
+        offered = tools if tool_choice != "none" else ()
+        sampling: dict[str, Any] = {
+            "stream": True,
+            "max_tokens": max_tokens,
+            "temperature": temperature,
+            "top_k": 1 if temperature == 0.0 else 40,
+            "seed": 0,
+        }
+        named = next((t for t in offered if t.name == tool_choice), None)
+        if named is not None:
+            yield from self._named_call(messages, offered, named, sampling)
+            return
+        parser = HermesToolParser(open_tag=bool(offered) and tool_choice == "required" and self._formatter is not None)
+        if parser.open_tag_in_prompt:
+            # Open the call in the prompt and hold the model to one JSON object after it.
+            opened = self._llm.tokenize(f"{OPEN}\n".encode(), add_bos=False, special=True)
+            prompt = self._prompt_tokens(messages, offered) + opened
+            grammar = LlamaGrammar.from_string(JSON_GBNF, verbose=False)
+            stop = [self._token_text(self._llm.token_eos())]
+            chunks: Any = self._llm.create_completion(prompt=prompt, grammar=grammar, stop=stop, **sampling)
+            pieces = (str(c["choices"][0].get("text") or "") for c in cast(Iterator[dict[str, Any]], chunks))
+        else:
+            chunks = self._llm.create_chat_completion(
+                messages=_messages(messages), tools=cast(Any, tool_dicts(offered) or None), **sampling
+            )
+            pieces = (str(c["choices"][0]["delta"].get("content") or "") for c in cast(Iterator[dict[str, Any]], chunks))
+        for text in pieces:
+            if not text:
+                continue
+            out = parser.push(text) if offered else [text]
+            yield from out if out else [""]
+        yield from parser.flush()
+
+    def _named_call(
+        self, messages: Sequence[Message], tools: Sequence[Tool], tool: Tool, sampling: dict[str, Any]
+    ) -> Iterator[str | ToolCall]:
+        """tool_choice names ``tool``: llama.cpp holds the arguments to its schema with a grammar."""
         chunks = self._llm.create_chat_completion(
             messages=_messages(messages),
-            stream=True,
-            max_tokens=max_tokens,
-            temperature=temperature,
-            top_k=1 if temperature == 0.0 else 40,
-            seed=0,
+            tools=cast(Any, tool_dicts(tools)),
+            tool_choice={"type": "function", "function": {"name": tool.name}},
+            **sampling,
         )
+        arguments = ""
         for chunk in cast(Iterator[dict[str, Any]], chunks):
-            delta = chunk["choices"][0]["delta"]
-            text = delta.get("content")
-            if text:
-                yield str(text)
+            for call in chunk["choices"][0]["delta"].get("tool_calls") or []:
+                arguments += call.get("function", {}).get("arguments") or ""
+            yield ""
+        yield ToolCall(new_call_id(), tool.name, arguments)
 
 
-def _reuse(context: LlmContext, messages: Sequence[Message]) -> tuple[int, int]:
-    return context.prompt_reuse(messages) if isinstance(context, LlamaCppContext) else (0, 0)
+def _reuse(context: LlmContext, messages: Sequence[Message], tools: Sequence[Tool]) -> tuple[int, int]:
+    return context.prompt_reuse(messages, tools) if isinstance(context, LlamaCppContext) else (0, 0)
 
 
 def load(config: LlmConfig, cache_dir: Path) -> LlmPool:

@@ -48,7 +48,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from voiceagent.backends.protocols import LlmContext, LlmRequest, LlmStats, Message
+from voiceagent.backends.protocols import LlmContext, LlmRequest, LlmStats, Message, Tool, ToolCall
 from voiceagent.pipeline.scheduler import PriorityExecutor
 
 __all__ = ["LlmPool"]
@@ -91,7 +91,7 @@ class _Steps:
     """
 
     def __init__(
-        self, pool: LlmPool, context: LlmContext, it: Iterator[str], admitted: int, urgent: int, still: Callable[[], bool] | None
+        self, pool: LlmPool, context: LlmContext, it: Iterator[str | ToolCall], admitted: int, urgent: int, still: Callable[[], bool] | None
     ) -> None:
         self.pool = pool
         self.context = context
@@ -152,7 +152,7 @@ class LlmPool:
         contexts: Sequence[LlmContext],
         executor: PriorityExecutor,
         name: str = "llama_cpp",
-        count_prompt: Callable[[LlmContext, Sequence[Message]], tuple[int, int]] | None = None,
+        count_prompt: Callable[[LlmContext, Sequence[Message], Sequence[Tool]], tuple[int, int]] | None = None,
         threads: int = 1,
         model: str = "",
     ) -> None:
@@ -265,11 +265,11 @@ class LlmPool:
     def _threads_now(self, context: LlmContext) -> None:
         context.set_threads(1 if self.threads > 1 and self.contended() else self.threads)
 
-    async def generate(self, request: LlmRequest) -> AsyncGenerator[str, None]:
+    async def generate(self, request: LlmRequest) -> AsyncGenerator[str | ToolCall, None]:
         """Stream the reply on a context leased for this generation (contract: module docstring)."""
         slot = await self._acquire(request.key)
         steps: _Steps | None = None
-        it: Iterator[str] | None = None
+        it: Iterator[str | ToolCall] | None = None
         finished = False
         failed = False
         try:
@@ -282,15 +282,15 @@ class LlmPool:
             if usage is not None:
                 usage.model = self.model
 
-            def make() -> Iterator[str]:
+            def make() -> Iterator[str | ToolCall]:
                 self._threads_now(context)
                 if self._count_prompt is not None:
-                    total, reused = self._count_prompt(context, msgs)
+                    total, reused = self._count_prompt(context, msgs, request.tools)
                     self._prompt_tokens += total
                     self._reused_tokens += reused
                     if usage is not None:
                         usage.prompt_tokens, usage.reused_tokens = total, reused
-                return context.stream(msgs, request.max_tokens, request.temperature)
+                return context.stream(msgs, request.max_tokens, request.temperature, request.tools, request.tool_choice)
 
             it = await self._call(admitted, make)
             steps = _Steps(self, context, it, admitted, request.urgent_tokens, request.urgent)
@@ -315,7 +315,7 @@ class LlmPool:
                     steps.cancel()
                 self._close_then_release(it, slot, "error" if failed else "abort")
 
-    def _close_then_release(self, it: Iterator[str] | None, slot: _Slot, reason: str) -> None:
+    def _close_then_release(self, it: Iterator[str | ToolCall] | None, slot: _Slot, reason: str) -> None:
         """Close ``it`` in the executor (after the step in flight), then free the context and count
         the generation as ``reason``.  If the executor is shut down (the engine closed), the
         context is freed at once."""

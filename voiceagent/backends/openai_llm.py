@@ -19,25 +19,38 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncGenerator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
 
-from voiceagent.backends.protocols import LlmRequest, LlmStats, Message
+from voiceagent.backends.protocols import LlmRequest, LlmStats, Message, Tool, ToolCall
+from voiceagent.backends.tool_format import HermesToolParser, chat_messages, new_call_id, tool_dicts
 from voiceagent.config import LlmConfig
 from voiceagent.errors import EngineError
 
 __all__ = ["OpenAiLlm", "load", "parse_sse_line"]
 
 
-def parse_sse_line(line: str) -> str | None:
-    """The text delta in one ``data:`` line of a chat-completions stream ('' for none, None at the end).
+@dataclass
+class _CallPieces:
+    """One streamed tool call, put together from its deltas (OpenAI sends the id and name once,
+    then the arguments in pieces, all under one ``index``)."""
+
+    call_id: str = ""
+    name: str = ""
+    arguments: str = ""
+
+
+def parse_sse_delta(line: str) -> tuple[str, list[dict[str, Any]]] | None:
+    """(text, tool-call deltas) in one ``data:`` line of a chat-completions stream; ("", []) for
+    a line without either, None at the end.
 
     Raises :class:`EngineError` for a line that is not the protocol's JSON.
     """
     if not line.startswith("data:"):
-        return ""  # comments, event names, keep-alives, blank separators
+        return "", []  # comments, event names, keep-alives, blank separators
     data = line[5:].strip()
     if data == "[DONE]":
         return None
@@ -47,12 +60,34 @@ def parse_sse_line(line: str) -> str | None:
             raise EngineError(f"the LLM server reported an error mid-stream: {obj['error']}")
         choices = obj.get("choices") or []
         if not choices:
-            return ""  # usage-only chunks
+            return "", []  # usage-only chunks
         delta = choices[0].get("delta") or {}
         content = delta.get("content")
-        return content if isinstance(content, str) else ""
+        calls = delta.get("tool_calls") or []
+        if not isinstance(calls, list) or not all(isinstance(c, dict) for c in calls):
+            raise TypeError("tool_calls is not a list of objects")
+        return (content if isinstance(content, str) else ""), calls
     except (ValueError, AttributeError, TypeError) as exc:
         raise EngineError(f"the LLM server sent a malformed stream event: {data[:120]!r}") from exc
+
+
+def parse_sse_line(line: str) -> str | None:
+    """The text delta in one ``data:`` line of a chat-completions stream ('' for none, None at the end)."""
+    parsed = parse_sse_delta(line)
+    return None if parsed is None else parsed[0]
+
+
+def _add_call_delta(calls: dict[int, _CallPieces], delta: dict[str, Any]) -> None:
+    index = delta.get("index", 0)
+    call = calls.setdefault(index if isinstance(index, int) else 0, _CallPieces())
+    if isinstance(delta.get("id"), str):
+        call.call_id = delta["id"]
+    fn = delta.get("function") or {}
+    if isinstance(fn, dict):
+        if isinstance(fn.get("name"), str):
+            call.name += fn["name"]
+        if isinstance(fn.get("arguments"), str):
+            call.arguments += fn["arguments"]
 
 
 class OpenAiLlm:
@@ -92,19 +127,31 @@ class OpenAiLlm:
             self._clients[loop] = client
         return client
 
-    def _body(self, messages: Sequence[Message], max_tokens: int, temperature: float) -> dict[str, Any]:
-        return {
+    def _body(
+        self, messages: Sequence[Message], max_tokens: int, temperature: float, tools: Sequence[Tool] = (), tool_choice: str = "auto"
+    ) -> dict[str, Any]:
+        body: dict[str, Any] = {
             "model": self.model,
-            "messages": [{"role": m.role, "content": m.content} for m in messages],
+            "messages": chat_messages(messages, arguments_as_text=True),
             "stream": True,
             "max_tokens": max_tokens,
             "temperature": temperature,
         }
+        if tools:
+            body["tools"] = tool_dicts(tools)
+            body["tool_choice"] = (
+                tool_choice if tool_choice in ("auto", "none", "required") else {"type": "function", "function": {"name": tool_choice}}
+            )
+        return body
 
-    async def generate(self, request: LlmRequest) -> AsyncGenerator[str, None]:
-        """Stream the reply (contract: module docstring)."""
+    async def generate(self, request: LlmRequest) -> AsyncGenerator[str | ToolCall, None]:
+        """Stream the reply (contract: module docstring).  Tool calls come from the server's own
+        ``tool_calls`` deltas; a server that leaves the model's ``<tool_call>`` text in the content
+        (no tool parser configured) is read with the Hermes format as well."""
         url = f"{self.base_url}/chat/completions"
-        body = self._body(request.messages, request.max_tokens, request.temperature)
+        body = self._body(request.messages, request.max_tokens, request.temperature, request.tools, request.tool_choice)
+        parser = HermesToolParser() if request.tools and request.tool_choice != "none" else None
+        calls: dict[int, _CallPieces] = {}
         self._active += 1
         try:
             if request.on_admitted is not None:
@@ -118,17 +165,26 @@ class OpenAiLlm:
                             text = (await resp.aread()).decode("utf-8", "replace").strip()
                             raise EngineError(f"the LLM server at {self.base_url} answered HTTP {resp.status_code}: {text[:200]}")
                         async for line in resp.aiter_lines():
-                            piece = parse_sse_line(line)
-                            if piece is None:
+                            parsed = parse_sse_delta(line)
+                            if parsed is None:
+                                for out in parser.flush() if parser is not None else []:
+                                    yield out
+                                for call in calls.values():
+                                    yield ToolCall(call.call_id or new_call_id(), call.name, call.arguments)
                                 return
-                            if piece:
+                            piece, deltas = parsed
+                            for delta in deltas:
+                                _add_call_delta(calls, delta)
+                            if piece or deltas:
                                 deadline.reschedule(None)
                                 self._generated += 1
                                 if request.usage is not None:
                                     # Servers send one token per chunk; the prompt is not reported.
                                     request.usage.model = self.model
                                     request.usage.generated_tokens += 1
-                                yield piece
+                            if piece:
+                                for out in parser.push(piece) if parser is not None else [piece]:
+                                    yield out
                         raise EngineError(f"the LLM server at {self.base_url} ended the stream without [DONE]")
             except TimeoutError:
                 raise EngineError(f"the LLM server at {self.base_url} sent nothing within {self.first_token_timeout_s:g} s") from None

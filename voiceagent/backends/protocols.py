@@ -23,14 +23,19 @@ Stages therefore talk to an :class:`LlmEngine`, an asynchronous layer that owns 
   gives the sequence state back for the next request.  ``CancelledError`` propagates.
 * **Failure:** an engine that cannot answer raises :class:`~voiceagent.errors.EngineError`
   (retryable where a later call may work); the stage turns it into a failed response.
+* **Tools:** a request may offer ``tools``.  The engine renders them the way its model was
+  trained to see them (the model's own chat template; an OpenAI-compatible server's ``tools``
+  field) and yields each call the model makes as one complete :class:`ToolCall`, between the
+  text pieces, never as text.  Arguments are the model's JSON text, not yet checked against the
+  tool's schema (the stage repairs or reports them).
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Callable, Iterator, Sequence
+from collections.abc import AsyncGenerator, Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Executor
-from dataclasses import dataclass
-from typing import Literal, Protocol
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
 
 from voiceagent.audio import Float32Array, Int16Array
 
@@ -41,6 +46,9 @@ __all__ = [
     "LlmStats",
     "Message",
     "SttBackend",
+    "Tool",
+    "ToolCall",
+    "ToolChoice",
     "TtsBackend",
     "TurnBackend",
     "Usage",
@@ -50,9 +58,37 @@ __all__ = [
 
 
 @dataclass(frozen=True, slots=True)
+class Tool:
+    """A function the model may call: OpenAI's ``{"type": "function", ...}`` tool, flattened."""
+
+    name: str
+    description: str = ""
+    parameters: Mapping[str, Any] = field(default_factory=lambda: {"type": "object", "properties": {}})
+    """A JSON Schema of the arguments object."""
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """One call the model made: ``arguments`` is JSON text (an object, once the stage has checked it)."""
+
+    call_id: str
+    name: str
+    arguments: str
+
+
+ToolChoice = str
+"""``auto`` (the model decides), ``none`` (no calls), ``required`` (at least one call), or a tool's name."""
+
+
+@dataclass(frozen=True, slots=True)
 class Message:
-    role: Literal["system", "user", "assistant"]
+    """One prompt message.  An assistant message may carry the calls it made (``tool_calls``); a
+    ``tool`` message is the output of the call named by ``tool_call_id``."""
+
+    role: Literal["system", "user", "assistant", "tool"]
     content: str
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str = ""
 
 
 class VadStream(Protocol):
@@ -101,8 +137,16 @@ class LlmContext(Protocol):
         """CPU threads for the next steps (takes effect between steps)."""
         ...
 
-    def stream(self, messages: Sequence[Message], max_tokens: int, temperature: float) -> Iterator[str]:
-        """Generate the assistant's reply as text pieces.  Closing the iterator stops generation."""
+    def stream(
+        self,
+        messages: Sequence[Message],
+        max_tokens: int,
+        temperature: float,
+        tools: Sequence[Tool] = (),
+        tool_choice: ToolChoice = "auto",
+    ) -> Iterator[str | ToolCall]:
+        """Generate the assistant's reply as text pieces (one per token) and complete tool calls.
+        Closing the iterator stops generation."""
         ...
 
 
@@ -131,7 +175,8 @@ class LlmRequest:
     treated as urgent whatever ``urgent`` says.  ``on_route`` is called on the event loop, before
     the first token, by an engine that chooses between engines (:mod:`voiceagent.backends.fallback`)
     with the name of the engine that answers and why.  ``usage``, when given, is filled in by the
-    engine that answers (see :class:`Usage`).
+    engine that answers (see :class:`Usage`).  ``tools``/``tool_choice``: the functions the model
+    may call (see the module docstring); none by default.
     """
 
     key: str
@@ -143,6 +188,8 @@ class LlmRequest:
     urgent: Callable[[], bool] | None = None
     on_route: Callable[[str, str], None] | None = None
     usage: Usage | None = None
+    tools: tuple[Tool, ...] = ()
+    tool_choice: ToolChoice = "auto"
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,8 +214,8 @@ class LlmEngine(Protocol):
 
     name: str
 
-    def generate(self, request: LlmRequest) -> AsyncGenerator[str, None]:
-        """Stream the reply as text pieces; close the iterator to stop early."""
+    def generate(self, request: LlmRequest) -> AsyncGenerator[str | ToolCall, None]:
+        """Stream the reply as text pieces and complete tool calls; close the iterator to stop early."""
         ...
 
     def prime(self, messages: Sequence[Message]) -> None:

@@ -36,7 +36,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
-from voiceagent.backends.protocols import LlmRequest, LlmStats, Message
+from voiceagent.backends.protocols import LlmRequest, LlmStats, Message, Tool, ToolCall
+from voiceagent.backends.tool_format import HermesToolParser, call_prefill, chat_messages, tool_dicts
 from voiceagent.config import LlmConfig
 from voiceagent.errors import EngineError, MissingDependencyError
 
@@ -80,7 +81,7 @@ class VllmLlm:
     def __init__(
         self,
         make_engine: Callable[[], AsyncEngine],
-        render: Callable[[Sequence[Message]], list[int]],
+        render: Callable[[Sequence[Message], Sequence[Tool], str], list[int]],
         make_params: Callable[[int, float], Any],
         name: str = "vllm",
         model: str = "",
@@ -114,10 +115,15 @@ class VllmLlm:
         """Run ``coro`` on the engine's loop and wait for it (blocking)."""
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
 
-    async def generate(self, request: LlmRequest) -> AsyncGenerator[str, None]:
-        """Stream the reply (cancellation and failure: module docstring)."""
+    async def generate(self, request: LlmRequest) -> AsyncGenerator[str | ToolCall, None]:
+        """Stream the reply (cancellation and failure: module docstring).  Tool calls are read
+        from the text with the model's format (Qwen2.5 / Hermes ``<tool_call>``)."""
         if self._closed:
             raise EngineError("the vLLM engine is closed")
+        offered = request.tools if request.tool_choice != "none" else ()
+        parser = HermesToolParser() if offered else None
+        if parser is not None:
+            parser.push(call_prefill(offered, request.tool_choice))
         caller = asyncio.get_running_loop()
         pieces: asyncio.Queue[object] = asyncio.Queue()
         job = _Job(rid=f"{request.key}-{next(self._ids)}")
@@ -135,12 +141,18 @@ class VllmLlm:
                 item = await pieces.get()
                 if item is _END:
                     ended = True
+                    for rest in parser.flush() if parser is not None else []:
+                        yield rest
                     return
                 if isinstance(item, BaseException):
                     ended = True
                     raise EngineError(f"the vLLM engine failed: {type(item).__name__}: {item}") from item
                 assert isinstance(item, str)
-                yield item
+                if parser is None:
+                    yield item
+                else:
+                    for out in parser.push(item) or [""]:
+                        yield out
         finally:
             self._active -= 1
             if not ended and not future.done():
@@ -157,7 +169,8 @@ class VllmLlm:
         try:
             if job.stopped:
                 return
-            ids = self._render(request.messages)
+            offered = request.tools if request.tool_choice != "none" else ()
+            ids = self._render(request.messages, offered, call_prefill(offered, request.tool_choice))
             params = self._make_params(request.max_tokens, request.temperature)
             job.started = True
             first = True
@@ -292,10 +305,10 @@ def load(config: LlmConfig, cache_dir: Path) -> VllmLlm:
         kwargs["speculative_config"] = json.loads(config.speculative_config)
     tokenizer = AutoTokenizer.from_pretrained(model)
 
-    def render(messages: Sequence[Message]) -> list[int]:
-        chat = [{"role": m.role, "content": m.content} for m in messages]
-        text = tokenizer.apply_chat_template(chat, add_generation_prompt=True, tokenize=False)
-        return [int(i) for i in tokenizer.encode(text, add_special_tokens=False)]
+    def render(messages: Sequence[Message], tools: Sequence[Tool], prefill: str) -> list[int]:
+        chat = chat_messages(messages)
+        text = tokenizer.apply_chat_template(chat, tools=tool_dicts(tools) or None, add_generation_prompt=True, tokenize=False)
+        return [int(i) for i in tokenizer.encode(text + prefill, add_special_tokens=False)]
 
     def make_params(max_tokens: int, temperature: float) -> Any:
         return SamplingParams(max_tokens=max_tokens, temperature=temperature, output_kind=RequestOutputKind.DELTA)

@@ -10,22 +10,52 @@ Cancellation: when the generation goes stale the stage's task is cancelled and t
 iterator closed, which stops the generation inside the engine (see the engine contract).
 An engine that raises ends the generation with ``GenerationEnd(status=failed)`` downstream (so
 the response is closed for the client) and is reported as a ``StageError``.
+
+Tools: the prompt (:class:`LlmPrompt`) may offer tools.  Each call the engine yields is checked
+against its tool's schema (:func:`~voiceagent.tool_args.check_arguments`, which repairs a small
+model's usual slips) and notified as :class:`~voiceagent.events.ToolCallMade`.  A call that
+cannot be repaired is asked for once more with the tool named (the engine then holds the
+arguments to the schema where it can); if that fails too it is notified as
+:class:`~voiceagent.events.ToolCallRejected`.  Either way the turn ends normally.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 
-from voiceagent.backends.protocols import LlmEngine, LlmRequest, Message, Usage
+from voiceagent.backends.protocols import LlmEngine, LlmRequest, Message, Tool, ToolCall, Usage
 from voiceagent.errors import StageError
-from voiceagent.events import Clause, Event, GenerationEnd, LlmRoute, LlmUsage, Mark, ResponseStatus, UserTurn
+from voiceagent.events import (
+    Clause,
+    Event,
+    GenerationEnd,
+    LlmRoute,
+    LlmUsage,
+    Mark,
+    ResponseStatus,
+    ToolCallMade,
+    ToolCallRejected,
+    UserTurn,
+)
 from voiceagent.pipeline import Channel, Stage, StageContext
 from voiceagent.pipeline.gate import GenerationGate
 from voiceagent.settings import SessionSettings
 from voiceagent.text import ClauseSplitter
+from voiceagent.tool_args import check_arguments
 
-__all__ = ["LlmStage"]
+__all__ = ["LlmPrompt", "LlmStage"]
+
+
+@dataclass(frozen=True, slots=True)
+class LlmPrompt:
+    """What to ask for one turn: the messages and the tools offered (``tool_choice`` as in
+    :class:`~voiceagent.backends.protocols.LlmRequest`)."""
+
+    messages: Sequence[Message]
+    tools: tuple[Tool, ...] = ()
+    tool_choice: str = "auto"
 
 
 class LlmStage(Stage):
@@ -37,7 +67,7 @@ class LlmStage(Stage):
         inbox: Channel[Event],
         out: Channel[Event],
         engine: LlmEngine,
-        prompt: Callable[[UserTurn], Sequence[Message]],
+        prompt: Callable[[UserTurn], Awaitable[LlmPrompt]],
         settings: Callable[[], SessionSettings],
         gate: GenerationGate | None = None,
         first_token: GenerationGate | None = None,
@@ -56,7 +86,8 @@ class LlmStage(Stage):
             await self.emit(event)
             return
         gen = event.gen
-        messages = list(self._prompt(event))
+        prompt = await self._prompt(event)
+        messages = list(prompt.messages)
         settings = self._settings()
         splitter = ClauseSplitter(first_max_words=self._first_clause_words)
         text = ""
@@ -78,8 +109,11 @@ class LlmStage(Stage):
             urgent=lambda: waiting_for_first_clause[0],
             on_route=lambda engine, reason: routes.append((engine, reason)),
             usage=usage,
+            tools=prompt.tools,
+            tool_choice=prompt.tool_choice,
         )
         await self.ctx.notify(self._mark(gen, "llm_request"))
+        retry: list[ToolCall] = []
 
         try:
             async with contextlib.aclosing(self._engine.generate(request)) as pieces:
@@ -93,12 +127,18 @@ class LlmStage(Stage):
                         now = first_token_t = self.ctx.clock.now()
                         await self.ctx.notify(LlmRoute(t=now, gen=gen, session=self.ctx.session_id, engine=engine, reason=reason))
                         await self.ctx.notify(self._mark(gen, "llm_first_token"))
+                    if isinstance(piece, ToolCall):
+                        if not await self._tool_call(gen, piece, prompt.tools, final=False):
+                            retry.append(piece)
+                        continue
                     text += piece
                     for clause in splitter.push(piece):
                         waiting_for_first_clause[0] = False
                         index = await self._clause(gen, clause, index)
             for clause in splitter.flush():
                 index = await self._clause(gen, clause, index)
+            for call in retry:
+                await self._retry_call(gen, call, request)
         except Exception as exc:
             self._first_token.open(gen)
             await self.emit(
@@ -130,6 +170,52 @@ class LlmStage(Stage):
         await self.emit(
             GenerationEnd(t=self.ctx.clock.now(), gen=gen, session=self.ctx.session_id, text=text, status=ResponseStatus.COMPLETED)
         )
+
+    async def _tool_call(self, gen: int, call: ToolCall, tools: Sequence[Tool], *, final: bool) -> bool:
+        """Check ``call`` and notify it; False when it needs another try (and ``final`` is not set)."""
+        tool = next((t for t in tools if t.name == call.name), None)
+        checked = check_arguments(tool, call.arguments)
+        now = self.ctx.clock.now()
+        if checked.problem is None and checked.arguments is not None:
+            await self.ctx.notify(
+                ToolCallMade(
+                    t=now,
+                    gen=gen,
+                    session=self.ctx.session_id,
+                    call_id=call.call_id,
+                    name=call.name,
+                    arguments=checked.arguments,
+                    repaired=checked.repaired,
+                )
+            )
+            return True
+        if not final and tool is not None:
+            return False
+        problem = checked.problem or "unreadable arguments"
+        await self.ctx.notify(
+            ToolCallRejected(t=now, gen=gen, session=self.ctx.session_id, name=call.name, arguments=call.arguments[:500], problem=problem)
+        )
+        return True
+
+    async def _retry_call(self, gen: int, call: ToolCall, request: LlmRequest) -> None:
+        """Ask once more for ``call`` with its tool named (the engine constrains the arguments)."""
+        again = LlmRequest(
+            key=request.key,
+            messages=request.messages,
+            max_tokens=request.max_tokens,
+            temperature=request.temperature,
+            tools=request.tools,
+            tool_choice=call.name,
+        )
+        second: ToolCall | None = None
+        async with contextlib.aclosing(self._engine.generate(again)) as pieces:
+            async for piece in pieces:
+                if isinstance(piece, ToolCall) and second is None:
+                    second = piece
+        if second is not None and second.name == call.name:
+            await self._tool_call(gen, ToolCall(call.call_id, call.name, second.arguments), request.tools, final=True)
+        else:
+            await self._tool_call(gen, call, request.tools, final=True)
 
     async def _clause(self, gen: int, text: str, index: int) -> int:
         if not text.strip():

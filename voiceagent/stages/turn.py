@@ -164,12 +164,17 @@ class TurnStage(Stage):
         llm_started: GenerationGate | None = None,
         stop_ms: int = 160,
         min_audio_ms: float = 0.0,
+        may_speculate: Callable[[], bool] | None = None,
     ) -> None:
         """``stop_ms``: the VAD's silence before it reports the end of speech (``vad.stop_ms``).
         ``min_audio_ms``: the time from the LLM's first token to the first audio of a typical first
         clause on this machine (measured at start-up, ``TurnCost.audio_after_first_token_s``;
-        0 = unknown, never skip)."""
+        0 = unknown, never skip).  ``may_speculate``: asked as each final transcript arrives; False
+        holds the answer until the turn is confirmed (the session says so while a tool call waits
+        for its output: the prompt cannot be known before the turn ends)."""
         super().__init__(ctx, inbox, out)
+        self._speculative = speculative
+        self._may_speculate = may_speculate or (lambda: True)
         self._backend = backend
         self._settings = settings
         self._complete_ms = complete_ms
@@ -211,6 +216,7 @@ class TurnStage(Stage):
             actions = ep.on_speech_stopped(event.audio_ms)
         elif isinstance(event, TranscriptSegment):
             self._marks["transcript_final"] = event.t
+            ep.speculative = self._speculative and self._may_speculate()
             actions = ep.on_segment(event, self._respond())
         elif isinstance(event, Silence):
             actions = ep.on_silence(event.silence_ms, *args)

@@ -26,6 +26,7 @@ from voiceagent.events import (
     ResponseDone,
     TurnMetrics,
 )
+from voiceagent.history import AssistantItem
 from voiceagent.session import Session
 from voiceagent.talk.conversation import Conversation, TalkResult, feed_microphone
 from voiceagent.talk.devices import Microphone
@@ -76,7 +77,7 @@ async def _apply(session: Session, conv: Conversation, ev: Event) -> None:
     elif isinstance(ev, ResponseDone):
         # The event's text predates our own truncate (which the history has applied): show the history's.
         item = session.history.find(ev.item_id)
-        conv.response_done(ev.response_id, ev.item_id, ev.status.value, item.text if item is not None else ev.text)
+        conv.response_done(ev.response_id, ev.item_id, ev.status.value, item.text if isinstance(item, AssistantItem) else ev.text)
     elif isinstance(ev, TurnMetrics):
         conv.metrics(ev.response_id, ev.spans)
     elif isinstance(ev, ErrorEvent):

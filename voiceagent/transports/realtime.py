@@ -25,11 +25,13 @@ from voiceagent.transports.realtime_codec import (
     CommitInput,
     CreateItem,
     CreateResponse,
+    CreateToolOutput,
     DeleteItem,
     RealtimeCodec,
     RetrieveItem,
     TruncateItem,
     UpdateSession,
+    item_object,
 )
 
 __all__ = ["RealtimeConnection"]
@@ -116,6 +118,8 @@ class RealtimeConnection(SessionConnection):
                     event_id=cmd.event_id,
                 )
             await s.add_text(cmd.text, cmd.role)
+        elif isinstance(cmd, CreateToolOutput):
+            await s.add_tool_output(cmd.call_id, cmd.output)
         elif isinstance(cmd, TruncateItem):
             await s.truncate(cmd.item_id, cmd.audio_end_ms)
         elif isinstance(cmd, DeleteItem):
@@ -125,21 +129,9 @@ class RealtimeConnection(SessionConnection):
             item = s.history.find(cmd.item_id)
             if item is None:
                 raise ProtocolError("item_not_found", f"no item {cmd.item_id!r}", param="item_id", event_id=cmd.event_id)
-            content_type = "input_text" if item.role == "user" else "output_audio"
-            await self.send(
-                {
-                    "type": "conversation.item.retrieved",
-                    "event_id": cmd.event_id or "",
-                    "item": {
-                        "id": item.id,
-                        "type": "message",
-                        "role": item.role,
-                        "content": [{"type": content_type, "transcript": item.text, "text": item.text}],
-                    },
-                }
-            )
+            await self.send({"type": "conversation.item.retrieved", "event_id": cmd.event_id or "", "item": item_object(item)})
         elif isinstance(cmd, CreateResponse):
-            await s.create_response(cmd.instructions)
+            await s.create_response(cmd.instructions, tools=cmd.tools, tool_choice=cmd.tool_choice)
         elif isinstance(cmd, CancelResponse):
             active = s.active_response_id
             if active is None:

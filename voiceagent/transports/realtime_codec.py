@@ -12,16 +12,21 @@ from __future__ import annotations
 import base64
 import binascii
 import dataclasses
+import json
 import math
+import re
 from dataclasses import dataclass
 from typing import Any
 
 from voiceagent.audio import PIPELINE_RATE, Int16Array, StreamResampler, mulaw_decode, mulaw_encode, pcm16_from_bytes
+from voiceagent.backends.protocols import Tool
 from voiceagent.errors import ProtocolError
 from voiceagent.events import (
     AudioDelta,
+    CallSummary,
     ErrorEvent,
     Event,
+    FunctionCallAdded,
     InputCleared,
     InputCommitted,
     InputSpeechStarted,
@@ -35,9 +40,10 @@ from voiceagent.events import (
     ResponseDone,
     ResponseStatus,
     TextItemAdded,
+    ToolOutputAdded,
     TurnMetrics,
 )
-from voiceagent.history import new_id
+from voiceagent.history import AssistantItem, FunctionCallItem, FunctionCallOutputItem, Item, UserItem, new_id
 from voiceagent.settings import SessionSettings, TurnDetection
 from voiceagent.transports.fields import parse_object, require_str
 
@@ -49,12 +55,17 @@ __all__ = [
     "CommitInput",
     "CreateItem",
     "CreateResponse",
+    "CreateToolOutput",
     "DeleteItem",
     "RealtimeCodec",
     "RetrieveItem",
     "TruncateItem",
     "UpdateSession",
+    "item_object",
 ]
+
+MAX_TOOLS = 128
+_TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
 @dataclass(frozen=True)
@@ -87,6 +98,15 @@ class CreateItem:
 
 
 @dataclass(frozen=True)
+class CreateToolOutput:
+    """A ``function_call_output`` item: the result of the call ``call_id``."""
+
+    call_id: str
+    output: str
+    event_id: str | None = None
+
+
+@dataclass(frozen=True)
 class TruncateItem:
     item_id: str
     audio_end_ms: float
@@ -109,6 +129,9 @@ class RetrieveItem:
 class CreateResponse:
     instructions: str | None = None
     event_id: str | None = None
+    tools: tuple[Tool, ...] | None = None
+    """For this response only (None: the session's)."""
+    tool_choice: str | None = None
 
 
 @dataclass(frozen=True)
@@ -123,6 +146,7 @@ Command = (
     | CommitInput
     | ClearInput
     | CreateItem
+    | CreateToolOutput
     | TruncateItem
     | DeleteItem
     | RetrieveItem
@@ -202,6 +226,15 @@ class RealtimeCodec:
                 changes["language"] = lang
         if "turn_detection" in inp:
             changes["turn_detection"] = self._turn_detection(inp["turn_detection"])
+        tools = _tools(sess["tools"], "session.tools") if "tools" in sess else None
+        if tools is not None:
+            changes["tools"] = tools
+        if "tool_choice" in sess:
+            changes["tool_choice"] = _tool_choice(
+                sess["tool_choice"], tools if tools is not None else self.settings.tools, "session.tool_choice"
+            )
+        elif tools is not None and self.settings.tool_choice not in ("auto", "none", "required", *(t.name for t in tools)):
+            changes["tool_choice"] = "auto"  # the named tool is gone
         if "voice" in out:
             voice = require_str(out, "voice", "session.audio.output.voice")
             if not voice.strip() or len(voice) > 64:
@@ -273,8 +306,12 @@ class RealtimeCodec:
             pcm = pcm16_from_bytes(raw)
         return AppendAudio(self._in_rs.process(pcm), event_id)
 
-    def _item_create(self, msg: dict[str, Any], event_id: str | None) -> CreateItem:
+    def _item_create(self, msg: dict[str, Any], event_id: str | None) -> CreateItem | CreateToolOutput:
         item = _obj(msg, "item", "item", required=True)
+        if item.get("type") == "function_call_output":
+            call_id = require_str(item, "call_id", "item.call_id")
+            output = require_str(item, "output", "item.output")
+            return CreateToolOutput(call_id, output, event_id)
         if item.get("type", "message") != "message":
             raise ProtocolError("unsupported_item_type", f"item type {item.get('type')!r} is not supported", param="item.type")
         role = item.get("role")
@@ -307,7 +344,11 @@ class RealtimeCodec:
         instr = resp.get("instructions")
         if instr is not None and not isinstance(instr, str):
             raise ProtocolError("invalid_value", "response.instructions must be a string", param="response.instructions")
-        return CreateResponse(instr, event_id)
+        tools = _tools(resp["tools"], "response.tools") if "tools" in resp else None
+        choice = None
+        if "tool_choice" in resp:
+            choice = _tool_choice(resp["tool_choice"], tools if tools is not None else self.settings.tools, "response.tool_choice")
+        return CreateResponse(instr, event_id, tools, choice)
 
     def _response_cancel(self, msg: dict[str, Any], event_id: str | None) -> CancelResponse:
         rid = msg.get("response_id")
@@ -331,6 +372,8 @@ class RealtimeCodec:
             "output_modalities": ["audio"],
             "instructions": s.instructions,
             "max_output_tokens": s.max_output_tokens,
+            "tools": [_tool_object(t) for t in s.tools],
+            "tool_choice": s.tool_choice if s.tool_choice in ("auto", "none", "required") else {"type": "function", "name": s.tool_choice},
             "audio": {
                 "input": {
                     "format": _fmt(self.input_format),
@@ -383,6 +426,8 @@ class RealtimeCodec:
                 _msg("conversation.item.added", previous_item_id=ev.previous_item_id, item=text_item),
                 _msg("conversation.item.done", previous_item_id=ev.previous_item_id, item=text_item),
             ]
+        if isinstance(ev, FunctionCallAdded | ToolOutputAdded):
+            return self._tool_item(ev)
         if isinstance(ev, ItemsDropped):
             return [_msg("conversation.item.deleted", item_id=item_id) for item_id in ev.item_ids]
         if isinstance(ev, InputTranscriptDelta):
@@ -470,6 +515,27 @@ class RealtimeCodec:
             delta=base64.b64encode(raw).decode("ascii"),
         )
 
+    def _tool_item(self, ev: FunctionCallAdded | ToolOutputAdded) -> list[dict[str, Any]]:
+        """A complete call, streamed as OpenAI does (added, arguments as one delta, done), or an output."""
+        if isinstance(ev, ToolOutputAdded):
+            out_item = _output_object(ev.item_id, ev.call_id, ev.output)
+            return [
+                _msg("conversation.item.added", previous_item_id=ev.previous_item_id, item=out_item),
+                _msg("conversation.item.done", previous_item_id=ev.previous_item_id, item=out_item),
+            ]
+        item = _call_object(CallSummary(ev.item_id, ev.call_id, ev.name, ev.arguments), "in_progress")
+        item["arguments"] = ""
+        done = _call_object(CallSummary(ev.item_id, ev.call_id, ev.name, ev.arguments), "completed")
+        ids = {"response_id": ev.response_id, "item_id": ev.item_id, "output_index": ev.output_index, "call_id": ev.call_id}
+        return [
+            _msg("response.output_item.added", response_id=ev.response_id, output_index=ev.output_index, item=item),
+            _msg("conversation.item.added", previous_item_id=ev.previous_item_id, item=item),
+            _msg("response.function_call_arguments.delta", **ids, delta=ev.arguments),
+            _msg("response.function_call_arguments.done", **ids, name=ev.name, arguments=ev.arguments),
+            _msg("response.output_item.done", response_id=ev.response_id, output_index=ev.output_index, item=done),
+            _msg("conversation.item.done", previous_item_id=ev.previous_item_id, item=done),
+        ]
+
     def _response_done(self, ev: ResponseDone) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
         rs = self._out_rs.pop(ev.response_id, None)
@@ -505,13 +571,98 @@ class RealtimeCodec:
                     "object": "realtime.response",
                     "status": ev.status.value,
                     "status_details": details,
-                    "output": [item],
+                    "output": [item, *(_call_object(c, "completed") for c in ev.calls)],
                     "usage": None,
                     "audio_ms": round(ev.audio_ms, 1),
                 },
             ),
         ]
         return out
+
+
+def _call_object(call: CallSummary, status: str) -> dict[str, Any]:
+    return {
+        "id": call.item_id,
+        "object": "realtime.item",
+        "type": "function_call",
+        "status": status,
+        "call_id": call.call_id,
+        "name": call.name,
+        "arguments": call.arguments,
+    }
+
+
+def _output_object(item_id: str, call_id: str, output: str) -> dict[str, Any]:
+    return {
+        "id": item_id,
+        "object": "realtime.item",
+        "type": "function_call_output",
+        "call_id": call_id,
+        "output": output,
+        "status": "completed",
+    }
+
+
+def item_object(item: Item) -> dict[str, Any]:
+    """A history item as a Realtime ``item`` object."""
+    if isinstance(item, FunctionCallItem):
+        return _call_object(CallSummary(item.id, item.call_id, item.name, item.arguments), "completed")
+    if isinstance(item, FunctionCallOutputItem):
+        return _output_object(item.id, item.call_id, item.output)
+    part: dict[str, Any]
+    if isinstance(item, UserItem):
+        part = {"type": "input_text", "text": item.text, "transcript": item.text}
+    else:
+        assert isinstance(item, AssistantItem)
+        part = {"type": "output_audio", "transcript": item.text, "text": item.text}
+    return {"id": item.id, "object": "realtime.item", "type": "message", "role": item.role, "status": "completed", "content": [part]}
+
+
+def _tool_object(tool: Tool) -> dict[str, Any]:
+    return {"type": "function", "name": tool.name, "description": tool.description, "parameters": dict(tool.parameters)}
+
+
+def _tools(value: Any, param: str) -> tuple[Tool, ...]:
+    """A ``tools`` list: function tools only, unique names, an object schema each."""
+    if not isinstance(value, list) or len(value) > MAX_TOOLS:
+        raise ProtocolError("invalid_value", f"'{param}' must be a list of at most {MAX_TOOLS} tools", param=param)
+    tools: list[Tool] = []
+    for n, raw in enumerate(value):
+        where = f"{param}[{n}]"
+        if not isinstance(raw, dict):
+            raise ProtocolError("invalid_value", f"'{where}' must be an object", param=where)
+        if raw.get("type", "function") != "function":
+            raise ProtocolError("invalid_value", f"'{where}.type' {raw.get('type')!r} is not supported (function only)", param=where)
+        inner = raw.get("function")
+        fn: dict[str, Any] = inner if isinstance(inner, dict) else raw  # the Chat Completions shape too
+        name = fn.get("name")
+        if not isinstance(name, str) or not _TOOL_NAME.fullmatch(name):
+            raise ProtocolError("invalid_value", f"'{where}.name' must be 1-64 letters, digits, _ or -", param=f"{where}.name")
+        if any(t.name == name for t in tools):
+            raise ProtocolError("invalid_value", f"tool name {name!r} is used twice", param=f"{where}.name")
+        desc = fn.get("description", "")
+        if not isinstance(desc, str):
+            raise ProtocolError("invalid_value", f"'{where}.description' must be a string", param=f"{where}.description")
+        params = fn.get("parameters", {"type": "object", "properties": {}})
+        if not isinstance(params, dict) or params.get("type", "object") != "object":
+            raise ProtocolError("invalid_value", f"'{where}.parameters' must be a JSON Schema of an object", param=f"{where}.parameters")
+        if len(json.dumps(params)) > 16_000:
+            raise ProtocolError("invalid_value", f"'{where}.parameters' is too large", param=f"{where}.parameters")
+        tools.append(Tool(name, desc, params))
+    return tuple(tools)
+
+
+def _tool_choice(value: Any, tools: tuple[Tool, ...], param: str) -> str:
+    if value in ("auto", "none", "required"):
+        return str(value)
+    name = value.get("name") if isinstance(value, dict) and value.get("type") == "function" else None
+    if isinstance(value, dict) and isinstance(value.get("function"), dict):
+        name = value["function"].get("name")  # the Chat Completions shape
+    if not isinstance(name, str):
+        raise ProtocolError("invalid_value", "tool_choice must be auto, none, required or {'type': 'function', 'name': ...}", param=param)
+    if all(t.name != name for t in tools):
+        raise ProtocolError("invalid_value", f"tool_choice names {name!r}, which is not among the tools", param=param)
+    return name
 
 
 def _msg(kind: str, **fields: Any) -> dict[str, Any]:

@@ -1,0 +1,147 @@
+"""Tools as chat templates and OpenAI-style servers see them, and calls as models write them.
+
+* :func:`chat_messages` / :func:`tool_dicts` render prompt messages and tools as the OpenAI
+  chat format that Hugging Face chat templates (Qwen2.5's, rendered by llama.cpp's Jinja
+  formatter or a tokenizer) and OpenAI-compatible servers take.  Templates print a call's
+  arguments with ``tojson``, so for them arguments are objects; on the wire they are strings.
+* :class:`HermesToolParser` reads the tool-call format of Qwen2.5 (and Hermes-style models;
+  vLLM's ``hermes`` parser reads the same): ``<tool_call>\\n{"name": ..., "arguments": {...}}
+  \\n</tool_call>`` in the generated text.  Text outside the tags passes through as it streams;
+  only a possible start of a tag is held back.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+from voiceagent.backends.protocols import Message, Tool, ToolCall
+from voiceagent.tool_args import loads_lenient
+
+__all__ = ["HermesToolParser", "call_prefill", "chat_messages", "new_call_id", "tool_dicts"]
+
+OPEN, CLOSE = "<tool_call>", "</tool_call>"
+_NAME = re.compile(r'"name"\s*:\s*"([^"]*)"')
+_ARGS = re.compile(r'"(?:arguments|parameters)"\s*:\s*')
+
+
+def new_call_id() -> str:
+    return "call_" + uuid.uuid4().hex[:24]
+
+
+def call_prefill(tools: Sequence[Tool], tool_choice: str) -> str:
+    """Text to put after the generation prompt so that the model must call: ``required`` opens a
+    call, a tool's name also writes the name; empty for ``auto``/``none``."""
+    if not tools or tool_choice in ("auto", "none"):
+        return ""
+    if tool_choice == "required":
+        return f"{OPEN}\n"
+    return f'{OPEN}\n{{"name": {json.dumps(tool_choice)}, "arguments": '
+
+
+def tool_dicts(tools: Sequence[Tool]) -> list[dict[str, Any]]:
+    return [
+        {"type": "function", "function": {"name": t.name, "description": t.description, "parameters": dict(t.parameters)}} for t in tools
+    ]
+
+
+def chat_messages(messages: Sequence[Message], *, arguments_as_text: bool = False) -> list[dict[str, Any]]:
+    """``messages`` as OpenAI chat dicts; a call's arguments as an object (for a chat template)
+    or as JSON text (``arguments_as_text``, for an OpenAI-compatible server)."""
+    out: list[dict[str, Any]] = []
+    for m in messages:
+        d: dict[str, Any] = {"role": m.role, "content": m.content}
+        if m.tool_calls:
+            d["tool_calls"] = [
+                {
+                    "id": c.call_id,
+                    "type": "function",
+                    "function": {"name": c.name, "arguments": c.arguments if arguments_as_text else _object(c.arguments)},
+                }
+                for c in m.tool_calls
+            ]
+        if m.role == "tool":
+            d["tool_call_id"] = m.tool_call_id
+        out.append(d)
+    return out
+
+
+def _object(arguments: str) -> Any:
+    value = loads_lenient(arguments)
+    return value if isinstance(value, dict) else {}
+
+
+class HermesToolParser:
+    """Split a stream of generated text into text pieces and :class:`ToolCall` s.
+
+    ``push`` returns what can be passed on now; ``flush`` (at the end of the generation) returns
+    the rest, including a call whose closing tag never came (a model that stops right after the
+    JSON).  A call whose JSON cannot be read at all is still returned, with ``name`` as far as it
+    could be found and the raw text as ``arguments``, so the caller can report it.
+    """
+
+    def __init__(self, *, open_tag: bool = False) -> None:
+        self._buf = ""
+        self.open_tag_in_prompt = open_tag
+        """The prompt itself opened a call (tool_choice "required"): the text starts inside it."""
+        self._inside = open_tag
+
+    def push(self, text: str) -> list[str | ToolCall]:
+        self._buf += text
+        out: list[str | ToolCall] = []
+        while self._buf:
+            if self._inside:
+                end = self._buf.find(CLOSE)
+                if end < 0:
+                    break
+                out.append(parse_call(self._buf[:end]))
+                self._buf = self._buf[end + len(CLOSE) :]
+                self._inside = False
+                continue
+            start = self._buf.find(OPEN)
+            if start >= 0:
+                if self._buf[:start]:
+                    out.append(self._buf[:start])
+                self._buf = self._buf[start + len(OPEN) :]
+                self._inside = True
+                continue
+            keep = _partial_tag(self._buf)
+            if len(self._buf) > keep:
+                out.append(self._buf[: len(self._buf) - keep])
+                self._buf = self._buf[len(self._buf) - keep :]
+            break
+        return out
+
+    def flush(self) -> list[str | ToolCall]:
+        rest, self._buf = self._buf, ""
+        if self._inside:
+            self._inside = False
+            return [parse_call(rest)] if rest.strip() else []
+        return [rest] if rest else []
+
+
+def _partial_tag(text: str) -> int:
+    """Length of the longest suffix of ``text`` that is a proper prefix of ``<tool_call>``."""
+    for n in range(min(len(OPEN) - 1, len(text)), 0, -1):
+        if OPEN.startswith(text[-n:]):
+            return n
+    return 0
+
+
+def parse_call(body: str) -> ToolCall:
+    """One call's ``{"name": ..., "arguments": ...}``; arguments kept as the model wrote them
+    when the whole cannot be read."""
+    value = loads_lenient(body)
+    if isinstance(value, dict) and isinstance(value.get("name"), str):
+        args = value.get("arguments", value.get("parameters", {}))
+        text = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
+        return ToolCall(new_call_id(), value["name"], text)
+    name = _NAME.search(body)
+    args_at = _ARGS.search(body)
+    raw = body[args_at.end() :].strip() if args_at else body.strip()
+    if args_at and raw.endswith("}"):
+        raw = raw[:-1].rstrip()  # the outer object's brace
+    return ToolCall(new_call_id(), name.group(1) if name else "", raw)
