@@ -1,0 +1,287 @@
+"""Tool calls through a session, with scripted fake backends: each race of a tool round-trip.
+
+The fake LLM context yields :class:`ToolCall` s between its text pieces, as the real engines do
+once they have read the model's call.  The session must send each call to the client once, give
+each call exactly one output (the client's, or a synthetic "cancelled" one when the conversation
+goes on first), and build every prompt so that no call is left without its result.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from voiceagent.backends.protocols import Message, Tool, ToolCall
+from voiceagent.clock import VirtualClock
+from voiceagent.errors import ProtocolError
+from voiceagent.events import (
+    AudioDelta,
+    ErrorEvent,
+    FunctionCallAdded,
+    PlaybackCleared,
+    ResponseCreated,
+    ResponseDone,
+    ResponseStatus,
+    ToolOutputAdded,
+)
+from voiceagent.history import CANCELLED_OUTPUT, AssistantItem, FunctionCallItem, FunctionCallOutputItem, UserItem
+
+from .fakes import FakeLlm, FakeStt, FakeTts, FakeTurn, pause, speak
+from .test_session import CHUNK_S, INSTRUCTIONS, MakeFakes, Run, make_config, make_fakes, running, say_turn, tokens
+
+__all__ = ["make_fakes"]  # the fixture, imported for pytest
+
+WEATHER = Tool(
+    "get_weather",
+    "The weather in a city now.",
+    {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+)
+PARIS = '{"city": "Paris"}'
+
+
+def call(call_id: str = "call_1", arguments: str = PARIS, name: str = "get_weather") -> ToolCall:
+    return ToolCall(call_id, name, arguments)
+
+
+def outputs_of(items: list[Any], call_id: str) -> list[FunctionCallOutputItem]:
+    return [i for i in items if isinstance(i, FunctionCallOutputItem) and i.call_id == call_id]
+
+
+def test_a_call_reaches_the_client_once_and_its_output_is_used_by_the_next_response(run: Run, make_fakes: MakeFakes) -> None:
+    fakes = make_fakes(
+        stt=FakeStt(["what is the weather in Paris"]),
+        llm=FakeLlm([[*tokens("Let me check."), call()], tokens("It is 18 degrees in Paris.")]),
+        turn=FakeTurn(0.9),
+    )
+
+    async def main() -> None:
+        async with running(fakes, make_config()) as (session, log):
+            session.update(tools=(WEATHER,))
+            await say_turn(session)
+            i_done, done = await log.wait_type(ResponseDone)
+            i_created, created = await log.wait_type(ResponseCreated)
+            i_call, added = await log.wait_type(FunctionCallAdded)
+            # a speculative answer's call is held until the response is released to the client
+            assert i_created < i_call < i_done
+            assert (added.response_id, added.call_id, added.name, json.loads(added.arguments)) == (
+                created.response_id,
+                "call_1",
+                "get_weather",
+                {"city": "Paris"},
+            )
+            assert added.output_index == 1  # after the spoken message
+            assert done.status is ResponseStatus.COMPLETED and done.text == "Let me check."
+            assert [(c.call_id, c.item_id) for c in done.calls] == [("call_1", added.item_id)]
+            assert len(log.of_type(FunctionCallAdded)) == 1
+            first = fakes.llm.calls.items[0]
+            assert first.tools == (WEATHER,) and first.tool_choice == "auto"
+
+            item_id = await session.add_tool_output("call_1", '{"temperature_c": 18}')
+            _, out = await log.wait_type(ToolOutputAdded)
+            assert (out.item_id, out.call_id, out.synthetic, out.previous_item_id) == (item_id, "call_1", False, added.item_id)
+            with pytest.raises(ProtocolError) as twice:
+                await session.add_tool_output("call_1", "{}")
+            assert twice.value.code == "tool_output_already_received"
+            with pytest.raises(ProtocolError) as unknown:
+                await session.add_tool_output("call_nope", "{}")
+            assert unknown.value.code == "call_not_found"
+
+            await session.create_response()
+            await log.wait_type(ResponseDone, after=i_done + 1)
+            second = fakes.llm.calls.items[1]
+            assert second.messages == (
+                Message("system", INSTRUCTIONS),
+                Message("user", "what is the weather in Paris"),
+                Message("assistant", "Let me check.", (ToolCall("call_1", "get_weather", PARIS),)),
+                Message("tool", '{"temperature_c": 18}', tool_call_id="call_1"),
+            )
+            kinds = [type(i) for i in session.history.items]
+            assert kinds == [UserItem, AssistantItem, FunctionCallItem, FunctionCallOutputItem, AssistantItem]
+
+    run(main(), 20)
+
+
+def test_an_unanswered_call_is_closed_once_as_cancelled_when_the_user_goes_on(run: Run, make_fakes: MakeFakes) -> None:
+    fakes = make_fakes(
+        stt=FakeStt(["what is the weather in Paris", "never mind, tell me a joke"]),
+        llm=FakeLlm([[call()], tokens("Why did the chicken cross the road?")]),
+        turn=FakeTurn(0.9),
+    )
+
+    async def main() -> None:
+        async with running(fakes, make_config()) as (session, log):
+            session.update(tools=(WEATHER,))
+            await say_turn(session)
+            i_done, done = await log.wait_type(ResponseDone)
+            assert done.text == "" and [c.call_id for c in done.calls] == ["call_1"]
+            await say_turn(session)  # the client never sends the weather
+            await log.wait_type(ResponseDone, after=i_done + 1)
+            _, synthetic = await log.wait_type(ToolOutputAdded)
+            assert (synthetic.call_id, synthetic.output, synthetic.synthetic) == ("call_1", CANCELLED_OUTPUT, True)
+            # the second prompt shows the call with its (cancelled) result, never a dangling call
+            msgs = fakes.llm.calls.items[1].messages
+            assert msgs[2:] == (
+                Message("assistant", "", (call(),)),
+                Message("tool", CANCELLED_OUTPUT, tool_call_id="call_1"),
+                Message("user", "never mind, tell me a joke"),
+            )
+            # no speculative answer ran while the call waited: every prompt was answered for real
+            assert len(fakes.llm.calls.items) == 2
+            # the client's result, arriving now, is refused: it would be a second output
+            with pytest.raises(ProtocolError) as late:
+                await session.add_tool_output("call_1", '{"temperature_c": 18}')
+            assert late.value.code == "tool_output_already_received" and "cancelled" in late.value.message
+            assert len(outputs_of(session.history.items, "call_1")) == 1
+            assert len(log.of_type(ToolOutputAdded)) == 1
+
+    run(main(), 20)
+
+
+def test_an_output_sent_while_the_user_speaks_is_used_by_the_next_answer_exactly_once(run: Run, make_fakes: MakeFakes) -> None:
+    fakes = make_fakes(
+        stt=FakeStt(["what is the weather in Paris", "and should I take a coat"]),
+        llm=FakeLlm([[call()], tokens("Yes, take a coat: it is 9 degrees.")]),
+        turn=FakeTurn(0.9),
+    )
+
+    async def main() -> None:
+        async with running(fakes, make_config()) as (session, log):
+            session.update(tools=(WEATHER,))
+            await say_turn(session)
+            i_done, _ = await log.wait_type(ResponseDone)
+            await speak(session, 320)  # the user goes on ...
+            await session.add_tool_output("call_1", '{"temperature_c": 9}')  # ... as the result comes in
+            await pause(session, 640)
+            _, second = await log.wait_type(ResponseDone, after=i_done + 1)
+            assert second.status is ResponseStatus.COMPLETED
+            msgs = fakes.llm.calls.items[-1].messages
+            tool_msgs = [m for m in msgs if m.role == "tool"]
+            assert tool_msgs == [Message("tool", '{"temperature_c": 9}', tool_call_id="call_1")]
+            assert msgs[-1] == Message("user", "and should I take a coat")
+            assert [o.synthetic for o in outputs_of(session.history.items, "call_1")] == [False]
+            assert [e.synthetic for e in log.of_type(ToolOutputAdded)] == [False]
+
+    run(main(), 20)
+
+
+def test_barge_in_after_the_call_was_sent_cancels_the_speech_and_the_result_is_still_used_once(run: Run, make_fakes: MakeFakes) -> None:
+    reply = "Let me look that up for you right now, it takes a moment."
+    fakes = make_fakes(
+        stt=FakeStt(["what is the weather in Paris", "thanks"]),
+        llm=FakeLlm([[*tokens(reply), call()], tokens("It is sunny.")]),
+        tts=FakeTts(ms_per_word=125.0),
+        turn=FakeTurn(0.9),
+    )
+    clock = VirtualClock()
+
+    async def main() -> None:
+        async with running(fakes, make_config(lead_ms=125), clock) as (session, log):
+            session.update(tools=(WEATHER,))
+            await say_turn(session)
+            _, created = await log.wait_type(ResponseCreated)
+            _, added = await log.wait_type(FunctionCallAdded)  # sent while the speech still plays
+            clock.advance(CHUNK_S * 3)
+            await speak(session, 192)  # barge-in
+            _, cleared = await log.wait_type(PlaybackCleared)
+            i_cancelled, cancelled = await log.wait_type(ResponseDone, response_id=created.response_id)
+            assert cancelled.status is ResponseStatus.CANCELLED
+            assert [c.call_id for c in cancelled.calls] == [added.call_id]  # the call itself stands
+            await session.add_tool_output(added.call_id, '{"sky": "clear"}')
+            await pause(session, 640)
+            i_next, next_created = await log.wait_type(ResponseCreated, after=i_cancelled + 1)
+            # "It is sunny.": three 125 ms chunks, paced on the virtual clock (two go at once)
+            for offset_ms in (125.0, 250.0):
+                await log.wait_type(AudioDelta, after=i_next, response_id=next_created.response_id, offset_ms=offset_ms)
+                clock.advance(CHUNK_S)
+            _, second = await log.wait_type(ResponseDone, after=i_next)
+            assert second.status is ResponseStatus.COMPLETED and second.text == "It is sunny."
+            msgs = fakes.llm.calls.items[-1].messages
+            heard = session.history.items[1]
+            assert isinstance(heard, AssistantItem) and heard.heard_ms == cleared.heard_ms
+            assert msgs[2] == Message("assistant", heard.text, (call(),))  # what was heard, and the call
+            assert len(heard.text) < len(reply)
+            assert [m for m in msgs if m.role == "tool"] == [Message("tool", '{"sky": "clear"}', tool_call_id="call_1")]
+            assert len(outputs_of(session.history.items, "call_1")) == 1
+
+    run(main(), 20)
+
+
+def test_unusable_arguments_are_asked_for_again_with_the_tool_named(run: Run, make_fakes: MakeFakes) -> None:
+    fakes = make_fakes(
+        stt=FakeStt(["what is the weather in Paris"]),
+        llm=FakeLlm([[call(arguments='{"town": "Paris"}')], [ToolCall("other", "get_weather", PARIS)]]),
+        turn=FakeTurn(0.9),
+    )
+
+    async def main() -> None:
+        async with running(fakes, make_config()) as (session, log):
+            session.update(tools=(WEATHER,))
+            await say_turn(session)
+            _, done = await log.wait_type(ResponseDone)
+            _, added = await log.wait_type(FunctionCallAdded)
+            # the retry's arguments, under the first call's id
+            assert (added.call_id, json.loads(added.arguments)) == ("call_1", {"city": "Paris"})
+            retry = fakes.llm.calls.items[1]
+            assert retry.tool_choice == "get_weather" and retry.messages == fakes.llm.calls.items[0].messages
+            assert done.status is ResponseStatus.COMPLETED and log.of_type(ErrorEvent) == []
+
+    run(main(), 20)
+
+
+def test_arguments_that_stay_unusable_are_reported_and_the_session_goes_on(run: Run, make_fakes: MakeFakes) -> None:
+    fakes = make_fakes(
+        stt=FakeStt(["what is the weather in Paris", "hello"]),
+        llm=FakeLlm([[call(arguments="{'city': }")], [call(arguments="[1, 2]")], tokens("Hello there.")]),
+        turn=FakeTurn(0.9),
+    )
+
+    async def main() -> None:
+        async with running(fakes, make_config()) as (session, log):
+            session.update(tools=(WEATHER,))
+            await say_turn(session)
+            i_done, done = await log.wait_type(ResponseDone)
+            _, err = await log.wait_type(ErrorEvent)
+            assert err.code == "invalid_tool_call" and "get_weather" in err.message
+            assert done.status is ResponseStatus.COMPLETED and done.calls == ()
+            assert log.of_type(FunctionCallAdded) == [] and session.history.unanswered_calls() == []
+            await say_turn(session)
+            _, second = await log.wait_type(ResponseDone, after=i_done + 1)
+            assert second.text == "Hello there."
+
+    run(main(), 20)
+
+
+def test_slightly_broken_arguments_are_repaired_without_asking_again(run: Run, make_fakes: MakeFakes) -> None:
+    fakes = make_fakes(stt=FakeStt(["what is the weather in Paris"]), llm=FakeLlm([[call(arguments="{'city': 'Paris',")]]))
+
+    async def main() -> None:
+        async with running(fakes, make_config()) as (session, log):
+            session.update(tools=(WEATHER,))
+            await say_turn(session)
+            await log.wait_type(ResponseDone)
+            _, added = await log.wait_type(FunctionCallAdded)
+            assert json.loads(added.arguments) == {"city": "Paris"}
+            assert len(fakes.llm.calls.items) == 1
+
+    run(main(), 20)
+
+
+def test_response_create_overrides_the_tools_for_one_response(run: Run, make_fakes: MakeFakes) -> None:
+    clock_tool = Tool("get_time", "The time now.", {"type": "object", "properties": {}})
+    fakes = make_fakes(llm=FakeLlm([tokens("Sure."), tokens("Sure.")]))
+
+    async def main() -> None:
+        async with running(fakes, make_config()) as (session, log):
+            session.update(tools=(WEATHER,), tool_choice="auto")
+            await session.add_text("what time is it")
+            await session.create_response(tools=(clock_tool,), tool_choice="required")
+            i_done, _ = await log.wait_type(ResponseDone)
+            await session.create_response()
+            await log.wait_type(ResponseDone, after=i_done + 1)
+            first, second = fakes.llm.calls.items
+            assert (first.tools, first.tool_choice) == ((clock_tool,), "required")
+            assert (second.tools, second.tool_choice) == ((WEATHER,), "auto")
+
+    run(main(), 20)
