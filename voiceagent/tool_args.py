@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import ast
 import json
+import math
 import re
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import jsonschema
+from referencing.exceptions import Unresolvable
 
 from voiceagent.backends.protocols import Tool
 
@@ -45,7 +48,7 @@ def loads_lenient(text: str) -> Any | None:
             pass
     for candidate in candidates:
         try:
-            value = ast.literal_eval(candidate.replace("true", "True").replace("false", "False").replace("null", "None"))
+            value = _python_literal(candidate)
         except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
             continue
         try:
@@ -54,6 +57,25 @@ def loads_lenient(text: str) -> Any | None:
             return None
         return value
     return None
+
+
+_JSON_NAMES = {"true": True, "false": False, "null": None}
+
+
+def _python_literal(text: str) -> Any:
+    """``text`` read as a Python literal, with JSON's bare ``true``/``false``/``null`` taken as
+    names (never inside strings, whose contents are the user's words)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # an odd escape in a model's string is not our warning
+        tree = ast.parse(text, mode="eval")
+
+    class _Names(ast.NodeTransformer):
+        def visit_Name(self, node: ast.Name) -> ast.AST:
+            if node.id in _JSON_NAMES:
+                return ast.copy_location(ast.Constant(_JSON_NAMES[node.id]), node)
+            return node
+
+    return ast.literal_eval(_Names().visit(tree))
 
 
 def _close_brackets(text: str) -> str | None:
@@ -115,6 +137,8 @@ def check_arguments(tool: Tool | None, raw: str) -> CheckedArguments:
     except jsonschema.SchemaError as exc:
         # The client's schema is broken, not the model's call: say so, with the arguments.
         return CheckedArguments(text, f"the tool's parameters are not a valid JSON Schema: {exc.message}", repaired)
+    except Unresolvable as exc:  # a $ref that points nowhere
+        return CheckedArguments(text, f"the tool's parameters are not a valid JSON Schema: {exc}", repaired)
     return CheckedArguments(text, None, repaired)
 
 
@@ -142,8 +166,9 @@ def _coerce(value: Any, schema: Mapping[str, Any]) -> Any:
             try:
                 number = float(stripped)
             except ValueError:
-                return value
-            return number if number == number and abs(number) != float("inf") else value
+                number = math.nan
+            if math.isfinite(number):
+                return number
         if "boolean" in kinds and stripped.lower() in ("true", "false"):
             return stripped.lower() == "true"
     return value

@@ -206,9 +206,7 @@ class FakeLlm:
     executor), or an exception raised at once.  It keeps no sequence state (see
     :class:`SequenceCheckingLlm`)."""
 
-    def __init__(
-        self, replies: Sequence[Sequence[str | ToolCall | Exception] | Exception] = (), default: Sequence[str] = ("OK.",)
-    ) -> None:
+    def __init__(self, replies: Sequence[Sequence[str | ToolCall | Exception] | Exception] = (), default: Sequence[str] = ("OK.",)) -> None:
         self.executor = PriorityExecutor("fake-llm")
         self._script = list(replies)
         self._default = list(default)
