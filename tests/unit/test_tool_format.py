@@ -272,3 +272,43 @@ def test_call_prefill_without_tools_is_empty(choice: str) -> None:
 def test_call_prefill_escapes_the_name() -> None:
     prefill = call_prefill([WEATHER], 'we"ird')
     assert prefill == '<tool_call>\n{"name": "we\\"ird", "arguments": '
+
+
+# ---------------------------------------------------------------- bare JSON calls (no tags)
+
+
+def _run_parser(parser: HermesToolParser, chunks: list[str]) -> list[str | ToolCall]:
+    out: list[str | ToolCall] = []
+    for chunk in chunks:
+        out += parser.push(chunk)
+    return out + parser.flush()
+
+
+@pytest.mark.parametrize("cut", range(1, 56))
+def test_a_bare_json_call_of_an_offered_tool_is_a_call_wherever_the_stream_splits(cut: int) -> None:
+    text = ' {"name": "get_weather", "arguments": {"city": "Paris"}}'
+    out = _run_parser(HermesToolParser(names=["get_weather"]), [text[:cut], text[cut:]])
+    calls = [o for o in out if isinstance(o, ToolCall)]
+    assert [(c.name, json.loads(c.arguments)) for c in calls] == [("get_weather", {"city": "Paris"})]
+    assert "".join(o for o in out if isinstance(o, str)).strip() == ""
+
+
+def test_a_bare_object_that_is_not_an_offered_call_is_spoken_as_text() -> None:
+    for text in ('{"name": "launch_rockets", "arguments": {}} ok', '{"a": 1} and so on', "{ not json at all"):
+        out = _run_parser(HermesToolParser(names=["get_weather"]), [text[:5], text[5:]])
+        assert out and all(isinstance(o, str) for o in out)
+        assert "".join(o for o in out if isinstance(o, str)) == text
+
+
+def test_bare_json_is_not_read_without_offered_names_nor_after_text() -> None:
+    call = '{"name": "get_weather", "arguments": {"city": "Paris"}}'
+    assert "".join(str(o) for o in _run_parser(HermesToolParser(), [call])) == call
+    after_text = "Sure. " + call
+    out = _run_parser(HermesToolParser(names=["get_weather"]), [after_text])
+    assert all(isinstance(o, str) for o in out)
+
+
+def test_a_bare_call_with_broken_json_is_still_a_call_for_the_caller_to_repair() -> None:
+    out = _run_parser(HermesToolParser(names=["get_time"]), ['{"name": "get_time", "arguments": {"type": "object", "properties": {"}}}'])
+    calls = [o for o in out if isinstance(o, ToolCall)]
+    assert [c.name for c in calls] == ["get_time"]

@@ -124,7 +124,9 @@ class LlamaCppContext:
         if named is not None:
             yield from self._named_call(messages, offered, named, sampling)
             return
-        parser = HermesToolParser(open_tag=bool(offered) and tool_choice == "required" and self._formatter is not None)
+        parser = HermesToolParser(
+            open_tag=bool(offered) and tool_choice == "required" and self._formatter is not None, names=[t.name for t in offered]
+        )
         if parser.open_tag_in_prompt:
             # Open the call in the prompt and hold the model to one JSON object after it.
             opened = self._llm.tokenize(f"{OPEN}\n".encode(), add_bos=False, special=True)

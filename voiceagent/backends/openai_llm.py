@@ -150,7 +150,7 @@ class OpenAiLlm:
         (no tool parser configured) is read with the Hermes format as well."""
         url = f"{self.base_url}/chat/completions"
         body = self._body(request.messages, request.max_tokens, request.temperature, request.tools, request.tool_choice)
-        parser = HermesToolParser() if request.tools and request.tool_choice != "none" else None
+        parser = HermesToolParser(names=[t.name for t in request.tools]) if request.tools and request.tool_choice != "none" else None
         calls: dict[int, _CallPieces] = {}
         self._active += 1
         try:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import re
 import uuid
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from voiceagent.backends.protocols import Message, Tool, ToolCall
@@ -83,11 +83,14 @@ class HermesToolParser:
     could be found and the raw text as ``arguments``, so the caller can report it.
     """
 
-    def __init__(self, *, open_tag: bool = False) -> None:
+    def __init__(self, *, open_tag: bool = False, names: Collection[str] = ()) -> None:
         self._buf = ""
         self.open_tag_in_prompt = open_tag
         """The prompt itself opened a call (tool_choice "required"): the text starts inside it."""
         self._inside = open_tag
+        self._names = frozenset(names)
+        self._fresh = True  # nothing but whitespace since the start or the last call
+        self._bare = False  # inside a bare JSON object that may be a call
 
     def push(self, text: str) -> list[str | ToolCall]:
         self._buf += text
@@ -99,8 +102,24 @@ class HermesToolParser:
                     break
                 out.append(parse_call(self._buf[:end]))
                 self._buf = self._buf[end + len(CLOSE) :]
-                self._inside = False
+                self._inside, self._fresh = False, True
                 continue
+            if self._bare:
+                end = _object_end(self._buf)
+                if end < 0 and len(self._buf) < _MAX_BARE:
+                    break
+                end = end if end >= 0 else len(self._buf)
+                out.append(self._bare_result(self._buf[:end]))
+                self._buf = self._buf[end:]
+                self._bare = False
+                continue
+            if self._fresh and self._names:
+                stripped = self._buf.lstrip()
+                if not stripped:
+                    break  # only whitespace so far: what follows decides
+                if stripped[0] == "{":
+                    self._buf, self._bare = stripped, True
+                    continue
             start = self._buf.find(OPEN)
             if start >= 0:
                 if self._buf[:start]:
@@ -112,15 +131,61 @@ class HermesToolParser:
             if len(self._buf) > keep:
                 out.append(self._buf[: len(self._buf) - keep])
                 self._buf = self._buf[len(self._buf) - keep :]
+                self._fresh = False
             break
         return out
+
+    def _bare_result(self, body: str) -> str | ToolCall:
+        """A bare object: a call if it names an offered tool, else the text it was."""
+        value = loads_lenient(body)
+        if isinstance(value, dict) and value.get("name") in self._names and set(value) <= {"name", "arguments", "parameters"}:
+            self._fresh = True
+            return parse_call(body)
+        named = _BARE_NAME.match(body)
+        if value is None and named is not None and named.group(1) in self._names:
+            self._fresh = True  # a call with broken JSON: the caller repairs or asks again
+            return parse_call(body)
+        self._fresh = False
+        return body
 
     def flush(self) -> list[str | ToolCall]:
         rest, self._buf = self._buf, ""
         if self._inside:
             self._inside = False
             return [parse_call(rest)] if rest.strip() else []
+        if self._bare:
+            self._bare = False
+            return [self._bare_result(rest)]
         return [rest] if rest else []
+
+
+_BARE_NAME = re.compile(r'\{\s*"name"\s*:\s*"([^"]*)"')
+_MAX_BARE = 8000  # a bare object longer than this is text, whatever it turns out to be
+
+
+def _object_end(text: str) -> int:
+    """Index just past the JSON object that ``text`` starts with (strings respected); -1 while
+    it is still open."""
+    depth = 0
+    quote = False
+    escaped = False
+    for i, ch in enumerate(text):
+        if quote:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                quote = False
+        elif ch == '"':
+            quote = True
+        elif ch in "{[":
+            depth += 1
+        elif ch in "}]":
+            depth -= 1
+            if depth == 0:
+                return i + 1
+    return -1
 
 
 def _partial_tag(text: str) -> int:

@@ -121,7 +121,7 @@ class VllmLlm:
         if self._closed:
             raise EngineError("the vLLM engine is closed")
         offered = request.tools if request.tool_choice != "none" else ()
-        parser = HermesToolParser() if offered else None
+        parser = HermesToolParser(names=[t.name for t in offered]) if offered else None
         if parser is not None:
             parser.push(call_prefill(offered, request.tool_choice))
         caller = asyncio.get_running_loop()

@@ -1,0 +1,163 @@
+"""How well the packaged LLMs call tools: the right tool, with the right arguments, or none.
+
+Each case is one user utterance (as STT would hand it over) with a fixed set of tools offered,
+and what a correct reply does: call one tool with the expected arguments, or answer without a
+call.  The model runs in process through the engine the product uses (llama.cpp, the same
+prompt rendering, the same ``<tool_call>`` parsing and argument repair), greedy, one case at a
+time.  Output: JSON with per-case results and the accuracy per model.
+
+    .venv/bin/python scripts/eval_tools.py --models qwen2.5-0.5b --out docs/bench
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import platform
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from voiceagent.builtin_tools import builtin_tools  # noqa: E402
+
+from voiceagent.backends.protocols import LlmRequest, Message, Tool, ToolCall  # noqa: E402
+from voiceagent.config import Config, LlmConfig  # noqa: E402
+from voiceagent.tool_args import check_arguments  # noqa: E402
+
+WEATHER = Tool(
+    "get_weather",
+    "Get the current weather in a city.",
+    {"type": "object", "properties": {"city": {"type": "string", "description": "The city name"}}, "required": ["city"]},
+)
+EMAIL = Tool(
+    "send_email",
+    "Send an email.",
+    {
+        "type": "object",
+        "properties": {"to": {"type": "string"}, "subject": {"type": "string"}, "body": {"type": "string"}},
+        "required": ["to", "subject"],
+    },
+)
+TOOLS = (WEATHER, EMAIL, *builtin_tools())
+
+
+@dataclass(frozen=True)
+class Case:
+    utterance: str
+    tool: str | None
+    """The tool a correct reply calls (None: it answers without a call)."""
+    args: dict[str, Any] = field(default_factory=dict)
+    """Expected arguments: each listed key must match (strings case-insensitively)."""
+
+
+CASES = [
+    Case("What's the weather in Paris?", "get_weather", {"city": "paris"}),
+    Case("Is it raining in London right now?", "get_weather", {"city": "london"}),
+    Case("How hot is it in Tokyo today?", "get_weather", {"city": "tokyo"}),
+    Case("What time is it?", "get_time"),
+    Case("What's the date today?", "get_time"),
+    Case("Set a timer for five minutes.", "set_timer", {"seconds": 300}),
+    Case("Remind me in ten seconds to check the oven.", "set_timer", {"seconds": 10}),
+    Case("Send an email to bob@example.com saying the meeting moved to Friday.", "send_email", {"to": "bob@example.com"}),
+    Case("Tell me a fun fact about the moon.", None),
+    Case("Thanks, that's all.", None),
+    Case("What is two plus two?", None),
+    Case("Can you tell me a short joke?", None),
+]
+
+
+def _matches(expected: dict[str, Any], got: dict[str, Any]) -> bool:
+    for key, want in expected.items():
+        value = got.get(key)
+        if isinstance(want, str):
+            if not isinstance(value, str) or value.strip().lower() != want:
+                return False
+        elif value != want:
+            return False
+    return True
+
+
+async def run_case(engine: Any, instructions: str, case: Case) -> dict[str, Any]:
+    messages = [Message("system", instructions), Message("user", case.utterance)]
+    request = LlmRequest(key="eval", messages=messages, max_tokens=96, temperature=0.0, tools=TOOLS, tool_choice="auto")
+    text, calls = "", []
+    t0 = time.perf_counter()
+    async with contextlib.aclosing(engine.generate(request)) as pieces:
+        async for piece in pieces:
+            if isinstance(piece, ToolCall):
+                calls.append(piece)
+            else:
+                text += piece
+    elapsed = time.perf_counter() - t0
+    call = calls[0] if calls else None
+    tool = next((t for t in TOOLS if call is not None and t.name == call.name), None)
+    checked = check_arguments(tool, call.arguments) if call is not None else None
+    args = json.loads(checked.arguments) if checked is not None and checked.arguments is not None else {}
+    right_tool = (call.name if call else None) == case.tool
+    right_args = right_tool and (case.tool is None or (checked is not None and checked.problem is None and _matches(case.args, args)))
+    return {
+        "utterance": case.utterance,
+        "expected": {"tool": case.tool, "args": case.args},
+        "called": None if call is None else {"name": call.name, "arguments": call.arguments},
+        "repaired": bool(checked and checked.repaired),
+        "problem": checked.problem if checked else None,
+        "text": text.strip()[:200],
+        "right_tool": right_tool,
+        "right": right_args,
+        "seconds": round(elapsed, 2),
+    }
+
+
+async def evaluate(model: str) -> dict[str, Any]:
+    from voiceagent.backends import llama_cpp
+
+    config = Config()
+    engine = llama_cpp.load(LlmConfig(model=model, contexts=1, threads=2), config.cache_path)
+    try:
+        results = [await run_case(engine, config.llm.instructions, case) for case in CASES]
+    finally:
+        await engine.aclose()
+        engine.close()
+    calls = [r for r in results if r["expected"]["tool"] is not None]
+    chats = [r for r in results if r["expected"]["tool"] is None]
+    return {
+        "model": model,
+        "cases": len(results),
+        "right": sum(r["right"] for r in results),
+        "tool_cases_right": f"{sum(r['right'] for r in calls)}/{len(calls)}",
+        "right_tool": f"{sum(r['right_tool'] for r in calls)}/{len(calls)}",
+        "no_call_cases_right": f"{sum(r['right'] for r in chats)}/{len(chats)}",
+        "mean_seconds": round(sum(r["seconds"] for r in results) / len(results), 2),
+        "results": results,
+    }
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--models", default="qwen2.5-0.5b", help="comma-separated catalog names of llama.cpp models")
+    ap.add_argument("--out", type=Path, default=Path("artifacts/eval"))
+    args = ap.parse_args()
+    report = {
+        "command": "scripts/eval_tools.py " + " ".join(sys.argv[1:]),
+        "machine": f"{platform.machine()}, Python {platform.python_version()}",
+        "models": [asyncio.run(evaluate(m)) for m in args.models.split(",") if m],
+    }
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "tools_eval.json").write_text(json.dumps(report, indent=1) + "\n")
+    for m in report["models"]:
+        print(
+            f"{m['model']}: {m['right']}/{m['cases']} right (tool cases {m['tool_cases_right']}, "
+            f"right tool {m['right_tool']}, no-call cases {m['no_call_cases_right']}), {m['mean_seconds']} s per case"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

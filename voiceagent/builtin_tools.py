@@ -1,0 +1,79 @@
+"""Safe tools the server runs itself (``tools.builtin``): the time and date, and timers.
+
+They prove the tool loop end to end without a client-side tool runner (``voiceagent talk``, or
+``serve --tools`` for any client).  Each is pure and instant; none reads files, the network or
+the environment beyond the local clock.  A timer does not run here: :meth:`BuiltinTools.run`
+returns when it is due and the session schedules the reminder on its own clock.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from voiceagent.backends.protocols import Tool
+
+__all__ = ["MAX_TIMER_S", "BuiltinTools", "TimerRequest", "builtin_tools"]
+
+MAX_TIMER_S = 24 * 3600
+
+GET_TIME = Tool(
+    "get_time",
+    "Get the current local time and date.",
+    {"type": "object", "properties": {}},
+)
+SET_TIMER = Tool(
+    "set_timer",
+    "Start a timer or reminder; the assistant speaks up when it is due.",
+    {
+        "type": "object",
+        "properties": {
+            "seconds": {"type": "integer", "description": "How many seconds from now", "minimum": 1, "maximum": MAX_TIMER_S},
+            "label": {"type": "string", "description": "What the reminder is about"},
+        },
+        "required": ["seconds"],
+    },
+)
+
+
+def builtin_tools() -> tuple[Tool, ...]:
+    return (GET_TIME, SET_TIMER)
+
+
+@dataclass(frozen=True, slots=True)
+class TimerRequest:
+    seconds: int
+    label: str
+
+
+class BuiltinTools:
+    """Runs the built-in tools; ``now`` gives the local wall-clock time (injected for tests)."""
+
+    def __init__(self, now: Callable[[], dt.datetime] | None = None) -> None:
+        self._now = now or (lambda: dt.datetime.now().astimezone())
+        self.tools = builtin_tools()
+
+    def handles(self, name: str) -> bool:
+        return any(t.name == name for t in self.tools)
+
+    def run(self, name: str, arguments: str) -> tuple[str, TimerRequest | None]:
+        """The output (JSON text) of tool ``name`` called with checked ``arguments``, and the
+        timer to schedule, if it set one."""
+        args = json.loads(arguments) if arguments.strip() else {}
+        if name == GET_TIME.name:
+            now = self._now()
+            hour = now.hour % 12 or 12
+            return json.dumps(
+                {
+                    "time": f"{hour}:{now.minute:02d} {'AM' if now.hour < 12 else 'PM'}",
+                    "date": f"{now:%A}, {now:%B} {now.day}, {now.year}",
+                    "timezone": now.tzname() or "local",
+                }
+            ), None
+        if name == SET_TIMER.name:
+            seconds = int(args["seconds"])
+            label = str(args.get("label") or "timer")
+            return json.dumps({"status": "set", "seconds": seconds, "label": label}), TimerRequest(seconds, label)
+        raise KeyError(name)
