@@ -40,6 +40,8 @@ def _config(args: argparse.Namespace, **forced: str) -> Config:
         overrides[key.strip()] = value.strip()
     if getattr(args, "profile", None) is not None:
         overrides["profile"] = args.profile
+    if getattr(args, "tools", False):
+        overrides["tools.builtin"] = "true"
     if getattr(args, "host", None) is not None:
         overrides["server.host"] = args.host
     if getattr(args, "port", None) is not None:
@@ -194,6 +196,9 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--config", help="TOML configuration file (else $VOICEAGENT_CONFIG)")
     common.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE", help="override one setting (repeatable)")
     common.add_argument("--profile", help="a named set of settings: gpu (see voiceagent/profiles.py); --set and the file win over it")
+    common.add_argument(
+        "--tools", action="store_true", help="offer the built-in tools (the time and date, timers) and run them here (tools.builtin)"
+    )
     parser = argparse.ArgumentParser(prog="voiceagent", description="A real-time voice agent.")
     sub = parser.add_subparsers(dest="command", required=True)
 

@@ -309,6 +309,13 @@ class PlayoutConfig:
 
 
 @dataclass(frozen=True)
+class ToolsConfig:
+    builtin: bool = False
+    """Offer the server's own tools (voiceagent/builtin_tools.py: the time and date, timers) in
+    every session, run them in the server and answer with their result (``--tools``)."""
+
+
+@dataclass(frozen=True)
 class GpuConfig:
     speech_vram_mb: int = 3072
     """GPU memory kept for the speech models on the device (Whisper, turn, TTS, their CUDA
@@ -329,6 +336,7 @@ class Config:
     tts: TtsConfig = field(default_factory=TtsConfig)
     playout: PlayoutConfig = field(default_factory=PlayoutConfig)
     gpu: GpuConfig = field(default_factory=GpuConfig)
+    tools: ToolsConfig = field(default_factory=ToolsConfig)
     profile: str = ""
     """A named set of settings (voiceagent.profiles): ``gpu``.  Empty: the embedded CPU stack.
     Settings given in the file, the environment or flags win over the profile's."""

@@ -17,6 +17,7 @@ them; model calls already running in executors finish in their threads and are d
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
 import logging
@@ -31,6 +32,7 @@ from voiceagent import tracing
 from voiceagent.audio import PIPELINE_RATE, Int16Array
 from voiceagent.backends.protocols import Tool
 from voiceagent.backends.registry import Engines
+from voiceagent.builtin_tools import BuiltinTools, TimerRequest
 from voiceagent.clock import Clock, MonotonicClock
 from voiceagent.config import Config
 from voiceagent.errors import ProtocolError, StageError
@@ -116,6 +118,8 @@ class _Response:
     calls: list[CallSummary] = field(default_factory=list)
     held: list[ToolCallMade | ToolCallRejected] = field(default_factory=list)
     """Calls made before the response was released (a speculative answer): sent at release."""
+    answer_after: bool = False
+    """A built-in tool answered one of its calls: answer again with the result once it ends."""
 
 
 class Session:
@@ -150,6 +154,8 @@ class Session:
         self._closed = False
         self._quiet = asyncio.Event()  # set while no response is active
         self._quiet.set()
+        self._builtin = BuiltinTools() if config.tools.builtin else None
+        self._timers: set[asyncio.Task[None]] = set()
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -225,9 +231,9 @@ class Session:
         if self._closed:
             return
         self._closed = True
-        for task in self._tasks:
+        for task in (*self._tasks, *self._timers):
             task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.gather(*self._tasks, *self._timers, return_exceptions=True)
         if self._started:
             self.metrics.session_closed()
         if self._outbox.full():
@@ -408,6 +414,8 @@ class Session:
                 item = self.history.add_output(call.call_id, CANCELLED_OUTPUT, synthetic=True)
                 await self._emit_output(item.id, call.call_id, CANCELLED_OUTPUT, synthetic=True)
         tools = resp.tools if resp is not None and resp.tools is not None else self.settings.tools
+        if self._builtin is not None:  # the server's own tools, unless the client defines the name
+            tools = (*tools, *(t for t in self._builtin.tools if all(c.name != t.name for c in tools)))
         choice = resp.tool_choice if resp is not None and resp.tool_choice is not None else self.settings.tool_choice
         if choice not in ("auto", "none", "required") and all(t.name != choice for t in tools):
             choice = "auto"
@@ -496,6 +504,38 @@ class Session:
                 arguments=ev.arguments,
             )
         )
+        if self._runs_here(resp, ev.name):
+            await self._run_builtin(resp, ev)
+
+    def _runs_here(self, resp: _Response, name: str) -> bool:
+        """Whether the server itself runs tool ``name`` (a built-in the client did not define)."""
+        client_tools = resp.tools if resp.tools is not None else self.settings.tools
+        return self._builtin is not None and self._builtin.handles(name) and all(t.name != name for t in client_tools)
+
+    async def _run_builtin(self, resp: _Response, ev: ToolCallMade) -> None:
+        assert self._builtin is not None
+        timer: TimerRequest | None = None
+        try:
+            output, timer = self._builtin.run(ev.name, ev.arguments)
+        except (KeyError, ValueError, TypeError) as exc:
+            output = json.dumps({"error": f"{type(exc).__name__}: {exc}"})
+        item = self.history.add_output(ev.call_id, output)
+        await self._emit_output(item.id, ev.call_id, output, synthetic=False)
+        resp.answer_after = True
+        if timer is not None:
+            task = asyncio.create_task(self._timer(timer), name=f"{self.id}.timer")
+            self._timers.add(task)
+            task.add_done_callback(self._timers.discard)
+
+    async def _timer(self, timer: TimerRequest) -> None:
+        """Speak up when ``timer`` is due (on the session's clock), once no answer is under way."""
+        await self.clock.sleep_until(self.clock.now() + timer.seconds)
+        note = f" A timer the user set ({timer.label}, {timer.seconds} s) has just gone off: tell them so now, in one short sentence."
+        while True:
+            await self.quiet()
+            with contextlib.suppress(ProtocolError):  # an answer started in between: wait for it
+                await self.create_response(self.settings.instructions + note, tool_choice="none")
+                return
 
     async def _interrupt(self, reason: str) -> None:
         resp = self._playing
@@ -571,6 +611,10 @@ class Session:
             | {f"model_{k}": v for k, v in record["models"].items()},
         )
         self._responses.pop(resp.gen, None)
+        if resp.answer_after and status is ResponseStatus.COMPLETED and self.active_response_id is None:
+            # A built-in tool has answered: say what it found (as a client would ask, response.create).
+            # No further calls in that answer: a small model may call the same tool again and again.
+            await self.create_response(resp.instructions, tools=resp.tools, tool_choice="none")
 
     def _turn_record(
         self, resp: _Response, status: ResponseStatus, reason: str | None, spans: dict[str, float], queue_ms: float | None, active: int

@@ -8,6 +8,7 @@ goes on first), and build every prompt so that no call is left without its resul
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
@@ -15,6 +16,7 @@ import pytest
 
 from voiceagent.backends.protocols import Message, Tool, ToolCall
 from voiceagent.clock import VirtualClock
+from voiceagent.config import Config, ToolsConfig
 from voiceagent.errors import ProtocolError
 from voiceagent.events import (
     AudioDelta,
@@ -283,5 +285,80 @@ def test_response_create_overrides_the_tools_for_one_response(run: Run, make_fak
             first, second = fakes.llm.calls.items
             assert (first.tools, first.tool_choice) == ((clock_tool,), "required")
             assert (second.tools, second.tool_choice) == ((WEATHER,), "auto")
+
+    run(main(), 20)
+
+
+# --------------------------------------------------------------------------- built-in tools
+
+
+def builtin_config() -> Config:
+    return dataclasses.replace(make_config(), tools=ToolsConfig(builtin=True))
+
+
+def test_builtin_time_tool_runs_in_the_server_and_the_answer_uses_its_output(run: Run, make_fakes: MakeFakes) -> None:
+    fakes = make_fakes(
+        stt=FakeStt(["what time is it"]),
+        llm=FakeLlm([[ToolCall("call_t", "get_time", "{}")], tokens("It is five past two.")]),
+        turn=FakeTurn(0.9),
+    )
+
+    async def main() -> None:
+        async with running(fakes, builtin_config()) as (session, log):
+            await say_turn(session)
+            i_first, first = await log.wait_type(ResponseDone)
+            _, added = await log.wait_type(FunctionCallAdded)
+            _, out = await log.wait_type(ToolOutputAdded)
+            assert (added.name, out.call_id, out.synthetic) == ("get_time", "call_t", False)
+            assert set(json.loads(out.output)) == {"time", "date", "timezone"}
+            _, second = await log.wait_type(ResponseDone, after=i_first + 1)  # asked by the server itself
+            assert (first.text, second.text) == ("", "It is five past two.")
+            offered, answer = fakes.llm.calls.items
+            assert {t.name for t in offered.tools} >= {"get_time", "set_timer"}
+            assert answer.tool_choice == "none"  # the answer speaks the result, it does not call again
+            assert Message("tool", out.output, tool_call_id="call_t") in answer.messages
+
+    run(main(), 20)
+
+
+def test_a_client_tool_of_the_same_name_wins_over_the_builtin(run: Run, make_fakes: MakeFakes) -> None:
+    mine = Tool("get_time", "The time on the client's clock.", {"type": "object", "properties": {}})
+    fakes = make_fakes(stt=FakeStt(["what time is it"]), llm=FakeLlm([[ToolCall("call_t", "get_time", "{}")]]))
+
+    async def main() -> None:
+        async with running(fakes, builtin_config()) as (session, log):
+            session.update(tools=(mine,))
+            await say_turn(session)
+            await log.wait_type(ResponseDone)
+            await log.wait_type(FunctionCallAdded)
+            assert log.of_type(ToolOutputAdded) == []  # the client runs it
+            assert [t for t in fakes.llm.calls.items[0].tools if t.name == "get_time"] == [mine]
+            assert session.history.unanswered_calls()[0].call_id == "call_t"
+
+    run(main(), 20)
+
+
+def test_a_builtin_timer_speaks_up_when_due_on_the_session_clock(run: Run, make_fakes: MakeFakes) -> None:
+    fakes = make_fakes(
+        stt=FakeStt(["remind me in a minute to stretch"]),
+        llm=FakeLlm(
+            [[ToolCall("call_r", "set_timer", '{"seconds": 60, "label": "stretch"}')], tokens("Okay."), tokens("Time to stretch.")]
+        ),
+        turn=FakeTurn(0.9),
+    )
+    clock = VirtualClock()
+
+    async def main() -> None:
+        async with running(fakes, builtin_config(), clock) as (session, log):
+            await say_turn(session)
+            _, out = await log.wait_type(ToolOutputAdded)
+            assert json.loads(out.output) == {"status": "set", "seconds": 60, "label": "stretch"}
+            i_ok, ok = await log.wait_type(ResponseDone, text="Okay.")
+            assert log.of_type(ResponseCreated)[-1].response_id == ok.response_id  # nothing more, until ...
+            clock.advance(60.0)  # ... the timer (started with the call, long before "Okay." ended) is due
+            _, due = await log.wait_type(ResponseDone, after=i_ok + 1)
+            assert due.text == "Time to stretch."
+            prompt = fakes.llm.calls.items[2]
+            assert "stretch" in prompt.messages[0].content and prompt.tool_choice == "none"
 
     run(main(), 20)

@@ -58,5 +58,8 @@ class Console:
     def info(self, text: str) -> None:
         self._line(f"-- {text}")
 
+    def tool(self, text: str) -> None:
+        self._line(f"tool: {text}")
+
     def error(self, text: str) -> None:
         self._line(f"!! {text}")

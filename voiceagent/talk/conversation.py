@@ -17,7 +17,7 @@ from voiceagent.audio import Int16Array
 from voiceagent.talk.console import Console
 from voiceagent.talk.devices import Microphone, Speaker
 
-__all__ = ["Conversation", "TalkResult", "Truncation", "Turn", "feed_microphone"]
+__all__ = ["Conversation", "TalkResult", "ToolUse", "Truncation", "Turn", "feed_microphone"]
 
 
 @dataclass
@@ -39,11 +39,22 @@ class Truncation:
     audio_end_ms: float
 
 
+@dataclass(frozen=True)
+class ToolUse:
+    """A function call the agent made, and its output once one arrived."""
+
+    call_id: str
+    name: str
+    arguments: str
+    output: str | None = None
+
+
 @dataclass
 class TalkResult:
     turns: list[Turn] = field(default_factory=list)
     truncations: list[Truncation] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    tools: list[ToolUse] = field(default_factory=list)
 
 
 class Conversation:
@@ -139,6 +150,18 @@ class Conversation:
         self._done[response_id] = turn
         self.result.turns.append(turn)
         self.console.agent(text, status=status, heard_ms=heard)
+
+    def tool_call(self, call_id: str, name: str, arguments: str) -> None:
+        self._touch()
+        self.result.tools.append(ToolUse(call_id, name, arguments))
+        self.console.tool(f"{name}({arguments})")
+
+    def tool_output(self, call_id: str, output: str) -> None:
+        self._touch()
+        for n, use in enumerate(self.result.tools):
+            if use.call_id == call_id:
+                self.result.tools[n] = ToolUse(use.call_id, use.name, use.arguments, output)
+        self.console.tool(f"-> {output}")
 
     def metrics(self, response_id: str, spans: dict[str, float]) -> None:
         """The server's timeline of a finished turn (it follows the response's end)."""

@@ -16,6 +16,7 @@ from voiceagent.events import (
     AudioDelta,
     ErrorEvent,
     Event,
+    FunctionCallAdded,
     InputSpeechStarted,
     InputSpeechStopped,
     InputTranscriptDelta,
@@ -24,6 +25,7 @@ from voiceagent.events import (
     PlaybackCleared,
     ResponseCreated,
     ResponseDone,
+    ToolOutputAdded,
     TurnMetrics,
 )
 from voiceagent.history import AssistantItem
@@ -78,6 +80,10 @@ async def _apply(session: Session, conv: Conversation, ev: Event) -> None:
         # The event's text predates our own truncate (which the history has applied): show the history's.
         item = session.history.find(ev.item_id)
         conv.response_done(ev.response_id, ev.item_id, ev.status.value, item.text if isinstance(item, AssistantItem) else ev.text)
+    elif isinstance(ev, FunctionCallAdded):
+        conv.tool_call(ev.call_id, ev.name, ev.arguments)
+    elif isinstance(ev, ToolOutputAdded):
+        conv.tool_output(ev.call_id, ev.output)
     elif isinstance(ev, TurnMetrics):
         conv.metrics(ev.response_id, ev.spans)
     elif isinstance(ev, ErrorEvent):

@@ -86,7 +86,12 @@ async def _apply(ws: ClientConnection, conv: Conversation, msg: dict[str, Any]) 
     elif kind == "conversation.item.input_audio_transcription.completed":
         conv.user_final(msg["item_id"], msg.get("transcript", ""))
     elif kind == "response.output_item.added":
-        conv.response_started(msg["response_id"], msg["item"]["id"])
+        if msg["item"].get("type", "message") == "message":
+            conv.response_started(msg["response_id"], msg["item"]["id"])
+    elif kind == "response.function_call_arguments.done":
+        conv.tool_call(msg["call_id"], msg.get("name", ""), msg.get("arguments", ""))
+    elif kind == "conversation.item.done" and (msg.get("item") or {}).get("type") == "function_call_output":
+        conv.tool_output(msg["item"]["call_id"], msg["item"].get("output", ""))
     elif kind in ("response.output_audio_transcript.delta", "response.audio_transcript.delta"):
         conv.agent_text(msg["item_id"], msg["delta"])
     elif kind in ("response.output_audio.delta", "response.audio.delta"):
