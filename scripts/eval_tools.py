@@ -25,9 +25,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from voiceagent.builtin_tools import builtin_tools  # noqa: E402
-
 from voiceagent.backends.protocols import LlmRequest, Message, Tool, ToolCall  # noqa: E402
+from voiceagent.builtin_tools import builtin_tools  # noqa: E402
 from voiceagent.config import Config, LlmConfig  # noqa: E402
 from voiceagent.tool_args import check_arguments  # noqa: E402
 

@@ -84,6 +84,9 @@ FIXTURES: dict[str, Fixture] = {
             keywords=(("hello",), ("plus",), ("thank",)),  # Whisper writes "2 plus 2"
         ),
         Fixture("short", ("Good morning.",), voice="en-gb", keywords=(("morning",),)),
+        # tool calls (tests/integration/test_tools.py)
+        Fixture("paris_weather", ("What's the weather in Paris?",), wpm=150, keywords=(("weather", "paris"),), bench=False),
+        Fixture("what_time", ("What time is it?",), wpm=150, keywords=(("time",),), bench=False),
         Fixture("piper_book", ("Can you recommend a good book to read on holiday?",), engine="piper", keywords=(("book",),)),
         Fixture(
             "long_question",

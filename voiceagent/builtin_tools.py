@@ -59,21 +59,17 @@ class BuiltinTools:
         return any(t.name == name for t in self.tools)
 
     def run(self, name: str, arguments: str) -> tuple[str, TimerRequest | None]:
-        """The output (JSON text) of tool ``name`` called with checked ``arguments``, and the
-        timer to schedule, if it set one."""
+        """The output of tool ``name`` called with checked ``arguments``, and the timer to
+        schedule, if it set one.  Outputs are one plain sentence, not JSON: a small model reads a
+        sentence back to the listener, where it would recite JSON."""
         args = json.loads(arguments) if arguments.strip() else {}
         if name == GET_TIME.name:
             now = self._now()
             hour = now.hour % 12 or 12
-            return json.dumps(
-                {
-                    "time": f"{hour}:{now.minute:02d} {'AM' if now.hour < 12 else 'PM'}",
-                    "date": f"{now:%A}, {now:%B} {now.day}, {now.year}",
-                    "timezone": now.tzname() or "local",
-                }
-            ), None
+            clock = f"{hour}:{now.minute:02d} {'AM' if now.hour < 12 else 'PM'}"
+            return f"It is {clock} on {now:%A}, {now:%B} {now.day}, {now.year} ({now.tzname() or 'local time'}).", None
         if name == SET_TIMER.name:
             seconds = int(args["seconds"])
             label = str(args.get("label") or "timer")
-            return json.dumps({"status": "set", "seconds": seconds, "label": label}), TimerRequest(seconds, label)
+            return f"The timer is set: {label}, in {seconds} seconds.", TimerRequest(seconds, label)
         raise KeyError(name)

@@ -310,7 +310,7 @@ def test_builtin_time_tool_runs_in_the_server_and_the_answer_uses_its_output(run
             _, added = await log.wait_type(FunctionCallAdded)
             _, out = await log.wait_type(ToolOutputAdded)
             assert (added.name, out.call_id, out.synthetic) == ("get_time", "call_t", False)
-            assert set(json.loads(out.output)) == {"time", "date", "timezone"}
+            assert out.output.startswith("It is ") and " on " in out.output  # one sentence, read back by the model
             _, second = await log.wait_type(ResponseDone, after=i_first + 1)  # asked by the server itself
             assert (first.text, second.text) == ("", "It is five past two.")
             offered, answer = fakes.llm.calls.items
@@ -352,7 +352,7 @@ def test_a_builtin_timer_speaks_up_when_due_on_the_session_clock(run: Run, make_
         async with running(fakes, builtin_config(), clock) as (session, log):
             await say_turn(session)
             _, out = await log.wait_type(ToolOutputAdded)
-            assert json.loads(out.output) == {"status": "set", "seconds": 60, "label": "stretch"}
+            assert out.output == "The timer is set: stretch, in 60 seconds."
             i_ok, ok = await log.wait_type(ResponseDone, text="Okay.")
             assert log.of_type(ResponseCreated)[-1].response_id == ok.response_id  # nothing more, until ...
             clock.advance(60.0)  # ... the timer (started with the call, long before "Okay." ended) is due
@@ -360,5 +360,27 @@ def test_a_builtin_timer_speaks_up_when_due_on_the_session_clock(run: Run, make_
             assert due.text == "Time to stretch."
             prompt = fakes.llm.calls.items[2]
             assert "stretch" in prompt.messages[0].content and prompt.tool_choice == "none"
+
+    run(main(), 20)
+
+
+def test_a_model_that_repeats_the_call_it_has_the_result_of_answers_instead(run: Run, make_fakes: MakeFakes) -> None:
+    fakes = make_fakes(
+        stt=FakeStt(["what is the weather in Paris"]),
+        llm=FakeLlm([[call()], [ToolCall("call_again", "get_weather", '{"city":"Paris"}')], tokens("It is 18 degrees.")]),
+        turn=FakeTurn(0.9),
+    )
+
+    async def main() -> None:
+        async with running(fakes, make_config()) as (session, log):
+            session.update(tools=(WEATHER,))
+            await say_turn(session)
+            i_done, _ = await log.wait_type(ResponseDone)
+            await session.add_tool_output("call_1", "It is 18 degrees in Paris.")
+            await session.create_response()
+            _, answer = await log.wait_type(ResponseDone, after=i_done + 1)
+            assert answer.text == "It is 18 degrees." and answer.calls == ()
+            assert len(log.of_type(FunctionCallAdded)) == 1  # the repeat was never sent
+            assert [c.tool_choice for c in fakes.llm.calls.items] == ["auto", "auto", "none"]
 
     run(main(), 20)

@@ -112,6 +112,8 @@ class LlamaCppContext:
     ) -> Iterator[str | ToolCall]:
         """One piece per token: text, ``""`` for a token that went into a tool call, and each call
         once complete (see the module docstring for ``tool_choice``)."""
+        # "none" still shows the tools to the template (the prompt, and so the KV cache, stays the
+        # one of the turns before), but a grammar keeps the reply from opening a call.
         offered = tools if tool_choice != "none" else ()
         sampling: dict[str, Any] = {
             "stream": True,
@@ -136,9 +138,9 @@ class LlamaCppContext:
             chunks: Any = self._llm.create_completion(prompt=prompt, grammar=grammar, stop=stop, **sampling)
             pieces = (str(c["choices"][0].get("text") or "") for c in cast(Iterator[dict[str, Any]], chunks))
         else:
-            chunks = self._llm.create_chat_completion(
-                messages=_messages(messages), tools=cast(Any, tool_dicts(offered) or None), **sampling
-            )
+            if tools and not offered:
+                sampling["grammar"] = LlamaGrammar.from_string(_NO_CALL_GBNF, verbose=False)
+            chunks = self._llm.create_chat_completion(messages=_messages(messages), tools=cast(Any, tool_dicts(tools) or None), **sampling)
             pieces = (str(c["choices"][0]["delta"].get("content") or "") for c in cast(Iterator[dict[str, Any]], chunks))
         for text in pieces:
             if not text:
@@ -163,6 +165,10 @@ class LlamaCppContext:
                 arguments += call.get("function", {}).get("arguments") or ""
             yield ""
         yield ToolCall(new_call_id(), tool.name, arguments)
+
+
+# A reply that does not open with a call: no JSON, tag or code fence first (after that, free).
+_NO_CALL_GBNF = r"root ::= [A-Za-z0-9] [^\x00]*"
 
 
 def _reuse(context: LlmContext, messages: Sequence[Message], tools: Sequence[Tool]) -> tuple[int, int]:

@@ -22,6 +22,8 @@ arguments to the schema where it can); if that fails too it is notified as
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import json
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
@@ -114,27 +116,38 @@ class LlmStage(Stage):
         )
         await self.ctx.notify(self._mark(gen, "llm_request"))
         retry: list[ToolCall] = []
+        answered = _answered_calls(messages)
+        attempts = [request]
 
         try:
-            async with contextlib.aclosing(self._engine.generate(request)) as pieces:
-                async for piece in pieces:
-                    if first:
-                        first = False
-                        self._first_token.open(gen)
-                        if admitted:
-                            await self.ctx.notify(Mark(t=admitted[0], gen=gen, session=self.ctx.session_id, name="llm_admitted"))
-                        engine, reason = routes[-1] if routes else (self._engine.name, "primary")
-                        now = first_token_t = self.ctx.clock.now()
-                        await self.ctx.notify(LlmRoute(t=now, gen=gen, session=self.ctx.session_id, engine=engine, reason=reason))
-                        await self.ctx.notify(self._mark(gen, "llm_first_token"))
-                    if isinstance(piece, ToolCall):
-                        if not await self._tool_call(gen, piece, prompt.tools, final=False):
-                            retry.append(piece)
-                        continue
-                    text += piece
-                    for clause in splitter.push(piece):
-                        waiting_for_first_clause[0] = False
-                        index = await self._clause(gen, clause, index)
+            while attempts:
+                repeated = False
+                async with contextlib.aclosing(self._engine.generate(attempts.pop(0))) as pieces:
+                    async for piece in pieces:
+                        if first:
+                            first = False
+                            self._first_token.open(gen)
+                            if admitted:
+                                await self.ctx.notify(Mark(t=admitted[0], gen=gen, session=self.ctx.session_id, name="llm_admitted"))
+                            engine, reason = routes[-1] if routes else (self._engine.name, "primary")
+                            now = first_token_t = self.ctx.clock.now()
+                            await self.ctx.notify(LlmRoute(t=now, gen=gen, session=self.ctx.session_id, engine=engine, reason=reason))
+                            await self.ctx.notify(self._mark(gen, "llm_first_token"))
+                        if isinstance(piece, ToolCall):
+                            if (piece.name, _canonical(piece.arguments)) in answered:
+                                # A small model asks again for the result it was just given: answer instead.
+                                repeated = True
+                                break
+                            # (tool_choice "none": an engine that could not prevent the call; it is dropped)
+                            if prompt.tool_choice != "none" and not await self._tool_call(gen, piece, prompt.tools, final=False):
+                                retry.append(piece)
+                            continue
+                        text += piece
+                        for clause in splitter.push(piece):
+                            waiting_for_first_clause[0] = False
+                            index = await self._clause(gen, clause, index)
+                if repeated and not text.strip():
+                    attempts.append(dataclasses.replace(request, tool_choice="none", on_admitted=None, on_route=None))
             for clause in splitter.flush():
                 index = await self._clause(gen, clause, index)
             for call in retry:
@@ -230,3 +243,18 @@ class LlmStage(Stage):
 
     def _mark(self, gen: int, name: str) -> Mark:
         return Mark(t=self.ctx.clock.now(), gen=gen, session=self.ctx.session_id, name=name)
+
+
+def _canonical(arguments: str) -> str:
+    try:
+        return json.dumps(json.loads(arguments), sort_keys=True)
+    except ValueError:
+        return arguments.strip()
+
+
+def _answered_calls(messages: Sequence[Message]) -> set[tuple[str, str]]:
+    """(name, arguments) of the calls answered since the prompt's last user message: the model
+    has their results in front of it."""
+    last_user = max((n for n, m in enumerate(messages) if m.role == "user"), default=-1)
+    outputs = {m.tool_call_id for m in messages[last_user + 1 :] if m.role == "tool"}
+    return {(c.name, _canonical(c.arguments)) for m in messages[last_user + 1 :] for c in m.tool_calls if c.call_id in outputs}

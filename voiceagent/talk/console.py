@@ -39,6 +39,8 @@ class Console:
         self._line(f"you: {text}" if text else "you: (nothing recognised)")
 
     def agent(self, text: str, *, status: str, heard_ms: float | None) -> None:
+        if not text and status == "completed":
+            return  # a reply that only called a tool: the tool lines said it
         note = ""
         if status == "cancelled":
             note = "  [interrupted]" if heard_ms is None else f"  [interrupted after {heard_ms / 1000:.1f} s]"
