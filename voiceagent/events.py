@@ -346,6 +346,8 @@ class ResponseCreated(Event):
     response_id: str
     item_id: str
     previous_item_id: str | None = None
+    audio: bool = True
+    """False: a text-only response (``output_modalities: ["text"]``): text deltas, no audio."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -118,6 +118,8 @@ class _Response:
     calls: list[CallSummary] = field(default_factory=list)
     held: list[ToolCallMade | ToolCallRejected] = field(default_factory=list)
     """Calls made before the response was released (a speculative answer): sent at release."""
+    audio: bool | None = None
+    """This response's output modality (``response.create``); None: the session's."""
     answer_after: bool = False
     """A built-in tool answered one of its calls: answer again with the result once it ends."""
 
@@ -219,7 +221,7 @@ class Session:
         self.llm = LlmStage(
             ctx, llm_in, tts_in, self._engines.llm, self._prompt, lambda: self.settings, gate, llm_started, cfg.llm.first_clause_words
         )
-        self.tts = TtsStage(ctx, tts_in, play_in, self._engines.tts, lambda: self.settings, gate)
+        self.tts = TtsStage(ctx, tts_in, play_in, self._engines.tts, lambda: self.settings, gate, self._speaks)
         self.playout = PlayoutStage(ctx, play_in, cfg.playout.lead_ms, cfg.playout.chunk_ms)
         for stage in (self.vad, self.stt, self.turn, self.llm, self.tts, self.playout):
             self._tasks.append(asyncio.create_task(stage.run(), name=f"{self.id}.{stage.name}"))
@@ -309,10 +311,15 @@ class Session:
             await self._emit(ItemsDropped(t=self.clock.now(), gen=self.scope.current, session=self.id, item_ids=tuple(dropped)))
 
     async def create_response(
-        self, instructions: str | None = None, *, tools: tuple[Tool, ...] | None = None, tool_choice: str | None = None
+        self,
+        instructions: str | None = None,
+        *,
+        tools: tuple[Tool, ...] | None = None,
+        tool_choice: str | None = None,
+        audio: bool | None = None,
     ) -> str:
-        """Answer now from the history (``response.create``); returns the response id.  ``tools``
-        and ``tool_choice`` replace the session's for this response only."""
+        """Answer now from the history (``response.create``); returns the response id.  ``tools``,
+        ``tool_choice`` and ``audio`` (False: text only) replace the session's for this response."""
         if self._playing is not None and not self._playing.done:
             raise ProtocolError(
                 "conversation_already_has_active_response",
@@ -321,7 +328,7 @@ class Session:
         gen = self.scope.next()
         resp = self._response(gen)
         resp.instructions = instructions
-        resp.tools, resp.tool_choice = tools, tool_choice
+        resp.tools, resp.tool_choice, resp.audio = tools, tool_choice, audio
         await self._release(resp)
         await self._llm_in.put(UserTurn(t=self.clock.now(), gen=gen, session=self.id, text=None, speculative=False))
         return resp.id
@@ -422,6 +429,11 @@ class Session:
         messages = self.history.messages(instructions, pending_user=turn.text, gen=turn.gen)
         return LlmPrompt(messages, tools, choice)
 
+    def _speaks(self, gen: int) -> bool:
+        """Whether generation ``gen`` is spoken (else its text goes to the client as text)."""
+        resp = self._responses.get(gen)
+        return resp.audio if resp is not None and resp.audio is not None else self.settings.audio
+
     def _agent_audible(self) -> bool:
         resp = self._playing
         if resp is None:
@@ -461,7 +473,13 @@ class Session:
         self._note_activity()
         await self._emit(
             ResponseCreated(
-                t=self.clock.now(), gen=resp.gen, session=self.id, response_id=resp.id, item_id=resp.item_id, previous_item_id=prev_id
+                t=self.clock.now(),
+                gen=resp.gen,
+                session=self.id,
+                response_id=resp.id,
+                item_id=resp.item_id,
+                previous_item_id=prev_id,
+                audio=self._speaks(resp.gen),
             )
         )
         self.playout.release(resp.gen, resp.id, resp.item_id)
@@ -614,7 +632,7 @@ class Session:
         if resp.answer_after and status is ResponseStatus.COMPLETED and self.active_response_id is None:
             # A built-in tool has answered: say what it found (as a client would ask, response.create).
             # No further calls in that answer: a small model may call the same tool again and again.
-            await self.create_response(resp.instructions, tools=resp.tools, tool_choice="none")
+            await self.create_response(resp.instructions, tools=resp.tools, tool_choice="none", audio=resp.audio)
 
     def _turn_record(
         self, resp: _Response, status: ResponseStatus, reason: str | None, spans: dict[str, float], queue_ms: float | None, active: int

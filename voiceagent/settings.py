@@ -37,6 +37,8 @@ class SessionSettings:
     tools: tuple[Tool, ...] = ()
     tool_choice: str = "auto"
     """``auto``, ``none``, ``required`` or the name of one of ``tools``."""
+    audio: bool = True
+    """``output_modalities``: ["audio"] (speech, with its transcript) or ["text"] (False)."""
 
 
 def settings_from_config(config: Config) -> SessionSettings:

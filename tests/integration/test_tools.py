@@ -164,3 +164,33 @@ def test_talk_with_the_builtin_time_tool_says_the_time(engines: Any, speech: dic
     pcm, rate = read_wav(out)
     assert sum(e - s for s, e in speech_turns(pcm, rate, turn_gap_s=0.05)) > 0.8
     assert np.abs(pcm).max() > 1000
+
+
+def test_sdk_text_only_response_then_a_spoken_one(engines: Any, run: Any) -> None:
+    from openai import AsyncOpenAI
+
+    async def scenario() -> None:
+        async with VoiceAgentServer(_config(), engines) as server:
+            client = AsyncOpenAI(api_key="not-needed", base_url=f"http://127.0.0.1:{server.port}/v1")
+            async with client.realtime.connect(model="voiceagent") as conn:
+                await conn.session.update(session={"type": "realtime", "output_modalities": ["text"]})
+                await conn.conversation.item.create(
+                    item={"type": "message", "role": "user", "content": [{"type": "input_text", "text": "What is the capital of France?"}]}
+                )
+                await conn.response.create()
+                seen: list[Any] = []
+                done = await _until_done(conn, seen)
+                text = "".join(e.delta for e in seen if e.type == "response.output_text.delta")
+                final = next(e.text for e in seen if e.type == "response.output_text.done")
+                assert done.response.status == "completed" and text.strip() and final == text.strip(), seen[-3:]
+                assert "paris" in text.lower(), text
+                assert not [e for e in seen if e.type == "response.output_audio.delta"]
+                assert done.response.output[0].content[0].type == "output_text"
+                # the same session, one spoken response on request
+                await conn.response.create(response={"output_modalities": ["audio"]})
+                spoken: list[Any] = []
+                again = await _until_done(conn, spoken)
+                assert again.response.status == "completed"
+                assert sum(len(base64.b64decode(e.delta)) for e in spoken if e.type == "response.output_audio.delta") > WIRE_RATE
+
+    run(scenario(), 120)

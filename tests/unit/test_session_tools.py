@@ -384,3 +384,26 @@ def test_a_model_that_repeats_the_call_it_has_the_result_of_answers_instead(run:
             assert [c.tool_choice for c in fakes.llm.calls.items] == ["auto", "auto", "none"]
 
     run(main(), 20)
+
+
+# --------------------------------------------------------------------------- output modalities
+
+
+def test_a_text_only_response_sends_text_and_no_audio_and_the_next_one_speaks(run: Run, make_fakes: MakeFakes) -> None:
+    fakes = make_fakes(llm=FakeLlm([tokens("Paris is the capital."), tokens("It is Paris.")]))
+
+    async def main() -> None:
+        async with running(fakes, make_config()) as (session, log):
+            await session.add_text("what is the capital of France")
+            await session.create_response(audio=False)
+            i_done, done = await log.wait_type(ResponseDone)
+            _, created = await log.wait_type(ResponseCreated)
+            assert created.audio is False and done.text == "Paris is the capital." and done.audio_ms == 0.0
+            assert [d for d in log.of_type(AudioDelta) if d.response_id == created.response_id] == []
+            assert fakes.tts.calls.items == []  # nothing was synthesised
+            session.update(audio=True)
+            await session.create_response()
+            _, spoken = await log.wait_type(ResponseDone, after=i_done + 1)
+            assert spoken.audio_ms > 0 and fakes.tts.calls.items
+
+    run(main(), 20)

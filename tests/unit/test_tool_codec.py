@@ -401,3 +401,26 @@ def test_session_update_tools_round_trip_through_the_session_object() -> None:
     obj = c.session_object()
     assert obj["tools"] == [GA_TOOL, {"type": "function", **CHAT_TOOL["function"]}]
     assert obj["tool_choice"] == "required"
+
+
+def test_text_only_responses_render_output_text_events() -> None:
+    from voiceagent.events import OutputTranscriptDelta, ResponseCreated
+
+    rt = codec()
+    update = rt.decode(json.dumps({"type": "session.update", "session": {"output_modalities": ["text"]}}))
+    assert isinstance(update, UpdateSession) and update.changes["audio"] is False
+    create = rt.decode(json.dumps({"type": "response.create", "response": {"output_modalities": ["audio"]}}))
+    assert isinstance(create, CreateResponse) and create.audio is True
+    with pytest.raises(ProtocolError) as bad:
+        rt.decode(json.dumps({"type": "response.create", "response": {"output_modalities": ["video"]}}))
+    assert bad.value.code == "invalid_value" and bad.value.param == "response.output_modalities"
+    created = rt.encode(ResponseCreated(t=0.0, gen=1, session="s", response_id="r1", item_id="i1", audio=False))
+    assert created[-1]["type"] == "response.content_part.added" and created[-1]["part"] == {"type": "text", "text": ""}
+    delta = rt.encode(OutputTranscriptDelta(t=0.0, gen=1, session="s", response_id="r1", item_id="i1", text="Paris.", clause_ms=0.0))
+    assert [(m["type"], m["delta"]) for m in delta] == [("response.output_text.delta", "Paris.")]
+    done = rt.encode(
+        ResponseDone(t=0.0, gen=1, session="s", response_id="r1", item_id="i1", status=ResponseStatus.COMPLETED, text="Paris.")
+    )
+    types = [m["type"] for m in done]
+    assert "response.output_text.done" in types and "response.output_audio.done" not in types
+    assert done[-1]["response"]["output"][0]["content"] == [{"type": "output_text", "text": "Paris."}]

@@ -32,8 +32,11 @@ class TtsStage(Stage):
         backend: TtsBackend,
         settings: Callable[[], SessionSettings],
         gate: GenerationGate | None = None,
+        speaks: Callable[[int], bool] | None = None,
     ) -> None:
+        """``speaks(gen)``: False for a text-only response, whose clauses pass on without audio."""
         super().__init__(ctx, inbox, out)
+        self._speaks = speaks or (lambda gen: True)
         self._backend = backend
         self._settings = settings
         self._gate = gate or GenerationGate(enabled=False)
@@ -47,7 +50,7 @@ class TtsStage(Stage):
             return
         if event.gen == self._failed_gen:
             return
-        speech = clean_for_speech(event.text)
+        speech = clean_for_speech(event.text) if self._speaks(event.gen) else ""
         rate = self._backend.sample_rate
         first = True
         speed = self._settings().speed
@@ -83,7 +86,7 @@ class TtsStage(Stage):
             raise StageError(self.name, f"{type(exc).__name__}: {exc}") from exc
         self._gate.open(event.gen)
         if first:
-            # Nothing speakable (only symbols): the text still belongs to the transcript.
+            # Nothing speakable (only symbols), or a text-only response: the text still goes on.
             await self.emit(self._audio(event, empty_pcm(), rate, True))
 
     def _audio(self, clause: Clause, pcm: Int16Array, rate: int, first: bool) -> ResponseAudio:

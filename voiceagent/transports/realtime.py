@@ -131,7 +131,7 @@ class RealtimeConnection(SessionConnection):
                 raise ProtocolError("item_not_found", f"no item {cmd.item_id!r}", param="item_id", event_id=cmd.event_id)
             await self.send({"type": "conversation.item.retrieved", "event_id": cmd.event_id or "", "item": item_object(item)})
         elif isinstance(cmd, CreateResponse):
-            await s.create_response(cmd.instructions, tools=cmd.tools, tool_choice=cmd.tool_choice)
+            await s.create_response(cmd.instructions, tools=cmd.tools, tool_choice=cmd.tool_choice, audio=cmd.audio)
         elif isinstance(cmd, CancelResponse):
             active = s.active_response_id
             if active is None:

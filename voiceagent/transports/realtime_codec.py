@@ -132,6 +132,8 @@ class CreateResponse:
     tools: tuple[Tool, ...] | None = None
     """For this response only (None: the session's)."""
     tool_choice: str | None = None
+    audio: bool | None = None
+    """``output_modalities`` of this response (False: text only; None: the session's)."""
 
 
 @dataclass(frozen=True)
@@ -172,6 +174,7 @@ class RealtimeCodec:
         self.output_format = "audio/pcm"
         self._in_rs = StreamResampler(_FORMATS[self.input_format], PIPELINE_RATE, quality="LQ")
         self._out_rs: dict[str, StreamResampler] = {}
+        self._text_only: set[str] = set()  # response ids of text-only responses in progress
         self._partials: dict[str, str] = {}
 
     # ------------------------------------------------------------------ client → server
@@ -226,6 +229,8 @@ class RealtimeCodec:
                 changes["language"] = lang
         if "turn_detection" in inp:
             changes["turn_detection"] = self._turn_detection(inp["turn_detection"])
+        if "output_modalities" in sess:
+            changes["audio"] = _modalities(sess["output_modalities"], "session.output_modalities")
         tools = _tools(sess["tools"], "session.tools") if "tools" in sess else None
         if tools is not None:
             changes["tools"] = tools
@@ -348,7 +353,8 @@ class RealtimeCodec:
         choice = None
         if "tool_choice" in resp:
             choice = _tool_choice(resp["tool_choice"], tools if tools is not None else self.settings.tools, "response.tool_choice")
-        return CreateResponse(instr, event_id, tools, choice)
+        audio = _modalities(resp["output_modalities"], "response.output_modalities") if "output_modalities" in resp else None
+        return CreateResponse(instr, event_id, tools, choice, audio)
 
     def _response_cancel(self, msg: dict[str, Any], event_id: str | None) -> CancelResponse:
         rid = msg.get("response_id")
@@ -369,7 +375,7 @@ class RealtimeCodec:
             "object": "realtime.session",
             "id": "",
             "model": "voiceagent",
-            "output_modalities": ["audio"],
+            "output_modalities": ["audio"] if s.audio else ["text"],
             "instructions": s.instructions,
             "max_output_tokens": s.max_output_tokens,
             "tools": [_tool_object(t) for t in s.tools],
@@ -443,37 +449,8 @@ class RealtimeCodec:
             return [_msg("conversation.item.input_audio_transcription.completed", item_id=ev.item_id, content_index=0, transcript=ev.text)]
         if isinstance(ev, InputCleared):
             return [_msg("input_audio_buffer.cleared")]
-        if isinstance(ev, ResponseCreated):
-            self._out_rs[ev.response_id] = StreamResampler(self.voice_rate, _FORMATS[self.output_format])
-            item = {
-                "id": ev.item_id,
-                "object": "realtime.item",
-                "type": "message",
-                "role": "assistant",
-                "status": "in_progress",
-                "content": [],
-            }
-            ids = {"response_id": ev.response_id, "item_id": ev.item_id, "output_index": 0, "content_index": 0}
-            return [
-                _msg(
-                    "response.created",
-                    response={"id": ev.response_id, "object": "realtime.response", "status": "in_progress", "output": []},
-                ),
-                _msg("response.output_item.added", response_id=ev.response_id, output_index=0, item=item),
-                _msg("conversation.item.added", previous_item_id=ev.previous_item_id, item=item),
-                _msg("response.content_part.added", **ids, part={"type": "audio", "transcript": ""}),
-            ]
-        if isinstance(ev, OutputTranscriptDelta):
-            return [
-                _msg(
-                    "response.output_audio_transcript.delta",
-                    response_id=ev.response_id,
-                    item_id=ev.item_id,
-                    output_index=0,
-                    content_index=0,
-                    delta=ev.text,
-                )
-            ]
+        if isinstance(ev, ResponseCreated | OutputTranscriptDelta):
+            return self._response_text(ev)
         if isinstance(ev, AudioDelta):
             rs = self._out_rs.get(ev.response_id)
             pcm = rs.process(ev.pcm) if rs is not None else ev.pcm
@@ -503,6 +480,40 @@ class RealtimeCodec:
                 )
             ]
         return []
+
+    def _response_text(self, ev: ResponseCreated | OutputTranscriptDelta) -> list[dict[str, Any]]:
+        """A response starts (its message item, audio or text), or its transcript grows."""
+        if isinstance(ev, ResponseCreated):
+            if ev.audio:
+                self._out_rs[ev.response_id] = StreamResampler(self.voice_rate, _FORMATS[self.output_format])
+            else:
+                self._text_only.add(ev.response_id)
+            item = {
+                "id": ev.item_id,
+                "object": "realtime.item",
+                "type": "message",
+                "role": "assistant",
+                "status": "in_progress",
+                "content": [],
+            }
+            ids = {"response_id": ev.response_id, "item_id": ev.item_id, "output_index": 0, "content_index": 0}
+            return [
+                _msg(
+                    "response.created",
+                    response={"id": ev.response_id, "object": "realtime.response", "status": "in_progress", "output": []},
+                ),
+                _msg("response.output_item.added", response_id=ev.response_id, output_index=0, item=item),
+                _msg("conversation.item.added", previous_item_id=ev.previous_item_id, item=item),
+                _msg(
+                    "response.content_part.added",
+                    **ids,
+                    part={"type": "audio", "transcript": ""} if ev.audio else {"type": "text", "text": ""},
+                ),
+            ]
+        ids = {"response_id": ev.response_id, "item_id": ev.item_id, "output_index": 0, "content_index": 0}
+        if ev.response_id in self._text_only:
+            return [_msg("response.output_text.delta", **ids, delta=ev.text)]
+        return [_msg("response.output_audio_transcript.delta", **ids, delta=ev.text)]
 
     def _audio_delta(self, response_id: str, item_id: str, pcm: Int16Array) -> dict[str, Any]:
         raw = mulaw_encode(pcm) if self.output_format == "audio/pcmu" else pcm.astype("<i2").tobytes()
@@ -545,23 +556,33 @@ class RealtimeCodec:
                 out.append(self._audio_delta(ev.response_id, ev.item_id, tail))
         ids = {"response_id": ev.response_id, "item_id": ev.item_id, "output_index": 0, "content_index": 0}
         item_status = "completed" if ev.status is ResponseStatus.COMPLETED else "incomplete"
+        text_only = ev.response_id in self._text_only
+        self._text_only.discard(ev.response_id)
         item = {
             "id": ev.item_id,
             "object": "realtime.item",
             "type": "message",
             "role": "assistant",
             "status": item_status,
-            "content": [{"type": "output_audio", "transcript": ev.text}],
+            "content": [{"type": "output_text", "text": ev.text} if text_only else {"type": "output_audio", "transcript": ev.text}],
         }
         details: dict[str, Any] | None = None
         if ev.status is ResponseStatus.CANCELLED:
             details = {"type": "cancelled", "reason": ev.reason or "client_cancelled"}
         elif ev.status is ResponseStatus.FAILED:
             details = {"type": "failed", "error": {"type": "server_error", "code": "generation_failed", "message": ev.reason or ""}}
+        if text_only:
+            out += [
+                _msg("response.output_text.done", **ids, text=ev.text),
+                _msg("response.content_part.done", **ids, part={"type": "text", "text": ev.text}),
+            ]
+        else:
+            out += [
+                _msg("response.output_audio.done", **ids),
+                _msg("response.output_audio_transcript.done", **ids, transcript=ev.text),
+                _msg("response.content_part.done", **ids, part={"type": "audio", "transcript": ev.text}),
+            ]
         out += [
-            _msg("response.output_audio.done", **ids),
-            _msg("response.output_audio_transcript.done", **ids, transcript=ev.text),
-            _msg("response.content_part.done", **ids, part={"type": "audio", "transcript": ev.text}),
             _msg("response.output_item.done", response_id=ev.response_id, output_index=0, item=item),
             _msg("conversation.item.done", item=item),
             _msg(
@@ -650,6 +671,13 @@ def _tools(value: Any, param: str) -> tuple[Tool, ...]:
             raise ProtocolError("invalid_value", f"'{where}.parameters' is too large", param=f"{where}.parameters")
         tools.append(Tool(name, desc, params))
     return tuple(tools)
+
+
+def _modalities(value: Any, param: str) -> bool:
+    """``output_modalities``: True for ["audio"] (speech and its transcript), False for ["text"]."""
+    if not isinstance(value, list) or not value or not all(m in ("audio", "text") for m in value):
+        raise ProtocolError("invalid_value", 'output_modalities must be ["audio"] or ["text"]', param=param)
+    return "audio" in value
 
 
 def _tool_choice(value: Any, tools: tuple[Tool, ...], param: str) -> str:
