@@ -3,8 +3,8 @@
 Each case is one user utterance (as STT would hand it over) with a fixed set of tools offered,
 and what a correct reply does: call one tool with the expected arguments, or answer without a
 call.  The model runs in process through the engine the product uses (llama.cpp, the same
-prompt rendering, the same ``<tool_call>`` parsing and argument repair), greedy, one case at a
-time.  Output: JSON with per-case results and the accuracy per model.
+prompt rendering, the same ``<tool_call>`` parsing, argument repair and one retry with the tool
+named), greedy, one case at a time.  Output: JSON with per-case results and the accuracy per model.
 
     .venv/bin/python scripts/eval_tools.py --models qwen2.5-0.5b --out docs/bench
 """
@@ -98,6 +98,17 @@ async def run_case(engine: Any, instructions: str, case: Case) -> dict[str, Any]
     call = calls[0] if calls else None
     tool = next((t for t in TOOLS if call is not None and t.name == call.name), None)
     checked = check_arguments(tool, call.arguments) if call is not None else None
+    retried = False
+    if call is not None and tool is not None and checked is not None and checked.problem is not None:
+        # As the LLM stage does: ask once more with the tool named (arguments held to its schema).
+        retried = True
+        again = LlmRequest(key="eval", messages=messages, max_tokens=96, temperature=0.0, tools=TOOLS, tool_choice=tool.name)
+        async with contextlib.aclosing(engine.generate(again)) as pieces:
+            async for piece in pieces:
+                if isinstance(piece, ToolCall):
+                    checked = check_arguments(tool, piece.arguments)
+                    break
+        elapsed = time.perf_counter() - t0
     args = json.loads(checked.arguments) if checked is not None and checked.arguments is not None else {}
     right_tool = (call.name if call else None) == case.tool
     right_args = right_tool and (case.tool is None or (checked is not None and checked.problem is None and _matches(case.args, args)))
@@ -106,6 +117,7 @@ async def run_case(engine: Any, instructions: str, case: Case) -> dict[str, Any]
         "expected": {"tool": case.tool, "args": case.args},
         "called": None if call is None else {"name": call.name, "arguments": call.arguments},
         "repaired": bool(checked and checked.repaired),
+        "retried_with_the_tool_named": retried,
         "problem": checked.problem if checked else None,
         "text": text.strip()[:200],
         "right_tool": right_tool,

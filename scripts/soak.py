@@ -40,6 +40,15 @@ from bench_concurrency import Sampler, ServeProcess, run_n, session_files  # noq
 from bench_latency import machine, percentiles  # noqa: E402
 
 
+def rss_anon(pid: int) -> int:
+    """The anonymous part of a process's RSS (bytes): heap and arenas, not the mapped model files."""
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            return next((int(line.split()[1]) * 1024 for line in fh if line.startswith("RssAnon:")), 0)
+    except OSError:
+        return 0
+
+
 class RssLog:
     """The server's RSS (bytes) every ``period`` seconds, with the time of each sample."""
 
@@ -47,18 +56,27 @@ class RssLog:
         self.pid = pid
         self.period = period
         self.samples: list[tuple[float, int]] = []
+        self.anon: list[tuple[float, int]] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
         while True:
-            self.samples.append((time.monotonic(), Sampler._mem(self.pid)[0]))
+            now = time.monotonic()
+            self.samples.append((now, Sampler._mem(self.pid)[0]))
+            self.anon.append((now, rss_anon(self.pid)))
             if self._stop.wait(self.period):
                 return
 
-    def at(self, t: float) -> int:
+    def at(self, t: float, anon: bool = False) -> int:
         """The first sample at or after ``t`` (the last one if none is)."""
-        return next((rss for ts, rss in self.samples if ts >= t), self.samples[-1][1])
+        samples = self.anon if anon else self.samples
+        return next((rss for ts, rss in samples if ts >= t), samples[-1][1])
+
+    def series(self, t0: float, step: float, n: int, anon: bool = False) -> list[int]:
+        """RSS in whole MB at ``t0``, ``t0 + step``, … (``n`` points), then at the end."""
+        samples = self.anon if anon else self.samples
+        return [round(self.at(t0 + k * step, anon) / 2**20) for k in range(n)] + [round(samples[-1][1] / 2**20)]
 
     def __enter__(self) -> RssLog:
         self._thread.start()
@@ -133,6 +151,9 @@ def main() -> int:
             "end": round(end_mb, 1),
             "peak": round(max(r for _, r in rss.samples) / 2**20, 1),
             "growth_from_warm": round(growth, 1),
+            # one sample per turn slot (the start of slot k), then the end: linear or saturating
+            "per_slot": rss.series(t0, args.slot, args.turns),
+            "anon_per_slot": rss.series(t0, args.slot, args.turns, anon=True),
         },
         "wall_s": round(wall, 1),
         "pass": lost == 0 and not errors and failed == 0 and growth < args.max_growth_mb,
