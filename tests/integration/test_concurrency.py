@@ -195,4 +195,3 @@ def test_no_llama_sampler_outlives_its_generation(engines: Any, run: Any) -> Non
             gc.enable()
 
     run(scenario(), 60)
-
