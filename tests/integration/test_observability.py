@@ -66,6 +66,9 @@ def test_metrics_turn_log_and_spans_describe_a_good_turn_a_failed_one_and_a_refu
             await ws.send(json.dumps({"type": "response.create"}))
             failed = await rec.wait_for("response.done", 60, start=mark)
             assert failed["response"]["status"] == "failed", failed
+            mark = len(rec.events)
+            await ws.send("{not json")  # a protocol error, answered by the transport itself
+            await rec.wait_for("error", 10, start=mark)
             during = await asyncio.to_thread(scrape, server.port)
             await ws.close()
             await pump
@@ -83,6 +86,7 @@ def test_metrics_turn_log_and_spans_describe_a_good_turn_a_failed_one_and_a_refu
     assert during['voiceagent_turns_total{status="completed"}'] == 1
     assert during['voiceagent_turns_total{status="failed"}'] == 1
     assert during['voiceagent_errors_total{code="llm_failed"}'] == 1
+    assert during['voiceagent_errors_total{code="invalid_json"}'] == 1
     # Every span of the turn timeline is a histogram; the spoken turn is in each of them.
     for mark in ("vad_stop", "transcript_final", "llm_first_token", "first_clause", "tts_first_audio", "first_audio_sent"):
         assert during[f'voiceagent_span_seconds_count{{mark="{mark}"}}'] == 1, mark

@@ -26,6 +26,7 @@ from voiceagent.backends.protocols import LlmEngine, LlmRequest, Message, SttBac
 from voiceagent.capacity import TurnCost
 from voiceagent.config import Config
 from voiceagent.errors import ConfigError, MissingDependencyError, ModelError, VoiceAgentError
+from voiceagent.pipeline.loopload import loop_load
 from voiceagent.pipeline.scheduler import PriorityExecutor
 
 __all__ = ["Engines", "load_engines", "load_llm", "warm_up"]
@@ -132,8 +133,9 @@ def load_engines(config: Config) -> Engines:
     executors = [(k, ex) for k, b in backends if isinstance(ex := getattr(b, "executor", None), PriorityExecutor)]
 
     def busy_besides(me: str) -> Callable[[], bool]:
+        # The event loop's thread counts too: a server flooded with messages holds a core.
         others = [ex for k, ex in executors if k != me]
-        return lambda: any(ex.busy for ex in others)
+        return lambda: loop_load.busy or any(ex.busy for ex in others)
 
     for pool in pools:
         pool.contended = busy_besides("llm")

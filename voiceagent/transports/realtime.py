@@ -51,26 +51,29 @@ class RealtimeConnection(SessionConnection):
         await self.send(self.codec.session_message("session.created", self.session.id))
         async for frame in self.frames():
             if isinstance(frame, bytes):
-                await self.send(
-                    self.codec.error(
-                        ProtocolError("binary_not_supported", "send JSON text frames; audio goes base64 in input_audio_buffer.append")
-                    )
+                await self._error(
+                    ProtocolError("binary_not_supported", "send JSON text frames; audio goes base64 in input_audio_buffer.append")
                 )
                 continue
             try:
                 cmd = self.codec.decode(frame)
             except ProtocolError as exc:
-                await self.send(self.codec.error(exc))
+                await self._error(exc)
                 continue
             try:
                 await self._apply(cmd)
             except ProtocolError as exc:
                 if exc.event_id is None:
                     exc.event_id = cmd.event_id  # errors raised by the session echo the client's event too
-                await self.send(self.codec.error(exc))
+                await self._error(exc)
+
+    async def _error(self, exc: ProtocolError) -> None:
+        """Tell the client, and count it (``voiceagent_errors_total{code}``, as the session's own)."""
+        self.session.metrics.error(exc.code)
+        await self.send(self.codec.error(exc))
 
     async def expire(self, code: str, message: str) -> None:
-        await self.send(self.codec.error(ProtocolError(code, message)))
+        await self._error(ProtocolError(code, message))
 
     async def write(self) -> None:
         async for event in self.session.events():

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import http
 import logging
 import ssl
@@ -45,6 +46,7 @@ from voiceagent.capacity import capacity
 from voiceagent.clock import Clock, MonotonicClock
 from voiceagent.config import Config
 from voiceagent.metrics import CONTENT_TYPE, Metrics
+from voiceagent.pipeline.loopload import loop_load
 from voiceagent.session import QUEUES, Session
 from voiceagent.transports.auth import SUBPROTOCOL, access_for, is_loopback
 from voiceagent.transports.realtime import RealtimeConnection
@@ -102,6 +104,7 @@ class VoiceAgentServer:
         self._idle = asyncio.Event()
         self._idle.set()
         self._server: WsServer | None = None
+        self._load_watch: asyncio.Task[None] | None = None
         self.draining = False
 
     def _capacity(self) -> tuple[int, str]:
@@ -179,6 +182,7 @@ class VoiceAgentServer:
             ping_timeout=20,
             ssl=context,
         )
+        self._load_watch = asyncio.create_task(loop_load.watch(), name="loop-load")
 
     async def serve_forever(self) -> None:
         if self._server is None:
@@ -187,6 +191,11 @@ class VoiceAgentServer:
         await self._server.serve_forever()
 
     async def aclose(self) -> None:
+        watch, self._load_watch = self._load_watch, None
+        if watch is not None:
+            watch.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watch
         if self._server is not None:
             self._server.close()
             await self._server.wait_closed()
