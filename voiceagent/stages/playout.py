@@ -65,6 +65,8 @@ class PlayoutStage(Stage):
         """Let generation ``gen`` be heard, as response ``response_id`` / item ``item_id``."""
         for old in [g for g in self._releases if g < gen]:
             del self._releases[old]  # earlier generations are over (or were never confirmed)
+        for old in [g for g in self._timelines if g < gen]:
+            del self._timelines[old]  # nothing of theirs is played or asked about any more
         rel = self._releases.setdefault(gen, _Release())
         rel.response_id = response_id
         rel.item_id = item_id
