@@ -50,15 +50,15 @@ def test_after_many_turns_no_per_reply_structure_holds_more_than_the_live_reply(
                 await pause(session, 192)  # speculation starts ...
                 await speak(session, 320)  # ... and is retracted
                 await pause(session, 640)
-                await log.wait_for(lambda e: len(log.of_type(ResponseDone)) > done)
+                await log.wait_for(lambda e, n=done: len(log.of_type(ResponseDone)) > n)
                 await speak(session, 64)  # a blip: no turn
                 await pause(session, 192)
                 await session.add_text("and in text?")
                 await session.create_response()
-                await log.wait_for(lambda e: len(log.of_type(ResponseDone)) > done + 1)
+                await log.wait_for(lambda e, n=done + 1: len(log.of_type(ResponseDone)) > n)
                 await session.create_response()
                 await session.cancel_response()  # the client cancels
-                await log.wait_for(lambda e: len(log.of_type(ResponseDone)) > done + 2)
+                await log.wait_for(lambda e, n=done + 2: len(log.of_type(ResponseDone)) > n)
             await session.quiet()
             await pause(session, 640)
 
