@@ -21,7 +21,7 @@ from websockets.asyncio.client import connect
 
 from tests.integration.rt_client import Recorder, send_paced, wire_audio
 from voiceagent.backends.fallback import FallbackLlm
-from voiceagent.backends.protocols import LlmRequest, Message
+from voiceagent.backends.protocols import LlmRequest, Message, Tool, ToolCall
 from voiceagent.config import DEFAULT_INSTRUCTIONS, load_config
 from voiceagent.transports.server import VoiceAgentServer
 
@@ -79,6 +79,41 @@ def test_two_conversations_at_the_same_instant_each_get_their_own_answer(vllm_en
     france, sky = run(main(), 120)
     assert "paris" in france.lower(), france
     assert "blue" in sky.lower(), sky
+
+
+def test_vllm_reads_the_models_tool_call_and_answers_from_its_result(vllm_engines: Any, run: Any) -> None:
+    llm = _vllm(vllm_engines)
+    weather = Tool(
+        "get_weather",
+        "Get the current weather in a city.",
+        {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    )
+    question = [SYSTEM, Message("user", "What's the weather in Paris?")]
+
+    async def main() -> tuple[list[str | ToolCall], str]:
+        out: list[str | ToolCall] = []
+        async with contextlib.aclosing(llm.generate(LlmRequest("t", question, 60, 0.0, tools=(weather,)))) as gen:
+            async for piece in gen:
+                out.append(piece)
+        call = next(p for p in out if isinstance(p, ToolCall))
+        answered = [
+            *question,
+            Message("assistant", "", (call,)),
+            Message("tool", "It is 18 degrees and sunny in Paris.", tool_call_id=call.call_id),
+        ]
+        text = ""
+        async with contextlib.aclosing(llm.generate(LlmRequest("t", answered, 40, 0.0, tools=(weather,), tool_choice="none"))) as gen:
+            async for piece in gen:
+                assert isinstance(piece, str)  # "none": no call, only words
+                text += piece
+        return out, text
+
+    out, text = run(main(), 120)
+    calls = [p for p in out if isinstance(p, ToolCall)]
+    assert [c.name for c in calls] == ["get_weather"], out
+    assert "paris" in calls[0].arguments.lower()
+    assert "".join(p for p in out if isinstance(p, str)).strip() == ""  # the call was never text to speak
+    assert text.strip(), text
 
 
 def test_a_conversations_next_turn_reuses_its_cached_prefix(vllm_engines: Any, run: Any) -> None:

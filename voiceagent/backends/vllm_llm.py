@@ -120,10 +120,11 @@ class VllmLlm:
         from the text with the model's format (Qwen2.5 / Hermes ``<tool_call>``)."""
         if self._closed:
             raise EngineError("the vLLM engine is closed")
-        offered = request.tools if request.tool_choice != "none" else ()
-        parser = HermesToolParser(names=[t.name for t in offered]) if offered else None
+        # "none" still reads calls (the stage drops them): a model that writes one anyway must not
+        # have its JSON spoken.
+        parser = HermesToolParser(names=[t.name for t in request.tools]) if request.tools else None
         if parser is not None:
-            parser.push(call_prefill(offered, request.tool_choice))
+            parser.push(call_prefill(request.tools, request.tool_choice))
         caller = asyncio.get_running_loop()
         pieces: asyncio.Queue[object] = asyncio.Queue()
         job = _Job(rid=f"{request.key}-{next(self._ids)}")
@@ -169,8 +170,8 @@ class VllmLlm:
         try:
             if job.stopped:
                 return
-            offered = request.tools if request.tool_choice != "none" else ()
-            ids = self._render(request.messages, offered, call_prefill(offered, request.tool_choice))
+            # The tools are shown even for "none": the prompt, and so the prefix cache, stays the same.
+            ids = self._render(request.messages, request.tools, call_prefill(request.tools, request.tool_choice))
             params = self._make_params(request.max_tokens, request.temperature)
             job.started = True
             first = True
