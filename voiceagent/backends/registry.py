@@ -186,10 +186,15 @@ def warm_up(engines: Engines, config: Config) -> dict[str, float]:
     for _ in engines.tts.synthesize("Hello.", 1.0):
         pass
     timings["tts"] = time.perf_counter() - t0
+    # One clause as long as a reply can make: the voice's memory arena grows to its size now, not
+    # in the middle of serving (where it reads as memory growth, though bounded).
+    for _ in engines.tts.synthesize(_LONGEST_CLAUSE, 1.0):
+        pass
     engines.turn_cost = measure_turn_cost(engines, config)
     return {k: round(v, 3) for k, v in timings.items()}
 
 
+_LONGEST_CLAUSE = " ".join(["the quick brown fox jumps over the lazy dog while the moon rises"] * 5) + "."
 _PROBE_QUESTION = "What is the capital of France?"
 _PROBE_CLAUSE = "The capital of France"
 
