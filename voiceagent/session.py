@@ -420,7 +420,7 @@ class Session:
             for call in self.history.unanswered_calls():
                 item = self.history.add_output(call.call_id, CANCELLED_OUTPUT, synthetic=True)
                 await self._emit_output(item.id, call.call_id, CANCELLED_OUTPUT, synthetic=True)
-        tools = resp.tools if resp is not None and resp.tools is not None else self.settings.tools
+        tools = self._client_tools(resp)
         if self._builtin is not None:  # the server's own tools, unless the client defines the name
             tools = (*tools, *(t for t in self._builtin.tools if all(c.name != t.name for c in tools)))
         choice = resp.tool_choice if resp is not None and resp.tool_choice is not None else self.settings.tool_choice
@@ -525,10 +525,13 @@ class Session:
         if self._runs_here(resp, ev.name):
             await self._run_builtin(resp, ev)
 
+    def _client_tools(self, resp: _Response | None) -> tuple[Tool, ...]:
+        """The tools the client offers for ``resp``: its own (``response.create``), else the session's."""
+        return resp.tools if resp is not None and resp.tools is not None else self.settings.tools
+
     def _runs_here(self, resp: _Response, name: str) -> bool:
         """Whether the server itself runs tool ``name`` (a built-in the client did not define)."""
-        client_tools = resp.tools if resp.tools is not None else self.settings.tools
-        return self._builtin is not None and self._builtin.handles(name) and all(t.name != name for t in client_tools)
+        return self._builtin is not None and self._builtin.handles(name) and all(t.name != name for t in self._client_tools(resp))
 
     async def _run_builtin(self, resp: _Response, ev: ToolCallMade) -> None:
         assert self._builtin is not None

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from websockets.asyncio.server import ServerConnection, serve
 
+from tests.conftest import _load_script
 from tests.unit.fakes import FakeEngines
 from voiceagent.config import Config
 from voiceagent.session import Session
@@ -26,24 +27,7 @@ from voiceagent.transports.realtime import RealtimeConnection
 from voiceagent.transports.twilio import TwilioConnection
 
 SCALE = float(os.environ.get("VOICEAGENT_TEST_TIMEOUT_SCALE", "1"))
-
-
-def _frames(data: bytes) -> list[tuple[int, bytes]]:
-    """(opcode, payload) of every unmasked server frame in ``data``."""
-    out = []
-    i = 0
-    while i + 2 <= len(data):
-        opcode, length = data[i] & 0x0F, data[i + 1] & 0x7F
-        i += 2
-        if length == 126:
-            (length,) = struct.unpack("!H", data[i : i + 2])
-            i += 2
-        elif length == 127:
-            (length,) = struct.unpack("!Q", data[i : i + 8])
-            i += 8
-        out.append((opcode, data[i : i + length]))
-        i += length
-    return out
+fuzz_server = _load_script("fuzz_server")  # its reader of raw server frames
 
 
 async def _silent_client(port: int, path: str) -> list[tuple[int, bytes]]:
@@ -60,7 +44,7 @@ async def _silent_client(port: int, path: str) -> list[tuple[int, bytes]]:
     while chunk := await reader.read(65536):
         data += chunk
     writer.close()
-    return _frames(data)
+    return fuzz_server.server_frames(data)  # type: ignore[no-any-return]
 
 
 @pytest.mark.parametrize("route", ["/v1/realtime", "/twilio"])

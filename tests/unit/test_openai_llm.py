@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
-from voiceagent.backends.openai_llm import OpenAiLlm, parse_sse_line
+from voiceagent.backends.openai_llm import OpenAiLlm, parse_sse_delta
 from voiceagent.backends.protocols import LlmRequest, Message
 from voiceagent.errors import EngineError
 
@@ -53,15 +53,17 @@ async def collect(llm: OpenAiLlm) -> list[str]:
 
 
 def test_sse_lines() -> None:
-    assert parse_sse_line(chunk("Hi").decode().strip()) == "Hi"
-    assert parse_sse_line("data: [DONE]") is None
-    assert parse_sse_line(": keep-alive") == ""
-    assert parse_sse_line("") == ""
-    assert parse_sse_line('data: {"choices": []}') == ""
+    assert parse_sse_delta(chunk("Hi").decode().strip()) == ("Hi", [])
+    assert parse_sse_delta("data: [DONE]") is None
+    assert parse_sse_delta(": keep-alive") == ("", [])
+    assert parse_sse_delta("") == ("", [])
+    assert parse_sse_delta('data: {"choices": []}') == ("", [])
     with pytest.raises(EngineError, match="malformed"):
-        parse_sse_line("data: {not json")
+        parse_sse_delta("data: {not json")
     with pytest.raises(EngineError, match="mid-stream"):
-        parse_sse_line('data: {"error": {"message": "out of memory"}}')
+        parse_sse_delta('data: {"error": {"message": "out of memory"}}')
+    call = 'data: {"choices": [{"delta": {"tool_calls": [{"index": 0, "id": "c1", "function": {"name": "f"}}]}}]}'
+    assert parse_sse_delta(call) == ("", [{"index": 0, "id": "c1", "function": {"name": "f"}}])
 
 
 def test_streams_the_deltas_and_sends_the_request_openai_style(run: Run) -> None:

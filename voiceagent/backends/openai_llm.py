@@ -30,7 +30,7 @@ from voiceagent.backends.tool_format import HermesToolParser, chat_messages, new
 from voiceagent.config import LlmConfig
 from voiceagent.errors import EngineError
 
-__all__ = ["OpenAiLlm", "load", "parse_sse_line"]
+__all__ = ["OpenAiLlm", "load", "parse_sse_delta"]
 
 
 @dataclass
@@ -69,12 +69,6 @@ def parse_sse_delta(line: str) -> tuple[str, list[dict[str, Any]]] | None:
         return (content if isinstance(content, str) else ""), calls
     except (ValueError, AttributeError, TypeError) as exc:
         raise EngineError(f"the LLM server sent a malformed stream event: {data[:120]!r}") from exc
-
-
-def parse_sse_line(line: str) -> str | None:
-    """The text delta in one ``data:`` line of a chat-completions stream ('' for none, None at the end)."""
-    parsed = parse_sse_delta(line)
-    return None if parsed is None else parsed[0]
 
 
 def _add_call_delta(calls: dict[int, _CallPieces], delta: dict[str, Any]) -> None:

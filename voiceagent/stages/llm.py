@@ -212,13 +212,9 @@ class LlmStage(Stage):
 
     async def _retry_call(self, gen: int, call: ToolCall, request: LlmRequest) -> None:
         """Ask once more for ``call`` with its tool named (the engine constrains the arguments)."""
-        again = LlmRequest(
-            key=request.key,
-            messages=request.messages,
-            max_tokens=request.max_tokens,
-            temperature=request.temperature,
-            tools=request.tools,
-            tool_choice=call.name,
+        # Off the listener's critical path, and outside the turn's timeline and usage.
+        again = dataclasses.replace(
+            request, tool_choice=call.name, on_admitted=None, urgent_tokens=0, urgent=None, on_route=None, usage=None
         )
         second: ToolCall | None = None
         async with contextlib.aclosing(self._engine.generate(again)) as pieces:
