@@ -20,6 +20,7 @@ from enum import StrEnum
 import numpy as np
 
 from voiceagent.audio import Float32Array, Int16Array
+from voiceagent.playback import ListenerTimeline
 
 __all__ = [
     "AudioDelta",
@@ -45,6 +46,7 @@ __all__ = [
     "Mark",
     "OutputTranscriptDelta",
     "PlaybackCleared",
+    "ReleaseReply",
     "ResponseAudio",
     "ResponseCreated",
     "ResponseDone",
@@ -63,7 +65,6 @@ __all__ = [
     "TranscriptSegment",
     "TurnConfirmed",
     "TurnMetrics",
-    "TurnRetracted",
     "UserTurn",
 ]
 
@@ -194,11 +195,6 @@ class TurnConfirmed(Event):
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class TurnRetracted(Event):
-    """Endpointer: the user went on speaking; the speculative response ``gen`` is void."""
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
 class Mark(ResponseEvent):
     """A timeline mark of generation ``gen`` (``llm_first_token``, ``first_clause``, ``tts_first_audio``)."""
 
@@ -243,6 +239,19 @@ class ResponseAudio(ResponseEvent):
     index: int
     text: str
     first_of_clause: bool
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ReleaseReply(ResponseEvent):
+    """Session → playout: generation ``gen`` is this turn's answer; let it be heard.
+
+    Its audio may already wait in playout (a speculative answer made before the turn was
+    confirmed); it plays from now on as response ``response_id`` / item ``item_id``, and playout
+    writes what it sends into ``listener``, the reply's own heard clock."""
+
+    response_id: str
+    item_id: str
+    listener: ListenerTimeline
 
 
 class ResponseStatus(StrEnum):

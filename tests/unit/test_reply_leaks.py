@@ -1,7 +1,8 @@
 """Nothing per reply outlives its reply: many turns of every kind, then count what is left.
 
 Each round has a retracted speculation (the user pauses mid-sentence), a spoken turn whose reply
-calls a tool, a blip of noise, a text turn, a client cancel, and a barge-in over the next reply.
+calls a tool, a blip of noise, a text turn, a client cancel, a barge-in over a reply being
+spoken and the spoken turn that barged in: six replies a round, 150 in all.
 Afterwards every per-generation structure of the session, its stages and the Realtime codec that
 rendered its events may hold at most the live reply (there is none once the session is quiet).
 """
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 from voiceagent.backends.protocols import Tool, ToolCall
 from voiceagent.config import Config, ServerConfig
-from voiceagent.events import FunctionCallAdded, ResponseDone, ToolOutputAdded
+from voiceagent.events import AudioDelta, FunctionCallAdded, PlaybackCleared, ResponseDone, ToolOutputAdded
 from voiceagent.settings import settings_from_config
 from voiceagent.transports.realtime_codec import RealtimeCodec
 
@@ -31,6 +32,8 @@ def test_after_many_turns_no_per_reply_structure_holds_more_than_the_live_reply(
             [*tokens("Let me look."), ToolCall(f"call_{i}", "lookup", "{}")],
             tokens("A text answer."),
             tokens("One two three four five six seven eight nine ten."),
+            tokens("Eleven twelve thirteen fourteen fifteen sixteen seventeen."),  # barged in on
+            tokens("The answer after the barge-in."),
         ]
     fakes = make_fakes(stt=FakeStt(["what is the", "weather like"] * (ROUNDS * 4)), llm=FakeLlm(script), turn=FakeTurn(0.1))
     config = Config(
@@ -44,6 +47,7 @@ def test_after_many_turns_no_per_reply_structure_holds_more_than_the_live_reply(
     async def main() -> None:
         async with running(fakes, config) as (session, log):
             session.update(tools=(TOOL,))
+            barged_in: list[str] = []
             for _ in range(ROUNDS):
                 done = len(log.of_type(ResponseDone))
                 await speak(session, 320)
@@ -59,6 +63,17 @@ def test_after_many_turns_no_per_reply_structure_holds_more_than_the_live_reply(
                 await session.create_response()
                 await session.cancel_response()  # the client cancels
                 await log.wait_for(lambda e, n=done + 2: len(log.of_type(ResponseDone)) > n)
+                spoken = await session.create_response()
+                barged_in.append(spoken)
+                await log.wait_for(lambda e, r=spoken: isinstance(e, AudioDelta) and e.response_id == r)
+                await speak(session, 320)  # the user talks over it ...
+                await log.wait_for(lambda e, r=spoken: isinstance(e, ResponseDone) and e.response_id == r)
+                await pause(session, 640)  # ... and is answered
+                await log.wait_for(lambda e, n=done + 4: len(log.of_type(ResponseDone)) > n)
+                # At a round's end at most the reply still being spoken is kept, and playout holds
+                # audio for no other generation.
+                assert len(session.replies.live()) <= 1, session.replies.live()
+                assert all(gen == session.scope.current for gen in session.playout.holding())
             await session.quiet()
             await pause(session, 640)
 
@@ -68,12 +83,12 @@ def test_after_many_turns_no_per_reply_structure_holds_more_than_the_live_reply(
             assert len(calls) >= ROUNDS // 2 and len(set(outputs)) == len(outputs)
             assert set(outputs) <= set(calls) and len(set(calls) - set(outputs)) <= 1
             assert session.active_response_id is None
-            leftovers = {
-                "session._responses": len(session._responses),
-                "playout._releases": len(session.playout._releases),
-                "playout._timelines": len(session.playout._timelines),
-            }
-            assert all(n <= 1 for n in leftovers.values()), leftovers  # the last reply's own, at most
+            # Each reply talked over while its audio played was cleared (a barge-in, not a cancel).
+            cleared = {e.response_id for e in log.of_type(PlaybackCleared)}
+            assert len(barged_in) == ROUNDS and set(barged_in) <= cleared
+            # The session is quiet: no reply is live, and playout holds no audio for any.
+            assert session.replies.live() == {}
+            assert session.playout.holding() == {}
             # The generation gates keep a bounded window (8) of recent generations, not one per turn.
             for gate in (session.llm._gate, session.llm._first_token, session.tts._gate):
                 assert len(gate._events) <= 9, len(gate._events)

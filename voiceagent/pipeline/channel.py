@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Generic, TypeVar
 
 from voiceagent.events import Event, ResponseEvent
-from voiceagent.pipeline.generation import GenerationScope
+from voiceagent.pipeline.generation import Generations
 
 __all__ = ["Channel"]
 
@@ -33,7 +33,7 @@ class Channel(Generic[E]):
         self,
         name: str,
         capacity: int,
-        scope: GenerationScope,
+        scope: Generations,
         *,
         on_wait: Callable[[str, float], None] | None = None,
         clock: Callable[[], float] = time.monotonic,

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
-from voiceagent.pipeline.generation import GenerationScope
+from voiceagent.pipeline.generation import Generations
 
 __all__ = ["GenerationGate"]
 
@@ -25,7 +25,7 @@ __all__ = ["GenerationGate"]
 class GenerationGate:
     """With a ``scope``, a cancelled generation's gate opens by itself (nobody waits on stale work)."""
 
-    def __init__(self, enabled: bool = True, timeout_s: float = 2.0, scope: GenerationScope | None = None) -> None:
+    def __init__(self, enabled: bool = True, timeout_s: float = 2.0, scope: Generations | None = None) -> None:
         self.enabled = enabled
         self.timeout_s = timeout_s
         self._events: dict[int, asyncio.Event] = {}

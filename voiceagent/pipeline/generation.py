@@ -7,8 +7,24 @@ generation.  Work tagged with an older generation is stale: channels drop it and
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Protocol
 
-__all__ = ["GenerationScope"]
+__all__ = ["GenerationScope", "Generations"]
+
+
+class Generations(Protocol):
+    """The read side of a session's generation counter: what stages, channels and gates get.
+
+    Only the session's turn controller (:class:`voiceagent.replies.ReplyController`) holds the
+    :class:`GenerationScope` itself and moves it on; a stage that needs a new generation asks
+    the controller."""
+
+    @property
+    def current(self) -> int: ...
+
+    def is_stale(self, gen: int) -> bool: ...
+
+    def subscribe(self, listener: Callable[[int], None]) -> None: ...
 
 
 class GenerationScope:

@@ -24,7 +24,7 @@ from voiceagent.clock import Clock
 from voiceagent.errors import StageError
 from voiceagent.events import Event, ResponseEvent
 from voiceagent.pipeline.channel import Channel
-from voiceagent.pipeline.generation import GenerationScope
+from voiceagent.pipeline.generation import Generations
 
 __all__ = ["Stage", "StageContext"]
 
@@ -37,7 +37,7 @@ class StageContext:
 
     session_id: str
     clock: Clock
-    scope: GenerationScope
+    scope: Generations
     notify: Callable[[Event], Coroutine[Any, Any, None]]
     report_error: Callable[[StageError, int], Coroutine[Any, Any, None]]
 

@@ -1,56 +1,34 @@
-"""Playout stage: holds a response's audio until it is released, paces it to the listener and
-keeps an estimate of what the listener has actually heard.
+"""Playout stage: a pure sink that paces released audio to the listener and writes what it sends
+into the reply's heard clock.
+
+Release: a reply's audio is heard only after its :class:`~voiceagent.events.ReleaseReply` has
+come down this stage's inbox.  Audio of a generation not yet released (a speculative answer
+whose turn is not confirmed yet) is held here, in order, until its release arrives; held audio of
+a generation that went stale (retracted, barged in) is dropped.  Nothing else reaches in: the
+session talks to playout only through the channel.
 
 Pacing: a chunk is sent once the listener's estimated playback is within ``lead_ms`` of needing
 it.  Audio not yet sent is never heard, so on barge-in it is simply dropped; what was sent is
-accounted for by :class:`ListenerTimeline` (unless the transport reports the real position).
+accounted for by the reply's :class:`~voiceagent.playback.ListenerTimeline`.
+
+Cancellation: a bump of the generation cancels the handling of stale audio mid-pacing (the
+stage contract); nothing here swallows ``CancelledError``.
 """
 
 from __future__ import annotations
 
-import asyncio
-from dataclasses import dataclass, field
-
-from voiceagent.events import AudioDelta, Event, GenerationEnd, OutputTranscriptDelta, ResponseAudio
+from voiceagent.events import AudioDelta, Event, GenerationEnd, OutputTranscriptDelta, ReleaseReply, ResponseAudio
 from voiceagent.pipeline import Channel, Stage, StageContext
+from voiceagent.playback import ListenerTimeline
 
 __all__ = ["ListenerTimeline", "PlayoutStage"]
 
-
-@dataclass
-class ListenerTimeline:
-    """Where the listener's playback is, assuming it plays each chunk as soon as it has it and the
-    previous one has finished (so a late chunk shows up as a gap, not as heard audio)."""
-
-    segments: list[tuple[float, float]] = field(default_factory=list)  # (start s, duration s)
-    end_t: float | None = None
-    sent_ms: float = 0.0
-
-    def schedule(self, now: float, dur_s: float) -> float:
-        start = now if self.end_t is None else max(now, self.end_t)
-        self.segments.append((start, dur_s))
-        self.end_t = start + dur_s
-        self.sent_ms += dur_s * 1000.0
-        return start
-
-    def heard_ms(self, now: float) -> float:
-        total = 0.0
-        for start, dur in self.segments:
-            if now <= start:
-                break
-            total += min(now - start, dur)
-        return total * 1000.0
-
-
-@dataclass
-class _Release:
-    event: asyncio.Event = field(default_factory=asyncio.Event)
-    response_id: str = ""
-    item_id: str = ""
+_Output = ResponseAudio | GenerationEnd
 
 
 class PlayoutStage(Stage):
-    """Inbox: ``ResponseAudio`` and ``GenerationEnd`` from TTS.  Output: the session, via notify."""
+    """Inbox: ``ReleaseReply`` from the session, ``ResponseAudio`` and ``GenerationEnd`` from TTS.
+    Output: the session, via notify."""
 
     name = "playout"
 
@@ -58,43 +36,45 @@ class PlayoutStage(Stage):
         super().__init__(ctx, inbox, None)
         self._lead_s = lead_ms / 1000.0
         self._chunk_ms = chunk_ms
-        self._releases: dict[int, _Release] = {}
-        self._timelines: dict[int, ListenerTimeline] = {}
+        self._live: ReleaseReply | None = None
+        """The latest release: its generation's output plays as it comes."""
+        self._held: dict[int, list[_Output]] = {}
+        """Output of generations not released yet, in arrival order."""
 
-    def release(self, gen: int, response_id: str, item_id: str) -> None:
-        """Let generation ``gen`` be heard, as response ``response_id`` / item ``item_id``."""
-        for old in [g for g in self._releases if g < gen]:
-            del self._releases[old]  # earlier generations are over (or were never confirmed)
-        for old in [g for g in self._timelines if g < gen]:
-            del self._timelines[old]  # nothing of theirs is played or asked about any more
-        rel = self._releases.setdefault(gen, _Release())
-        rel.response_id = response_id
-        rel.item_id = item_id
-        rel.event.set()
-
-    def timeline(self, gen: int) -> ListenerTimeline:
-        return self._timelines.setdefault(gen, ListenerTimeline())
-
-    def forget(self, gen: int) -> None:
-        """Drop the bookkeeping of a finished generation."""
-        self._releases.pop(gen, None)
-        self._timelines.pop(gen, None)
-
-    async def _released(self, gen: int) -> _Release:
-        rel = self._releases.setdefault(gen, _Release())
-        await rel.event.wait()
-        return rel
+    def holding(self) -> dict[int, int]:
+        """Events held per unreleased generation (for tests and diagnostics)."""
+        return {gen: len(evs) for gen, evs in self._held.items()}
 
     async def handle(self, event: Event) -> None:
-        if isinstance(event, ResponseAudio):
-            await self._play(event)
-        elif isinstance(event, GenerationEnd):
-            await self._released(event.gen)
-            await self.ctx.notify(event)
+        self._drop_stale()
+        if isinstance(event, ReleaseReply):
+            self._live = event
+            for gen in [g for g in self._held if g < event.gen]:
+                del self._held[gen]  # earlier generations are over or were never confirmed
+            for held in self._held.pop(event.gen, []):
+                await self._out(event, held)
+        elif isinstance(event, ResponseAudio | GenerationEnd):
+            live = self._live
+            if live is not None and live.gen == event.gen:
+                await self._out(live, event)
+            elif live is None or event.gen > live.gen:
+                self._held.setdefault(event.gen, []).append(event)
+            # else: output of a generation older than the released one: nobody will hear it
 
-    async def _play(self, audio: ResponseAudio) -> None:
-        rel = await self._released(audio.gen)
-        tl = self.timeline(audio.gen)
+    def _drop_stale(self) -> None:
+        for gen in [g for g in self._held if self.ctx.scope.is_stale(g)]:
+            del self._held[gen]
+        if self._live is not None and self.ctx.scope.is_stale(self._live.gen):
+            self._live = None
+
+    async def _out(self, rel: ReleaseReply, event: _Output) -> None:
+        if isinstance(event, GenerationEnd):
+            await self.ctx.notify(event)
+        else:
+            await self._play(rel, event)
+
+    async def _play(self, rel: ReleaseReply, audio: ResponseAudio) -> None:
+        tl = rel.listener
         clock = self.ctx.clock
         if audio.first_of_clause:
             await self.ctx.notify(

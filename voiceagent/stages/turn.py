@@ -14,17 +14,18 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 
 from voiceagent.audio import Float32Array
 from voiceagent.backends.protocols import TurnBackend
-from voiceagent.events import Event, Silence, SpeechStarted, SpeechStopped, TranscriptSegment, TurnConfirmed, TurnRetracted, UserTurn
+from voiceagent.events import Event, Silence, SpeechStarted, SpeechStopped, TranscriptSegment, TurnConfirmed, UserTurn
 from voiceagent.pipeline import Channel, Stage, StageContext, run_in
 from voiceagent.pipeline.gate import GenerationGate
 from voiceagent.settings import SessionSettings
 
-__all__ = ["Confirm", "Endpointer", "Retract", "RunTurnModel", "Speculate", "TurnStage"]
+__all__ = ["Confirm", "Endpointer", "Retract", "RunTurnModel", "Speculate", "TurnControl", "TurnStage"]
 
 _TURN_AUDIO_S = 8  # the turn model looks at the last 8 s
 
@@ -146,6 +147,19 @@ class Endpointer:
         self._silence = 0.0
 
 
+class TurnControl(Protocol):
+    """The session's turn controller, which alone moves the generation on: the stage asks it."""
+
+    def begin(self) -> int:
+        """Open a new generation for an answer; every earlier one goes stale.  Returns it."""
+        ...
+
+    def retract(self, gen: int) -> None:
+        """Speculative answer ``gen`` is withdrawn (the user went on speaking): its generation
+        goes stale and everything kept for its reply goes with it."""
+        ...
+
+
 class TurnStage(Stage):
     """Inbox: VAD events and transcripts from STT.  Out: ``UserTurn`` to the LLM stage."""
 
@@ -156,6 +170,7 @@ class TurnStage(Stage):
         ctx: StageContext,
         inbox: Channel[Event],
         out: Channel[Event],
+        turns: TurnControl,
         backend: TurnBackend | None,
         settings: Callable[[], SessionSettings],
         speculative: bool,
@@ -173,6 +188,7 @@ class TurnStage(Stage):
         holds the answer until the turn is confirmed (the session says so while a tool call waits
         for its output: the prompt cannot be known before the turn ends)."""
         super().__init__(ctx, inbox, out)
+        self._turns = turns
         self._speculative = speculative
         self._may_speculate = may_speculate or (lambda: True)
         self._backend = backend
@@ -241,7 +257,7 @@ class TurnStage(Stage):
                 prob = await run_in(self._backend.executor, self._backend.completion_probability, action.audio)
                 await self._apply(self.endpointer.on_probability(prob, float(self._complete_ms), self._silence_ms(), self._threshold))
             elif isinstance(action, Speculate):
-                gen = self.ctx.scope.next()
+                gen = self._turns.begin()
                 self._spec_gen = gen
                 await self.emit(UserTurn(t=self.ctx.clock.now(), gen=gen, session=self.ctx.session_id, text=action.text, speculative=True))
             elif isinstance(action, Retract):
@@ -249,8 +265,7 @@ class TurnStage(Stage):
                 self._spec_gen = None
                 self.retractions += 1
                 if spec is not None and not self.ctx.scope.is_stale(spec):
-                    self.ctx.scope.cancel()
-                    await self.ctx.notify(TurnRetracted(t=self.ctx.clock.now(), gen=spec, session=self.ctx.session_id))
+                    self._turns.retract(spec)
             elif isinstance(action, Confirm):
                 await self._confirm(action)
 
@@ -276,7 +291,7 @@ class TurnStage(Stage):
             return
         speculative = gen is not None
         if gen is None:
-            gen = self.ctx.scope.next()
+            gen = self._turns.begin()
         # Tell the session first, so the response is registered before its audio can arrive.
         await self.ctx.notify(
             TurnConfirmed(

@@ -1,0 +1,538 @@
+"""The turn controller: the one writer of a session's generation and the owner of its replies.
+
+Every move of the generation goes through :class:`ReplyController`: a speculative answer or a
+confirmed turn (:meth:`begin`, asked by the turn stage), a withdrawn speculation
+(:meth:`retract`), ``response.create`` and barge-in or ``response.cancel``.  Stages, channels and
+gates only read the counter (:class:`~voiceagent.pipeline.Generations`).
+
+Each generation that answers has one :class:`~voiceagent.reply.Reply`, made when a stage first
+notes something about it and dropped exactly once: when its ``response.done`` is sent, when its
+speculation is withdrawn, or when a newer generation supersedes it before release.  Release is an
+event down the playout channel (:class:`~voiceagent.events.ReleaseReply`), carrying the reply's
+heard clock, so playout keeps nothing of a reply but the audio it holds for it.
+
+Barge-in: speech that starts while a reply is audible moves the generation on, which cancels LLM,
+TTS and playout work in flight; the assistant item is cut to the audio the listener heard, the
+client is told to clear its playback buffer (:class:`~voiceagent.events.PlaybackCleared`) and the
+response ends ``cancelled``.
+
+Cancellation: :meth:`aclose` cancels the built-in tools' timers and waits for them; every other
+method either finishes its bookkeeping or lets ``CancelledError`` through untouched.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import Awaitable, Callable
+
+from voiceagent import tracing
+from voiceagent.backends.protocols import Tool
+from voiceagent.builtin_tools import BuiltinTools, TimerRequest
+from voiceagent.clock import Clock
+from voiceagent.config import Config
+from voiceagent.errors import ProtocolError
+from voiceagent.events import (
+    AudioDelta,
+    CallSummary,
+    ErrorEvent,
+    Event,
+    FunctionCallAdded,
+    GenerationEnd,
+    InputCommitted,
+    InputSpeechStarted,
+    InputSpeechStopped,
+    InputTranscriptDelta,
+    InputTranscriptDone,
+    LlmRoute,
+    LlmUsage,
+    Mark,
+    OutputTranscriptDelta,
+    PlaybackCleared,
+    ReleaseReply,
+    ResponseCreated,
+    ResponseDone,
+    ResponseStatus,
+    SpeechStarted,
+    ToolCallMade,
+    ToolCallRejected,
+    ToolOutputAdded,
+    TranscriptDelta,
+    TurnConfirmed,
+    TurnMetrics,
+    UserTurn,
+)
+from voiceagent.history import CANCELLED_OUTPUT, History, new_id
+from voiceagent.metrics import Metrics
+from voiceagent.pipeline import Channel, Generations, GenerationScope
+from voiceagent.reply import Reply, turn_record
+from voiceagent.settings import SessionSettings
+from voiceagent.stages.llm import LlmPrompt
+
+__all__ = ["ReplyController"]
+
+log = logging.getLogger(__name__)
+
+Emit = Callable[[Event], Awaitable[None]]
+
+
+class ReplyController:
+    """Owns the generation counter and every live :class:`Reply` of one session.
+
+    Wiring (the session's): :meth:`connect` hands it the LLM and playout inboxes once they
+    exist; stages read :attr:`generations`, report through :meth:`on_event`, take prompts from
+    :meth:`prompt` and the modality from :meth:`speaks`, and the turn stage asks :meth:`begin`
+    and :meth:`retract`."""
+
+    def __init__(
+        self,
+        session_id: str,
+        clock: Clock,
+        config: Config,
+        metrics: Metrics,
+        history: History,
+        settings: Callable[[], SessionSettings],
+        emit: Emit,
+        trim_history: Callable[[], Awaitable[None]],
+        arrival_time: Callable[[float], float],
+    ) -> None:
+        self._id = session_id
+        self._clock = clock
+        self._config = config
+        self._metrics = metrics
+        self._history = history
+        self._settings = settings
+        self._emit = emit
+        self._trim_history = trim_history
+        self._arrival_time = arrival_time
+        self._scope = GenerationScope()
+        self._replies: dict[int, Reply] = {}
+        self._playing: Reply | None = None
+        self._user_item: str | None = None
+        self._llm_in: Channel[Event] | None = None
+        self._play_in: Channel[Event] | None = None
+        self._quiet = asyncio.Event()  # set while no response is active
+        self._quiet.set()
+        self._builtin = BuiltinTools() if config.tools.builtin else None
+        self._timers: set[asyncio.Task[None]] = set()
+
+    # ------------------------------------------------------------------ wiring
+
+    @property
+    def generations(self) -> Generations:
+        """The counter, read-only: what stages, channels and gates get."""
+        return self._scope
+
+    def connect(self, llm_in: Channel[Event], play_in: Channel[Event]) -> None:
+        """The inboxes a reply is started (``response.create``) and released into."""
+        self._llm_in, self._play_in = llm_in, play_in
+
+    async def aclose(self) -> None:
+        """Cancel the built-in tools' timers and wait for them."""
+        for task in self._timers:
+            task.cancel()
+        await asyncio.gather(*self._timers, return_exceptions=True)
+
+    def live(self) -> dict[int, Reply]:
+        """The replies kept now, by generation (for tests and diagnostics)."""
+        return dict(self._replies)
+
+    # ------------------------------------------------------------------ the generation
+
+    def begin(self) -> int:
+        """Open a new generation for an answer; every earlier one goes stale (turn stage)."""
+        gen = self._scope.next()
+        self._drop_unreleased_below(gen)
+        return gen
+
+    def retract(self, gen: int) -> None:
+        """Speculative answer ``gen`` is withdrawn: it goes stale and its reply is dropped."""
+        self._scope.cancel()
+        self._replies.pop(gen, None)
+
+    def _drop_unreleased_below(self, gen: int) -> None:
+        # A reply that was never released belongs to a superseded speculation: nobody will see it.
+        for old in [g for g, r in self._replies.items() if g < gen and not r.released]:
+            del self._replies[old]
+
+    # ------------------------------------------------------------------ the client's requests
+
+    @property
+    def active_response_id(self) -> str | None:
+        """The response being generated or spoken, if any."""
+        return self._playing.id if self._playing is not None and not self._playing.done else None
+
+    async def quiet(self) -> None:
+        """Return once no response is active (at once if none is)."""
+        await self._quiet.wait()
+
+    async def create_response(
+        self,
+        instructions: str | None = None,
+        *,
+        tools: tuple[Tool, ...] | None = None,
+        tool_choice: str | None = None,
+        audio: bool | None = None,
+    ) -> str:
+        """Answer now from the history (``response.create``); returns the response id.  ``tools``,
+        ``tool_choice`` and ``audio`` (False: text only) replace the session's for this response.
+        Refused with ``conversation_already_has_active_response`` while one is active."""
+        if self._playing is not None and not self._playing.done:
+            raise ProtocolError(
+                "conversation_already_has_active_response",
+                f"response {self._playing.id} is still in progress; cancel it first",
+            )
+        assert self._llm_in is not None, "connect() first"
+        gen = self.begin()
+        reply = self._reply(gen)
+        reply.instructions = instructions
+        reply.tools, reply.tool_choice, reply.audio = tools, tool_choice, audio
+        await self._release(reply)
+        await self._llm_in.put(UserTurn(t=self._clock.now(), gen=gen, session=self._id, text=None, speculative=False))
+        return reply.id
+
+    async def cancel_response(self, reason: str = "client_cancelled") -> bool:
+        """Stop the response being spoken (``response.cancel``); False when there is none."""
+        if self._playing is None or self._playing.done:
+            return False
+        await self._interrupt(reason)
+        return True
+
+    async def add_tool_output(self, call_id: str, output: str) -> str:
+        """The client's result of call ``call_id`` (a ``function_call_output`` item); returns the
+        item's id.  Exactly once per call: an unknown call or a second output is refused, also
+        when the call was already closed as cancelled because the conversation went on.  It
+        does not start a response (the client asks with ``response.create``); an answer that
+        starts later, spoken or created, uses it."""
+        if self._history.call(call_id) is None:
+            raise ProtocolError("call_not_found", f"no function call with call_id {call_id!r}", param="item.call_id")
+        answered = self._history.output_of(call_id)
+        if answered is not None:
+            why = "was closed as cancelled: the conversation went on before it arrived" if answered.synthetic else "already has one"
+            raise ProtocolError("tool_output_already_received", f"call {call_id!r} {why}", param="item.call_id")
+        item = self._history.add_output(call_id, output)
+        await self._emit_output(item.id, call_id, output, synthetic=False)
+        return item.id
+
+    # ------------------------------------------------------------------ what stages ask
+
+    async def prompt(self, turn: UserTurn) -> LlmPrompt:
+        """The messages, tools and tool choice of the answer of ``turn`` (the LLM stage asks)."""
+        reply = self._replies.get(turn.gen)
+        settings = self._settings()
+        instructions = (reply.instructions if reply and reply.instructions else None) or settings.instructions
+        if not turn.speculative:
+            # This answer goes ahead whatever the client sends now: a call still without its
+            # output is closed as cancelled, in the history and for the client (exactly once).
+            for call in self._history.unanswered_calls():
+                item = self._history.add_output(call.call_id, CANCELLED_OUTPUT, synthetic=True)
+                await self._emit_output(item.id, call.call_id, CANCELLED_OUTPUT, synthetic=True)
+        tools = self._client_tools(reply)
+        if self._builtin is not None:  # the server's own tools, unless the client defines the name
+            tools = (*tools, *(t for t in self._builtin.tools if all(c.name != t.name for c in tools)))
+        choice = reply.tool_choice if reply is not None and reply.tool_choice is not None else settings.tool_choice
+        if choice not in ("auto", "none", "required") and all(t.name != choice for t in tools):
+            choice = "auto"
+        messages = self._history.messages(instructions, pending_user=turn.text, gen=turn.gen)
+        return LlmPrompt(messages, tools, choice)
+
+    def speaks(self, gen: int) -> bool:
+        """Whether generation ``gen`` is spoken (else its text goes to the client as text)."""
+        reply = self._replies.get(gen)
+        return reply.audio if reply is not None and reply.audio is not None else self._settings().audio
+
+    def agent_audible(self) -> bool:
+        """Whether the listener may be hearing the agent now (the VAD asks, for barge-in)."""
+        return self._playing is not None and self._playing.audible(self._clock.now())
+
+    def may_speculate(self) -> bool:
+        """No speculative answer while a call waits for its output: its prompt is not known yet."""
+        return not self._history.unanswered_calls()
+
+    async def on_event(self, ev: Event) -> None:
+        """What a stage notifies: turns, transcripts, timeline marks, calls, audio, ends."""
+        now = self._clock.now()
+        if isinstance(ev, SpeechStarted):
+            # speech_started goes first, then the interrupted response's done (OpenAI's order).
+            if self._user_item is None:
+                self._user_item = new_id("item")
+                await self._emit(InputSpeechStarted(t=now, gen=ev.gen, session=self._id, item_id=self._user_item, audio_ms=ev.audio_ms))
+            detection = self._settings().turn_detection
+            if self.agent_audible() and (detection is None or detection.interrupt_response):
+                await self._interrupt("turn_detected")
+        elif isinstance(ev, TranscriptDelta):
+            if self._user_item is not None:
+                await self._emit(InputTranscriptDelta(t=now, gen=ev.gen, session=self._id, item_id=self._user_item, text=ev.text))
+        elif isinstance(ev, TurnConfirmed):
+            await self._confirm(ev)
+        elif isinstance(ev, Mark | LlmRoute | LlmUsage | ToolCallMade | ToolCallRejected):
+            if not self._scope.is_stale(ev.gen):
+                await self._on_generation_note(ev)
+        elif isinstance(ev, OutputTranscriptDelta):
+            reply = self._replies.get(ev.gen)
+            if reply is not None and reply.item is not None:
+                reply.item.add_clause(ev.text, ev.clause_ms)
+                await self._emit(ev)
+        elif isinstance(ev, AudioDelta):
+            reply = self._replies.get(ev.gen)
+            if reply is not None and reply.item is not None:
+                reply.item.add_audio(len(ev.pcm) * 1000.0 / ev.rate)
+                reply.timeline.mark("first_audio_sent", now)
+                await self._emit(ev)
+        elif isinstance(ev, GenerationEnd):
+            reply = self._replies.get(ev.gen)
+            if reply is not None and not reply.done:
+                await self._finish(reply, ev.status, ev.error)
+        else:  # pragma: no cover - every notified type is handled above
+            log.debug("unhandled event %s", type(ev).__name__)
+
+    # ------------------------------------------------------------------ internals
+
+    def _note_activity(self) -> None:
+        if self.active_response_id is None:
+            self._quiet.set()
+        else:
+            self._quiet.clear()
+
+    def _reply(self, gen: int) -> Reply:
+        reply = self._replies.get(gen)
+        if reply is None:
+            reply = self._replies[gen] = Reply(gen)
+        return reply
+
+    async def _emit_output(self, item_id: str, call_id: str, output: str, *, synthetic: bool) -> None:
+        await self._emit(
+            ToolOutputAdded(
+                t=self._clock.now(),
+                gen=self._scope.current,
+                session=self._id,
+                item_id=item_id,
+                previous_item_id=self._history.previous_id(item_id),
+                call_id=call_id,
+                output=output,
+                synthetic=synthetic,
+            )
+        )
+
+    async def _release(self, reply: Reply) -> None:
+        """``reply`` is the turn's answer: into the history, to the client, and audible."""
+        assert self._play_in is not None, "connect() first"
+        prev_id = self._history.last_id
+        reply.released = True
+        reply.item = self._history.add_assistant(reply.gen, reply.item_id)
+        await self._trim_history()
+        self._playing = reply
+        self._note_activity()
+        await self._emit(
+            ResponseCreated(
+                t=self._clock.now(),
+                gen=reply.gen,
+                session=self._id,
+                response_id=reply.id,
+                item_id=reply.item_id,
+                previous_item_id=prev_id,
+                audio=self.speaks(reply.gen),
+            )
+        )
+        await self._play_in.put(
+            ReleaseReply(
+                t=self._clock.now(), gen=reply.gen, session=self._id, response_id=reply.id, item_id=reply.item_id, listener=reply.listener
+            )
+        )
+        held, reply.held = reply.held, []
+        for ev in held:
+            await self._tool_event(reply, ev)
+
+    async def _tool_event(self, reply: Reply, ev: ToolCallMade | ToolCallRejected) -> None:
+        """A call the LLM made for ``reply``: into the history and to the client, once released."""
+        if not reply.released:
+            reply.held.append(ev)
+            return
+        now = self._clock.now()
+        if isinstance(ev, ToolCallRejected):
+            await self._emit(
+                ErrorEvent(
+                    t=now,
+                    gen=ev.gen,
+                    session=self._id,
+                    code="invalid_tool_call",
+                    message=f"the model's call of {ev.name!r} was not usable and was not sent ({ev.problem})",
+                    kind="server_error",
+                )
+            )
+            return
+        prev = self._history.last_id
+        item = self._history.add_call(ev.gen, ev.call_id, ev.name, ev.arguments)
+        reply.calls.append(CallSummary(item.id, ev.call_id, ev.name, ev.arguments))
+        await self._emit(
+            FunctionCallAdded(
+                t=now,
+                gen=ev.gen,
+                session=self._id,
+                response_id=reply.id,
+                item_id=item.id,
+                previous_item_id=prev,
+                output_index=len(reply.calls),
+                call_id=ev.call_id,
+                name=ev.name,
+                arguments=ev.arguments,
+            )
+        )
+        if self._runs_here(reply, ev.name):
+            await self._run_builtin(reply, ev)
+
+    def _client_tools(self, reply: Reply | None) -> tuple[Tool, ...]:
+        """The tools the client offers for ``reply``: its own (``response.create``), else the session's."""
+        return reply.tools if reply is not None and reply.tools is not None else self._settings().tools
+
+    def _runs_here(self, reply: Reply, name: str) -> bool:
+        """Whether the server itself runs tool ``name`` (a built-in the client did not define)."""
+        return self._builtin is not None and self._builtin.handles(name) and all(t.name != name for t in self._client_tools(reply))
+
+    async def _run_builtin(self, reply: Reply, ev: ToolCallMade) -> None:
+        assert self._builtin is not None
+        timer: TimerRequest | None = None
+        try:
+            output, timer = self._builtin.run(ev.name, ev.arguments)
+        except (KeyError, ValueError, TypeError) as exc:
+            output = json.dumps({"error": f"{type(exc).__name__}: {exc}"})
+        item = self._history.add_output(ev.call_id, output)
+        await self._emit_output(item.id, ev.call_id, output, synthetic=False)
+        reply.answer_after = True
+        if timer is not None:
+            task = asyncio.create_task(self._timer(timer), name=f"{self._id}.timer")
+            self._timers.add(task)
+            task.add_done_callback(self._timers.discard)
+
+    async def _timer(self, timer: TimerRequest) -> None:
+        """Speak up when ``timer`` is due (on the session's clock), once no answer is under way."""
+        await self._clock.sleep_until(self._clock.now() + timer.seconds)
+        note = f" A timer the user set ({timer.label}, {timer.seconds} s) has just gone off: tell them so now, in one short sentence."
+        while True:
+            await self.quiet()
+            with contextlib.suppress(ProtocolError):  # an answer started in between: wait for it
+                await self.create_response(self._settings().instructions + note, tool_choice="none")
+                return
+
+    async def _interrupt(self, reason: str) -> None:
+        reply = self._playing
+        self._scope.cancel()
+        self._playing = None
+        self._note_activity()
+        self._drop_unreleased_below(self._scope.current)
+        if reply is None or reply.item is None:
+            return
+        now = self._clock.now()
+        if reply.audible(now):
+            heard = reply.listener.heard_ms(now)
+            reply.item.cut(heard)
+            self._metrics.barge_in()
+            await self._emit(
+                PlaybackCleared(t=now, gen=reply.gen, session=self._id, response_id=reply.id, item_id=reply.item_id, heard_ms=heard)
+            )
+        if not reply.done:
+            await self._finish(reply, ResponseStatus.CANCELLED, reason)
+
+    async def _finish(self, reply: Reply, status: ResponseStatus, reason: str | None) -> None:
+        """Close ``reply`` (exactly once): ``response.done``, metrics, the turn's log line."""
+        reply.done = True
+        self._note_activity()
+        item = reply.item
+        if item is not None:
+            item.status = "completed" if status is ResponseStatus.COMPLETED else "incomplete"
+        now = self._clock.now()
+        await self._emit(
+            ResponseDone(
+                t=now,
+                gen=reply.gen,
+                session=self._id,
+                response_id=reply.id,
+                item_id=reply.item_id,
+                status=status,
+                text=item.text if item else "",
+                reason=reason,
+                audio_ms=item.audio_ms if item else 0.0,
+                calls=tuple(reply.calls),
+            )
+        )
+        self._replies.pop(reply.gen, None)
+        await self._observe(reply, status, reason, now)
+        if reply.answer_after and status is ResponseStatus.COMPLETED and self.active_response_id is None:
+            # A built-in tool has answered: say what it found (as a client would ask, response.create).
+            # No further calls in that answer: a small model may call the same tool again and again.
+            await self.create_response(reply.instructions, tools=reply.tools, tool_choice="none", audio=reply.audio)
+
+    async def _observe(self, reply: Reply, status: ResponseStatus, reason: str | None, now: float) -> None:
+        """Metrics, the client's ``TurnMetrics``, the log line and the trace of a closed reply."""
+        spans = reply.timeline.spans_ms()
+        queue_ms = reply.timeline.between_ms("llm_request", "llm_admitted")
+        active = self._metrics.sessions_active
+        engine, route = reply.llm_route or (None, None)
+        usage = reply.usage
+        self._metrics.observe_turn(status.value, spans, queue_ms)
+        if reply.llm_route is not None:
+            self._metrics.observe_llm_route(reply.llm_route)
+        if usage is not None:
+            self._metrics.observe_tokens(usage.engine, usage.prompt_tokens, usage.reused_tokens, usage.generated_tokens, usage.decode_s)
+        if spans or reply.llm_route is not None:  # a text turn has no speech timeline, but an engine
+            await self._emit(
+                TurnMetrics(
+                    t=now,
+                    gen=reply.gen,
+                    session=self._id,
+                    response_id=reply.id,
+                    spans=spans,
+                    sessions_active=active,
+                    llm_queue_ms=queue_ms,
+                    llm_engine=engine,
+                    llm_route=route,
+                )
+            )
+        record = turn_record(self._config, self._id, self._settings().voice, reply, status, reason, spans, queue_ms, active)
+        log.info(json.dumps(record))
+        tracing.record_turn(
+            reply.timeline.marks,
+            now,
+            {k: v for k, v in record.items() if isinstance(v, str | int | float) and k != "event"}
+            | ({f"tokens_{k}": v for k, v in record["tokens"].items()} if record["tokens"] else {})
+            | {f"model_{k}": v for k, v in record["models"].items()},
+        )
+
+    async def _on_generation_note(self, ev: Mark | LlmRoute | LlmUsage | ToolCallMade | ToolCallRejected) -> None:
+        """What a stage noted about a live generation: timeline, engine, usage, tool calls."""
+        reply = self._reply(ev.gen)
+        if isinstance(ev, Mark):
+            reply.timeline.mark(ev.name, ev.t)
+        elif isinstance(ev, LlmRoute):
+            reply.llm_route = (ev.engine, ev.reason)
+        elif isinstance(ev, LlmUsage):
+            reply.usage = ev
+        else:
+            await self._tool_event(reply, ev)
+
+    async def _confirm(self, ev: TurnConfirmed) -> None:
+        now = self._clock.now()
+        item_id = self._user_item or new_id("item")
+        self._user_item = None
+        prev = self._history.last_id
+        if self._settings().turn_detection is not None:
+            await self._emit(InputSpeechStopped(t=now, gen=ev.gen, session=self._id, item_id=item_id, audio_ms=ev.audio_end_ms))
+        self._history.add_user(ev.text, ev.gen if ev.respond else -1, item_id)
+        await self._emit(InputCommitted(t=now, gen=ev.gen, session=self._id, item_id=item_id, previous_item_id=prev))
+        await self._emit(InputTranscriptDone(t=now, gen=ev.gen, session=self._id, item_id=item_id, text=ev.text))
+        await self._trim_history()
+        if not ev.respond or self._scope.is_stale(ev.gen):
+            return
+        previous = self._playing
+        if previous is not None and not previous.done:
+            # Already stale (this turn's generation superseded it); close it for the client.
+            await self._finish(previous, ResponseStatus.CANCELLED, "turn_detected")
+        reply = self._reply(ev.gen)
+        tl = reply.timeline
+        tl.mark("speech_end", self._arrival_time(ev.audio_end_ms))
+        for name, t in ev.marks.items():
+            tl.mark(name, t)
+        tl.mark("turn_confirmed", ev.t)
+        await self._release(reply)
