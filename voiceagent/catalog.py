@@ -14,12 +14,13 @@ import importlib.metadata as md
 import os
 import shutil
 import tomllib
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from voiceagent.errors import ChecksumError, ModelError
 
-__all__ = ["ModelSpec", "catalog_path", "load_catalog", "locate", "prepare", "status"]
+__all__ = ["ModelSpec", "catalog_path", "install_hint", "load_catalog", "locate", "prepare", "require_installed", "status"]
 
 _KINDS = ("vad", "stt", "turn", "llm", "tts")
 
@@ -39,6 +40,10 @@ class ModelSpec:
     sha256: str = ""
     extra_packages: tuple[str, ...] = ()
     install: str = ""
+    extra: str = ""
+    """The pyproject.toml extra that installs every package of the model (split models)."""
+    setup_profile: str = ""
+    """The profile for which scripts/setup.sh installs the model (empty: the default set-up does)."""
 
     @property
     def key(self) -> str:
@@ -47,6 +52,14 @@ class ModelSpec:
     @property
     def pip_requirements(self) -> list[str]:
         return [f"{self.package}=={self.version}", *self.extra_packages]
+
+    @property
+    def source(self) -> str:
+        """The packages in a few words (a model in 22 parts does not list all 22)."""
+        reqs = self.pip_requirements
+        if len(reqs) <= 2:
+            return " + ".join(reqs)
+        return f"{reqs[0]} + {len(reqs) - 1} more" + (f" (voiceagent[{self.extra}])" if self.extra else "")
 
 
 def catalog_path() -> Path:
@@ -78,6 +91,8 @@ def load_catalog(path: Path | None = None) -> dict[str, ModelSpec]:
                 sha256=str(entry.get("sha256", "")),
                 extra_packages=tuple(str(p) for p in entry.get("extra_packages", [])),
                 install=str(entry.get("install", "")),
+                extra=str(entry.get("extra", "")),
+                setup_profile=str(entry.get("setup_profile", "")),
             )
             out[spec.key] = spec
     return out
@@ -93,10 +108,28 @@ def get_spec(kind: str, name: str) -> ModelSpec:
     return spec
 
 
-def _package_file(package: str, relpath: str) -> Path:
+def install_hint(spec: ModelSpec) -> str:
+    """The command that installs ``spec``'s packages: the set-up script, or pip."""
+    setup = "bash scripts/setup.sh"
+    if spec.setup_profile:
+        setup = f"VOICEAGENT_PROFILE={spec.setup_profile} {setup}"
+    if spec.extra:
+        pip = f"pip install 'voiceagent[{spec.extra}]'"
+    else:
+        pip = "pip install " + (f"{spec.install} " if spec.install else "") + " ".join(spec.pip_requirements)
+    return f"{setup} (or: {pip})"
+
+
+def _not_installed(spec: ModelSpec, package: str, why: str = "") -> ModelError:
+    return ModelError(f"model {spec.key}{why} is not installed (no package {package!r}); install it with: {install_hint(spec)}")
+
+
+def _package_file(package: str, relpath: str, spec: ModelSpec | None = None) -> Path:
     try:
         dist = md.distribution(package)
     except md.PackageNotFoundError:
+        if spec is not None:
+            raise _not_installed(spec, package) from None
         raise ModelError(
             f"model package {package!r} is not installed (run the README's install command, or: pip install {package})"
         ) from None
@@ -110,7 +143,7 @@ def locate(spec: ModelSpec, key: str) -> Path:
     """Path of the file (or directory) ``key`` of ``spec`` inside its installed package."""
     if key not in spec.files:
         raise ModelError(f"model {spec.key} has no file {key!r}")
-    return _package_file(spec.package, spec.files[key])
+    return _package_file(spec.package, spec.files[key], spec)
 
 
 def joined_path(spec: ModelSpec, cache_dir: Path) -> Path:
@@ -136,7 +169,7 @@ def prepare(spec: ModelSpec, cache_dir: Path) -> Path:
         return locate(spec, next(iter(spec.files)))
     target = joined_path(spec, cache_dir)
     stamp = target.with_name(target.name + ".sha256")
-    sources = [_package_file(pkg, rel) for pkg, rel in spec.parts]
+    sources = [_package_file(pkg, rel, spec) for pkg, rel in spec.parts]
     expected_size = sum(p.stat().st_size for p in sources)
     if target.is_file() and stamp.is_file() and stamp.read_text().strip() == spec.sha256 and target.stat().st_size == expected_size:
         return target
@@ -184,6 +217,27 @@ def status(spec: ModelSpec, cache_dir: Path) -> str:
     except ModelError:
         return "missing"
     return "ready" if is_prepared(spec, cache_dir) else "unprepared"
+
+
+def require_installed(keys: Iterable[str], why: Mapping[str, str] | None = None) -> None:
+    """Stop before any model loads when a configured catalog model's packages are missing.
+
+    ``keys``: ``kind.name`` of the configured models (names the catalog does not know are left to
+    the loaders, which list the known ones).  Raises one :class:`ModelError` line naming the first
+    missing model and the command that installs it; ``why[key]`` is added after the model's name
+    (for example `` (llm.model, profile quality)``).
+    """
+    catalog = load_catalog()
+    for key in keys:
+        spec = catalog.get(key)
+        if spec is None:
+            continue
+        packages = dict.fromkeys([spec.package, *(pkg for pkg, _ in spec.parts)])
+        for package in packages:
+            try:
+                md.distribution(package)
+            except md.PackageNotFoundError:
+                raise _not_installed(spec, package, (why or {}).get(key, "")) from None
 
 
 def verify(spec: ModelSpec, cache_dir: Path) -> str:

@@ -150,7 +150,8 @@ def cmd_models(args: argparse.Namespace) -> int:
             if not spec.parts:
                 continue
             if catalog.status(spec, cache) == "missing":
-                print(f"skip {spec.key}: package not installed ({', '.join(spec.pip_requirements)})")
+                # Not an error: opt-in models (the quality profile's LLM) are not installed by default.
+                print(f"skip {spec.key}: not installed (install it with: {catalog.install_hint(spec)})")
                 continue
             t0 = time.perf_counter()
             path = catalog.prepare(spec, cache)
@@ -176,7 +177,7 @@ def cmd_models(args: argparse.Namespace) -> int:
                 "*" if spec.key in configured else "",
                 catalog.status(spec, cache),
                 f"{spec.size_mb:g} MB",
-                " + ".join(spec.pip_requirements),
+                spec.source,
                 spec.licence,
             )
         )

