@@ -21,6 +21,7 @@ from voiceagent import catalog, logs
 from voiceagent.backends.registry import load_engines, warm_up
 from voiceagent.config import Config, load_config
 from voiceagent.errors import VoiceAgentError
+from voiceagent.profiles import PROFILES
 from voiceagent.replay import ReplayResult, format_table, replay_file, summarize
 from voiceagent.talk import TalkOptions, run_talk
 from voiceagent.transports.server import VoiceAgentServer
@@ -51,6 +52,31 @@ def _config(args: argparse.Namespace, **forced: str) -> Config:
             overrides[f"server.{flag}"] = getattr(args, flag)
     overrides.update(forced)
     return load_config(args.config, overrides=overrides)
+
+
+def _configured_models(config: Config) -> dict[str, str]:
+    """Catalog keys of the models this configuration runs in process, each with the setting naming it."""
+    keys = {f"vad.{config.vad.model}": "vad.model", f"stt.{config.stt.model}": "stt.model"}
+    if config.turn.model != "none":
+        keys[f"turn.{config.turn.model}"] = "turn.model"
+    if config.llm.backend != "openai":  # openai: llm.model is the server's name for its model
+        keys[f"llm.{config.llm.model}"] = "llm.model"
+    if config.llm.fallback_backend == "llama_cpp":
+        keys.setdefault(f"llm.{config.llm.fallback_model}", "llm.fallback_model")
+    keys[f"tts.{config.tts.model}"] = "tts.model"
+    return keys
+
+
+def _require_models(config: Config) -> None:
+    """Before any model loads: a configured model whose packages are missing is one line naming
+    the command that installs it (and the profile, when the profile chose that model)."""
+    keys = _configured_models(config)
+    chosen = PROFILES.get(config.profile, {})
+    why: dict[str, str] = {}
+    for key, setting in keys.items():
+        from_profile = chosen.get(setting) == key.split(".", 1)[1]
+        why[key] = f" ({setting}, profile {config.profile})" if from_profile else f" ({setting})"
+    catalog.require_installed(keys, why)
 
 
 async def _start_server(config: Config) -> VoiceAgentServer:
@@ -93,6 +119,7 @@ async def _serve(config: Config) -> None:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     config = _config(args)
+    _require_models(config)
     _logging(config)
     asyncio.run(_serve(config))
     return 0
@@ -118,6 +145,8 @@ async def _replay(args: argparse.Namespace, config: Config) -> ReplayResult:
 def cmd_replay(args: argparse.Namespace) -> int:
     # In process: the server takes any free port.
     config = _config(args, **({"server.port": "0"} if args.in_process else {}))
+    if args.in_process:
+        _require_models(config)
     _logging(config)
     result = asyncio.run(_replay(args, config))
     print(format_table(result))
@@ -129,6 +158,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 def cmd_talk(args: argparse.Namespace) -> int:
     config = _config(args)
+    if not args.url:
+        _require_models(config)
     # The terminal shows the conversation; log lines would interleave with it, so only warnings
     # go to stderr unless --verbose.
     level = config.log_level.upper() if args.verbose else "WARNING"
@@ -162,13 +193,7 @@ def cmd_models(args: argparse.Namespace) -> int:
             if spec.parts and catalog.status(spec, cache) == "ready":
                 print(f"{spec.key}: sha256 {catalog.verify(spec, cache)} ok")
         return 0  # a mismatch raises ChecksumError: one line, exit status 2
-    configured = {
-        f"vad.{config.vad.model}",
-        f"stt.{config.stt.model}",
-        f"turn.{config.turn.model}",
-        f"llm.{config.llm.model}",
-        f"tts.{config.tts.model}",
-    }
+    configured = _configured_models(config)
     rows = [("model", "use", "status", "size", "source package", "licence")]
     for spec in specs.values():
         rows.append(
@@ -196,7 +221,10 @@ def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--config", help="TOML configuration file (else $VOICEAGENT_CONFIG)")
     common.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE", help="override one setting (repeatable)")
-    common.add_argument("--profile", help="a named set of settings: gpu (see voiceagent/profiles.py); --set and the file win over it")
+    common.add_argument(
+        "--profile",
+        help="a named set of settings: fast, balanced, quality or gpu (see voiceagent/profiles.py); --set and the file win over it",
+    )
     common.add_argument(
         "--tools", action="store_true", help="offer the built-in tools (the time and date, timers) and run them here (tools.builtin)"
     )

@@ -338,8 +338,9 @@ class Config:
     gpu: GpuConfig = field(default_factory=GpuConfig)
     tools: ToolsConfig = field(default_factory=ToolsConfig)
     profile: str = ""
-    """A named set of settings (voiceagent.profiles): ``gpu``.  Empty: the embedded CPU stack.
-    Settings given in the file, the environment or flags win over the profile's."""
+    """A named set of settings (voiceagent.profiles): ``fast``, ``balanced`` or ``quality`` (the
+    CPU stack's models, from quickest to best answers) or ``gpu``.  Empty: the defaults (the same
+    models as ``fast``).  Settings given in the file, the environment or flags win over the profile's."""
     cache_dir: str = "~/.cache/voiceagent"
     log_level: str = "info"
     log_format: str = "text"

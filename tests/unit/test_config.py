@@ -191,8 +191,62 @@ def test_a_profile_sets_its_keys_and_the_users_own_settings_win(tmp_path: Path) 
     assert load_config(env={"VOICEAGENT_PROFILE": "gpu"}).llm.backend == "vllm"
 
 
+_CPU_MODELS = ("vad.model", "stt.model", "turn.model", "llm.model", "tts.model")
+
+
+def _models(cfg: Config) -> tuple[str, ...]:
+    return (cfg.vad.model, cfg.stt.model, cfg.turn.model, cfg.llm.model, cfg.tts.model)
+
+
+def _endpointing(cfg: Config) -> tuple[object, ...]:
+    return (cfg.vad.stop_ms, cfg.turn.silence_ms, cfg.turn.complete_ms, cfg.turn.threshold)
+
+
+@pytest.mark.parametrize(
+    ("profile", "stt", "llm"),
+    [("fast", "whisper-tiny", "qwen2.5-0.5b"), ("balanced", "whisper-base", "qwen2.5-0.5b"), ("quality", "whisper-base", "qwen2.5-1.5b")],
+)
+def test_the_cpu_profiles_choose_their_models_from_a_flag_the_file_or_the_environment(
+    tmp_path: Path, profile: str, stt: str, llm: str
+) -> None:
+    path = write(tmp_path, f'profile = "{profile}"\n')
+    for cfg in (
+        load_config(env={}, overrides={"profile": profile}),  # --profile NAME
+        load_config(path, env={}),  # profile = "NAME" in the TOML file
+        load_config(env={"VOICEAGENT_PROFILE": profile}),
+    ):
+        assert cfg.profile == profile
+        assert _models(cfg) == ("silero", stt, "smart-turn-v3", llm, "joe")
+        assert _endpointing(cfg) == (160, 500, 400, 0.5)  # the same endpointing in all three
+        assert (cfg.stt.device, cfg.llm.backend, cfg.llm.fallback_model) == ("cpu", "llama_cpp", "qwen2.5-0.5b")
+
+
+def test_the_fast_profile_names_todays_defaults_explicitly() -> None:
+    from voiceagent.profiles import PROFILES
+
+    # Every model and the endpointing are written out, so the profile does not follow the defaults
+    # if they change.  Should a default change on purpose, this test fails: keep ``fast`` as it is.
+    assert set(_CPU_MODELS) | {"vad.stop_ms", "turn.silence_ms", "turn.complete_ms", "turn.threshold"} <= set(PROFILES["fast"])
+    fast = load_config(env={}, overrides={"profile": "fast"})
+    assert fast == Config(profile="fast")  # today the profile and the defaults agree in every setting
+    for name in ("balanced", "quality"):  # the other two change only the models they are about
+        changed = {k for k, v in PROFILES[name].items() if PROFILES["fast"].get(k) != v}
+        assert changed <= {"stt.model", "llm.model"}, (name, changed)
+
+
+def test_the_users_own_keys_win_over_a_cpu_profiles(tmp_path: Path) -> None:
+    path = write(tmp_path, 'profile = "quality"\n[llm]\nmodel = "smollm2-135m"\n[turn]\nsilence_ms = 700\n')
+    cfg = load_config(path, env={"VOICEAGENT_VAD__STOP_MS": "200"}, overrides={"stt.model": "whisper-tiny"})
+    assert cfg.profile == "quality"
+    assert _models(cfg) == ("silero", "whisper-tiny", "smart-turn-v3", "smollm2-135m", "joe")  # file and flag win
+    assert _endpointing(cfg) == (200, 700, 400, 0.5)  # the environment and the file win; the rest is the profile's
+    # A flag's profile replaces the file's, and the file's own keys still win over it.
+    cfg = load_config(path, env={}, overrides={"profile": "balanced"})
+    assert (cfg.profile, cfg.stt.model, cfg.llm.model) == ("balanced", "whisper-base", "smollm2-135m")
+
+
 def test_an_unknown_profile_or_device_is_one_clear_error() -> None:
-    with pytest.raises(ConfigError, match="profile must be one of: gpu"):
+    with pytest.raises(ConfigError, match="profile must be one of: balanced, fast, gpu, quality"):
         load_config(env={}, overrides={"profile": "turbo"})
     with pytest.raises(ConfigError, match=r"stt\.device must be cpu or cuda"):
         load_config(env={}, overrides={"stt.device": "tpu"})
