@@ -1,0 +1,321 @@
+"""The pure parts of scripts/eval_quality.py: WER, answer matching, speakability, the question file
+and how questions are packed into conversations.  No models, no server, no audio."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _load() -> Any:
+    if "eval_quality" in sys.modules:
+        return sys.modules["eval_quality"]
+    spec = importlib.util.spec_from_file_location("eval_quality", ROOT / "scripts" / "eval_quality.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["eval_quality"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+eq = _load()
+
+
+# ----------------------------------------------------------------------------- normalization and WER
+
+
+def test_number_words() -> None:
+    assert eq.number_words(0) == ["zero"]
+    assert eq.number_words(56) == ["fifty", "six"]
+    assert eq.number_words(100) == ["one", "hundred"]
+    assert " ".join(eq.number_words(8848)) == "eight thousand eight hundred forty eight"
+    assert " ".join(eq.number_words(2_800_000)) == "two million eight hundred thousand"
+
+
+def test_normalize_case_punctuation_numbers_contractions() -> None:
+    assert eq.normalize("What's 2 + 2?") == ["what", "is", "two", "plus", "two"]
+    assert eq.normalize("It is 8,848 metres.") == ["it", "is", "eight", "thousand", "eight", "hundred", "forty", "eight", "meters"]
+    assert eq.normalize("About 2.8 million") == ["about", "two", "point", "eight", "million"]
+    assert eq.normalize("the 21st and 3rd") == ["the", "twenty", "first", "and", "third"]
+    assert eq.normalize("one hundred and five") == ["one", "hundred", "five"]
+    assert eq.normalize("twenty-five") == ["twenty", "five"]
+    assert eq.normalize("Colour, COLOR!") == ["color", "color"]
+
+
+def test_edit_distance() -> None:
+    assert eq.edit_distance([], []) == 0
+    assert eq.edit_distance(["a", "b", "c"], ["a", "b", "c"]) == 0
+    assert eq.edit_distance(["a", "b", "c"], ["a", "x", "c"]) == 1  # substitution
+    assert eq.edit_distance(["a", "b", "c"], ["a", "c"]) == 1  # deletion
+    assert eq.edit_distance(["a", "b"], ["a", "b", "c", "d"]) == 2  # insertions
+    assert eq.edit_distance(["kitten"], []) == 1
+
+
+def test_wer() -> None:
+    assert eq.wer("What is two plus two?", "what is 2 plus 2") == 0.0
+    assert eq.wer("What is two plus two?", "What's 2+2?") == 0.0
+    assert eq.wer("Which animal says moo?", "Which animal says mu?") == pytest.approx(0.25)
+    assert eq.wer("Which planet do we live on?", "") == 1.0
+    assert eq.wer("How many legs", "How many legs does it have") == pytest.approx(1.0)  # three insertions over three words
+
+
+# ----------------------------------------------------------------------------- answers
+
+
+@pytest.mark.parametrize(
+    ("reply", "accept", "ok"),
+    [
+        ("A spider has eight legs.", ["8"], True),
+        ("Spiders have 8 legs.", ["8"], True),
+        ("Spiders have twenty-eight legs.", ["8"], False),  # a number matches only a whole number
+        ("Eight hundred, more or less.", ["8"], False),
+        ("Seven times eight is 56.", ["56"], True),
+        ("Seven times eight is fifty six.", ["56"], True),
+        ("Seven times eight is fifty-six.", ["56"], True),
+        ("About 2.8 million people live in Rome.", ["2.8 million"], True),
+        ("About two point eight million people.", ["2.8 million"], True),
+        ("One, two, three, four, five!", ["1 2 3 4 5"], True),
+        ("Spring comes after winter.", ["spring"], True),
+        ("SPRING!", ["spring"], True),
+        ("Summer comes after winter.", ["spring"], False),
+        ("Cows say moo.", ["cow"], True),  # plural
+        ("It is a cow.", ["cows"], True),
+        ("Penguins can't fly.", ["cannot"], True),
+        ("The springboard is here.", ["spring"], False),  # whole words only
+    ],
+)
+def test_answer_correct(reply: str, accept: list[str], ok: bool) -> None:
+    assert eq.answer_correct(reply, accept) is ok
+
+
+def test_reject_wins_over_accept() -> None:
+    reject = ["elephant is bigger", "elephants are bigger"]
+    assert eq.answer_correct("A blue whale is much bigger than an elephant.", ["whale"], reject)
+    assert not eq.answer_correct("An elephant is bigger than a whale.", ["whale"], reject)
+
+
+# ----------------------------------------------------------------------------- speakability
+
+
+def test_speakable_reply() -> None:
+    assert eq.speakable_problems("Spring comes after winter. It brings warmer days.") == []
+    assert eq.speakable_problems("The moon is about 384,400 km away, and 3.5 billion years old.") == []
+    assert eq.speakable_problems("Dr. Smith lives on Main St. in the U.S. today.") == []
+
+
+def test_unspeakable_replies() -> None:
+    assert "list" in eq.speakable_problems("Here you go:\n- eggs\n- milk")
+    assert "list" in eq.speakable_problems("1. Rome 2. Paris 3. Berlin")
+    assert "markdown" in eq.speakable_problems("The answer is **Rome**.")
+    assert "markdown" in eq.speakable_problems("Use `print`.")
+    assert "emoji" in eq.speakable_problems("The moon is lovely 🌙.")
+    assert eq.speakable_problems("One. Two. Three.") == ["3 sentences"]
+    assert eq.speakable_problems("One. Two. Three.", max_sentences=3) == []
+
+
+def test_count_sentences_and_unfinished() -> None:
+    assert eq.count_sentences("") == 0
+    assert eq.count_sentences("Hi! How are you? Fine.") == 3
+    assert eq.count_sentences("Pi is 3.14 or so") == 1
+    assert eq.unfinished("The capital of Italy is")
+    assert not eq.unfinished("The capital of Italy is Rome.")
+    assert not eq.unfinished("")
+
+
+# ----------------------------------------------------------------------------- the question file
+
+
+@pytest.fixture(scope="module")
+def questions() -> list[Any]:
+    return eq.load_questions()
+
+
+def test_question_file_parses_with_enough_questions(questions: list[Any]) -> None:
+    assert len(questions) >= 60
+    assert len({q.id for q in questions}) == len(questions)
+    assert {q.category for q in questions} == set(eq.CATEGORIES)
+    assert all(q.accept and all(a.strip() for a in q.accept) for q in questions)
+
+
+def test_held_out_is_about_a_quarter(questions: list[Any]) -> None:
+    share = sum(q.held_out for q in questions) / len(questions)
+    assert 0.2 <= share <= 0.35
+
+
+def test_known_failures_of_the_issue_are_asked(questions: list[Any]) -> None:
+    texts = {q.spoken for q in questions}
+    for text in (
+        "Tell me a short fact about the moon.",
+        "What season comes after winter?",
+        "Which animal says moo?",
+        "How many legs does a spider have?",
+        "What is the opposite of hot?",
+        "Which planet do we live on?",
+        "Which is bigger, a whale or an elephant?",
+    ):
+        assert text in texts
+
+
+def test_paused_questions(questions: list[Any]) -> None:
+    paused = [q for q in questions if len(q.parts) == 2]
+    assert len(paused) >= 5
+    assert all(600 <= q.pause_ms <= 800 for q in paused)
+
+
+def test_the_issue_follow_up_is_about_rome(questions: list[Any]) -> None:
+    by_id = {q.id: q for q in questions}
+    follow = next(q for q in questions if q.text.startswith("And how many people live there"))
+    assert by_id[follow.follows].text == "What is the capital of Italy?"
+    assert "rome" in follow.accept
+    assert eq.answer_correct("About 2.8 million people live in Rome.", follow.accept, follow.reject)
+    assert not eq.answer_correct("Italy has about 59 million people.", follow.accept, follow.reject)
+
+
+def test_echoing_the_question_is_not_a_right_answer(questions: list[Any]) -> None:
+    # A fact, sum or follow-up whose accepted word is in the question itself would count a reply
+    # that only echoes the question; such questions carry reject phrases instead (or are open).
+    echoes = {
+        q.id
+        for q in questions
+        if q.category in ("facts", "arithmetic", "followup") and not q.reject and eq.answer_correct(q.spoken, q.accept)
+    }
+    assert echoes <= {"moon_fact"}
+
+
+def test_bad_question_files_are_refused(tmp_path: Path) -> None:
+    bad = tmp_path / "q.toml"
+    bad.write_text('[[question]]\nid = "a"\ntext = "Hi | there."\naccept = ["hi"]\ncategory = "small_talk"\n')
+    with pytest.raises(ValueError, match="pause_ms"):
+        eq.load_questions(bad)
+    bad.write_text('[[question]]\nid = "a"\ntext = "Hi."\naccept = ["hi"]\ncategory = "small_talk"\nfollows = "b"\n')
+    with pytest.raises(ValueError, match="follows"):
+        eq.load_questions(bad)
+    bad.write_text('[[question]]\nid = "a"\ntext = "Hi."\naccept = ["hi"]\ncategory = "chat"\n')
+    with pytest.raises(ValueError, match="category"):
+        eq.load_questions(bad)
+
+
+# ----------------------------------------------------------------------------- voices and conversations
+
+
+def test_at_least_four_voices_even_without_flite() -> None:
+    voices, notes = eq.resolve_voices(list(eq.DEFAULT_VOICES), which=lambda _name: None)
+    assert len({v.label for v in voices}) == len(voices) >= 4
+    assert {v.engine for v in voices} >= {"espeak", "piper"}
+    assert any("flite" in n and "not installed" in n for n in notes)
+    installed, notes = eq.resolve_voices(list(eq.DEFAULT_VOICES), which=lambda name: f"/usr/bin/{name}")
+    assert "flite:slt" in {v.label for v in installed} and notes == []
+
+
+def test_festival_stands_in_for_flite() -> None:
+    voices, notes = eq.resolve_voices(["flite:slt"], which=lambda name: "/usr/bin/text2wave" if name == "text2wave" else None)
+    assert voices[0].engine == "festival" and voices[0].asked == "flite:slt" and notes
+
+
+def test_bad_voice_spec() -> None:
+    with pytest.raises(ValueError):
+        eq.resolve_voices(["say:alex"])
+
+
+def test_every_follow_up_is_in_its_lead_questions_conversation(questions: list[Any]) -> None:
+    voices, _ = eq.resolve_voices(list(eq.DEFAULT_VOICES), which=lambda _name: None)
+    for seed in (0, 1, 12):
+        convs = eq.plan(questions, voices, seed)
+        assert sorted(q.id for c in convs for q in c.questions) == sorted(q.id for q in questions)  # each question once
+        assert all(1 <= len(c.questions) <= eq.TURNS_PER_CONVERSATION for c in convs)
+        for c in convs:
+            ids = [q.id for q in c.questions]
+            for k, q in enumerate(c.questions):
+                if q.follows is not None:
+                    assert k > 0 and ids[k - 1] == q.follows, (c.id, ids)
+        assert {c.voice.label for c in convs} == {v.label for v in voices}  # every voice speaks
+
+
+def test_every_voice_repeats_each_conversation(questions: list[Any]) -> None:
+    voices, _ = eq.resolve_voices(["espeak:en-us+m3", "piper:joe"])
+    convs = eq.plan(questions[:8], voices, 3, every_voice=True)
+    assert len(convs) == 2 * len(eq.plan(questions[:8], voices, 3))
+    assert len({c.id for c in convs}) == len(convs)
+
+
+# ----------------------------------------------------------------------------- scoring and summaries
+
+
+def _turn(transcript: str, reply: str, latency: float | None = 900.0, cutoffs: int = 0) -> Any:
+    return SimpleNamespace(transcript=transcript, reply=reply, latency_ms=latency, first_audio_s=3.0, cutoffs=cutoffs)
+
+
+def test_score_and_failure_guess(questions: list[Any]) -> None:
+    voice = eq.Voice("espeak", "en-us+m3")
+    q = next(q for q in questions if q.id == "season_after_winter")
+    conv = eq.Conversation("c", voice, [q])
+    good = eq.score_turn("fast", conv, 0, _turn("What season comes after winter?", "Spring comes after winter."))
+    assert good.correct and good.speakable and good.wer == 0.0 and good.failure is None
+    llm = eq.score_turn("fast", conv, 0, _turn("What season comes after winter?", "Summer comes after winter."))
+    assert not llm.correct and llm.failure == "llm"
+    stt = eq.score_turn("fast", conv, 0, _turn("What is on after dinner?", "Dessert."))
+    assert stt.failure == "stt"
+    silent = eq.score_turn("fast", conv, 0, _turn("What season comes after winter?", "", latency=None))
+    assert not silent.answered and silent.failure.startswith("no reply")
+    lost = eq.score_turn("fast", conv, 0, None, error="RuntimeError: boom")
+    assert lost.failure == "error"
+    assert eq.failure_guess(0.0, True, lead_wer=0.8) == "stt (the lead question)"
+
+
+def test_metrics() -> None:
+    voice = eq.Voice("espeak", "en-us+m3")
+    qs = eq.load_questions()
+    paused = next(q for q in qs if len(q.parts) == 2)
+    plain = next(q for q in qs if q.id == "spider_legs")
+    conv = eq.Conversation("c", voice, [plain, paused], starts_s=[0.6, 12.0])
+    recs = [
+        eq.score_turn("p", conv, 0, _turn(plain.spoken, "A spider has eight legs.", 800.0)),
+        eq.score_turn("p", conv, 1, _turn(paused.spoken, "Well:\n- one\n- two", 1200.0, cutoffs=1)),
+    ]
+    m = eq.metrics(recs)
+    assert m["questions"] == 2 and m["answered"] == 2
+    assert m["wer_pct"] == 0.0
+    assert m["accuracy_pct"] == 50.0
+    assert m["speakable_pct"] == 50.0
+    assert m["false_cutoffs"] == {"paused_questions": 1, "cut_off": 1}
+    assert m["latency_ms"] == {"p50": 1000.0, "p95": 1180.0}
+    b = eq.breakdown(recs)
+    assert b["held_out"]["questions"] + b["tuned"]["questions"] == 2
+    assert set(b["by_category"]) == {plain.category, paused.category}
+    report = {
+        "machine": "m",
+        "command": "c",
+        "questions": 2,
+        "held_out": 0,
+        "paused": 1,
+        "known_failures": 1,
+        "conversations": [{}],
+        "voices": [voice.label],
+        "gap_s": 10.0,
+        "seed": 1,
+        "voice_notes": [],
+        "profiles": {
+            "p": {
+                **b,
+                "models": {"stt": "whisper-tiny", "llm": "qwen"},
+                "startup": {"process_to_ready_s": 1.0},
+                "wall_s": 1.0,
+                "cpu_steal_pct": 0.0,
+                "failures": [
+                    {k: getattr(r, k) for k in ("question", "voice", "said", "transcript", "wer", "reply", "failure", "error")}
+                    for r in recs
+                    if not r.correct
+                ],
+            },
+            "broken": {"error": "RuntimeError: no model"},
+        },
+    }
+    text = eq.markdown(report)
+    assert "| p | whisper-tiny | qwen | 2/2 |" in text and "profile broken: RuntimeError" in text
