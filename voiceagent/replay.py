@@ -14,7 +14,7 @@ the moment the last speech sample of the turn was sent and that first reply byte
 from __future__ import annotations
 
 import asyncio
-import base64
+import contextlib
 import json
 import time
 from dataclasses import asdict, dataclass, field
@@ -25,12 +25,13 @@ import numpy as np
 from websockets.asyncio.client import connect
 
 from voiceagent.audio import Int16Array, read_wav, resample
+from voiceagent.transports import realtime_wire as wire
 
 __all__ = ["ENERGY_FLOOR_DBFS", "ReplayResult", "TurnResult", "replay_file", "speech_turns", "summarize"]
 
 ENERGY_FLOOR_DBFS = -45.0
 _FRAME_MS = 10
-_WIRE_RATE = 24000
+_WIRE_RATE = wire.WIRE_RATE
 _CHUNK_MS = 20
 
 
@@ -124,22 +125,20 @@ class _Collector:
             self.transcripts.append((self.audio_s(now), msg["transcript"]))
         elif kind == "error":
             self.errors.append(msg["error"])
-        elif kind in ("response.output_audio.delta", "response.audio.delta"):
+        elif kind in wire.AUDIO_DELTA:
             r = self.responses.get(msg["response_id"])
             if r is not None and r.first_audio_wall is None:
                 r.first_audio_wall = now
                 r.first_audio_s = self.audio_s(now)
-        elif kind == "response.output_audio_transcript.delta":
+        elif kind in wire.TRANSCRIPT_DELTA:
             r = self.responses.get(msg["response_id"])
             if r is not None:
                 r.text += msg["delta"]
-        elif kind == "response.done":
-            r = self.responses.get(msg["response"]["id"])
+        elif (done := wire.response_done(msg)) is not None:
+            r = self.responses.get(done.response_id)
             if r is not None:
-                r.status = msg["response"]["status"]
-                out = msg["response"].get("output") or []
-                if out and out[0].get("content"):
-                    r.text = out[0]["content"][0].get("transcript") or r.text
+                r.status = done.status
+                r.text = done.transcript or r.text
         elif kind == "voiceagent.turn_metrics":
             r = self.responses.get(msg["response_id"])
             if r is not None:
@@ -152,42 +151,34 @@ async def replay_file(
     """Stream one file over one connection and return one result per ground-truth turn."""
     pcm, rate = read_wav(path)
     turns = speech_turns(pcm, rate, turn_gap_s=turn_gap_s)
-    wire = resample(pcm, rate, _WIRE_RATE)
-    wire = np.concatenate([wire, np.zeros(int(tail_s * _WIRE_RATE), dtype=np.int16)])
+    out = resample(pcm, rate, _WIRE_RATE)
+    out = np.concatenate([out, np.zeros(int(tail_s * _WIRE_RATE), dtype=np.int16)])
     step = _WIRE_RATE * _CHUNK_MS // 1000
     sep = "&" if "?" in url else "?"
     async with connect(f"{url}{sep}voiceagent_metrics=1", max_size=None) as ws:
         first = json.loads(await ws.recv())
         if first.get("type") != "session.created":
             raise RuntimeError(f"expected session.created, got {first.get('type')}")
-        await ws.send(
-            json.dumps(
-                {
-                    "type": "session.update",
-                    "session": {"type": "realtime", "audio": {"input": {"format": {"type": "audio/pcm", "rate": 24000}}}},
-                }
-            )
-        )
+        await ws.send(json.dumps(wire.session_update(output_format=None)))
         t0 = time.monotonic()
         col = _Collector(t0, speed)
+
+        finished = asyncio.Event()
 
         async def reader() -> None:
             async for raw in ws:
                 col.handle(json.loads(raw), time.monotonic())
+                if col.finished(len(turns)):
+                    finished.set()
 
         read_task = asyncio.create_task(reader())
         try:
-            for i in range(0, len(wire), step):
+            for i in range(0, len(out), step):
+                # Pacing like a microphone: each chunk leaves when its audio would have been spoken.
                 await asyncio.sleep(max(0.0, t0 + (i / _WIRE_RATE) / speed - time.monotonic()))
-                chunk = wire[i : i + step]
-                await ws.send(
-                    json.dumps({"type": "input_audio_buffer.append", "audio": base64.b64encode(chunk.astype("<i2").tobytes()).decode()})
-                )
-            deadline = time.monotonic() + timeout_s
-            while time.monotonic() < deadline:
-                if col.finished(len(turns)):
-                    break
-                await asyncio.sleep(0.05)
+                await ws.send(json.dumps(wire.append_audio(out[i : i + step])))
+            with contextlib.suppress(TimeoutError):  # unanswered turns are reported as such
+                await asyncio.wait_for(finished.wait(), timeout_s)
         finally:
             read_task.cancel()
             await asyncio.gather(read_task, return_exceptions=True)

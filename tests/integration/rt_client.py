@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import base64
 import json
 import time
 import urllib.request
@@ -17,8 +16,10 @@ from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed
 
 from voiceagent.audio import Int16Array, read_wav, resample
+from voiceagent.transports import realtime_wire as wire
+from voiceagent.transports.realtime_wire import WIRE_RATE
 
-WIRE_RATE = 24000
+__all__ = ["WIRE_RATE", "Recorder", "append_msg", "scrape", "send_paced", "wire_audio"]
 
 
 def wire_audio(path: Path, tail_s: float = 0.0) -> Int16Array:
@@ -28,7 +29,7 @@ def wire_audio(path: Path, tail_s: float = 0.0) -> Int16Array:
 
 
 def append_msg(chunk: Int16Array) -> str:
-    return json.dumps({"type": "input_audio_buffer.append", "audio": base64.b64encode(chunk.astype("<i2").tobytes()).decode()})
+    return json.dumps(wire.append_audio(chunk))
 
 
 @dataclass

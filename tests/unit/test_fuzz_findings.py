@@ -15,7 +15,8 @@ from voiceagent.config import Config
 from voiceagent.errors import ProtocolError
 from voiceagent.settings import settings_from_config
 from voiceagent.transports import fields
-from voiceagent.transports.realtime_codec import CancelResponse, RealtimeCodec, UpdateSession
+from voiceagent.transports.realtime_codec import RealtimeCodec
+from voiceagent.transports.realtime_commands import CancelResponse, UpdateSession
 from voiceagent.transports.twilio_codec import Media, Start, TwilioCodec
 
 

@@ -32,7 +32,8 @@ from voiceagent.events import (
     TurnMetrics,
 )
 from voiceagent.settings import TurnDetection, settings_from_config
-from voiceagent.transports.realtime_codec import (
+from voiceagent.transports.realtime_codec import RealtimeCodec
+from voiceagent.transports.realtime_commands import (
     AppendAudio,
     CancelResponse,
     ClearInput,
@@ -40,7 +41,6 @@ from voiceagent.transports.realtime_codec import (
     CreateItem,
     CreateResponse,
     DeleteItem,
-    RealtimeCodec,
     RetrieveItem,
     TruncateItem,
     UpdateSession,
@@ -201,7 +201,7 @@ def test_invalid_session_update(session: dict[str, Any], code: str, param: str) 
 def test_rejected_session_update_leaves_the_formats_unchanged(session: dict[str, Any]) -> None:
     c = codec()
     decode_error(c, update_msg(session))
-    assert (c.input_format, c.output_format) == ("audio/pcm", "audio/pcm")
+    assert (c.audio.input_format, c.audio.output_format) == ("audio/pcm", "audio/pcm")
     cmd = c.decode(append_msg(sine(440, 24000, 0.1).astype("<i2").tobytes()))
     assert isinstance(cmd, AppendAudio)
     assert peak_hz(cmd.pcm, 16000) == pytest.approx(440, abs=15)  # still read as 24 kHz PCM
@@ -269,7 +269,7 @@ def test_pcmu_input_path() -> None:
     c = codec()
     cmd = c.decode(update_msg({"audio": {"input": {"format": {"type": "audio/pcmu"}}}}))
     assert isinstance(cmd, UpdateSession)
-    assert c.input_format == "audio/pcmu"
+    assert c.audio.input_format == "audio/pcmu"
     pcm8 = sine(440, 8000, 1.0)
     out = []
     for i in range(0, len(pcm8), 160):
@@ -285,9 +285,9 @@ def test_pcmu_input_path() -> None:
 def test_beta_format_names_are_accepted() -> None:
     c = codec()
     c.decode(update_msg({"audio": {"input": {"format": "g711_ulaw"}, "output": {"format": "g711_ulaw"}}}))
-    assert (c.input_format, c.output_format) == ("audio/pcmu", "audio/pcmu")
+    assert (c.audio.input_format, c.audio.output_format) == ("audio/pcmu", "audio/pcmu")
     c.decode(update_msg({"audio": {"input": {"format": "pcm16"}, "output": {"format": {"type": "audio/pcm", "rate": 24000}}}}))
-    assert (c.input_format, c.output_format) == ("audio/pcm", "audio/pcm")
+    assert (c.audio.input_format, c.audio.output_format) == ("audio/pcm", "audio/pcm")
 
 
 def test_session_update_changes() -> None:

@@ -13,7 +13,8 @@ from voiceagent.config import Config
 from voiceagent.errors import ProtocolError
 from voiceagent.events import CallSummary, FunctionCallAdded, ResponseDone, ResponseStatus, ToolOutputAdded
 from voiceagent.settings import settings_from_config
-from voiceagent.transports.realtime_codec import CreateResponse, CreateToolOutput, RealtimeCodec, UpdateSession
+from voiceagent.transports.realtime_codec import RealtimeCodec
+from voiceagent.transports.realtime_commands import CreateResponse, CreateToolOutput, UpdateSession
 
 PARAMS = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
 GA_TOOL = {"type": "function", "name": "get_weather", "description": "The weather in a city.", "parameters": PARAMS}
@@ -114,7 +115,7 @@ def test_rejected_tools_leave_the_formats_unchanged() -> None:
     session = {"audio": {"input": {"format": {"type": "audio/pcmu"}}}, "tools": [{"name": "bad name"}]}
     with pytest.raises(ProtocolError):
         c.decode(json.dumps({"type": "session.update", "session": session}))
-    assert c.input_format == "audio/pcm"
+    assert c.audio.input_format == "audio/pcm"
 
 
 # --------------------------------------------------------------------------- session.update: tool_choice

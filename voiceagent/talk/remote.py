@@ -10,7 +10,6 @@ that goes away ends it with a :class:`~voiceagent.errors.DeviceError`-style mess
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import json
 from typing import Any
@@ -18,14 +17,14 @@ from typing import Any
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
 
-from voiceagent.audio import PIPELINE_RATE, Int16Array, StreamResampler, pcm16_from_bytes
+from voiceagent.audio import PIPELINE_RATE, Int16Array, StreamResampler
 from voiceagent.errors import VoiceAgentError
 from voiceagent.talk.conversation import Conversation, TalkResult, feed_microphone
 from voiceagent.talk.devices import Microphone
+from voiceagent.transports import realtime_wire as wire
+from voiceagent.transports.realtime_wire import WIRE_RATE
 
 __all__ = ["WIRE_RATE", "talk_remote"]
-
-WIRE_RATE = 24000
 
 
 async def talk_remote(url: str, mic: Microphone, conv: Conversation, *, max_tail_s: float = 90.0) -> TalkResult:
@@ -40,20 +39,14 @@ async def talk_remote(url: str, mic: Microphone, conv: Conversation, *, max_tail
         first = json.loads(await ws.recv())
         if first.get("type") != "session.created":
             raise VoiceAgentError(f"{url} is not a Realtime endpoint (first event: {first.get('type')!r})")
-        fmt = {"type": "audio/pcm", "rate": WIRE_RATE}
-        await ws.send(
-            json.dumps(
-                {"type": "session.update", "session": {"type": "realtime", "audio": {"input": {"format": fmt}, "output": {"format": fmt}}}}
-            )
-        )
+        await ws.send(json.dumps(wire.session_update()))
         reader = asyncio.create_task(_read(ws, conv), name="talk.reader")
         up = StreamResampler(PIPELINE_RATE, WIRE_RATE, quality="LQ")
 
         async def send(pcm: Int16Array) -> None:
-            wire = up.process(pcm)
-            if len(wire):
-                audio = base64.b64encode(wire.astype("<i2").tobytes()).decode("ascii")
-                await ws.send(json.dumps({"type": "input_audio_buffer.append", "audio": audio}))
+            out = up.process(pcm)
+            if len(out):
+                await ws.send(json.dumps(wire.append_audio(out)))
 
         try:
             await feed_microphone(mic, conv, send, reader, max_tail_s)
@@ -92,19 +85,15 @@ async def _apply(ws: ClientConnection, conv: Conversation, msg: dict[str, Any]) 
         conv.tool_call(msg["call_id"], msg.get("name", ""), msg.get("arguments", ""))
     elif kind == "conversation.item.done" and (msg.get("item") or {}).get("type") == "function_call_output":
         conv.tool_output(msg["item"]["call_id"], msg["item"].get("output", ""))
-    elif kind in ("response.output_audio_transcript.delta", "response.audio_transcript.delta"):
+    elif kind in wire.TRANSCRIPT_DELTA:
         conv.agent_text(msg["item_id"], msg["delta"])
-    elif kind in ("response.output_audio.delta", "response.audio.delta"):
-        conv.audio(msg["response_id"], msg["item_id"], pcm16_from_bytes(base64.b64decode(msg["delta"])), WIRE_RATE)
-    elif kind == "response.done":
-        resp = msg["response"]
-        out = resp.get("output") or [{}]
-        item = out[0]
-        content = item.get("content") or [{}]
-        if resp.get("status") == "cancelled" and item.get("id"):
+    elif (pcm := wire.audio_delta(msg)) is not None:
+        conv.audio(msg["response_id"], msg["item_id"], pcm, WIRE_RATE)
+    elif (done := wire.response_done(msg)) is not None:
+        if done.status == "cancelled" and done.item_id:
             # Barge-in: the server cancels the response just before it reports speech_started.
-            await _truncate(ws, conv, item["id"])
-        conv.response_done(resp["id"], item.get("id", ""), resp.get("status", ""), content[0].get("transcript") or "")
+            await _truncate(ws, conv, done.item_id)
+        conv.response_done(done.response_id, done.item_id, done.status, done.transcript)
     elif kind == "voiceagent.turn_metrics":
         conv.metrics(msg["response_id"], msg.get("spans_ms") or {})
     elif kind == "error":
@@ -114,5 +103,4 @@ async def _apply(ws: ClientConnection, conv: Conversation, msg: dict[str, Any]) 
 
 async def _truncate(ws: ClientConnection, conv: Conversation, item_id: str | None) -> None:
     for cut in conv.barge_in(item_id):
-        msg = {"type": "conversation.item.truncate", "item_id": cut.item_id, "content_index": 0, "audio_end_ms": int(cut.audio_end_ms)}
-        await ws.send(json.dumps(msg))
+        await ws.send(json.dumps(wire.truncate(cut.item_id, cut.audio_end_ms)))

@@ -17,7 +17,8 @@ from voiceagent.audio import PIPELINE_RATE
 from voiceagent.errors import ProtocolError
 from voiceagent.session import Session
 from voiceagent.transports.connection import SessionConnection
-from voiceagent.transports.realtime_codec import (
+from voiceagent.transports.realtime_codec import RealtimeCodec
+from voiceagent.transports.realtime_commands import (
     AppendAudio,
     CancelResponse,
     ClearInput,
@@ -27,11 +28,9 @@ from voiceagent.transports.realtime_codec import (
     CreateResponse,
     CreateToolOutput,
     DeleteItem,
-    RealtimeCodec,
     RetrieveItem,
     TruncateItem,
     UpdateSession,
-    item_object,
 )
 
 __all__ = ["RealtimeConnection"]
@@ -127,12 +126,12 @@ class RealtimeConnection(SessionConnection):
             await s.truncate(cmd.item_id, cmd.audio_end_ms)
         elif isinstance(cmd, DeleteItem):
             s.delete_item(cmd.item_id)
-            await self.send({"type": "conversation.item.deleted", "event_id": cmd.event_id or "", "item_id": cmd.item_id})
+            await self.send(self.codec.item_deleted(cmd.item_id, cmd.event_id))
         elif isinstance(cmd, RetrieveItem):
             item = s.history.find(cmd.item_id)
             if item is None:
                 raise ProtocolError("item_not_found", f"no item {cmd.item_id!r}", param="item_id", event_id=cmd.event_id)
-            await self.send({"type": "conversation.item.retrieved", "event_id": cmd.event_id or "", "item": item_object(item)})
+            await self.send(self.codec.item_retrieved(item, cmd.event_id))
         elif isinstance(cmd, CreateResponse):
             await s.create_response(cmd.instructions, tools=cmd.tools, tool_choice=cmd.tool_choice, audio=cmd.audio)
         elif isinstance(cmd, CancelResponse):

@@ -1,25 +1,20 @@
-"""The OpenAI Realtime protocol (GA event names) as a pure codec: text in → commands, events → JSON.
+"""The OpenAI Realtime protocol (GA event names) for one connection: client text in → commands,
+session events → server messages.
 
-No sockets and no event loop: ``decode`` turns one client text frame into a :data:`Command` or
-raises :class:`~voiceagent.errors.ProtocolError` (the transport sends it as an ``error`` event
-and keeps the connection); ``encode`` turns one session event into the server messages for it.
-Audio is converted here: ``audio/pcm`` (24 kHz) or ``audio/pcmu`` (8 kHz μ-law) in, 16 kHz to the
-session; the voice's rate out, resampled with soxr per response.
+No sockets and no event loop.  Its jobs live in their own modules and meet here:
+validation (:mod:`~voiceagent.transports.realtime_commands`), the settings mirror
+(:mod:`~voiceagent.transports.realtime_settings`), audio formats and resampling
+(:mod:`~voiceagent.transports.realtime_audio`) and the wire's shapes
+(:mod:`~voiceagent.transports.realtime_wire`, shared with the project's clients); this module
+renders session events, keeping per response only what rendering needs until its
+``response.done``.
 """
 
 from __future__ import annotations
 
 import base64
-import binascii
-import dataclasses
-import json
-import math
-import re
-from dataclasses import dataclass
 from typing import Any
 
-from voiceagent.audio import PIPELINE_RATE, Int16Array, StreamResampler, mulaw_decode, mulaw_encode, pcm16_from_bytes
-from voiceagent.backends.protocols import Tool
 from voiceagent.errors import ProtocolError
 from voiceagent.events import (
     AudioDelta,
@@ -43,369 +38,75 @@ from voiceagent.events import (
     ToolOutputAdded,
     TurnMetrics,
 )
-from voiceagent.history import AssistantItem, FunctionCallItem, FunctionCallOutputItem, Item, UserItem, new_id
-from voiceagent.settings import SessionSettings, TurnDetection
-from voiceagent.transports.fields import parse_object, require_str
+from voiceagent.history import Item
+from voiceagent.settings import SessionSettings
+from voiceagent.transports.realtime_audio import WireAudio
+from voiceagent.transports.realtime_commands import Command, CommandDecoder
+from voiceagent.transports.realtime_settings import session_object
+from voiceagent.transports.realtime_wire import AUDIO_DELTA, call_object, item_object, message, output_object
 
-__all__ = [
-    "AppendAudio",
-    "CancelResponse",
-    "ClearInput",
-    "Command",
-    "CommitInput",
-    "CreateItem",
-    "CreateResponse",
-    "CreateToolOutput",
-    "DeleteItem",
-    "RealtimeCodec",
-    "RetrieveItem",
-    "TruncateItem",
-    "UpdateSession",
-    "item_object",
-]
-
-MAX_TOOLS = 128
-_TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
-
-
-@dataclass(frozen=True)
-class UpdateSession:
-    changes: dict[str, Any]
-    event_id: str | None = None
-
-
-@dataclass(frozen=True)
-class AppendAudio:
-    pcm: Int16Array  # 16 kHz
-    event_id: str | None = None
-
-
-@dataclass(frozen=True)
-class CommitInput:
-    event_id: str | None = None
-
-
-@dataclass(frozen=True)
-class ClearInput:
-    event_id: str | None = None
-
-
-@dataclass(frozen=True)
-class CreateItem:
-    role: str
-    text: str
-    event_id: str | None = None
-
-
-@dataclass(frozen=True)
-class CreateToolOutput:
-    """A ``function_call_output`` item: the result of the call ``call_id``."""
-
-    call_id: str
-    output: str
-    event_id: str | None = None
-
-
-@dataclass(frozen=True)
-class TruncateItem:
-    item_id: str
-    audio_end_ms: float
-    event_id: str | None = None
-
-
-@dataclass(frozen=True)
-class DeleteItem:
-    item_id: str
-    event_id: str | None = None
-
-
-@dataclass(frozen=True)
-class RetrieveItem:
-    item_id: str
-    event_id: str | None = None
-
-
-@dataclass(frozen=True)
-class CreateResponse:
-    instructions: str | None = None
-    event_id: str | None = None
-    tools: tuple[Tool, ...] | None = None
-    """For this response only (None: the session's)."""
-    tool_choice: str | None = None
-    audio: bool | None = None
-    """``output_modalities`` of this response (False: text only; None: the session's)."""
-
-
-@dataclass(frozen=True)
-class CancelResponse:
-    response_id: str | None = None
-    event_id: str | None = None
-
-
-Command = (
-    UpdateSession
-    | AppendAudio
-    | CommitInput
-    | ClearInput
-    | CreateItem
-    | CreateToolOutput
-    | TruncateItem
-    | DeleteItem
-    | RetrieveItem
-    | CreateResponse
-    | CancelResponse
-)
-
-_FORMATS = {"audio/pcm": 24000, "audio/pcmu": 8000}
-
-
-def _fmt(kind: str) -> dict[str, Any]:
-    return {"type": kind, "rate": _FORMATS[kind]} if kind == "audio/pcm" else {"type": kind}
+__all__ = ["RealtimeCodec"]
 
 
 class RealtimeCodec:
-    """Per-connection protocol state: audio formats, resamplers, transcript delta bookkeeping."""
+    """Per-connection protocol state: the settings mirror, audio formats and resamplers, and
+    transcript delta bookkeeping."""
 
     def __init__(self, settings: SessionSettings, voice_rate: int, *, send_metrics: bool = False) -> None:
-        self.settings = settings
-        self.voice_rate = voice_rate
+        self.audio = WireAudio(voice_rate)
+        self._decoder = CommandDecoder(settings, self.audio)
         self.send_metrics = send_metrics
-        self.input_format = "audio/pcm"
-        self.output_format = "audio/pcm"
-        self._in_rs = StreamResampler(_FORMATS[self.input_format], PIPELINE_RATE, quality="LQ")
-        self._out_rs: dict[str, StreamResampler] = {}
         self._text_only: set[str] = set()  # response ids of text-only responses in progress
         self._partials: dict[str, str] = {}
+
+    @property
+    def settings(self) -> SessionSettings:
+        """The session's settings as the client knows them (validation reads them too)."""
+        return self._decoder.settings
+
+    @settings.setter
+    def settings(self, value: SessionSettings) -> None:
+        self._decoder.settings = value
+
+    def pending(self) -> dict[str, int]:
+        """Per-response state held now (for tests and diagnostics)."""
+        return {"audio_streams": len(self.audio.open_responses()), "text_only": len(self._text_only), "partials": len(self._partials)}
 
     # ------------------------------------------------------------------ client → server
 
     def decode(self, text: str) -> Command:
-        msg = parse_object(text, "a client event")
-        event_id = msg.get("event_id") if isinstance(msg.get("event_id"), str) else None
-        kind = msg.get("type")
-        if not isinstance(kind, str):
-            raise ProtocolError("missing_type", "a client event needs a string 'type'", param="type", event_id=event_id)
-        handler = _DECODERS.get(kind)
-        if handler is None:
-            raise ProtocolError("unknown_event_type", f"unknown event type {kind!r}", param="type", event_id=event_id)
-        try:
-            cmd: Command = handler(self, msg, event_id)
-            return cmd
-        except ProtocolError as exc:
-            if exc.event_id is None:
-                exc.event_id = event_id
-            raise
-
-    def _session_update(self, msg: dict[str, Any], event_id: str | None) -> UpdateSession:
-        sess = _obj(msg, "session", "session", required=True)
-        changes: dict[str, Any] = {}
-        if "instructions" in sess:
-            changes["instructions"] = require_str(sess, "instructions", "session.instructions")
-        if "max_output_tokens" in sess:
-            mot = sess["max_output_tokens"]
-            if mot == "inf":
-                mot = 4096
-            if not isinstance(mot, int) or isinstance(mot, bool) or not 1 <= mot <= 4096:
-                raise ProtocolError(
-                    "invalid_value", "max_output_tokens must be an integer 1..4096 or 'inf'", param="session.max_output_tokens"
-                )
-            changes["max_output_tokens"] = mot
-        audio = _obj(sess, "audio", "session.audio")
-        inp = _obj(audio, "input", "session.audio.input")
-        out = _obj(audio, "output", "session.audio.output")
-        # Formats are validated here but applied last: a rejected update must change nothing.
-        in_format = _format(inp, "session.audio.input.format") if "format" in inp else None
-        out_format = _format(out, "session.audio.output.format") if "format" in out else None
-        transcription = _obj(inp, "transcription", "session.audio.input.transcription")
-        if transcription:
-            lang = transcription.get("language")
-            if lang is not None:
-                if not isinstance(lang, str) or not 2 <= len(lang) <= 3:
-                    raise ProtocolError(
-                        "invalid_value",
-                        "transcription.language must be an ISO-639-1 code",
-                        param="session.audio.input.transcription.language",
-                    )
-                changes["language"] = lang
-        if "turn_detection" in inp:
-            changes["turn_detection"] = self._turn_detection(inp["turn_detection"])
-        if "output_modalities" in sess:
-            changes["audio"] = _modalities(sess["output_modalities"], "session.output_modalities")
-        tools = _tools(sess["tools"], "session.tools") if "tools" in sess else None
-        if tools is not None:
-            changes["tools"] = tools
-        if "tool_choice" in sess:
-            changes["tool_choice"] = _tool_choice(
-                sess["tool_choice"], tools if tools is not None else self.settings.tools, "session.tool_choice"
-            )
-        elif tools is not None and self.settings.tool_choice not in ("auto", "none", "required", *(t.name for t in tools)):
-            changes["tool_choice"] = "auto"  # the named tool is gone
-        if "voice" in out:
-            voice = require_str(out, "voice", "session.audio.output.voice")
-            if not voice.strip() or len(voice) > 64:
-                raise ProtocolError(
-                    "invalid_value", "voice must be a non-empty name of at most 64 characters", param="session.audio.output.voice"
-                )
-            changes["voice"] = voice  # one voice is installed; the name is recorded, not applied
-        if "speed" in out:
-            speed = out["speed"]
-            if not isinstance(speed, int | float) or isinstance(speed, bool) or not 0.25 <= speed <= 4.0:
-                raise ProtocolError("invalid_value", "speed must be a number 0.25..4", param="session.audio.output.speed")
-            changes["speed"] = float(speed)
-        if in_format is not None:
-            self._set_input_format(in_format)
-        if out_format is not None:
-            self.output_format = out_format
-        return UpdateSession(changes, event_id)
-
-    def _turn_detection(self, td: Any) -> TurnDetection | None:
-        if td is None:
-            return None
-        if not isinstance(td, dict):
-            raise ProtocolError("invalid_value", "turn_detection must be an object or null", param="session.audio.input.turn_detection")
-        kind = td.get("type", "server_vad")
-        if kind not in ("server_vad", "semantic_vad"):
-            raise ProtocolError(
-                "invalid_value", f"unsupported turn_detection type {kind!r}", param="session.audio.input.turn_detection.type"
-            )
-        cur = self.settings.turn_detection or TurnDetection(0.5, 300, 500)
-        threshold = td.get("threshold", cur.threshold)
-        if not isinstance(threshold, int | float) or isinstance(threshold, bool) or not 0.0 < threshold < 1.0:
-            raise ProtocolError("invalid_value", "threshold must be between 0 and 1", param="session.audio.input.turn_detection.threshold")
-        ints: dict[str, int] = {}
-        for key, default, low in (("prefix_padding_ms", cur.prefix_padding_ms, 0), ("silence_duration_ms", cur.silence_duration_ms, 100)):
-            value = td.get(key, default)
-            if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= 10_000:
-                raise ProtocolError(
-                    "invalid_value", f"{key} must be an integer {low}..10000", param=f"session.audio.input.turn_detection.{key}"
-                )
-            ints[key] = value
-        bools: dict[str, bool] = {}
-        for key, default_b in (("create_response", cur.create_response), ("interrupt_response", cur.interrupt_response)):
-            value = td.get(key, default_b)
-            if not isinstance(value, bool):
-                raise ProtocolError("invalid_value", f"{key} must be a boolean", param=f"session.audio.input.turn_detection.{key}")
-            bools[key] = value
-        return TurnDetection(
-            float(threshold), ints["prefix_padding_ms"], ints["silence_duration_ms"], bools["create_response"], bools["interrupt_response"]
-        )
-
-    def _set_input_format(self, kind: str) -> None:
-        if kind != self.input_format:
-            self.input_format = kind
-            self._in_rs = StreamResampler(_FORMATS[kind], PIPELINE_RATE, quality="LQ")
-
-    def _append(self, msg: dict[str, Any], event_id: str | None) -> AppendAudio:
-        data = require_str(msg, "audio", "audio")
-        try:
-            raw = base64.b64decode(data, validate=True)
-        except (binascii.Error, ValueError):
-            raise ProtocolError("invalid_base64", "audio is not valid base64", param="audio") from None
-        if self.input_format == "audio/pcmu":
-            pcm = mulaw_decode(raw)
-        else:
-            if len(raw) % 2:
-                raise ProtocolError(
-                    "invalid_audio_length", f"audio/pcm needs an even number of bytes (16-bit samples), got {len(raw)}", param="audio"
-                )
-            pcm = pcm16_from_bytes(raw)
-        return AppendAudio(self._in_rs.process(pcm), event_id)
-
-    def _item_create(self, msg: dict[str, Any], event_id: str | None) -> CreateItem | CreateToolOutput:
-        item = _obj(msg, "item", "item", required=True)
-        if item.get("type") == "function_call_output":
-            call_id = require_str(item, "call_id", "item.call_id")
-            output = require_str(item, "output", "item.output")
-            return CreateToolOutput(call_id, output, event_id)
-        if item.get("type", "message") != "message":
-            raise ProtocolError("unsupported_item_type", f"item type {item.get('type')!r} is not supported", param="item.type")
-        role = item.get("role")
-        if role not in ("user", "assistant", "system"):
-            raise ProtocolError("invalid_value", "item.role must be user, assistant or system", param="item.role")
-        content = item.get("content")
-        if not isinstance(content, list) or not content:
-            raise ProtocolError("invalid_value", "item.content must be a non-empty list", param="item.content")
-        texts = []
-        for part in content:
-            if (
-                not isinstance(part, dict)
-                or part.get("type") not in ("input_text", "text", "output_text")
-                or not isinstance(part.get("text"), str)
-            ):
-                raise ProtocolError(
-                    "invalid_value", "only text content parts are supported in conversation.item.create", param="item.content"
-                )
-            texts.append(part["text"])
-        return CreateItem(str(role), " ".join(texts), event_id)
-
-    def _truncate(self, msg: dict[str, Any], event_id: str | None) -> TruncateItem:
-        ms = _finite(msg.get("audio_end_ms"))
-        if ms is None or ms < 0:
-            raise ProtocolError("invalid_value", "audio_end_ms must be a non-negative number", param="audio_end_ms")
-        return TruncateItem(require_str(msg, "item_id", "item_id"), ms, event_id)
-
-    def _response_create(self, msg: dict[str, Any], event_id: str | None) -> CreateResponse:
-        resp = _obj(msg, "response", "response")
-        instr = resp.get("instructions")
-        if instr is not None and not isinstance(instr, str):
-            raise ProtocolError("invalid_value", "response.instructions must be a string", param="response.instructions")
-        tools = _tools(resp["tools"], "response.tools") if "tools" in resp else None
-        choice = None
-        if "tool_choice" in resp:
-            choice = _tool_choice(resp["tool_choice"], tools if tools is not None else self.settings.tools, "response.tool_choice")
-        audio = _modalities(resp["output_modalities"], "response.output_modalities") if "output_modalities" in resp else None
-        return CreateResponse(instr, event_id, tools, choice, audio)
-
-    def _response_cancel(self, msg: dict[str, Any], event_id: str | None) -> CancelResponse:
-        rid = msg.get("response_id")
-        if rid is not None and not isinstance(rid, str):
-            # Not "no id" (which would cancel whatever response is active): a wrong id cancels nothing.
-            raise ProtocolError("invalid_value", "response_id must be a string", param="response_id")
-        return CancelResponse(rid, event_id)
+        """One client text frame as a command; :class:`ProtocolError` when it is not valid."""
+        return self._decoder.decode(text)
 
     # ------------------------------------------------------------------ server → client
 
     def session_object(self) -> dict[str, Any]:
-        s = self.settings
-        td: dict[str, Any] | None = None
-        if s.turn_detection is not None:
-            td = {"type": "server_vad", **dataclasses.asdict(s.turn_detection)}
-        return {
-            "type": "realtime",
-            "object": "realtime.session",
-            "id": "",
-            "model": "voiceagent",
-            "output_modalities": ["audio"] if s.audio else ["text"],
-            "instructions": s.instructions,
-            "max_output_tokens": s.max_output_tokens,
-            "tools": [_tool_object(t) for t in s.tools],
-            "tool_choice": s.tool_choice if s.tool_choice in ("auto", "none", "required") else {"type": "function", "name": s.tool_choice},
-            "audio": {
-                "input": {
-                    "format": _fmt(self.input_format),
-                    "transcription": {"model": "whisper", "language": s.language},
-                    "turn_detection": td,
-                },
-                "output": {"format": _fmt(self.output_format), "voice": s.voice, "speed": s.speed},
-            },
-        }
+        """The ``session`` object the client sees now (settings and audio formats)."""
+        return session_object(self.settings, self.audio)
 
     def session_message(self, kind: str, session_id: str) -> dict[str, Any]:
-        obj = self.session_object()
-        obj["id"] = session_id
-        return _msg(kind, session=obj)
+        """``session.created`` / ``session.updated``."""
+        return message(kind, session=session_object(self.settings, self.audio, session_id))
 
     def error(self, exc: ProtocolError) -> dict[str, Any]:
-        return _msg(
+        return message(
             "error",
             error={"type": "invalid_request_error", "code": exc.code, "message": exc.message, "param": exc.param, "event_id": exc.event_id},
         )
 
+    def item_deleted(self, item_id: str, event_id: str | None) -> dict[str, Any]:
+        """The answer to ``conversation.item.delete`` (carrying the client's ``event_id``)."""
+        return {"type": "conversation.item.deleted", "event_id": event_id or "", "item_id": item_id}
+
+    def item_retrieved(self, item: Item, event_id: str | None) -> dict[str, Any]:
+        """The answer to ``conversation.item.retrieve`` (carrying the client's ``event_id``)."""
+        return {"type": "conversation.item.retrieved", "event_id": event_id or "", "item": item_object(item)}
+
     def encode(self, ev: Event) -> list[dict[str, Any]]:
         if isinstance(ev, InputSpeechStarted):
-            return [_msg("input_audio_buffer.speech_started", audio_start_ms=int(ev.audio_ms), item_id=ev.item_id)]
+            return [message("input_audio_buffer.speech_started", audio_start_ms=int(ev.audio_ms), item_id=ev.item_id)]
         if isinstance(ev, InputSpeechStopped):
-            return [_msg("input_audio_buffer.speech_stopped", audio_end_ms=int(ev.audio_ms), item_id=ev.item_id)]
+            return [message("input_audio_buffer.speech_stopped", audio_end_ms=int(ev.audio_ms), item_id=ev.item_id)]
         if isinstance(ev, InputCommitted):
             item = {
                 "id": ev.item_id,
@@ -415,8 +116,8 @@ class RealtimeCodec:
                 "content": [{"type": "input_audio", "transcript": None}],
             }
             return [
-                _msg("input_audio_buffer.committed", previous_item_id=ev.previous_item_id, item_id=ev.item_id),
-                _msg("conversation.item.added", previous_item_id=ev.previous_item_id, item=item),
+                message("input_audio_buffer.committed", previous_item_id=ev.previous_item_id, item_id=ev.item_id),
+                message("conversation.item.added", previous_item_id=ev.previous_item_id, item=item),
             ]
         if isinstance(ev, TextItemAdded):
             part = {"type": "input_text" if ev.role == "user" else "output_text", "text": ev.text}
@@ -429,47 +130,50 @@ class RealtimeCodec:
                 "content": [part],
             }
             return [
-                _msg("conversation.item.added", previous_item_id=ev.previous_item_id, item=text_item),
-                _msg("conversation.item.done", previous_item_id=ev.previous_item_id, item=text_item),
+                message("conversation.item.added", previous_item_id=ev.previous_item_id, item=text_item),
+                message("conversation.item.done", previous_item_id=ev.previous_item_id, item=text_item),
             ]
         if isinstance(ev, FunctionCallAdded | ToolOutputAdded):
             return self._tool_item(ev)
         if isinstance(ev, ItemsDropped):
-            return [_msg("conversation.item.deleted", item_id=item_id) for item_id in ev.item_ids]
+            return [message("conversation.item.deleted", item_id=item_id) for item_id in ev.item_ids]
         if isinstance(ev, InputTranscriptDelta):
             prev = self._partials.get(ev.item_id, "")
             self._partials[ev.item_id] = ev.text
             if not ev.text.startswith(prev) or ev.text == prev:
                 return []  # Whisper revised earlier words: deltas cannot retract; the final corrects
             return [
-                _msg("conversation.item.input_audio_transcription.delta", item_id=ev.item_id, content_index=0, delta=ev.text[len(prev) :])
+                message(
+                    "conversation.item.input_audio_transcription.delta", item_id=ev.item_id, content_index=0, delta=ev.text[len(prev) :]
+                )
             ]
         if isinstance(ev, InputTranscriptDone):
             self._partials.pop(ev.item_id, None)
-            return [_msg("conversation.item.input_audio_transcription.completed", item_id=ev.item_id, content_index=0, transcript=ev.text)]
+            return [
+                message("conversation.item.input_audio_transcription.completed", item_id=ev.item_id, content_index=0, transcript=ev.text)
+            ]
         if isinstance(ev, InputCleared):
-            return [_msg("input_audio_buffer.cleared")]
+            return [message("input_audio_buffer.cleared")]
         if isinstance(ev, ResponseCreated | OutputTranscriptDelta):
             return self._response_text(ev)
         if isinstance(ev, AudioDelta):
-            rs = self._out_rs.get(ev.response_id)
-            pcm = rs.process(ev.pcm) if rs is not None else ev.pcm
-            if len(pcm) == 0:
-                return []
-            return [self._audio_delta(ev.response_id, ev.item_id, pcm)]
+            raw = self.audio.out(ev.response_id, ev.pcm)
+            return [self._audio_delta(ev.response_id, ev.item_id, raw)] if raw else []
         if isinstance(ev, ResponseDone):
             return self._response_done(ev)
         if isinstance(ev, ItemTruncated):
-            return [_msg("conversation.item.truncated", item_id=ev.item_id, content_index=0, audio_end_ms=int(ev.audio_end_ms))]
+            return [message("conversation.item.truncated", item_id=ev.item_id, content_index=0, audio_end_ms=int(ev.audio_end_ms))]
         if isinstance(ev, ErrorEvent):
             return [
-                _msg("error", error={"type": ev.kind, "code": ev.code, "message": ev.message, "param": ev.param, "event_id": ev.event_id})
+                message(
+                    "error", error={"type": ev.kind, "code": ev.code, "message": ev.message, "param": ev.param, "event_id": ev.event_id}
+                )
             ]
         if isinstance(ev, TurnMetrics):
             if not self.send_metrics:
                 return []
             return [
-                _msg(
+                message(
                     "voiceagent.turn_metrics",
                     response_id=ev.response_id,
                     spans_ms=ev.spans,
@@ -485,7 +189,7 @@ class RealtimeCodec:
         """A response starts (its message item, audio or text), or its transcript grows."""
         if isinstance(ev, ResponseCreated):
             if ev.audio:
-                self._out_rs[ev.response_id] = StreamResampler(self.voice_rate, _FORMATS[self.output_format])
+                self.audio.open(ev.response_id)
             else:
                 self._text_only.add(ev.response_id)
             item = {
@@ -498,13 +202,13 @@ class RealtimeCodec:
             }
             ids = {"response_id": ev.response_id, "item_id": ev.item_id, "output_index": 0, "content_index": 0}
             return [
-                _msg(
+                message(
                     "response.created",
                     response={"id": ev.response_id, "object": "realtime.response", "status": "in_progress", "output": []},
                 ),
-                _msg("response.output_item.added", response_id=ev.response_id, output_index=0, item=item),
-                _msg("conversation.item.added", previous_item_id=ev.previous_item_id, item=item),
-                _msg(
+                message("response.output_item.added", response_id=ev.response_id, output_index=0, item=item),
+                message("conversation.item.added", previous_item_id=ev.previous_item_id, item=item),
+                message(
                     "response.content_part.added",
                     **ids,
                     part={"type": "audio", "transcript": ""} if ev.audio else {"type": "text", "text": ""},
@@ -512,13 +216,12 @@ class RealtimeCodec:
             ]
         ids = {"response_id": ev.response_id, "item_id": ev.item_id, "output_index": 0, "content_index": 0}
         if ev.response_id in self._text_only:
-            return [_msg("response.output_text.delta", **ids, delta=ev.text)]
-        return [_msg("response.output_audio_transcript.delta", **ids, delta=ev.text)]
+            return [message("response.output_text.delta", **ids, delta=ev.text)]
+        return [message("response.output_audio_transcript.delta", **ids, delta=ev.text)]
 
-    def _audio_delta(self, response_id: str, item_id: str, pcm: Int16Array) -> dict[str, Any]:
-        raw = mulaw_encode(pcm) if self.output_format == "audio/pcmu" else pcm.astype("<i2").tobytes()
-        return _msg(
-            "response.output_audio.delta",
+    def _audio_delta(self, response_id: str, item_id: str, raw: bytes) -> dict[str, Any]:
+        return message(
+            AUDIO_DELTA[0],
             response_id=response_id,
             item_id=item_id,
             output_index=0,
@@ -529,31 +232,29 @@ class RealtimeCodec:
     def _tool_item(self, ev: FunctionCallAdded | ToolOutputAdded) -> list[dict[str, Any]]:
         """A complete call, streamed as OpenAI does (added, arguments as one delta, done), or an output."""
         if isinstance(ev, ToolOutputAdded):
-            out_item = _output_object(ev.item_id, ev.call_id, ev.output)
+            out_item = output_object(ev.item_id, ev.call_id, ev.output)
             return [
-                _msg("conversation.item.added", previous_item_id=ev.previous_item_id, item=out_item),
-                _msg("conversation.item.done", previous_item_id=ev.previous_item_id, item=out_item),
+                message("conversation.item.added", previous_item_id=ev.previous_item_id, item=out_item),
+                message("conversation.item.done", previous_item_id=ev.previous_item_id, item=out_item),
             ]
-        item = _call_object(CallSummary(ev.item_id, ev.call_id, ev.name, ev.arguments), "in_progress")
+        item = call_object(CallSummary(ev.item_id, ev.call_id, ev.name, ev.arguments), "in_progress")
         item["arguments"] = ""
-        done = _call_object(CallSummary(ev.item_id, ev.call_id, ev.name, ev.arguments), "completed")
+        done = call_object(CallSummary(ev.item_id, ev.call_id, ev.name, ev.arguments), "completed")
         ids = {"response_id": ev.response_id, "item_id": ev.item_id, "output_index": ev.output_index, "call_id": ev.call_id}
         return [
-            _msg("response.output_item.added", response_id=ev.response_id, output_index=ev.output_index, item=item),
-            _msg("conversation.item.added", previous_item_id=ev.previous_item_id, item=item),
-            _msg("response.function_call_arguments.delta", **ids, delta=ev.arguments),
-            _msg("response.function_call_arguments.done", **ids, name=ev.name, arguments=ev.arguments),
-            _msg("response.output_item.done", response_id=ev.response_id, output_index=ev.output_index, item=done),
-            _msg("conversation.item.done", previous_item_id=ev.previous_item_id, item=done),
+            message("response.output_item.added", response_id=ev.response_id, output_index=ev.output_index, item=item),
+            message("conversation.item.added", previous_item_id=ev.previous_item_id, item=item),
+            message("response.function_call_arguments.delta", **ids, delta=ev.arguments),
+            message("response.function_call_arguments.done", **ids, name=ev.name, arguments=ev.arguments),
+            message("response.output_item.done", response_id=ev.response_id, output_index=ev.output_index, item=done),
+            message("conversation.item.done", previous_item_id=ev.previous_item_id, item=done),
         ]
 
     def _response_done(self, ev: ResponseDone) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
-        rs = self._out_rs.pop(ev.response_id, None)
-        if rs is not None and ev.status is ResponseStatus.COMPLETED:
-            tail = rs.flush()
-            if len(tail):
-                out.append(self._audio_delta(ev.response_id, ev.item_id, tail))
+        tail = self.audio.close(ev.response_id, flush=ev.status is ResponseStatus.COMPLETED)
+        if tail:
+            out.append(self._audio_delta(ev.response_id, ev.item_id, tail))
         ids = {"response_id": ev.response_id, "item_id": ev.item_id, "output_index": 0, "content_index": 0}
         item_status = "completed" if ev.status is ResponseStatus.COMPLETED else "incomplete"
         text_only = ev.response_id in self._text_only
@@ -573,178 +274,29 @@ class RealtimeCodec:
             details = {"type": "failed", "error": {"type": "server_error", "code": "generation_failed", "message": ev.reason or ""}}
         if text_only:
             out += [
-                _msg("response.output_text.done", **ids, text=ev.text),
-                _msg("response.content_part.done", **ids, part={"type": "text", "text": ev.text}),
+                message("response.output_text.done", **ids, text=ev.text),
+                message("response.content_part.done", **ids, part={"type": "text", "text": ev.text}),
             ]
         else:
             out += [
-                _msg("response.output_audio.done", **ids),
-                _msg("response.output_audio_transcript.done", **ids, transcript=ev.text),
-                _msg("response.content_part.done", **ids, part={"type": "audio", "transcript": ev.text}),
+                message("response.output_audio.done", **ids),
+                message("response.output_audio_transcript.done", **ids, transcript=ev.text),
+                message("response.content_part.done", **ids, part={"type": "audio", "transcript": ev.text}),
             ]
         out += [
-            _msg("response.output_item.done", response_id=ev.response_id, output_index=0, item=item),
-            _msg("conversation.item.done", item=item),
-            _msg(
+            message("response.output_item.done", response_id=ev.response_id, output_index=0, item=item),
+            message("conversation.item.done", item=item),
+            message(
                 "response.done",
                 response={
                     "id": ev.response_id,
                     "object": "realtime.response",
                     "status": ev.status.value,
                     "status_details": details,
-                    "output": [item, *(_call_object(c, "completed") for c in ev.calls)],
+                    "output": [item, *(call_object(c, "completed") for c in ev.calls)],
                     "usage": None,
                     "audio_ms": round(ev.audio_ms, 1),
                 },
             ),
         ]
         return out
-
-
-def _call_object(call: CallSummary, status: str) -> dict[str, Any]:
-    return {
-        "id": call.item_id,
-        "object": "realtime.item",
-        "type": "function_call",
-        "status": status,
-        "call_id": call.call_id,
-        "name": call.name,
-        "arguments": call.arguments,
-    }
-
-
-def _output_object(item_id: str, call_id: str, output: str) -> dict[str, Any]:
-    return {
-        "id": item_id,
-        "object": "realtime.item",
-        "type": "function_call_output",
-        "call_id": call_id,
-        "output": output,
-        "status": "completed",
-    }
-
-
-def item_object(item: Item) -> dict[str, Any]:
-    """A history item as a Realtime ``item`` object."""
-    if isinstance(item, FunctionCallItem):
-        return _call_object(CallSummary(item.id, item.call_id, item.name, item.arguments), "completed")
-    if isinstance(item, FunctionCallOutputItem):
-        return _output_object(item.id, item.call_id, item.output)
-    part: dict[str, Any]
-    if isinstance(item, UserItem):
-        part = {"type": "input_text", "text": item.text, "transcript": item.text}
-    else:
-        assert isinstance(item, AssistantItem)
-        part = {"type": "output_audio", "transcript": item.text, "text": item.text}
-    return {"id": item.id, "object": "realtime.item", "type": "message", "role": item.role, "status": "completed", "content": [part]}
-
-
-def _tool_object(tool: Tool) -> dict[str, Any]:
-    return {"type": "function", "name": tool.name, "description": tool.description, "parameters": dict(tool.parameters)}
-
-
-def _tools(value: Any, param: str) -> tuple[Tool, ...]:
-    """A ``tools`` list: function tools only, unique names, an object schema each."""
-    if not isinstance(value, list) or len(value) > MAX_TOOLS:
-        raise ProtocolError("invalid_value", f"'{param}' must be a list of at most {MAX_TOOLS} tools", param=param)
-    tools: list[Tool] = []
-    for n, raw in enumerate(value):
-        where = f"{param}[{n}]"
-        if not isinstance(raw, dict):
-            raise ProtocolError("invalid_value", f"'{where}' must be an object", param=where)
-        if raw.get("type", "function") != "function":
-            raise ProtocolError("invalid_value", f"'{where}.type' {raw.get('type')!r} is not supported (function only)", param=where)
-        inner = raw.get("function")
-        fn: dict[str, Any] = inner if isinstance(inner, dict) else raw  # the Chat Completions shape too
-        name = fn.get("name")
-        if not isinstance(name, str) or not _TOOL_NAME.fullmatch(name):
-            raise ProtocolError("invalid_value", f"'{where}.name' must be 1-64 letters, digits, _ or -", param=f"{where}.name")
-        if any(t.name == name for t in tools):
-            raise ProtocolError("invalid_value", f"tool name {name!r} is used twice", param=f"{where}.name")
-        desc = fn.get("description", "")
-        if not isinstance(desc, str):
-            raise ProtocolError("invalid_value", f"'{where}.description' must be a string", param=f"{where}.description")
-        params = fn.get("parameters", {"type": "object", "properties": {}})
-        if not isinstance(params, dict) or params.get("type", "object") != "object":
-            raise ProtocolError("invalid_value", f"'{where}.parameters' must be a JSON Schema of an object", param=f"{where}.parameters")
-        if len(json.dumps(params)) > 16_000:
-            raise ProtocolError("invalid_value", f"'{where}.parameters' is too large", param=f"{where}.parameters")
-        tools.append(Tool(name, desc, params))
-    return tuple(tools)
-
-
-def _modalities(value: Any, param: str) -> bool:
-    """``output_modalities``: True for ["audio"] (speech and its transcript), False for ["text"]."""
-    if not isinstance(value, list) or not value or not all(m in ("audio", "text") for m in value):
-        raise ProtocolError("invalid_value", 'output_modalities must be ["audio"] or ["text"]', param=param)
-    return "audio" in value
-
-
-def _tool_choice(value: Any, tools: tuple[Tool, ...], param: str) -> str:
-    if value in ("auto", "none", "required"):
-        return str(value)
-    name = value.get("name") if isinstance(value, dict) and value.get("type") == "function" else None
-    if isinstance(value, dict) and isinstance(value.get("function"), dict):
-        name = value["function"].get("name")  # the Chat Completions shape
-    if not isinstance(name, str):
-        raise ProtocolError("invalid_value", "tool_choice must be auto, none, required or {'type': 'function', 'name': ...}", param=param)
-    if all(t.name != name for t in tools):
-        raise ProtocolError("invalid_value", f"tool_choice names {name!r}, which is not among the tools", param=param)
-    return name
-
-
-def _msg(kind: str, **fields: Any) -> dict[str, Any]:
-    return {"type": kind, "event_id": new_id("event"), **fields}
-
-
-def _finite(value: Any) -> float | None:
-    """``value`` as a finite float; None for a non-number, a bool, NaN, ±Infinity (JSON as Python
-    reads it) or an integer too large for a float."""
-    if not isinstance(value, int | float) or isinstance(value, bool):
-        return None
-    try:
-        number = float(value)
-    except OverflowError:
-        return None
-    return number if math.isfinite(number) else None
-
-
-def _obj(msg: dict[str, Any], key: str, param: str, *, required: bool = False) -> dict[str, Any]:
-    value = msg.get(key)
-    if value is None:
-        if required:
-            raise ProtocolError("missing_field", f"'{param}' is required", param=param)
-        return {}
-    if not isinstance(value, dict):
-        raise ProtocolError("invalid_value", f"'{param}' must be an object", param=param)
-    return value
-
-
-def _format(obj: dict[str, Any], param: str) -> str:
-    fmt = obj.get("format")
-    kind = fmt.get("type") if isinstance(fmt, dict) else fmt
-    if kind == "pcm16":  # beta name
-        kind = "audio/pcm"
-    if kind == "g711_ulaw":
-        kind = "audio/pcmu"
-    if not isinstance(kind, str) or kind not in _FORMATS:  # a list or object is not a format (nor hashable)
-        raise ProtocolError(
-            "unsupported_format", f"audio format {kind!r} is not supported (audio/pcm at 24000 Hz or audio/pcmu)", param=param
-        )
-    if kind == "audio/pcm" and isinstance(fmt, dict) and fmt.get("rate", 24000) != 24000:
-        raise ProtocolError("unsupported_format", "audio/pcm is 24000 Hz in this protocol", param=f"{param}.rate")
-    return str(kind)
-
-
-_DECODERS: dict[str, Any] = {
-    "session.update": RealtimeCodec._session_update,
-    "input_audio_buffer.append": RealtimeCodec._append,
-    "input_audio_buffer.commit": lambda self, msg, eid: CommitInput(eid),
-    "input_audio_buffer.clear": lambda self, msg, eid: ClearInput(eid),
-    "conversation.item.create": RealtimeCodec._item_create,
-    "conversation.item.truncate": RealtimeCodec._truncate,
-    "conversation.item.delete": lambda self, msg, eid: DeleteItem(require_str(msg, "item_id", "item_id"), eid),
-    "conversation.item.retrieve": lambda self, msg, eid: RetrieveItem(require_str(msg, "item_id", "item_id"), eid),
-    "response.create": RealtimeCodec._response_create,
-    "response.cancel": RealtimeCodec._response_cancel,
-}

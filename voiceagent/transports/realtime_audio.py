@@ -1,0 +1,57 @@
+"""The audio of one Realtime connection: its formats and the conversions between wire and session.
+
+In: ``audio/pcm`` (24 kHz) or ``audio/pcmu`` (8 kHz μ-law) to the session's 16 kHz.  Out: the
+voice's rate to the output format, through one soxr stream per response (so no click between
+chunks), opened when the response starts and closed when it ends.  Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from voiceagent.audio import PIPELINE_RATE, Int16Array, StreamResampler, mulaw_decode, mulaw_encode, pcm16_from_bytes
+from voiceagent.transports.realtime_wire import FORMATS
+
+__all__ = ["WireAudio"]
+
+
+class WireAudio:
+    """Formats (``input_format``, ``output_format``: keys of :data:`FORMATS`) and resamplers."""
+
+    def __init__(self, voice_rate: int) -> None:
+        self.voice_rate = voice_rate
+        self.input_format = "audio/pcm"
+        self.output_format = "audio/pcm"
+        self._in = StreamResampler(FORMATS[self.input_format], PIPELINE_RATE, quality="LQ")
+        self._out: dict[str, StreamResampler] = {}
+
+    def set_input_format(self, kind: str) -> None:
+        if kind != self.input_format:
+            self.input_format = kind
+            self._in = StreamResampler(FORMATS[kind], PIPELINE_RATE, quality="LQ")
+
+    def to_session(self, raw: bytes) -> Int16Array:
+        """Input bytes in the input format (a whole number of samples) → 16 kHz samples."""
+        pcm = mulaw_decode(raw) if self.input_format == "audio/pcmu" else pcm16_from_bytes(raw)
+        return self._in.process(pcm)
+
+    def open(self, response_id: str) -> None:
+        """Response ``response_id`` starts speaking."""
+        self._out[response_id] = StreamResampler(self.voice_rate, FORMATS[self.output_format])
+
+    def out(self, response_id: str, pcm: Int16Array) -> bytes:
+        """Voice samples of a response → output bytes (b'' while the resampler fills)."""
+        rs = self._out.get(response_id)
+        return self._bytes(rs.process(pcm) if rs is not None else pcm)
+
+    def close(self, response_id: str, *, flush: bool) -> bytes:
+        """The response ended; with ``flush`` its resampler's tail, else nothing."""
+        rs = self._out.pop(response_id, None)
+        return self._bytes(rs.flush()) if rs is not None and flush else b""
+
+    def open_responses(self) -> set[str]:
+        """Responses whose output stream is open (for tests and diagnostics)."""
+        return set(self._out)
+
+    def _bytes(self, pcm: Int16Array) -> bytes:
+        if len(pcm) == 0:
+            return b""
+        return mulaw_encode(pcm) if self.output_format == "audio/pcmu" else pcm.astype("<i2").tobytes()

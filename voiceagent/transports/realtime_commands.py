@@ -1,0 +1,422 @@
+"""Client → server: each Realtime client event validated into a typed :data:`Command`.
+
+:meth:`CommandDecoder.decode` turns one text frame into a command or raises
+:class:`~voiceagent.errors.ProtocolError` naming the offending ``param`` (the transport sends it
+as an ``error`` event and keeps the connection).  A rejected event changes nothing; an accepted
+``session.update`` applies its audio formats to the connection's :class:`WireAudio` last.
+Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import math
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from voiceagent.audio import Int16Array
+from voiceagent.backends.protocols import Tool
+from voiceagent.errors import ProtocolError
+from voiceagent.settings import SessionSettings, TurnDetection
+from voiceagent.transports.fields import parse_object, require_str
+from voiceagent.transports.realtime_audio import WireAudio
+from voiceagent.transports.realtime_wire import FORMATS
+
+__all__ = [
+    "MAX_TOOLS",
+    "AppendAudio",
+    "CancelResponse",
+    "ClearInput",
+    "Command",
+    "CommandDecoder",
+    "CommitInput",
+    "CreateItem",
+    "CreateResponse",
+    "CreateToolOutput",
+    "DeleteItem",
+    "RetrieveItem",
+    "TruncateItem",
+    "UpdateSession",
+]
+
+MAX_TOOLS = 128
+_TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
+@dataclass(frozen=True)
+class UpdateSession:
+    changes: dict[str, Any]
+    event_id: str | None = None
+
+
+@dataclass(frozen=True)
+class AppendAudio:
+    pcm: Int16Array  # 16 kHz
+    event_id: str | None = None
+
+
+@dataclass(frozen=True)
+class CommitInput:
+    event_id: str | None = None
+
+
+@dataclass(frozen=True)
+class ClearInput:
+    event_id: str | None = None
+
+
+@dataclass(frozen=True)
+class CreateItem:
+    role: str
+    text: str
+    event_id: str | None = None
+
+
+@dataclass(frozen=True)
+class CreateToolOutput:
+    """A ``function_call_output`` item: the result of the call ``call_id``."""
+
+    call_id: str
+    output: str
+    event_id: str | None = None
+
+
+@dataclass(frozen=True)
+class TruncateItem:
+    item_id: str
+    audio_end_ms: float
+    event_id: str | None = None
+
+
+@dataclass(frozen=True)
+class DeleteItem:
+    item_id: str
+    event_id: str | None = None
+
+
+@dataclass(frozen=True)
+class RetrieveItem:
+    item_id: str
+    event_id: str | None = None
+
+
+@dataclass(frozen=True)
+class CreateResponse:
+    instructions: str | None = None
+    event_id: str | None = None
+    tools: tuple[Tool, ...] | None = None
+    """For this response only (None: the session's)."""
+    tool_choice: str | None = None
+    audio: bool | None = None
+    """``output_modalities`` of this response (False: text only; None: the session's)."""
+
+
+@dataclass(frozen=True)
+class CancelResponse:
+    response_id: str | None = None
+    event_id: str | None = None
+
+
+Command = (
+    UpdateSession
+    | AppendAudio
+    | CommitInput
+    | ClearInput
+    | CreateItem
+    | CreateToolOutput
+    | TruncateItem
+    | DeleteItem
+    | RetrieveItem
+    | CreateResponse
+    | CancelResponse
+)
+
+
+class CommandDecoder:
+    """Validates client events against the session's current ``settings`` (tool names, turn
+    detection defaults) and the connection's ``audio`` formats."""
+
+    def __init__(self, settings: SessionSettings, audio: WireAudio) -> None:
+        self.settings = settings
+        self.audio = audio
+
+    def decode(self, text: str) -> Command:
+        msg = parse_object(text, "a client event")
+        event_id = msg.get("event_id") if isinstance(msg.get("event_id"), str) else None
+        kind = msg.get("type")
+        if not isinstance(kind, str):
+            raise ProtocolError("missing_type", "a client event needs a string 'type'", param="type", event_id=event_id)
+        handler = _DECODERS.get(kind)
+        if handler is None:
+            raise ProtocolError("unknown_event_type", f"unknown event type {kind!r}", param="type", event_id=event_id)
+        try:
+            cmd: Command = handler(self, msg, event_id)
+            return cmd
+        except ProtocolError as exc:
+            if exc.event_id is None:
+                exc.event_id = event_id
+            raise
+
+    def _session_update(self, msg: dict[str, Any], event_id: str | None) -> UpdateSession:
+        sess = _obj(msg, "session", "session", required=True)
+        changes: dict[str, Any] = {}
+        if "instructions" in sess:
+            changes["instructions"] = require_str(sess, "instructions", "session.instructions")
+        if "max_output_tokens" in sess:
+            mot = sess["max_output_tokens"]
+            if mot == "inf":
+                mot = 4096
+            if not isinstance(mot, int) or isinstance(mot, bool) or not 1 <= mot <= 4096:
+                raise ProtocolError(
+                    "invalid_value", "max_output_tokens must be an integer 1..4096 or 'inf'", param="session.max_output_tokens"
+                )
+            changes["max_output_tokens"] = mot
+        audio = _obj(sess, "audio", "session.audio")
+        inp = _obj(audio, "input", "session.audio.input")
+        out = _obj(audio, "output", "session.audio.output")
+        # Formats are validated here but applied last: a rejected update must change nothing.
+        in_format = _format(inp, "session.audio.input.format") if "format" in inp else None
+        out_format = _format(out, "session.audio.output.format") if "format" in out else None
+        transcription = _obj(inp, "transcription", "session.audio.input.transcription")
+        if transcription:
+            lang = transcription.get("language")
+            if lang is not None:
+                if not isinstance(lang, str) or not 2 <= len(lang) <= 3:
+                    raise ProtocolError(
+                        "invalid_value",
+                        "transcription.language must be an ISO-639-1 code",
+                        param="session.audio.input.transcription.language",
+                    )
+                changes["language"] = lang
+        if "turn_detection" in inp:
+            changes["turn_detection"] = self._turn_detection(inp["turn_detection"])
+        if "output_modalities" in sess:
+            changes["audio"] = _modalities(sess["output_modalities"], "session.output_modalities")
+        tools = _tools(sess["tools"], "session.tools") if "tools" in sess else None
+        if tools is not None:
+            changes["tools"] = tools
+        if "tool_choice" in sess:
+            changes["tool_choice"] = _tool_choice(
+                sess["tool_choice"], tools if tools is not None else self.settings.tools, "session.tool_choice"
+            )
+        elif tools is not None and self.settings.tool_choice not in ("auto", "none", "required", *(t.name for t in tools)):
+            changes["tool_choice"] = "auto"  # the named tool is gone
+        if "voice" in out:
+            voice = require_str(out, "voice", "session.audio.output.voice")
+            if not voice.strip() or len(voice) > 64:
+                raise ProtocolError(
+                    "invalid_value", "voice must be a non-empty name of at most 64 characters", param="session.audio.output.voice"
+                )
+            changes["voice"] = voice  # one voice is installed; the name is recorded, not applied
+        if "speed" in out:
+            speed = out["speed"]
+            if not isinstance(speed, int | float) or isinstance(speed, bool) or not 0.25 <= speed <= 4.0:
+                raise ProtocolError("invalid_value", "speed must be a number 0.25..4", param="session.audio.output.speed")
+            changes["speed"] = float(speed)
+        if in_format is not None:
+            self.audio.set_input_format(in_format)
+        if out_format is not None:
+            self.audio.output_format = out_format
+        return UpdateSession(changes, event_id)
+
+    def _turn_detection(self, td: Any) -> TurnDetection | None:
+        if td is None:
+            return None
+        if not isinstance(td, dict):
+            raise ProtocolError("invalid_value", "turn_detection must be an object or null", param="session.audio.input.turn_detection")
+        kind = td.get("type", "server_vad")
+        if kind not in ("server_vad", "semantic_vad"):
+            raise ProtocolError(
+                "invalid_value", f"unsupported turn_detection type {kind!r}", param="session.audio.input.turn_detection.type"
+            )
+        cur = self.settings.turn_detection or TurnDetection(0.5, 300, 500)
+        threshold = td.get("threshold", cur.threshold)
+        if not isinstance(threshold, int | float) or isinstance(threshold, bool) or not 0.0 < threshold < 1.0:
+            raise ProtocolError("invalid_value", "threshold must be between 0 and 1", param="session.audio.input.turn_detection.threshold")
+        ints: dict[str, int] = {}
+        for key, default, low in (("prefix_padding_ms", cur.prefix_padding_ms, 0), ("silence_duration_ms", cur.silence_duration_ms, 100)):
+            value = td.get(key, default)
+            if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= 10_000:
+                raise ProtocolError(
+                    "invalid_value", f"{key} must be an integer {low}..10000", param=f"session.audio.input.turn_detection.{key}"
+                )
+            ints[key] = value
+        bools: dict[str, bool] = {}
+        for key, default_b in (("create_response", cur.create_response), ("interrupt_response", cur.interrupt_response)):
+            value = td.get(key, default_b)
+            if not isinstance(value, bool):
+                raise ProtocolError("invalid_value", f"{key} must be a boolean", param=f"session.audio.input.turn_detection.{key}")
+            bools[key] = value
+        return TurnDetection(
+            float(threshold), ints["prefix_padding_ms"], ints["silence_duration_ms"], bools["create_response"], bools["interrupt_response"]
+        )
+
+    def _append(self, msg: dict[str, Any], event_id: str | None) -> AppendAudio:
+        data = require_str(msg, "audio", "audio")
+        try:
+            raw = base64.b64decode(data, validate=True)
+        except (binascii.Error, ValueError):
+            raise ProtocolError("invalid_base64", "audio is not valid base64", param="audio") from None
+        if self.audio.input_format == "audio/pcm" and len(raw) % 2:
+            raise ProtocolError(
+                "invalid_audio_length", f"audio/pcm needs an even number of bytes (16-bit samples), got {len(raw)}", param="audio"
+            )
+        return AppendAudio(self.audio.to_session(raw), event_id)
+
+    def _item_create(self, msg: dict[str, Any], event_id: str | None) -> CreateItem | CreateToolOutput:
+        item = _obj(msg, "item", "item", required=True)
+        if item.get("type") == "function_call_output":
+            call_id = require_str(item, "call_id", "item.call_id")
+            output = require_str(item, "output", "item.output")
+            return CreateToolOutput(call_id, output, event_id)
+        if item.get("type", "message") != "message":
+            raise ProtocolError("unsupported_item_type", f"item type {item.get('type')!r} is not supported", param="item.type")
+        role = item.get("role")
+        if role not in ("user", "assistant", "system"):
+            raise ProtocolError("invalid_value", "item.role must be user, assistant or system", param="item.role")
+        content = item.get("content")
+        if not isinstance(content, list) or not content:
+            raise ProtocolError("invalid_value", "item.content must be a non-empty list", param="item.content")
+        texts = []
+        for part in content:
+            if (
+                not isinstance(part, dict)
+                or part.get("type") not in ("input_text", "text", "output_text")
+                or not isinstance(part.get("text"), str)
+            ):
+                raise ProtocolError(
+                    "invalid_value", "only text content parts are supported in conversation.item.create", param="item.content"
+                )
+            texts.append(part["text"])
+        return CreateItem(str(role), " ".join(texts), event_id)
+
+    def _truncate(self, msg: dict[str, Any], event_id: str | None) -> TruncateItem:
+        ms = _finite(msg.get("audio_end_ms"))
+        if ms is None or ms < 0:
+            raise ProtocolError("invalid_value", "audio_end_ms must be a non-negative number", param="audio_end_ms")
+        return TruncateItem(require_str(msg, "item_id", "item_id"), ms, event_id)
+
+    def _response_create(self, msg: dict[str, Any], event_id: str | None) -> CreateResponse:
+        resp = _obj(msg, "response", "response")
+        instr = resp.get("instructions")
+        if instr is not None and not isinstance(instr, str):
+            raise ProtocolError("invalid_value", "response.instructions must be a string", param="response.instructions")
+        tools = _tools(resp["tools"], "response.tools") if "tools" in resp else None
+        choice = None
+        if "tool_choice" in resp:
+            choice = _tool_choice(resp["tool_choice"], tools if tools is not None else self.settings.tools, "response.tool_choice")
+        audio = _modalities(resp["output_modalities"], "response.output_modalities") if "output_modalities" in resp else None
+        return CreateResponse(instr, event_id, tools, choice, audio)
+
+    def _response_cancel(self, msg: dict[str, Any], event_id: str | None) -> CancelResponse:
+        rid = msg.get("response_id")
+        if rid is not None and not isinstance(rid, str):
+            # Not "no id" (which would cancel whatever response is active): a wrong id cancels nothing.
+            raise ProtocolError("invalid_value", "response_id must be a string", param="response_id")
+        return CancelResponse(rid, event_id)
+
+
+def _tools(value: Any, param: str) -> tuple[Tool, ...]:
+    """A ``tools`` list: function tools only, unique names, an object schema each."""
+    if not isinstance(value, list) or len(value) > MAX_TOOLS:
+        raise ProtocolError("invalid_value", f"'{param}' must be a list of at most {MAX_TOOLS} tools", param=param)
+    tools: list[Tool] = []
+    for n, raw in enumerate(value):
+        where = f"{param}[{n}]"
+        if not isinstance(raw, dict):
+            raise ProtocolError("invalid_value", f"'{where}' must be an object", param=where)
+        if raw.get("type", "function") != "function":
+            raise ProtocolError("invalid_value", f"'{where}.type' {raw.get('type')!r} is not supported (function only)", param=where)
+        inner = raw.get("function")
+        fn: dict[str, Any] = inner if isinstance(inner, dict) else raw  # the Chat Completions shape too
+        name = fn.get("name")
+        if not isinstance(name, str) or not _TOOL_NAME.fullmatch(name):
+            raise ProtocolError("invalid_value", f"'{where}.name' must be 1-64 letters, digits, _ or -", param=f"{where}.name")
+        if any(t.name == name for t in tools):
+            raise ProtocolError("invalid_value", f"tool name {name!r} is used twice", param=f"{where}.name")
+        desc = fn.get("description", "")
+        if not isinstance(desc, str):
+            raise ProtocolError("invalid_value", f"'{where}.description' must be a string", param=f"{where}.description")
+        params = fn.get("parameters", {"type": "object", "properties": {}})
+        if not isinstance(params, dict) or params.get("type", "object") != "object":
+            raise ProtocolError("invalid_value", f"'{where}.parameters' must be a JSON Schema of an object", param=f"{where}.parameters")
+        if len(json.dumps(params)) > 16_000:
+            raise ProtocolError("invalid_value", f"'{where}.parameters' is too large", param=f"{where}.parameters")
+        tools.append(Tool(name, desc, params))
+    return tuple(tools)
+
+
+def _modalities(value: Any, param: str) -> bool:
+    """``output_modalities``: True for ["audio"] (speech and its transcript), False for ["text"]."""
+    if not isinstance(value, list) or not value or not all(m in ("audio", "text") for m in value):
+        raise ProtocolError("invalid_value", 'output_modalities must be ["audio"] or ["text"]', param=param)
+    return "audio" in value
+
+
+def _tool_choice(value: Any, tools: tuple[Tool, ...], param: str) -> str:
+    if value in ("auto", "none", "required"):
+        return str(value)
+    name = value.get("name") if isinstance(value, dict) and value.get("type") == "function" else None
+    if isinstance(value, dict) and isinstance(value.get("function"), dict):
+        name = value["function"].get("name")  # the Chat Completions shape
+    if not isinstance(name, str):
+        raise ProtocolError("invalid_value", "tool_choice must be auto, none, required or {'type': 'function', 'name': ...}", param=param)
+    if all(t.name != name for t in tools):
+        raise ProtocolError("invalid_value", f"tool_choice names {name!r}, which is not among the tools", param=param)
+    return name
+
+
+def _finite(value: Any) -> float | None:
+    """``value`` as a finite float; None for a non-number, a bool, NaN, ±Infinity (JSON as Python
+    reads it) or an integer too large for a float."""
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
+
+
+def _obj(msg: dict[str, Any], key: str, param: str, *, required: bool = False) -> dict[str, Any]:
+    value = msg.get(key)
+    if value is None:
+        if required:
+            raise ProtocolError("missing_field", f"'{param}' is required", param=param)
+        return {}
+    if not isinstance(value, dict):
+        raise ProtocolError("invalid_value", f"'{param}' must be an object", param=param)
+    return value
+
+
+def _format(obj: dict[str, Any], param: str) -> str:
+    fmt = obj.get("format")
+    kind = fmt.get("type") if isinstance(fmt, dict) else fmt
+    if kind == "pcm16":  # beta name
+        kind = "audio/pcm"
+    if kind == "g711_ulaw":
+        kind = "audio/pcmu"
+    if not isinstance(kind, str) or kind not in FORMATS:  # a list or object is not a format (nor hashable)
+        raise ProtocolError(
+            "unsupported_format", f"audio format {kind!r} is not supported (audio/pcm at 24000 Hz or audio/pcmu)", param=param
+        )
+    if kind == "audio/pcm" and isinstance(fmt, dict) and fmt.get("rate", 24000) != 24000:
+        raise ProtocolError("unsupported_format", "audio/pcm is 24000 Hz in this protocol", param=f"{param}.rate")
+    return str(kind)
+
+
+_DECODERS: dict[str, Any] = {
+    "session.update": CommandDecoder._session_update,
+    "input_audio_buffer.append": CommandDecoder._append,
+    "input_audio_buffer.commit": lambda self, msg, eid: CommitInput(eid),
+    "input_audio_buffer.clear": lambda self, msg, eid: ClearInput(eid),
+    "conversation.item.create": CommandDecoder._item_create,
+    "conversation.item.truncate": CommandDecoder._truncate,
+    "conversation.item.delete": lambda self, msg, eid: DeleteItem(require_str(msg, "item_id", "item_id"), eid),
+    "conversation.item.retrieve": lambda self, msg, eid: RetrieveItem(require_str(msg, "item_id", "item_id"), eid),
+    "response.create": CommandDecoder._response_create,
+    "response.cancel": CommandDecoder._response_cancel,
+}

@@ -1,0 +1,44 @@
+"""Server → client: the session's settings mirrored as the Realtime ``session`` object.
+
+What ``session.created`` and ``session.updated`` carry: the settings the session runs with now
+(instructions, tools, modalities, turn detection, voice) and the connection's audio formats.
+Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from voiceagent.settings import SessionSettings
+from voiceagent.transports.realtime_audio import WireAudio
+from voiceagent.transports.realtime_wire import format_object, tool_object
+
+__all__ = ["session_object"]
+
+
+def session_object(settings: SessionSettings, audio: WireAudio, session_id: str = "") -> dict[str, Any]:
+    """The ``session`` object of ``settings`` on a connection with ``audio``'s formats."""
+    s = settings
+    td: dict[str, Any] | None = None
+    if s.turn_detection is not None:
+        td = {"type": "server_vad", **dataclasses.asdict(s.turn_detection)}
+    return {
+        "type": "realtime",
+        "object": "realtime.session",
+        "id": session_id,
+        "model": "voiceagent",
+        "output_modalities": ["audio"] if s.audio else ["text"],
+        "instructions": s.instructions,
+        "max_output_tokens": s.max_output_tokens,
+        "tools": [tool_object(t) for t in s.tools],
+        "tool_choice": s.tool_choice if s.tool_choice in ("auto", "none", "required") else {"type": "function", "name": s.tool_choice},
+        "audio": {
+            "input": {
+                "format": format_object(audio.input_format),
+                "transcription": {"model": "whisper", "language": s.language},
+                "turn_detection": td,
+            },
+            "output": {"format": format_object(audio.output_format), "voice": s.voice, "speed": s.speed},
+        },
+    }
