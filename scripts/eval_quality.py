@@ -713,7 +713,6 @@ def run_profile(profile: str, overrides: dict[str, str], convs: list[Conversatio
     entry["startup"] = {
         "process_to_ready_s": round(time.monotonic() - t0, 1),
         "turn_cost": server.ready.get("turn_cost"),
-        "capacity": server.ready.get("capacity"),
     }
     steal0, total0 = cpu_times()
     t1 = time.monotonic()
@@ -830,6 +829,7 @@ def plot(report: dict[str, Any], path: Path) -> None:
     ax.set_xlabel("end of speech → first audio, p50 ms (line to p95)")
     ax.set_ylabel("answer accuracy % (hollow: held-out questions)")
     ax.set_ylim(0, 105)
+    ax.set_xlim(left=0)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="lower right")
     ax.set_title("Spoken quality against latency, per profile")
@@ -871,7 +871,7 @@ def main() -> int:
         path = conversation_wav(conv, speaker, Path(args.cache) / "conversations", args.gap)
         with wave.open(str(path), "rb") as w:
             audio_s += w.getnframes() / RATE
-    per_profile = audio_s + len(convs) * 6.0
+    per_profile = audio_s + len(convs) * 9.0  # each: its replay's tail, the last answer played, a pause
     profiles = [p.strip() for p in args.profiles.split(",") if p.strip()]
     print(
         f"{len(questions)} questions in {len(convs)} conversations, {audio_s / 60:.1f} min of audio: "
