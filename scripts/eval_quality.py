@@ -771,7 +771,8 @@ def markdown(report: dict[str, Any]) -> str:
         "WER over all words of the transcripts (case, punctuation and numbers normalized).  Accuracy: the reply contains an "
         "accepted answer (unanswered questions count as wrong).  Speakable: of the answered, no list, markdown or emoji and at most "
         "two sentences unless asked for more.  False cut-offs: paused questions whose answer began before the question ended.  "
-        "Latency: end of speech → first audio byte at the client.",
+        "Latency: end of speech → first audio byte at the client.  Held-out questions are not to be used when tuning "
+        "prompts or settings: a tuned gain that does not show on them is overfitting.",
     ]
     for title, key in (("category", "by_category"), ("voice", "by_voice")):
         names = list(dict.fromkeys(n for e in profiles.values() for n in e[key]))
