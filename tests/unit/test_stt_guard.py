@@ -1,15 +1,29 @@
-"""The STT loop guard (issue #12): what counts as a loop, where it is cut, what is left alone.
+"""The STT loop guard (issue #12): what counts as a loop, where it is cut, what is left alone;
+and the two seams that use it — the Whisper backend's retry-then-cut and the STT stage.
 
 The looping strings are the ones Whisper tiny and base wrote for "Tell me a short fact about the
 moon." read by espeak-ng (see tests/integration/test_stt_loops.py for the audio)."""
 
 from __future__ import annotations
 
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from voiceagent.backends.protocols import Message
+from voiceagent.backends.whisper import RETRY_REPETITION_PENALTY, decode_guarded
+from voiceagent.clock import VirtualClock
+from voiceagent.config import Config, PlayoutConfig, SttConfig, TurnConfig, VadConfig
+from voiceagent.events import InputTranscriptDelta, InputTranscriptDone, ResponseDone
+from voiceagent.session import Session
 from voiceagent.stt_guard import MAX_COMPRESSION_RATIO, check, compression_ratio, max_tokens, max_words
+
+from .fakes import EventLog, FakeEngines, FakeLlm, FakeStt, FakeTurn, pause, speak
 
 MOON = "Tell me a short fact about the moon."
 # Whisper base, 4.2 s of audio starting with 2 s of silence: 100 words, cut by the length limit.
@@ -108,3 +122,109 @@ def test_the_cut_is_a_prefix_that_does_not_loop(words: list[str], seconds: float
     assert text.startswith(v.text)
     assert v.looped or v.text == text
     assert not check(v.text, seconds).looped
+
+
+# --------------------------------------------------------------------------- backend seam
+
+
+class LoopingDecoder:
+    """A decoder that loops for its first ``loops`` calls; records the penalties it was given."""
+
+    def __init__(self, loops: int, looping: str = BASE_LOOP, clean: str = MOON) -> None:
+        self.loops = loops
+        self.looping = looping
+        self.clean = clean
+        self.penalties: list[float] = []
+
+    def __call__(self, repetition_penalty: float) -> tuple[str, int]:
+        self.penalties.append(repetition_penalty)
+        text = self.looping if len(self.penalties) <= self.loops else self.clean
+        return text, len(text.split()) * 13 // 10
+
+
+def test_a_clean_decode_is_decoded_once(caplog: pytest.LogCaptureFixture) -> None:
+    decoder = LoopingDecoder(0)
+    assert decode_guarded(decoder, 4.2) == (MOON, "")
+    assert decoder.penalties == [1.0]
+    assert not caplog.records
+
+
+def test_a_decode_that_loops_once_is_retried(caplog: pytest.LogCaptureFixture) -> None:
+    decoder = LoopingDecoder(1, clean="Tell me a short fact about the moon, please.")
+    with caplog.at_level(logging.WARNING):
+        assert decode_guarded(decoder, 4.2) == ("Tell me a short fact about the moon, please.", "retried")
+    assert decoder.penalties == [1.0, RETRY_REPETITION_PENALTY]
+    assert "looped (repeat" in caplog.text
+
+
+def test_a_decode_that_loops_twice_is_cut() -> None:
+    decoder = LoopingDecoder(2, looping=TINY_PREFIX_LOOP)
+    assert decode_guarded(decoder, 0.6) == ("Tell me...", "cut")
+    assert decoder.penalties == [1.0, RETRY_REPETITION_PENALTY]
+
+
+def test_a_retry_that_fills_the_token_limit_is_cut() -> None:
+    def decoder(repetition_penalty: float) -> tuple[str, int]:
+        return "Tell me... Tell me... Tell me... Tell", max_tokens(0.6)
+
+    assert decode_guarded(decoder, 0.6) == ("Tell me...", "cut")
+
+
+# --------------------------------------------------------------------------- stage seam
+
+
+def _config(*, partials: bool) -> Config:
+    return Config(
+        vad=VadConfig(min_speech_ms=64, stop_ms=96, barge_in_ms=96, prefix_padding_ms=96),
+        stt=SttConfig(partials=partials, partial_interval_ms=200),
+        turn=TurnConfig(silence_ms=320, complete_ms=160, threshold=0.5, speculative=True),
+        playout=PlayoutConfig(lead_ms=2000, chunk_ms=125),
+    )
+
+
+@pytest.fixture
+def fakes_of() -> Iterator[Callable[..., FakeEngines]]:
+    made: list[FakeEngines] = []
+
+    def make(**kwargs: Any) -> FakeEngines:
+        made.append(FakeEngines(**kwargs))
+        return made[-1]
+
+    yield make
+    for fakes in made:
+        fakes.close()
+
+
+@contextlib.asynccontextmanager
+async def _running(fakes: FakeEngines, config: Config) -> AsyncIterator[tuple[Session, EventLog]]:
+    session = Session(fakes.engines, config, clock=VirtualClock(), session_id="sess_loop")
+    await session.start()
+    log = EventLog(session)
+    log.start()
+    try:
+        yield session, log
+    finally:
+        await session.aclose()
+        await log.finished()
+
+
+def test_the_stage_cuts_a_looping_final_and_hides_looping_partials(run: Callable[..., Any], fakes_of: Callable[..., FakeEngines]) -> None:
+    """Whatever the backend: no looping partial is shown, and the user turn (and so the LLM) gets
+    the sentence once."""
+    fakes = fakes_of(stt=FakeStt(default=" ".join([MOON] * 12)), llm=FakeLlm([["It is ", "made of rock."]]), turn=FakeTurn(0.9))
+
+    async def main() -> None:
+        async with _running(fakes, _config(partials=True)) as (session, log):
+            await pause(session, 160)
+            await speak(session, 960)
+            await pause(session, 640)
+            _, final = await log.wait_type(InputTranscriptDone)
+            await log.wait_type(ResponseDone)
+            assert final.text == MOON
+            assert log.of_type(InputTranscriptDelta) == []
+            assert session.stt.decodes >= 2  # partials were decoded, and dropped
+            assert session.stt.loops == session.stt.decodes
+            [call] = fakes.llm.calls.items
+            assert call.messages[-1] == Message("user", MOON)
+
+    run(main(), 20)

@@ -8,11 +8,25 @@ Two decoding paths:
   (the clip plus 1 s, rounded up to 5 s, at least 10 s) and CTranslate2 encodes just that.  The
   encoder cost falls roughly in proportion (tiny: ~35 ms for 10 s instead of ~260 ms), and on the
   spoken fixtures the transcripts matched the 30 s path; ``scripts/bench_latency.py`` measures both.
+
+Repetition loops (issue #12): greedy Whisper on the short window can write one phrase until its
+length limit ("Tell me... Tell me..." for 112 tokens from the first 0.6 s of a sentence; a whole
+sentence 10-12 times from 4-5 s of audio that starts with 2 s of silence; tiny and base alike;
+the 30 s window did not loop on the same clips).  Every decode is judged by
+:mod:`voiceagent.stt_guard`.  A looping decode is decoded once more with a repetition penalty
+(:data:`RETRY_REPETITION_PENALTY`; on the short-window path it reuses the encoder output, so the
+retry is one decoder pass: 30-90 ms for tiny, 110-170 ms for base), and if that loops too the
+guard's cut is returned.  The window path also stops the decoder at
+:func:`voiceagent.stt_guard.max_tokens` for the clip's length, so a loop ends after a few copies
+(measured with the retry: tiny 0.6 s clips 0.6 s -> 0.25-0.3 s, base 4-5 s clips 1.2 s ->
+0.8-1.05 s).  A decode that does not loop is unchanged: same options, same text, same cost.
 """
 
 from __future__ import annotations
 
+import logging
 import math
+from collections.abc import Callable
 from pathlib import Path
 
 import ctranslate2
@@ -23,12 +37,21 @@ from faster_whisper.feature_extractor import FeatureExtractor
 from voiceagent.audio import Float32Array
 from voiceagent.catalog import get_spec, locate, prepare
 from voiceagent.pipeline.scheduler import PriorityExecutor
+from voiceagent.stt_guard import check, max_tokens
 
-__all__ = ["WhisperStt", "model_dir", "window_frames"]
+__all__ = ["RETRY_REPETITION_PENALTY", "WhisperStt", "decode_guarded", "model_dir", "window_frames"]
+
+log = logging.getLogger(__name__)
 
 _RATE = 16000
 _HOP = 160
 _NO_SPEECH = 0.6
+_MAX_NEW_TOKENS = 112
+"""What the window path allowed before the guard (``max_length=224``, see :func:`_max_length`)."""
+RETRY_REPETITION_PENALTY = 1.2
+"""For the one retry of a looping decode.  On the 12 loops reproduced (tiny and base, espeak-ng
+voices) 1.2 ended all of them after one copy; 1.05 and 1.1 left some looping; sampling at
+temperature 0.2-0.8 (Whisper's own fallback) left a third to a half of them looping and garbled others."""
 
 
 def model_dir(name: str, cache_dir: Path) -> Path:
@@ -46,6 +69,30 @@ def window_frames(samples: int, window_s: int) -> int:
     need = samples / _RATE + 1.0
     seconds = max(window_s, math.ceil(need)) if window_s > 0 else max(10, 5 * math.ceil(need / 5))
     return min(3000, seconds * 100)
+
+
+def _max_length(new_tokens: int) -> int:
+    """CTranslate2 4.x's Whisper ``generate`` writes at most ``max_length // 2`` tokens (measured:
+    max_length 224 gives 112, 20 gives 10)."""
+    return 2 * new_tokens
+
+
+def decode_guarded(decode: Callable[[float], tuple[str, int]], seconds: float) -> tuple[str, str]:
+    """Run ``decode(repetition_penalty) -> (text, tokens)`` for ``seconds`` of audio, never passing
+    a loop on: a decode the guard judges looping is run once more with
+    :data:`RETRY_REPETITION_PENALTY`, and if that loops too the guard's cut of the retry is
+    returned.  Returns ``(text, outcome)``, outcome ``""`` (no loop), ``"retried"`` or ``"cut"``."""
+    text, tokens = decode(1.0)
+    first = check(text, seconds, tokens)
+    if not first.looped:
+        return text, ""
+    retry, tokens = decode(RETRY_REPETITION_PENALTY)
+    second = check(retry, seconds, tokens)
+    if not second.looped:
+        log.warning("STT decode of %.1f s looped (%s, %d chars); the retry did not: %r", seconds, first.reason, len(text), retry)
+        return retry, "retried"
+    log.warning("STT decode of %.1f s looped (%s), and its retry (%s): cut to %r", seconds, first.reason, second.reason, second.text)
+    return second.text, "cut"
 
 
 class WhisperStt:
@@ -74,14 +121,29 @@ class WhisperStt:
         self._no_ts = tok.token_to_id("<|notimestamps|>")
         self._tokenizer = tok
         self.executor = PriorityExecutor("stt")
+        self.loops = 0
+        """Decodes the guard judged looping (each was retried)."""
+        self.cuts = 0
+        """Of those, the ones whose retry looped too, so the guard's cut was returned."""
 
     def transcribe(self, audio: Float32Array, language: str) -> str:
+        seconds = len(audio) / _RATE
         frames = window_frames(len(audio), self._window_s)
-        if frames >= 3000:
-            return self._transcribe_full(audio, language)
-        return self._transcribe_window(audio, language, frames)
+        encoded = self._encode(audio, frames) if frames < 3000 else None
 
-    def _transcribe_full(self, audio: Float32Array, language: str) -> str:
+        def decode(repetition_penalty: float) -> tuple[str, int]:
+            if encoded is None:
+                return self._transcribe_full(audio, language, repetition_penalty)
+            return self._generate(encoded, language, repetition_penalty, seconds)
+
+        text, outcome = decode_guarded(decode, seconds)
+        if outcome:
+            self.loops += 1
+        if outcome == "cut":
+            self.cuts += 1
+        return text
+
+    def _transcribe_full(self, audio: Float32Array, language: str, repetition_penalty: float) -> tuple[str, int]:
         segments, _info = self._model.transcribe(
             audio,
             language=language if self._multilingual else None,
@@ -90,23 +152,38 @@ class WhisperStt:
             without_timestamps=True,
             vad_filter=False,
             temperature=0.0,
+            repetition_penalty=repetition_penalty,
         )
         # ``segments`` is lazy: the decoding happens in this loop, in the STT executor.
-        return " ".join(seg.text.strip() for seg in segments).strip()
+        texts: list[str] = []
+        tokens = 0
+        for seg in segments:
+            texts.append(seg.text.strip())
+            tokens += len(seg.tokens)
+        return " ".join(texts).strip(), tokens
 
-    def _transcribe_window(self, audio: Float32Array, language: str, frames: int) -> str:
+    def _encode(self, audio: Float32Array, frames: int) -> ctranslate2.StorageView:
         padded = np.zeros(frames * _HOP, dtype=np.float32)
         n = min(len(audio), len(padded))
         padded[:n] = audio[:n]
         feats = np.ascontiguousarray(self._features(padded, padding=0)[:, :frames][np.newaxis])
+        return self._model.model.encode(ctranslate2.StorageView.from_array(feats), to_cpu=False)
+
+    def _generate(self, encoded: ctranslate2.StorageView, language: str, repetition_penalty: float, seconds: float) -> tuple[str, int]:
         prompt = list(self._sot)
         if self._multilingual:
             prompt += [self._tokenizer.token_to_id(f"<|{language}|>"), self._task]
         prompt.append(self._no_ts)
-        encoded = self._model.model.encode(ctranslate2.StorageView.from_array(feats), to_cpu=False)
         (result,) = self._model.model.generate(
-            encoded, [prompt], beam_size=self._beam_size, max_length=224, return_no_speech_prob=True, suppress_blank=True
+            encoded,
+            [prompt],
+            beam_size=self._beam_size,
+            max_length=_max_length(min(_MAX_NEW_TOKENS, max_tokens(seconds))),
+            return_no_speech_prob=True,
+            suppress_blank=True,
+            repetition_penalty=repetition_penalty,
         )
         if result.no_speech_prob > _NO_SPEECH:
-            return ""
-        return str(self._tokenizer.decode(result.sequences_ids[0])).strip()
+            return "", 0
+        ids = result.sequences_ids[0]
+        return str(self._tokenizer.decode(ids)).strip(), len(ids)

@@ -10,6 +10,11 @@ The executor is shared by every session.  Where it is a priority executor (the r
 backend's is), a final decode — on some user's critical path — runs before any queued partial,
 and a partial is skipped (counted in ``partials_skipped``) while any other decode is running or
 queued: under load partials are the first thing to give.
+
+Every transcript passes :mod:`voiceagent.stt_guard` here too, whatever the backend (the Whisper
+backend already retries a looping decode and cuts what still loops): a final or early transcript
+that loops is cut to the guard's text, a partial that loops is not shown at all.  ``loops``
+counts both.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ from voiceagent.pipeline import Channel, Stage, StageContext
 from voiceagent.pipeline.offload import run_at
 from voiceagent.pipeline.scheduler import PriorityExecutor
 from voiceagent.settings import SessionSettings
+from voiceagent.stt_guard import check
 
 __all__ = ["SttStage"]
 
@@ -77,6 +83,7 @@ class SttStage(Stage):
         self.early_hits = 0
         self.partials_skipped = 0
         self.decodes = 0
+        self.loops = 0
 
     # -- buffer -------------------------------------------------------------------------------
 
@@ -180,9 +187,13 @@ class SttStage(Stage):
         self.decodes += 1
         try:
             language = self._settings().language
-            return await run_at(self._backend.executor, PRIORITY_FINAL, lambda: self._backend.transcribe(audio, language)), None
+            text = await run_at(self._backend.executor, PRIORITY_FINAL, lambda: self._backend.transcribe(audio, language))
         except Exception as exc:
             return "", exc
+        verdict = check(text, len(audio) / PIPELINE_RATE)
+        if verdict.looped:
+            self.loops += 1
+        return verdict.text, None
 
     async def _final(self, start_ms: float, end_ms: float, *, committed: bool) -> None:
         audio = int16_to_float(self._slice(start_ms, end_ms))
@@ -226,6 +237,9 @@ class SttStage(Stage):
         self.decodes += 1
         language = self._settings().language
         text = await run_at(self._backend.executor, PRIORITY_PARTIAL, lambda: self._backend.transcribe(audio, language))
+        if check(text, len(audio) / PIPELINE_RATE).looped:
+            self.loops += 1
+            return
         if text:
             await self.ctx.notify(
                 TranscriptDelta(t=self.ctx.clock.now(), gen=self.ctx.scope.current, session=self.ctx.session_id, text=text)
