@@ -6,9 +6,8 @@ moon." read by espeak-ng (see tests/integration/test_stt_loops.py for the audio)
 
 from __future__ import annotations
 
-import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -17,13 +16,12 @@ from hypothesis import strategies as st
 
 from voiceagent.backends.protocols import Message
 from voiceagent.backends.whisper import RETRY_REPETITION_PENALTY, decode_guarded
-from voiceagent.clock import VirtualClock
 from voiceagent.config import Config, PlayoutConfig, SttConfig, TurnConfig, VadConfig
 from voiceagent.events import InputTranscriptDelta, InputTranscriptDone, ResponseDone
-from voiceagent.session import Session
 from voiceagent.stt_guard import MAX_COMPRESSION_RATIO, check, compression_ratio, max_tokens, max_words
 
-from .fakes import EventLog, FakeEngines, FakeLlm, FakeStt, FakeTurn, pause, speak
+from .fakes import FakeEngines, FakeLlm, FakeStt, FakeTurn, pause, speak
+from .test_session import running
 
 MOON = "Tell me a short fact about the moon."
 # Whisper base, 4.2 s of audio starting with 2 s of silence: 100 words, cut by the length limit.
@@ -195,26 +193,13 @@ def fakes_of() -> Iterator[Callable[..., FakeEngines]]:
         fakes.close()
 
 
-@contextlib.asynccontextmanager
-async def _running(fakes: FakeEngines, config: Config) -> AsyncIterator[tuple[Session, EventLog]]:
-    session = Session(fakes.engines, config, clock=VirtualClock(), session_id="sess_loop")
-    await session.start()
-    log = EventLog(session)
-    log.start()
-    try:
-        yield session, log
-    finally:
-        await session.aclose()
-        await log.finished()
-
-
 def test_the_stage_cuts_a_looping_final_and_hides_looping_partials(run: Callable[..., Any], fakes_of: Callable[..., FakeEngines]) -> None:
     """Whatever the backend: no looping partial is shown, and the user turn (and so the LLM) gets
     the sentence once."""
     fakes = fakes_of(stt=FakeStt(default=" ".join([MOON] * 12)), llm=FakeLlm([["It is ", "made of rock."]]), turn=FakeTurn(0.9))
 
     async def main() -> None:
-        async with _running(fakes, _config(partials=True)) as (session, log):
+        async with running(fakes, _config(partials=True), session_id="sess_loop") as (session, log):
             await pause(session, 160)
             await speak(session, 960)
             await pause(session, 640)
