@@ -269,6 +269,19 @@ def _contains(hay: list[str], needle: list[str]) -> bool:
     return False
 
 
+ECHO_MIN_WORDS = 4
+
+
+def echoes(question: str, reply: str) -> bool:
+    """The reply only repeats the question (all of a question of ``ECHO_MIN_WORDS`` or more words
+    appears in it as one run, or the reply is the question's words): not an answer, whatever the
+    accepted words say ("Remind me to buy milk." answered "Remind me to buy milk.")."""
+    q, r = normalize(question), normalize(reply)
+    if not q or not r:
+        return False
+    return r == q or (len(q) >= ECHO_MIN_WORDS and _contains(r, q))
+
+
 def answer_correct(reply: str, accept: tuple[str, ...] | list[str], reject: tuple[str, ...] | list[str] = ()) -> bool:
     """The reply contains one of ``accept`` (words or phrases, numbers as digits or words) and
     none of ``reject``."""
@@ -522,7 +535,8 @@ def score_turn(
     edits = edit_distance(ref, hyp)
     w = edits / max(1, len(ref))
     answered = bool(result is not None and result.latency_ms is not None and reply)
-    correct = answered and answer_correct(reply, q.accept, q.reject)
+    echo = answered and (echoes(q.spoken, reply) or echoes(transcript, reply))
+    correct = answered and not echo and answer_correct(reply, q.accept, q.reject)
     problems = speakable_problems(reply, q.sentences) if answered else []
     overrun = False
     if answered and result.first_audio_s is not None and k + 1 < len(conv.starts_s):
@@ -736,6 +750,34 @@ def run_profile(profile: str, overrides: dict[str, str], convs: list[Conversatio
 # ----------------------------------------------------------------------------- report
 
 
+def rescore(report: dict[str, Any], questions: list[Question]) -> dict[str, Any]:
+    """Score a finished run again with today's scoring and question file (same transcripts and
+    replies, no server): what changes is only which replies count as right."""
+    by_id = {q.id: q for q in questions}
+    for entry in report["profiles"].values():
+        if "turns" not in entry:
+            continue
+        records: list[TurnRecord] = []
+        lead_wer: float | None = None
+        for turn in entry["turns"]:
+            rec = TurnRecord(**turn)
+            q = by_id[rec.question]
+            echo = rec.answered and (echoes(rec.said, rec.reply) or echoes(rec.transcript, rec.reply))
+            rec.correct = rec.answered and not echo and answer_correct(rec.reply, q.accept, q.reject)
+            rec.failure = None if rec.correct else failure_guess(rec.wer, rec.answered, rec.error, lead_wer if q.follows else None)
+            lead_wer = rec.wer
+            records.append(rec)
+        entry |= breakdown(records)
+        entry["failures"] = [
+            {k: getattr(r, k) for k in ("question", "voice", "category", "said", "transcript", "wer", "reply", "failure", "error")}
+            for r in records
+            if not r.correct
+        ]
+        entry["turns"] = [asdict(r) for r in records]
+    report["rescored"] = True
+    return report
+
+
 def _cell(v: Any, suffix: str = "") -> str:
     return "–" if v is None else f"{v}{suffix}"
 
@@ -855,11 +897,20 @@ def main() -> int:
     ap.add_argument("--cache", default=str(ROOT / ".cache" / "eval_quality"), help="synthesized speech (not committed)")
     ap.add_argument("--timeout", type=float, default=40.0, help="seconds to wait for the last answer after a conversation's audio")
     ap.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE", help="passed to every server")
+    ap.add_argument("--rescore", metavar="JSON", help="score a finished run's quality.json again (no server) and rewrite its reports")
     args = ap.parse_args()
 
     from bench_latency import machine
 
     questions = load_questions(Path(args.questions))
+    if args.rescore:
+        path = Path(args.rescore)
+        report = rescore(json.loads(path.read_text()), questions)
+        path.write_text(json.dumps(report, indent=1) + "\n")
+        path.with_suffix(".md").write_text(markdown(report))
+        plot(report, path.with_suffix(".png"))
+        print(markdown(report))
+        return 0
     if args.limit:
         questions = questions[: args.limit]
     voices, notes = resolve_voices([v.strip() for v in args.voices.split(",") if v.strip()])

@@ -319,3 +319,30 @@ def test_metrics() -> None:
     }
     text = eq.markdown(report)
     assert "| p | whisper-tiny | qwen | 2/2 |" in text and "profile broken: RuntimeError" in text
+
+
+def test_a_reply_that_only_repeats_the_question_is_wrong() -> None:
+    assert eq.echoes("Remind me to buy milk tomorrow morning.", "Remind me to buy milk tomorrow morning.")
+    assert eq.echoes("Hello there.", "hello there")  # short questions: only the exact words
+    assert not eq.echoes("Hello there.", "Hello there! How can I help?")
+    assert not eq.echoes("Remind me to buy milk.", "I will remind you to buy milk tomorrow.")
+    assert not eq.echoes("", "Anything.")
+
+
+def test_rescore_applies_todays_scoring_to_a_finished_run(questions: list[Any]) -> None:
+    by_id = {q.id: q for q in questions}
+    milk, name = by_id["remind_milk"], by_id["what_is_my_name"]
+
+    def turn(q: Any, reply: str) -> dict[str, Any]:
+        return {
+            "profile": "fast", "conversation": "c1", "voice": "piper:joe", "question": q.id, "category": q.category,
+            "held_out": q.held_out, "paused": False, "known_failure": q.known_failure, "said": q.spoken,
+            "transcript": q.spoken, "ref_words": 5, "edits": 0, "wer": 0.0, "reply": reply, "answered": True,
+            "correct": True, "speakable": True, "problems": [], "unfinished": False, "latency_ms": 700.0,
+            "cutoffs": 0, "overrun": False, "failure": None,
+        }  # fmt: skip
+
+    report = {"profiles": {"fast": {"turns": [turn(milk, milk.spoken), turn(name, "My name is Sam."), turn(name, "Your name is Sam.")]}}}
+    entry = eq.rescore(report, questions)["profiles"]["fast"]
+    assert [t["correct"] for t in entry["turns"]] == [False, False, True]
+    assert entry["summary"]["accuracy_pct"] == 33.3 and [f["failure"] for f in entry["failures"]] == ["llm", "llm"]
