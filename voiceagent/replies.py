@@ -74,6 +74,8 @@ from voiceagent.stages.llm import LlmPrompt
 __all__ = ["ReplyController"]
 
 log = logging.getLogger(__name__)
+turn_log = logging.getLogger("voiceagent.session")
+"""The per-turn log line keeps the logger name that dashboards and log filters already select."""
 
 Emit = Callable[[Event], Awaitable[None]]
 
@@ -315,6 +317,7 @@ class ReplyController:
                 synthetic=synthetic,
             )
         )
+        await self._trim_history()  # at most server.max_history_items, calls and outputs included
 
     async def _release(self, reply: Reply) -> None:
         """``reply`` is the turn's answer: into the history, to the client, and audible."""
@@ -380,6 +383,7 @@ class ReplyController:
                 arguments=ev.arguments,
             )
         )
+        await self._trim_history()
         if self._runs_here(reply, ev.name):
             await self._run_builtin(reply, ev)
 
@@ -491,7 +495,7 @@ class ReplyController:
                 )
             )
         record = turn_record(self._config, self._id, self._settings().voice, reply, status, reason, spans, queue_ms, active)
-        log.info(json.dumps(record))
+        turn_log.info(json.dumps(record))
         tracing.record_turn(
             reply.timeline.marks,
             now,
