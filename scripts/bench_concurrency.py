@@ -50,6 +50,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 import make_fixtures  # noqa: E402
 from bench_latency import cpu_times, machine, percentiles  # noqa: E402
+from serve_process import ServeProcess  # noqa: E402
 
 from voiceagent.audio import read_wav, resample, write_wav  # noqa: E402
 from voiceagent.backends.llama_cpp import gguf_path  # noqa: E402
@@ -170,40 +171,6 @@ def summarize(turns: list[TurnResult], errors: list[str], expected: int, cpu_s: 
     }
 
 
-class ServeProcess:
-    """``voiceagent serve`` in a child process: its URL and the start-up report it logged."""
-
-    def __init__(self, overrides: dict[str, str]) -> None:
-        args = [sys.executable, "-m", "voiceagent.cli", "serve", "--port", "0"]
-        for k, v in overrides.items():
-            args += ["--set", f"{k}={v}"]
-        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
-        self.ready: dict[str, Any] = {}
-        self.url = ""
-        assert self.proc.stdout is not None and self.proc.stderr is not None
-        self._drain = threading.Thread(target=self._read_log, daemon=True)
-        self._drain.start()
-        for line in self.proc.stdout:
-            if line.startswith("voiceagent ready: "):
-                self.url = line.split()[2]
-                break
-        if not self.url:
-            raise SystemExit(f"voiceagent serve did not start (exit {self.proc.wait()})")
-        deadline = time.monotonic() + 10
-        while not self.ready and time.monotonic() < deadline:
-            time.sleep(0.05)  # the ready log line is written just before the stdout line
-
-    def _read_log(self) -> None:
-        assert self.proc.stderr is not None
-        for line in self.proc.stderr:
-            if '"event": "ready"' in line:
-                self.ready = json.loads(line[line.index("{") :])
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(30)
-
-
 def start_llama_server(binary: str, config: Config, slots: int) -> tuple[subprocess.Popen[bytes], str]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -305,7 +272,7 @@ def main() -> int:
         engine = f"llama-server --parallel {max(ns)} (openai backend)"
     # The capacity is what the server would admit by itself (server.max_sessions = 0); the bench
     # raises the limit so that it can also measure past it.
-    server = ServeProcess(overrides)
+    server = ServeProcess(overrides, log_lines=0)
     auto = load_config(env={}, overrides={**overrides, "server.max_sessions": "0"})
     ready = server.ready
     report: dict[str, Any] = {
@@ -343,7 +310,7 @@ def main() -> int:
                         flush=True,
                     )
     finally:
-        server.stop()
+        server.stop(30)
         if proc is not None:
             proc.terminate()
             proc.wait(30)

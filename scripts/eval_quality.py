@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import collections
 import hashlib
 import json
 import random
@@ -40,7 +39,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import tomllib
 import unicodedata
@@ -56,6 +54,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 sys.path.insert(1, str(ROOT))
 
 import make_fixtures  # noqa: E402
+from serve_process import ServeFailed, ServeProcess  # noqa: E402
 
 RATE = 16000
 QUESTIONS_FILE = ROOT / "scripts" / "eval_questions.toml"
@@ -535,15 +534,11 @@ def score_turn(
     edits = edit_distance(ref, hyp)
     w = edits / max(1, len(ref))
     answered = bool(result is not None and result.latency_ms is not None and reply)
-    echo = answered and (echoes(q.spoken, reply) or echoes(transcript, reply))
-    correct = answered and not echo and answer_correct(reply, q.accept, q.reject)
+    correct, failure = judge(q, transcript, reply, answered, w, error, lead_wer)
     problems = speakable_problems(reply, q.sentences) if answered else []
     overrun = False
     if answered and result.first_audio_s is not None and k + 1 < len(conv.starts_s):
         overrun = result.first_audio_s + len(reply.split()) / WORDS_PER_S > conv.starts_s[k + 1]
-    failure = None
-    if not correct:
-        failure = failure_guess(w, answered, error, lead_wer)
     return TurnRecord(
         profile=profile,
         conversation=conv.id,
@@ -570,6 +565,16 @@ def score_turn(
         failure=failure,
         error=error,
     )
+
+
+def judge(
+    q: Question, transcript: str, reply: str, answered: bool, turn_wer: float, error: str | None, lead_wer: float | None
+) -> tuple[bool, str | None]:
+    """Whether the reply to ``q`` is right (an accepted answer, not an echo of the question or of
+    what was heard), and if not, the stage that most likely failed."""
+    echo = answered and (echoes(q.spoken, reply) or echoes(transcript, reply))
+    correct = answered and not echo and answer_correct(reply, q.accept, q.reject)
+    return correct, None if correct else failure_guess(turn_wer, answered, error, lead_wer)
 
 
 def failure_guess(turn_wer: float, answered: bool, error: str | None = None, lead_wer: float | None = None) -> str:
@@ -630,54 +635,6 @@ def breakdown(records: list[TurnRecord]) -> dict[str, Any]:
 # ----------------------------------------------------------------------------- the server
 
 
-class Server:
-    """``voiceagent serve --profile NAME --port 0`` in a child process, until :meth:`stop`."""
-
-    def __init__(self, profile: str, overrides: dict[str, str], start_timeout_s: float = 600.0) -> None:
-        args = [sys.executable, "-m", "voiceagent.cli", "serve", "--port", "0"]
-        if profile != "default":
-            args += ["--profile", profile]
-        for k, v in overrides.items():
-            args += ["--set", f"{k}={v}"]
-        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
-        self.ready: dict[str, Any] = {}
-        self.log_tail: collections.deque[str] = collections.deque(maxlen=15)
-        self.url = ""
-        threading.Thread(target=self._read_log, daemon=True).start()
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            if line.startswith("voiceagent ready: "):
-                self.url = line.split()[2]
-                break
-        if not self.url:
-            code = self.proc.wait(start_timeout_s)
-            raise RuntimeError(f"voiceagent serve --profile {profile} did not start (exit {code}): {' | '.join(self.log_tail)}")
-        threading.Thread(target=self._drain, args=(self.proc.stdout,), daemon=True).start()
-        deadline = time.monotonic() + 10
-        while not self.ready and time.monotonic() < deadline:
-            time.sleep(0.05)  # the ready log line is written just before the stdout line
-
-    def _read_log(self) -> None:
-        assert self.proc.stderr is not None
-        for line in self.proc.stderr:
-            self.log_tail.append(line.strip())
-            if '"event": "ready"' in line:
-                self.ready = json.loads(line[line.index("{") :])
-
-    @staticmethod
-    def _drain(stream: Any) -> None:
-        for _ in stream:
-            pass
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-
-
 async def replay_all(url: str, convs: list[Conversation], profile: str, timeout_s: float) -> list[TurnRecord]:
     """Each conversation over its own connection, one after the other, at real-time pace."""
     from voiceagent.replay import replay_file
@@ -719,8 +676,8 @@ def run_profile(profile: str, overrides: dict[str, str], convs: list[Conversatio
         cfg = load_config(env={}, overrides={**({"profile": profile} if profile != "default" else {}), **overrides})
         entry["models"] = {"stt": cfg.stt.model, "llm": cfg.llm.model, "tts": cfg.tts.model, "turn": cfg.turn.model}
         t0 = time.monotonic()
-        server = Server(profile, overrides)
-    except Exception as exc:
+        server = ServeProcess(overrides, ("--profile", profile) if profile != "default" else (), log_lines=15)
+    except (Exception, ServeFailed) as exc:
         entry["error"] = f"{type(exc).__name__}: {exc}"
         print(f"profile {profile}: {entry['error']}", flush=True)
         return entry
@@ -733,21 +690,27 @@ def run_profile(profile: str, overrides: dict[str, str], convs: list[Conversatio
     try:
         records = asyncio.run(replay_all(server.url, convs, profile, timeout_s))
     finally:
-        server.stop()
+        server.stop(30)
     steal1, total1 = cpu_times()
     entry["wall_s"] = round(time.monotonic() - t1, 1)
     entry["cpu_steal_pct"] = round(100.0 * (steal1 - steal0) / max(1, total1 - total0), 1)
-    entry |= breakdown(records)
-    entry["failures"] = [
-        {k: getattr(r, k) for k in ("question", "voice", "category", "said", "transcript", "wer", "reply", "failure", "error")}
-        for r in records
-        if not r.correct
-    ]
-    entry["turns"] = [asdict(r) for r in records]
+    entry |= scores(records)
     return entry
 
 
 # ----------------------------------------------------------------------------- report
+
+
+def scores(records: list[TurnRecord]) -> dict[str, Any]:
+    """A profile's scores, its failed questions and every turn, from its records."""
+    return breakdown(records) | {
+        "failures": [
+            {k: getattr(r, k) for k in ("question", "voice", "category", "said", "transcript", "wer", "reply", "failure", "error")}
+            for r in records
+            if not r.correct
+        ],
+        "turns": [asdict(r) for r in records],
+    }
 
 
 def rescore(report: dict[str, Any], questions: list[Question]) -> dict[str, Any]:
@@ -762,18 +725,12 @@ def rescore(report: dict[str, Any], questions: list[Question]) -> dict[str, Any]
         for turn in entry["turns"]:
             rec = TurnRecord(**turn)
             q = by_id[rec.question]
-            echo = rec.answered and (echoes(rec.said, rec.reply) or echoes(rec.transcript, rec.reply))
-            rec.correct = rec.answered and not echo and answer_correct(rec.reply, q.accept, q.reject)
-            rec.failure = None if rec.correct else failure_guess(rec.wer, rec.answered, rec.error, lead_wer if q.follows else None)
+            rec.correct, rec.failure = judge(
+                q, rec.transcript, rec.reply, rec.answered, rec.wer, rec.error, lead_wer if q.follows else None
+            )
             lead_wer = rec.wer
             records.append(rec)
-        entry |= breakdown(records)
-        entry["failures"] = [
-            {k: getattr(r, k) for k in ("question", "voice", "category", "said", "transcript", "wer", "reply", "failure", "error")}
-            for r in records
-            if not r.correct
-        ]
-        entry["turns"] = [asdict(r) for r in records]
+        entry |= scores(records)
     report["rescored"] = True
     return report
 

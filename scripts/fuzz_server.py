@@ -70,7 +70,6 @@ import random
 import re
 import socket
 import struct
-import subprocess
 import sys
 import threading
 import time
@@ -90,6 +89,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 sys.path.insert(0, str(ROOT))
 
 import make_fixtures  # noqa: E402
+from serve_process import ServeProcess  # noqa: E402
 
 from voiceagent.audio import Int16Array, mulaw_encode, read_wav, resample  # noqa: E402
 from voiceagent.config import load_config  # noqa: E402
@@ -1540,53 +1540,16 @@ class _Mic:
 # ----------------------------------------------------------------------------- the server
 
 
-class ServeProcess:
-    """``voiceagent serve`` on a free loopback port, its log kept for the report."""
+class FuzzedServer(ServeProcess):
+    """``voiceagent serve`` on a free loopback port, its whole log kept for the report."""
 
     def __init__(self, config: str | None, overrides: dict[str, str]) -> None:
-        args = [sys.executable, "-m", "voiceagent.cli", "serve", "--host", "127.0.0.1", "--port", "0"]
-        if config:
-            args += ["--config", config]
-        for k, v in overrides.items():
-            args += ["--set", f"{k}={v}"]
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env)
-        self.log: list[str] = []
-        assert self.proc.stdout is not None and self.proc.stderr is not None
-        self._drain = threading.Thread(target=self._read_log, daemon=True)
-        self._drain.start()
-        self.url = ""
-        for line in self.proc.stdout:
-            if line.startswith("voiceagent ready: "):
-                self.url = line.split()[2]
-                break
-        if not self.url:
-            raise SystemExit(f"voiceagent serve did not start (exit {self.proc.wait()}):\n{''.join(self.log[-30:])}")
-        threading.Thread(target=self.proc.stdout.read, daemon=True).start()
-
-    def _read_log(self) -> None:
-        assert self.proc.stderr is not None
-        for line in self.proc.stderr:
-            self.log.append(line)
+        super().__init__(overrides, ("--host", "127.0.0.1", *(("--config", config) if config else ())), wait_ready=False)
 
     @property
     def base(self) -> str:
         parts = urlsplit(self.url)
         return f"ws://{parts.netloc}"
-
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def stop(self) -> int | None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self._drain.join(5)
-        return self.proc.returncode
 
     def problems(self) -> list[str]:
         """Log lines that show an unhandled exception."""
@@ -1612,14 +1575,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     # Room for every hostile client and the good session (the measured capacity of a small machine is one).
     overrides.setdefault("server.max_sessions", str(2 * args.clients + 2))  # hostile, stalled, slow and good ones
     config = load_config(args.config, env={}, overrides={**overrides, "server.port": "0"})
-    server: ServeProcess | None = None
+    server: FuzzedServer | None = None
     started = time.monotonic()
     if args.url:
         parts = urlsplit(args.url)
         base = f"{parts.scheme}://{parts.netloc}"
     else:
         print("starting voiceagent serve (models load and warm up: about a minute) ...", file=sys.stderr, flush=True)
-        server = ServeProcess(args.config, overrides)
+        server = FuzzedServer(args.config, overrides)
         base = server.base
     qs = questions()
     stats = Stats()
