@@ -145,19 +145,20 @@ class ReplyController:
 
     def begin(self) -> int:
         """Open a new generation for an answer; every earlier one goes stale (turn stage)."""
-        gen = self._scope.next()
-        self._drop_unreleased_below(gen)
-        return gen
+        return self._move_on()
 
     def retract(self, gen: int) -> None:
         """Speculative answer ``gen`` is withdrawn: it goes stale and its reply is dropped."""
-        self._scope.cancel()
-        self._replies.pop(gen, None)
+        self._move_on()
 
-    def _drop_unreleased_below(self, gen: int) -> None:
-        # A reply that was never released belongs to a superseded speculation: nobody will see it.
+    def _move_on(self) -> int:
+        """The one place the generation moves: every earlier one goes stale, and a reply of theirs
+        that was never released (a superseded or withdrawn speculation, which nobody will see)
+        is dropped with it.  Released replies stay until their ``response.done``."""
+        gen = self._scope.next()
         for old in [g for g, r in self._replies.items() if g < gen and not r.released]:
             del self._replies[old]
+        return gen
 
     # ------------------------------------------------------------------ the client's requests
 
@@ -422,10 +423,9 @@ class ReplyController:
 
     async def _interrupt(self, reason: str) -> None:
         reply = self._playing
-        self._scope.cancel()
+        self._move_on()
         self._playing = None
         self._note_activity()
-        self._drop_unreleased_below(self._scope.current)
         if reply is None or reply.item is None:
             return
         now = self._clock.now()

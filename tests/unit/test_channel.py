@@ -44,7 +44,7 @@ def test_generation_scope_next_makes_earlier_generations_stale() -> None:
     assert scope.next() == 1
     assert scope.is_stale(0)
     assert not scope.is_stale(1)
-    assert scope.cancel() == 2
+    assert scope.next() == 2
     assert scope.is_stale(1)
     assert not scope.is_stale(2)
     assert seen == [1, 2]  # listeners are told synchronously, in order

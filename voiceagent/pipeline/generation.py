@@ -44,16 +44,14 @@ class GenerationScope:
         return gen < self._floor
 
     def next(self) -> int:
-        """Open a new generation and make every earlier one stale; listeners are told at once."""
+        """Open a new generation and make every earlier one stale; listeners are told at once.
+        A cancellation (barge-in, a withdrawn speculation) is a move like any other: nothing may
+        go on working for the earlier generations."""
         self._current += 1
         self._floor = self._current
         for listener in list(self._listeners):
             listener(self._current)
         return self._current
-
-    def cancel(self) -> int:
-        """Make every generation so far stale without starting an answer (barge-in, cancel)."""
-        return self.next()
 
     def subscribe(self, listener: Callable[[int], None]) -> None:
         """Call ``listener(new_floor)`` synchronously on every bump."""
