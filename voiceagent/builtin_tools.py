@@ -22,7 +22,10 @@ MAX_TIMER_S = 24 * 3600
 GET_TIME = Tool(
     "get_time",
     "Get the current local time and date.",
-    {"type": "object", "properties": {}},
+    # No arguments, and none accepted: a small model sometimes writes the schema itself as the
+    # arguments, and a call that shows junk in the history draws more junk in the answer; with
+    # extra keys refused, the call is asked for again under the schema's grammar ({}).
+    {"type": "object", "properties": {}, "additionalProperties": False},
 )
 SET_TIMER = Tool(
     "set_timer",
@@ -34,6 +37,7 @@ SET_TIMER = Tool(
             "label": {"type": "string", "description": "What the reminder is about"},
         },
         "required": ["seconds"],
+        "additionalProperties": False,
     },
 )
 
