@@ -24,12 +24,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime as dt
 import json
 import logging
 from collections.abc import Awaitable, Callable
 
 from voiceagent import tracing
-from voiceagent.backends.protocols import Tool
+from voiceagent.backends.protocols import Message, Tool
 from voiceagent.builtin_tools import BuiltinTools, TimerRequest
 from voiceagent.clock import Clock
 from voiceagent.config import Config
@@ -71,9 +72,12 @@ from voiceagent.reply import Reply, turn_record
 from voiceagent.settings import SessionSettings
 from voiceagent.stages.llm import LlmPrompt
 
-__all__ = ["ReplyController"]
+__all__ = ["ANSWER_FROM_TOOLS", "ReplyController"]
 
 log = logging.getLogger(__name__)
+
+ANSWER_FROM_TOOLS = "Answer the user now, in one short spoken sentence, from the tool result above."
+"""Closes a prompt that ends with tool outputs (see :meth:`ReplyController.prompt`)."""
 turn_log = logging.getLogger("voiceagent.session")
 """The per-turn log line keeps the logger name that dashboards and log filters already select."""
 
@@ -99,6 +103,7 @@ class ReplyController:
         emit: Emit,
         trim_history: Callable[[], Awaitable[None]],
         arrival_time: Callable[[float], float],
+        wall_clock: Callable[[], dt.datetime] | None = None,
     ) -> None:
         self._id = session_id
         self._clock = clock
@@ -117,7 +122,7 @@ class ReplyController:
         self._play_in: Channel[Event] | None = None
         self._quiet = asyncio.Event()  # set while no response is active
         self._quiet.set()
-        self._builtin = BuiltinTools() if config.tools.builtin else None
+        self._builtin = BuiltinTools(wall_clock) if config.tools.builtin else None
         self._timers: set[asyncio.Task[None]] = set()
 
     # ------------------------------------------------------------------ wiring
@@ -239,6 +244,12 @@ class ReplyController:
         if choice not in ("auto", "none", "required") and all(t.name != choice for t in tools):
             choice = "auto"
         messages = self._history.messages(instructions, pending_user=turn.text, gen=turn.gen)
+        if messages and messages[-1].role == "tool":
+            # Answering from tool results, not from the user's words.  Without a word on what to
+            # do with them, the 0.5B model mostly writes another call (often as text, which would
+            # be spoken); this one line turned that into a spoken answer in every case tried
+            # (tests/integration/test_tools.py).  It is in this prompt only, not in the history.
+            messages.append(Message("system", ANSWER_FROM_TOOLS))
         return LlmPrompt(messages, tools, choice)
 
     def speaks(self, gen: int) -> bool:

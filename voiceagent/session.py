@@ -18,10 +18,11 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import datetime as dt
 import logging
 import math
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from types import TracebackType
 from typing import Any
 
@@ -68,7 +69,10 @@ _CLOSED = object()
 
 
 class Session:
-    """A conversation with one client.  Use ``async with Session(...) as s:``."""
+    """A conversation with one client.  Use ``async with Session(...) as s:``.
+
+    ``clock`` times the audio and the turns (monotonic); ``wall_clock`` is the local date and
+    time the built-in tools report (``tools.builtin``).  Both are injected for tests."""
 
     def __init__(
         self,
@@ -78,6 +82,7 @@ class Session:
         clock: Clock | None = None,
         metrics: Metrics | None = None,
         session_id: str | None = None,
+        wall_clock: Callable[[], dt.datetime] | None = None,
     ) -> None:
         self.id = session_id or new_id("sess")
         self.config = config
@@ -103,6 +108,7 @@ class Session:
             self._emit,
             self._trim_history,
             self._arrival_time,
+            wall_clock,
         )
         self.scope: Generations = self.replies.generations
 

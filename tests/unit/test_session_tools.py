@@ -29,6 +29,7 @@ from voiceagent.events import (
     ToolOutputAdded,
 )
 from voiceagent.history import CANCELLED_OUTPUT, AssistantItem, FunctionCallItem, FunctionCallOutputItem, UserItem
+from voiceagent.replies import ANSWER_FROM_TOOLS
 
 from .fakes import FakeLlm, FakeStt, FakeTts, FakeTurn, pause, speak
 from .test_session import CHUNK_S, INSTRUCTIONS, MakeFakes, Run, make_config, make_fakes, running, say_turn, tokens
@@ -98,6 +99,7 @@ def test_a_call_reaches_the_client_once_and_its_output_is_used_by_the_next_respo
                 Message("user", "what is the weather in Paris"),
                 Message("assistant", "Let me check.", (ToolCall("call_1", "get_weather", PARIS),)),
                 Message("tool", '{"temperature_c": 18}', tool_call_id="call_1"),
+                Message("system", ANSWER_FROM_TOOLS),  # the prompt ends with a tool result
             )
             kinds = [type(i) for i in session.history.items]
             assert kinds == [UserItem, AssistantItem, FunctionCallItem, FunctionCallOutputItem, AssistantItem]
@@ -317,6 +319,10 @@ def test_builtin_time_tool_runs_in_the_server_and_the_answer_uses_its_output(run
             assert {t.name for t in offered.tools} >= {"get_time", "set_timer"}
             assert answer.tool_choice == "none"  # the answer speaks the result, it does not call again
             assert Message("tool", out.output, tool_call_id="call_t") in answer.messages
+            # Answering from a tool result: the prompt (only) closes with what to do with it.
+            assert answer.messages[-1] == Message("system", ANSWER_FROM_TOOLS), answer.messages
+            assert offered.messages[-1].role == "user"
+            assert ANSWER_FROM_TOOLS not in [m.content for m in session.history.messages("system")]
 
     run(main(), 20)
 
