@@ -103,6 +103,17 @@ FIXTURES: dict[str, Fixture] = {
             keywords=(("mountain",), ("high",)),
         ),
         Fixture("piper_pause", ("I need a good name for", "my new puppy."), gaps=(0.35,), engine="piper", keywords=(("puppy",),), pauses=1),
+        # a pause longer than the silence fallback, after a word a sentence cannot end on
+        # (tests/integration/test_pauses.py)
+        Fixture(
+            "pause_unfinished",
+            ("What is the capital of", "Germany?"),
+            gaps=(0.8,),
+            wpm=140,
+            keywords=(("capital", "germany"),),
+            bench=False,
+            pauses=1,
+        ),
     )
 }
 

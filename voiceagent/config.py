@@ -192,6 +192,10 @@ class TurnConfig:
     """Silence that ends a turn when the turn model judges it complete.  Longer than the common
     300-400 ms mid-sentence pause: at 240 ms the model's mistakes cut users off (see the README's
     benchmark), and on 2 cores the first audio is not ready much before 500 ms anyway."""
+    incomplete_ms: int = 1500
+    """Silence that ends a turn whose transcript stops where a sentence cannot end ("the capital
+    of", "remind me to", "um"; voiceagent/turn_words.py), when longer than ``silence_ms``.  The
+    turn model, which judges by sound, calls most such pauses complete; 0 turns the rule off."""
     threshold: float = 0.5
     speculative: bool = True
     """Start answering at the end of a segment; hold the audio until the turn is confirmed."""
@@ -200,6 +204,7 @@ class TurnConfig:
         _check(self.silence_ms >= 100, "turn.silence_ms", "must be >= 100")
         _check(self.device in DEVICES, "turn.device", "must be cpu or cuda")
         _check(self.complete_ms >= 0, "turn.complete_ms", "must be >= 0")
+        _check(self.incomplete_ms >= 0, "turn.incomplete_ms", "must be >= 0")
         _check(0.0 < self.threshold < 1.0, "turn.threshold", "must be between 0 and 1")
 
 

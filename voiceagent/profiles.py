@@ -11,7 +11,8 @@ profile         STT                 LLM                 notes
 ==============  ==================  ==================  ==============================================================
 ``fast``        ``whisper-tiny``    ``qwen2.5-0.5b``    today's defaults (issue #12): Silero VAD, Smart Turn v3, Piper
                                                         ``joe``; ``vad.stop_ms`` 160, ``turn.silence_ms`` 500,
-                                                        ``turn.complete_ms`` 400, ``turn.threshold`` 0.5
+                                                        ``turn.complete_ms`` 400, ``turn.threshold`` 0.5,
+                                                        ``turn.incomplete_ms`` 1500
 ``balanced``    ``whisper-base``    ``qwen2.5-0.5b``    better transcripts (Whisper base decodes in about twice
                                                         tiny's time); installed by the default set-up
 ``quality``     ``whisper-base``    ``qwen2.5-1.5b``    better answers too (the 1.5B: about half the 0.5B's
@@ -50,6 +51,9 @@ _FAST: dict[str, str] = {
     "turn.silence_ms": "500",
     "turn.complete_ms": "400",
     "turn.threshold": "0.5",
+    # Added after the profiles were made (the eval's false cut-offs): a transcript that stops on
+    # "of", "the", "and"... waits for more words.
+    "turn.incomplete_ms": "1500",
 }
 
 PROFILES: dict[str, dict[str, str]] = {

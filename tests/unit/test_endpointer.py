@@ -177,3 +177,81 @@ def test_committed_segment_includes_earlier_segments_of_the_turn() -> None:
     ep.on_segment(segment("before"), respond=False)  # arrives while the user is still speaking
     assert ep.on_segment(segment("now", committed=True), respond=False) == [Confirm("before now", 1000.0, committed=True)]
     assert ep.text == ""
+
+
+# ----------------------------------------------------------------- unfinished words (turn_words)
+
+INCOMPLETE_MS = 1500.0
+
+
+def test_a_turn_that_stops_on_an_unfinished_word_waits_for_more_and_then_goes_on() -> None:
+    ep = Endpointer(speculative=True, use_model=True, incomplete_ms=INCOMPLETE_MS)
+    ep.on_speech_started()
+    ep.on_speech_stopped(1000.0)
+    # no speculative answer and no turn model for "... the capital of"
+    assert ep.on_segment(segment("Tell me the capital of."), respond=True) == []
+    assert not ep.speculating
+    assert silence(ep, SILENCE_MS) == []  # the fallback does not end it
+    assert silence(ep, INCOMPLETE_MS - 20) == []
+    # the speaker goes on: one turn with both halves, answered as usual
+    assert ep.on_speech_started() == []
+    ep.on_speech_stopped(2600.0)
+    out = ep.on_segment(segment("Germany."), respond=True)
+    assert out[0] == Speculate("Tell me the capital of. Germany.") and isinstance(out[1], RunTurnModel)
+    assert prob(ep, 0.9) == []
+    assert silence(ep, COMPLETE_MS) == [Confirm("Tell me the capital of. Germany.", 2600.0)]
+
+
+def test_an_unfinished_turn_still_ends_after_incomplete_ms() -> None:
+    ep = Endpointer(speculative=True, use_model=True, incomplete_ms=INCOMPLETE_MS)
+    ep.on_speech_started()
+    ep.on_speech_stopped(1000.0)
+    assert ep.on_segment(segment("What is three plus"), respond=True) == []
+    assert silence(ep, INCOMPLETE_MS - 20) == []
+    assert silence(ep, INCOMPLETE_MS) == [Confirm("What is three plus", 1000.0)]
+
+
+def test_the_rule_is_off_at_zero_and_never_shortens_the_fallback() -> None:
+    off = Endpointer(speculative=True, use_model=False)
+    off.on_speech_started()
+    off.on_speech_stopped(1000.0)
+    assert off.on_segment(segment("Remind me to"), respond=True) == [Speculate("Remind me to")]
+    assert silence(off, SILENCE_MS) == [Confirm("Remind me to", 1000.0)]
+    short = Endpointer(speculative=True, use_model=False, incomplete_ms=100.0)
+    short.on_speech_started()
+    short.on_speech_stopped(1000.0)
+    assert short.on_segment(segment("Remind me to"), respond=True) == []
+    assert silence(short, 200.0) == []  # max(silence_ms, incomplete_ms)
+    assert silence(short, SILENCE_MS) == [Confirm("Remind me to", 1000.0)]
+
+
+def test_which_transcripts_end_unfinished() -> None:
+    from voiceagent.turn_words import ends_unfinished
+
+    unfinished = [
+        "Tell me the capital of",
+        "Tell me the capital of.",  # Whisper's habitual full stop
+        "What is three plus?",
+        "Remind me to",
+        "I want a coffee and",
+        "Can you, um",
+        "So the thing is,",
+        "Tell me about...",
+        "Tell me about\u2026",
+        "Which is bigger - ",
+        "What is THE",
+    ]
+    finished = [
+        "",
+        "   ",
+        "What is the capital of France?",
+        "Hello.",
+        "Where are you from?",
+        "What is this for",
+        "Okay",
+        "Thanks a lot!",
+        "What is 3 plus? 4.",  # Whisper writes numbers as digits: the last word is "4"
+        "Set a timer for 10",
+    ]
+    assert [t for t in unfinished if not ends_unfinished(t)] == []
+    assert [t for t in finished if ends_unfinished(t)] == []

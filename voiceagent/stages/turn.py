@@ -8,6 +8,11 @@ short silence) the endpointer may **speculate**: the answer starts at once but i
 The turn is **confirmed** once the silence reaches ``complete_ms`` and the turn model judges the
 turn complete, or reaches ``silence_ms`` whatever the model says (the fallback).  Speech before
 confirmation **retracts** the speculation and the turn goes on.
+
+A transcript that stops where a sentence cannot end ("Tell me the capital of",
+:func:`~voiceagent.turn_words.ends_unfinished`) is neither answered speculatively nor judged by
+the model: the turn waits for ``incomplete_ms`` of silence (when that is longer than the fallback),
+because the speaker is most likely thinking of the next word.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from voiceagent.events import Event, Silence, SpeechStarted, SpeechStopped, Tran
 from voiceagent.pipeline import Channel, Stage, StageContext, run_in
 from voiceagent.pipeline.gate import GenerationGate
 from voiceagent.settings import SessionSettings
+from voiceagent.turn_words import ends_unfinished
 
 __all__ = ["Confirm", "Endpointer", "Retract", "RunTurnModel", "Speculate", "TurnControl", "TurnStage"]
 
@@ -58,9 +64,11 @@ Action = Speculate | Retract | Confirm | RunTurnModel
 class Endpointer:
     """The turn state machine.  Time is audio time, carried by ``silence`` ticks from the VAD."""
 
-    def __init__(self, *, speculative: bool, use_model: bool) -> None:
+    def __init__(self, *, speculative: bool, use_model: bool, incomplete_ms: float = 0.0) -> None:
+        """``incomplete_ms``: the silence that ends a turn whose words are unfinished (0: no such rule)."""
         self.speculative = speculative
         self.use_model = use_model
+        self.incomplete_ms = incomplete_ms
         self._segments: list[str] = []
         self._audio: list[Float32Array] = []
         self._paused = False  # a segment ended and no speech since
@@ -105,6 +113,8 @@ class Endpointer:
         if not self.text:
             self._reset()  # noise: no words, no turn
             return []
+        if self._unfinished():
+            return []  # the speaker is looking for the next word: nothing to answer or judge yet
         out: list[Action] = []
         # Speculate first: the answer starts while the turn model is still judging.
         if self.speculative and respond:
@@ -126,12 +136,21 @@ class Endpointer:
     def _check(self, complete_ms: float, silence_ms: float, threshold: float) -> list[Action]:
         if not (self._paused and self._transcribed and self.text):
             return []
+        if self._unfinished():
+            if self._silence < max(silence_ms, self.incomplete_ms):
+                return []
+            action = Confirm(self.text, self._speech_end_ms)
+            self._reset()
+            return [action]
         complete = self._prob is not None and self._prob >= threshold
         if self._silence >= silence_ms or (complete and self._silence >= complete_ms):
             action = Confirm(self.text, self._speech_end_ms)
             self._reset()
             return [action]
         return []
+
+    def _unfinished(self) -> bool:
+        return self.incomplete_ms > 0 and ends_unfinished(self.text)
 
     @property
     def speculating(self) -> bool:
@@ -180,13 +199,15 @@ class TurnStage(Stage):
         stop_ms: int = 160,
         min_audio_ms: float = 0.0,
         may_speculate: Callable[[], bool] | None = None,
+        incomplete_ms: int = 0,
     ) -> None:
         """``stop_ms``: the VAD's silence before it reports the end of speech (``vad.stop_ms``).
         ``min_audio_ms``: the time from the LLM's first token to the first audio of a typical first
         clause on this machine (measured at start-up, ``TurnCost.audio_after_first_token_s``;
         0 = unknown, never skip).  ``may_speculate``: asked as each final transcript arrives; False
         holds the answer until the turn is confirmed (the session says so while a tool call waits
-        for its output: the prompt cannot be known before the turn ends)."""
+        for its output: the prompt cannot be known before the turn ends).  ``incomplete_ms``: the
+        silence that ends a turn whose words are unfinished (``turn.incomplete_ms``; 0: no such rule)."""
         super().__init__(ctx, inbox, out)
         self._turns = turns
         self._speculative = speculative
@@ -195,7 +216,7 @@ class TurnStage(Stage):
         self._settings = settings
         self._complete_ms = complete_ms
         self._threshold = threshold
-        self.endpointer = Endpointer(speculative=speculative, use_model=backend is not None)
+        self.endpointer = Endpointer(speculative=speculative, use_model=backend is not None, incomplete_ms=float(incomplete_ms))
         self._spec_gen: int | None = None
         self._llm_started = llm_started or GenerationGate(enabled=False)
         self._marks: dict[str, float] = {}

@@ -1,0 +1,57 @@
+"""A pause longer than the silence fallback, after a word no sentence ends on, does not end the
+turn (``turn.incomplete_ms``, voiceagent/turn_words.py): real models, the in-process talk driver.
+
+The same audio with the rule off is cut in two, which shows the test can fail."""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from voiceagent.config import Config, TurnConfig
+from voiceagent.session import Session
+from voiceagent.talk.console import Console
+from voiceagent.talk.conversation import Conversation, TalkResult
+from voiceagent.talk.devices import FileMicrophone, FileSpeaker
+from voiceagent.talk.local import talk_local
+
+pytestmark = pytest.mark.models
+
+
+def _talk(engines: Any, run: Any, wav: Path, out: Path, incomplete_ms: int) -> tuple[TalkResult, str]:
+    config = dataclasses.replace(Config(), turn=dataclasses.replace(TurnConfig(), incomplete_ms=incomplete_ms))
+    printed = io.StringIO()
+
+    async def scenario() -> TalkResult:
+        mic = FileMicrophone(wav)
+        await mic.load()
+        speaker = FileSpeaker(out, engines.tts.sample_rate)
+        speaker.start()
+        try:
+            async with Session(engines, config) as session:
+                return await talk_local(session, mic, Conversation(speaker, Console(printed, live=False)))
+        finally:
+            await speaker.close()
+
+    return run(scenario(), 120), printed.getvalue()
+
+
+def test_a_long_pause_after_an_unfinished_word_is_not_the_end_of_the_turn(
+    engines: Any, speech: dict[str, Path], run: Any, tmp_path: Path
+) -> None:
+    assert Config().turn.incomplete_ms > 800  # the fixture's pause (0.8 s) is within the default
+    result, printed = _talk(engines, run, speech["pause_unfinished"], tmp_path / "a.wav", Config().turn.incomplete_ms)
+    users = [t.text.lower() for t in result.turns if t.role == "user"]
+    assert len(users) == 1 and "capital" in users[0] and "germany" in users[0], printed
+    answers = [t.text.lower() for t in result.turns if t.role == "assistant" and t.text]
+    assert answers and "berlin" in answers[-1], printed
+
+
+def test_without_the_rule_the_same_pause_cuts_the_user_off(engines: Any, speech: dict[str, Path], run: Any, tmp_path: Path) -> None:
+    result, printed = _talk(engines, run, speech["pause_unfinished"], tmp_path / "b.wav", 0)
+    users = [t.text.lower() for t in result.turns if t.role == "user"]
+    assert len(users) == 2 and "germany" not in users[0], printed  # answered "Tell me the capital of"
