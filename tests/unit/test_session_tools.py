@@ -356,7 +356,9 @@ def test_a_builtin_timer_speaks_up_when_due_on_the_session_clock(run: Run, make_
 
     async def main() -> None:
         async with running(fakes, builtin_config(), clock) as (session, log):
-            await say_turn(session)
+            # Long enough for its seven words: the STT guard cuts a shorter clip's text (to
+            # "remind me in a minute to", which then waits as unfinished).
+            await say_turn(session, speech_ms=1200)
             _, out = await log.wait_type(ToolOutputAdded)
             assert out.output == "The timer is set: stretch, in 60 seconds."
             i_ok, ok = await log.wait_type(ResponseDone, text="Okay.")
