@@ -166,6 +166,9 @@ class SttConfig:
     """Encoder window: 0 = auto (clip + 1 s, rounded up to 5 s, at least 10 s); 30 = Whisper's classic."""
     early_decode: bool = True
     """Start the final decode at the first silent VAD window, before the segment is declared over."""
+    rejoin: bool = True
+    """Transcribe a turn of several segments (a pause mid-sentence) again as one clip: Whisper
+    hears a half sentence worse than a whole one.  One more decode, on those turns only."""
 
     def __post_init__(self) -> None:
         _check(self.threads >= 1, "stt.threads", "must be >= 1")

@@ -167,6 +167,7 @@ class Session:
             self._engines.turn_cost.audio_after_first_token_s * 1000.0 if self._engines.turn_cost else 0.0,
             may_speculate=replies.may_speculate,
             incomplete_ms=cfg.turn.incomplete_ms,
+            rejoin=self.stt.decode_clip if cfg.stt.rejoin else None,
         )
         self.llm = LlmStage(ctx, llm_in, tts_in, self._engines.llm, replies.prompt, settings, gate, llm_started, cfg.llm.first_clause_words)
         self.tts = TtsStage(ctx, tts_in, play_in, self._engines.tts, settings, gate, replies.speaks)

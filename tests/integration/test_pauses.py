@@ -22,9 +22,11 @@ from voiceagent.talk.local import talk_local
 pytestmark = pytest.mark.models
 
 
-def _talk(engines: Any, run: Any, wav: Path, out: Path, incomplete_ms: int) -> tuple[TalkResult, str]:
+def _talk(engines: Any, run: Any, wav: Path, out: Path, incomplete_ms: int) -> tuple[TalkResult, str, int]:
+    """The talk's result, what it printed, and how many turns were transcribed again as one clip."""
     config = dataclasses.replace(Config(), turn=dataclasses.replace(TurnConfig(), incomplete_ms=incomplete_ms))
     printed = io.StringIO()
+    rejoined: list[int] = []
 
     async def scenario() -> TalkResult:
         mic = FileMicrophone(wav)
@@ -33,25 +35,30 @@ def _talk(engines: Any, run: Any, wav: Path, out: Path, incomplete_ms: int) -> t
         speaker.start()
         try:
             async with Session(engines, config) as session:
-                return await talk_local(session, mic, Conversation(speaker, Console(printed, live=False)))
+                result = await talk_local(session, mic, Conversation(speaker, Console(printed, live=False)))
+                rejoined.append(session.turn.rejoined)
+                return result
         finally:
             await speaker.close()
 
-    return run(scenario(), 120), printed.getvalue()
+    result = run(scenario(), 120)
+    return result, printed.getvalue(), rejoined[0]
 
 
 def test_a_long_pause_after_an_unfinished_word_is_not_the_end_of_the_turn(
     engines: Any, speech: dict[str, Path], run: Any, tmp_path: Path
 ) -> None:
     assert Config().turn.incomplete_ms > 800  # the fixture's pause (0.8 s) is within the default
-    result, printed = _talk(engines, run, speech["pause_unfinished"], tmp_path / "a.wav", Config().turn.incomplete_ms)
+    result, printed, rejoined = _talk(engines, run, speech["pause_unfinished"], tmp_path / "a.wav", Config().turn.incomplete_ms)
     users = [t.text.lower() for t in result.turns if t.role == "user"]
     assert len(users) == 1 and "capital" in users[0] and "germany" in users[0], printed
+    assert rejoined == 1  # its two segments were transcribed again as one clip (stt.rejoin)
     answers = [t.text.lower() for t in result.turns if t.role == "assistant" and t.text]
     assert answers and "berlin" in answers[-1], printed
 
 
 def test_without_the_rule_the_same_pause_cuts_the_user_off(engines: Any, speech: dict[str, Path], run: Any, tmp_path: Path) -> None:
-    result, printed = _talk(engines, run, speech["pause_unfinished"], tmp_path / "b.wav", 0)
+    result, printed, rejoined = _talk(engines, run, speech["pause_unfinished"], tmp_path / "b.wav", 0)
     users = [t.text.lower() for t in result.turns if t.role == "user"]
-    assert len(users) == 2 and "germany" not in users[0], printed  # answered "Tell me the capital of"
+    assert len(users) == 2 and "germany" not in users[0], printed  # answered "What is the capital of"
+    assert rejoined == 0  # two turns of one segment each

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from voiceagent.events import TranscriptSegment
@@ -255,3 +257,61 @@ def test_which_transcripts_end_unfinished() -> None:
     ]
     assert [t for t in unfinished if not ends_unfinished(t)] == []
     assert [t for t in finished if ends_unfinished(t)] == []
+
+
+# ----------------------------------------------------------------- a turn of several segments
+
+
+def _seg(text: str, start_ms: float, end_ms: float, value: float) -> TranscriptSegment:
+    n = int((end_ms - start_ms) * 16)
+    return TranscriptSegment(t=0.0, gen=0, text=text, audio=np.full(n, value, dtype=np.float32), start_ms=start_ms, end_ms=end_ms)
+
+
+def test_a_second_segment_is_joined_with_the_first_and_replaces_it() -> None:
+    ep = Endpointer(speculative=True, use_model=False, incomplete_ms=INCOMPLETE_MS)
+    first = _seg("What is the capital of", 600.0, 1800.0, 0.1)
+    ep.on_speech_started()
+    ep.on_speech_stopped(1700.0)
+    assert ep.joined(first) is None  # nothing before it
+    assert ep.on_segment(first, respond=True) == []  # unfinished: waits
+    ep.on_speech_started()
+    ep.on_speech_stopped(3000.0)
+    second = _seg("Germany?", 2600.0, 3100.0, 0.2)
+    joined = ep.joined(second)
+    assert joined is not None and (joined.start_ms, joined.end_ms, joined.text) == (600.0, 3100.0, "Germany?")
+    # the first segment, 800 ms of silence for the gap, then the second
+    assert len(joined.audio) == 2500 * 16
+    assert np.all(joined.audio[: 1200 * 16] == np.float32(0.1))
+    assert np.all(joined.audio[1200 * 16 : 2000 * 16] == 0.0)
+    assert np.all(joined.audio[2000 * 16 :] == np.float32(0.2))
+    rejoined = dataclasses.replace(joined, text="What is the capital of Germany?")
+    assert ep.on_segment(rejoined, respond=True, alone="Germany?") == [Speculate("What is the capital of Germany?")]
+    assert silence(ep, SILENCE_MS) == [Confirm("What is the capital of Germany?", 3000.0)]
+    assert ep.joined(_seg("next", 9000.0, 9500.0, 0.3)) is None  # a new turn starts from nothing
+
+
+def test_no_joined_clip_for_a_commit_or_past_twenty_seconds() -> None:
+    ep = Endpointer(speculative=True, use_model=False)
+    ep.on_speech_started()
+    ep.on_speech_started()
+    ep.on_segment(_seg("so", 0.0, 500.0, 0.1), respond=True)  # still speaking: kept, no answer
+    assert ep.joined(_seg("then", 21000.0, 21500.0, 0.1)) is None
+    committed = dataclasses.replace(_seg("all", 600.0, 900.0, 0.1), committed=True)
+    assert ep.joined(committed) is None
+    assert ep.joined(_seg("then", 1000.0, 1500.0, 0.1)) is not None
+
+
+def test_a_rejoined_turn_is_judged_unfinished_on_its_last_segment_alone() -> None:
+    ep = Endpointer(speculative=True, use_model=False, incomplete_ms=INCOMPLETE_MS)
+    ep.on_speech_started()
+    ep.on_speech_stopped(1700.0)
+    ep.on_segment(_seg("What is three plus", 600.0, 1800.0, 0.1), respond=True)
+    ep.on_speech_started()
+    ep.on_speech_stopped(3000.0)
+    second = _seg("4.", 2600.0, 3100.0, 0.2)
+    joined = ep.joined(second)
+    assert joined is not None
+    # the whole-clip decode trailed off into "or", the segment alone said "4.": not unfinished
+    garbled = dataclasses.replace(joined, text="What is free plus? Or?")
+    assert ep.on_segment(garbled, respond=True, alone="4.") == [Speculate("What is free plus? Or?")]
+    assert silence(ep, SILENCE_MS) == [Confirm("What is free plus? Or?", 3000.0)]

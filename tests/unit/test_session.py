@@ -764,3 +764,29 @@ def test_the_turn_model_runs_only_where_its_answer_can_come_before_the_silence_f
 
     run(main(), 10)
     assert (len(fakes.turn.calls) > 0) is model_runs
+
+
+def test_a_turn_of_two_segments_is_transcribed_again_as_one_clip(run: Run, make_fakes: MakeFakes) -> None:
+    # segment one, segment two, then both again as one clip (stt.rejoin)
+    fakes = make_fakes(
+        stt=FakeStt(["what is the capital", "of france", "what is the capital of France"]),
+        llm=FakeLlm([tokens("Paris.")] * 3),
+        turn=FakeTurn(0.1),  # never sure: the 800 ms silence fallback confirms
+    )
+
+    async def main() -> None:
+        async with running(fakes, make_config(silence_ms=800)) as (session, log):
+            await speak(session, 320)
+            await pause(session, 480)  # a segment ends (and its padding with it), the turn does not
+            await speak(session, 320)
+            await pause(session, 1200)
+            _, transcript = await log.wait_type(InputTranscriptDone)
+            await log.wait_type(ResponseDone)
+            assert transcript.text == "what is the capital of France"
+            assert session.turn.rejoined == 1
+            first, second, whole = (c.samples for c in fakes.stt.calls.items)
+            # the clip: the first segment, the gap between them as silence, the second
+            assert whole > first + second
+            assert [m.content for m in session.history.messages("") if m.role == "user"] == ["what is the capital of France"]
+
+    run(main(), 20)

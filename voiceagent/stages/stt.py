@@ -171,6 +171,13 @@ class SttStage(Stage):
             return
         await self.emit(event)
 
+    async def decode_clip(self, audio: Float32Array) -> str | None:
+        """Transcribe ``audio`` as a final would be (its priority, the loop guard); None when the
+        decode failed.  For the turn stage, which transcribes a turn of several segments again
+        as one clip.  Cancellation: the decode is dropped if it has not started."""
+        text, failure = await self._decode(audio)
+        return None if failure is not None else text
+
     def _segment_audio(self, start_ms: float, speech_end_ms: float) -> Float32Array:
         """Segment audio up to ``speech_end_ms`` plus the tail; a tail not received yet is silence."""
         audio = int16_to_float(self._slice(start_ms, speech_end_ms + _TAIL_MS))
