@@ -30,7 +30,7 @@ from typing import Protocol
 
 import numpy as np
 
-from voiceagent.audio import Float32Array
+from voiceagent.audio import PIPELINE_RATE, Float32Array
 from voiceagent.backends.protocols import TurnBackend
 from voiceagent.events import Event, Silence, SpeechStarted, SpeechStopped, TranscriptSegment, TurnConfirmed, UserTurn
 from voiceagent.pipeline import Channel, Stage, StageContext, run_in
@@ -122,7 +122,7 @@ class Endpointer:
         parts: list[Float32Array] = []
         end = start
         for (a, b), audio in zip([*self._spans, (seg.start_ms, seg.end_ms)], [*self._audio, seg.audio], strict=True):
-            gap = int(max(0.0, a - end) * 16)  # 16 samples per ms
+            gap = int(max(0.0, a - end) * PIPELINE_RATE / 1000)
             if gap:
                 parts.append(np.zeros(gap, dtype=np.float32))
             parts.append(audio)
@@ -158,7 +158,7 @@ class Endpointer:
             self._speculating = True
             out.append(Speculate(self.text))
         if self.use_model:
-            audio = np.concatenate(self._audio)[-16000 * _TURN_AUDIO_S :]
+            audio = np.concatenate(self._audio)[-PIPELINE_RATE * _TURN_AUDIO_S :]
             out.append(RunTurnModel(audio))
         return out
 
@@ -173,14 +173,11 @@ class Endpointer:
     def _check(self, complete_ms: float, silence_ms: float, threshold: float) -> list[Action]:
         if not (self._paused and self._transcribed and self.text):
             return []
-        if self._unfinished():
-            if self._silence < max(silence_ms, self.incomplete_ms):
-                return []
-            action = Confirm(self.text, self._speech_end_ms)
-            self._reset()
-            return [action]
-        complete = self._prob is not None and self._prob >= threshold
-        if self._silence >= silence_ms or (complete and self._silence >= complete_ms):
+        # Unfinished words: the model's "complete" does not count, and the fallback waits longer.
+        unfinished = self._unfinished()
+        complete = not unfinished and self._prob is not None and self._prob >= threshold
+        fallback_ms = max(silence_ms, self.incomplete_ms) if unfinished else silence_ms
+        if self._silence >= fallback_ms or (complete and self._silence >= complete_ms):
             action = Confirm(self.text, self._speech_end_ms)
             self._reset()
             return [action]
@@ -298,11 +295,9 @@ class TurnStage(Stage):
         elif isinstance(event, TranscriptSegment):
             self._marks["transcript_final"] = event.t
             ep.speculative = self._speculative and self._may_speculate()
-            joined = ep.joined(event) if self._rejoin is not None and event.text.strip() else None
-            text = await self._rejoin(joined.audio) if self._rejoin is not None and joined is not None else None
-            if joined is not None and text:
-                self.rejoined += 1
-                actions = ep.on_segment(dataclasses.replace(joined, text=text), self._respond(), alone=event.text)
+            rejoined = await self._rejoined(event)
+            if rejoined is not None:
+                actions = ep.on_segment(rejoined, self._respond(), alone=event.text)
             else:
                 actions = ep.on_segment(event, self._respond())
         elif isinstance(event, Silence):
@@ -310,6 +305,18 @@ class TurnStage(Stage):
         else:
             actions = []
         await self._apply(actions)
+
+    async def _rejoined(self, seg: TranscriptSegment) -> TranscriptSegment | None:
+        """``seg`` joined with the turn's earlier segments and transcribed again as one clip; None
+        when there is nothing to join, rejoining is off, or the decode failed or heard nothing."""
+        joined = self.endpointer.joined(seg) if self._rejoin is not None and seg.text.strip() else None
+        if self._rejoin is None or joined is None:
+            return None
+        text = await self._rejoin(joined.audio)
+        if not text:
+            return None
+        self.rejoined += 1
+        return dataclasses.replace(joined, text=text)
 
     async def _apply(self, actions: list[Action]) -> None:
         for action in actions:
