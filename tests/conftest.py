@@ -20,6 +20,8 @@ from typing import Any, TypeVar
 
 import pytest
 
+from tests.profile import profile_config
+
 ROOT = Path(__file__).resolve().parent.parent
 T = TypeVar("T")
 SCALE = float(os.environ.get("VOICEAGENT_TEST_TIMEOUT_SCALE", "1"))
@@ -51,9 +53,8 @@ def fixture_specs() -> dict[str, Any]:
 @pytest.fixture(scope="session")
 def engines() -> Iterator[Any]:
     from voiceagent.backends.registry import load_engines, warm_up
-    from voiceagent.config import Config
 
-    config = Config()
+    config = profile_config()
     eng = load_engines(config)
     warm_up(eng, config)
     yield eng

@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import itertools
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from voiceagent.backends.protocols import Message, ToolCall
+from voiceagent.backends.protocols import Message, ToolCall, example_messages
 from voiceagent.text import cut_to_fraction
 
 __all__ = [
@@ -215,8 +216,17 @@ class History:
     def last_id(self) -> str | None:
         return self.items[-1].id if self.items else None
 
-    def messages(self, instructions: str, *, pending_user: str | None = None, gen: int = -1, max_chars: int = 6000) -> list[Message]:
-        """The prompt: system, history (empty assistant turns skipped), then the pending user text.
+    def messages(
+        self,
+        instructions: str,
+        *,
+        pending_user: str | None = None,
+        gen: int = -1,
+        max_chars: int = 6000,
+        examples: Sequence[tuple[str, str]] = (),
+    ) -> list[Message]:
+        """The prompt: system, the ``examples`` (user, assistant) exchanges, history (empty
+        assistant turns skipped), then the pending user text.
 
         A user item that belongs to generation ``gen`` is left out when ``pending_user`` carries
         the same turn (a speculative answer may start before or after the turn is committed).
@@ -255,7 +265,7 @@ class History:
             msgs.pop(0)
             while len(msgs) > 1 and msgs[0].role == "tool":  # never a result without its call
                 msgs.pop(0)
-        return [Message("system", instructions), *msgs]
+        return [Message("system", instructions), *example_messages(examples), *msgs]
 
     def _same_turn(self, n: int, item: FunctionCallItem) -> bool:
         before = self.items[n - 1] if n > 0 else None

@@ -243,7 +243,10 @@ class ReplyController:
         choice = reply.tool_choice if reply is not None and reply.tool_choice is not None else settings.tool_choice
         if choice not in ("auto", "none", "required") and all(t.name != choice for t in tools):
             choice = "auto"
-        messages = self._history.messages(instructions, pending_user=turn.text, gen=turn.gen)
+        # The examples show the reply style of the server's instructions; a response with its own
+        # instructions, or one that may call a tool, is prompted without them.
+        examples = settings.examples if not (reply and reply.instructions) and not tools else ()
+        messages = self._history.messages(instructions, pending_user=turn.text, gen=turn.gen, examples=examples)
         if messages and messages[-1].role == "tool":
             # Answering from tool results, not from the user's words.  Without a word on what to
             # do with them, the 0.5B model mostly writes another call (often as text, which would

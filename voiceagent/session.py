@@ -210,7 +210,12 @@ class Session:
     # ------------------------------------------------------------------ transport API
 
     def update(self, **changes: Any) -> SessionSettings:
-        """Change session settings (fields of :class:`SessionSettings`); returns the new ones."""
+        """Change session settings (fields of :class:`SessionSettings`); returns the new ones.
+
+        New ``instructions`` drop the server's reply examples (they were written for its own
+        instructions) unless ``examples`` is given too."""
+        if "instructions" in changes and changes["instructions"] != self.settings.instructions:
+            changes.setdefault("examples", ())
         self.settings = dataclasses.replace(self.settings, **changes)
         return self.settings
 

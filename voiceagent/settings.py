@@ -39,6 +39,10 @@ class SessionSettings:
     """``auto``, ``none``, ``required`` or the name of one of ``tools``."""
     audio: bool = True
     """``output_modalities``: ["audio"] (speech, with its transcript) or ["text"] (False)."""
+    examples: tuple[tuple[str, str], ...] = ()
+    """(user, assistant) exchanges shown after the system message (``llm.examples``).  They belong
+    to the server's instructions: :meth:`voiceagent.session.Session.update` drops them when a
+    client changes the instructions."""
 
 
 def settings_from_config(config: Config) -> SessionSettings:
@@ -54,4 +58,5 @@ def settings_from_config(config: Config) -> SessionSettings:
         max_output_tokens=config.llm.max_tokens,
         temperature=config.llm.temperature,
         voice=config.tts.model,
+        examples=config.llm.example_pairs,
     )

@@ -16,8 +16,8 @@ import urllib.request
 from typing import IO
 
 from tests.conftest import SCALE
+from tests.profile import profile_config
 from voiceagent.backends.llama_cpp import gguf_path
-from voiceagent.config import Config
 
 
 def free_port() -> int:
@@ -30,7 +30,7 @@ class LlamaCppServer:
     """Start with :meth:`start`, stop with :meth:`kill` (SIGKILL: a crash) or :meth:`stop`."""
 
     def __init__(self, model: str = "qwen2.5-0.5b") -> None:
-        self.model_path = gguf_path(model, Config().cache_path)
+        self.model_path = gguf_path(model, profile_config().cache_path)
         self.port = free_port()
         self.proc: subprocess.Popen[bytes] | None = None
         self._log: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115 - lives as long as the server; closed in stop()

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from tests.profile import profile_config
 from voiceagent.audio import read_wav, write_wav
 from voiceagent.config import Config, ServerConfig
 from voiceagent.history import AssistantItem
@@ -103,7 +104,7 @@ def _save(png: bytes, name: str) -> None:
 
 
 def _config(*, long_replies: bool = False) -> Config:
-    cfg = dataclasses.replace(Config(), server=ServerConfig(port=0))
+    cfg = dataclasses.replace(profile_config(), server=ServerConfig(port=0))
     if long_replies:
         # The agent must still be talking when the interruption comes, however slow the machine is today.
         story = "You are a storyteller. Always answer with a long story of at least six sentences."

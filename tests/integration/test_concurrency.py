@@ -20,7 +20,8 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
 
 from tests.integration.rt_client import WIRE_RATE, Recorder, send_paced, wire_audio
-from voiceagent.config import Config, load_config
+from tests.profile import profile_config
+from voiceagent.config import Config
 from voiceagent.replay import speech_turns
 from voiceagent.transports.server import VoiceAgentServer
 
@@ -38,7 +39,7 @@ QUESTIONS = {
 
 
 def _config(**overrides: str) -> Config:
-    return load_config(env={}, overrides={"server.port": "0", "server.max_sessions": "8", **overrides})
+    return profile_config({"server.port": "0", "server.max_sessions": "8", **overrides})
 
 
 def _aligned(paths: list[Path], lead_s: float = 0.3) -> list[np.ndarray[Any, Any]]:

@@ -12,7 +12,7 @@ from websockets.asyncio.client import connect
 
 from tests.faults import Faults, inject
 from tests.integration.rt_client import Recorder, send_paced, wire_audio
-from voiceagent.config import load_config
+from tests.profile import profile_config
 from voiceagent.transports.server import VoiceAgentServer
 
 pytestmark = pytest.mark.models
@@ -27,7 +27,7 @@ def test_a_backend_failing_mid_turn_is_reported_and_the_next_turn_works(
     # The turn model runs only when its answer could come before the silence fallback's: with
     # the default 500 ms fallback this machine skips it, so its case waits longer for silence.
     silence = {"turn.silence_ms": "2000"} if kind == "turn" else {}
-    config = load_config(env={}, overrides={"server.port": "0", **silence})
+    config = profile_config({"server.port": "0", **silence})
 
     async def main() -> list[dict[str, Any]]:
         async with VoiceAgentServer(config, faulty) as server:

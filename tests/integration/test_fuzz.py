@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from voiceagent.config import load_config
+from tests.profile import profile_config
 from voiceagent.transports.server import VoiceAgentServer
 
 pytestmark = pytest.mark.models
@@ -47,7 +47,7 @@ def test_fuzzer_run_no_crash_no_1011_errors_for_bad_messages_and_a_good_session_
     engines: Any, speech: dict[str, Path], run: Any, tmp_path: Path
 ) -> None:
     assert speech  # the good session's questions exist before the fuzzer looks for them
-    config = load_config(env={}, overrides={"server.port": "0", "server.max_sessions": "12"})
+    config = profile_config({"server.port": "0", "server.max_sessions": "12"})
     errors = _Errors()
     logging.getLogger().addHandler(errors)
 

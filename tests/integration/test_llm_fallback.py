@@ -16,12 +16,12 @@ from websockets.asyncio.client import connect
 from tests.faults import Faults, FaultyLlm
 from tests.integration.llm_server import LlamaCppServer, SlowProxy
 from tests.integration.rt_client import Recorder, scrape
+from tests.profile import profile_config
 from voiceagent.backends.fallback import BreakerState, FallbackLlm
 from voiceagent.backends.llm_pool import LlmPool
 from voiceagent.backends.openai_llm import OpenAiLlm
 from voiceagent.backends.protocols import LlmRequest, Message
 from voiceagent.backends.registry import load_llm
-from voiceagent.config import load_config
 from voiceagent.transports.server import VoiceAgentServer
 
 pytestmark = pytest.mark.models
@@ -42,7 +42,7 @@ def test_a_server_stopped_mid_conversation_hands_its_turns_to_the_fallback_until
     clock = Clock()
     primary = OpenAiLlm(llm_server.base_url, "qwen", first_token_timeout_s=10.0)
     llm = FallbackLlm(primary, engines.llm, first_token_budget_s=10.0, failures=2, reset_s=30.0, clock=clock)
-    config = load_config(env={}, overrides={"server.port": "0", "llm.backend": "openai"})
+    config = profile_config({"server.port": "0", "llm.backend": "openai"})
     mixed = dataclasses.replace(engines, llm=llm)
     # (question, a word the reply must contain, the engine that must answer, why)
     script = [
@@ -148,9 +148,7 @@ def test_an_in_process_primary_hands_failed_and_late_turns_to_a_second_pool_and_
     (one context) behind the breaker, a second real pool as the fallback.  A model failure (the
     fault injector) and a turn that waits past its budget because the primary's only context is
     busy both go to the fallback; a barge-in closes the primary's generation inside the engine."""
-    config = load_config(
-        env={}, overrides={"server.port": "0", "llm.fallback": "llama_cpp", "llm.contexts": "1", "llm.fallback_contexts": "1"}
-    )
+    config = profile_config({"server.port": "0", "llm.fallback": "llama_cpp", "llm.contexts": "1", "llm.fallback_contexts": "1"})
     llm, pools = load_llm(config)
     assert isinstance(llm, FallbackLlm) and [type(p) for p in pools] == [LlmPool, LlmPool]
     primary_pool, fallback_pool = pools

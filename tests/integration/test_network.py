@@ -24,7 +24,7 @@ from websockets.exceptions import InvalidStatus
 from websockets.typing import Origin, Subprotocol
 
 from tests.integration.rt_client import Recorder
-from voiceagent.config import load_config
+from tests.profile import profile_config
 from voiceagent.transports.server import VoiceAgentServer
 
 pytestmark = pytest.mark.models
@@ -33,7 +33,7 @@ TOKEN = "s3cret-token"
 
 
 def config(**server: Any) -> Any:
-    return load_config(env={}, overrides={"server.port": "0", **{f"server.{k}": str(v) for k, v in server.items()}})
+    return profile_config({"server.port": "0", **{f"server.{k}": str(v) for k, v in server.items()}})
 
 
 def http_get(url: str, context: ssl.SSLContext | None = None) -> tuple[int, str]:

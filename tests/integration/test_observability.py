@@ -23,8 +23,8 @@ from websockets.exceptions import InvalidStatus
 
 from tests.faults import Faults, inject
 from tests.integration.rt_client import Recorder, scrape, send_paced, wire_audio
+from tests.profile import profile_config
 from voiceagent.backends.llm_pool import LlmPool
-from voiceagent.config import load_config
 from voiceagent.session import QUEUES
 from voiceagent.transports.server import VoiceAgentServer
 
@@ -47,7 +47,7 @@ def test_metrics_turn_log_and_spans_describe_a_good_turn_a_failed_one_and_a_refu
     engines: Any, speech: dict[str, Path], run: Any, caplog: pytest.LogCaptureFixture, spans: InMemorySpanExporter
 ) -> None:
     faults = Faults()
-    config = load_config(env={}, overrides={"server.port": "0", "server.auth_tokens": TOKEN})
+    config = profile_config({"server.port": "0", "server.auth_tokens": TOKEN})
     caplog.set_level(logging.INFO, logger="voiceagent.session")
 
     async def main() -> tuple[dict[str, float], dict[str, float]]:
@@ -136,7 +136,7 @@ def engines_model(engines: Any) -> str:
 def test_a_client_that_vanishes_mid_reply_leaves_no_task_thread_session_or_context_behind(
     engines: Any, speech: dict[str, Path], run: Any
 ) -> None:
-    config = load_config(env={}, overrides={"server.port": "0"})
+    config = profile_config({"server.port": "0"})
     pool = engines.llm
     assert isinstance(pool, LlmPool)
 

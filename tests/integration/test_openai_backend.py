@@ -16,9 +16,9 @@ from websockets.asyncio.client import connect
 
 from tests.integration.llm_server import LlamaCppServer, free_port
 from tests.integration.rt_client import Recorder
+from tests.profile import profile_config
 from voiceagent.backends.openai_llm import OpenAiLlm
 from voiceagent.backends.protocols import LlmRequest, Message
-from voiceagent.config import load_config
 from voiceagent.errors import EngineError
 from voiceagent.transports.server import VoiceAgentServer
 
@@ -82,7 +82,7 @@ def test_cancelling_mid_stream_closes_it_and_the_server_stops_generating(llm_ser
 def test_a_server_killed_mid_reply_fails_the_turn_clearly_and_the_session_lives(engines: Any, run: Any) -> None:
     llm_server = LlamaCppServer().start()
     llm = OpenAiLlm(llm_server.base_url, "qwen", first_token_timeout_s=10.0)
-    config = load_config(env={}, overrides={"server.port": "0", "llm.backend": "openai", "llm.max_tokens": "400"})
+    config = profile_config({"server.port": "0", "llm.backend": "openai", "llm.max_tokens": "400"})
     mixed = dataclasses.replace(engines, llm=llm)
 
     async def main() -> None:

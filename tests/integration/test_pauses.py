@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from voiceagent.config import Config, TurnConfig
+from tests.profile import profile_config
 from voiceagent.session import Session
 from voiceagent.talk.console import Console
 from voiceagent.talk.conversation import Conversation, TalkResult
@@ -24,7 +24,8 @@ pytestmark = pytest.mark.models
 
 def _talk(engines: Any, run: Any, wav: Path, out: Path, incomplete_ms: int) -> tuple[TalkResult, str, int]:
     """The talk's result, what it printed, and how many turns were transcribed again as one clip."""
-    config = dataclasses.replace(Config(), turn=dataclasses.replace(TurnConfig(), incomplete_ms=incomplete_ms))
+    base = profile_config()
+    config = dataclasses.replace(base, turn=dataclasses.replace(base.turn, incomplete_ms=incomplete_ms))
     printed = io.StringIO()
     rejoined: list[int] = []
 
@@ -48,8 +49,8 @@ def _talk(engines: Any, run: Any, wav: Path, out: Path, incomplete_ms: int) -> t
 def test_a_long_pause_after_an_unfinished_word_is_not_the_end_of_the_turn(
     engines: Any, speech: dict[str, Path], run: Any, tmp_path: Path
 ) -> None:
-    assert Config().turn.incomplete_ms > 800  # the fixture's pause (0.8 s) is within the default
-    result, printed, rejoined = _talk(engines, run, speech["pause_unfinished"], tmp_path / "a.wav", Config().turn.incomplete_ms)
+    assert profile_config().turn.incomplete_ms > 800  # the fixture's pause (0.8 s) is within the default
+    result, printed, rejoined = _talk(engines, run, speech["pause_unfinished"], tmp_path / "a.wav", profile_config().turn.incomplete_ms)
     users = [t.text.lower() for t in result.turns if t.role == "user"]
     assert len(users) == 1 and "capital" in users[0] and "germany" in users[0], printed
     assert rejoined == 1  # its two segments were transcribed again as one clip (stt.rejoin)

@@ -13,14 +13,15 @@ import pytest
 from websockets.asyncio.client import connect
 
 from tests.integration.rt_client import WIRE_RATE, Recorder, send_paced, wire_audio
-from voiceagent.config import Config, load_config
+from tests.profile import profile_config
+from voiceagent.config import Config
 from voiceagent.transports.server import VoiceAgentServer
 
 pytestmark = pytest.mark.models
 
 
 def _config(**overrides: str) -> Config:
-    return load_config(env={}, overrides={"server.port": "0", **overrides})
+    return profile_config({"server.port": "0", **overrides})
 
 
 async def _connected(server: VoiceAgentServer) -> tuple[Any, Recorder, asyncio.Task[None]]:

@@ -18,9 +18,9 @@ import numpy as np
 import pytest
 
 from tests.conftest import ROOT, make_fixtures
+from tests.profile import profile_config
 from voiceagent.audio import read_wav
 from voiceagent.backends.whisper import WhisperStt
-from voiceagent.config import Config
 from voiceagent.stt_guard import check
 
 pytestmark = pytest.mark.models
@@ -56,7 +56,7 @@ def _clip(voice: str, wpm: int, lead_s: float, tail_s: float, keep_s: float | No
 
 @pytest.fixture(scope="module", params=["whisper-tiny", "whisper-base"])
 def model(request: pytest.FixtureRequest) -> Iterator[tuple[str, WhisperStt]]:
-    backend = WhisperStt(request.param, Config().cache_path, threads=1, beam_size=1)
+    backend = WhisperStt(request.param, profile_config().cache_path, threads=1, beam_size=1)
     yield request.param, backend
     backend.executor.shutdown(wait=False)
 

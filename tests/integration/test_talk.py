@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from tests.profile import profile_config
 from voiceagent.audio import read_wav, resample, write_wav
 from voiceagent.config import Config, ServerConfig
 from voiceagent.history import AssistantItem
@@ -77,7 +78,7 @@ def _barge_in_file(speech: dict[str, Path], path: Path) -> Path:
 
 
 def _server_config() -> Config:
-    return dataclasses.replace(Config(), server=ServerConfig(port=0))
+    return dataclasses.replace(profile_config(), server=ServerConfig(port=0))
 
 
 # ---------------------------------------------------------------------- no sound card
@@ -151,7 +152,7 @@ def test_talk_in_process(engines: Any, speech: dict[str, Path], run: Callable[..
         speaker = FileSpeaker(out, engines.tts.sample_rate)
         speaker.start()
         try:
-            async with Session(engines, Config()) as session:
+            async with Session(engines, profile_config()) as session:
                 return await talk_local(session, mic, Conversation(speaker, Console(printed, live=False)))
         finally:
             await speaker.close()
@@ -196,7 +197,7 @@ def test_talk_barge_in_in_process(engines: Any, speech: dict[str, Path], run: Ca
         speaker = FileSpeaker(tmp_path / "out.wav", engines.tts.sample_rate)
         speaker.start()
         try:
-            async with Session(engines, Config()) as session:
+            async with Session(engines, profile_config()) as session:
                 result = await talk_local(session, mic, Conversation(speaker, Console(printed, live=False)))
                 cut = result.truncations[0] if result.truncations else None
                 return result, session.history.find(cut.item_id) if cut else None

@@ -24,6 +24,7 @@ import numpy as np
 import pytest
 
 from tests.integration.rt_client import WIRE_RATE, wire_audio
+from tests.profile import profile_config
 from voiceagent.config import Config, ServerConfig, ToolsConfig
 from voiceagent.replay import speech_turns
 from voiceagent.session import Session
@@ -45,7 +46,7 @@ PARIS_WEATHER = "It is 18 degrees and sunny in Paris."
 
 
 def _config() -> Config:
-    return dataclasses.replace(Config(), server=ServerConfig(port=0))
+    return dataclasses.replace(profile_config(), server=ServerConfig(port=0))
 
 
 async def _say(conn: Any, wav: Path) -> None:
@@ -145,7 +146,7 @@ def test_talk_with_the_builtin_time_tool_says_the_time(
 ) -> None:
     out = tmp_path / "answer.wav"
     printed = io.StringIO()
-    config = dataclasses.replace(Config(), tools=ToolsConfig(builtin=True))
+    config = dataclasses.replace(profile_config(), tools=ToolsConfig(builtin=True))
 
     async def scenario() -> TalkResult:
         mic = FileMicrophone(speech["what_time"])

@@ -23,6 +23,7 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
+from tests.profile import profile_config
 from voiceagent.audio import read_wav, resample
 from voiceagent.config import Config, PlayoutConfig, ServerConfig
 from voiceagent.history import AssistantItem, UserItem
@@ -50,7 +51,7 @@ FakeTwilioCall = twilio_call.FakeTwilioCall
 
 
 def _config(*, lead_ms: int | None = None, **server: Any) -> Config:
-    cfg = dataclasses.replace(Config(), server=ServerConfig(port=0, **server))
+    cfg = dataclasses.replace(profile_config(), server=ServerConfig(port=0, **server))
     if lead_ms is None:
         return cfg
     # Barge-in: a long reply, so the agent is still talking when the caller interrupts.
@@ -114,7 +115,7 @@ def test_twilio_barge_in_clears_and_cuts_history_to_played_audio(engines: Any, s
     question, q_rate = read_wav(speech["long_story"])
     interruption, i_rate = read_wav(speech["capital"])
     onset_s, speech_end_s = speech_turns(interruption, i_rate)[0]  # the fixture has silence around its speech
-    barge_in_s = Config().vad.barge_in_ms / 1000.0
+    barge_in_s = profile_config().vad.barge_in_ms / 1000.0
 
     async def scenario() -> dict[str, Any]:
         # A long playout lead: the phone holds audio it has not played yet when the caller barges

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from tests.conftest import SCALE
+from tests.profile import profile_config
 from voiceagent.backends.protocols import LlmRequest, Message
-from voiceagent.config import load_config
 from voiceagent.replay import replay_file, summarize
 from voiceagent.transports.server import VoiceAgentServer
 
@@ -44,7 +44,7 @@ def _ms_per_token(engines: Any, run: Any) -> float:
 
 
 def test_few_turns_stay_within_a_generous_bound_and_stream(engines: Any, speech: dict[str, Path], run: Any) -> None:
-    config = load_config(env={}, overrides={"server.port": "0", "llm.instructions": "Answer in two short sentences."})
+    config = profile_config({"server.port": "0", "llm.instructions": "Answer in two short sentences."})
 
     async def scenario() -> list[Any]:
         async with VoiceAgentServer(config, engines) as server:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from voiceagent.config import Config, load_config
+from voiceagent.config import DEFAULT_EXAMPLES, Config, load_config, parse_examples
 from voiceagent.errors import ConfigError, VoiceAgentError
 
 
@@ -204,7 +204,7 @@ def _endpointing(cfg: Config) -> tuple[object, ...]:
 
 @pytest.mark.parametrize(
     ("profile", "stt", "llm"),
-    [("fast", "whisper-tiny", "qwen2.5-0.5b"), ("balanced", "whisper-base", "qwen2.5-0.5b"), ("quality", "whisper-base", "qwen2.5-1.5b")],
+    [("fast", "whisper-tiny", "qwen2.5-0.5b"), ("balanced", "whisper-tiny", "qwen2.5-1.5b"), ("quality", "whisper-base", "qwen2.5-1.5b")],
 )
 def test_the_cpu_profiles_choose_their_models_from_a_flag_the_file_or_the_environment(
     tmp_path: Path, profile: str, stt: str, llm: str
@@ -242,7 +242,7 @@ def test_the_users_own_keys_win_over_a_cpu_profiles(tmp_path: Path) -> None:
     assert _endpointing(cfg) == (200, 700, 400, 0.5)  # the environment and the file win; the rest is the profile's
     # A flag's profile replaces the file's, and the file's own keys still win over it.
     cfg = load_config(path, env={}, overrides={"profile": "balanced"})
-    assert (cfg.profile, cfg.stt.model, cfg.llm.model) == ("balanced", "whisper-base", "smollm2-135m")
+    assert (cfg.profile, cfg.stt.model, cfg.llm.model) == ("balanced", "whisper-tiny", "smollm2-135m")  # quality's STT is base
 
 
 def test_an_unknown_profile_or_device_is_one_clear_error() -> None:
@@ -260,3 +260,27 @@ def test_the_fallback_engine_follows_the_backend() -> None:
     assert load_config(env={}).llm.fallback_backend is None  # the embedded model needs no fallback to itself
     assert load_config(env={}, overrides={"llm.backend": "openai"}).llm.fallback_backend == "llama_cpp"
     assert load_config(env={}, overrides={"llm.backend": "vllm", "llm.fallback": "none"}).llm.fallback_backend is None
+
+
+def test_reply_examples_are_user_and_assistant_lines_taking_turns(tmp_path: Path) -> None:
+    path = write(tmp_path, '[llm]\nexamples = """\nUser: Hi, I am Bo.\n\nassistant:  Hello, Bo!\nUser: Bye.\nAssistant: Bye!\n"""\n')
+    assert load_config(path, env={}).llm.example_pairs == (("Hi, I am Bo.", "Hello, Bo!"), ("Bye.", "Bye!"))
+    assert load_config(env={}, overrides={"llm.examples": ""}).llm.example_pairs == ()
+    assert Config().llm.example_pairs == ()  # off by default (measured: see DEFAULT_EXAMPLES)
+    assert len(parse_examples(DEFAULT_EXAMPLES)) == 3
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("Assistant: Hello!", "line 1: User and Assistant lines must take turns, User first"),
+        ("User: Hi.\nUser: Hi again.", "line 2: User and Assistant lines must take turns"),
+        ("User: Hi.", "the last User line has no Assistant line"),
+        ("User: Hi.\nBot: Hello.", "line 2 must be 'User: ...' or 'Assistant: ...'"),
+        ("User: Hi.\nAssistant:", "line 2 must be 'User: ...' or 'Assistant: ...' with some words"),
+    ],
+)
+def test_malformed_reply_examples_are_one_clear_error_naming_the_line(text: str, says: str) -> None:
+    with pytest.raises(ConfigError, match=r"llm\.examples") as info:
+        load_config(env={}, overrides={"llm.examples": text})
+    assert says in str(info.value)

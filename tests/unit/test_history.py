@@ -190,6 +190,23 @@ def test_the_pending_user_text_is_kept_even_when_alone_over_the_limit() -> None:
     assert msgs == [Message("system", "sys"), Message("user", "x" * 50)]
 
 
+def test_examples_follow_the_system_message_and_are_never_dropped_for_length() -> None:
+    h = History()
+    for i in range(10):
+        h.add_user(f"{i}" * 100)
+    examples = (("I'm Alex.", "Nice to meet you, Alex!"), ("Hi.", "Hello!"))
+    msgs = h.messages("sys", pending_user="p" * 100, max_chars=350, examples=examples)
+    assert msgs[:5] == [
+        Message("system", "sys"),
+        Message("user", "I'm Alex."),
+        Message("assistant", "Nice to meet you, Alex!"),
+        Message("user", "Hi."),
+        Message("assistant", "Hello!"),
+    ]
+    # like the system message, the examples do not count against the history's length
+    assert [m.content for m in msgs[5:]] == ["8" * 100, "9" * 100, "p" * 100]
+
+
 def test_ids_are_unique_with_their_prefix() -> None:
     ids = {new_id("item") for _ in range(100)}
     assert len(ids) == 100

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
@@ -17,10 +18,10 @@ from typing import Any
 
 import pytest
 
-from voiceagent.backends.protocols import Message
+from voiceagent.backends.protocols import Message, example_messages
 from voiceagent.capacity import TurnCost
 from voiceagent.clock import VirtualClock
-from voiceagent.config import Config, PlayoutConfig, SttConfig, TurnConfig, VadConfig
+from voiceagent.config import DEFAULT_EXAMPLES, Config, PlayoutConfig, SttConfig, TurnConfig, VadConfig, parse_examples
 from voiceagent.errors import ProtocolError
 from voiceagent.events import (
     AudioDelta,
@@ -53,6 +54,9 @@ MakeFakes = Callable[..., FakeEngines]
 
 CHUNK_S = 0.125  # playout chunk and fake TTS word length
 INSTRUCTIONS = Config().llm.instructions
+# The head of every prompt of a session on the default config: the instructions (and the reply
+# examples, none by default).
+PROMPT_HEAD = (Message("system", INSTRUCTIONS), *example_messages(Config().llm.example_pairs))
 
 
 def make_config(*, lead_ms: int = 2000, silence_ms: int = 320, complete_ms: int = 160, partials: bool = False) -> Config:
@@ -164,7 +168,7 @@ def test_speech_then_silence_gets_an_answer(run: Run, make_fakes: MakeFakes) -> 
 
             # the backends were called as expected, each in its own executor
             [call] = fakes.llm.calls.items
-            assert call.messages == (Message("system", INSTRUCTIONS), Message("user", "what is the weather"))
+            assert call.messages == (*PROMPT_HEAD, Message("user", "what is the weather"))
             assert fakes.tts.calls.items == ["It is sunny.", "Take a hat."]
             [stt] = fakes.stt.calls.items
             # the segment with 96 ms of prefix padding and 96 ms of tail: 64..576 ms
@@ -348,7 +352,7 @@ def test_barge_in_clears_playback_and_cancels_the_response(run: Run, make_fakes:
     assert r.second_done.status is ResponseStatus.COMPLETED
     assert r.second_done.text == assistant2.text == "Okay."
     assert r.prompts[1].messages == (
-        Message("system", INSTRUCTIONS),
+        *PROMPT_HEAD,
         Message("user", "tell me a story"),
         Message("assistant", assistant1.text),
         Message("user", "stop please"),
@@ -443,7 +447,7 @@ def test_llm_failure_fails_the_response_and_the_next_turn_is_answered(run: Run, 
             assert answered.text == "Second answer."
             # the failed (empty) answer is not in the next prompt
             assert fakes.llm.calls.items[1].messages == (
-                Message("system", INSTRUCTIONS),
+                *PROMPT_HEAD,
                 Message("user", "first question"),
                 Message("user", "second question"),
             )
@@ -536,7 +540,7 @@ def test_manual_mode_commit_then_create_response(run: Run, make_fakes: MakeFakes
             assert done.status is ResponseStatus.COMPLETED
             assert done.text == "Manual reply."
             [call] = fakes.llm.calls.items
-            assert call.messages == (Message("system", INSTRUCTIONS), Message("user", "manual words"))
+            assert call.messages == (*PROMPT_HEAD, Message("user", "manual words"))
 
     run(main(), 20)
 
@@ -582,6 +586,50 @@ def test_text_items_and_create_response_with_instructions(run: Run, make_fakes: 
             )
 
     run(main(), 20)
+
+
+def test_the_reply_examples_go_with_the_servers_instructions_only(run: Run, make_fakes: MakeFakes) -> None:
+    """The default prompt carries the examples after the system message; new instructions from the
+    client (session.update) drop them, and a response with its own instructions has none."""
+    fakes = make_fakes(llm=FakeLlm([tokens("One."), tokens("Two."), tokens("Three.")]))
+    base = make_config()
+    config = dataclasses.replace(base, llm=dataclasses.replace(base.llm, examples=DEFAULT_EXAMPLES))
+    head = (Message("system", INSTRUCTIONS), *example_messages(parse_examples(DEFAULT_EXAMPLES)))
+
+    async def main() -> None:
+        async with running(fakes, config) as (session, log):
+            assert len(head) == 7  # system + three exchanges
+            await session.add_text("first")
+            await log.wait_type(ResponseDone, response_id=await session.create_response())
+            await session.add_text("second")
+            await log.wait_type(ResponseDone, response_id=await session.create_response(instructions="Be brief."))
+            session.update(instructions="Speak like a pirate.")
+            assert session.settings.examples == ()
+            await session.add_text("third")
+            await log.wait_type(ResponseDone, response_id=await session.create_response())
+            first, second, third = (c.messages for c in fakes.llm.calls.items)
+            assert first == (*head, Message("user", "first"))
+            assert second[:2] == (Message("system", "Be brief."), Message("user", "first"))
+            assert third[:2] == (Message("system", "Speak like a pirate."), Message("user", "first"))
+
+    run(main(), 20)
+
+
+def test_an_update_that_keeps_the_instructions_keeps_the_examples(run: Run, make_fakes: MakeFakes) -> None:
+    fakes = make_fakes()
+    base = make_config()
+    config = dataclasses.replace(base, llm=dataclasses.replace(base.llm, examples=DEFAULT_EXAMPLES))
+
+    async def main() -> None:
+        async with running(fakes, config) as (session, _):
+            before = session.settings.examples
+            assert before == parse_examples(DEFAULT_EXAMPLES)
+            session.update(instructions=INSTRUCTIONS, temperature=0.5)
+            assert session.settings.examples == before
+            session.update(instructions="Other.", examples=(("Hi.", "Ahoy!"),))
+            assert session.settings.examples == (("Hi.", "Ahoy!"),)
+
+    run(main(), 10)
 
 
 # --------------------------------------------------------------------------- (f) API edges

@@ -54,6 +54,7 @@ __all__ = [
     "Usage",
     "VadBackend",
     "VadStream",
+    "example_messages",
 ]
 
 
@@ -89,6 +90,11 @@ class Message:
     content: str
     tool_calls: tuple[ToolCall, ...] = ()
     tool_call_id: str = ""
+
+
+def example_messages(examples: Sequence[tuple[str, str]]) -> list[Message]:
+    """The user and assistant messages of ``(user, assistant)`` example exchanges, in order."""
+    return [m for user, assistant in examples for m in (Message("user", user), Message("assistant", assistant))]
 
 
 class VadStream(Protocol):

@@ -22,7 +22,7 @@ from voiceagent.audio import PIPELINE_RATE, int16_to_float, resample
 from voiceagent.backends.fallback import FallbackLlm
 from voiceagent.backends.gpu import check_gpu
 from voiceagent.backends.llm_pool import LlmPool
-from voiceagent.backends.protocols import LlmEngine, LlmRequest, Message, SttBackend, TtsBackend, TurnBackend, VadBackend
+from voiceagent.backends.protocols import LlmEngine, LlmRequest, Message, SttBackend, TtsBackend, TurnBackend, VadBackend, example_messages
 from voiceagent.capacity import TurnCost
 from voiceagent.config import Config
 from voiceagent.errors import ConfigError, MissingDependencyError, ModelError, VoiceAgentError
@@ -180,7 +180,8 @@ def warm_up(engines: Engines, config: Config) -> dict[str, float]:
         engines.turn.completion_probability(noise)
         timings["turn"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    engines.llm.prime([Message("system", config.llm.instructions), Message("user", "Hello.")])
+    examples = example_messages(config.llm.example_pairs)
+    engines.llm.prime([Message("system", config.llm.instructions), *examples, Message("user", "Hello.")])
     timings["llm"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     for _ in engines.tts.synthesize("Hello.", 1.0):

@@ -1,0 +1,57 @@
+"""A follow-up question is answered about what the turn before it was about (issue #12): "What is
+the capital of Italy?" then "And how many people live there?" must be about Rome, not Italy.
+
+Real models through the in-process talk driver, spoken by the Piper voice; the accepted and
+rejected answers are the spoken eval's own (``scripts/eval_questions.toml``), so the test and the
+eval judge alike."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import ROOT, _load_script
+from tests.profile import profile_config
+from voiceagent.session import Session
+from voiceagent.talk.console import Console
+from voiceagent.talk.conversation import Conversation, TalkResult
+from voiceagent.talk.devices import FileMicrophone, FileSpeaker
+from voiceagent.talk.local import talk_local
+
+pytestmark = pytest.mark.models
+
+eval_quality = _load_script("eval_quality")
+
+
+def _talk(engines: Any, run: Any, wav: Path, out: Path) -> tuple[TalkResult, str]:
+    printed = io.StringIO()
+
+    async def scenario() -> TalkResult:
+        mic = FileMicrophone(wav)
+        await mic.load()
+        speaker = FileSpeaker(out, engines.tts.sample_rate)
+        speaker.start()
+        try:
+            async with Session(engines, profile_config()) as session:
+                return await talk_local(session, mic, Conversation(speaker, Console(printed, live=False)))
+        finally:
+            await speaker.close()
+
+    return run(scenario(), 120), printed.getvalue()
+
+
+def test_the_follow_up_about_the_capital_is_answered_about_rome(engines: Any, speech: dict[str, Path], run: Any, tmp_path: Path) -> None:
+    questions = {q.id: q for q in eval_quality.load_questions(ROOT / "scripts" / "eval_questions.toml")}
+    lead, follow = questions["capital_italy"], questions["rome_population"]
+    assert follow.follows == lead.id
+    result, printed = _talk(engines, run, speech["piper_rome"], tmp_path / "out.wav")
+    users = [t.text for t in result.turns if t.role == "user"]
+    answers = [t.text for t in result.turns if t.role == "assistant" and t.text]
+    assert len(users) == 2 and len(answers) == 2, printed
+    assert eval_quality.answer_correct(answers[0], lead.accept, lead.reject), printed
+    # Rome, or a figure the size of Rome's; never Italy's 59-60 million
+    assert eval_quality.answer_correct(answers[1], follow.accept, follow.reject), printed
+    assert not eval_quality.echoes(users[1], answers[1]), printed
