@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import ROOT, _load_script
+from tests.conftest import ROOT, _load_script, make_fixtures
 from tests.profile import profile_config
 from voiceagent.session import Session
 from voiceagent.talk.console import Console
@@ -43,11 +43,19 @@ def _talk(engines: Any, run: Any, wav: Path, out: Path) -> tuple[TalkResult, str
     return run(scenario(), 120), printed.getvalue()
 
 
-def test_the_follow_up_about_the_capital_is_answered_about_rome(engines: Any, speech: dict[str, Path], run: Any, tmp_path: Path) -> None:
+@pytest.mark.xfail(
+    profile_config().llm.model == "qwen2.5-0.5b",
+    reason="issue #12, open: the 0.5B answers the follow-up about Italy ('Italy has a population of approximately 5 million "
+    "people.'); the 1.5B (profiles balanced and quality) answers about Rome",
+    strict=False,
+)
+def test_the_follow_up_about_the_capital_is_answered_about_rome(engines: Any, run: Any, tmp_path: Path) -> None:
     questions = {q.id: q for q in eval_quality.load_questions(ROOT / "scripts" / "eval_questions.toml")}
     lead, follow = questions["capital_italy"], questions["rome_population"]
     assert follow.follows == lead.id
-    result, printed = _talk(engines, run, speech["piper_rome"], tmp_path / "out.wav")
+    # Spoken by Piper, which the shared `speech` fixture (espeak-ng only) does not make
+    wav = make_fixtures.make(make_fixtures.FIXTURES["piper_rome"], ROOT / ".cache" / "fixtures")
+    result, printed = _talk(engines, run, wav, tmp_path / "out.wav")
     users = [t.text for t in result.turns if t.role == "user"]
     answers = [t.text for t in result.turns if t.role == "assistant" and t.text]
     assert len(users) == 2 and len(answers) == 2, printed
