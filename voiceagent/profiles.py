@@ -14,7 +14,7 @@ profile         STT                 LLM                 notes
                                                         ``turn.complete_ms`` 400, ``turn.threshold`` 0.5,
                                                         ``turn.incomplete_ms`` 1500
 ``balanced``    ``whisper-tiny``    ``qwen2.5-1.5b``    better answers (the 1.5B: about half the 0.5B's speed, about
-                                                        370 ms later to the first audio on the eval); opt-in, 1.1 GB:
+                                                        350 ms later to the first audio on the eval); opt-in, 1.1 GB:
                                                         ``VOICEAGENT_PROFILE=balanced bash scripts/setup.sh``
 ``quality``     ``whisper-base``    ``qwen2.5-1.5b``    Whisper base too (about twice tiny's decode time): no better
                                                         than tiny on the eval's synthetic voices, kept for clearer

@@ -7,40 +7,18 @@ eval judge alike."""
 
 from __future__ import annotations
 
-import io
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.conftest import ROOT, _load_script, make_fixtures
+from tests.integration.local_talk import talk_file
 from tests.profile import profile_config
-from voiceagent.session import Session
-from voiceagent.talk.console import Console
-from voiceagent.talk.conversation import Conversation, TalkResult
-from voiceagent.talk.devices import FileMicrophone, FileSpeaker
-from voiceagent.talk.local import talk_local
 
 pytestmark = pytest.mark.models
 
 eval_quality = _load_script("eval_quality")
-
-
-def _talk(engines: Any, run: Any, wav: Path, out: Path) -> tuple[TalkResult, str]:
-    printed = io.StringIO()
-
-    async def scenario() -> TalkResult:
-        mic = FileMicrophone(wav)
-        await mic.load()
-        speaker = FileSpeaker(out, engines.tts.sample_rate)
-        speaker.start()
-        try:
-            async with Session(engines, profile_config()) as session:
-                return await talk_local(session, mic, Conversation(speaker, Console(printed, live=False)))
-        finally:
-            await speaker.close()
-
-    return run(scenario(), 120), printed.getvalue()
 
 
 @pytest.mark.xfail(
@@ -55,7 +33,7 @@ def test_the_follow_up_about_the_capital_is_answered_about_rome(engines: Any, ru
     assert follow.follows == lead.id
     # Spoken by Piper, which the shared `speech` fixture (espeak-ng only) does not make
     wav = make_fixtures.make(make_fixtures.FIXTURES["piper_rome"], ROOT / ".cache" / "fixtures")
-    result, printed = _talk(engines, run, wav, tmp_path / "out.wav")
+    result, printed, _ = talk_file(engines, run, wav, tmp_path / "out.wav")
     users = [t.text for t in result.turns if t.role == "user"]
     answers = [t.text for t in result.turns if t.role == "assistant" and t.text]
     assert len(users) == 2 and len(answers) == 2, printed

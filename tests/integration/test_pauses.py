@@ -6,18 +6,14 @@ The same audio with the rule off is cut in two, which shows the test can fail.""
 from __future__ import annotations
 
 import dataclasses
-import io
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.integration.local_talk import talk_file
 from tests.profile import profile_config
-from voiceagent.session import Session
-from voiceagent.talk.console import Console
-from voiceagent.talk.conversation import Conversation, TalkResult
-from voiceagent.talk.devices import FileMicrophone, FileSpeaker
-from voiceagent.talk.local import talk_local
+from voiceagent.talk.conversation import TalkResult
 
 pytestmark = pytest.mark.models
 
@@ -26,24 +22,8 @@ def _talk(engines: Any, run: Any, wav: Path, out: Path, incomplete_ms: int) -> t
     """The talk's result, what it printed, and how many turns were transcribed again as one clip."""
     base = profile_config()
     config = dataclasses.replace(base, turn=dataclasses.replace(base.turn, incomplete_ms=incomplete_ms))
-    printed = io.StringIO()
-    rejoined: list[int] = []
-
-    async def scenario() -> TalkResult:
-        mic = FileMicrophone(wav)
-        await mic.load()
-        speaker = FileSpeaker(out, engines.tts.sample_rate)
-        speaker.start()
-        try:
-            async with Session(engines, config) as session:
-                result = await talk_local(session, mic, Conversation(speaker, Console(printed, live=False)))
-                rejoined.append(session.turn.rejoined)
-                return result
-        finally:
-            await speaker.close()
-
-    result = run(scenario(), 120)
-    return result, printed.getvalue(), rejoined[0]
+    result, printed, session = talk_file(engines, run, wav, out, config)
+    return result, printed, session.turn.rejoined
 
 
 def test_a_long_pause_after_an_unfinished_word_is_not_the_end_of_the_turn(

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from tests.integration.local_talk import talk_file
 from tests.profile import profile_config
 from voiceagent.audio import read_wav, resample, write_wav
 from voiceagent.config import Config, ServerConfig
@@ -144,21 +145,7 @@ def test_talk_cli_over_websocket(engines: Any, speech: dict[str, Path], run: Cal
 @models
 def test_talk_in_process(engines: Any, speech: dict[str, Path], run: Callable[..., Any], tmp_path: Path) -> None:
     out = tmp_path / "reply.mp3"  # any format ffmpeg writes
-    printed = io.StringIO()
-
-    async def scenario() -> TalkResult:
-        mic = FileMicrophone(speech["weather"])
-        await mic.load()
-        speaker = FileSpeaker(out, engines.tts.sample_rate)
-        speaker.start()
-        try:
-            async with Session(engines, profile_config()) as session:
-                return await talk_local(session, mic, Conversation(speaker, Console(printed, live=False)))
-        finally:
-            await speaker.close()
-
-    result = run(scenario(), timeout=120)
-    text = printed.getvalue()
+    result, text, _ = talk_file(engines, run, speech["weather"], out)
     user = [t for t in result.turns if t.role == "user"]
     agent = [t for t in result.turns if t.role == "assistant"]
     assert user and "moon" in _words(user[0].text), text

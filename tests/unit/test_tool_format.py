@@ -93,6 +93,25 @@ def test_call_split_anywhere_is_found_once(cut: int) -> None:
     assert text_of(pieces[index + 1 :]) == after
 
 
+TOOLS_CALL = '<tools>\n{"name": "get_time", "arguments": {}}\n</tools>'  # as the Qwen2.5-Coder-1.5B writes it
+
+
+@pytest.mark.parametrize("cut", range(len("Sure. " + TOOLS_CALL + " Done.") + 1))
+def test_a_call_in_tools_tags_is_a_call_wherever_the_stream_splits(cut: int) -> None:
+    stream = "Sure. " + TOOLS_CALL + " Done."
+    pieces = run(HermesToolParser(), stream[:cut], stream[cut:])
+    [call] = calls_of(pieces)
+    assert (call.name, json.loads(call.arguments)) == ("get_time", {})
+    assert text_of(pieces) == "Sure.  Done."  # no tag and no JSON is spoken
+
+
+def test_each_call_ends_at_its_own_closing_tag() -> None:
+    pieces = run(HermesToolParser(), "<tools>" + CALL[len(OPEN) :].replace(CLOSE, "</tool_call> x </tools>") + " after")
+    [call] = calls_of(pieces)
+    assert call.name == "get_weather"
+    assert text_of(pieces) == " after"
+
+
 def test_call_streamed_one_character_at_a_time() -> None:
     pieces = run(HermesToolParser(), *("Hi " + CALL))
     assert text_of(pieces) == "Hi "

@@ -7,7 +7,9 @@
 * :class:`HermesToolParser` reads the tool-call format of Qwen2.5 (and Hermes-style models;
   vLLM's ``hermes`` parser reads the same): ``<tool_call>\\n{"name": ..., "arguments": {...}}
   \\n</tool_call>`` in the generated text.  Text outside the tags passes through as it streams;
-  only a possible start of a tag is held back.
+  only a possible start of a tag is held back.  Qwen2.5-Coder-1.5B often writes the call inside
+  ``<tools>`` … ``</tools>`` instead (the tag its chat template puts around the tool signatures):
+  read as a call too, else the JSON would be spoken.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from voiceagent.tool_args import loads_lenient
 __all__ = ["HermesToolParser", "call_prefill", "chat_messages", "new_call_id", "tool_dicts"]
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
+# Tag pairs a call is read from: the Hermes format, then the one the 1.5B Coder also writes.
+_TAGS = ((OPEN, CLOSE), ("<tools>", "</tools>"))
 _NAME = re.compile(r'"name"\s*:\s*"([^"]*)"')
 _ARGS = re.compile(r'"(?:arguments|parameters)"\s*:\s*')
 
@@ -88,6 +92,7 @@ class HermesToolParser:
         self.open_tag_in_prompt = open_tag
         """The prompt itself opened a call (tool_choice "required"): the text starts inside it."""
         self._inside = open_tag
+        self._close = CLOSE  # the closing tag of the call we are inside
         self._names = frozenset(names)
         self._fresh = True  # nothing but whitespace since the start or the last call
         self._bare = False  # inside a bare JSON object that may be a call
@@ -97,11 +102,11 @@ class HermesToolParser:
         out: list[str | ToolCall] = []
         while self._buf:
             if self._inside:
-                end = self._buf.find(CLOSE)
+                end = self._buf.find(self._close)
                 if end < 0:
                     break
                 out.append(parse_call(self._buf[:end]))
-                self._buf = self._buf[end + len(CLOSE) :]
+                self._buf = self._buf[end + len(self._close) :]
                 self._inside, self._fresh = False, True
                 continue
             if self._bare:
@@ -120,11 +125,12 @@ class HermesToolParser:
                 if stripped[0] == "{":
                     self._buf, self._bare = stripped, True
                     continue
-            start = self._buf.find(OPEN)
-            if start >= 0:
+            found = [(at, tags) for tags in _TAGS if (at := self._buf.find(tags[0])) >= 0]
+            if found:
+                start, (open_tag, self._close) = min(found, key=lambda f: f[0])
                 if self._buf[:start]:
                     out.append(self._buf[:start])
-                self._buf = self._buf[start + len(OPEN) :]
+                self._buf = self._buf[start + len(open_tag) :]
                 self._inside = True
                 continue
             keep = _partial_tag(self._buf)
@@ -189,9 +195,10 @@ def _object_end(text: str) -> int:
 
 
 def _partial_tag(text: str) -> int:
-    """Length of the longest suffix of ``text`` that is a proper prefix of ``<tool_call>``."""
-    for n in range(min(len(OPEN) - 1, len(text)), 0, -1):
-        if OPEN.startswith(text[-n:]):
+    """Length of the longest suffix of ``text`` that is a proper prefix of an opening tag."""
+    longest = max(len(open_tag) for open_tag, _ in _TAGS)
+    for n in range(min(longest - 1, len(text)), 0, -1):
+        if any(open_tag.startswith(text[-n:]) for open_tag, _ in _TAGS):
             return n
     return 0
 
