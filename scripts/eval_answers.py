@@ -18,7 +18,7 @@ Two inputs:
 Prompts are the ``llm.instructions`` and ``llm.examples`` of the config (``--set`` changes them, as
 for the server), or one of the named ``--variants`` below (the ones tried for issue #12).
 
-    .venv/bin/python scripts/eval_answers.py --model qwen2.5-0.5b --variants current,examples --out artifacts/answers
+    .venv/bin/python scripts/eval_answers.py --model qwen2.5-0.5b --variants config,ex3 --out artifacts/answers
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ _EX2 = (
     ("What is nine plus five?", "Nine plus five is 14."),
     ("Remind me to feed the dog at noon.", "Okay, I will remind you to feed the dog at noon."),
 )
-_EX3 = parse_examples(DEFAULT_EXAMPLES)  # what the config ships
+_EX3 = parse_examples(DEFAULT_EXAMPLES)  # the measured set in voiceagent/config.py (off by default)
 _EX4 = (("How many minutes are in an hour?", "There are 60 minutes in an hour."),)
 _DIRECT = (
     "You are a friendly voice assistant in a spoken conversation. "
@@ -73,7 +73,7 @@ _DIRECT = (
 
 def variants(config_instructions: str, config_examples: tuple[tuple[str, str], ...]) -> dict[str, Variant]:
     """The prompts compared for issue #12 (``config``: what the config says now).  ``ex1``..``ex4``
-    are example sets (``ex3`` is the shipped one), ``noisy`` adds a line on misheard words,
+    are example sets (``ex3`` is ``DEFAULT_EXAMPLES``), ``noisy`` adds a line on misheard words,
     ``direct`` asks for the fact first."""
     plain = DEFAULT_INSTRUCTIONS
     return {

@@ -88,14 +88,6 @@ def parse_examples(text: str) -> tuple[tuple[str, str], ...]:
     return tuple(pairs)
 
 
-def _examples_ok(text: str) -> str:
-    try:
-        parse_examples(text)
-    except ValueError as exc:
-        return str(exc)
-    return ""
-
-
 def _json_object(text: str) -> bool:
     if not text:
         return True
@@ -343,8 +335,10 @@ class LlmConfig:
         _check(1 <= self.max_tokens <= 4096, "llm.max_tokens", "must be 1..4096")
         _check(0.0 <= self.temperature <= 2.0, "llm.temperature", "must be 0..2")
         _check(0 <= self.first_clause_words <= 100, "llm.first_clause_words", "must be 0..100")
-        problem = _examples_ok(self.examples)
-        _check(not problem, "llm.examples", problem)
+        try:
+            parse_examples(self.examples)
+        except ValueError as exc:
+            _check(False, "llm.examples", str(exc))
 
     @property
     def example_pairs(self) -> tuple[tuple[str, str], ...]:
