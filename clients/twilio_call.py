@@ -88,6 +88,8 @@ class FakeTwilioCall:
         self.heard_ms = 0.0
         """Reply audio the handset confirmed as played: received before the last mark echoed."""
         self.heard_ms_at_clear: list[float] = []
+        self.played_marks: list[tuple[float, float]] = []
+        """(monotonic time echoed, ``received_ms``) of every mark echoed as played, in order."""
         self.marks_sent = 0
         self.marks_echoed = 0
         self.close_code: int | None = None
@@ -267,6 +269,7 @@ class FakeTwilioCall:
     async def _echo(self, mark: _PendingMark, *, heard: bool) -> None:
         if heard:
             self.heard_ms = mark.received_ms
+            self.played_marks.append((time.monotonic(), mark.received_ms))
         self.marks_echoed += 1
         await self._send({"event": "mark", "sequenceNumber": self._next_seq(), "streamSid": self.stream_sid, "mark": {"name": mark.name}})
         self._changed.set()

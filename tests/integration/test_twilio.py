@@ -148,6 +148,9 @@ def test_twilio_barge_in_clears_and_cuts_history_to_played_audio(engines: Any, s
             await call.wait_until(answered, 60 * SCALE)
             return {
                 "cut": cut,
+                # Marks the handset echoed as played before the `clear` reached it: (seconds before
+                # the clear, position).
+                "played_marks": [(round(clear_wall - t, 3), ms) for t, ms in call.played_marks if t <= clear_wall],
                 # On the audio's own timeline: speech frames the caller had sent when `clear` came.
                 "clear_after_s": (call.clear_frames[0] - first_frame) * 0.02 - onset_s,
                 "heard_at_clear": call.heard_ms_at_clear[0],
@@ -167,9 +170,16 @@ def test_twilio_barge_in_clears_and_cuts_history_to_played_audio(engines: Any, s
     # After the clear, no audio of the interrupted answer reached the phone.
     assert r["stale_media"] == [], r
     assert r["clears"] == 1
-    # The stored assistant turn is cut to exactly what the marks say was played.
+    # The stored assistant turn is cut to exactly what the marks say was played: a position the
+    # handset echoed as played (not the session's own estimate, not a mark the clear discarded).
     assert cut["heard_ms"] is not None and cut["heard_ms"] < cut["audio_ms"] - 200, cut
-    assert abs(cut["heard_ms"] - r["heard_at_clear"]) < 2, (cut, r["heard_at_clear"])
+    assert any(abs(cut["heard_ms"] - ms) < 2 for _ago, ms in r["played_marks"]), (cut, r["played_marks"])
+    # Every played mark the cut leaves out crossed the `clear` on the wire: the handset echoed it
+    # after the server had cut, before the clear reached it.  No protocol can tell the server of
+    # those (Twilio echoes the discarded marks too, indistinguishably), so the cut may be short by
+    # them; a mark echoed well before the clear, though, must be counted.
+    missed = [(ago, ms) for ago, ms in r["played_marks"] if ms > cut["heard_ms"] + 2]
+    assert all(ago < 0.5 * SCALE for ago, _ms in missed), (cut, missed)
     assert r["heard_at_clear"] >= HEARD_BEFORE_BARGE_IN_MS
     assert len(cut["text"]) < len(cut["full"]) and cut["full"].startswith(cut["text"].split(" ")[0]), cut
     assert len(r["replies"]) >= 2 and r["replies"][-1], r["replies"]
