@@ -146,6 +146,18 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def rescore(report: dict[str, Any], questions: list[eq.Question]) -> dict[str, Any]:
+    """Judge a finished run's replies again with today's answer key (no model): the same replies,
+    only which count as right may change."""
+    by_id = {q.id: q for q in questions}
+    for entry in report["variants"].values():
+        for row in entry["rows"]:
+            row["correct"], _ = eq.judge(by_id[row["question"]], row["input"], row["reply"], bool(row["reply"]), 0.0, None, None)
+        entry["summary"] = summary(entry["rows"])
+    report["rescored"] = True
+    return report
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     ap.add_argument("--model", default="", help="catalog LLM (default: the config's llm.model)")
@@ -156,7 +168,16 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=12, help="as the spoken run's --seed (the same conversations)")
     ap.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")
     ap.add_argument("--out", default="", help="folder for answers.json (default: print only)")
+    ap.add_argument("--rescore", metavar="JSON", help="judge a finished run's answers.json again (no model) and rewrite it")
     args = ap.parse_args()
+
+    if args.rescore:
+        path = Path(args.rescore)
+        report = rescore(json.loads(path.read_text(encoding="utf-8")), eq.load_questions(Path(args.questions)))
+        path.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
+        for name, entry in report["variants"].items():
+            print(name, json.dumps(entry["summary"]))
+        return 0
 
     cfg = load_config(env={}, overrides=dict(s.split("=", 1) for s in args.set))
     model = args.model or cfg.llm.model

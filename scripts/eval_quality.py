@@ -178,6 +178,8 @@ _SPELLING = {
     "okay": "ok",
     "metres": "meters",
     "metre": "meter",
+    "kilometres": "kilometers",
+    "kilometre": "kilometer",
 }
 _TOKEN = re.compile(r"\d+(?:\.\d+)?(?:st|nd|rd|th)?|[a-z]+(?:'[a-z]+)*")
 

@@ -178,6 +178,16 @@ def test_the_issue_follow_up_is_about_rome(questions: list[Any]) -> None:
     assert not eq.answer_correct("Italy has about 59 million people.", follow.accept, follow.reject)
 
 
+def test_the_sun_is_93_million_miles_away(questions: list[Any]) -> None:
+    # A figure with its magnitude is right; the figure alone, or kilometres' figure in miles, is not.
+    sun = next(q for q in questions if q.id == "sun_distance")
+    assert eq.answer_correct("The sun is about 93 million miles away.", sun.accept, sun.reject)
+    assert eq.answer_correct("It is roughly 150 million kilometres from us.", sun.accept, sun.reject)
+    assert not eq.answer_correct("The sun is approximately 93,840 miles away from Earth.", sun.accept, sun.reject)
+    assert not eq.answer_correct("The sun is approximately 149.6 million miles away.", sun.accept, sun.reject)
+    assert not eq.answer_correct("My son is about 1.4 million miles away from Earth.", sun.accept, sun.reject)
+
+
 def test_echoing_the_question_is_not_a_right_answer(questions: list[Any]) -> None:
     # A fact, sum or follow-up whose accepted word is in the question itself would count a reply
     # that only echoes the question; such questions carry reject phrases instead (or are open).
