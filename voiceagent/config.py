@@ -315,6 +315,10 @@ class LlmConfig:
     none, and neither does a prompt offering tools."""
     yield_to_tts: bool = True
     """Order work on the two cores along the critical path (see pipeline/gate.py)."""
+    prefill: bool = True
+    """Evaluate the coming prompt (the history and the user's words so far) with each partial
+    transcript, while the user still speaks, so the answer pays only for the last words
+    (llama_cpp only; see LlmEngine.prefill)."""
     first_clause_words: int = 4
     """Cut the first clause after this many words when no punctuation came, backing off before
     trailing function words (0: never).  4 against 6: 1-5 % faster per turn at the median, p95 worse (docs/bench/first_clause_ab.md)."""

@@ -120,6 +120,7 @@ class ReplyController:
         self._user_item: str | None = None
         self._llm_in: Channel[Event] | None = None
         self._play_in: Channel[Event] | None = None
+        self._heard: Callable[[str], None] | None = None
         self._quiet = asyncio.Event()  # set while no response is active
         self._quiet.set()
         self._builtin = BuiltinTools(wall_clock) if config.tools.builtin else None
@@ -132,9 +133,11 @@ class ReplyController:
         """The counter, read-only: what stages, channels and gates get."""
         return self._scope
 
-    def connect(self, llm_in: Channel[Event], play_in: Channel[Event]) -> None:
-        """The inboxes a reply is started (``response.create``) and released into."""
+    def connect(self, llm_in: Channel[Event], play_in: Channel[Event], heard: Callable[[str], None] | None = None) -> None:
+        """The inboxes a reply is started (``response.create``) and released into; ``heard`` is
+        told each partial transcript of the user's speech (the LLM stage's prefill)."""
         self._llm_in, self._play_in = llm_in, play_in
+        self._heard = heard
 
     async def aclose(self) -> None:
         """Cancel the built-in tools' timers and wait for them."""
@@ -282,6 +285,8 @@ class ReplyController:
         elif isinstance(ev, TranscriptDelta):
             if self._user_item is not None:
                 await self._emit(InputTranscriptDelta(t=now, gen=ev.gen, session=self._id, item_id=self._user_item, text=ev.text))
+            if self._heard is not None and self._settings().turn_detection is not None:
+                self._heard(ev.text)
         elif isinstance(ev, TurnConfirmed):
             await self._confirm(ev)
         elif isinstance(ev, Mark | LlmRoute | LlmUsage | ToolCallMade | ToolCallRejected):

@@ -134,7 +134,6 @@ class Session:
             return Channel(name, _INBOX, self.scope, on_wait=self.metrics.queue_wait, clock=self.clock.now)
 
         self._vad_in, stt_in, turn_in, llm_in, tts_in, play_in = (chan(n) for n in QUEUES[:-1])
-        replies.connect(llm_in, play_in)
         gate = GenerationGate(enabled=cfg.llm.yield_to_tts, scope=self.scope)
         llm_started = GenerationGate(enabled=cfg.llm.yield_to_tts, timeout_s=0.5, scope=self.scope)
         settings = lambda: self.settings  # noqa: E731 - stages read the settings current at each use
@@ -169,7 +168,10 @@ class Session:
             incomplete_ms=cfg.turn.incomplete_ms,
             rejoin=self.stt.decode_clip if cfg.stt.rejoin else None,
         )
-        self.llm = LlmStage(ctx, llm_in, tts_in, self._engines.llm, replies.prompt, settings, gate, llm_started, cfg.llm.first_clause_words)
+        self.llm = LlmStage(
+            ctx, llm_in, tts_in, self._engines.llm, replies.prompt, settings, gate, llm_started, cfg.llm.first_clause_words, cfg.llm.prefill
+        )
+        replies.connect(llm_in, play_in, self.llm.prefill)
         self.tts = TtsStage(ctx, tts_in, play_in, self._engines.tts, settings, gate, replies.speaks)
         self.playout = PlayoutStage(ctx, play_in, cfg.playout.lead_ms, cfg.playout.chunk_ms)
         for stage in (self.vad, self.stt, self.turn, self.llm, self.tts, self.playout):

@@ -196,3 +196,39 @@ def test_no_llama_sampler_outlives_its_generation(engines: Any, run: Any) -> Non
             gc.enable()
 
     run(scenario(), 60)
+
+
+def test_a_prefilled_turn_pays_only_for_its_last_words_while_another_session_answers(engines: Any, run: Any) -> None:
+    """llm.prefill on the real model: one conversation's words so far are evaluated while another
+    conversation is being answered at the same instant; its turn then reuses them, and each
+    answer is about its own question."""
+    import contextlib
+
+    from voiceagent.backends.protocols import LlmRequest, Message, Usage
+
+    system = Message("system", profile_config().llm.instructions)
+    question = "If I travel from London to Paris by train, how long does the journey usually take?"
+
+    async def answer(key: str, text: str, usage: Usage | None = None) -> str:
+        request = LlmRequest(key=key, messages=[system, Message("user", text)], max_tokens=24, temperature=0.0, usage=usage)
+        async with contextlib.aclosing(engines.llm.generate(request)) as pieces:
+            return "".join([p async for p in pieces if isinstance(p, str)])
+
+    async def scenario() -> tuple[str, str, int, Usage]:
+        heard = [system, Message("user", "If I travel from London to Paris by train, how long does the")]
+        other, prefilled = await asyncio.gather(
+            answer("prefill-b", "What color is the sky on a clear day?"), engines.llm.prefill("prefill-a", heard)
+        )
+        usage = Usage()
+        mine = await answer("prefill-a", question, usage)
+        await engines.llm.aclose()
+        assert engines.llm.stats().busy == 0
+        return mine, other, prefilled, usage
+
+    mine, other, prefilled, usage = run(scenario(), 120)
+    assert prefilled >= 10, prefilled  # the user's words so far (the system prompt was cached already)
+    assert usage.prompt_tokens is not None and usage.reused_tokens is not None
+    # Left for the turn: " journey usually take?" and the chat template's closing tokens.
+    assert usage.prompt_tokens - usage.reused_tokens <= 12, usage
+    assert "blue" in other.lower(), other
+    assert {"hour", "hours", "london", "paris", "train", "journey"} & set(mine.lower().replace(".", " ").replace(",", " ").split()), mine

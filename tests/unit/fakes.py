@@ -263,6 +263,7 @@ class SequenceCheckingLlm:
         self._next = 0
         self.violations = Recorder()
         self.prompts = Recorder()  # the last user message of every generation started here
+        self.prefills = Recorder()  # the last user message of every prefill run here
         self.threads = Recorder()  # set_threads calls
 
     def set_threads(self, threads: int) -> None:
@@ -273,6 +274,17 @@ class SequenceCheckingLlm:
     ) -> Iterator[str]:
         self._next += 1
         return self._generate(self._next, next(m.content for m in reversed(messages) if m.role == "user"))
+
+    def prefill(self, messages: Sequence[Message], tools: Sequence[Tool] = ()) -> int:
+        """Evaluate a prompt ahead of its turn: like a generation's start, it takes the state (a
+        generation still running here would then fail its next step)."""
+        self._next += 1
+        self.owner = self._next
+        question = next(m.content for m in reversed(messages) if m.role == "user")
+        self.prefills.record(question)
+        if self.step_s:
+            threading.Event().wait(self.step_s)
+        return len(question.split())
 
     def _generate(self, me: int, question: str) -> Iterator[str]:
         self.owner = me  # prompt evaluation: the context now holds this sequence

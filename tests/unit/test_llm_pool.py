@@ -9,13 +9,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
-from collections.abc import AsyncGenerator, Callable, Iterator
+from collections.abc import AsyncGenerator, Callable, Iterator, Sequence
 from typing import Any
 
 import pytest
 
 from voiceagent.backends.llm_pool import LlmPool
-from voiceagent.backends.protocols import LlmRequest, Message
+from voiceagent.backends.protocols import LlmRequest, Message, Tool
 from voiceagent.pipeline import iterate_in
 from voiceagent.pipeline.scheduler import PriorityExecutor
 
@@ -42,6 +42,11 @@ class Logged(SequenceCheckingLlm):
         for piece in super()._generate(me, question):
             self.order.record(question)
             yield piece
+
+    def prefill(self, messages: Sequence[Message], tools: Sequence[Tool] = ()) -> int:
+        n = super().prefill(messages, tools)
+        self.order.record("prefill")
+        return n
 
 
 class HeldAfterFirst(SequenceCheckingLlm):
@@ -351,3 +356,96 @@ def test_steps_run_on_one_thread_while_other_models_are_busy(run: Run, executor:
     busy[0] = False
     run(collect(pool.generate(request("a", "q"))), 5)
     assert ctx.threads.items[-1] == 2
+
+
+# ---------------------------------------------------------------------------- prefill
+
+
+def test_prefill_runs_on_the_context_the_turn_then_gets(run: Run, executor: PriorityExecutor) -> None:
+    contexts = [SequenceCheckingLlm(f"ctx{i}") for i in range(3)]
+    pool = LlmPool(contexts, executor)
+
+    async def main() -> tuple[int, str]:
+        await collect(pool.generate(request("a", "first turn")))  # "a" owns a context
+        await collect(pool.generate(request("b", "other turn")))
+        n = await pool.prefill("a", [Message("system", "sys"), Message("user", "tell me a")])
+        answer = await collect(pool.generate(request("a", "tell me a joke")))
+        await settled(pool)
+        return n, answer
+
+    n, answer = run(main(), 10)
+    assert n == 3 and pool.stats().prefilled_tokens == 3
+    own = next(c for c in contexts if c.prompts.items and c.prompts.items[0] == "first turn")
+    # Prefilled where "a" was served, and its turn was served there again: the prefix is warm.
+    assert own.prefills.items == ["tell me a"] and own.prompts.items == ["first turn", "tell me a joke"]
+    assert answer.startswith("tell me a joke")
+    assert all(not c.violations for c in contexts)
+
+
+def test_prefill_never_waits_for_a_busy_context_nor_takes_one_from_a_running_generation(run: Run, executor: PriorityExecutor) -> None:
+    held = HeldAfterFirst("held")
+    pool = LlmPool([held], executor)
+
+    async def main() -> tuple[int, int, str]:
+        gen = pool.generate(request("a", "one"))
+        assert await anext(gen) == "first "
+        # "a"'s own context is busy, and there is no other: nothing to do, at once.
+        own = await asyncio.wait_for(pool.prefill("a", [Message("user", "tell me")]), deadline())
+        other = await asyncio.wait_for(pool.prefill("b", [Message("user", "tell me")]), deadline())
+        held.release.set()
+        rest = "".join([p async for p in gen])
+        await settled(pool)
+        return own, other, rest
+
+    own, other, rest = run(main(), 10)
+    assert (own, other) == (0, 0) and rest == "second "
+    assert held.prefills.items == [] and not held.violations
+
+
+def test_prefill_yields_to_first_clauses_and_to_waiting_requests(run: Run, executor: PriorityExecutor) -> None:
+    order = Recorder()
+    contexts = [Logged(order, f"ctx{i}", pieces=3, step_s=0.002) for i in range(2)]
+    pool = LlmPool(contexts, executor)
+    gate = threading.Event()
+
+    async def main() -> tuple[int, str]:
+        # Hold the worker so that both calls are queued before either runs.
+        blocker = asyncio.wrap_future(executor.submit_at(-5, gate.wait, deadline()))
+        answer = asyncio.ensure_future(collect(pool.generate(LlmRequest("a", [Message("user", "urgent")], 8, 0.0, urgent_tokens=8))))
+        await asyncio.sleep(0)  # the generation is admitted and queues its first step
+        prefill = asyncio.ensure_future(pool.prefill("b", [Message("user", "coming words")]))
+        await asyncio.sleep(0)
+        gate.set()
+        await blocker
+        n = await prefill
+        text = await answer
+        await settled(pool)
+        return n, text
+
+    n, text = run(main(), 10)
+    assert n == 2 and text.startswith("urgent")
+    # Every urgent step of "a" ran before the prefill (queued after the first, it waited for all).
+    assert order.items == ["urgent"] * 3 + ["prefill"]
+
+
+def test_a_cancelled_prefill_frees_its_context_and_the_turn_still_answers(run: Run, executor: PriorityExecutor) -> None:
+    contexts = [SequenceCheckingLlm("ctx0")]
+    pool = LlmPool(contexts, executor)
+    gate = threading.Event()
+
+    async def main() -> str:
+        blocker = asyncio.wrap_future(executor.submit_at(-5, gate.wait, deadline()))
+        task = asyncio.ensure_future(pool.prefill("a", [Message("user", "tell me")]))
+        await asyncio.sleep(0)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        gate.set()
+        await blocker
+        answer = await collect(pool.generate(request("a", "tell me more")))
+        await settled(pool)
+        return answer
+
+    assert run(main(), 10).startswith("tell me more")
+    # The cancelled prefill never ran (it was still queued).
+    assert contexts[0].prefills.items == []

@@ -206,6 +206,38 @@ def test_partial_transcripts_while_speaking(run: Run, make_fakes: MakeFakes) -> 
     run(main(), 20)
 
 
+@pytest.mark.parametrize("enabled", [True, False])
+def test_partials_prefill_the_coming_prompt_on_the_turns_context(run: Run, make_fakes: MakeFakes, enabled: bool) -> None:
+    """Each partial transcript, less its last word, is evaluated as the coming prompt's user text
+    on the context the turn is then answered on (llm.prefill); off, nothing is prefilled."""
+    context = SequenceCheckingLlm("ctx", pieces=2)
+    fakes = make_fakes(stt=FakeStt(respond=lambda audio: f"tell me about {len(audio)} samples"), contexts=[context])
+    config = make_config(partials=True)
+    config = dataclasses.replace(config, llm=dataclasses.replace(config.llm, prefill=enabled))
+
+    async def main() -> None:
+        async with running(fakes, config) as (session, log):
+            await pause(session, 160)
+            await speak(session, 960)
+            await log.wait_type(InputTranscriptDelta)
+            await pause(session, 640)
+            await log.wait_type(ResponseDone)
+            partials = [p.text for p in log.of_type(InputTranscriptDelta)]
+            prefills = context.prefills.items
+            if enabled:
+                assert prefills, partials
+                assert set(prefills) <= {p.rsplit(" ", 1)[0] for p in partials}, (prefills, partials)
+                assert session.llm.prefilled > 0
+            else:
+                assert prefills == [] and session.llm.prefilled == 0
+            # The turn is answered from its own final transcript, on the same context, untouched.
+            final = log.of_type(InputTranscriptDone)[-1].text
+            assert context.prompts.items == [final]
+            assert context.violations.items == []
+
+    run(main(), 20)
+
+
 def test_partials_give_way_while_the_shared_decoder_is_busy(run: Run, make_fakes: MakeFakes) -> None:
     """Another session's decode holds the shared STT executor: partials are skipped (counted),
     not queued in front of it; the final decode still comes once the executor is free."""
@@ -244,6 +276,41 @@ def test_partials_give_way_while_the_shared_decoder_is_busy(run: Run, make_fakes
             _, final = await log.wait_type(InputTranscriptDone)
             assert final.text.startswith("words ")
             assert log.of_type(InputTranscriptDelta) == []
+
+    run(main(), 20)
+
+
+def test_a_turn_of_two_segments_is_not_transcribed_again_while_other_decodes_wait(run: Run, make_fakes: MakeFakes) -> None:
+    """Under load (another session's final queued on the shared decoder) the rejoin gives way:
+    the turn is answered from its segments' own transcripts, at once."""
+    release = threading.Event()
+    texts = iter(["what is the capital", "of france", "(not asked)"])
+    shared = PriorityExecutor("fake-stt")  # the real decoder's executor kind: it can tell it is busy
+
+    def respond(audio: Any) -> str:
+        text = next(texts)
+        if text == "of france":  # another session's final arrives as this segment's is decoded
+            shared.submit(release.wait, 10)
+        return text
+
+    stt = FakeStt(respond=respond)
+    stt.executor = shared
+    fakes = make_fakes(stt=stt, llm=FakeLlm([tokens("Paris.")] * 3), turn=FakeTurn(0.1))
+
+    async def main() -> None:
+        async with running(fakes, make_config(silence_ms=800)) as (session, log):
+            try:
+                await speak(session, 320)
+                await pause(session, 480)
+                await speak(session, 320)
+                await pause(session, 1200)
+                _, transcript = await log.wait_type(InputTranscriptDone)
+                await log.wait_type(ResponseDone)
+            finally:
+                release.set()
+            assert transcript.text == "what is the capital of france"
+            assert (session.turn.rejoined, session.stt.rejoins_skipped) == (0, 1)
+            assert len(fakes.stt.calls) == 2  # the two segments only
 
     run(main(), 20)
 

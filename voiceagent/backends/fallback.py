@@ -35,7 +35,7 @@ from collections.abc import AsyncGenerator, Callable, Sequence
 from dataclasses import replace
 from enum import Enum
 
-from voiceagent.backends.protocols import LlmEngine, LlmRequest, LlmStats, Message, ToolCall
+from voiceagent.backends.protocols import LlmEngine, LlmRequest, LlmStats, Message, Tool, ToolCall
 from voiceagent.errors import EngineError
 
 __all__ = ["ROUTE_REASONS", "Breaker", "BreakerState", "FallbackLlm"]
@@ -177,6 +177,13 @@ class FallbackLlm:
         self.answered[(engine, reason)] += 1
         if request.on_route is not None:
             request.on_route(engine, reason)
+
+    async def prefill(self, key: str, messages: Sequence[Message], tools: tuple[Tool, ...] = ()) -> int:
+        """The primary's, while its breaker lets requests through (the fallback answers only when
+        the primary cannot; its prefix is not worth the CPU)."""
+        if self.breaker.state is not BreakerState.CLOSED:
+            return 0
+        return await self.primary.prefill(key, messages, tools)
 
     def prime(self, messages: Sequence[Message]) -> None:
         """Prime both engines (blocking).  A primary that cannot be reached at start-up opens the

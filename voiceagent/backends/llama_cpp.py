@@ -101,6 +101,33 @@ class LlamaCppContext:
             reused += 1
         return len(tokens), reused
 
+    def prefill(self, messages: Sequence[Message], tools: Sequence[Tool] = ()) -> int:
+        """Evaluate the prompt up to the end of the last message's text (the user's words so far;
+        see :class:`~voiceagent.backends.protocols.LlmContext`).  The caller leaves out a last word
+        that may still change: the tokens of a text cut after a whole word are the first tokens of
+        the text that goes on, so the turn's prompt matches them."""
+        if self._formatter is None or not messages or messages[-1].role != "user" or not messages[-1].content:
+            return 0
+        text = messages[-1].content
+        result = self._formatter(messages=_messages(messages), tools=tool_dicts(tools) or None)
+        end = result.prompt.rfind(text)
+        if end < 0:
+            return 0
+        head = result.prompt[: end + len(text)]
+        tokens = self._llm.tokenize(head.encode("utf-8"), add_bos=not result.added_special, special=True)
+        llm = cast(Any, self._llm)
+        cached = llm._input_ids
+        keep = 0
+        for a, b in zip(cached, tokens, strict=False):
+            if a != b:
+                break
+            keep += 1
+        if keep >= len(tokens):
+            return 0
+        llm.n_tokens = keep  # eval() drops the KV cache from here on, then appends
+        llm.eval(tokens[keep:])
+        return len(tokens) - keep
+
     def _prompt_tokens(self, messages: Sequence[Message], tools: Sequence[Tool]) -> list[int]:
         result = self._formatter(messages=_messages(messages), tools=tool_dicts(tools) or None)
         return self._llm.tokenize(result.prompt.encode("utf-8"), add_bos=not result.added_special, special=True)

@@ -29,6 +29,11 @@ descheduled peer at every barrier and runs several times slower than one thread 
 therefore runs on ``threads`` threads when the other model executors are idle and on one thread
 while any of them is busy (``contended``, wired by the registry).
 
+Prefill: :meth:`LlmPool.prefill` leases the context the conversation's next turn would get (never
+waiting: a busy context, or requests already waiting, mean no prefill) and evaluates the coming
+prompt on it at the priority of later tokens (below every first clause: it is speculation), then
+frees it with the conversation's affinity kept.
+
 Cancellation: closing or cancelling the iterator of :meth:`LlmPool.generate` closes the token
 generator in the executor after the step in flight (llama.cpp stops decoding), then releases the
 lease; :attr:`LlmPool.finished` then counts it as ``abort`` (a generation that ran to its end
@@ -41,6 +46,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextvars
+import functools
 import itertools
 import time
 from collections.abc import AsyncGenerator, Callable, Iterator, Sequence
@@ -81,21 +87,20 @@ def _step(it: Iterator[T]) -> T | object:
 class _Steps:
     """The token steps of one generation on the pool's executor.
 
-    The urgent steps (at most ``urgent``, while ``still()`` says someone waits) chain: each one,
-    in the worker thread, queues the next before its own result reaches the event loop, so while
-    a generation is urgent the worker never finds its queue without that generation's next step,
-    and priority (admission order) decides.
+    The urgent steps (at most ``urgent``, while ``still()`` says someone waits) chain: the call
+    that starts the generator (:meth:`begin`) and each urgent step, in the worker thread, queue
+    the next before their own result reaches the event loop, so while a generation is urgent the
+    worker never finds its queue without that generation's next step, and priority (admission
+    order) decides: lower-priority work (a later token, a prefill) cannot slip in between.
     Later steps are queued one at a time as the consumer asks for them, so a consumer that pauses
     (the LLM stage waiting for the first audio) pauses the decoding too.  At most ``urgent``
     tokens are decoded ahead of the consumer.
     """
 
-    def __init__(
-        self, pool: LlmPool, context: LlmContext, it: Iterator[str | ToolCall], admitted: int, urgent: int, still: Callable[[], bool] | None
-    ) -> None:
+    def __init__(self, pool: LlmPool, context: LlmContext, admitted: int, urgent: int, still: Callable[[], bool] | None) -> None:
         self.pool = pool
         self.context = context
-        self.it = it
+        self.it: Iterator[str | ToolCall] | None = None
         self.admitted = admitted
         self.urgent = urgent
         self.still = still or (lambda: True)
@@ -109,9 +114,21 @@ class _Steps:
         priority = self.admitted if self._urgent(n) else _LATE + n
         self.queue.append(self.pool.executor.submit_at(priority, self._run))
 
+    def begin(self, make: Callable[[], Iterator[str | ToolCall]]) -> None:
+        """Start the generator (in the worker thread) and, while urgent, queue its first step."""
+        self.it = make()
+        if not self.closed and self._urgent(0):
+            self._submit()
+
+    def close_iterator(self) -> None:
+        """Close the generator, if it was started (in the worker thread)."""
+        close = getattr(self.it, "close", None)
+        if close is not None:
+            close()
+
     def _run(self) -> object:
         """One step, in the worker thread."""
-        if self.closed:
+        if self.closed or self.it is None:
             return _DONE
         self.pool._threads_now(self.context)
         t0 = time.perf_counter()
@@ -174,6 +191,7 @@ class LlmPool:
         self._reused_tokens = 0
         self._generated = 0
         self._decode_s = 0.0
+        self._prefilled = 0
         self.finished: collections.Counter[str] = collections.Counter()
         """Generations by how they ended (``stop``, ``abort``: closed in the executor, ``error``)."""
         self.slot_history: list[tuple[str, int]] = []
@@ -269,7 +287,6 @@ class LlmPool:
         """Stream the reply on a context leased for this generation (contract: module docstring)."""
         slot = await self._acquire(request.key)
         steps: _Steps | None = None
-        it: Iterator[str | ToolCall] | None = None
         finished = False
         failed = False
         try:
@@ -292,8 +309,8 @@ class LlmPool:
                         usage.prompt_tokens, usage.reused_tokens = total, reused
                 return context.stream(msgs, request.max_tokens, request.temperature, request.tools, request.tool_choice)
 
-            it = await self._call(admitted, make)
-            steps = _Steps(self, context, it, admitted, request.urgent_tokens, request.urgent)
+            steps = _Steps(self, context, admitted, request.urgent_tokens, request.urgent)
+            await self._call(admitted, functools.partial(steps.begin, make))
             while (item := await steps.next()) is not _DONE:
                 self._generated += 1
                 if usage is not None:
@@ -313,25 +330,54 @@ class LlmPool:
                 # there, ``make`` included), and only then is the context free.
                 if steps is not None:
                     steps.cancel()
-                self._close_then_release(it, slot, "error" if failed else "abort")
+                self._close_then_release(steps, slot, "error" if failed else "abort")
 
-    def _close_then_release(self, it: Iterator[str | ToolCall] | None, slot: _Slot, reason: str) -> None:
-        """Close ``it`` in the executor (after the step in flight), then free the context and count
-        the generation as ``reason``.  If the executor is shut down (the engine closed), the
-        context is freed at once."""
+    def _close_then_release(self, steps: _Steps | None, slot: _Slot, reason: str) -> None:
+        """Close the generator of ``steps`` in the executor (after the step in flight, so one
+        that call started is closed too), then free the context and count the generation as
+        ``reason``.  If the executor is shut down (the engine closed), the context is freed at once."""
         loop = asyncio.get_running_loop()
-        close = getattr(it, "close", None)
 
         def released() -> None:
             self.finished[reason] += 1
             self._release(slot)
 
         try:
-            fut: Future[Any] = self.executor.submit_at(_CLOSE_PRIORITY, close if close is not None else (lambda: None))
+            fut: Future[Any] = self.executor.submit_at(_CLOSE_PRIORITY, steps.close_iterator if steps is not None else (lambda: None))
         except RuntimeError:
             released()
             return
         fut.add_done_callback(lambda _f: loop.call_soon_threadsafe(released))
+
+    async def prefill(self, key: str, messages: Sequence[Message], tools: tuple[Tool, ...] = ()) -> int:
+        """Evaluate ``key``'s coming prompt ahead of its turn (contract: module docstring)."""
+        if self._waiters:
+            return 0  # contexts are scarce: real requests first
+        slot = self._pick(key)
+        if slot is None:
+            return 0
+        prefill = getattr(slot.context, "prefill", None)
+        if prefill is None:
+            return 0
+        self._take(slot, key)
+        context = slot.context
+        msgs = list(messages)
+        loop = asyncio.get_running_loop()
+
+        def run() -> int:
+            self._threads_now(context)
+            n = int(prefill(msgs, tools))
+            self._prefilled += n
+            return n
+
+        try:
+            fut: Future[int] = self.executor.submit_at(_LATE, contextvars.copy_context().run, run)
+        except RuntimeError:  # the engine is closing
+            self._release(slot)
+            return 0
+        # Freed once the call has run or was skipped, whoever waits for it.
+        fut.add_done_callback(lambda _f: loop.call_soon_threadsafe(self._release, slot))
+        return await asyncio.wrap_future(fut)
 
     # ------------------------------------------------------------------ the rest of LlmEngine
 
@@ -358,6 +404,7 @@ class LlmPool:
             reused_tokens=self._reused_tokens,
             generated_tokens=self._generated,
             decode_seconds=round(self._decode_s, 3),
+            prefilled_tokens=self._prefilled,
         )
 
     async def aclose(self) -> None:

@@ -187,6 +187,11 @@ class OpenAiLlm:
         finally:
             self._active -= 1
 
+    async def prefill(self, key: str, messages: Sequence[Message], tools: tuple[Tool, ...] = ()) -> int:
+        """Nothing: the engine's own prefix cache holds only what a request has sent (see the
+        protocol); prefilling would cost a request per partial transcript."""
+        return 0
+
     def prime(self, messages: Sequence[Message]) -> None:
         """One short blocking request, so the server caches the system prompt's prefix."""
         body = self._body(messages, 1, 0.0) | {"stream": False}

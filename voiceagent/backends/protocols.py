@@ -21,6 +21,11 @@ Stages therefore talk to an :class:`LlmEngine`, an asynchronous layer that owns 
   stops the generation in the engine (the in-process engine closes the token generator after the
   token in flight; an HTTP engine closes the stream, which aborts the request on the server) and
   gives the sequence state back for the next request.  ``CancelledError`` propagates.
+* **Prefill:** :meth:`LlmEngine.prefill` evaluates, while the user is still speaking, the prompt a
+  turn will start with (the history and the words heard so far), on the sequence state that will
+  serve the turn, so that the answer pays only for the words after them.  It is best effort: it
+  never waits for sequence state another generation holds, and an engine that cannot keep a
+  prefix for a conversation does nothing.
 * **Failure:** an engine that cannot answer raises :class:`~voiceagent.errors.EngineError`
   (retryable where a later call may work); the stage turns it into a failed response.
 * **Tools:** a request may offer ``tools``.  The engine renders them the way its model was
@@ -155,6 +160,13 @@ class LlmContext(Protocol):
         Closing the iterator stops generation."""
         ...
 
+    def prefill(self, messages: Sequence[Message], tools: Sequence[Tool] = ()) -> int:
+        """Evaluate the prompt ``messages`` render to, up to the end of the last (user) message's
+        text, without generating: the words heard so far, whose turn is not over yet.  Keeps the
+        longest prefix already cached; returns the tokens evaluated (0: nothing new, or the
+        prompt cannot be rendered).  The next :meth:`stream` reuses them as any cached prefix."""
+        ...
+
 
 @dataclass(slots=True)
 class Usage:
@@ -210,6 +222,8 @@ class LlmStats:
     reused_tokens: int = 0
     generated_tokens: int = 0
     decode_seconds: float = 0.0
+    prefilled_tokens: int = 0
+    """Prompt tokens evaluated ahead of their turn (:meth:`LlmEngine.prefill`)."""
     breaker: str = ""
     """The circuit breaker's state (closed, open, half_open) of an engine with a fallback; empty
     for a single engine."""
@@ -222,6 +236,14 @@ class LlmEngine(Protocol):
 
     def generate(self, request: LlmRequest) -> AsyncGenerator[str | ToolCall, None]:
         """Stream the reply as text pieces and complete tool calls; close the iterator to stop early."""
+        ...
+
+    async def prefill(self, key: str, messages: Sequence[Message], tools: tuple[Tool, ...] = ()) -> int:
+        """Evaluate conversation ``key``'s coming prompt, ``messages`` up to the end of the last
+        (user) message's text, on the sequence state its next turn will use (see the module
+        docstring); returns the tokens evaluated, 0 when it did nothing (that state is busy,
+        others wait for state, or the engine keeps no prefix per conversation).  Cancelling it
+        skips work not yet started; work already running finishes in the engine."""
         ...
 
     def prime(self, messages: Sequence[Message]) -> None:

@@ -215,6 +215,11 @@ class VllmLlm:
             await self._abort(job)
         await job.done.wait()
 
+    async def prefill(self, key: str, messages: Sequence[Message], tools: tuple[Tool, ...] = ()) -> int:
+        """Nothing: the engine's own prefix cache holds only what a request has sent (see the
+        protocol); prefilling would cost a request per partial transcript."""
+        return 0
+
     def prime(self, messages: Sequence[Message]) -> None:
         """One one-token request, so the prefix cache holds the system prompt (blocking)."""
 

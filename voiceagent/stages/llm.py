@@ -11,6 +11,11 @@ iterator closed, which stops the generation inside the engine (see the engine co
 An engine that raises ends the generation with ``GenerationEnd(status=failed)`` downstream (so
 the response is closed for the client) and is reported as a ``StageError``.
 
+Prefill: :meth:`LlmStage.prefill` is told each partial transcript while the user speaks and has
+the engine evaluate the prompt the turn will start with (:meth:`LlmEngine.prefill`), one at a
+time per session, so that at the end of speech only the last words are left to evaluate.  It is
+speculation: a failure is logged, never reported, and a stale one costs only CPU time.
+
 Tools: the prompt (:class:`LlmPrompt`) may offer tools.  Each call the engine yields is checked
 against its tool's schema (:func:`~voiceagent.tool_args.check_arguments`, which repairs a small
 model's usual slips) and notified as :class:`~voiceagent.events.ToolCallMade`.  A call that
@@ -21,9 +26,11 @@ arguments to the schema where it can); if that fails too it is notified as
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import json
+import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
@@ -48,6 +55,11 @@ from voiceagent.text import ClauseSplitter
 from voiceagent.tool_args import check_arguments
 
 __all__ = ["LlmPrompt", "LlmStage"]
+
+log = logging.getLogger(__name__)
+
+PREFILL_MIN_WORDS = 2
+"""Words a partial transcript must keep (after its last is left out) to be worth a prefill."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,14 +86,39 @@ class LlmStage(Stage):
         gate: GenerationGate | None = None,
         first_token: GenerationGate | None = None,
         first_clause_words: int = 0,
+        prefill: bool = False,
     ) -> None:
         super().__init__(ctx, inbox, out)
+        self._prefill = prefill
+        self._prefilling: asyncio.Task[None] | None = None
+        self.prefilled = 0
+        """Prompt tokens evaluated ahead of their turn for this session."""
         self._engine = engine
         self._prompt = prompt
         self._settings = settings
         self._gate = gate or GenerationGate(enabled=False)
         self._first_token = first_token or GenerationGate(enabled=False)
         self._first_clause_words = first_clause_words
+
+    def prefill(self, heard: str) -> None:
+        """The user's words so far (a partial transcript): have the engine evaluate the coming
+        prompt now.  The last word is left out: it may be cut off or still change, and the words
+        before it are what the final transcript most often begins with.  At most one prefill per
+        session runs; a partial that comes meanwhile is skipped (the next one will do)."""
+        words = heard.split()[:-1]
+        if not self._prefill or len(words) < PREFILL_MIN_WORDS:
+            return
+        if self._prefilling is not None and not self._prefilling.done():
+            return
+        self._prefilling = self.spawn(self._prefill_now(" ".join(words)), "prefill")
+
+    async def _prefill_now(self, text: str) -> None:
+        turn = UserTurn(t=self.ctx.clock.now(), gen=-1, session=self.ctx.session_id, text=text, speculative=True)
+        try:
+            prompt = await self._prompt(turn)
+            self.prefilled += await self._engine.prefill(self.ctx.session_id, prompt.messages, prompt.tools)
+        except Exception as exc:  # speculation: the turn itself will meet any real failure
+            log.debug("session %s: prefill failed: %r", self.ctx.session_id, exc)
 
     async def handle(self, event: Event) -> None:
         if not isinstance(event, UserTurn):

@@ -82,6 +82,8 @@ class SttStage(Stage):
         self._early: tuple[float, asyncio.Task[tuple[str, Exception | None]]] | None = None  # (speech end ms, decode)
         self.early_hits = 0
         self.partials_skipped = 0
+        self.rejoins_skipped = 0
+        """Turns of several segments not transcribed again as one clip: the decoder was busy."""
         self.decodes = 0
         self.loops = 0
 
@@ -173,8 +175,15 @@ class SttStage(Stage):
 
     async def decode_clip(self, audio: Float32Array) -> str | None:
         """Transcribe ``audio`` as a final would be (its priority, the loop guard); None when the
-        decode failed.  For the turn stage, which transcribes a turn of several segments again
-        as one clip.  Cancellation: the decode is dropped if it has not started."""
+        decode failed, or was not tried because the shared decoder is busy.  For the turn stage,
+        which transcribes a turn of several segments again as one clip: a better transcript, not
+        a needed one, so under load it gives way (``rejoins_skipped``) rather than queue behind
+        other sessions' finals, which cost up to a second at four turns ending together
+        (docs/bench/concurrency.md).  Cancellation: the decode is dropped if it has not started."""
+        executor = self._backend.executor
+        if isinstance(executor, PriorityExecutor) and executor.busy:
+            self.rejoins_skipped += 1
+            return None
         text, failure = await self._decode(audio)
         return None if failure is not None else text
 
