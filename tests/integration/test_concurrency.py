@@ -207,7 +207,8 @@ def test_a_prefilled_turn_pays_only_for_its_last_words_while_another_session_ans
     from voiceagent.backends.protocols import LlmRequest, Message, Usage
 
     system = Message("system", profile_config().llm.instructions)
-    question = "If I travel from London to Paris by train, how long does the journey usually take?"
+    # Words no other test uses: the context holds nothing of them but what the prefill puts there.
+    question = "How long does it take to walk from the old mill to the harbour of Lisbon?"
 
     async def answer(key: str, text: str, usage: Usage | None = None) -> str:
         request = LlmRequest(key=key, messages=[system, Message("user", text)], max_tokens=24, temperature=0.0, usage=usage)
@@ -215,7 +216,7 @@ def test_a_prefilled_turn_pays_only_for_its_last_words_while_another_session_ans
             return "".join([p async for p in pieces if isinstance(p, str)])
 
     async def scenario() -> tuple[str, str, int, Usage]:
-        heard = [system, Message("user", "If I travel from London to Paris by train, how long does the")]
+        heard = [system, Message("user", "How long does it take to walk from the old mill to the harbour of")]
         other, prefilled = await asyncio.gather(
             answer("prefill-b", "What color is the sky on a clear day?"), engines.llm.prefill("prefill-a", heard)
         )
@@ -228,7 +229,9 @@ def test_a_prefilled_turn_pays_only_for_its_last_words_while_another_session_ans
     mine, other, prefilled, usage = run(scenario(), 120)
     assert prefilled >= 10, prefilled  # the user's words so far (the system prompt was cached already)
     assert usage.prompt_tokens is not None and usage.reused_tokens is not None
-    # Left for the turn: " journey usually take?" and the chat template's closing tokens.
+    # Left for the turn: " Lisbon?" and the chat template's closing tokens.
     assert usage.prompt_tokens - usage.reused_tokens <= 12, usage
     assert "blue" in other.lower(), other
-    assert {"hour", "hours", "london", "paris", "train", "journey"} & set(mine.lower().replace(".", " ").replace(",", " ").split()), mine
+    assert {"walk", "minute", "minutes", "hour", "hours", "mill", "harbour", "harbor", "lisbon"} & set(
+        mine.lower().replace(".", " ").replace(",", " ").split()
+    ), mine

@@ -100,6 +100,7 @@ def test_metrics_turn_log_and_spans_describe_a_good_turn_a_failed_one_and_a_refu
     assert during[f'voiceagent_llm_turn_tokens_total{{engine="{engine}",kind="generated"}}'] > 1
     assert during[f'voiceagent_llm_tokens_per_second_count{{engine="{engine}"}}'] == 1
     assert during[f'voiceagent_llm_slots{{engine="{engine}",state="busy"}}'] == 0
+    assert 0 <= during[f'voiceagent_llm_prompt_tokens_total{{engine="{engine}",kind="prefilled"}}'] <= engines.llm.stats().prefilled_tokens
 
     # One JSON line per turn: the timeline, tokens, models, the engine and the generation.
     turns = [json.loads(r.getMessage()) for r in caplog.records if r.getMessage().startswith('{"event": "turn"')]
