@@ -449,3 +449,33 @@ def test_a_cancelled_prefill_frees_its_context_and_the_turn_still_answers(run: R
     assert run(main(), 10).startswith("tell me more")
     # The cancelled prefill never ran (it was still queued).
     assert contexts[0].prefills.items == []
+
+
+def test_a_turn_takes_its_context_from_a_prefill_that_has_not_started(run: Run, executor: PriorityExecutor) -> None:
+    """A prefill queued behind other sessions' first clauses holds its context's lease; the turn it
+    was for must not wait for it (that was a wait of up to 5 s at 8 sessions): it is cancelled."""
+    contexts = [SequenceCheckingLlm("ctx0"), SequenceCheckingLlm("ctx1")]
+    pool = LlmPool(contexts, executor)
+    gate = threading.Event()
+
+    async def main() -> tuple[int, bool, str]:
+        await collect(pool.generate(request("a", "earlier turn")))  # "a" owns a context
+        blocker = asyncio.wrap_future(executor.submit_at(-5, gate.wait, deadline()))  # the worker is busy
+        prefill = asyncio.ensure_future(pool.prefill("a", [Message("user", "tell me")]))
+        await asyncio.sleep(0)
+        assert pool.stats().busy == 1  # the prefill holds "a"'s context, queued
+        admitted = asyncio.Event()
+        answer = asyncio.ensure_future(collect(pool.generate(request("a", "tell me more", admitted.set))))
+        await asyncio.wait_for(admitted.wait(), deadline())  # while the worker is still busy
+        admitted_while_busy = not gate.is_set()
+        gate.set()
+        await blocker
+        text = await answer
+        n = await prefill
+        await settled(pool)
+        return n, admitted_while_busy, text
+
+    n, admitted_while_busy, text = run(main(), 10)
+    assert admitted_while_busy and n == 0 and text.startswith("tell me more")
+    assert all(c.prefills.items == [] for c in contexts)
+    assert [c.prompts.items for c in contexts if c.prompts.items] == [["earlier turn", "tell me more"]]

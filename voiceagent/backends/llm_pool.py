@@ -32,7 +32,9 @@ while any of them is busy (``contended``, wired by the registry).
 Prefill: :meth:`LlmPool.prefill` leases the context the conversation's next turn would get (never
 waiting: a busy context, or requests already waiting, mean no prefill) and evaluates the coming
 prompt on it at the priority of later tokens (below every first clause: it is speculation), then
-frees it with the conversation's affinity kept.
+frees it with the conversation's affinity kept.  A prefill that has not started yet gives way
+to any request that needs its context (the conversation's own turn, or one that finds no free
+context): it is cancelled and the context freed at once, so speculation never holds a turn up.
 
 Cancellation: closing or cancelling the iterator of :meth:`LlmPool.generate` closes the token
 generator in the executor after the step in flight (llama.cpp stops decoding), then releases the
@@ -72,12 +74,19 @@ class _Slot:
     owner: str | None = None
     busy: bool = False
     last_used: int = 0
+    prefill: Future[int] | None = None  # the prefill that holds the lease, if one does
 
 
 @dataclass
 class _Waiter:
     key: str
     future: asyncio.Future[_Slot]
+
+
+def _cancelling() -> bool:
+    """Whether the current task itself is being cancelled (not only a future it awaits)."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
 
 
 def _step(it: Iterator[T]) -> T | object:
@@ -226,7 +235,17 @@ class LlmPool:
         del self.slot_history[:-1000]
         return slot
 
+    def _preempt_prefills(self, key: str) -> None:
+        """Cancel prefills not yet started that hold ``key``'s own context, or any context if none
+        is free (their done callbacks free the contexts, and the waiters are served)."""
+        own = [s for s in self._slots if s.owner == key and s.prefill is not None]
+        held = own or ([s for s in self._slots if s.prefill is not None] if all(s.busy for s in self._slots) else [])
+        for slot in held:
+            assert slot.prefill is not None
+            slot.prefill.cancel()  # False when it is running: then it finishes first (a few tokens)
+
     async def _acquire(self, key: str) -> _Slot:
+        self._preempt_prefills(key)
         if not self._waiters:
             slot = self._pick(key)
             if slot is not None:
@@ -375,9 +394,20 @@ class LlmPool:
         except RuntimeError:  # the engine is closing
             self._release(slot)
             return 0
+        slot.prefill = fut
+
+        def freed() -> None:
+            slot.prefill = None
+            self._release(slot)
+
         # Freed once the call has run or was skipped, whoever waits for it.
-        fut.add_done_callback(lambda _f: loop.call_soon_threadsafe(self._release, slot))
-        return await asyncio.wrap_future(fut)
+        fut.add_done_callback(lambda _f: loop.call_soon_threadsafe(freed))
+        try:
+            return await asyncio.wrap_future(fut)
+        except asyncio.CancelledError:
+            if fut.cancelled() and not _cancelling():
+                return 0  # a turn took the context before the prefill started
+            raise
 
     # ------------------------------------------------------------------ the rest of LlmEngine
 
