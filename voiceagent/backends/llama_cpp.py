@@ -93,13 +93,16 @@ class LlamaCppContext:
         if self._formatter is None:
             return 0, 0
         tokens = self._prompt_tokens(messages, tools)
-        cached = cast(Any, self._llm)._input_ids
-        reused = 0
-        for a, b in zip(cached, tokens, strict=False):
+        return len(tokens), self._cached_prefix(tokens)
+
+    def _cached_prefix(self, tokens: Sequence[int]) -> int:
+        """How many of ``tokens``, from the start, this context's KV cache already holds."""
+        n = 0
+        for a, b in zip(cast(Any, self._llm)._input_ids, tokens, strict=False):
             if a != b:
                 break
-            reused += 1
-        return len(tokens), reused
+            n += 1
+        return n
 
     def prefill(self, messages: Sequence[Message], tools: Sequence[Tool] = ()) -> int:
         """Evaluate the prompt up to the end of the last message's text (the user's words so far;
@@ -115,15 +118,10 @@ class LlamaCppContext:
             return 0
         head = result.prompt[: end + len(text)]
         tokens = self._llm.tokenize(head.encode("utf-8"), add_bos=not result.added_special, special=True)
-        llm = cast(Any, self._llm)
-        cached = llm._input_ids
-        keep = 0
-        for a, b in zip(cached, tokens, strict=False):
-            if a != b:
-                break
-            keep += 1
+        keep = self._cached_prefix(tokens)
         if keep >= len(tokens):
             return 0
+        llm = cast(Any, self._llm)
         llm.n_tokens = keep  # eval() drops the KV cache from here on, then appends
         llm.eval(tokens[keep:])
         return len(tokens) - keep

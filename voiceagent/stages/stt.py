@@ -180,8 +180,7 @@ class SttStage(Stage):
         a needed one, so under load it gives way (``rejoins_skipped``) rather than queue behind
         other sessions' finals, which cost up to a second at four turns ending together
         (docs/bench/concurrency.md).  Cancellation: the decode is dropped if it has not started."""
-        executor = self._backend.executor
-        if isinstance(executor, PriorityExecutor) and executor.busy:
+        if self._decoder_busy():
             self.rejoins_skipped += 1
             return None
         text, failure = await self._decode(audio)
@@ -234,13 +233,18 @@ class SttStage(Stage):
         if failure is not None:
             raise StageError(self.name, f"transcription failed: {type(failure).__name__}: {failure}") from failure
 
+    def _decoder_busy(self) -> bool:
+        """A decode (any session's) is running or queued on the shared decoder; False where its
+        executor cannot tell (not a priority executor)."""
+        executor = self._backend.executor
+        return isinstance(executor, PriorityExecutor) and executor.busy
+
     def _maybe_partial(self) -> None:
         self._last_partial_ms = self._buf_end_ms
         if self._partial_task is not None and not self._partial_task.done():
             self.partials_skipped += 1
             return
-        executor = self._backend.executor
-        if isinstance(executor, PriorityExecutor) and executor.busy:
+        if self._decoder_busy():
             # Another session's decode is running or queued: a partial now would only delay it
             # (and its own final); skip it and try again after the next interval.
             self.partials_skipped += 1
