@@ -346,6 +346,52 @@ def test_first_clause_tokens_run_in_admission_order_ahead_of_round_robin(run: Ru
     assert len(items) == 24  # every token of every reply still came
 
 
+def test_urgency_ends_with_the_token_that_completes_the_first_clause(run: Run, executor: PriorityExecutor) -> None:
+    """The caller judges the first clause complete in the worker thread (``on_piece``), so the
+    next session's first clause runs at once: judged only when the token reaches the event loop,
+    the worker would already have decoded one more token of the finished clause ahead of it."""
+    order = Recorder()
+    pool = LlmPool([Logged(order, "ctx0", pieces=6, step_s=0.001), Logged(order, "ctx1", pieces=4, step_s=0.001)], executor)
+    gate = threading.Event()
+    waiting = [True]
+    seen: list[str] = []
+
+    def on_piece(piece: object) -> None:  # the worker thread: the first clause is two tokens
+        seen.append(str(piece))
+        if len(seen) == 2:
+            waiting[0] = False
+
+    async def consume(gen: AsyncGenerator[str, None]) -> str:
+        got: list[str] = []
+        async with contextlib.aclosing(gen) as pieces:
+            async for piece in pieces:
+                got.append(piece)
+                if len(got) == 2:
+                    waiting[0] = False  # what the stage does on the loop, when the token gets there
+        return "".join(got)
+
+    async def main() -> tuple[str, str]:
+        blocker = asyncio.wrap_future(executor.submit_at(-5, gate.wait, deadline()))
+        a = asyncio.ensure_future(
+            consume(
+                pool.generate(
+                    LlmRequest("a", [Message("user", "a")], 16, 0.0, urgent_tokens=8, urgent=lambda: waiting[0], on_piece=on_piece)
+                )
+            )
+        )
+        await asyncio.sleep(0)
+        b = asyncio.ensure_future(collect(pool.generate(LlmRequest("b", [Message("user", "b")], 16, 0.0, urgent_tokens=8))))
+        await asyncio.sleep(0)
+        gate.set()
+        await blocker
+        return await a, await b
+
+    text_a, text_b = run(main(), 10)
+    assert text_a.startswith("a") and text_b.startswith("b")
+    assert order.items[:6] == ["a", "a", "b", "b", "b", "b"], order.items
+    assert order.items.count("a") == 6  # the rest of "a" still came
+
+
 def test_steps_run_on_one_thread_while_other_models_are_busy(run: Run, executor: PriorityExecutor) -> None:
     ctx = SequenceCheckingLlm("ctx0", pieces=2)
     pool = LlmPool([ctx], executor, threads=2)

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from voiceagent.backends.protocols import Message, example_messages
+from voiceagent.backends.protocols import LlmRequest, Message, ToolCall, example_messages
 from voiceagent.capacity import TurnCost
 from voiceagent.clock import VirtualClock
 from voiceagent.config import DEFAULT_EXAMPLES, Config, PlayoutConfig, SttConfig, TurnConfig, VadConfig, parse_examples
@@ -202,6 +202,40 @@ def test_partial_transcripts_while_speaking(run: Run, make_fakes: MakeFakes) -> 
             partial_lengths = [int(p.text.split()[1]) for p in log.of_type(InputTranscriptDelta)]
             assert int(final.text.split()[1]) > max(partial_lengths)
             assert session.stt.decodes >= 2
+
+    run(main(), 20)
+
+
+def test_the_engine_learns_the_first_clause_is_complete_from_the_token_that_completes_it(run: Run, make_fakes: MakeFakes) -> None:
+    """The LLM stage judges the first clause in the engine's thread too (``LlmRequest.on_piece``),
+    with the same cut as the clauses it sends to TTS: urgency ends exactly with the token that
+    completes the first clause."""
+    fakes = make_fakes(stt=FakeStt(["what is the capital of italy"]), llm=FakeLlm([tokens("The capital of Italy is Rome, a lovely city.")]))
+    seen: list[tuple[str, bool]] = []
+    generate = fakes.pool.generate
+
+    def spying(request: LlmRequest) -> Any:
+        inner, urgent = request.on_piece, request.urgent
+        assert inner is not None and urgent is not None
+
+        def on_piece(piece: str | ToolCall) -> None:
+            inner(piece)
+            seen.append((str(piece), urgent()))
+
+        return generate(dataclasses.replace(request, on_piece=on_piece))
+
+    fakes.pool.generate = spying  # type: ignore[method-assign]
+
+    async def main() -> None:
+        async with running(fakes, make_config()) as (session, log):
+            await pause(session, 160)
+            await say_turn(session)
+            await log.wait_type(ResponseDone)
+            first = log.of_type(OutputTranscriptDelta)[0].text
+            assert first == "The capital of Italy "
+            # Urgent until the token that showed the first clause complete (" is": the fifth word
+            # began), not one token later.
+            assert seen[:5] == [("The", True), (" capital", True), (" of", True), (" Italy", True), (" is", False)], seen
 
     run(main(), 20)
 

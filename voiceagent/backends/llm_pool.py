@@ -15,7 +15,8 @@ Here every generation leases a context of its own for its whole life:
 * **One thread, token-step scheduling.**  Every step (the prompt evaluation plus first token, then
   one token per step) is a separate call on one :class:`PriorityExecutor`, so steps of different
   generations interleave.  The first ``urgent_tokens`` steps of a generation (its first clause:
-  someone is waiting for them) run ahead of every later token, in admission order: when many
+  someone is waiting for them; ``on_piece`` tells the caller each token in the worker thread, so
+  urgency ends with the token that completes the clause, not one token later) run ahead of every later token, in admission order: when many
   turns end at once, the first admitted reaches its first audio first, then the next, rather
   than all of them reaching it late together (shortest-remaining-work first; round robin would
   finish every first clause at about the time the last one finishes now).  Later tokens are
@@ -106,13 +107,22 @@ class _Steps:
     tokens are decoded ahead of the consumer.
     """
 
-    def __init__(self, pool: LlmPool, context: LlmContext, admitted: int, urgent: int, still: Callable[[], bool] | None) -> None:
+    def __init__(
+        self,
+        pool: LlmPool,
+        context: LlmContext,
+        admitted: int,
+        urgent: int,
+        still: Callable[[], bool] | None,
+        on_piece: Callable[[str | ToolCall], None] | None = None,
+    ) -> None:
         self.pool = pool
         self.context = context
         self.it: Iterator[str | ToolCall] | None = None
         self.admitted = admitted
         self.urgent = urgent
         self.still = still or (lambda: True)
+        self.on_piece = on_piece
         self.queue: collections.deque[Future[object]] = collections.deque()
         self.submitted = 0
         self.closed = False
@@ -143,6 +153,9 @@ class _Steps:
         t0 = time.perf_counter()
         item = _step(self.it)
         self.pool._decode_s += time.perf_counter() - t0
+        if item is not _DONE and self.on_piece is not None:
+            # Before the next urgent step is queued: the piece may end the first clause.
+            self.on_piece(item)  # type: ignore[arg-type]
         if item is not _DONE and not self.closed and self._urgent(self.submitted):
             self._submit()
         return item
@@ -328,7 +341,7 @@ class LlmPool:
                         usage.prompt_tokens, usage.reused_tokens = total, reused
                 return context.stream(msgs, request.max_tokens, request.temperature, request.tools, request.tool_choice)
 
-            steps = _Steps(self, context, admitted, request.urgent_tokens, request.urgent)
+            steps = _Steps(self, context, admitted, request.urgent_tokens, request.urgent, request.on_piece)
             await self._call(admitted, functools.partial(steps.begin, make))
             while (item := await steps.next()) is not _DONE:
                 self._generated += 1

@@ -189,7 +189,12 @@ class LlmRequest:
     any queue wait), before the first token.  ``urgent``: true while someone is waiting for the
     tokens (until the first clause is out); an engine that schedules may put those ahead of other
     generations' later tokens, which are needed only at speaking pace.  It may be called from
-    the engine's thread and must only read a flag.  ``urgent_tokens`` bounds how many tokens are
+    the engine's thread and must only read a flag.  ``on_piece``, when given, is called in the
+    engine's thread with each piece as soon as it is decoded, before the engine decides whether
+    the next step is urgent: the caller judges there whether its first clause is complete (and
+    clears what ``urgent`` reads), so that no further token runs ahead of other generations'
+    first clauses while the piece travels to the event loop.  It must be fast and must not block;
+    an engine that does not schedule token steps may ignore it.  ``urgent_tokens`` bounds how many tokens are
     treated as urgent whatever ``urgent`` says.  ``on_route`` is called on the event loop, before
     the first token, by an engine that chooses between engines (:mod:`voiceagent.backends.fallback`)
     with the name of the engine that answers and why.  ``usage``, when given, is filled in by the
@@ -204,6 +209,7 @@ class LlmRequest:
     on_admitted: Callable[[], None] | None = None
     urgent_tokens: int = 0
     urgent: Callable[[], bool] | None = None
+    on_piece: Callable[[str | ToolCall], None] | None = None
     on_route: Callable[[str, str], None] | None = None
     usage: Usage | None = None
     tools: tuple[Tool, ...] = ()

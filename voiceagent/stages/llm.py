@@ -133,6 +133,15 @@ class LlmStage(Stage):
         index = 0
         first = True
         waiting_for_first_clause = [True]  # read by the engine's thread: a flag, nothing more
+        # The same cut, judged in the engine's thread as each token is decoded: urgency ends with
+        # the token that completes the first clause (by the time that token reaches this task the
+        # engine would already have decoded one more ahead of other sessions' first clauses).
+        first_cut = ClauseSplitter(first_max_words=self._first_clause_words)
+
+        def on_piece(piece: str | ToolCall) -> None:  # the engine's thread: only first_cut is touched
+            if waiting_for_first_clause[0] and isinstance(piece, str) and first_cut.push(piece):
+                waiting_for_first_clause[0] = False
+
         admitted: list[float] = []
         routes: list[tuple[str, str]] = []
         usage = Usage()
@@ -146,6 +155,7 @@ class LlmStage(Stage):
             # The first clause is what the listener waits for; a bound in case it never ends.
             urgent_tokens=32,
             urgent=lambda: waiting_for_first_clause[0],
+            on_piece=on_piece,
             on_route=lambda engine, reason: routes.append((engine, reason)),
             usage=usage,
             tools=prompt.tools,
@@ -251,7 +261,7 @@ class LlmStage(Stage):
         """Ask once more for ``call`` with its tool named (the engine constrains the arguments)."""
         # Off the listener's critical path, and outside the turn's timeline and usage.
         again = dataclasses.replace(
-            request, tool_choice=call.name, on_admitted=None, urgent_tokens=0, urgent=None, on_route=None, usage=None
+            request, tool_choice=call.name, on_admitted=None, urgent_tokens=0, urgent=None, on_piece=None, on_route=None, usage=None
         )
         second: ToolCall | None = None
         async with contextlib.aclosing(self._engine.generate(again)) as pieces:
