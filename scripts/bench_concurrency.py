@@ -175,7 +175,7 @@ def start_llama_server(binary: str, config: Config, slots: int) -> tuple[subproc
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    model = gguf_path(config.llm.model, config.cache_path)
+    model = gguf_path(config.llm.model, config.cache_path, config.llm.quant)
     cmd = [binary, "-m", str(model), "--host", "127.0.0.1", "--port", str(port), "-t", str(config.llm.threads)]
     cmd += ["--parallel", str(slots), "-c", str(config.llm.context * slots), "--cont-batching", "-b", "256", "--no-webui"]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

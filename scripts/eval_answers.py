@@ -185,7 +185,7 @@ def main() -> int:
     voices, _ = eq.resolve_voices(list(eq.DEFAULT_VOICES))
     convs = eq.plan(questions, voices, args.seed)
     heard = heard_transcripts(args.heard) if args.input == "heard" else None
-    context = LlamaCppContext(gguf_path(model, cfg.cache_path), cfg.llm.threads, cfg.llm.context)
+    context = LlamaCppContext(gguf_path(model, cfg.cache_path, cfg.llm.quant), cfg.llm.threads, cfg.llm.context)
     table = variants(cfg.llm.instructions, cfg.llm.example_pairs)
     report: dict[str, Any] = {"model": model, "input": args.input, "heard": args.heard if heard else None, "variants": {}}
     for name in args.variants.split(","):

@@ -67,6 +67,14 @@ def _configured_models(config: Config) -> dict[str, str]:
     return keys
 
 
+def _llama_cpp_models(config: Config) -> set[str]:
+    """Catalog keys of the LLMs this configuration runs on llama.cpp (those ``llm.quant`` converts)."""
+    keys = {f"llm.{config.llm.model}"} if config.llm.backend == "llama_cpp" else set()
+    if config.llm.fallback_backend == "llama_cpp":
+        keys.add(f"llm.{config.llm.fallback_model}")
+    return keys
+
+
 def _require_models(config: Config) -> None:
     """Before any model loads: a configured model whose packages are missing is one line naming
     the command that installs it (and the profile, when the profile chose that model)."""
@@ -187,6 +195,12 @@ def cmd_models(args: argparse.Namespace) -> int:
             t0 = time.perf_counter()
             path = catalog.prepare(spec, cache)
             print(f"prepared {spec.key}: {path} ({time.perf_counter() - t0:.1f} s, sha256 ok)")
+            if spec.key in _llama_cpp_models(config) and config.llm.quant != "shipped":
+                from voiceagent.backends.llama_cpp import converted  # llama.cpp only where needed
+
+                t0 = time.perf_counter()
+                out = converted(path, config.llm.quant)
+                print(f"converted {spec.key} to {config.llm.quant} (llm.quant): {out} ({time.perf_counter() - t0:.1f} s)")
         return 0
     if args.action == "verify":
         for spec in specs.values():

