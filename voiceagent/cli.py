@@ -199,7 +199,7 @@ def cmd_models(args: argparse.Namespace) -> int:
                 from voiceagent.backends.llama_cpp import converted  # llama.cpp only where needed
 
                 t0 = time.perf_counter()
-                out = converted(path, config.llm.quant)
+                out = converted(path, config.llm.quant, cache)
                 print(f"converted {spec.key} to {config.llm.quant} (llm.quant): {out} ({time.perf_counter() - t0:.1f} s)")
         return 0
     if args.action == "verify":

@@ -13,7 +13,7 @@ import pytest
 
 from voiceagent.backends import llama_cpp as backend
 from voiceagent.config import LlmConfig
-from voiceagent.errors import ConfigError, ModelError
+from voiceagent.errors import ConfigError
 
 
 class FakeQuantizer:
@@ -30,50 +30,58 @@ class FakeQuantizer:
 
 @pytest.fixture
 def source(tmp_path: Path) -> Path:
-    path = tmp_path / "model-q4_k_m.gguf"
+    """The packaged GGUF (a file inside an installed package: nothing may be written beside it)."""
+    path = tmp_path / "site-packages" / "model-q4_k_m.gguf"
+    path.parent.mkdir()
     path.write_bytes(b"GGUF and weights")
     return path
+
+
+def cache(source: Path) -> Path:
+    return source.parent.parent / "cache"
 
 
 def test_converts_once_and_reuses_the_result(monkeypatch: pytest.MonkeyPatch, source: Path) -> None:
     quantizer = FakeQuantizer()
     monkeypatch.setattr(backend.llama_cpp, "llama_model_quantize", quantizer)
-    out = backend.converted(source, "iq4_nl")
-    assert out == source.with_name("model-q4_k_m.iq4_nl.gguf")
+    out = backend.converted(source, "iq4_nl", cache(source))
+    assert out == cache(source) / "models" / "model-q4_k_m.iq4_nl.gguf"
     assert out.read_bytes() == b"converted GGUF"
     assert [c[2] for c in quantizer.calls] == [backend.llama_cpp.LLAMA_FTYPE_MOSTLY_IQ4_NL]
-    assert backend.converted(source, "iq4_nl") == out
+    assert backend.converted(source, "iq4_nl", cache(source)) == out
     assert len(quantizer.calls) == 1  # the stamp matched: not converted again
+    assert sorted(p.name for p in source.parent.iterdir()) == [source.name]  # the package is untouched
     # Another type is a file of its own.
-    assert backend.converted(source, "q4_0").name == "model-q4_k_m.q4_0.gguf"
+    assert backend.converted(source, "q4_0", cache(source)).name == "model-q4_k_m.q4_0.gguf"
     assert quantizer.calls[-1][2] == backend.llama_cpp.LLAMA_FTYPE_MOSTLY_Q4_0
 
 
 def test_a_changed_source_is_converted_again(monkeypatch: pytest.MonkeyPatch, source: Path) -> None:
     quantizer = FakeQuantizer()
     monkeypatch.setattr(backend.llama_cpp, "llama_model_quantize", quantizer)
-    backend.converted(source, "iq4_nl")
+    backend.converted(source, "iq4_nl", cache(source))
     source.write_bytes(b"GGUF, joined again")
     st = source.stat()
     os.utime(source, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
-    assert backend.converted(source, "iq4_nl").read_bytes() == b"converted GGUF"
+    assert backend.converted(source, "iq4_nl", cache(source)).read_bytes() == b"converted GGUF"
     assert len(quantizer.calls) == 2
 
 
 def test_a_failed_conversion_raises_and_leaves_no_file(monkeypatch: pytest.MonkeyPatch, source: Path) -> None:
     monkeypatch.setattr(backend.llama_cpp, "llama_model_quantize", FakeQuantizer(rc=1))
-    with pytest.raises(ModelError, match="could not convert"):
-        backend.converted(source, "iq4_nl")
+    with pytest.raises(RuntimeError, match="could not convert"):
+        backend.converted(source, "iq4_nl", cache(source))
     assert sorted(p.name for p in source.parent.iterdir()) == [source.name]
+    assert list((cache(source) / "models").iterdir()) == []
 
 
 def test_shipped_is_the_packaged_file_and_unknown_types_are_refused(monkeypatch: pytest.MonkeyPatch, source: Path) -> None:
     monkeypatch.setattr(backend, "prepare", lambda spec, cache: source)
     quantizer = FakeQuantizer()
     monkeypatch.setattr(backend.llama_cpp, "llama_model_quantize", quantizer)
-    assert backend.gguf_path("qwen2.5-0.5b", source.parent, "shipped") == source
+    assert backend.gguf_path("qwen2.5-0.5b", cache(source), "shipped") == source
     assert quantizer.calls == []
-    with pytest.raises(ModelError, match="unknown"):
-        backend.converted(source, "q2_k")
+    with pytest.raises(ValueError, match="unknown"):
+        backend.converted(source, "q2_k", cache(source))
     with pytest.raises(ConfigError, match=r"llm\.quant"):
         LlmConfig(quant="q2_k")

@@ -36,7 +36,6 @@ from voiceagent.backends.protocols import LlmContext, Message, Tool, ToolCall, T
 from voiceagent.backends.tool_format import OPEN, HermesToolParser, chat_messages, new_call_id, tool_dicts
 from voiceagent.catalog import get_spec, prepare
 from voiceagent.config import LlmConfig
-from voiceagent.errors import ModelError
 from voiceagent.pipeline.scheduler import PriorityExecutor
 
 __all__ = ["LlamaCppContext", "converted", "gguf_path", "load"]
@@ -54,12 +53,13 @@ def gguf_path(name: str, cache_dir: Path, quant: str = "shipped") -> Path:
     """The GGUF file for catalog entry ``llm.<name>``, joining split parts once if needed, and
     converting it once to ``quant`` (``llm.quant``) unless that is ``shipped``."""
     shipped = prepare(get_spec("llm", name), cache_dir)
-    return shipped if quant == "shipped" else converted(shipped, quant)
+    return shipped if quant == "shipped" else converted(shipped, quant, cache_dir)
 
 
-def converted(source: Path, quant: str) -> Path:
-    """``source`` converted to ``quant`` by llama.cpp's quantizer, once: the result is kept beside
-    it (``<name>.<quant>.gguf``) with a stamp naming the source's size and modification time, the
+def converted(source: Path, quant: str, cache_dir: Path) -> Path:
+    """``source`` converted to ``quant`` by llama.cpp's quantizer, once: the result is kept in the
+    cache (``<cache_dir>/models/<name>.<quant>.gguf``, never beside a file inside an installed
+    package) with a stamp naming the source's size and modification time, the
     type and the llama-cpp-python version, and made again when any of them changes.
 
     Blocking: about a minute for the 0.5B on two cores, three for the 1.5B (``voiceagent models
@@ -68,8 +68,9 @@ def converted(source: Path, quant: str) -> Path:
     by the llama.cpp build of this machine, from the verified source.
     """
     if quant not in _FTYPES:
-        raise ModelError(f"llm.quant {quant!r}: unknown (choose from shipped, {', '.join(_FTYPES)})")
-    target = source.with_name(f"{source.stem}.{quant}.gguf")
+        raise ValueError(f"llm.quant {quant!r}: unknown (choose from shipped, {', '.join(_FTYPES)})")
+    target = cache_dir / "models" / f"{source.stem}.{quant}.gguf"
+    target.parent.mkdir(parents=True, exist_ok=True)
     stamp = target.with_name(target.name + ".stamp")
     st = source.stat()
     want = f"{st.st_size} {st.st_mtime_ns} {quant} llama-cpp-python {llama_cpp.__version__}"
@@ -85,7 +86,8 @@ def converted(source: Path, quant: str) -> Path:
         with suppress_stdout_stderr(disable=False):  # a line per tensor, printed by llama.cpp itself
             failed = llama_cpp.llama_model_quantize(str(source).encode(), str(tmp).encode(), ctypes.byref(params))
         if failed:
-            raise ModelError(f"llama.cpp could not convert {source} to {quant}")
+            # Not a ModelError: the loader adds which model it is and what to do (registry.load_engines).
+            raise RuntimeError(f"llama.cpp could not convert {source} to {quant}")
         os.replace(tmp, target)
     finally:
         tmp.unlink(missing_ok=True)
