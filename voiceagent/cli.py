@@ -185,6 +185,7 @@ def cmd_models(args: argparse.Namespace) -> int:
     cache = config.cache_path
     specs = catalog.load_catalog()
     if args.action == "prepare":
+        converts = _llama_cpp_models(config) if config.llm.quant != "shipped" else set()
         for spec in specs.values():
             if not spec.parts:
                 continue
@@ -195,7 +196,7 @@ def cmd_models(args: argparse.Namespace) -> int:
             t0 = time.perf_counter()
             path = catalog.prepare(spec, cache)
             print(f"prepared {spec.key}: {path} ({time.perf_counter() - t0:.1f} s, sha256 ok)")
-            if spec.key in _llama_cpp_models(config) and config.llm.quant != "shipped":
+            if spec.key in converts:
                 from voiceagent.backends.llama_cpp import converted  # llama.cpp only where needed
 
                 t0 = time.perf_counter()

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from voiceagent.backends import llama_cpp as backend
-from voiceagent.config import LlmConfig
+from voiceagent.config import LLM_QUANTS, LlmConfig
 from voiceagent.errors import ConfigError
 
 
@@ -73,6 +73,11 @@ def test_a_failed_conversion_raises_and_leaves_no_file(monkeypatch: pytest.Monke
         backend.converted(source, "iq4_nl", cache(source))
     assert sorted(p.name for p in source.parent.iterdir()) == [source.name]
     assert list((cache(source) / "models").iterdir()) == []
+
+
+def test_every_configurable_quant_has_a_llama_cpp_type() -> None:
+    # config.LLM_QUANTS (what llm.quant accepts) and the backend's table name the same types.
+    assert set(backend._FTYPES) == set(LLM_QUANTS) - {"shipped"}
 
 
 def test_shipped_is_the_packaged_file_and_unknown_types_are_refused(monkeypatch: pytest.MonkeyPatch, source: Path) -> None:

@@ -62,7 +62,7 @@ def converted(source: Path, quant: str, cache_dir: Path) -> Path:
     package) with a stamp naming the source's size and modification time, the
     type and the llama-cpp-python version, and made again when any of them changes.
 
-    Blocking: about a minute for the 0.5B on two cores, three for the 1.5B (``voiceagent models
+    Blocking: 51 s for the 0.5B on two cores, longer for a bigger model (``voiceagent models
     prepare`` does it at set-up).  Written to a temporary file first, so an interrupted conversion
     never leaves a truncated model.  No checksum is recorded for the result: it is computed here,
     by the llama.cpp build of this machine, from the verified source.
