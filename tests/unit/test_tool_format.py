@@ -331,3 +331,45 @@ def test_a_bare_call_with_broken_json_is_still_a_call_for_the_caller_to_repair()
     out = _run_parser(HermesToolParser(names=["get_time"]), ['{"name": "get_time", "arguments": {"type": "object", "properties": {"}}}'])
     calls = [o for o in out if isinstance(o, ToolCall)]
     assert [c.name for c in calls] == ["get_time"]
+
+
+# ------------------------------------- calls the 1.5B writes without tags (eval_tools, 2026-11-23)
+
+FENCED = '```json\n{\n  "name": "get_weather",\n  "arguments": {\n    "city": "Paris"\n  }\n}\n```'
+DOUBLED_EMPTY = '{{"name": "get_time", "arguments": {}}}}'  # one brace too many, as written
+DOUBLED = '{{"name": "set_timer", "arguments": {"seconds": 10, "label": "Check the oven"}}}'
+NAMES = ["get_weather", "get_time", "set_timer"]
+
+
+@pytest.mark.parametrize(
+    ("text", "name", "args"),
+    [
+        (FENCED, "get_weather", {"city": "Paris"}),
+        (DOUBLED_EMPTY, "get_time", {}),
+        (DOUBLED, "set_timer", {"seconds": 10, "label": "Check the oven"}),
+    ],
+)
+def test_a_fenced_or_doubled_brace_call_is_one_call_and_no_text_wherever_it_splits(text: str, name: str, args: dict[str, object]) -> None:
+    for cut in range(1, len(text)):
+        for tail in ("", " Then more text."):
+            out = _run_parser(HermesToolParser(names=NAMES), [text[:cut], text[cut:] + tail])
+            assert [(c.name, json.loads(c.arguments)) for c in calls_of(out)] == [(name, args)], (cut, out)
+            assert text_of(out).strip() == tail.strip(), (cut, out)
+
+
+def test_a_fenced_call_streamed_one_character_at_a_time() -> None:
+    out = run(HermesToolParser(names=NAMES), *FENCED)
+    assert [c.name for c in calls_of(out)] == ["get_weather"] and text_of(out) == ""
+
+
+def test_a_fence_that_holds_no_offered_call_is_text_as_written() -> None:
+    not_calls = ('```json\n{"a": 1}\n``` done', "```python\nprint(1)\n```", "`code` here", '```json\n{"name": "launch"}\n```')
+    for text in not_calls:
+        out = _run_parser(HermesToolParser(names=NAMES), [text[:4], text[4:]])
+        assert calls_of(out) == [] and text_of(out) == text, out
+
+
+def test_fenced_and_doubled_calls_are_not_read_without_offered_names() -> None:
+    for text in (FENCED, DOUBLED):
+        out = run(HermesToolParser(), text)
+        assert calls_of(out) == [] and text_of(out) == text

@@ -9,7 +9,10 @@
   \\n</tool_call>`` in the generated text.  Text outside the tags passes through as it streams;
   only a possible start of a tag is held back.  Qwen2.5-Coder-1.5B often writes the call inside
   ``<tools>`` … ``</tools>`` instead (the tag its chat template puts around the tool signatures):
-  read as a call too, else the JSON would be spoken.
+  read as a call too, else the JSON would be spoken.  When tools are offered, a reply that *is*
+  a call without tags is read as one too: a bare ``{"name": …, "arguments": …}`` of an offered
+  tool, the same inside a Markdown code fence (```` ```json ````), or with doubled braces
+  (``{{"name": …}}``, the template's placeholder copied); the 1.5B writes all three.
 """
 
 from __future__ import annotations
@@ -96,11 +99,21 @@ class HermesToolParser:
         self._names = frozenset(names)
         self._fresh = True  # nothing but whitespace since the start or the last call
         self._bare = False  # inside a bare JSON object that may be a call
+        self._fence = ""  # the code fence opening that bare object, given back if it is no call
+        self._leftover = False  # after a fenced or doubled-brace call: its closing "}"/fence is no text
 
     def push(self, text: str) -> list[str | ToolCall]:
         self._buf += text
         out: list[str | ToolCall] = []
         while self._buf:
+            if self._leftover:
+                rest = self._buf.lstrip().lstrip("}").lstrip()
+                if not rest or (len(rest) < len(_FENCE) and _FENCE.startswith(rest)):
+                    self._buf = rest
+                    break  # what follows decides
+                self._buf = rest[len(_FENCE) :] if rest.startswith(_FENCE) else rest
+                self._leftover = False
+                continue
             if self._inside:
                 end = self._buf.find(self._close)
                 if end < 0:
@@ -125,6 +138,13 @@ class HermesToolParser:
                 if stripped[0] == "{":
                     self._buf, self._bare = stripped, True
                     continue
+                if stripped[0] == "`":
+                    opened = _FENCE_OPEN.match(stripped)
+                    if opened is not None:
+                        self._fence, self._buf, self._bare = opened.group(0), stripped[opened.end() :], True
+                        continue
+                    if _FENCE_START.fullmatch(stripped):
+                        break  # may still open a fenced call
             found = [(at, tags) for tags in _TAGS if (at := self._buf.find(tags[0])) >= 0]
             if found:
                 start, (open_tag, self._close) = min(found, key=lambda f: f[0])
@@ -142,20 +162,35 @@ class HermesToolParser:
         return out
 
     def _bare_result(self, body: str) -> str | ToolCall:
-        """A bare object: a call if it names an offered tool, else the text it was."""
+        """A bare object: a call if it names an offered tool, else the text it was (with the
+        fence that opened it)."""
+        fence, self._fence = self._fence, ""
+        call = self._as_call(body)
+        doubled = call is None and body.startswith("{{") and body.rstrip().endswith("}}")
+        if doubled:
+            call = self._as_call(body.strip()[1:-1])
+        if call is None:
+            self._fresh = False
+            return fence + body
+        self._fresh = True
+        self._leftover = bool(fence) or doubled
+        return call
+
+    def _as_call(self, body: str) -> ToolCall | None:
         value = loads_lenient(body)
         if isinstance(value, dict) and value.get("name") in self._names and set(value) <= {"name", "arguments", "parameters"}:
-            self._fresh = True
             return parse_call(body)
         named = _BARE_NAME.match(body)
         if value is None and named is not None and named.group(1) in self._names:
-            self._fresh = True  # a call with broken JSON: the caller repairs or asks again
-            return parse_call(body)
-        self._fresh = False
-        return body
+            return parse_call(body)  # a call with broken JSON: the caller repairs or asks again
+        return None
 
     def flush(self) -> list[str | ToolCall]:
         rest, self._buf = self._buf, ""
+        if self._leftover:
+            self._leftover = False
+            if rest.strip().lstrip("}").strip() in ("", _FENCE):
+                return []  # only the call's own closing brace or fence
         if self._inside:
             self._inside = False
             return [parse_call(rest)] if rest.strip() else []
@@ -166,6 +201,10 @@ class HermesToolParser:
 
 
 _BARE_NAME = re.compile(r'\{\s*"name"\s*:\s*"([^"]*)"')
+_FENCE = "```"
+_FENCE_OPEN = re.compile(r"```[ \t]*(?:json)?[ \t]*\r?\n?\s*(?=\{)", re.IGNORECASE)
+# A start that may still become a fence before an object ("`", "```js", "```json\n  ").
+_FENCE_START = re.compile(r"`{1,2}|```[ \t]*(?:j|js|jso|json)?[ \t]*\r?\n?\s*", re.IGNORECASE)
 _MAX_BARE = 8000  # a bare object longer than this is text, whatever it turns out to be
 
 
