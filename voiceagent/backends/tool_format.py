@@ -187,10 +187,9 @@ class HermesToolParser:
 
     def flush(self) -> list[str | ToolCall]:
         rest, self._buf = self._buf, ""
-        if self._leftover:
-            self._leftover = False
-            if rest.strip().lstrip("}").strip() in ("", _FENCE):
-                return []  # only the call's own closing brace or fence
+        # After a fenced or doubled-brace call push() holds back at most the start of its closing
+        # fence ("`", "``"), which goes out as the text it is, like any unfinished tag.
+        self._leftover = False
         if self._inside:
             self._inside = False
             return [parse_call(rest)] if rest.strip() else []
