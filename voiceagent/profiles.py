@@ -15,7 +15,7 @@ profile         STT                 LLM                 notes
                                                         ``turn.incomplete_ms`` 1500; the LLM converted to
                                                         IQ4_NL (``llm.quant``)
 ``balanced``    ``whisper-tiny``    ``qwen2.5-1.5b``    better answers (the 1.5B: about half the 0.5B's speed, about
-                                                        350 ms later to the first audio on the eval); opt-in, 1.1 GB:
+                                                        290 ms later to the first audio on the eval); opt-in, 1.1 GB:
                                                         ``VOICEAGENT_PROFILE=balanced bash scripts/setup.sh``
 ``quality``     ``whisper-base``    ``qwen2.5-1.5b``    Whisper base too (about twice tiny's decode time): no better
                                                         than tiny on the eval's synthetic voices, kept for clearer
@@ -59,7 +59,8 @@ _FAST: dict[str, str] = {
     # "of", "the", "and"... waits for more words.
     "turn.incomplete_ms": "1500",
     # Added 2026-11-23 (issues #8 and #12): the 0.5B's weights converted once to IQ4_NL, 22-29 %
-    # less time per token on this CPU, answers within one question of the shipped file's.
+    # less time per token on this CPU; answers within one question of the shipped file's as text,
+    # 6 points fewer right on misheard questions (README, "Spoken quality").
     "llm.quant": "iq4_nl",
 }
 
@@ -67,7 +68,8 @@ PROFILES: dict[str, dict[str, str]] = {
     "fast": dict(_FAST),
     # Until 2026-11-23 balanced was Whisper base + the 0.5B; the eval found it slower than fast and
     # no more accurate (base hears the synthetic voices no better), so it became tiny + the 1.5B.
-    # The 1.5B runs as shipped: its answers have not been measured converted (llm.quant).
+    # The 1.5B runs as shipped: its file is real Q4_K, and IQ4_NL was no faster per token
+    # (43.8 against 40.5 ms; scripts/bench_llm_weights.py --set llm.model=qwen2.5-1.5b).
     "balanced": {**_FAST, "llm.model": "qwen2.5-1.5b", "llm.quant": "shipped"},
     "quality": {**_FAST, "stt.model": "whisper-base", "llm.model": "qwen2.5-1.5b", "llm.quant": "shipped"},
     "gpu": {
