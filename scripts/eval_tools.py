@@ -28,6 +28,8 @@ sys.path.insert(0, str(ROOT))
 from voiceagent.backends.protocols import LlmRequest, Message, Tool, ToolCall  # noqa: E402
 from voiceagent.builtin_tools import builtin_tools  # noqa: E402
 from voiceagent.config import Config, LlmConfig  # noqa: E402
+from voiceagent.profiles import PROFILES  # noqa: E402
+from voiceagent.replies import CALL_TOOLS  # noqa: E402
 from voiceagent.tool_args import check_arguments  # noqa: E402
 
 WEATHER = Tool(
@@ -84,7 +86,8 @@ def _matches(expected: dict[str, Any], got: dict[str, Any]) -> bool:
 
 
 async def run_case(engine: Any, instructions: str, case: Case) -> dict[str, Any]:
-    messages = [Message("system", instructions), Message("user", case.utterance)]
+    # As the session prompts when tools are offered (voiceagent/replies.py).
+    messages = [Message("system", f"{instructions} {CALL_TOOLS}"), Message("user", case.utterance)]
     request = LlmRequest(key="eval", messages=messages, max_tokens=96, temperature=0.0, tools=TOOLS, tool_choice="auto")
     text, calls = "", []
     t0 = time.perf_counter()
@@ -99,15 +102,22 @@ async def run_case(engine: Any, instructions: str, case: Case) -> dict[str, Any]
     tool = next((t for t in TOOLS if call is not None and t.name == call.name), None)
     checked = check_arguments(tool, call.arguments) if call is not None else None
     retried = False
-    if call is not None and tool is not None and checked is not None and checked.problem is not None:
-        # As the LLM stage does: ask once more with the tool named (arguments held to its schema).
+    nameless = call is not None and not call.name.strip()
+    if call is not None and checked is not None and checked.problem is not None and (tool is not None or nameless):
+        # As the LLM stage does: ask once more with the tool named (arguments held to its schema),
+        # or, for a call opened with no name, with "required" (several tools are offered here).
         retried = True
-        again = LlmRequest(key="eval", messages=messages, max_tokens=96, temperature=0.0, tools=TOOLS, tool_choice=tool.name)
+        choice = tool.name if tool is not None else "required"
+        again = LlmRequest(key="eval", messages=messages, max_tokens=96, temperature=0.0, tools=TOOLS, tool_choice=choice)
+        second: ToolCall | None = None
         async with contextlib.aclosing(engine.generate(again)) as pieces:
             async for piece in pieces:
-                if isinstance(piece, ToolCall):
-                    checked = check_arguments(tool, piece.arguments)
-                    break
+                if isinstance(piece, ToolCall) and second is None:
+                    second = piece
+        if second is not None and (second.name == choice or (choice == "required" and any(t.name == second.name for t in TOOLS))):
+            call = second
+            tool = next(t for t in TOOLS if t.name == second.name)
+            checked = check_arguments(tool, second.arguments)
         elapsed = time.perf_counter() - t0
     args = json.loads(checked.arguments) if checked is not None and checked.arguments is not None else {}
     right_tool = (call.name if call else None) == case.tool
@@ -126,11 +136,20 @@ async def run_case(engine: Any, instructions: str, case: Case) -> dict[str, Any]
     }
 
 
-async def evaluate(model: str) -> dict[str, Any]:
+def profile_quant(model: str) -> str:
+    """The weights a profile runs ``model`` as (the 1.5B as shipped, the 0.5B as IQ4_NL)."""
+    for tree in PROFILES.values():
+        if tree.get("llm.model") == model and "llm.quant" in tree:
+            return str(tree["llm.quant"])
+    return LlmConfig().quant
+
+
+async def evaluate(model: str, call_bias: float) -> dict[str, Any]:
     from voiceagent.backends import llama_cpp
 
     config = Config()
-    engine = llama_cpp.load(LlmConfig(model=model, contexts=1, threads=2), config.cache_path)
+    quant = profile_quant(model)
+    engine = llama_cpp.load(LlmConfig(model=model, contexts=1, threads=2, quant=quant, call_bias=call_bias), config.cache_path)
     try:
         results = [await run_case(engine, config.llm.instructions, case) for case in CASES]
     finally:
@@ -140,6 +159,8 @@ async def evaluate(model: str) -> dict[str, Any]:
     chats = [r for r in results if r["expected"]["tool"] is None]
     return {
         "model": model,
+        "quant": quant,
+        "call_bias": call_bias,
         "cases": len(results),
         "right": sum(r["right"] for r in results),
         "tool_cases_right": f"{sum(r['right'] for r in calls)}/{len(calls)}",
@@ -154,17 +175,19 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", default="qwen2.5-0.5b", help="comma-separated catalog names of llama.cpp models")
     ap.add_argument("--out", type=Path, default=Path("artifacts/eval"))
+    ap.add_argument("--call-bias", type=float, default=LlmConfig().call_bias, help="llm.call_bias (default: the config's)")
     args = ap.parse_args()
     report = {
         "command": "scripts/eval_tools.py " + " ".join(sys.argv[1:]),
         "machine": f"{platform.machine()}, Python {platform.python_version()}",
-        "models": [asyncio.run(evaluate(m)) for m in args.models.split(",") if m],
+        "models": [asyncio.run(evaluate(m, args.call_bias)) for m in args.models.split(",") if m],
     }
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "tools_eval.json").write_text(json.dumps(report, indent=1) + "\n")
     for m in report["models"]:
         print(
-            f"{m['model']}: {m['right']}/{m['cases']} right (tool cases {m['tool_cases_right']}, "
+            f"{m['model']} ({m['quant']}, call_bias {m['call_bias']}): {m['right']}/{m['cases']} right "
+            f"(tool cases {m['tool_cases_right']}, "
             f"right tool {m['right_tool']}, no-call cases {m['no_call_cases_right']}), {m['mean_seconds']} s per case"
         )
     return 0

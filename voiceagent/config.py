@@ -319,6 +319,13 @@ class LlmConfig:
     """How long the breaker stays open before one turn probes the primary again."""
     max_tokens: int = 80
     temperature: float = 0.0
+    call_bias: float = 1.0
+    """llama_cpp, tools offered with ``tool_choice`` "auto": added to the logits of the tokens a
+    call starts with (``<tool_call>``, ``<``, `````) at the reply's first token only.  The 1.5B as
+    shipped wavered there between making a weather call and telling the user how to make it ("you
+    can call the `get_weather` function…"): its first-token logits were 0.06–0.53 apart, and 2.9
+    or more apart on the questions that need no tool (scripts/eval_tools.py; README, "Tool
+    calls").  0: off."""
     instructions: str = DEFAULT_INSTRUCTIONS
     examples: str = ""
     """Example exchanges placed after the system message: ``User: ...`` and ``Assistant: ...`` lines
@@ -338,6 +345,7 @@ class LlmConfig:
     def __post_init__(self) -> None:
         _check(self.quant in LLM_QUANTS, "llm.quant", "must be one of " + ", ".join(LLM_QUANTS))
         _check(self.threads >= 1, "llm.threads", "must be >= 1")
+        _check(0.0 <= self.call_bias <= 10.0, "llm.call_bias", "must be 0..10")
         _check(self.context >= 256, "llm.context", "must be >= 256")
         _check(1 <= self.contexts <= 64, "llm.contexts", "must be 1..64")
         _check(self.first_token_timeout_s > 0, "llm.first_token_timeout_s", "must be > 0")

@@ -29,7 +29,7 @@ from voiceagent.events import (
     ToolOutputAdded,
 )
 from voiceagent.history import CANCELLED_OUTPUT, AssistantItem, FunctionCallItem, FunctionCallOutputItem, UserItem
-from voiceagent.replies import ANSWER_FROM_TOOLS
+from voiceagent.replies import ANSWER_FROM_TOOLS, CALL_TOOLS
 
 from .fakes import FakeLlm, FakeStt, FakeTts, FakeTurn, pause, speak
 from .test_session import CHUNK_S, INSTRUCTIONS, MakeFakes, Run, make_config, make_fakes, running, say_turn, tokens
@@ -95,7 +95,7 @@ def test_a_call_reaches_the_client_once_and_its_output_is_used_by_the_next_respo
             await log.wait_type(ResponseDone, after=i_done + 1)
             second = fakes.llm.calls.items[1]
             assert second.messages == (
-                Message("system", INSTRUCTIONS),
+                Message("system", f"{INSTRUCTIONS} {CALL_TOOLS}"),  # it may call again: it is told to call, not describe
                 Message("user", "what is the weather in Paris"),
                 Message("assistant", "Let me check.", (ToolCall("call_1", "get_weather", PARIS),)),
                 Message("tool", '{"temperature_c": 18}', tool_call_id="call_1"),
@@ -257,6 +257,56 @@ def test_arguments_that_stay_unusable_are_reported_and_the_session_goes_on(run: 
     run(main(), 20)
 
 
+CLOCK_TOOL = Tool("get_time", "The time now.", {"type": "object", "properties": {}})
+
+
+@pytest.mark.parametrize(
+    ("offered", "choice"),
+    [((WEATHER,), "get_weather"), ((WEATHER, CLOCK_TOOL), "required")],
+    ids=["one tool: named", "several: required"],
+)
+def test_a_call_opened_with_no_name_is_asked_for_again(run: Run, make_fakes: MakeFakes, offered: tuple[Tool, ...], choice: str) -> None:
+    # The 1.5B answers some weather questions with an empty "<tools></tools>": a call, no name.
+    fakes = make_fakes(
+        stt=FakeStt(["is it raining in Paris"]),
+        llm=FakeLlm([[call(name="", arguments="")], [ToolCall("other", "get_weather", PARIS)]]),
+        turn=FakeTurn(0.9),
+    )
+
+    async def main() -> None:
+        async with running(fakes, make_config()) as (session, log):
+            session.update(tools=offered)
+            await say_turn(session)
+            _, done = await log.wait_type(ResponseDone)
+            _, added = await log.wait_type(FunctionCallAdded)
+            assert (added.call_id, added.name, json.loads(added.arguments)) == ("call_1", "get_weather", {"city": "Paris"})
+            retry = fakes.llm.calls.items[1]
+            assert retry.tool_choice == choice and retry.messages == fakes.llm.calls.items[0].messages
+            assert done.status is ResponseStatus.COMPLETED and log.of_type(ErrorEvent) == []
+
+    run(main(), 20)
+
+
+def test_a_nameless_call_answered_again_with_a_tool_not_offered_is_reported(run: Run, make_fakes: MakeFakes) -> None:
+    fakes = make_fakes(
+        stt=FakeStt(["is it raining in Paris"]),
+        llm=FakeLlm([[call(name="", arguments="")], [ToolCall("other", "get_stock", "{}")]]),
+        turn=FakeTurn(0.9),
+    )
+
+    async def main() -> None:
+        async with running(fakes, make_config()) as (session, log):
+            session.update(tools=(WEATHER, CLOCK_TOOL))
+            await say_turn(session)
+            _, done = await log.wait_type(ResponseDone)
+            _, err = await log.wait_type(ErrorEvent)
+            assert err.code == "invalid_tool_call", err
+            assert done.calls == () and log.of_type(FunctionCallAdded) == []
+            assert len(fakes.llm.calls.items) == 2  # asked again exactly once
+
+    run(main(), 20)
+
+
 def test_slightly_broken_arguments_are_repaired_without_asking_again(run: Run, make_fakes: MakeFakes) -> None:
     fakes = make_fakes(stt=FakeStt(["what is the weather in Paris"]), llm=FakeLlm([[call(arguments="{'city': 'Paris',")]]))
 
@@ -322,6 +372,8 @@ def test_builtin_time_tool_runs_in_the_server_and_the_answer_uses_its_output(run
             # Answering from a tool result: the prompt (only) closes with what to do with it.
             assert answer.messages[-1] == Message("system", ANSWER_FROM_TOOLS), answer.messages
             assert offered.messages[-1].role == "user"
+            # Told to call rather than describe only where it may call.
+            assert (offered.messages[0].content, answer.messages[0].content) == (f"{INSTRUCTIONS} {CALL_TOOLS}", INSTRUCTIONS)
             assert ANSWER_FROM_TOOLS not in [m.content for m in session.history.messages("system")]
 
     run(main(), 20)

@@ -21,12 +21,12 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, cast
 
 import llama_cpp
-from llama_cpp import Llama, llama_set_n_threads
+from llama_cpp import Llama, LogitsProcessorList, llama_set_n_threads
 from llama_cpp._utils import suppress_stdout_stderr
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 from llama_cpp.llama_grammar import JSON_GBNF, LlamaGrammar
@@ -102,7 +102,7 @@ def _messages(messages: Sequence[Message]) -> Any:
 class LlamaCppContext:
     """One llama.cpp context (an :class:`~voiceagent.backends.protocols.LlmContext`)."""
 
-    def __init__(self, path: Path, threads: int, context: int) -> None:
+    def __init__(self, path: Path, threads: int, context: int, call_bias: float = 0.0) -> None:
         self._llm = Llama(
             model_path=str(path),
             n_ctx=context,
@@ -114,6 +114,13 @@ class LlamaCppContext:
         )
         self.context = context
         self._threads = threads
+        self._call_bias = call_bias
+        # The tokens a reply that calls a tool starts with: the template's <tool_call>, and the
+        # "<" and "```" a model that spells its call out as text begins it with.
+        self._call_openers = sorted(
+            {self._llm.tokenize(OPEN.encode(), add_bos=False, special=True)[0]}
+            | {self._llm.tokenize(t, add_bos=False, special=False)[0] for t in (b"<", b"```")}
+        )
         template = self._llm.metadata.get("tokenizer.chat_template")
         self._formatter: Any = None  # renders the prompt exactly as create_chat_completion does
         if template:
@@ -245,6 +252,8 @@ class LlamaCppContext:
         else:
             if tools and not offered:
                 sampling["grammar"] = LlamaGrammar.from_string(_NO_CALL_GBNF, verbose=False)
+            elif offered and tool_choice == "auto" and self._call_bias:
+                sampling["logits_processor"] = LogitsProcessorList([first_token_bias(self._call_openers, self._call_bias)])
             chunks = self._llm.create_chat_completion(messages=_messages(messages), tools=cast(Any, tool_dicts(tools) or None), **sampling)
             pieces = (str(c["choices"][0]["delta"].get("content") or "") for c in cast(Iterator[dict[str, Any]], chunks))
         for text in pieces:
@@ -280,10 +289,26 @@ def _reuse(context: LlmContext, messages: Sequence[Message], tools: Sequence[Too
     return context.prompt_reuse(messages, tools) if isinstance(context, LlamaCppContext) else (0, 0)
 
 
+def first_token_bias(tokens: Sequence[int], bias: float) -> Callable[[Any, Any], Any]:
+    """A llama.cpp logits processor that adds ``bias`` to the logits of ``tokens`` at the first
+    generated position only (the one the processor first sees); later positions are untouched.
+    One per generation: it remembers where that generation started."""
+    start: list[int] = []
+
+    def process(input_ids: Any, scores: Any) -> Any:
+        if not start:
+            start.append(len(input_ids))
+        if len(input_ids) == start[0]:
+            scores[list(tokens)] += bias
+        return scores
+
+    return process
+
+
 def load(config: LlmConfig, cache_dir: Path) -> LlmPool:
     """``config.contexts`` contexts over the catalog model ``config.model`` (blocking; seconds)."""
     path = gguf_path(config.model, cache_dir, config.quant)
-    contexts = [LlamaCppContext(path, config.threads, config.context) for _ in range(config.contexts)]
+    contexts = [LlamaCppContext(path, config.threads, config.context, config.call_bias) for _ in range(config.contexts)]
     for context in contexts:
         context.fill_buffers()
     return LlmPool(contexts, PriorityExecutor("llm"), name="llama_cpp", count_prompt=_reuse, threads=config.threads, model=config.model)

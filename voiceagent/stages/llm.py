@@ -249,8 +249,8 @@ class LlmStage(Stage):
                 )
             )
             return True
-        if not final and tool is not None:
-            return False
+        if not final and (tool is not None or not call.name.strip()):
+            return False  # usable-looking but broken arguments, or a call opened with no name
         problem = checked.problem or "unreadable arguments"
         await self.ctx.notify(
             ToolCallRejected(t=now, gen=gen, session=self.ctx.session_id, name=call.name, arguments=call.arguments[:500], problem=problem)
@@ -258,18 +258,24 @@ class LlmStage(Stage):
         return True
 
     async def _retry_call(self, gen: int, call: ToolCall, request: LlmRequest) -> None:
-        """Ask once more for ``call`` with its tool named (the engine constrains the arguments)."""
+        """Ask once more for ``call`` with its tool named (the engine constrains the arguments).
+
+        A call with no name (the 1.5B sometimes answers a weather question with an empty
+        ``<tools></tools>``) is asked again with the only offered tool named, or with
+        ``"required"`` when several are offered; the answer is used if it names an offered tool."""
         # Off the listener's critical path, and outside the turn's timeline and usage.
+        names = [t.name for t in request.tools]
+        choice = call.name or (names[0] if len(names) == 1 else "required")
         again = dataclasses.replace(
-            request, tool_choice=call.name, on_admitted=None, urgent_tokens=0, urgent=None, on_piece=None, on_route=None, usage=None
+            request, tool_choice=choice, on_admitted=None, urgent_tokens=0, urgent=None, on_piece=None, on_route=None, usage=None
         )
         second: ToolCall | None = None
         async with contextlib.aclosing(self._engine.generate(again)) as pieces:
             async for piece in pieces:
                 if isinstance(piece, ToolCall) and second is None:
                     second = piece
-        if second is not None and second.name == call.name:
-            await self._tool_call(gen, ToolCall(call.call_id, call.name, second.arguments), request.tools, final=True)
+        if second is not None and (second.name == call.name or (not call.name and second.name in names)):
+            await self._tool_call(gen, ToolCall(call.call_id, second.name, second.arguments), request.tools, final=True)
         else:
             await self._tool_call(gen, call, request.tools, final=True)
 
