@@ -82,9 +82,19 @@ def test_barge_in_cancels_reply_and_cuts_history(engines: Any, speech: dict[str,
             created = await rec.wait_for("response.created", 30)
             rid = created["response"]["id"]
             await rec.wait_for("response.output_audio.delta", 30, response_id=rid)
-            # Talk over the reply as soon as it starts (the fixture's leading silence trimmed), so the
-            # barge-in lands inside the first clause however slow the machine is today.
             first = next(i for i, e in enumerate(rec.events) if e.get("type") == "response.output_audio.delta")
+            # Talk over the reply once the server has sent two seconds more audio than the client
+            # can have played (it plays from the first delta on, in real time): there is always
+            # something unheard to cut, however fast or slow the LLM is today.  (Barging in at the
+            # first delta, the 1.5B had sent only its first clause when the barge-in came, and all
+            # of it had been heard.)
+            t_first = asyncio.get_running_loop().time()
+            seen, sent_ms = first, 0.0
+            while sent_ms - 1000 * (asyncio.get_running_loop().time() - t_first) < 2000:
+                delta = await rec.wait_for("response.output_audio.delta", 30, start=seen, response_id=rid)
+                seen = rec.events.index(delta) + 1
+                sent_ms += 1000 * len(base64.b64decode(delta["delta"])) / 2 / WIRE_RATE
+            # The fixture's leading silence trimmed, so the barge-in comes soon after.
             await send_paced(ws, wire_audio(speech["colour"])[int(0.5 * WIRE_RATE) :], speed=1.0)
             done = await rec.wait_for("response.done", 30, start=first)
             assert done["response"]["id"] == rid
