@@ -15,7 +15,9 @@ profile         STT                 LLM                 notes
                                                         ``turn.incomplete_ms`` 1500; the LLM converted to
                                                         IQ4_NL (``llm.quant``)
 ``balanced``    ``whisper-tiny``    ``qwen2.5-1.5b``    better answers (the 1.5B: about half the 0.5B's speed, about
-                                                        290 ms later to the first audio on the eval); opt-in, 1.1 GB:
+                                                        290 ms later to the first audio on the eval); for one
+                                                        conversation at a time: four at once wait 2.9 s at the
+                                                        median (``fast``: 1.2 s); opt-in, 1.1 GB:
                                                         ``VOICEAGENT_PROFILE=balanced bash scripts/setup.sh``
 ``quality``     ``whisper-base``    ``qwen2.5-1.5b``    Whisper base too (about twice tiny's decode time): no better
                                                         than tiny on the eval's synthetic voices, kept for clearer
