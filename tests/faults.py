@@ -23,7 +23,7 @@ from collections.abc import AsyncGenerator, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from voiceagent.backends.protocols import LlmEngine, LlmRequest, LlmStats, Message
+from voiceagent.backends.protocols import LlmEngine, LlmRequest, LlmStats, Message, Tool
 from voiceagent.errors import EngineError
 
 KINDS = ("vad", "stt", "turn", "llm", "tts")
@@ -142,8 +142,8 @@ class FaultyLlm:
         finally:
             await pieces.aclose()
 
-    def prime(self, messages: Sequence[Message]) -> None:
-        self.inner.prime(messages)
+    def prime(self, messages: Sequence[Message], tools: tuple[Tool, ...] = ()) -> None:
+        self.inner.prime(messages, tools)
 
     def stats(self) -> LlmStats:
         return self.inner.stats()

@@ -30,7 +30,7 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from voiceagent import tracing
-from voiceagent.backends.protocols import Message, Tool
+from voiceagent.backends.protocols import CALL_TOOLS, Message, Tool
 from voiceagent.builtin_tools import BuiltinTools, TimerRequest
 from voiceagent.clock import Clock
 from voiceagent.config import Config
@@ -78,8 +78,6 @@ log = logging.getLogger(__name__)
 
 ANSWER_FROM_TOOLS = "Answer the user now, in one short spoken sentence, from the tool result above."
 """Closes a prompt that ends with tool outputs (see :meth:`ReplyController.prompt`)."""
-CALL_TOOLS = "When one of your tools can answer, call it."
-"""Ends the instructions of a prompt that offers tools it may call (see :meth:`ReplyController.prompt`)."""
 turn_log = logging.getLogger("voiceagent.session")
 """The per-turn log line keeps the logger name that dashboards and log filters already select."""
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from voiceagent.backends.fallback import Breaker, BreakerState, FallbackLlm
-from voiceagent.backends.protocols import LlmRequest, LlmStats, Message
+from voiceagent.backends.protocols import LlmRequest, LlmStats, Message, Tool
 from voiceagent.errors import EngineError
 
 
@@ -59,7 +59,7 @@ class ScriptedEngine:
             if not finished:
                 self.closed_early += 1
 
-    def prime(self, messages: Sequence[Message]) -> None:
+    def prime(self, messages: Sequence[Message], tools: tuple[Tool, ...] = ()) -> None:
         if self.prime_error is not None:
             raise self.prime_error
         self.primed.append(messages)

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from voiceagent.backends.protocols import Message, Tool, ToolCall
+from voiceagent.backends.registry import warm_up
 from voiceagent.clock import VirtualClock
 from voiceagent.config import Config, ToolsConfig
 from voiceagent.errors import ProtocolError
@@ -31,7 +32,7 @@ from voiceagent.events import (
 from voiceagent.history import CANCELLED_OUTPUT, AssistantItem, FunctionCallItem, FunctionCallOutputItem, UserItem
 from voiceagent.replies import ANSWER_FROM_TOOLS, CALL_TOOLS
 
-from .fakes import FakeLlm, FakeStt, FakeTts, FakeTurn, pause, speak
+from .fakes import FakeLlm, FakeStt, FakeTts, FakeTurn, LlmCall, pause, speak
 from .test_session import CHUNK_S, INSTRUCTIONS, MakeFakes, Run, make_config, make_fakes, running, say_turn, tokens
 
 __all__ = ["make_fakes"]  # the fixture, imported for pytest
@@ -377,6 +378,26 @@ def test_builtin_time_tool_runs_in_the_server_and_the_answer_uses_its_output(run
             assert ANSWER_FROM_TOOLS not in [m.content for m in session.history.messages("system")]
 
     run(main(), 20)
+
+
+def test_start_up_primes_the_prefix_a_session_with_the_builtin_tools_asks_for(run: Run, make_fakes: MakeFakes) -> None:
+    # The built-in tools' listing is a few hundred tokens at the start of every prompt: warm_up
+    # must render it as the session does, or each context's first turn pays for it again.
+    fakes = make_fakes(stt=FakeStt(default="what time is it"), llm=FakeLlm(default=("Hi.",)), turn=FakeTurn(0.9))
+    warm_up(fakes.engines, builtin_config())
+    primed = fakes.llm.calls.items[0]
+
+    async def main() -> LlmCall:
+        async with running(fakes, builtin_config()) as (session, log):
+            seen = len(fakes.llm.calls.items)
+            await say_turn(session)
+            await log.wait_type(ResponseDone)
+            return fakes.llm.calls.items[seen]
+
+    asked = run(main(), 20)
+    assert primed.tools == asked.tools and {t.name for t in primed.tools} >= {"get_time", "set_timer"}
+    assert primed.messages[0] == asked.messages[0] == Message("system", f"{INSTRUCTIONS} {CALL_TOOLS}")
+    assert primed.messages[-1].role == asked.messages[-1].role == "user"
 
 
 def test_a_client_tool_of_the_same_name_wins_over_the_builtin(run: Run, make_fakes: MakeFakes) -> None:

@@ -185,12 +185,12 @@ class FallbackLlm:
             return 0
         return await self.primary.prefill(key, messages, tools)
 
-    def prime(self, messages: Sequence[Message]) -> None:
+    def prime(self, messages: Sequence[Message], tools: tuple[Tool, ...] = ()) -> None:
         """Prime both engines (blocking).  A primary that cannot be reached at start-up opens the
         breaker, so the server starts on the fallback and probes the primary later."""
-        self.fallback.prime(messages)
+        self.fallback.prime(messages, tools)
         try:
-            self.primary.prime(messages)
+            self.primary.prime(messages, tools)
         except EngineError as exc:
             log.warning("LLM %s is not answering at start-up (%s); the fallback answers until it does", self.primary.name, exc)
             self.breaker.trip()

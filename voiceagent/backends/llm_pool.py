@@ -424,11 +424,12 @@ class LlmPool:
 
     # ------------------------------------------------------------------ the rest of LlmEngine
 
-    def prime(self, messages: Sequence[Message]) -> None:
-        """Evaluate ``messages`` on every context (one token each) and forget all affinity."""
+    def prime(self, messages: Sequence[Message], tools: tuple[Tool, ...] = ()) -> None:
+        """Evaluate ``messages`` (offering ``tools``) on every context, one token each, and
+        forget all affinity."""
 
         def run(context: LlmContext) -> None:
-            for _ in context.stream(messages, 1, 0.0):
+            for _ in context.stream(messages, 1, 0.0, tools):
                 pass
 
         futures = [self.executor.submit_at(0, run, s.context) for s in self._slots]

@@ -192,9 +192,9 @@ class OpenAiLlm:
         protocol); prefilling would cost a request per partial transcript."""
         return 0
 
-    def prime(self, messages: Sequence[Message]) -> None:
+    def prime(self, messages: Sequence[Message], tools: tuple[Tool, ...] = ()) -> None:
         """One short blocking request, so the server caches the system prompt's prefix."""
-        body = self._body(messages, 1, 0.0) | {"stream": False}
+        body = self._body(messages, 1, 0.0, tools) | {"stream": False}
         try:
             resp = httpx.post(f"{self.base_url}/chat/completions", json=body, headers=self._headers, timeout=60.0)
         except httpx.HTTPError as exc:

@@ -97,6 +97,12 @@ class Message:
     tool_call_id: str = ""
 
 
+CALL_TOOLS = "When one of your tools can answer, call it."
+"""Ends the instructions of a prompt that offers tools it may call (see
+:meth:`voiceagent.replies.ReplyController.prompt`, which measured it, and the start-up priming in
+:mod:`voiceagent.backends.registry`, which must render the same prompt to warm its prefix)."""
+
+
 def example_messages(examples: Sequence[tuple[str, str]]) -> list[Message]:
     """The user and assistant messages of ``(user, assistant)`` example exchanges, in order."""
     return [m for user, assistant in examples for m in (Message("user", user), Message("assistant", assistant))]
@@ -252,9 +258,9 @@ class LlmEngine(Protocol):
         skips work not yet started; work already running finishes in the engine."""
         ...
 
-    def prime(self, messages: Sequence[Message]) -> None:
-        """Warm every slot with ``messages``' prefix and forget conversation affinity (blocking:
-        call off the event loop, with no generation running)."""
+    def prime(self, messages: Sequence[Message], tools: tuple[Tool, ...] = ()) -> None:
+        """Warm every slot with the prefix of ``messages`` offering ``tools`` and forget
+        conversation affinity (blocking: call off the event loop, with no generation running)."""
         ...
 
     def stats(self) -> LlmStats: ...

@@ -220,11 +220,11 @@ class VllmLlm:
         protocol); prefilling would cost a request per partial transcript."""
         return 0
 
-    def prime(self, messages: Sequence[Message]) -> None:
+    def prime(self, messages: Sequence[Message], tools: tuple[Tool, ...] = ()) -> None:
         """One one-token request, so the prefix cache holds the system prompt (blocking)."""
 
         async def one() -> None:
-            async with contextlib.aclosing(self.generate(LlmRequest("prime", messages, 1, 0.0))) as pieces:
+            async with contextlib.aclosing(self.generate(LlmRequest("prime", messages, 1, 0.0, tools=tools))) as pieces:
                 async for _ in pieces:
                     pass
 
