@@ -249,12 +249,16 @@ class ReplyController:
         # The examples show the reply style of the server's instructions; a response with its own
         # instructions, or one that may call a tool, is prompted without them.
         examples = settings.examples if not (reply and reply.instructions) and not tools else ()
-        if tools and choice != "none":
-            # Without it the 1.5B told the listener how to call get_weather ("you can call the
-            # `get_weather` function with the city parameter set to Paris") for 3 of 5 phrasings
-            # of a weather question; with it, it called the tool for all 5, and the 12 cases of
-            # scripts/eval_tools.py still went to the right tool or none (0.5B unchanged, 11/12).
-            # "...; never describe a call" made the 1.5B write an empty "<tools></tools>" once.
+        if tools:
+            # Without it the 1.5B (IQ4_NL) told the listener how to call get_weather ("you can
+            # call the `get_weather` function with the city parameter set to Paris") for 3 of 5
+            # phrasings of a weather question; with it, it called the tool for all 5, and the 12
+            # cases of scripts/eval_tools.py still went to the right tool or none (0.5B: 10/12
+            # either way).  "...; never describe a call" made it write an empty "<tools></tools>".
+            # Also with tool_choice "none" (the answer from a built-in tool's result, a timer
+            # announcement): the system message, and so the KV-cached prefix with the tools'
+            # listing after it, stays the one of the turns before; the engine's grammar keeps
+            # that reply from calling.
             instructions = f"{instructions} {CALL_TOOLS}"
         messages = self._history.messages(instructions, pending_user=turn.text, gen=turn.gen, examples=examples)
         if messages and messages[-1].role == "tool":

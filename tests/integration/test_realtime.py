@@ -91,6 +91,8 @@ def test_barge_in_cancels_reply_and_cuts_history(engines: Any, speech: dict[str,
             t_first = asyncio.get_running_loop().time()
             seen, sent_ms = first, 0.0
             while sent_ms - 1000 * (asyncio.get_running_loop().time() - t_first) < 2000:
+                ended = [e for e in rec.of("response.done") if e["response"]["id"] == rid]
+                assert not ended, f"the reply ended before it was 2 s ahead of playback ({sent_ms:.0f} ms sent)"
                 delta = await rec.wait_for("response.output_audio.delta", 30, start=seen, response_id=rid)
                 seen = rec.events.index(delta) + 1
                 sent_ms += 1000 * len(base64.b64decode(delta["delta"])) / 2 / WIRE_RATE

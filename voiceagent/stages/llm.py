@@ -163,6 +163,7 @@ class LlmStage(Stage):
         )
         await self.ctx.notify(self._mark(gen, "llm_request"))
         retry: list[ToolCall] = []
+        made = 0  # the calls of this reply that were notified (made or rejected), not retried
         answered = _answered_calls(messages)
         attempts = [request]
 
@@ -186,8 +187,11 @@ class LlmStage(Stage):
                                 repeated = True
                                 break
                             # (tool_choice "none": an engine that could not prevent the call; it is dropped)
-                            if prompt.tool_choice != "none" and not await self._tool_call(gen, piece, prompt.tools, final=False):
-                                retry.append(piece)
+                            if prompt.tool_choice != "none":
+                                if await self._tool_call(gen, piece, prompt.tools, final=False):
+                                    made += 1
+                                else:
+                                    retry.append(piece)
                             continue
                         text += piece
                         for clause in splitter.push(piece):
@@ -198,7 +202,12 @@ class LlmStage(Stage):
             for clause in splitter.flush():
                 index = await self._clause(gen, clause, index)
             for call in retry:
-                await self._retry_call(gen, call, request)
+                if _nameless(call) and len(retry) + made > 1:
+                    # The reply called something else too: asked again, the model would most
+                    # likely repeat that call under a new id (two timers), so report this one.
+                    await self._tool_call(gen, call, prompt.tools, final=True)
+                else:
+                    await self._retry_call(gen, call, request)
         except Exception as exc:
             self._first_token.open(gen)
             await self.emit(
@@ -249,7 +258,7 @@ class LlmStage(Stage):
                 )
             )
             return True
-        if not final and (tool is not None or not call.name.strip()):
+        if not final and (tool is not None or _nameless(call)):
             return False  # usable-looking but broken arguments, or a call opened with no name
         problem = checked.problem or "unreadable arguments"
         await self.ctx.notify(
@@ -265,7 +274,8 @@ class LlmStage(Stage):
         ``"required"`` when several are offered; the answer is used if it names an offered tool."""
         # Off the listener's critical path, and outside the turn's timeline and usage.
         names = [t.name for t in request.tools]
-        choice = call.name or (names[0] if len(names) == 1 else "required")
+        nameless = _nameless(call)
+        choice = (names[0] if len(names) == 1 else "required") if nameless else call.name
         again = dataclasses.replace(
             request, tool_choice=choice, on_admitted=None, urgent_tokens=0, urgent=None, on_piece=None, on_route=None, usage=None
         )
@@ -274,7 +284,7 @@ class LlmStage(Stage):
             async for piece in pieces:
                 if isinstance(piece, ToolCall) and second is None:
                     second = piece
-        if second is not None and (second.name == call.name or (not call.name and second.name in names)):
+        if second is not None and (second.name == call.name or (nameless and second.name in names)):
             await self._tool_call(gen, ToolCall(call.call_id, second.name, second.arguments), request.tools, final=True)
         else:
             await self._tool_call(gen, call, request.tools, final=True)
@@ -307,3 +317,8 @@ def _answered_calls(messages: Sequence[Message]) -> set[tuple[str, str]]:
     last_user = max((n for n, m in enumerate(messages) if m.role == "user"), default=-1)
     outputs = {m.tool_call_id for m in messages[last_user + 1 :] if m.role == "tool"}
     return {(c.name, _canonical(c.arguments)) for m in messages[last_user + 1 :] for c in m.tool_calls if c.call_id in outputs}
+
+
+def _nameless(call: ToolCall) -> bool:
+    """A call the model opened without naming a tool (the 1.5B's empty ``<tools></tools>``)."""
+    return not call.name.strip()
