@@ -219,6 +219,8 @@ class Session:
         if "instructions" in changes and changes["instructions"] != self.settings.instructions:
             changes.setdefault("examples", ())
         self.settings = dataclasses.replace(self.settings, **changes)
+        if changes.keys() & {"tools", "instructions", "examples"}:
+            self.llm.warm()
         return self.settings
 
     async def append_audio(self, pcm: Int16Array) -> None:

@@ -264,6 +264,7 @@ class SequenceCheckingLlm:
         self.violations = Recorder()
         self.prompts = Recorder()  # the last user message of every generation started here
         self.prefills = Recorder()  # the last user message of every prefill run here
+        self.prefill_prompts = Recorder()  # (system message, tool names) of every prefill run here
         self.threads = Recorder()  # set_threads calls
 
     def set_threads(self, threads: int) -> None:
@@ -282,6 +283,7 @@ class SequenceCheckingLlm:
         self.owner = self._next
         question = next(m.content for m in reversed(messages) if m.role == "user")
         self.prefills.record(question)
+        self.prefill_prompts.record((messages[0].content, tuple(t.name for t in tools)))
         if self.step_s:
             threading.Event().wait(self.step_s)
         return len(question.split())

@@ -32,7 +32,7 @@ from voiceagent.events import (
 from voiceagent.history import CANCELLED_OUTPUT, AssistantItem, FunctionCallItem, FunctionCallOutputItem, UserItem
 from voiceagent.replies import ANSWER_FROM_TOOLS, CALL_TOOLS
 
-from .fakes import FakeLlm, FakeStt, FakeTts, FakeTurn, LlmCall, pause, speak
+from .fakes import FakeEngines, FakeLlm, FakeStt, FakeTts, FakeTurn, LlmCall, SequenceCheckingLlm, pause, speak
 from .test_session import CHUNK_S, INSTRUCTIONS, MakeFakes, Run, make_config, make_fakes, running, say_turn, tokens
 
 __all__ = ["make_fakes"]  # the fixture, imported for pytest
@@ -510,3 +510,21 @@ def test_a_text_only_response_sends_text_and_no_audio_and_the_next_one_speaks(ru
             assert spoken.audio_ms > 0 and fakes.tts.calls.items
 
     run(main(), 20)
+
+
+def test_new_client_tools_are_prefilled_before_the_next_turn(run: Run) -> None:
+    # A client's tools are a few hundred prompt tokens the next turn would otherwise evaluate.
+    context = SequenceCheckingLlm("ctx", pieces=2)
+    fakes = FakeEngines(contexts=[context])
+    try:
+
+        async def main() -> None:
+            async with running(fakes, make_config()) as (session, _log):
+                session.update(tools=(WEATHER,))
+                await context.prefill_prompts.wait(1)
+                assert context.prefill_prompts.items == [(f"{INSTRUCTIONS} {CALL_TOOLS}", ("get_weather",))]
+                assert context.prefills.items == [""]  # the prefix only: no words of a turn yet
+
+        run(main(), 20)
+    finally:
+        fakes.close()

@@ -112,6 +112,20 @@ class LlmStage(Stage):
             return
         self._prefilling = self.spawn(self._prefill_now(" ".join(words)), "prefill")
 
+    def warm(self) -> None:
+        """The session's prompt changed (a client's tools or instructions): evaluate its new
+        prefix now, so the next turn does not pay for it: a tools' listing is a few hundred
+        tokens, ~1 s on the 0.5B and ~3 s on the 1.5B when the turn itself has to evaluate it.
+        Skipped while a prefill runs (the next partial transcript prefills the new prompt) or with
+        ``llm.prefill`` off; outside a running event loop there is no session to warm yet."""
+        if not self._prefill or (self._prefilling is not None and not self._prefilling.done()):
+            return
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        self._prefilling = self.spawn(self._prefill_now(""), "warm")
+
     async def _prefill_now(self, text: str) -> None:
         turn = UserTurn(t=self.ctx.clock.now(), gen=-1, session=self.ctx.session_id, text=text, speculative=True)
         try:
