@@ -288,12 +288,20 @@ def test_a_call_opened_with_no_name_is_asked_for_again(run: Run, make_fakes: Mak
     run(main(), 20)
 
 
-def test_a_nameless_call_answered_again_with_a_tool_not_offered_is_reported(run: Run, make_fakes: MakeFakes) -> None:
-    fakes = make_fakes(
-        stt=FakeStt(["is it raining in Paris"]),
-        llm=FakeLlm([[call(name="", arguments="")], [ToolCall("other", "get_stock", "{}")]]),
-        turn=FakeTurn(0.9),
-    )
+@pytest.mark.parametrize(
+    ("first", "again", "made", "asked"),
+    [
+        # asked again, it names a tool that is not offered: reported, once
+        ([call(name="", arguments="")], ToolCall("other", "get_stock", "{}"), [], 2),
+        # beside a real call: not asked again (it would likely repeat that call under a new id)
+        ([call(), call(call_id="call_2", name=" ", arguments="")], ToolCall("other", "get_weather", PARIS), ["call_1"], 1),
+    ],
+    ids=["answered with a tool not offered", "beside a real call"],
+)
+def test_a_nameless_call_that_cannot_be_made_is_reported(
+    run: Run, make_fakes: MakeFakes, first: list[ToolCall], again: ToolCall, made: list[str], asked: int
+) -> None:
+    fakes = make_fakes(stt=FakeStt(["is it raining in Paris"]), llm=FakeLlm([first, [again]]), turn=FakeTurn(0.9))
 
     async def main() -> None:
         async with running(fakes, make_config()) as (session, log):
@@ -302,30 +310,8 @@ def test_a_nameless_call_answered_again_with_a_tool_not_offered_is_reported(run:
             _, done = await log.wait_type(ResponseDone)
             _, err = await log.wait_type(ErrorEvent)
             assert err.code == "invalid_tool_call", err
-            assert done.calls == () and log.of_type(FunctionCallAdded) == []
-            assert len(fakes.llm.calls.items) == 2  # asked again exactly once
-
-    run(main(), 20)
-
-
-def test_a_nameless_call_beside_a_real_one_is_reported_not_asked_again(run: Run, make_fakes: MakeFakes) -> None:
-    # Asked again, the model would most likely repeat the real call under a new id.
-    fakes = make_fakes(
-        stt=FakeStt(["is it raining in Paris"]),
-        llm=FakeLlm([[call(), call(call_id="call_2", name=" ", arguments="")], [ToolCall("other", "get_weather", PARIS)]]),
-        turn=FakeTurn(0.9),
-    )
-
-    async def main() -> None:
-        async with running(fakes, make_config()) as (session, log):
-            session.update(tools=(WEATHER, CLOCK_TOOL))
-            await say_turn(session)
-            _, done = await log.wait_type(ResponseDone)
-            _, err = await log.wait_type(ErrorEvent)
-            assert err.code == "invalid_tool_call", err
-            assert [(c.call_id, c.name) for c in log.of_type(FunctionCallAdded)] == [("call_1", "get_weather")]
-            assert [c.call_id for c in done.calls] == ["call_1"]
-            assert len(fakes.llm.calls.items) == 1  # not asked again
+            assert [c.call_id for c in log.of_type(FunctionCallAdded)] == [c.call_id for c in done.calls] == made
+            assert len(fakes.llm.calls.items) == asked
 
     run(main(), 20)
 
