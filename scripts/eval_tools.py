@@ -25,11 +25,11 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from voiceagent.backends.protocols import LlmRequest, Message, Tool, ToolCall  # noqa: E402
+from voiceagent.backends.protocols import LlmRequest, Message, Tool, ToolCall, with_tools  # noqa: E402
 from voiceagent.builtin_tools import builtin_tools  # noqa: E402
 from voiceagent.config import Config, LlmConfig  # noqa: E402
 from voiceagent.profiles import PROFILES  # noqa: E402
-from voiceagent.replies import CALL_TOOLS  # noqa: E402
+from voiceagent.stages.llm import nameless, retried_call, retry_choice  # noqa: E402
 from voiceagent.tool_args import check_arguments  # noqa: E402
 
 WEATHER = Tool(
@@ -87,7 +87,7 @@ def _matches(expected: dict[str, Any], got: dict[str, Any]) -> bool:
 
 async def run_case(engine: Any, instructions: str, case: Case) -> dict[str, Any]:
     # As the session prompts when tools are offered (voiceagent/replies.py).
-    messages = [Message("system", f"{instructions} {CALL_TOOLS}"), Message("user", case.utterance)]
+    messages = [Message("system", with_tools(instructions, TOOLS)), Message("user", case.utterance)]
     request = LlmRequest(key="eval", messages=messages, max_tokens=96, temperature=0.0, tools=TOOLS, tool_choice="auto")
     text, calls = "", []
     t0 = time.perf_counter()
@@ -102,22 +102,23 @@ async def run_case(engine: Any, instructions: str, case: Case) -> dict[str, Any]
     tool = next((t for t in TOOLS if call is not None and t.name == call.name), None)
     checked = check_arguments(tool, call.arguments) if call is not None else None
     retried = False
-    nameless = call is not None and not call.name.strip()
-    if call is not None and checked is not None and checked.problem is not None and (tool is not None or nameless):
-        # As the LLM stage does: ask once more with the tool named (arguments held to its schema),
-        # or, for a call opened with no name, with "required" (several tools are offered here).
+    if call is not None and checked is not None and checked.problem is not None and (tool is not None or nameless(call)):
+        # As the LLM stage does (voiceagent/stages/llm.py): ask once more, with the tool named
+        # (arguments held to its schema), or for a call opened with no name with "required".
         retried = True
-        choice = tool.name if tool is not None else "required"
-        again = LlmRequest(key="eval", messages=messages, max_tokens=96, temperature=0.0, tools=TOOLS, tool_choice=choice)
+        again = LlmRequest(
+            key="eval", messages=messages, max_tokens=96, temperature=0.0, tools=TOOLS, tool_choice=retry_choice(call, TOOLS)
+        )
         second: ToolCall | None = None
         async with contextlib.aclosing(engine.generate(again)) as pieces:
             async for piece in pieces:
                 if isinstance(piece, ToolCall) and second is None:
                     second = piece
-        if second is not None and (second.name == choice or (choice == "required" and any(t.name == second.name for t in TOOLS))):
-            call = second
-            tool = next(t for t in TOOLS if t.name == second.name)
-            checked = check_arguments(tool, second.arguments)
+        answer = retried_call(call, second, TOOLS)
+        if answer is not None:
+            call = answer
+            tool = next(t for t in TOOLS if t.name == answer.name)
+            checked = check_arguments(tool, answer.arguments)
         elapsed = time.perf_counter() - t0
     args = json.loads(checked.arguments) if checked is not None and checked.arguments is not None else {}
     right_tool = (call.name if call else None) == case.tool

@@ -30,7 +30,7 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from voiceagent import tracing
-from voiceagent.backends.protocols import CALL_TOOLS, Message, Tool
+from voiceagent.backends.protocols import Message, Tool, with_tools
 from voiceagent.builtin_tools import BuiltinTools, TimerRequest
 from voiceagent.clock import Clock
 from voiceagent.config import Config
@@ -72,7 +72,7 @@ from voiceagent.reply import Reply, turn_record
 from voiceagent.settings import SessionSettings
 from voiceagent.stages.llm import LlmPrompt
 
-__all__ = ["ANSWER_FROM_TOOLS", "CALL_TOOLS", "ReplyController"]
+__all__ = ["ANSWER_FROM_TOOLS", "ReplyController"]
 
 log = logging.getLogger(__name__)
 
@@ -249,17 +249,16 @@ class ReplyController:
         # The examples show the reply style of the server's instructions; a response with its own
         # instructions, or one that may call a tool, is prompted without them.
         examples = settings.examples if not (reply and reply.instructions) and not tools else ()
-        if tools:
-            # Without it the 1.5B (IQ4_NL) told the listener how to call get_weather ("you can
-            # call the `get_weather` function with the city parameter set to Paris") for 3 of 5
-            # phrasings of a weather question; with it, it called the tool for all 5, and the 12
-            # cases of scripts/eval_tools.py still went to the right tool or none (0.5B: 10/12
-            # either way).  "...; never describe a call" made it write an empty "<tools></tools>".
-            # Also with tool_choice "none" (the answer from a built-in tool's result, a timer
-            # announcement): the system message, and so the KV-cached prefix with the tools'
-            # listing after it, stays the one of the turns before; the engine's grammar keeps
-            # that reply from calling.
-            instructions = f"{instructions} {CALL_TOOLS}"
+        # with_tools ends the instructions with CALL_TOOLS when tools are offered.  Without it
+        # the 1.5B (IQ4_NL) told the listener how to call get_weather ("you can call the
+        # `get_weather` function with the city parameter set to Paris") for 3 of 5 phrasings of
+        # a weather question; with it, it called the tool for all 5, and the 12 cases of
+        # scripts/eval_tools.py still went to the right tool or none (0.5B: 10/12 either way).
+        # "...; never describe a call" made it write an empty "<tools></tools>".  Also with
+        # tool_choice "none" (the answer from a built-in tool's result, a timer announcement):
+        # the system message, and so the KV-cached prefix with the tools' listing after it,
+        # stays the one of the turns before; the engine's grammar keeps that reply from calling.
+        instructions = with_tools(instructions, tools)
         messages = self._history.messages(instructions, pending_user=turn.text, gen=turn.gen, examples=examples)
         if messages and messages[-1].role == "tool":
             # Answering from tool results, not from the user's words.  Without a word on what to

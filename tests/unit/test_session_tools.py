@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from voiceagent.backends.protocols import Message, Tool, ToolCall
+from voiceagent.backends.protocols import CALL_TOOLS, Message, Tool, ToolCall
 from voiceagent.backends.registry import warm_up
 from voiceagent.clock import VirtualClock
 from voiceagent.config import Config, ToolsConfig
@@ -30,7 +30,7 @@ from voiceagent.events import (
     ToolOutputAdded,
 )
 from voiceagent.history import CANCELLED_OUTPUT, AssistantItem, FunctionCallItem, FunctionCallOutputItem, UserItem
-from voiceagent.replies import ANSWER_FROM_TOOLS, CALL_TOOLS
+from voiceagent.replies import ANSWER_FROM_TOOLS
 
 from .fakes import FakeEngines, FakeLlm, FakeStt, FakeTts, FakeTurn, LlmCall, SequenceCheckingLlm, pause, speak
 from .test_session import CHUNK_S, INSTRUCTIONS, MakeFakes, Run, make_config, make_fakes, running, say_turn, tokens

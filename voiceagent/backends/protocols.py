@@ -98,9 +98,15 @@ class Message:
 
 
 CALL_TOOLS = "When one of your tools can answer, call it."
-"""Ends the instructions of a prompt that offers tools it may call (see
-:meth:`voiceagent.replies.ReplyController.prompt`, which measured it, and the start-up priming in
-:mod:`voiceagent.backends.registry`, which must render the same prompt to warm its prefix)."""
+"""Ends the instructions of a prompt that offers tools (see :func:`with_tools`)."""
+
+
+def with_tools(instructions: str, tools: Sequence[Tool]) -> str:
+    """The system text of a prompt offering ``tools``: ``instructions``, then :data:`CALL_TOOLS`
+    when any are offered (why: :meth:`voiceagent.replies.ReplyController.prompt`).  The session,
+    the start-up priming and scripts/eval_tools.py all render it here, so the prefix that start-up
+    warms is the one a session then asks for."""
+    return f"{instructions} {CALL_TOOLS}" if tools else instructions
 
 
 def example_messages(examples: Sequence[tuple[str, str]]) -> list[Message]:

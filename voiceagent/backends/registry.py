@@ -23,7 +23,6 @@ from voiceagent.backends.fallback import FallbackLlm
 from voiceagent.backends.gpu import check_gpu
 from voiceagent.backends.llm_pool import LlmPool
 from voiceagent.backends.protocols import (
-    CALL_TOOLS,
     LlmEngine,
     LlmRequest,
     Message,
@@ -32,6 +31,7 @@ from voiceagent.backends.protocols import (
     TurnBackend,
     VadBackend,
     example_messages,
+    with_tools,
 )
 from voiceagent.builtin_tools import builtin_tools
 from voiceagent.capacity import TurnCost
@@ -194,10 +194,10 @@ def warm_up(engines: Engines, config: Config) -> dict[str, float]:
     if config.tools.builtin:
         # Every session offers the built-in tools, so every prompt starts with their listing (a
         # few hundred tokens): warm that prefix, as the session renders it (no examples with
-        # tools, CALL_TOOLS after the instructions).  Primed without them, a session's first
-        # turn paid ~1.0 s more on the 0.5B and ~2.8 s on the 1.5B (issue #12).
-        tools = tuple(builtin_tools())
-        engines.llm.prime([Message("system", f"{config.llm.instructions} {CALL_TOOLS}"), Message("user", "Hello.")], tools)
+        # tools, with_tools' system text).  Primed without them, a session's first turn paid
+        # ~1.0 s more on the 0.5B and ~2.8 s on the 1.5B (issue #12).
+        tools = builtin_tools()
+        engines.llm.prime([Message("system", with_tools(config.llm.instructions, tools)), Message("user", "Hello.")], tools)
     else:
         examples = example_messages(config.llm.example_pairs)
         engines.llm.prime([Message("system", config.llm.instructions), *examples, Message("user", "Hello.")])

@@ -54,7 +54,7 @@ from voiceagent.settings import SessionSettings
 from voiceagent.text import ClauseSplitter
 from voiceagent.tool_args import check_arguments
 
-__all__ = ["LlmPrompt", "LlmStage"]
+__all__ = ["LlmPrompt", "LlmStage", "nameless", "retried_call", "retry_choice"]
 
 log = logging.getLogger(__name__)
 
@@ -177,7 +177,7 @@ class LlmStage(Stage):
         )
         await self.ctx.notify(self._mark(gen, "llm_request"))
         retry: list[ToolCall] = []
-        made = 0  # the calls of this reply that were notified (made or rejected), not retried
+        calls = 0  # the calls this reply made (tool_choice "none" aside), good or not
         answered = _answered_calls(messages)
         attempts = [request]
 
@@ -202,9 +202,8 @@ class LlmStage(Stage):
                                 break
                             # (tool_choice "none": an engine that could not prevent the call; it is dropped)
                             if prompt.tool_choice != "none":
-                                if await self._tool_call(gen, piece, prompt.tools, final=False):
-                                    made += 1
-                                else:
+                                calls += 1
+                                if not await self._tool_call(gen, piece, prompt.tools, final=False):
                                     retry.append(piece)
                             continue
                         text += piece
@@ -216,7 +215,7 @@ class LlmStage(Stage):
             for clause in splitter.flush():
                 index = await self._clause(gen, clause, index)
             for call in retry:
-                if _nameless(call) and len(retry) + made > 1:
+                if nameless(call) and calls > 1:
                     # The reply called something else too: asked again, the model would most
                     # likely repeat that call under a new id (two timers), so report this one.
                     await self._tool_call(gen, call, prompt.tools, final=True)
@@ -272,7 +271,7 @@ class LlmStage(Stage):
                 )
             )
             return True
-        if not final and (tool is not None or _nameless(call)):
+        if not final and (tool is not None or nameless(call)):
             return False  # usable-looking but broken arguments, or a call opened with no name
         problem = checked.problem or "unreadable arguments"
         await self.ctx.notify(
@@ -287,9 +286,7 @@ class LlmStage(Stage):
         ``<tools></tools>``) is asked again with the only offered tool named, or with
         ``"required"`` when several are offered; the answer is used if it names an offered tool."""
         # Off the listener's critical path, and outside the turn's timeline and usage.
-        names = [t.name for t in request.tools]
-        nameless = _nameless(call)
-        choice = (names[0] if len(names) == 1 else "required") if nameless else call.name
+        choice = retry_choice(call, request.tools)
         again = dataclasses.replace(
             request, tool_choice=choice, on_admitted=None, urgent_tokens=0, urgent=None, on_piece=None, on_route=None, usage=None
         )
@@ -298,10 +295,7 @@ class LlmStage(Stage):
             async for piece in pieces:
                 if isinstance(piece, ToolCall) and second is None:
                     second = piece
-        if second is not None and (second.name == call.name or (nameless and second.name in names)):
-            await self._tool_call(gen, ToolCall(call.call_id, second.name, second.arguments), request.tools, final=True)
-        else:
-            await self._tool_call(gen, call, request.tools, final=True)
+        await self._tool_call(gen, retried_call(call, second, request.tools) or call, request.tools, final=True)
 
     async def _clause(self, gen: int, text: str, index: int) -> int:
         if not text.strip():
@@ -333,6 +327,22 @@ def _answered_calls(messages: Sequence[Message]) -> set[tuple[str, str]]:
     return {(c.name, _canonical(c.arguments)) for m in messages[last_user + 1 :] for c in m.tool_calls if c.call_id in outputs}
 
 
-def _nameless(call: ToolCall) -> bool:
+def nameless(call: ToolCall) -> bool:
     """A call the model opened without naming a tool (the 1.5B's empty ``<tools></tools>``)."""
     return not call.name.strip()
+
+
+def retry_choice(call: ToolCall, tools: Sequence[Tool]) -> str:
+    """The ``tool_choice`` that asks once more for ``call``: its own tool, or for a nameless call
+    the only offered tool, or ``"required"`` among several."""
+    if not nameless(call):
+        return call.name
+    return tools[0].name if len(tools) == 1 else "required"
+
+
+def retried_call(call: ToolCall, second: ToolCall | None, tools: Sequence[Tool]) -> ToolCall | None:
+    """The answer ``second`` to :func:`retry_choice`'s request as ``call`` (its call id kept), or
+    None when it is no answer: no call, another tool, or for a nameless call a tool not offered."""
+    if second is None or not (second.name == call.name or (nameless(call) and any(t.name == second.name for t in tools))):
+        return None
+    return ToolCall(call.call_id, second.name, second.arguments)
