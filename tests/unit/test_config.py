@@ -204,11 +204,15 @@ def _endpointing(cfg: Config) -> tuple[object, ...]:
 
 
 @pytest.mark.parametrize(
-    ("profile", "stt", "llm"),
-    [("fast", "whisper-tiny", "qwen2.5-0.5b"), ("balanced", "whisper-tiny", "qwen2.5-1.5b"), ("quality", "whisper-base", "qwen2.5-1.5b")],
+    ("profile", "stt", "beam", "llm"),
+    [
+        ("fast", "whisper-tiny", 1, "qwen2.5-0.5b"),
+        ("balanced", "whisper-tiny", 1, "qwen2.5-1.5b"),
+        ("quality", "whisper-base", 5, "qwen2.5-1.5b"),
+    ],
 )
 def test_the_cpu_profiles_choose_their_models_from_a_flag_the_file_or_the_environment(
-    tmp_path: Path, profile: str, stt: str, llm: str
+    tmp_path: Path, profile: str, stt: str, beam: int, llm: str
 ) -> None:
     path = write(tmp_path, f'profile = "{profile}"\n')
     for cfg in (
@@ -218,6 +222,7 @@ def test_the_cpu_profiles_choose_their_models_from_a_flag_the_file_or_the_enviro
     ):
         assert cfg.profile == profile
         assert _models(cfg) == ("silero", stt, "smart-turn-v3", llm, "joe")
+        assert cfg.stt.beam_size == beam  # beam search only where it paid: base (scripts/eval_stt.py)
         assert _endpointing(cfg) == (160, 500, 400, 0.5)  # the same endpointing in all three
         assert (cfg.stt.device, cfg.llm.backend, cfg.llm.fallback_model) == ("cpu", "llama_cpp", "qwen2.5-0.5b")
 
@@ -234,7 +239,7 @@ def test_the_fast_profile_names_todays_defaults_explicitly() -> None:
     for name in ("balanced", "quality"):  # the other two change only the models they are about
         changed = {k for k, v in PROFILES[name].items() if PROFILES["fast"].get(k) != v}
         # and run the 1.5B as shipped (its answers have not been measured converted)
-        assert changed <= {"stt.model", "llm.model", "llm.quant"}, (name, changed)
+        assert changed <= {"stt.model", "stt.beam_size", "llm.model", "llm.quant"}, (name, changed)
         assert PROFILES[name]["llm.quant"] == "shipped"
 
 

@@ -1,0 +1,223 @@
+#!/usr/bin/env python3
+"""Transcription-only evaluation: word error rate of STT settings on the spoken eval's questions.
+
+Where ``scripts/eval_quality.py`` asks the questions of a whole server (about 15 min per
+profile), this decodes each question's audio straight with the STT backend, so that STT settings
+can be compared in a few minutes, all on the same clips in one run: Whisper model, beam size, and
+an initial prompt (Whisper's ``<|startofprev|>`` text, which the issue suggested taking from the
+conversation's context).
+
+Every question of ``scripts/eval_questions.toml`` is spoken in every voice (the eval's cached
+speech, the same voices and stand-ins), a paused question with its pause, and padded as the STT
+stage pads a segment (300 ms before, 96 ms after).  Questions are taken in the eval's
+conversations (``eval_quality.plan``, every voice), so the ``history`` prompt is the previous
+transcripts of the same conversation, as a session would have them.
+
+A configuration is ``MODEL@BEAM`` with an optional ``+PROMPT``: ``+history``, or a literal text.
+
+    .venv/bin/python scripts/eval_stt.py --configs whisper-tiny@1,whisper-base@1,whisper-base@5 --out docs/bench
+
+Writes ``stt_eval.json`` and ``stt_eval.md`` (WER overall and per voice, decode time p50/p95 per
+clip including the encoder, and the clips whose transcript differs between the first
+configuration and the others).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
+sys.path.insert(1, str(ROOT))
+
+import eval_quality as eq  # noqa: E402
+
+PRE_S = 0.3  # the stage's prefix padding (turn_detection.prefix_padding_ms)
+TAIL_S = 0.096  # the stage's tail after the VAD stop (stages/stt.py)
+DEFAULT_CONFIGS = "whisper-tiny@1,whisper-tiny@5,whisper-base@1,whisper-base@5,whisper-base@1+history,whisper-base@1+Hello."
+
+
+@dataclass(frozen=True)
+class SttConfig:
+    model: str
+    beam: int
+    prompt: str = ""
+    """"" for none, "history" for the conversation's previous transcripts, else a literal text."""
+
+    @property
+    def label(self) -> str:
+        return f"{self.model}@{self.beam}" + (f"+{self.prompt}" if self.prompt else "")
+
+
+def parse_config(spec: str) -> SttConfig:
+    """``MODEL@BEAM[+PROMPT]`` (see the module docstring)."""
+    head, _, prompt = spec.partition("+")
+    model, _, beam = head.partition("@")
+    if not model or not beam.isdigit() or int(beam) < 1:
+        raise ValueError(f"config {spec!r}: expected MODEL@BEAM[+PROMPT], BEAM >= 1")
+    return SttConfig(model.strip(), int(beam), prompt.strip())
+
+
+def load_backend(config: SttConfig) -> Any:
+    """The product's Whisper backend at ``config``'s beam size; with a prompt, the same decode with
+    the prompt's tokens before ``<|startoftranscript|>`` (an experiment: the product has none)."""
+    from voiceagent.backends.whisper import WhisperStt
+    from voiceagent.config import load_config
+
+    cfg = load_config(env={})
+
+    class Prompted(WhisperStt):
+        prompt_text = ""
+
+        def _generate(self, encoded: Any, language: str, repetition_penalty: float, seconds: float) -> tuple[str, int]:
+            if not self.prompt_text:
+                return super()._generate(encoded, language, repetition_penalty, seconds)
+            tok = self._tokenizer
+            prev = [tok.token_to_id("<|startofprev|>"), *tok.encode(" " + self.prompt_text, add_special_tokens=False).ids[-200:]]
+            sot = self._sot
+            try:
+                self._sot = prev + sot
+                return super()._generate(encoded, language, repetition_penalty, seconds)
+            finally:
+                self._sot = sot
+
+    return Prompted(config.model, cfg.cache_path, threads=cfg.stt.threads, beam_size=config.beam)
+
+
+def clips(
+    questions: list[eq.Question], voices: list[eq.Voice], speaker: eq.Speaker, seed: int
+) -> list[tuple[str, str, eq.Question, np.ndarray]]:
+    """(conversation id, voice label, question, float audio) in conversation order."""
+    out = []
+    for conv in eq.plan(questions, voices, seed, every_voice=True):
+        for q in conv.questions:
+            parts = [np.frombuffer(speaker.speak(p, conv.voice), dtype=np.int16).astype(np.float32) / 32768 for p in q.parts]
+            pieces: list[np.ndarray] = [np.zeros(int(PRE_S * eq.RATE), np.float32)]
+            for i, part in enumerate(parts):
+                if i:
+                    pieces.append(np.zeros(int(q.pause_ms * eq.RATE / 1000), np.float32))
+                pieces.append(part)
+            pieces.append(np.zeros(int(TAIL_S * eq.RATE), np.float32))
+            out.append((conv.id, conv.voice.label, q, np.concatenate(pieces)))
+    return out
+
+
+def evaluate(config: SttConfig, items: list[tuple[str, str, eq.Question, np.ndarray]]) -> dict[str, Any]:
+    backend = load_backend(config)
+    backend.transcribe(items[0][3], "en")  # warm
+    errors = words = 0
+    per_voice: dict[str, list[int]] = {}
+    times: list[float] = []
+    rows: list[dict[str, Any]] = []
+    history: dict[str, list[str]] = {}
+    for conv, voice, q, audio in items:
+        said = history.setdefault(conv, [])
+        backend.prompt_text = " ".join(said) if config.prompt == "history" else config.prompt
+        t0 = time.perf_counter()
+        text = backend.transcribe(audio, "en")
+        times.append(time.perf_counter() - t0)
+        said.append(text)
+        ref, hyp = eq.normalize(q.spoken), eq.normalize(text)
+        e = eq.edit_distance(ref, hyp)
+        errors += e
+        words += len(ref)
+        v = per_voice.setdefault(voice, [0, 0])
+        v[0] += e
+        v[1] += len(ref)
+        rows.append({"voice": voice, "question": q.id, "said": q.spoken, "heard": text, "errors": e})
+    return {
+        "config": config.label,
+        "wer": round(errors / words, 4),
+        "wer_by_voice": {k: round(e / n, 4) for k, (e, n) in per_voice.items()},
+        "decode_ms_p50": round(float(np.percentile(times, 50)) * 1000, 1),
+        "decode_ms_p95": round(float(np.percentile(times, 95)) * 1000, 1),
+        "loops": backend.loops,
+        "clips": len(rows),
+        "rows": rows,
+    }
+
+
+def markdown(report: dict[str, Any]) -> str:
+    results = report["results"]
+    voices = list(results[0]["wer_by_voice"])
+    lines = [
+        "# STT evaluation (transcription only)",
+        "",
+        f"Machine: {report['machine']}.  Command: `{report['command']}`",
+        "",
+        f"{results[0]['clips']} clips: {report['questions']} questions in {len(voices)} voices ({', '.join(voices)}); "
+        f"{(report['voice_notes'] and '; '.join(report['voice_notes'])) or 'no stand-ins'}.",
+        "",
+        "| config | WER % | " + " | ".join(voices) + " | decode p50 ms | decode p95 ms | loops |",
+        "|---|---|" + "---|" * len(voices) + "---|---|---|",
+    ]
+    for r in results:
+        cells = " | ".join(f"{100 * r['wer_by_voice'][v]:.1f}" for v in voices)
+        lines.append(
+            f"| {r['config']} | {100 * r['wer']:.1f} | {cells} | {r['decode_ms_p50']:.0f} | {r['decode_ms_p95']:.0f} | {r['loops']} |"
+        )
+    lines += ["", "Decode time is per clip, encoder included, one clip at a time, on `stt.threads` threads as the server decodes.", ""]
+    base = results[0]
+    for r in results[1:]:
+        changed = [(a, b) for a, b in zip(base["rows"], r["rows"], strict=True) if a["heard"] != b["heard"]]
+        better = sum(b["errors"] < a["errors"] for a, b in changed)
+        worse = sum(b["errors"] > a["errors"] for a, b in changed)
+        lines += [f"## {r['config']} against {base['config']}: {len(changed)} transcripts differ, {better} better, {worse} worse", ""]
+        lines += ["| voice | said | " + base["config"] + " | " + r["config"] + " |", "|---|---|---|---|"]
+        lines += [f"| {a['voice']} | {a['said']} | {a['heard']} | {b['heard']} |" for a, b in changed]
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    ap.add_argument("--configs", default=DEFAULT_CONFIGS, help="comma-separated MODEL@BEAM[+PROMPT]; the first is the reference")
+    ap.add_argument("--voices", default=",".join(eq.DEFAULT_VOICES))
+    ap.add_argument("--seed", type=int, default=0, help="how questions are packed into conversations (the history prompt)")
+    ap.add_argument("--limit", type=int, default=0, help="only the first N questions (a smoke run)")
+    ap.add_argument("--cache", default=str(ROOT / ".cache" / "eval_quality"), help="synthesized speech, shared with eval_quality.py")
+    ap.add_argument("--out", default=str(ROOT / "docs" / "bench"))
+    args = ap.parse_args()
+
+    from bench_latency import machine
+
+    configs = [parse_config(s) for s in args.configs.split(",") if s.strip()]
+    questions = eq.load_questions()
+    if args.limit:
+        questions = questions[: args.limit]
+    voices, notes = eq.resolve_voices([v.strip() for v in args.voices.split(",") if v.strip()])
+    items = clips(questions, voices, eq.Speaker(Path(args.cache)), args.seed)
+    results = []
+    for config in configs:
+        t0 = time.monotonic()
+        results.append(evaluate(config, items))
+        r = results[-1]
+        print(
+            f"{config.label}: WER {100 * r['wer']:.1f} %, decode p50 {r['decode_ms_p50']:.0f} ms ({time.monotonic() - t0:.0f} s)",
+            flush=True,
+        )
+    report = {
+        "machine": machine(),
+        "command": " ".join(["scripts/eval_stt.py", *sys.argv[1:]]),
+        "questions": len(questions),
+        "voice_notes": notes,
+        "results": results,
+    }
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "stt_eval.json").write_text(json.dumps(report) + "\n")  # one line: 6 configs × 320 rows
+    (out / "stt_eval.md").write_text(markdown(report))
+    print(f"wrote {out}/stt_eval.json, stt_eval.md")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
