@@ -1,0 +1,100 @@
+"""The pure parts of scripts/eval_stt.py: configuration specs, how a question's clip is padded,
+and the report.  No models: the speech comes from a stand-in speaker."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _load(name: str) -> Any:
+    if name in sys.modules:
+        return sys.modules[name]
+    sys.path.insert(0, str(ROOT / "scripts"))
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+es = _load("eval_stt")
+eq = sys.modules["eval_quality"]
+
+
+def test_a_config_is_model_beam_and_an_optional_prompt() -> None:
+    assert es.parse_config("whisper-base@5") == es.SttConfig("whisper-base", 5)
+    history = es.parse_config("whisper-tiny@1+history")
+    assert (history.prompt, history.label) == ("history", "whisper-tiny@1+history")
+    assert es.parse_config("whisper-base@1+Hello, there.").prompt == "Hello, there."  # a literal text keeps its punctuation
+    for bad in ("whisper-base", "whisper-base@0", "@2", "whisper-base@x"):
+        with pytest.raises(ValueError, match="MODEL@BEAM"):
+            es.parse_config(bad)
+
+
+class _Speaker:
+    """One second of a constant per part, so the test can find each part in the clip."""
+
+    def speak(self, text: str, voice: Any) -> bytes:
+        level = 1000 + len(text)
+        return np.full(eq.RATE, level, dtype=np.int16).tobytes()
+
+
+def test_a_clip_is_padded_as_the_stage_pads_a_segment_and_keeps_the_questions_pause() -> None:
+    plain = eq.Question("q1", "What is two plus two?", ("four",), "arithmetic")
+    paused = eq.Question("q2", "Tell me the capital | of France.", ("Paris",), "facts", pause_ms=700)
+    items = es.clips([plain, paused], [eq.Voice("espeak", "en-us+m3")], _Speaker(), seed=0)
+    by_id = {q.id: (conv, voice, audio) for conv, voice, q, audio in items}
+    assert set(by_id) == {"q1", "q2"} and all(v == "espeak:en-us+m3" for _c, v, _a in by_id.values())
+    pre, tail, pause = int(es.PRE_S * eq.RATE), int(es.TAIL_S * eq.RATE), int(0.7 * eq.RATE)
+    audio = by_id["q1"][2]
+    assert len(audio) == pre + eq.RATE + tail
+    assert not audio[:pre].any() and not audio[-tail:].any() and audio[pre : pre + eq.RATE].all()
+    audio = by_id["q2"][2]
+    assert len(audio) == pre + eq.RATE + pause + eq.RATE + tail
+    gap = audio[pre + eq.RATE : pre + eq.RATE + pause]
+    assert not gap.any()  # the mid-sentence pause is silence between the two halves
+    first, second = audio[pre], audio[pre + eq.RATE + pause]
+    assert first != second  # each half is its own speech (levels differ by text length)
+
+
+def _result(label: str, heard: list[tuple[str, int]]) -> dict[str, Any]:
+    rows = [
+        {"voice": "piper:joe", "question": f"q{i}", "said": "What is two plus two?", "heard": h, "errors": e}
+        for i, (h, e) in enumerate(heard)
+    ]
+    return {
+        "config": label,
+        "wer": 0.1,
+        "wer_by_voice": {"piper:joe": 0.1},
+        "decode_ms_p50": 80.0,
+        "decode_ms_p95": 100.0,
+        "loops": 0,
+        "clips": len(rows),
+        "rows": rows,
+    }
+
+
+def test_the_report_counts_which_transcripts_a_config_changed_for_better_or_worse() -> None:
+    report = {
+        "machine": "2 cores",
+        "command": "scripts/eval_stt.py",
+        "questions": 3,
+        "voice_notes": [],
+        "results": [
+            _result("whisper-tiny@1", [("What is two plus two?", 0), ("What is to plus two?", 1), ("What is two plus two?", 0)]),
+            _result("whisper-base@5", [("What is two plus two?", 0), ("What is two plus two?", 0), ("What is two plus too?", 1)]),
+        ],
+    }
+    text = es.markdown(report)
+    assert "| whisper-base@5 | 10.0 | 10.0 | 80 | 100 | 0 |" in text
+    assert "2 transcripts differ, 1 better, 1 worse" in text
+    assert "| piper:joe | What is two plus two? | What is to plus two? | What is two plus two? |" in text
