@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from concurrent.futures import Future
 
@@ -93,3 +94,42 @@ def test_submit_at_falls_back_to_plain_submit_on_other_executors() -> None:
         assert submit_at(ex, 3, lambda: 42).result(deadline()) == 42
     finally:
         ex.shutdown()
+
+
+@pytest.mark.parametrize("fails", [False, True])
+def test_a_finished_call_is_not_busy_when_its_waiter_hears_of_it(fails: bool) -> None:
+    # The STT stage's final wakes the turn stage, which asks ``busy`` at once before a rejoin
+    # decode: the call it has just seen finish must not count as still running.  Done callbacks
+    # run inside set_result/set_exception, so this sees the state a woken waiter sees.
+    ex = PriorityExecutor("idle-on-done")
+    gate, held = occupy(ex)
+    seen: list[tuple[bool, int]] = []
+    done = threading.Event()
+
+    def work() -> int:
+        if fails:
+            raise ValueError("model raised")
+        return 1
+
+    def on_done(_fut: Future[int]) -> None:
+        seen.append((ex.busy, ex.depth))
+        done.set()
+
+    first = ex.submit(work)
+    first.add_done_callback(on_done)
+    second = ex.submit(work)
+    second.add_done_callback(on_done)
+    gate.set()
+    assert held.result(deadline()) is True
+    assert done.wait(deadline())
+    if fails:
+        with pytest.raises(ValueError, match="model raised"):
+            first.result(deadline())
+    else:
+        assert first.result(deadline()) == 1
+    with pytest.raises(ValueError) if fails else contextlib.nullcontext():
+        second.result(deadline())
+    # When the first call's waiter hears, the second is still queued (busy); when the second's
+    # does, nothing is left.
+    assert seen == [(True, 1), (False, 0)]
+    ex.shutdown()

@@ -89,15 +89,20 @@ class PriorityExecutor(Executor):
                 continue
             self.wait_seconds += time.perf_counter() - queued_at
             self.calls += 1
+            failure: BaseException | None = None
             try:
                 result = call()
             except BaseException as exc:  # handed to the waiter, as ThreadPoolExecutor does
-                fut.set_exception(exc)
+                failure = exc
+            # Not running any more *before* the waiter hears of it: a waiter woken by the result
+            # asks ``busy`` at once (the STT stage's final, then the turn's rejoin), and a call it
+            # has already seen finish must not count as one still running.
+            with self._cond:
+                self._running = False
+            if failure is not None:
+                fut.set_exception(failure)
             else:
                 fut.set_result(result)
-            finally:
-                with self._cond:
-                    self._running = False
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         with self._cond:
