@@ -20,6 +20,12 @@ from voiceagent.transports.server import VoiceAgentServer
 pytestmark = pytest.mark.models
 
 
+# Tests that hold a second session (a bystander, or a new client while a vanished one is torn
+# down) name the number of sessions: the measured capacity is 1 where a profile's LLM is slow on
+# the machine (the 1.5B on a 2-core Xeon: 107 ms a token), and capacity is test_concurrency's subject.
+TWO_SESSIONS = {"server.max_sessions": "2"}
+
+
 def _config(**overrides: str) -> Config:
     return profile_config({"server.port": "0", **overrides})
 
@@ -158,7 +164,7 @@ def test_openai_sdk_realtime_client_completes_a_spoken_turn(engines: Any, speech
 
 def test_bad_input_gets_errors_and_the_server_keeps_serving(engines: Any, run: Any) -> None:
     async def scenario() -> None:
-        cfg = _config(**{"server.max_message_bytes": "65536"})
+        cfg = _config(**{"server.max_message_bytes": "65536", **TWO_SESSIONS})
         async with VoiceAgentServer(cfg, engines) as server:
             ws, rec, task = await _connected(server)
             other, other_rec, other_task = await _connected(server)
@@ -217,7 +223,7 @@ def test_bad_input_gets_errors_and_the_server_keeps_serving(engines: Any, run: A
 
 def test_client_that_vanishes_mid_turn_does_not_hurt_the_server(engines: Any, speech: dict[str, Path], run: Any) -> None:
     async def scenario() -> None:
-        async with VoiceAgentServer(_config(), engines) as server:
+        async with VoiceAgentServer(_config(**TWO_SESSIONS), engines) as server:
             ws, _rec, task = await _connected(server)
             await send_paced(ws, wire_audio(speech["capital"])[: WIRE_RATE * 2], speed=4.0)
             ws.transport.abort()  # no close frame: the client just disappears

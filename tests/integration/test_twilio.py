@@ -262,7 +262,9 @@ def test_malformed_twilio_frames_close_that_call_only(engines: Any, speech: dict
 
     async def scenario() -> tuple[list[tuple[str, int | None, str]], bool, int]:
         results = []
-        async with VoiceAgentServer(_config(), engines) as server:
+        async with VoiceAgentServer(
+            _config(max_sessions=2), engines
+        ) as server:  # the bystander and each bad call: not the capacity under test
             url = _twilio_url(server)
             async with connect(url) as bystander:  # another call, open throughout
                 await bystander.send(START)
