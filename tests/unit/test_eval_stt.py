@@ -3,31 +3,16 @@ and the report.  No models: the speech comes from a stand-in speaker."""
 
 from __future__ import annotations
 
-import importlib.util
 import sys
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.conftest import _load_script
 
-
-def _load(name: str) -> Any:
-    if name in sys.modules:
-        return sys.modules[name]
-    sys.path.insert(0, str(ROOT / "scripts"))
-    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-es = _load("eval_stt")
-eq = sys.modules["eval_quality"]
+es = _load_script("eval_stt")
+eq = sys.modules["eval_quality"]  # as eval_stt imported it
 
 
 def test_a_config_is_model_beam_and_an_optional_prompt() -> None:
