@@ -464,19 +464,23 @@ def plan(
     return convs
 
 
+def silence(seconds: float) -> bytes:
+    """``seconds`` of 16 kHz int16 silence."""
+    return b"\x00\x00" * int(seconds * RATE)
+
+
+def question_speech(q: Question, voice: Voice, speaker: Speaker) -> bytes:
+    """The question spoken in ``voice`` (16 kHz int16), its mid-sentence pause as silence between its parts."""
+    return silence(q.pause_ms / 1000).join(speaker.speak(part, voice) for part in q.parts)
+
+
 def conversation_wav(conv: Conversation, speaker: Speaker, out_dir: Path, gap_s: float) -> Path:
     """Write the conversation's audio: each question (its pause inside) then ``gap_s`` of silence."""
     from voiceagent.replay import speech_turns
 
-    def silence(seconds: float) -> bytes:
-        return b"\x00\x00" * int(seconds * RATE)
-
     frames = silence(0.6)
     for i, q in enumerate(conv.questions):
-        for j, part in enumerate(q.parts):
-            frames += speaker.speak(part, conv.voice)
-            if j + 1 < len(q.parts):
-                frames += silence(q.pause_ms / 1000)
+        frames += question_speech(q, conv.voice, speaker)
         frames += silence(gap_s if i + 1 < len(conv.questions) else 1.0)
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"{conv.id}.wav"

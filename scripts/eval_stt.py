@@ -99,14 +99,8 @@ def clips(
     out = []
     for conv in eq.plan(questions, voices, seed, every_voice=True):
         for q in conv.questions:
-            parts = [np.frombuffer(speaker.speak(p, conv.voice), dtype=np.int16).astype(np.float32) / 32768 for p in q.parts]
-            pieces: list[np.ndarray] = [np.zeros(int(PRE_S * eq.RATE), np.float32)]
-            for i, part in enumerate(parts):
-                if i:
-                    pieces.append(np.zeros(int(q.pause_ms * eq.RATE / 1000), np.float32))
-                pieces.append(part)
-            pieces.append(np.zeros(int(TAIL_S * eq.RATE), np.float32))
-            out.append((conv.id, conv.voice.label, q, np.concatenate(pieces)))
+            frames = eq.silence(PRE_S) + eq.question_speech(q, conv.voice, speaker) + eq.silence(TAIL_S)
+            out.append((conv.id, conv.voice.label, q, np.frombuffer(frames, dtype=np.int16).astype(np.float32) / 32768))
     return out
 
 
@@ -213,7 +207,7 @@ def main() -> int:
     }
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "stt_eval.json").write_text(json.dumps(report) + "\n")  # one line: 6 configs × 320 rows
+    (out / "stt_eval.json").write_text(json.dumps(report) + "\n")  # one line: a row per clip (335) per config
     (out / "stt_eval.md").write_text(markdown(report))
     print(f"wrote {out}/stt_eval.json, stt_eval.md")
     return 0

@@ -74,7 +74,7 @@ PROFILES: dict[str, dict[str, str]] = {
     # The 1.5B runs as shipped: its file is real Q4_K, and IQ4_NL was no faster per token
     # (43.8 against 40.5 ms; scripts/bench_llm_weights.py --set llm.model=qwen2.5-1.5b).
     "balanced": {**_FAST, "llm.model": "qwen2.5-1.5b", "llm.quant": "shipped"},
-    # Whisper base decodes with beam search (5): on the eval's 320 clips it took base's WER from
+    # Whisper base decodes with beam search (5): on the eval's 335 clips it took base's WER from
     # 15.3 % to 11.3 % for ~70 ms more per final decode, where tiny gained nothing from it (14.6 ->
     # 15.3 %), so fast and balanced stay greedy (scripts/eval_stt.py, docs/bench/stt_eval.md).
     "quality": {**_FAST, "stt.model": "whisper-base", "stt.beam_size": "5", "llm.model": "qwen2.5-1.5b", "llm.quant": "shipped"},
