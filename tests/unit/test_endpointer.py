@@ -290,6 +290,26 @@ def test_a_second_segment_is_joined_with_the_first_and_replaces_it() -> None:
     assert ep.joined(_seg("next", 9000.0, 9500.0, 0.3)) is None  # a new turn starts from nothing
 
 
+def test_segments_whose_padding_overlaps_are_joined_without_repeating_audio() -> None:
+    # A 200 ms pause: the second segment's 300 ms prefix padding starts before the first
+    # segment's end (its speech end plus 96 ms of tail), so both hold that stretch of audio.
+    ep = Endpointer(speculative=True, use_model=False, incomplete_ms=INCOMPLETE_MS)
+    line = np.arange(4000 * 16, dtype=np.float32)  # each sample's value is its position in the stream
+
+    def cut(text: str, start_ms: float, end_ms: float) -> TranscriptSegment:
+        audio = line[int(start_ms * 16) : int(end_ms * 16)]
+        return TranscriptSegment(t=0.0, gen=0, text=text, audio=audio, start_ms=start_ms, end_ms=end_ms)
+
+    ep.on_speech_started()
+    ep.on_speech_stopped(1500.0)
+    assert ep.on_segment(cut("How many wheels does a", 300.0, 1596.0), respond=True) == []  # unfinished: waits
+    ep.on_speech_started()
+    ep.on_speech_stopped(2800.0)
+    joined = ep.joined(cut("bicycle have?", 1400.0, 2896.0))
+    assert joined is not None and (joined.start_ms, joined.end_ms) == (300.0, 2896.0)
+    assert np.array_equal(joined.audio, line[300 * 16 : 2896 * 16])  # every sample once, in order
+
+
 def test_no_joined_clip_for_a_commit_or_past_twenty_seconds() -> None:
     ep = Endpointer(speculative=True, use_model=False)
     ep.on_speech_started()

@@ -112,7 +112,8 @@ class Endpointer:
 
     def joined(self, seg: TranscriptSegment) -> TranscriptSegment | None:
         """``seg`` with the turn's earlier segments before it, as one clip whose gaps are silence
-        (its text still ``seg``'s: the caller transcribes the clip); None when no earlier segment
+        and whose overlaps (padding) appear once (its text still ``seg``'s: the caller transcribes
+        the clip); None when no earlier segment
         is pending, ``seg`` is a manual commit, or the clip would be longer than 20 s."""
         if seg.committed or not self._spans or not self.text:
             return None
@@ -122,9 +123,15 @@ class Endpointer:
         parts: list[Float32Array] = []
         end = start
         for (a, b), audio in zip([*self._spans, (seg.start_ms, seg.end_ms)], [*self._audio, seg.audio], strict=True):
-            gap = int(max(0.0, a - end) * PIPELINE_RATE / 1000)
-            if gap:
-                parts.append(np.zeros(gap, dtype=np.float32))
+            if a >= end:
+                gap = int((a - end) * PIPELINE_RATE / 1000)
+                if gap:
+                    parts.append(np.zeros(gap, dtype=np.float32))
+            else:
+                # After a pause shorter than the prefix padding plus the tail (~400 ms), this
+                # segment's padding reaches back into audio the clip already holds, sometimes the
+                # end of the last word: keep it once, or Whisper hears that word twice.
+                audio = audio[int((end - a) * PIPELINE_RATE / 1000) :]
             parts.append(audio)
             end = max(end, b)
         return dataclasses.replace(seg, audio=np.concatenate(parts), start_ms=start)
