@@ -15,9 +15,17 @@ transcripts of the same conversation, as a session would have them.
 
 A configuration is ``MODEL@BEAM`` with an optional ``+PROMPT``: ``+history``, or a literal text.
 
+``--cut vad`` cuts each question as the server does instead: the question between 1 s of silence
+on either side, the real VAD (silero, :class:`~voiceagent.stages.vad.VadTracker` with the
+``[vad]`` settings, 20 ms frames as from the wire) finds its segments, each is padded as the STT
+stage pads one, and a question the VAD split is transcribed again as one clip by the turn
+stage's own :meth:`~voiceagent.stages.turn.Endpointer.joined` (the rejoin).  The report then adds
+the WER of the split questions, rejoined and in halves (each segment decoded alone, what a
+session hears when the rejoin is skipped under load or the turn was confirmed after the first half).
+
     .venv/bin/python scripts/eval_stt.py --configs whisper-tiny@1,whisper-base@1,whisper-base@5 --out docs/bench
 
-Writes ``stt_eval.json`` and ``stt_eval.md`` (WER overall and per voice, decode time p50/p95 per
+Writes ``stt_eval.json`` and ``stt_eval.md`` (``stt_eval_vad.*`` with ``--cut vad``; WER overall and per voice, decode time p50/p95 per
 clip including the encoder, and the clips whose transcript differs between the first
 configuration and the others).
 """
@@ -42,6 +50,8 @@ import eval_quality as eq  # noqa: E402
 
 PRE_S = 0.3  # the stage's prefix padding (turn_detection.prefix_padding_ms)
 TAIL_S = 0.096  # the stage's tail after the VAD stop (stages/stt.py)
+EDGE_S = 1.0  # --cut vad: silence on either side of a question, as between a conversation's turns
+FRAME = 320  # --cut vad: 20 ms frames at 16 kHz, as the wire delivers them
 DEFAULT_CONFIGS = "whisper-tiny@1,whisper-tiny@5,whisper-base@1,whisper-base@5,whisper-base@1+history,whisper-base@1+Hello."
 
 
@@ -93,20 +103,96 @@ def load_backend(config: SttConfig) -> Any:
 
 
 def clips(
-    questions: list[eq.Question], voices: list[eq.Voice], speaker: eq.Speaker, seed: int
+    questions: list[eq.Question], voices: list[eq.Voice], speaker: eq.Speaker, seed: int, pad: bool = True
 ) -> list[tuple[str, str, eq.Question, np.ndarray]]:
-    """(conversation id, voice label, question, float audio) in conversation order."""
+    """(conversation id, voice label, question, float audio) in conversation order; the audio
+    padded as the STT stage pads a segment, or with ``pad`` False the speech alone (``--cut vad``)."""
     out = []
     for conv in eq.plan(questions, voices, seed, every_voice=True):
         for q in conv.questions:
-            frames = eq.silence(PRE_S) + eq.question_speech(q, conv.voice, speaker) + eq.silence(TAIL_S)
+            frames = eq.question_speech(q, conv.voice, speaker)
+            if pad:
+                frames = eq.silence(PRE_S) + frames + eq.silence(TAIL_S)
             out.append((conv.id, conv.voice.label, q, np.frombuffer(frames, dtype=np.int16).astype(np.float32) / 32768))
     return out
 
 
-def evaluate(config: SttConfig, items: list[tuple[str, str, eq.Question, np.ndarray]]) -> dict[str, Any]:
+Cut = tuple[float, float, np.ndarray]
+"""A segment as the STT stage hands it on: (start ms, end ms, audio), padding included."""
+
+
+def vad_cuts(speech: np.ndarray, probs: list[float], window_ms: float, vad: Any) -> list[Cut]:
+    """The segments the VAD stage finds in ``speech`` with ``EDGE_S`` of silence on either side,
+    given the model's probability per window (``probs``), cut and padded as the STT stage cuts
+    them: from the speech start less ``vad.prefix_padding_ms`` to the speech end plus the tail."""
+    from voiceagent.stages.vad import VadTracker
+
+    full = np.concatenate([np.zeros(int(EDGE_S * eq.RATE), np.float32), speech, np.zeros(int(EDGE_S * eq.RATE), np.float32)])
+    tracker = VadTracker(window_ms)
+    cuts: list[Cut] = []
+    start: float | None = None
+    for k, prob in enumerate(probs):
+        for ev in tracker.feed(prob, (k + 1) * window_ms, vad.threshold, vad.min_speech_ms, vad.stop_ms):
+            if ev.kind == "start":
+                start = max(0.0, ev.audio_ms - vad.prefix_padding_ms)
+            elif ev.kind == "stop" and start is not None:
+                end = ev.audio_ms + TAIL_S * 1000
+                cuts.append((start, end, full[int(start * eq.RATE / 1000) : int(end * eq.RATE / 1000)]))
+                start = None
+    return cuts
+
+
+def rejoined_text(cuts: list[Cut], transcribe: Any) -> tuple[str, list[str]]:
+    """What the turn stage makes of ``cuts`` (one turn): each segment transcribed, and from the
+    second on, the turn so far transcribed again as one clip (:meth:`Endpointer.joined`, as the
+    rejoin does with a free decoder).  Returns (the turn's text, each segment's text alone)."""
+    import dataclasses
+
+    from voiceagent.events import TranscriptSegment
+    from voiceagent.stages.turn import Endpointer
+
+    ep = Endpointer(speculative=False, use_model=False)
+    alone: list[str] = []
+    for start, end, audio in cuts:
+        ep.on_speech_started()
+        ep.on_speech_stopped(end - TAIL_S * 1000)
+        text = str(transcribe(audio))
+        alone.append(text)
+        seg = TranscriptSegment(t=0.0, gen=0, text=text, audio=audio, start_ms=start, end_ms=end)
+        joined = ep.joined(seg) if text.strip() else None
+        whole = str(transcribe(joined.audio)) if joined is not None else ""
+        if joined is not None and whole:
+            ep.on_segment(dataclasses.replace(joined, text=whole), respond=False, alone=text)
+        else:
+            ep.on_segment(seg, respond=False)
+    return ep.text, alone
+
+
+class VadCutter:
+    """``--cut vad``: the real silero VAD over a question, as a session's VAD stage runs it."""
+
+    def __init__(self) -> None:
+        from voiceagent.backends.silero import SileroVad
+        from voiceagent.config import load_config
+
+        self._vad = SileroVad()
+        self._settings = load_config(env={}).vad
+
+    def cuts(self, speech: np.ndarray) -> list[Cut]:
+        stream = self._vad.stream()
+        edge = np.zeros(int(EDGE_S * eq.RATE), np.float32)
+        full = np.concatenate([edge, speech, edge])
+        probs: list[float] = []
+        for i in range(0, len(full), FRAME):
+            probs += stream.process(full[i : i + FRAME])
+        return vad_cuts(speech, probs, 1000.0 * stream.window_samples / eq.RATE, self._settings)
+
+
+def evaluate(config: SttConfig, items: list[tuple[str, str, eq.Question, np.ndarray]], cutter: VadCutter | None = None) -> dict[str, Any]:
+    """WER of ``config`` on ``items`` (padded clips; raw speech cut by ``cutter`` when given)."""
     backend = load_backend(config)
     backend.transcribe(items[0][3], "en")  # warm
+    split = [0, 0, 0]  # --cut vad: errors rejoined, errors in halves, words, of the questions the VAD split
     errors = words = 0
     per_voice: dict[str, list[int]] = {}
     times: list[float] = []
@@ -116,17 +202,34 @@ def evaluate(config: SttConfig, items: list[tuple[str, str, eq.Question, np.ndar
         said = history.setdefault(conv, [])
         backend.prompt_text = " ".join(said) if config.prompt == "history" else config.prompt
         t0 = time.perf_counter()
-        text = backend.transcribe(audio, "en")
+        segments = 1
+        if cutter is None:
+            text = backend.transcribe(audio, "en")
+        else:
+            cuts = cutter.cuts(audio)
+            text, alone = rejoined_text(cuts, lambda a: backend.transcribe(a, "en"))
+            segments = len(cuts)
         times.append(time.perf_counter() - t0)
         said.append(text)
         ref, hyp = eq.normalize(q.spoken), eq.normalize(text)
         e = eq.edit_distance(ref, hyp)
+        if segments > 1:
+            split[0] += e
+            split[1] += eq.edit_distance(ref, eq.normalize(" ".join(t for t in alone if t)))
+            split[2] += len(ref)
         errors += e
         words += len(ref)
         v = per_voice.setdefault(voice, [0, 0])
         v[0] += e
         v[1] += len(ref)
-        rows.append({"voice": voice, "question": q.id, "said": q.spoken, "heard": text, "errors": e})
+        rows.append({"voice": voice, "question": q.id, "said": q.spoken, "heard": text, "errors": e, "segments": segments})
+    extra = {}
+    if cutter is not None:
+        extra = {
+            "split_questions": sum(r["segments"] > 1 for r in rows),
+            "wer_split": round(split[0] / split[2], 4) if split[2] else None,
+            "wer_split_halves": round(split[1] / split[2], 4) if split[2] else None,
+        }
     return {
         "config": config.label,
         "wer": round(errors / words, 4),
@@ -135,8 +238,13 @@ def evaluate(config: SttConfig, items: list[tuple[str, str, eq.Question, np.ndar
         "decode_ms_p95": round(float(np.percentile(times, 95)) * 1000, 1),
         "loops": backend.loops,
         "clips": len(rows),
+        **extra,
         "rows": rows,
     }
+
+
+def _pct(v: float | None) -> str:
+    return "–" if v is None else f"{100 * v:.1f}"
 
 
 def markdown(report: dict[str, Any]) -> str:
@@ -159,6 +267,16 @@ def markdown(report: dict[str, Any]) -> str:
             f"| {r['config']} | {100 * r['wer']:.1f} | {cells} | {r['decode_ms_p50']:.0f} | {r['decode_ms_p95']:.0f} | {r['loops']} |"
         )
     lines += ["", "Decode time is per clip, encoder included, one clip at a time, on `stt.threads` threads as the server decodes.", ""]
+    if "split_questions" in results[0]:
+        lines += [
+            "Cut as the server cuts (`--cut vad`): the real VAD finds each question's segments, padded as the STT stage "
+            "pads them; a question split in several is transcribed again as one clip (the rejoin); its decode time "
+            "above is the VAD and all of the question's decodes.",
+            "",
+        ]
+        lines += ["| config | questions the VAD split | their WER % rejoined | in halves (no rejoin) |", "|---|---|---|---|"]
+        lines += [f"| {r['config']} | {r['split_questions']} | {_pct(r['wer_split'])} | {_pct(r['wer_split_halves'])} |" for r in results]
+        lines.append("")
     base = results[0]
     for r in results[1:]:
         changed = [(a, b) for a, b in zip(base["rows"], r["rows"], strict=True) if a["heard"] != b["heard"]]
@@ -176,6 +294,7 @@ def main() -> int:
     ap.add_argument("--configs", default=DEFAULT_CONFIGS, help="comma-separated MODEL@BEAM[+PROMPT]; the first is the reference")
     ap.add_argument("--voices", default=",".join(eq.DEFAULT_VOICES))
     ap.add_argument("--seed", type=int, default=0, help="how questions are packed into conversations (the history prompt)")
+    ap.add_argument("--cut", choices=("gt", "vad"), default="gt", help="clips padded from the audio's own bounds, or cut by the real VAD")
     ap.add_argument("--limit", type=int, default=0, help="only the first N questions (a smoke run)")
     ap.add_argument("--cache", default=str(ROOT / ".cache" / "eval_quality"), help="synthesized speech, shared with eval_quality.py")
     ap.add_argument("--out", default=str(ROOT / "docs" / "bench"))
@@ -188,11 +307,12 @@ def main() -> int:
     if args.limit:
         questions = questions[: args.limit]
     voices, notes = eq.resolve_voices([v.strip() for v in args.voices.split(",") if v.strip()])
-    items = clips(questions, voices, eq.Speaker(Path(args.cache)), args.seed)
+    items = clips(questions, voices, eq.Speaker(Path(args.cache)), args.seed, pad=args.cut == "gt")
+    cutter = VadCutter() if args.cut == "vad" else None
     results = []
     for config in configs:
         t0 = time.monotonic()
-        results.append(evaluate(config, items))
+        results.append(evaluate(config, items, cutter))
         r = results[-1]
         print(
             f"{config.label}: WER {100 * r['wer']:.1f} %, decode p50 {r['decode_ms_p50']:.0f} ms ({time.monotonic() - t0:.0f} s)",
@@ -207,9 +327,10 @@ def main() -> int:
     }
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "stt_eval.json").write_text(json.dumps(report) + "\n")  # one line: a row per clip (335) per config
-    (out / "stt_eval.md").write_text(markdown(report))
-    print(f"wrote {out}/stt_eval.json, stt_eval.md")
+    name = "stt_eval" if args.cut == "gt" else "stt_eval_vad"
+    (out / f"{name}.json").write_text(json.dumps(report) + "\n")  # one line: a row per clip (335) per config
+    (out / f"{name}.md").write_text(markdown(report))
+    print(f"wrote {out}/{name}.json, {name}.md")
     return 0
 
 

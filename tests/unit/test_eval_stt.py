@@ -83,3 +83,51 @@ def test_the_report_counts_which_transcripts_a_config_changed_for_better_or_wors
     assert "| whisper-base@5 | 10.0 | 10.0 | 80 | 100 | 0 |" in text
     assert "2 transcripts differ, 1 better, 1 worse" in text
     assert "| piper:joe | What is two plus two? | What is to plus two? | What is two plus two? |" in text
+
+
+# ----------------------------------------------------------------------------- --cut vad
+
+
+class _Vad:
+    threshold, min_speech_ms, stop_ms, prefix_padding_ms = 0.5, 96, 160, 300
+
+
+def _probs(edge: int, pattern: list[tuple[float, int]]) -> list[float]:
+    """Window probabilities: ``edge`` silent windows, ``pattern``'s (probability, windows), ``edge`` more."""
+    return [0.0] * edge + [p for p, n in pattern for _ in range(n)] + [0.0] * edge
+
+
+def test_vad_cuts_pad_each_segment_as_the_stage_does_and_a_long_gap_splits_the_question() -> None:
+    edge = int(es.EDGE_S * 1000 / 32)  # 31 windows of 32 ms: the silence added on either side
+    speech = np.arange(int(2.0 * eq.RATE), dtype=np.float32)  # the values tell where a cut came from
+    lead = int(es.EDGE_S * eq.RATE)
+    # 20 windows of speech, 10 of silence (320 ms: past stop_ms), 15 of speech
+    cuts = es.vad_cuts(speech, _probs(edge, [(0.9, 20), (0.0, 10), (0.9, 15)]), 32.0, _Vad())
+    starts = [edge * 32.0, (edge + 30) * 32.0]
+    ends = [(edge + 20) * 32.0, (edge + 45) * 32.0]
+    assert [(a, b) for a, b, _ in cuts] == [(s - 300.0, e + 96.0) for s, e in zip(starts, ends, strict=True)]
+    for a, b, audio in cuts:
+        first = int(a * eq.RATE / 1000)
+        assert len(audio) == int(b * eq.RATE / 1000) - first
+        inside = audio[lead - first :] if first < lead else audio
+        assert inside[0] == max(0, first - lead)  # the cut starts where it says, in the question's own samples
+    # a 96 ms dip (under stop_ms) does not split it
+    one = es.vad_cuts(speech, _probs(edge, [(0.9, 20), (0.0, 3), (0.9, 15)]), 32.0, _Vad())
+    assert [(a, b) for a, b, _ in one] == [(edge * 32.0 - 300.0, (edge + 38) * 32.0 + 96.0)]
+
+
+def test_a_split_question_is_transcribed_again_as_one_clip_and_its_halves_are_kept() -> None:
+    line = np.arange(4000 * 16, dtype=np.float32)
+    cuts = [(0.0, 1500.0, line[: 1500 * 16]), (1300.0, 2600.0, line[1300 * 16 : 2600 * 16])]
+    heard: list[int] = []
+
+    def transcribe(audio: np.ndarray) -> str:
+        heard.append(len(audio))
+        return {1500 * 16: "How many wheels", 1300 * 16: "does a bicycle have?"}.get(len(audio), "How many wheels does a bicycle have?")
+
+    text, alone = es.rejoined_text(cuts, transcribe)
+    assert (text, alone) == ("How many wheels does a bicycle have?", ["How many wheels", "does a bicycle have?"])
+    assert heard == [1500 * 16, 1300 * 16, 2600 * 16]  # the rejoin hears the turn once, overlap not repeated
+    # a first segment heard as nothing is noise: nothing to join the second to
+    text, alone = es.rejoined_text(cuts, lambda a: "" if len(a) == 1500 * 16 else "does a bicycle have?")
+    assert (text, alone) == ("does a bicycle have?", ["", "does a bicycle have?"])
