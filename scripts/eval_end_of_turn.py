@@ -1,0 +1,214 @@
+#!/usr/bin/env python3
+"""Does the user's sentence end here?  Two judges compared on the spoken eval's questions.
+
+The spoken eval's false cut-offs (``scripts/eval_quality.py``: 4–5 of its 9 questions with a
+600–800 ms pause mid-sentence) come from the turn stage confirming the first half.  This measures
+what could tell the halves from whole questions:
+
+* **the turn model** (smart-turn v3, audio): its completion probability on each question cut as
+  the server cuts it (``eval_stt.VadCutter``, all voices), whole, and on the first segment of a
+  question the VAD split at its pause;
+* **the LLM** (text): the probability that the next token after the user's words, without their
+  final punctuation, ends the sentence (a token starting with ``.``, ``?`` or ``!``, or the end
+  of the message), in the chat prompt the session builds (the default instructions, then the
+  user's words).  Whole questions against the same questions with their last one or two words
+  dropped, and against the first halves of the paused ones.
+
+For each judge: the AUC (the chance that a whole question scores higher than an unfinished one)
+and, per threshold, the share of whole questions it would wrongly hold (below the threshold) and
+of unfinished ones it would rightly hold.
+
+    .venv/bin/python scripts/eval_end_of_turn.py --out docs/bench
+
+Writes ``end_of_turn.json`` and ``end_of_turn.md``.  About 2 minutes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
+sys.path.insert(1, str(ROOT))
+
+import eval_quality as eq  # noqa: E402
+
+ENDS = (".", "?", "!")
+TEXT_THRESHOLDS = (0.001, 0.003, 0.01, 0.03)
+AUDIO_THRESHOLDS = (0.1, 0.3, 0.5)
+
+
+def bare(text: str) -> str:
+    """``text`` without its final punctuation (Whisper punctuates a half as a question too)."""
+    return text.strip().rstrip(".?!,;: ").strip()
+
+
+def texts(questions: Sequence[eq.Question]) -> list[tuple[str, str, str]]:
+    """(kind, question id, text): each question whole ("complete"), with its last one and two
+    words dropped where at least two remain ("truncated"), and a paused one's first half
+    ("half"); all without final punctuation."""
+    out: list[tuple[str, str, str]] = []
+    for q in questions:
+        words = bare(q.spoken).split()
+        out.append(("complete", q.id, " ".join(words)))
+        for k in (1, 2):
+            if len(words) - k >= 2:
+                out.append(("truncated", q.id, " ".join(words[:-k])))
+        if q.pause_ms:
+            out.append(("half", q.id, bare(q.text.split("|")[0])))
+    return out
+
+
+def auc(positive: Sequence[float], negative: Sequence[float]) -> float | None:
+    """P(a positive scores above a negative), ties half."""
+    if not positive or not negative:
+        return None
+    p, n = np.asarray(positive)[:, None], np.asarray(negative)[None, :]
+    return float(np.mean((p > n) + 0.5 * (p == n)))
+
+
+def judged(complete: Sequence[float], unfinished: dict[str, Sequence[float]], thresholds: Sequence[float]) -> dict[str, Any]:
+    """AUC and, per threshold, the share held (scored below it) of whole and unfinished utterances."""
+    return {
+        "n_complete": len(complete),
+        "auc": {k: auc(complete, v) for k, v in unfinished.items()},
+        "held": [
+            {
+                "threshold": t,
+                "complete": round(float(np.mean(np.asarray(complete) < t)), 3),
+                **{k: round(float(np.mean(np.asarray(v) < t)), 3) if len(v) else None for k, v in unfinished.items()},
+            }
+            for t in thresholds
+        ],
+    }
+
+
+class TextJudge:
+    """P(the sentence ends after the user's words) from a catalog LLM, as the session prompts it."""
+
+    def __init__(self, name: str) -> None:
+        from llama_cpp import Llama
+        from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+        from voiceagent.backends.llama_cpp import gguf_path
+        from voiceagent.config import DEFAULT_INSTRUCTIONS, load_config
+
+        cfg = load_config(env={})
+        # logits_all: the logits of the last prompt token are read back (llama-cpp-python keeps
+        # them in ``scores`` only with it).
+        self._llm = Llama(
+            model_path=str(gguf_path(name, cfg.cache_path)), n_ctx=1024, n_threads=cfg.llm.threads, logits_all=True, verbose=False
+        )
+        template = self._llm.metadata["tokenizer.chat_template"]
+        self._format = Jinja2ChatFormatter(template=template, eos_token="", bos_token="")
+        self._instructions = DEFAULT_INSTRUCTIONS
+        self._ends = [t for t in range(self._llm.n_vocab()) if self._llm.detokenize([t]).decode("utf-8", "replace")[:1] in ENDS]
+        self._ends += [self._llm.token_eos()]
+
+    def end_probability(self, text: str) -> float:
+        messages = [{"role": "system", "content": self._instructions}, {"role": "user", "content": text}]
+        prompt = self._format(messages=messages).prompt
+        head = prompt[: prompt.rfind(text) + len(text)]
+        tokens = self._llm.tokenize(head.encode("utf-8"), add_bos=False, special=True)
+        keep = 0
+        for a, b in zip(self._llm._input_ids, tokens, strict=False):  # the shared prefix stays evaluated
+            if a != b:
+                break
+            keep += 1
+        keep = min(keep, len(tokens) - 1)
+        self._llm.n_tokens = keep
+        self._llm.eval(tokens[keep:])
+        logits = np.asarray(self._llm.scores[self._llm.n_tokens - 1], dtype=np.float64)
+        top = logits.max()
+        log_z = top + math.log(float(np.exp(logits - top).sum()))
+        return float(np.exp(logits[self._ends] - log_z).sum())
+
+
+def audio_scores(voices: list[eq.Voice], questions: list[eq.Question], cache: Path) -> dict[str, list[float]]:
+    """smart-turn's completion probability on whole questions and on paused questions' first
+    segments, each cut by the real VAD as the server cuts them."""
+    import eval_stt as es
+
+    from voiceagent.backends.smart_turn import SmartTurn
+
+    turn = SmartTurn()
+    cutter = es.VadCutter()
+    out: dict[str, list[float]] = {"complete": [], "half": []}
+    for _conv, _voice, q, speech in es.clips(questions, voices, eq.Speaker(cache), 0, pad=False):
+        cuts = cutter.cuts(speech)
+        if not cuts:
+            continue
+        out["complete"].append(turn.completion_probability(np.concatenate([c[2] for c in cuts])[-8 * eq.RATE :]))
+        if q.pause_ms and len(cuts) > 1:
+            out["half"].append(turn.completion_probability(cuts[0][2][-8 * eq.RATE :]))
+    return out
+
+
+def markdown(report: dict[str, Any]) -> str:
+    lines = [
+        "# Does the sentence end here? The turn model (audio) against the LLM (text)",
+        "",
+        f"Machine: {report['machine']}.  Command: `{report['command']}`",
+        "",
+        "Held: the share scored below the threshold, that a rule 'wait for more below it' would hold. "
+        "Whole questions held are answers delayed; halves and truncations held are cut-offs avoided.",
+        "",
+    ]
+    for name, r in report["judges"].items():
+        aucs = ", ".join(f"{k} {v:.3f}" for k, v in r["auc"].items() if v is not None)
+        lines += [f"## {name}", "", f"{r['n_complete']} whole questions; AUC whole vs {aucs}.", ""]
+        kinds = [k for k in r["held"][0] if k != "threshold"]
+        lines += ["| threshold | " + " | ".join(f"{k} held" for k in kinds) + " |", "|---|" + "---|" * len(kinds)]
+        for row in r["held"]:
+            lines.append(f"| {row['threshold']} | " + " | ".join("–" if row[k] is None else f"{100 * row[k]:.0f} %" for k in kinds) + " |")
+        if "lowest_complete" in r:
+            lines += ["", "Whole questions it scores lowest: " + "; ".join(f"{t} ({p:.4f})" for p, t in r["lowest_complete"]) + "."]
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    ap.add_argument("--models", default="qwen2.5-0.5b,qwen2.5-1.5b", help="catalog LLMs to judge the text")
+    ap.add_argument("--voices", default=",".join(eq.DEFAULT_VOICES))
+    ap.add_argument("--cache", default=str(ROOT / ".cache" / "eval_quality"), help="synthesized speech, shared with eval_quality.py")
+    ap.add_argument("--out", default=str(ROOT / "docs" / "bench"))
+    args = ap.parse_args()
+
+    from bench_latency import machine
+
+    questions = eq.load_questions()
+    items = texts(questions)
+    judges: dict[str, Any] = {}
+    for name in [m.strip() for m in args.models.split(",") if m.strip()]:
+        judge = TextJudge(name)
+        scored = [(kind, text, judge.end_probability(text)) for kind, _qid, text in items]
+        by_kind = {k: [p for kind, _t, p in scored if kind == k] for k in ("complete", "truncated", "half")}
+        r = judged(by_kind["complete"], {"truncated": by_kind["truncated"], "half": by_kind["half"]}, TEXT_THRESHOLDS)
+        r["lowest_complete"] = sorted((round(p, 5), t) for kind, t, p in scored if kind == "complete")[:5]
+        r["scores"] = [{"kind": k, "text": t, "p_end": round(p, 6)} for k, t, p in scored]
+        judges[f"LLM {name}, text"] = r
+        print(f"{name}: AUC {r['auc']}", flush=True)
+    voices, _notes = eq.resolve_voices([v.strip() for v in args.voices.split(",") if v.strip()])
+    audio = audio_scores(voices, questions, Path(args.cache))
+    judges["smart-turn v3, audio"] = judged(audio["complete"], {"half": audio["half"]}, AUDIO_THRESHOLDS)
+    print(f"smart-turn: AUC {judges['smart-turn v3, audio']['auc']}", flush=True)
+    report = {"machine": machine(), "command": " ".join(["scripts/eval_end_of_turn.py", *sys.argv[1:]]), "judges": judges}
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "end_of_turn.json").write_text(json.dumps(report, indent=1) + "\n")
+    (out / "end_of_turn.md").write_text(markdown(report))
+    print(f"wrote {out}/end_of_turn.json, end_of_turn.md")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
