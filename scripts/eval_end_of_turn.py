@@ -14,13 +14,17 @@ what could tell the halves from whole questions:
   user's words).  Whole questions against the same questions with their last one or two words
   dropped, and against the first halves of the paused ones.
 
+The LLM also judges what Whisper heard (``--heard``, default tiny as ``fast`` runs it): each
+question cut by the real VAD, whole as the rejoin transcribes it, and a paused question's first
+segment alone, as the turn stage would judge them.
+
 For each judge: the AUC (the chance that a whole question scores higher than an unfinished one)
 and, per threshold, the share of whole questions it would wrongly hold (below the threshold) and
 of unfinished ones it would rightly hold.
 
     .venv/bin/python scripts/eval_end_of_turn.py --out docs/bench
 
-Writes ``end_of_turn.json`` and ``end_of_turn.md``.  About 2 minutes.
+Writes ``end_of_turn.json`` and ``end_of_turn.md``.  About 3 minutes.
 """
 
 from __future__ import annotations
@@ -132,6 +136,35 @@ class TextJudge:
         return float(np.exp(logits[self._ends] - log_z).sum())
 
 
+def heard_texts(questions: list[eq.Question], voices: list[eq.Voice], cache: Path, stt: str) -> list[tuple[str, str, str]]:
+    """(kind, question id, text) as Whisper (``stt``, ``MODEL@BEAM``) hears the questions cut by
+    the real VAD: "complete" the whole question as the rejoin transcribes it, "half" the first
+    segment of a paused question the VAD split, alone; without final punctuation."""
+    import eval_stt as es
+
+    backend = es.load_backend(es.parse_config(stt))
+    cutter = es.VadCutter()
+    out: list[tuple[str, str, str]] = []
+    for _conv, _voice, q, speech in es.clips(questions, voices, eq.Speaker(cache), 0, pad=False):
+        cuts = cutter.cuts(speech)
+        text, alone = es.rejoined_text(cuts, lambda a: backend.transcribe(a, "en"))
+        if bare(text):
+            out.append(("complete", q.id, bare(text)))
+        if q.pause_ms and len(cuts) > 1 and bare(alone[0]):
+            out.append(("half", q.id, bare(alone[0])))
+    return out
+
+
+def text_judge(judge: TextJudge, items: list[tuple[str, str, str]]) -> dict[str, Any]:
+    scored = [(kind, text, judge.end_probability(text)) for kind, _qid, text in items]
+    by_kind = {k: [p for kind, _t, p in scored if kind == k] for k in ("complete", "truncated", "half")}
+    unfinished = {k: by_kind[k] for k in ("truncated", "half") if by_kind[k]}
+    r = judged(by_kind["complete"], unfinished, TEXT_THRESHOLDS)
+    r["lowest_complete"] = sorted((round(p, 5), t) for kind, t, p in scored if kind == "complete")[:5]
+    r["scores"] = [{"kind": k, "text": t, "p_end": round(p, 6)} for k, t, p in scored]
+    return r
+
+
 def audio_scores(voices: list[eq.Voice], questions: list[eq.Question], cache: Path) -> dict[str, list[float]]:
     """smart-turn's completion probability on whole questions and on paused questions' first
     segments, each cut by the real VAD as the server cuts them."""
@@ -178,6 +211,7 @@ def markdown(report: dict[str, Any]) -> str:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     ap.add_argument("--models", default="qwen2.5-0.5b,qwen2.5-1.5b", help="catalog LLMs to judge the text")
+    ap.add_argument("--heard", default="whisper-tiny@1", help="MODEL@BEAM whose transcripts the LLM also judges ('' for none)")
     ap.add_argument("--voices", default=",".join(eq.DEFAULT_VOICES))
     ap.add_argument("--cache", default=str(ROOT / ".cache" / "eval_quality"), help="synthesized speech, shared with eval_quality.py")
     ap.add_argument("--out", default=str(ROOT / "docs" / "bench"))
@@ -186,18 +220,17 @@ def main() -> int:
     from bench_latency import machine
 
     questions = eq.load_questions()
+    voices, _notes = eq.resolve_voices([v.strip() for v in args.voices.split(",") if v.strip()])
     items = texts(questions)
+    heard = heard_texts(questions, voices, Path(args.cache), args.heard) if args.heard else []
     judges: dict[str, Any] = {}
     for name in [m.strip() for m in args.models.split(",") if m.strip()]:
         judge = TextJudge(name)
-        scored = [(kind, text, judge.end_probability(text)) for kind, _qid, text in items]
-        by_kind = {k: [p for kind, _t, p in scored if kind == k] for k in ("complete", "truncated", "half")}
-        r = judged(by_kind["complete"], {"truncated": by_kind["truncated"], "half": by_kind["half"]}, TEXT_THRESHOLDS)
-        r["lowest_complete"] = sorted((round(p, 5), t) for kind, t, p in scored if kind == "complete")[:5]
-        r["scores"] = [{"kind": k, "text": t, "p_end": round(p, 6)} for k, t, p in scored]
-        judges[f"LLM {name}, text"] = r
+        judges[f"LLM {name}, text"] = r = text_judge(judge, items)
         print(f"{name}: AUC {r['auc']}", flush=True)
-    voices, _notes = eq.resolve_voices([v.strip() for v in args.voices.split(",") if v.strip()])
+        if heard:
+            judges[f"LLM {name}, what {args.heard} heard"] = r = text_judge(judge, heard)
+            print(f"{name} on {args.heard}: AUC {r['auc']}", flush=True)
     audio = audio_scores(voices, questions, Path(args.cache))
     judges["smart-turn v3, audio"] = judged(audio["complete"], {"half": audio["half"]}, AUDIO_THRESHOLDS)
     print(f"smart-turn: AUC {judges['smart-turn v3, audio']['auc']}", flush=True)
