@@ -136,17 +136,25 @@ class TextJudge:
         return float(np.exp(logits[self._ends] - log_z).sum())
 
 
-def heard_texts(questions: list[eq.Question], voices: list[eq.Voice], cache: Path, stt: str) -> list[tuple[str, str, str]]:
-    """(kind, question id, text) as Whisper (``stt``, ``MODEL@BEAM``) hears the questions cut by
-    the real VAD: "complete" the whole question as the rejoin transcribes it, "half" the first
-    segment of a paused question the VAD split, alone; without final punctuation."""
+def cut_questions(questions: list[eq.Question], voices: list[eq.Voice], cache: Path) -> list[tuple[eq.Question, list[Any]]]:
+    """Each question in each voice with its segments, cut by the real VAD as the server cuts them
+    (``eval_stt.VadCutter``); questions the VAD found no speech in are left out."""
+    import eval_stt as es
+
+    cutter = es.VadCutter()
+    out = [(q, cutter.cuts(speech)) for _conv, _voice, q, speech in es.clips(questions, voices, eq.Speaker(cache), 0, pad=False)]
+    return [(q, cuts) for q, cuts in out if cuts]
+
+
+def heard_texts(cut: list[tuple[eq.Question, list[Any]]], stt: str) -> list[tuple[str, str, str]]:
+    """(kind, question id, text) as Whisper (``stt``, ``MODEL@BEAM``) hears the questions ``cut``:
+    "complete" the whole question as the rejoin transcribes it, "half" the first segment of a
+    paused question the VAD split, alone; without final punctuation."""
     import eval_stt as es
 
     backend = es.load_backend(es.parse_config(stt))
-    cutter = es.VadCutter()
     out: list[tuple[str, str, str]] = []
-    for _conv, _voice, q, speech in es.clips(questions, voices, eq.Speaker(cache), 0, pad=False):
-        cuts = cutter.cuts(speech)
+    for q, cuts in cut:
         text, alone = es.rejoined_text(cuts, lambda a: backend.transcribe(a, "en"))
         if bare(text):
             out.append(("complete", q.id, bare(text)))
@@ -165,20 +173,14 @@ def text_judge(judge: TextJudge, items: list[tuple[str, str, str]]) -> dict[str,
     return r
 
 
-def audio_scores(voices: list[eq.Voice], questions: list[eq.Question], cache: Path) -> dict[str, list[float]]:
-    """smart-turn's completion probability on whole questions and on paused questions' first
-    segments, each cut by the real VAD as the server cuts them."""
-    import eval_stt as es
-
+def audio_scores(cut: list[tuple[eq.Question, list[Any]]]) -> dict[str, list[float]]:
+    """smart-turn's completion probability on the questions ``cut``, whole, and on the first
+    segment of a paused question the VAD split."""
     from voiceagent.backends.smart_turn import SmartTurn
 
     turn = SmartTurn()
-    cutter = es.VadCutter()
     out: dict[str, list[float]] = {"complete": [], "half": []}
-    for _conv, _voice, q, speech in es.clips(questions, voices, eq.Speaker(cache), 0, pad=False):
-        cuts = cutter.cuts(speech)
-        if not cuts:
-            continue
+    for q, cuts in cut:
         out["complete"].append(turn.completion_probability(np.concatenate([c[2] for c in cuts])[-8 * eq.RATE :]))
         if q.pause_ms and len(cuts) > 1:
             out["half"].append(turn.completion_probability(cuts[0][2][-8 * eq.RATE :]))
@@ -222,7 +224,8 @@ def main() -> int:
     questions = eq.load_questions()
     voices, _notes = eq.resolve_voices([v.strip() for v in args.voices.split(",") if v.strip()])
     items = texts(questions)
-    heard = heard_texts(questions, voices, Path(args.cache), args.heard) if args.heard else []
+    cut = cut_questions(questions, voices, Path(args.cache))
+    heard = heard_texts(cut, args.heard) if args.heard else []
     judges: dict[str, Any] = {}
     for name in [m.strip() for m in args.models.split(",") if m.strip()]:
         judge = TextJudge(name)
@@ -231,7 +234,7 @@ def main() -> int:
         if heard:
             judges[f"LLM {name}, what {args.heard} heard"] = r = text_judge(judge, heard)
             print(f"{name} on {args.heard}: AUC {r['auc']}", flush=True)
-    audio = audio_scores(voices, questions, Path(args.cache))
+    audio = audio_scores(cut)
     judges["smart-turn v3, audio"] = judged(audio["complete"], {"half": audio["half"]}, AUDIO_THRESHOLDS)
     print(f"smart-turn: AUC {judges['smart-turn v3, audio']['auc']}", flush=True)
     report = {"machine": machine(), "command": " ".join(["scripts/eval_end_of_turn.py", *sys.argv[1:]]), "judges": judges}

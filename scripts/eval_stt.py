@@ -121,13 +121,18 @@ Cut = tuple[float, float, np.ndarray]
 """A segment as the STT stage hands it on: (start ms, end ms, audio), padding included."""
 
 
-def vad_cuts(speech: np.ndarray, probs: list[float], window_ms: float, vad: Any) -> list[Cut]:
-    """The segments the VAD stage finds in ``speech`` with ``EDGE_S`` of silence on either side,
-    given the model's probability per window (``probs``), cut and padded as the STT stage cuts
-    them: from the speech start less ``vad.prefix_padding_ms`` to the speech end plus the tail."""
+def with_edges(speech: np.ndarray) -> np.ndarray:
+    """``speech`` with ``EDGE_S`` of silence on either side, as the VAD hears a question."""
+    edge = np.zeros(int(EDGE_S * eq.RATE), np.float32)
+    return np.concatenate([edge, speech, edge])
+
+
+def vad_cuts(full: np.ndarray, probs: list[float], window_ms: float, vad: Any) -> list[Cut]:
+    """The segments the VAD stage finds in ``full`` (:func:`with_edges`), given the model's
+    probability per window (``probs``), cut and padded as the STT stage cuts them: from the
+    speech start less ``vad.prefix_padding_ms`` to the speech end plus the tail."""
     from voiceagent.stages.vad import VadTracker
 
-    full = np.concatenate([np.zeros(int(EDGE_S * eq.RATE), np.float32), speech, np.zeros(int(EDGE_S * eq.RATE), np.float32)])
     tracker = VadTracker(window_ms)
     cuts: list[Cut] = []
     start: float | None = None
@@ -180,12 +185,11 @@ class VadCutter:
 
     def cuts(self, speech: np.ndarray) -> list[Cut]:
         stream = self._vad.stream()
-        edge = np.zeros(int(EDGE_S * eq.RATE), np.float32)
-        full = np.concatenate([edge, speech, edge])
+        full = with_edges(speech)
         probs: list[float] = []
         for i in range(0, len(full), FRAME):
             probs += stream.process(full[i : i + FRAME])
-        return vad_cuts(speech, probs, 1000.0 * stream.window_samples / eq.RATE, self._settings)
+        return vad_cuts(full, probs, 1000.0 * stream.window_samples / eq.RATE, self._settings)
 
 
 def evaluate(config: SttConfig, items: list[tuple[str, str, eq.Question, np.ndarray]], cutter: VadCutter | None = None) -> dict[str, Any]:

@@ -102,7 +102,9 @@ def test_vad_cuts_pad_each_segment_as_the_stage_does_and_a_long_gap_splits_the_q
     speech = np.arange(int(2.0 * eq.RATE), dtype=np.float32)  # the values tell where a cut came from
     lead = int(es.EDGE_S * eq.RATE)
     # 20 windows of speech, 10 of silence (320 ms: past stop_ms), 15 of speech
-    cuts = es.vad_cuts(speech, _probs(edge, [(0.9, 20), (0.0, 10), (0.9, 15)]), 32.0, _Vad())
+    full = es.with_edges(speech)
+    assert len(full) == 2 * lead + len(speech) and not full[:lead].any() and not full[-lead:].any()
+    cuts = es.vad_cuts(full, _probs(edge, [(0.9, 20), (0.0, 10), (0.9, 15)]), 32.0, _Vad())
     starts = [edge * 32.0, (edge + 30) * 32.0]
     ends = [(edge + 20) * 32.0, (edge + 45) * 32.0]
     assert [(a, b) for a, b, _ in cuts] == [(s - 300.0, e + 96.0) for s, e in zip(starts, ends, strict=True)]
@@ -112,7 +114,7 @@ def test_vad_cuts_pad_each_segment_as_the_stage_does_and_a_long_gap_splits_the_q
         inside = audio[lead - first :] if first < lead else audio
         assert inside[0] == max(0, first - lead)  # the cut starts where it says, in the question's own samples
     # a 96 ms dip (under stop_ms) does not split it
-    one = es.vad_cuts(speech, _probs(edge, [(0.9, 20), (0.0, 3), (0.9, 15)]), 32.0, _Vad())
+    one = es.vad_cuts(full, _probs(edge, [(0.9, 20), (0.0, 3), (0.9, 15)]), 32.0, _Vad())
     assert [(a, b) for a, b, _ in one] == [(edge * 32.0 - 300.0, (edge + 38) * 32.0 + 96.0)]
 
 

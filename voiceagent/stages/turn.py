@@ -113,8 +113,8 @@ class Endpointer:
     def joined(self, seg: TranscriptSegment) -> TranscriptSegment | None:
         """``seg`` with the turn's earlier segments before it, as one clip whose gaps are silence
         and whose overlaps (padding) appear once (its text still ``seg``'s: the caller transcribes
-        the clip); None when no earlier segment
-        is pending, ``seg`` is a manual commit, or the clip would be longer than 20 s."""
+        the clip); None when no earlier segment is pending, ``seg`` is a manual commit, or the
+        clip would be longer than 20 s."""
         if seg.committed or not self._spans or not self.text:
             return None
         start = self._spans[0][0]
