@@ -123,6 +123,17 @@ FIXTURES: dict[str, Fixture] = {
             bench=False,
             pauses=1,
         ),
+        # the same pause after words a sentence could end on, but a listener knows it has not
+        # (turn.text_threshold, tests/integration/test_pauses.py)
+        Fixture(
+            "pause_wheels",
+            ("How many wheels", "does a bicycle have?"),
+            gaps=(0.8,),
+            wpm=140,
+            keywords=(("wheels",),),
+            bench=False,
+            pauses=1,
+        ),
     )
 }
 

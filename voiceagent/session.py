@@ -167,9 +167,20 @@ class Session:
             may_speculate=replies.may_speculate,
             incomplete_ms=cfg.turn.incomplete_ms,
             rejoin=self.stt.decode_clip if cfg.stt.rejoin else None,
+            text_threshold=cfg.turn.text_threshold,
         )
         self.llm = LlmStage(
-            ctx, llm_in, tts_in, self._engines.llm, replies.prompt, settings, gate, llm_started, cfg.llm.first_clause_words, cfg.llm.prefill
+            ctx,
+            llm_in,
+            tts_in,
+            self._engines.llm,
+            replies.prompt,
+            settings,
+            gate,
+            llm_started,
+            cfg.llm.first_clause_words,
+            cfg.llm.prefill,
+            sentence_end=self.turn.sentence_end if cfg.turn.text_threshold > 0 else None,
         )
         replies.connect(llm_in, play_in, self.llm.prefill)
         self.tts = TtsStage(ctx, tts_in, play_in, self._engines.tts, settings, gate, replies.speaks)

@@ -198,6 +198,41 @@ def test_no_llama_sampler_outlives_its_generation(engines: Any, run: Any) -> Non
     run(scenario(), 60)
 
 
+def test_two_sessions_asking_at_once_each_get_the_sentence_end_verdict_on_their_own_words(engines: Any, run: Any) -> None:
+    """turn.text_threshold on the real model: two conversations start answering at the same
+    instant, each asking how likely its user's sentence ends where their words end; each verdict
+    and each answer belongs to its own words (a context shared between them would mix both)."""
+    import contextlib
+
+    from voiceagent.backends.protocols import LlmRequest, Message
+
+    system = Message("system", profile_config().llm.instructions)
+
+    async def answer(key: str, text: str) -> tuple[list[float], str, bool]:
+        """(the verdicts told, the answer, whether the verdict came before the first piece)"""
+        told: list[float] = []
+        request = LlmRequest(
+            key=key, messages=[system, Message("user", text)], max_tokens=16, temperature=0.0, on_end_probability=told.append
+        )
+        before = False
+        pieces_seen: list[str] = []
+        async with contextlib.aclosing(engines.llm.generate(request)) as pieces:
+            async for piece in pieces:
+                if not pieces_seen:
+                    before = bool(told)
+                pieces_seen.append(piece if isinstance(piece, str) else "")
+        return told, "".join(pieces_seen), before
+
+    async def scenario() -> list[tuple[list[float], str, bool]]:
+        return list(await asyncio.gather(answer("end-a", "How many wheels?"), answer("end-b", "What color is the sky on a clear day?")))
+
+    (half, _, half_before), (whole, sky, whole_before) = run(scenario(), 120)
+    assert len(half) == 1 and len(whole) == 1 and half_before and whole_before
+    # The final "?" is left out: as words, "How many wheels" goes on; the other question is whole.
+    assert half[0] < 0.003 < whole[0], (half, whole)
+    assert "blue" in sky.lower(), sky
+
+
 def test_a_prefilled_turn_pays_only_for_its_last_words_while_another_session_answers(engines: Any, run: Any) -> None:
     """llm.prefill on the real model: one conversation's words so far are evaluated while another
     conversation is being answered at the same instant; its turn then reuses them, and each

@@ -335,3 +335,79 @@ def test_a_rejoined_turn_is_judged_unfinished_on_its_last_segment_alone() -> Non
     garbled = dataclasses.replace(joined, text="What is free plus? Or?")
     assert ep.on_segment(garbled, respond=True, alone="4.") == [Speculate("What is free plus? Or?")]
     assert silence(ep, SILENCE_MS) == [Confirm("What is free plus? Or?", 3000.0)]
+
+
+TEXT_THRESHOLD = 0.003
+
+
+def spoken(ep: Endpointer, text: str, end_ms: float = 1000.0) -> list[object]:
+    ep.on_speech_started()
+    ep.on_speech_stopped(end_ms)
+    return list(ep.on_segment(segment(text, end_ms), respond=True))
+
+
+def test_words_the_llm_doubts_end_a_sentence_wait_like_unfinished_ones() -> None:
+    ep = Endpointer(speculative=True, use_model=True, incomplete_ms=INCOMPLETE_MS, text_threshold=TEXT_THRESHOLD)
+    out = spoken(ep, "How many wheels?")
+    assert out[0] == Speculate("How many wheels?")  # the answer starts: the verdict comes with its prompt
+    assert ep.on_sentence_end(0.0006)
+    assert ep.doubts_end
+    assert prob(ep, 0.9) == []  # the turn model's "complete" does not count
+    assert silence(ep, SILENCE_MS) == []  # nor does the usual fallback
+    assert silence(ep, INCOMPLETE_MS - 20) == []
+    # the speaker goes on: the speculation is withdrawn and the new words judged afresh
+    assert ep.on_speech_started() == [Retract()]
+    assert not ep.doubts_end
+    ep.on_speech_stopped(2600.0)
+    assert ep.on_segment(segment("does a bicycle have?", 2600.0), respond=True)[0] == Speculate("How many wheels? does a bicycle have?")
+    assert ep.on_sentence_end(0.86)
+    assert not ep.doubts_end
+    assert silence(ep, SILENCE_MS) == [Confirm("How many wheels? does a bicycle have?", 2600.0)]
+
+
+def test_doubted_words_still_end_the_turn_after_incomplete_ms() -> None:
+    ep = Endpointer(speculative=True, use_model=False, incomplete_ms=INCOMPLETE_MS, text_threshold=TEXT_THRESHOLD)
+    spoken(ep, "Can you recommend a good book")
+    ep.on_sentence_end(0.0038 / 2)
+    assert silence(ep, INCOMPLETE_MS - 20) == []
+    assert silence(ep, INCOMPLETE_MS) == [Confirm("Can you recommend a good book", 1000.0)]
+
+
+def test_the_turn_is_not_confirmed_before_the_verdict_is_in() -> None:
+    ep = Endpointer(speculative=True, use_model=True, incomplete_ms=INCOMPLETE_MS, text_threshold=TEXT_THRESHOLD)
+    spoken(ep, "What is the capital of Italy?")
+    assert prob(ep, 0.9) == []
+    assert silence(ep, SILENCE_MS) == []  # pending: neither the model nor the fallback confirms
+    assert ep.on_sentence_end(0.91)
+    assert silence(ep, SILENCE_MS + 32) == [Confirm("What is the capital of Italy?", 1000.0)]
+
+
+def test_an_engine_that_cannot_tell_leaves_the_usual_rules() -> None:
+    ep = Endpointer(speculative=True, use_model=True, incomplete_ms=INCOMPLETE_MS, text_threshold=TEXT_THRESHOLD)
+    spoken(ep, "What is the capital of Italy?")
+    assert ep.on_sentence_end(None)
+    assert not ep.doubts_end
+    assert prob(ep, 0.9) == []
+    assert silence(ep, COMPLETE_MS) == [Confirm("What is the capital of Italy?", 1000.0)]
+
+
+def test_a_verdict_counts_once_and_only_for_a_waiting_speculation() -> None:
+    ep = Endpointer(speculative=True, use_model=False, incomplete_ms=INCOMPLETE_MS, text_threshold=TEXT_THRESHOLD)
+    assert not ep.on_sentence_end(0.0001)  # nothing speculated
+    spoken(ep, "Which country")
+    assert ep.on_sentence_end(0.9)
+    assert not ep.on_sentence_end(0.0001)  # told already: the first verdict stands
+    assert not ep.doubts_end
+    ep.on_speech_started()  # retracted
+    assert not ep.on_sentence_end(0.0001)
+    # no threshold: nothing waits for a verdict
+    off = Endpointer(speculative=True, use_model=False, incomplete_ms=INCOMPLETE_MS)
+    spoken(off, "Which country")
+    assert not off.on_sentence_end(0.0001)
+    assert silence(off, SILENCE_MS) == [Confirm("Which country", 1000.0)]
+
+
+def test_no_verdict_is_awaited_for_a_turn_not_answered_speculatively() -> None:
+    ep = Endpointer(speculative=False, use_model=False, incomplete_ms=INCOMPLETE_MS, text_threshold=TEXT_THRESHOLD)
+    assert spoken(ep, "Which country") == []
+    assert silence(ep, SILENCE_MS) == [Confirm("Which country", 1000.0)]

@@ -525,3 +525,47 @@ def test_a_turn_takes_its_context_from_a_prefill_that_has_not_started(run: Run, 
     assert admitted_while_busy and n == 0 and text.startswith("tell me more")
     assert all(c.prefills.items == [] for c in contexts)
     assert [c.prompts.items for c in contexts if c.prompts.items] == [["earlier turn", "tell me more"]]
+
+
+class Judging(SequenceCheckingLlm):
+    """Tells the sentence-end probability as the number of the user's words over ten, on its own
+    sequence state (judging evaluates the prompt: it takes the state like a prefill)."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.judged = Recorder()
+
+    def end_probability(self, messages: Sequence[Message], tools: Sequence[Tool] = ()) -> float | None:
+        self.judged.record((threading.current_thread().name, messages[-1].content))
+        return len(messages[-1].content.split()) / 10
+
+
+def test_the_sentence_end_verdict_is_read_on_the_generation_context_before_its_first_piece(run: Run, executor: PriorityExecutor) -> None:
+    contexts = [Judging(f"ctx{i}") for i in range(2)]
+    pool = LlmPool(contexts, executor)
+    told: dict[str, list[tuple[float, int]]] = {"a": [], "b": []}
+    seen: dict[str, list[str]] = {"a": [], "b": []}
+
+    async def ask(key: str, question: str, judge: bool) -> str:
+        def on_end(p: float) -> None:  # the engine's thread: how many pieces had come by then
+            told[key].append((p, len(seen[key])))
+
+        req = LlmRequest(key, [Message("system", "sys"), Message("user", question)], 16, 0.0, on_end_probability=on_end if judge else None)
+        async with contextlib.aclosing(pool.generate(req)) as pieces:
+            async for piece in pieces:
+                seen[key].append(piece)
+        return "".join(seen[key])
+
+    async def main() -> list[str]:
+        answers = await asyncio.gather(ask("a", "how many wheels", True), ask("b", "what colour is the sky today", True))
+        await collect(pool.generate(request("a", "not judged")))
+        await settled(pool)
+        return list(answers)
+
+    answers = run(main(), 10)
+    assert told == {"a": [(0.3, 0)], "b": [(0.6, 0)]}  # once each, its own words, before any piece
+    assert answers[0].startswith("how many wheels") and answers[1].startswith("what colour is the sky today")
+    judged = [item for c in contexts for item in c.judged.items]
+    assert sorted(text for _thread, text in judged) == ["how many wheels", "what colour is the sky today"]  # never for "not judged"
+    assert all(thread.startswith("test-llm") for thread, _text in judged)
+    assert all(not c.violations for c in contexts)

@@ -939,3 +939,60 @@ def test_a_turn_of_two_segments_is_transcribed_again_as_one_clip(run: Run, make_
             assert [m.content for m in session.history.messages("") if m.role == "user"] == ["what is the capital of France"]
 
     run(main(), 20)
+
+
+class JudgingLlm(FakeLlm):
+    """A fake LLM context that also tells how likely the user's words end a sentence."""
+
+    def __init__(self, ends: dict[str, float], replies: Any = ()) -> None:
+        super().__init__(replies)
+        self.ends = ends
+        self.judged = Recorder()  # the last user message of every judgement, in the executor
+
+    def end_probability(self, messages: Any, tools: Any = ()) -> float | None:
+        text = messages[-1].content
+        self.judged.record(text)
+        return self.ends.get(text)
+
+
+def doubting_config(text_threshold: float) -> Config:
+    config = make_config(silence_ms=320)
+    return dataclasses.replace(config, turn=dataclasses.replace(config.turn, incomplete_ms=1500, text_threshold=text_threshold))
+
+
+def test_words_the_llm_doubts_end_a_sentence_keep_the_turn_open_until_the_speaker_goes_on(run: Run, make_fakes: MakeFakes) -> None:
+    # The first half pauses longer than the 320 ms fallback: only the LLM's doubt keeps it from being a turn.
+    llm = JudgingLlm({"how many wheels": 0.0006, "how many wheels does a bicycle have": 0.86}, [tokens("Many.")] * 2)
+    fakes = make_fakes(
+        stt=FakeStt(["how many wheels", "does a bicycle have", "how many wheels does a bicycle have"]), llm=llm, turn=FakeTurn(0.9)
+    )
+
+    async def main() -> None:
+        async with running(fakes, doubting_config(0.003)) as (session, log):
+            await speak(session, 320)
+            await pause(session, 640)
+            await speak(session, 320)
+            await pause(session, 1200)
+            _, transcript = await log.wait_type(InputTranscriptDone)
+            await log.wait_type(ResponseDone)
+            assert transcript.text == "how many wheels does a bicycle have"
+            assert (session.turn.doubted, session.turn.retractions) == (1, 1)
+            assert [m.content for m in session.history.messages("") if m.role == "user"] == ["how many wheels does a bicycle have"]
+            assert len(log.of_type(InputTranscriptDone)) == 1
+
+    run(main(), 20)
+    assert llm.judged.items == ["how many wheels", "how many wheels does a bicycle have"]
+
+
+def test_an_engine_that_cannot_judge_the_words_leaves_turns_to_the_usual_rules(run: Run, make_fakes: MakeFakes) -> None:
+    fakes = make_fakes(stt=FakeStt(["how many wheels"]), llm=FakeLlm([tokens("Which ones?")]), turn=FakeTurn(0.9))
+
+    async def main() -> None:
+        async with running(fakes, doubting_config(0.003)) as (session, log):
+            await say_turn(session)
+            _, transcript = await log.wait_type(InputTranscriptDone)
+            _, done = await log.wait_type(ResponseDone)
+            assert (transcript.text, done.status) == ("how many wheels", ResponseStatus.COMPLETED)
+            assert session.turn.doubted == 0
+
+    run(main(), 10)

@@ -20,12 +20,15 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import math
 import os
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, cast
 
 import llama_cpp
+import numpy as np
+import numpy.typing as npt
 from llama_cpp import Llama, LogitsProcessorList, llama_set_n_threads
 from llama_cpp._utils import suppress_stdout_stderr
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
@@ -38,7 +41,7 @@ from voiceagent.catalog import get_spec, prepare
 from voiceagent.config import LlmConfig
 from voiceagent.pipeline.scheduler import PriorityExecutor
 
-__all__ = ["LlamaCppContext", "converted", "gguf_path", "load"]
+__all__ = ["SENTENCE_ENDS", "LlamaCppContext", "converted", "gguf_path", "load", "unpunctuated"]
 
 log = logging.getLogger(__name__)
 
@@ -99,6 +102,27 @@ def _messages(messages: Sequence[Message]) -> Any:
     return chat_messages(messages)
 
 
+SENTENCE_ENDS = (".", "?", "!")
+"""What a token that ends a sentence starts with."""
+
+_END_TOKENS: dict[str, npt.NDArray[np.int64]] = {}
+
+
+def _sentence_end_tokens(llm: Llama, key: str) -> npt.NDArray[np.int64]:
+    """The tokens that end a sentence or the turn (end of generation) in ``llm``'s vocabulary;
+    found once per model file (a scan of the vocabulary, ~0.4 s for Qwen2.5's 151k tokens)."""
+    ends = _END_TOKENS.get(key)
+    if ends is None:
+        found = [t for t in range(llm.n_vocab()) if llm.detokenize([t]).decode("utf-8", "replace")[:1] in SENTENCE_ENDS]
+        ends = _END_TOKENS[key] = np.array(sorted({*found, llm.token_eos()}), dtype=np.int64)
+    return ends
+
+
+def unpunctuated(text: str) -> str:
+    """``text`` without its final punctuation and spaces."""
+    return text.strip().rstrip(".?!,;: ").strip()
+
+
 class LlamaCppContext:
     """One llama.cpp context (an :class:`~voiceagent.backends.protocols.LlmContext`)."""
 
@@ -121,6 +145,7 @@ class LlamaCppContext:
             {self._llm.tokenize(OPEN.encode(), add_bos=False, special=True)[0]}
             | {self._llm.tokenize(t, add_bos=False, special=False)[0] for t in (b"<", b"```")}
         )
+        self._ends = _sentence_end_tokens(self._llm, str(path))
         template = self._llm.metadata.get("tokenizer.chat_template")
         self._formatter: Any = None  # renders the prompt exactly as create_chat_completion does
         if template:
@@ -166,15 +191,9 @@ class LlamaCppContext:
         see :class:`~voiceagent.backends.protocols.LlmContext`).  The caller leaves out a last word
         that may still change: the tokens of a text cut after a whole word are the first tokens of
         the text that goes on, so the turn's prompt matches them."""
-        if self._formatter is None or not messages or messages[-1].role != "user" or not messages[-1].content:
+        tokens = self._head_tokens(messages, tools)
+        if tokens is None:
             return 0
-        text = messages[-1].content
-        result = self._formatter(messages=_messages(messages), tools=tool_dicts(tools) or None)
-        end = result.prompt.rfind(text)
-        if end < 0:
-            return 0
-        head = result.prompt[: end + len(text)]
-        tokens = self._llm.tokenize(head.encode("utf-8"), add_bos=not result.added_special, special=True)
         keep = self._cached_prefix(tokens)
         if keep >= len(tokens):
             return 0
@@ -182,6 +201,40 @@ class LlamaCppContext:
         llm.n_tokens = keep  # eval() drops the KV cache from here on, then appends
         llm.eval(tokens[keep:])
         return len(tokens) - keep
+
+    def end_probability(self, messages: Sequence[Message], tools: Sequence[Tool] = ()) -> float | None:
+        """P(the next token ends the sentence or the turn) after the last message's text without
+        its final punctuation (see :class:`~voiceagent.backends.protocols.LlmContext`).  Whisper
+        punctuates a half sentence too (the 0.5B gives "How many wheels?"
+        0.82 with its "?", 0.0006 without), so the words alone are judged.  Costs the head's tokens not yet cached (a
+        prefill left out the last word: usually 2-5 tokens), or one token when all are."""
+        if not messages or messages[-1].role != "user":
+            return None
+        words = unpunctuated(messages[-1].content)
+        tokens = self._head_tokens([*messages[:-1], Message("user", words)], tools) if words else None
+        if tokens is None:
+            return None
+        llm = cast(Any, self._llm)
+        # The logits of the head's last token are wanted, so at least that token is evaluated.
+        llm.n_tokens = min(self._cached_prefix(tokens), len(tokens) - 1)
+        llm.eval(tokens[llm.n_tokens :])
+        logits = np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(self._llm.n_vocab(),)).astype(np.float64)
+        top = float(logits.max())
+        log_z = top + math.log(float(np.exp(logits - top).sum()))
+        return float(np.exp(logits[self._ends] - log_z).sum())
+
+    def _head_tokens(self, messages: Sequence[Message], tools: Sequence[Tool]) -> list[int] | None:
+        """The tokens of the prompt ``messages`` render to, up to the end of the last (user)
+        message's text; None when there is no such text or the prompt cannot be rendered."""
+        if self._formatter is None or not messages or messages[-1].role != "user" or not messages[-1].content:
+            return None
+        text = messages[-1].content
+        result = self._formatter(messages=_messages(messages), tools=tool_dicts(tools) or None)
+        end = result.prompt.rfind(text)
+        if end < 0:
+            return None
+        head = result.prompt[: end + len(text)]
+        return self._llm.tokenize(head.encode("utf-8"), add_bos=not result.added_special, special=True)
 
     def _prompt_tokens(self, messages: Sequence[Message], tools: Sequence[Tool]) -> list[int]:
         result = self._formatter(messages=_messages(messages), tools=tool_dicts(tools) or None)

@@ -339,6 +339,12 @@ class LlmPool:
                     self._reused_tokens += reused
                     if usage is not None:
                         usage.prompt_tokens, usage.reused_tokens = total, reused
+                report, judge = request.on_end_probability, getattr(context, "end_probability", None)
+                if report is not None and judge is not None:
+                    # The prompt up to the user's last word is evaluated anyway: read the verdict there.
+                    prob = judge(msgs, request.tools)
+                    if prob is not None:
+                        report(prob)
                 return context.stream(msgs, request.max_tokens, request.temperature, request.tools, request.tool_choice)
 
             steps = _Steps(self, context, admitted, request.urgent_tokens, request.urgent, request.on_piece)

@@ -179,6 +179,12 @@ class LlmContext(Protocol):
         prompt cannot be rendered).  The next :meth:`stream` reuses them as any cached prefix."""
         ...
 
+    def end_probability(self, messages: Sequence[Message], tools: Sequence[Tool] = ()) -> float | None:
+        """Evaluate the prompt as :meth:`prefill` does, the last message's final punctuation left
+        out, and return the probability that its next token ends the sentence (".", "?", "!") or
+        the turn: low where the user's words stop mid-sentence.  None: the prompt cannot be rendered."""
+        ...
+
 
 @dataclass(slots=True)
 class Usage:
@@ -211,7 +217,11 @@ class LlmRequest:
     the first token, by an engine that chooses between engines (:mod:`voiceagent.backends.fallback`)
     with the name of the engine that answers and why.  ``usage``, when given, is filled in by the
     engine that answers (see :class:`Usage`).  ``tools``/``tool_choice``: the functions the model
-    may call (see the module docstring); none by default.
+    may call (see the module docstring); none by default.  ``on_end_probability``, when given, is
+    called at most once, in the engine's thread and before the first piece, with the model's
+    probability that the user's sentence ends where the last (user) message's text ends, its
+    final punctuation aside: that the next token would be ".", "?", "!" or the end of the turn.
+    It must be fast and must not block.  An engine that cannot tell (a remote server) never calls it.
     """
 
     key: str
@@ -226,6 +236,7 @@ class LlmRequest:
     usage: Usage | None = None
     tools: tuple[Tool, ...] = ()
     tool_choice: ToolChoice = "auto"
+    on_end_probability: Callable[[float], None] | None = None
 
 
 @dataclass(frozen=True, slots=True)

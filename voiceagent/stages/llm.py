@@ -16,6 +16,13 @@ the engine evaluate the prompt the turn will start with (:meth:`LlmEngine.prefil
 time per session, so that at the end of speech only the last words are left to evaluate.  It is
 speculation: a failure is logged, never reported, and a stale one costs only CPU time.
 
+Sentence end: given ``sentence_end``, the stage asks the engine, for each speculative answer, how
+likely the user's sentence is to end where their words end
+(:attr:`~voiceagent.backends.protocols.LlmRequest.on_end_probability`) and tells the turn stage
+``sentence_end(gen, p)`` on the event loop, exactly once per speculative answer that reaches the
+engine or fails: with None when the first piece (or the end) comes first, as from an engine that
+cannot tell.  A cancelled answer is told nothing (its turn was retracted).
+
 Tools: the prompt (:class:`LlmPrompt`) may offer tools.  Each call the engine yields is checked
 against its tool's schema (:func:`~voiceagent.tool_args.check_arguments`, which repairs a small
 model's usual slips) and notified as :class:`~voiceagent.events.ToolCallMade`.  A call that
@@ -87,8 +94,11 @@ class LlmStage(Stage):
         first_token: GenerationGate | None = None,
         first_clause_words: int = 0,
         prefill: bool = False,
+        sentence_end: Callable[[int, float | None], None] | None = None,
     ) -> None:
+        """``sentence_end``: told each speculative answer's sentence-end probability (module docstring)."""
         super().__init__(ctx, inbox, out)
+        self._sentence_end = sentence_end
         self._prefill = prefill
         self._prefilling: asyncio.Task[None] | None = None
         self.prefilled = 0
@@ -156,6 +166,7 @@ class LlmStage(Stage):
             if waiting_for_first_clause[0] and isinstance(piece, str) and first_cut.push(piece):
                 waiting_for_first_clause[0] = False
 
+        verdict = _SentenceEnd(gen, self._sentence_end if event.speculative else None)
         admitted: list[float] = []
         routes: list[tuple[str, str]] = []
         usage = Usage()
@@ -174,6 +185,7 @@ class LlmStage(Stage):
             usage=usage,
             tools=prompt.tools,
             tool_choice=prompt.tool_choice,
+            on_end_probability=verdict.from_engine if verdict.wanted else None,
         )
         await self.ctx.notify(self._mark(gen, "llm_request"))
         retry: list[ToolCall] = []
@@ -188,6 +200,7 @@ class LlmStage(Stage):
                     async for piece in pieces:
                         if first:
                             first = False
+                            verdict.tell(None)  # none before the first piece: the engine cannot tell
                             self._first_token.open(gen)
                             if admitted:
                                 await self.ctx.notify(Mark(t=admitted[0], gen=gen, session=self.ctx.session_id, name="llm_admitted"))
@@ -211,7 +224,10 @@ class LlmStage(Stage):
                             waiting_for_first_clause[0] = False
                             index = await self._clause(gen, clause, index)
                 if repeated and not text.strip():
-                    attempts.append(dataclasses.replace(request, tool_choice="none", on_admitted=None, on_route=None))
+                    attempts.append(
+                        dataclasses.replace(request, tool_choice="none", on_admitted=None, on_route=None, on_end_probability=None)
+                    )
+            verdict.tell(None)  # a reply with no pieces at all
             for clause in splitter.flush():
                 index = await self._clause(gen, clause, index)
             for call in retry:
@@ -223,6 +239,7 @@ class LlmStage(Stage):
                     await self._retry_call(gen, call, request)
         except Exception as exc:
             self._first_token.open(gen)
+            verdict.tell(None)
             await self.emit(
                 GenerationEnd(
                     t=self.ctx.clock.now(),
@@ -288,7 +305,15 @@ class LlmStage(Stage):
         # Off the listener's critical path, and outside the turn's timeline and usage.
         choice = retry_choice(call, request.tools)
         again = dataclasses.replace(
-            request, tool_choice=choice, on_admitted=None, urgent_tokens=0, urgent=None, on_piece=None, on_route=None, usage=None
+            request,
+            tool_choice=choice,
+            on_admitted=None,
+            urgent_tokens=0,
+            urgent=None,
+            on_piece=None,
+            on_route=None,
+            usage=None,
+            on_end_probability=None,
         )
         second: ToolCall | None = None
         async with contextlib.aclosing(self._engine.generate(again)) as pieces:
@@ -310,6 +335,31 @@ class LlmStage(Stage):
 
     def _mark(self, gen: int, name: str) -> Mark:
         return Mark(t=self.ctx.clock.now(), gen=gen, session=self.ctx.session_id, name=name)
+
+
+class _SentenceEnd:
+    """One speculative answer's sentence-end probability, told to ``report`` once (the first
+    verdict wins), on the event loop.  ``report`` None: nobody asks."""
+
+    def __init__(self, gen: int, report: Callable[[int, float | None], None] | None) -> None:
+        self._gen = gen
+        self._report = report
+        self._loop = asyncio.get_running_loop()
+
+    @property
+    def wanted(self) -> bool:
+        return self._report is not None
+
+    def tell(self, prob: float | None) -> None:
+        """On the event loop."""
+        report, self._report = self._report, None
+        if report is not None:
+            report(self._gen, prob)
+
+    def from_engine(self, prob: float) -> None:
+        """In the engine's thread: scheduled, not called, so it reaches the loop before the first
+        piece, which comes the same way."""
+        self._loop.call_soon_threadsafe(self.tell, prob)
 
 
 def _canonical(arguments: str) -> str:

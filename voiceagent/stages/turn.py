@@ -14,6 +14,15 @@ A transcript that stops where a sentence cannot end ("Tell me the capital of",
 the model: the turn waits for ``incomplete_ms`` of silence (when that is longer than the fallback),
 because the speaker is most likely thinking of the next word.
 
+With ``text_threshold`` the LLM reads the words too: as the speculative answer starts, its engine
+reports the probability that the user's sentence ends where their words end (the chance that the
+next token would be ".", "?", "!" or the end of the turn; :attr:`LlmRequest.on_end_probability`).
+Below the threshold the turn is treated as unfinished ("How many wheels", "Which country"): the
+whole questions of the eval score above 0.003 and their first halves, paused for 600-800 ms,
+below it (``scripts/eval_end_of_turn.py``).  Until that probability is in, the turn is not
+confirmed (for at most ``incomplete_ms``): it arrives before the answer's first token, and the
+held audio cannot play before that token anyway, so the wait costs the listener nothing.
+
 A turn of several segments is transcribed again as one clip (``rejoin``, the STT stage's
 :meth:`~voiceagent.stages.stt.SttStage.decode_clip`), its gaps as silence: Whisper hears a half
 sentence worse than a whole one (in the spoken eval's last full run, 39 % word errors on the 13
@@ -24,6 +33,7 @@ those turns only.
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -39,6 +49,8 @@ from voiceagent.settings import SessionSettings
 from voiceagent.turn_words import ends_unfinished
 
 __all__ = ["Confirm", "Endpointer", "Retract", "RunTurnModel", "Speculate", "TurnControl", "TurnStage"]
+
+log = logging.getLogger(__name__)
 
 _TURN_AUDIO_S = 8  # the turn model looks at the last 8 s
 _REJOIN_MAX_S = 20  # a longer turn is not transcribed again as one clip
@@ -72,11 +84,16 @@ Action = Speculate | Retract | Confirm | RunTurnModel
 class Endpointer:
     """The turn state machine.  Time is audio time, carried by ``silence`` ticks from the VAD."""
 
-    def __init__(self, *, speculative: bool, use_model: bool, incomplete_ms: float = 0.0) -> None:
-        """``incomplete_ms``: the silence that ends a turn whose words are unfinished (0: no such rule)."""
+    def __init__(self, *, speculative: bool, use_model: bool, incomplete_ms: float = 0.0, text_threshold: float = 0.0) -> None:
+        """``incomplete_ms``: the silence that ends a turn whose words are unfinished (0: no such
+        rule).  ``text_threshold``: below this probability that the sentence ends (told by
+        :meth:`on_sentence_end` for each speculation) the words count as unfinished; 0: not asked."""
         self.speculative = speculative
         self.use_model = use_model
         self.incomplete_ms = incomplete_ms
+        self.text_threshold = text_threshold
+        self._end_pending = False  # a speculation started and its sentence-end probability is not in
+        self._end_prob: float | None = None
         self._segments: list[str] = []
         self._audio: list[Float32Array] = []
         self._spans: list[tuple[float, float]] = []  # (start_ms, end_ms) of each segment
@@ -100,6 +117,7 @@ class Endpointer:
         self._paused = False
         self._transcribed = False
         self._prob = None
+        self._end_pending, self._end_prob = False, None
         return out
 
     def on_speech_stopped(self, audio_ms: float) -> list[Action]:
@@ -163,11 +181,26 @@ class Endpointer:
         # Speculate first: the answer starts while the turn model is still judging.
         if self.speculative and respond:
             self._speculating = True
+            self._end_pending, self._end_prob = self.text_threshold > 0, None
             out.append(Speculate(self.text))
         if self.use_model:
             audio = np.concatenate(self._audio)[-PIPELINE_RATE * _TURN_AUDIO_S :]
             out.append(RunTurnModel(audio))
         return out
+
+    def on_sentence_end(self, prob: float | None) -> bool:
+        """The current speculation's probability that the sentence ends after the user's words
+        (None: the engine cannot tell); it counts from the next silence tick.  False when no
+        speculation waits for one (it was retracted, or was told already)."""
+        if not (self._speculating and self._end_pending):
+            return False
+        self._end_pending, self._end_prob = False, prob
+        return True
+
+    @property
+    def doubts_end(self) -> bool:
+        """Whether the LLM judged the current words unlikely to end a sentence."""
+        return self._end_prob is not None and self._end_prob < self.text_threshold
 
     def on_probability(self, prob: float, complete_ms: float, silence_ms: float, threshold: float) -> list[Action]:
         self._prob = prob
@@ -181,7 +214,8 @@ class Endpointer:
         if not (self._paused and self._transcribed and self.text):
             return []
         # Unfinished words: the model's "complete" does not count, and the fallback waits longer.
-        unfinished = self._unfinished()
+        # While the LLM's verdict on the words is pending, so does the turn (see the module docstring).
+        unfinished = self._unfinished() or self.doubts_end or self._end_pending
         complete = not unfinished and self._prob is not None and self._prob >= threshold
         fallback_ms = max(silence_ms, self.incomplete_ms) if unfinished else silence_ms
         if self._silence >= fallback_ms or (complete and self._silence >= complete_ms):
@@ -206,6 +240,7 @@ class Endpointer:
         self._transcribed = False
         self._speculating = False
         self._prob = None
+        self._end_pending, self._end_prob = False, None
         self._silence = 0.0
 
 
@@ -244,6 +279,7 @@ class TurnStage(Stage):
         may_speculate: Callable[[], bool] | None = None,
         incomplete_ms: int = 0,
         rejoin: Callable[[Float32Array], Awaitable[str | None]] | None = None,
+        text_threshold: float = 0.0,
     ) -> None:
         """``stop_ms``: the VAD's silence before it reports the end of speech (``vad.stop_ms``).
         ``min_audio_ms``: the time from the LLM's first token to the first audio of a typical first
@@ -252,7 +288,10 @@ class TurnStage(Stage):
         holds the answer until the turn is confirmed (the session says so while a tool call waits
         for its output: the prompt cannot be known before the turn ends).  ``incomplete_ms``: the
         silence that ends a turn whose words are unfinished (``turn.incomplete_ms``; 0: no such rule).
-        ``rejoin``: transcribes a clip (None: failed) for turns of several segments (None: not done)."""
+        ``rejoin``: transcribes a clip (None: failed) for turns of several segments (None: not done).
+        ``text_threshold``: the LLM's sentence-end probability below which the words count as
+        unfinished (``turn.text_threshold``; 0: not asked).  When it is set, whoever runs the
+        speculative answers must call :meth:`sentence_end` once for each (the LLM stage does)."""
         super().__init__(ctx, inbox, out)
         self._turns = turns
         self._speculative = speculative
@@ -261,7 +300,9 @@ class TurnStage(Stage):
         self._settings = settings
         self._complete_ms = complete_ms
         self._threshold = threshold
-        self.endpointer = Endpointer(speculative=speculative, use_model=backend is not None, incomplete_ms=float(incomplete_ms))
+        self.endpointer = Endpointer(
+            speculative=speculative, use_model=backend is not None, incomplete_ms=float(incomplete_ms), text_threshold=text_threshold
+        )
         self._spec_gen: int | None = None
         self._llm_started = llm_started or GenerationGate(enabled=False)
         self._marks: dict[str, float] = {}
@@ -272,6 +313,17 @@ class TurnStage(Stage):
         self._rejoin = rejoin
         self.rejoined = 0
         """Turns of several segments transcribed again as one clip."""
+        self.doubted = 0
+        """Speculations whose words the LLM judged unlikely to end a sentence (held as unfinished)."""
+
+    def sentence_end(self, gen: int, prob: float | None) -> None:
+        """Speculative answer ``gen``'s probability that the user's sentence ends after their
+        words (None: its engine cannot tell); on the event loop.  Another generation's is ignored."""
+        if gen != self._spec_gen:
+            return
+        if self.endpointer.on_sentence_end(prob) and self.endpointer.doubts_end:
+            self.doubted += 1
+        log.debug("session %s: sentence end %s for %r", self.ctx.session_id, prob, self.endpointer.text)
 
     def _fallback_first(self) -> bool:
         """Whether the silence fallback will confirm the turn before the answer's first audio is
