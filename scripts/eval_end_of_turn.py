@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -45,7 +44,6 @@ sys.path.insert(1, str(ROOT))
 
 import eval_quality as eq  # noqa: E402
 
-ENDS = (".", "?", "!")
 TEXT_THRESHOLDS = (0.001, 0.003, 0.01, 0.03)
 AUDIO_THRESHOLDS = (0.1, 0.3, 0.5)
 
@@ -96,44 +94,24 @@ def judged(complete: Sequence[float], unfinished: dict[str, Sequence[float]], th
 
 
 class TextJudge:
-    """P(the sentence ends after the user's words) from a catalog LLM, as the session prompts it."""
+    """P(the sentence ends after the user's words) from a catalog LLM, as the session prompts it:
+    the product's own reading (:meth:`LlamaCppContext.end_probability`, ``turn.text_threshold``)."""
 
     def __init__(self, name: str) -> None:
-        from llama_cpp import Llama
-        from llama_cpp.llama_chat_format import Jinja2ChatFormatter
-
-        from voiceagent.backends.llama_cpp import gguf_path
+        from voiceagent.backends.llama_cpp import LlamaCppContext, gguf_path
+        from voiceagent.backends.protocols import Message
         from voiceagent.config import DEFAULT_INSTRUCTIONS, load_config
 
         cfg = load_config(env={})
-        # logits_all: the logits of the last prompt token are read back (llama-cpp-python keeps
-        # them in ``scores`` only with it).
-        self._llm = Llama(
-            model_path=str(gguf_path(name, cfg.cache_path)), n_ctx=1024, n_threads=cfg.llm.threads, logits_all=True, verbose=False
-        )
-        template = self._llm.metadata["tokenizer.chat_template"]
-        self._format = Jinja2ChatFormatter(template=template, eos_token="", bos_token="")
-        self._instructions = DEFAULT_INSTRUCTIONS
-        self._ends = [t for t in range(self._llm.n_vocab()) if self._llm.detokenize([t]).decode("utf-8", "replace")[:1] in ENDS]
-        self._ends += [self._llm.token_eos()]
+        self._context = LlamaCppContext(gguf_path(name, cfg.cache_path), cfg.llm.threads, 1024)
+        self._system = Message("system", DEFAULT_INSTRUCTIONS)
+        self._message = Message
 
     def end_probability(self, text: str) -> float:
-        messages = [{"role": "system", "content": self._instructions}, {"role": "user", "content": text}]
-        prompt = self._format(messages=messages).prompt
-        head = prompt[: prompt.rfind(text) + len(text)]
-        tokens = self._llm.tokenize(head.encode("utf-8"), add_bos=False, special=True)
-        keep = 0
-        for a, b in zip(self._llm._input_ids, tokens, strict=False):  # the shared prefix stays evaluated
-            if a != b:
-                break
-            keep += 1
-        keep = min(keep, len(tokens) - 1)
-        self._llm.n_tokens = keep
-        self._llm.eval(tokens[keep:])
-        logits = np.asarray(self._llm.scores[self._llm.n_tokens - 1], dtype=np.float64)
-        top = logits.max()
-        log_z = top + math.log(float(np.exp(logits - top).sum()))
-        return float(np.exp(logits[self._ends] - log_z).sum())
+        p = self._context.end_probability([self._system, self._message("user", text)])
+        if p is None:
+            raise RuntimeError(f"{text!r}: the prompt could not be rendered")
+        return p
 
 
 def cut_questions(questions: list[eq.Question], voices: list[eq.Voice], cache: Path) -> list[tuple[eq.Question, list[Any]]]:

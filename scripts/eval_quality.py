@@ -672,12 +672,24 @@ async def replay_all(url: str, convs: list[Conversation], profile: str, timeout_
     return records
 
 
-def run_profile(profile: str, overrides: dict[str, str], convs: list[Conversation], timeout_s: float) -> dict[str, Any]:
+def variant(spec: str) -> tuple[str, dict[str, str]]:
+    """``NAME`` or ``NAME+SECTION.KEY=VALUE[+...]`` (a profile with settings of its own, compared
+    in the same run as the profile itself) → (the profile, its own settings)."""
+    name, *sets = spec.split("+")
+    bad = [s for s in sets if "=" not in s or "." not in s.split("=", 1)[0]]
+    if bad:
+        raise ValueError(f"{spec!r}: expected NAME+SECTION.KEY=VALUE, got {bad[0]!r}")
+    return name, dict(s.split("=", 1) for s in sets)
+
+
+def run_profile(spec: str, overrides: dict[str, str], convs: list[Conversation], timeout_s: float) -> dict[str, Any]:
     from bench_latency import cpu_times
 
     from voiceagent.config import load_config
 
     entry: dict[str, Any] = {}
+    profile, own = variant(spec)
+    overrides = {**overrides, **own}
     try:
         cfg = load_config(env={}, overrides={**({"profile": profile} if profile != "default" else {}), **overrides})
         entry["models"] = {"stt": cfg.stt.model, "llm": cfg.llm.model, "tts": cfg.tts.model, "turn": cfg.turn.model}
@@ -694,7 +706,7 @@ def run_profile(profile: str, overrides: dict[str, str], convs: list[Conversatio
     steal0, total0 = cpu_times()
     t1 = time.monotonic()
     try:
-        records = asyncio.run(replay_all(server.url, convs, profile, timeout_s))
+        records = asyncio.run(replay_all(server.url, convs, spec, timeout_s))
     finally:
         server.stop(30)
     steal1, total1 = cpu_times()
@@ -849,7 +861,11 @@ def plot(report: dict[str, Any], path: Path) -> None:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
-    ap.add_argument("--profiles", default=DEFAULT_PROFILES, help="comma-separated; 'default': serve without --profile")
+    ap.add_argument(
+        "--profiles",
+        default=DEFAULT_PROFILES,
+        help="comma-separated; 'default': serve without --profile; NAME+SECTION.KEY=VALUE: the profile with that setting",
+    )
     ap.add_argument("--voices", default=",".join(DEFAULT_VOICES), help="comma-separated ENGINE:NAME (espeak, piper, flite, festival)")
     ap.add_argument("--limit", type=int, default=0, help="only the first N questions (a smoke run)")
     ap.add_argument("--out", default=str(ROOT / "docs" / "bench"), help="folder for quality.json, quality.md, quality.png")

@@ -247,10 +247,14 @@ class TurnConfig:
     turn model, which judges by sound, calls most such pauses complete; 0 turns the rule off."""
     text_threshold: float = 0.0
     """The LLM's probability that the user's sentence ends after their words, below which the
-    words count as unfinished (the turn waits ``incomplete_ms``): read from the speculative
-    answer's prompt, as it starts, on the embedded LLM only (0: off).  At 0.003 the 0.5B holds
-    every first half of the eval's paused questions and none of their whole texts
-    (scripts/eval_end_of_turn.py).  Needs ``speculative``."""
+    turn waits ``doubt_ms`` of silence: read from the speculative answer's prompt, as it starts,
+    on the embedded LLM only (0: off).  At 0.003 the 0.5B holds every first half of the eval's
+    paused questions and none of their whole texts (scripts/eval_end_of_turn.py).  Needs
+    ``speculative``."""
+    doubt_ms: int = 1000
+    """Silence that ends a turn whose words the LLM doubts end a sentence (``text_threshold``),
+    when longer than ``silence_ms``.  Shorter than ``incomplete_ms``: the doubt is wrong more
+    often (a misheard whole question scores low too), and such a question waits this long."""
     threshold: float = 0.5
     speculative: bool = True
     """Start answering at the end of a segment; hold the audio until the turn is confirmed."""
@@ -262,6 +266,7 @@ class TurnConfig:
         _check(self.incomplete_ms >= 0, "turn.incomplete_ms", "must be >= 0")
         _check(0.0 < self.threshold < 1.0, "turn.threshold", "must be between 0 and 1")
         _check(0.0 <= self.text_threshold < 1.0, "turn.text_threshold", "must be >= 0 and < 1")
+        _check(self.doubt_ms >= 0, "turn.doubt_ms", "must be >= 0")
 
 
 @dataclass(frozen=True)

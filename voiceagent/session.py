@@ -168,6 +168,7 @@ class Session:
             incomplete_ms=cfg.turn.incomplete_ms,
             rejoin=self.stt.decode_clip if cfg.stt.rejoin else None,
             text_threshold=cfg.turn.text_threshold,
+            doubt_ms=cfg.turn.doubt_ms,
         )
         self.llm = LlmStage(
             ctx,

@@ -338,6 +338,7 @@ def test_a_rejoined_turn_is_judged_unfinished_on_its_last_segment_alone() -> Non
 
 
 TEXT_THRESHOLD = 0.003
+DOUBT_MS = 1000.0  # shorter than INCOMPLETE_MS: the LLM's doubt is less sure than an unfinished word
 
 
 def spoken(ep: Endpointer, text: str, end_ms: float = 1000.0) -> list[object]:
@@ -346,15 +347,15 @@ def spoken(ep: Endpointer, text: str, end_ms: float = 1000.0) -> list[object]:
     return list(ep.on_segment(segment(text, end_ms), respond=True))
 
 
-def test_words_the_llm_doubts_end_a_sentence_wait_like_unfinished_ones() -> None:
-    ep = Endpointer(speculative=True, use_model=True, incomplete_ms=INCOMPLETE_MS, text_threshold=TEXT_THRESHOLD)
+def test_words_the_llm_doubts_end_a_sentence_wait_for_more() -> None:
+    ep = Endpointer(speculative=True, use_model=True, incomplete_ms=INCOMPLETE_MS, text_threshold=TEXT_THRESHOLD, doubt_ms=DOUBT_MS)
     out = spoken(ep, "How many wheels?")
     assert out[0] == Speculate("How many wheels?")  # the answer starts: the verdict comes with its prompt
     assert ep.on_sentence_end(0.0006)
     assert ep.doubts_end
     assert prob(ep, 0.9) == []  # the turn model's "complete" does not count
     assert silence(ep, SILENCE_MS) == []  # nor does the usual fallback
-    assert silence(ep, INCOMPLETE_MS - 20) == []
+    assert silence(ep, DOUBT_MS - 20) == []
     # the speaker goes on: the speculation is withdrawn and the new words judged afresh
     assert ep.on_speech_started() == [Retract()]
     assert not ep.doubts_end
@@ -365,16 +366,26 @@ def test_words_the_llm_doubts_end_a_sentence_wait_like_unfinished_ones() -> None
     assert silence(ep, SILENCE_MS) == [Confirm("How many wheels? does a bicycle have?", 2600.0)]
 
 
-def test_doubted_words_still_end_the_turn_after_incomplete_ms() -> None:
-    ep = Endpointer(speculative=True, use_model=False, incomplete_ms=INCOMPLETE_MS, text_threshold=TEXT_THRESHOLD)
+def test_doubted_words_still_end_the_turn_after_doubt_ms_and_unfinished_ones_after_incomplete_ms() -> None:
+    ep = Endpointer(speculative=True, use_model=False, incomplete_ms=INCOMPLETE_MS, text_threshold=TEXT_THRESHOLD, doubt_ms=DOUBT_MS)
     spoken(ep, "Can you recommend a good book")
     ep.on_sentence_end(0.0038 / 2)
-    assert silence(ep, INCOMPLETE_MS - 20) == []
-    assert silence(ep, INCOMPLETE_MS) == [Confirm("Can you recommend a good book", 1000.0)]
+    assert silence(ep, DOUBT_MS - 20) == []
+    assert silence(ep, DOUBT_MS) == [Confirm("Can you recommend a good book", 1000.0)]
+    # an unfinished word waits the longer incomplete_ms, whatever the LLM says
+    assert spoken(ep, "Tell me the capital of") == []
+    assert silence(ep, DOUBT_MS) == []
+    assert silence(ep, INCOMPLETE_MS) == [Confirm("Tell me the capital of", 1000.0)]
+    # a doubt wait shorter than the fallback never shortens it
+    short = Endpointer(speculative=True, use_model=False, incomplete_ms=INCOMPLETE_MS, text_threshold=TEXT_THRESHOLD, doubt_ms=100.0)
+    spoken(short, "Which country")
+    short.on_sentence_end(0.0001)
+    assert silence(short, 200.0) == []
+    assert silence(short, SILENCE_MS) == [Confirm("Which country", 1000.0)]
 
 
 def test_the_turn_is_not_confirmed_before_the_verdict_is_in() -> None:
-    ep = Endpointer(speculative=True, use_model=True, incomplete_ms=INCOMPLETE_MS, text_threshold=TEXT_THRESHOLD)
+    ep = Endpointer(speculative=True, use_model=True, incomplete_ms=INCOMPLETE_MS, text_threshold=TEXT_THRESHOLD, doubt_ms=DOUBT_MS)
     spoken(ep, "What is the capital of Italy?")
     assert prob(ep, 0.9) == []
     assert silence(ep, SILENCE_MS) == []  # pending: neither the model nor the fallback confirms
@@ -383,7 +394,7 @@ def test_the_turn_is_not_confirmed_before_the_verdict_is_in() -> None:
 
 
 def test_an_engine_that_cannot_tell_leaves_the_usual_rules() -> None:
-    ep = Endpointer(speculative=True, use_model=True, incomplete_ms=INCOMPLETE_MS, text_threshold=TEXT_THRESHOLD)
+    ep = Endpointer(speculative=True, use_model=True, incomplete_ms=INCOMPLETE_MS, text_threshold=TEXT_THRESHOLD, doubt_ms=DOUBT_MS)
     spoken(ep, "What is the capital of Italy?")
     assert ep.on_sentence_end(None)
     assert not ep.doubts_end
@@ -392,7 +403,7 @@ def test_an_engine_that_cannot_tell_leaves_the_usual_rules() -> None:
 
 
 def test_a_verdict_counts_once_and_only_for_a_waiting_speculation() -> None:
-    ep = Endpointer(speculative=True, use_model=False, incomplete_ms=INCOMPLETE_MS, text_threshold=TEXT_THRESHOLD)
+    ep = Endpointer(speculative=True, use_model=False, incomplete_ms=INCOMPLETE_MS, text_threshold=TEXT_THRESHOLD, doubt_ms=DOUBT_MS)
     assert not ep.on_sentence_end(0.0001)  # nothing speculated
     spoken(ep, "Which country")
     assert ep.on_sentence_end(0.9)
@@ -408,6 +419,6 @@ def test_a_verdict_counts_once_and_only_for_a_waiting_speculation() -> None:
 
 
 def test_no_verdict_is_awaited_for_a_turn_not_answered_speculatively() -> None:
-    ep = Endpointer(speculative=False, use_model=False, incomplete_ms=INCOMPLETE_MS, text_threshold=TEXT_THRESHOLD)
+    ep = Endpointer(speculative=False, use_model=False, incomplete_ms=INCOMPLETE_MS, text_threshold=TEXT_THRESHOLD, doubt_ms=DOUBT_MS)
     assert spoken(ep, "Which country") == []
     assert silence(ep, SILENCE_MS) == [Confirm("Which country", 1000.0)]

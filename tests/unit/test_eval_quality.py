@@ -356,3 +356,10 @@ def test_rescore_applies_todays_scoring_to_a_finished_run(questions: list[Any]) 
     entry = eq.rescore(report, questions)["profiles"]["fast"]
     assert [t["correct"] for t in entry["turns"]] == [False, False, True]
     assert entry["summary"]["accuracy_pct"] == 33.3 and [f["failure"] for f in entry["failures"]] == ["llm", "llm"]
+
+
+def test_a_profile_variant_names_its_own_settings() -> None:
+    assert eq.variant("fast") == ("fast", {})
+    assert eq.variant("fast+turn.text_threshold=0.003+stt.beam_size=5") == ("fast", {"turn.text_threshold": "0.003", "stt.beam_size": "5"})
+    with pytest.raises(ValueError, match="text_threshold"):
+        eq.variant("fast+text_threshold=0.003")

@@ -17,11 +17,13 @@ because the speaker is most likely thinking of the next word.
 With ``text_threshold`` the LLM reads the words too: as the speculative answer starts, its engine
 reports the probability that the user's sentence ends where their words end (the chance that the
 next token would be ".", "?", "!" or the end of the turn; :attr:`LlmRequest.on_end_probability`).
-Below the threshold the turn is treated as unfinished ("How many wheels", "Which country"): the
-whole questions of the eval score above 0.003 and their first halves, paused for 600-800 ms,
-below it (``scripts/eval_end_of_turn.py``).  Until that probability is in, the turn is not
-confirmed (for at most ``incomplete_ms``): it arrives before the answer's first token, and the
-held audio cannot play before that token anyway, so the wait costs the listener nothing.
+Below the threshold the turn waits for ``doubt_ms`` of silence ("How many wheels", "Which
+country"): the whole questions of the eval score above 0.003 and their first halves, paused for
+600-800 ms, below it (``scripts/eval_end_of_turn.py``).  Shorter than ``incomplete_ms``: a word
+no sentence ends on is near certain, the LLM's doubt is not (Whisper's mishearings score low
+too), and a whole question it doubts waits for it.  Until the probability is in, the turn is not
+confirmed (for at most ``doubt_ms``): it arrives before the answer's first token, and the held
+audio cannot play before that token anyway, so the wait costs the listener nothing.
 
 A turn of several segments is transcribed again as one clip (``rejoin``, the STT stage's
 :meth:`~voiceagent.stages.stt.SttStage.decode_clip`), its gaps as silence: Whisper hears a half
@@ -84,14 +86,18 @@ Action = Speculate | Retract | Confirm | RunTurnModel
 class Endpointer:
     """The turn state machine.  Time is audio time, carried by ``silence`` ticks from the VAD."""
 
-    def __init__(self, *, speculative: bool, use_model: bool, incomplete_ms: float = 0.0, text_threshold: float = 0.0) -> None:
+    def __init__(
+        self, *, speculative: bool, use_model: bool, incomplete_ms: float = 0.0, text_threshold: float = 0.0, doubt_ms: float = 1000.0
+    ) -> None:
         """``incomplete_ms``: the silence that ends a turn whose words are unfinished (0: no such
         rule).  ``text_threshold``: below this probability that the sentence ends (told by
-        :meth:`on_sentence_end` for each speculation) the words count as unfinished; 0: not asked."""
+        :meth:`on_sentence_end` for each speculation) the turn waits ``doubt_ms`` of silence (when
+        longer than the fallback); 0: not asked."""
         self.speculative = speculative
         self.use_model = use_model
         self.incomplete_ms = incomplete_ms
         self.text_threshold = text_threshold
+        self.doubt_ms = doubt_ms
         self._end_pending = False  # a speculation started and its sentence-end probability is not in
         self._end_prob: float | None = None
         self._segments: list[str] = []
@@ -213,11 +219,16 @@ class Endpointer:
     def _check(self, complete_ms: float, silence_ms: float, threshold: float) -> list[Action]:
         if not (self._paused and self._transcribed and self.text):
             return []
-        # Unfinished words: the model's "complete" does not count, and the fallback waits longer.
-        # While the LLM's verdict on the words is pending, so does the turn (see the module docstring).
-        unfinished = self._unfinished() or self.doubts_end or self._end_pending
-        complete = not unfinished and self._prob is not None and self._prob >= threshold
-        fallback_ms = max(silence_ms, self.incomplete_ms) if unfinished else silence_ms
+        # Unfinished or doubted words: the model's "complete" does not count, and the fallback
+        # waits longer; while the LLM's verdict is pending, so does the turn (module docstring).
+        unfinished = self._unfinished()
+        doubted = self.doubts_end or self._end_pending
+        complete = not (unfinished or doubted) and self._prob is not None and self._prob >= threshold
+        fallback_ms = silence_ms
+        if unfinished:
+            fallback_ms = max(silence_ms, self.incomplete_ms)
+        elif doubted:
+            fallback_ms = max(silence_ms, self.doubt_ms)
         if self._silence >= fallback_ms or (complete and self._silence >= complete_ms):
             action = Confirm(self.text, self._speech_end_ms)
             self._reset()
@@ -280,6 +291,7 @@ class TurnStage(Stage):
         incomplete_ms: int = 0,
         rejoin: Callable[[Float32Array], Awaitable[str | None]] | None = None,
         text_threshold: float = 0.0,
+        doubt_ms: int = 1000,
     ) -> None:
         """``stop_ms``: the VAD's silence before it reports the end of speech (``vad.stop_ms``).
         ``min_audio_ms``: the time from the LLM's first token to the first audio of a typical first
@@ -290,7 +302,7 @@ class TurnStage(Stage):
         silence that ends a turn whose words are unfinished (``turn.incomplete_ms``; 0: no such rule).
         ``rejoin``: transcribes a clip (None: failed) for turns of several segments (None: not done).
         ``text_threshold``: the LLM's sentence-end probability below which the words count as
-        unfinished (``turn.text_threshold``; 0: not asked).  When it is set, whoever runs the
+        unfinished for ``doubt_ms`` (``turn.text_threshold``, ``turn.doubt_ms``; 0: not asked).  When it is set, whoever runs the
         speculative answers must call :meth:`sentence_end` once for each (the LLM stage does)."""
         super().__init__(ctx, inbox, out)
         self._turns = turns
@@ -301,7 +313,11 @@ class TurnStage(Stage):
         self._complete_ms = complete_ms
         self._threshold = threshold
         self.endpointer = Endpointer(
-            speculative=speculative, use_model=backend is not None, incomplete_ms=float(incomplete_ms), text_threshold=text_threshold
+            speculative=speculative,
+            use_model=backend is not None,
+            incomplete_ms=float(incomplete_ms),
+            text_threshold=text_threshold,
+            doubt_ms=float(doubt_ms),
         )
         self._spec_gen: int | None = None
         self._llm_started = llm_started or GenerationGate(enabled=False)
