@@ -245,12 +245,12 @@ class TurnConfig:
     """Silence that ends a turn whose transcript stops where a sentence cannot end ("the capital
     of", "remind me to", "um"; voiceagent/turn_words.py), when longer than ``silence_ms``.  The
     turn model, which judges by sound, calls most such pauses complete; 0 turns the rule off."""
-    text_threshold: float = 0.0
+    text_threshold: float = 0.003
     """The LLM's probability that the user's sentence ends after their words, below which the
     turn waits ``doubt_ms`` of silence: read from the speculative answer's prompt, as it starts,
     on the embedded LLM only (0: off).  At 0.003 the 0.5B holds every first half of the eval's
-    paused questions and none of their whole texts (scripts/eval_end_of_turn.py).  Needs
-    ``speculative``."""
+    paused questions and none of their whole texts (scripts/eval_end_of_turn.py); in the spoken
+    eval it took false cut-offs from 5 to 3 of 9 at the same p50 (README).  Needs ``speculative``."""
     doubt_ms: int = 1000
     """Silence that ends a turn whose words the LLM doubts end a sentence (``text_threshold``),
     when longer than ``silence_ms``.  Shorter than ``incomplete_ms``: the doubt is wrong more

@@ -12,7 +12,8 @@ profile         STT                 LLM                 notes
 ``fast``        ``whisper-tiny``    ``qwen2.5-0.5b``    today's defaults (issue #12): Silero VAD, Smart Turn v3, Piper
                                                         ``joe``; ``vad.stop_ms`` 160, ``turn.silence_ms`` 500,
                                                         ``turn.complete_ms`` 400, ``turn.threshold`` 0.5,
-                                                        ``turn.incomplete_ms`` 1500; the LLM converted to
+                                                        ``turn.incomplete_ms`` 1500, ``turn.text_threshold``
+                                                        0.003, ``turn.doubt_ms`` 1000; the LLM converted to
                                                         IQ4_NL (``llm.quant``)
 ``balanced``    ``whisper-tiny``    ``qwen2.5-1.5b``    better answers (the 1.5B: about half the 0.5B's speed, about
                                                         290 ms later to the first audio on the eval); for one
@@ -61,6 +62,10 @@ _FAST: dict[str, str] = {
     # Added after the profiles were made (the eval's false cut-offs): a transcript that stops on
     # "of", "the", "and"... waits for more words.
     "turn.incomplete_ms": "1500",
+    # Added 2026-11-24 (issue #12): the LLM's doubt that the words end a sentence holds the turn
+    # for 1 s of silence ("How many wheels ... does a bicycle have?"); p50 unchanged in the spoken eval.
+    "turn.text_threshold": "0.003",
+    "turn.doubt_ms": "1000",
     # Added 2026-11-23 (issues #8 and #12): the 0.5B's weights converted once to IQ4_NL, 22-29 %
     # less time per token on this CPU; answers within one question of the shipped file's as text,
     # 6 points fewer right on misheard questions (README, "Spoken quality").
