@@ -44,13 +44,11 @@ sys.path.insert(1, str(ROOT))
 
 import eval_quality as eq  # noqa: E402
 
+from voiceagent.backends.protocols import Message  # noqa: E402
+from voiceagent.text import unpunctuated as bare  # noqa: E402  (what the product judges: the words alone)
+
 TEXT_THRESHOLDS = (0.001, 0.003, 0.01, 0.03)
 AUDIO_THRESHOLDS = (0.1, 0.3, 0.5)
-
-
-def bare(text: str) -> str:
-    """``text`` without its final punctuation (Whisper punctuates a half as a question too)."""
-    return text.strip().rstrip(".?!,;: ").strip()
 
 
 def texts(questions: Sequence[eq.Question]) -> list[tuple[str, str, str]]:
@@ -99,16 +97,14 @@ class TextJudge:
 
     def __init__(self, name: str) -> None:
         from voiceagent.backends.llama_cpp import LlamaCppContext, gguf_path
-        from voiceagent.backends.protocols import Message
         from voiceagent.config import DEFAULT_INSTRUCTIONS, load_config
 
         cfg = load_config(env={})
         self._context = LlamaCppContext(gguf_path(name, cfg.cache_path), cfg.llm.threads, 1024)
         self._system = Message("system", DEFAULT_INSTRUCTIONS)
-        self._message = Message
 
     def end_probability(self, text: str) -> float:
-        p = self._context.end_probability([self._system, self._message("user", text)])
+        p = self._context.end_probability([self._system, Message("user", text)])
         if p is None:
             raise RuntimeError(f"{text!r}: the prompt could not be rendered")
         return p

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["ClauseSplitter", "clean_for_speech", "cut_to_fraction"]
+__all__ = ["ClauseSplitter", "clean_for_speech", "cut_to_fraction", "unpunctuated"]
 
 _SENTENCE_END = re.compile(r"[.!?…]+[\"')\]]*\s")
 _CLAUSE_END = re.compile(r"[,;:\u2014]\s")
@@ -123,3 +123,9 @@ def cut_to_fraction(text: str, fraction: float) -> str:
     words = text.split()
     keep = int(len(words) * fraction)
     return " ".join(words[:keep])
+
+
+def unpunctuated(text: str) -> str:
+    """``text`` without its final punctuation and spaces: the words alone (Whisper punctuates
+    half a sentence as a whole one, "How many wheels?")."""
+    return text.strip().rstrip(".?!,;: ").strip()

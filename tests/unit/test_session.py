@@ -103,6 +103,18 @@ async def say_turn(session: Session, speech_ms: float = 320, silence_ms: float =
     await pause(session, silence_ms)
 
 
+async def say_in_two_parts(session: Session, log: EventLog, gap_ms: float) -> InputTranscriptDone:
+    """Speak, pause ``gap_ms``, speak again, stay silent until any turn is confirmed; returns
+    the first transcript done, once the response to it is done."""
+    await speak(session, 320)
+    await pause(session, gap_ms)
+    await speak(session, 320)
+    await pause(session, 1200)
+    _, transcript = await log.wait_type(InputTranscriptDone)
+    await log.wait_type(ResponseDone)
+    return transcript
+
+
 def tokens(text: str) -> list[str]:
     """Word-by-word pieces, as an LLM streams them."""
     words = text.split(" ")
@@ -334,12 +346,7 @@ def test_a_turn_of_two_segments_is_not_transcribed_again_while_other_decodes_wai
     async def main() -> None:
         async with running(fakes, make_config(silence_ms=800)) as (session, log):
             try:
-                await speak(session, 320)
-                await pause(session, 480)
-                await speak(session, 320)
-                await pause(session, 1200)
-                _, transcript = await log.wait_type(InputTranscriptDone)
-                await log.wait_type(ResponseDone)
+                transcript = await say_in_two_parts(session, log, 480)
             finally:
                 release.set()
             assert transcript.text == "what is the capital of france"
@@ -925,12 +932,8 @@ def test_a_turn_of_two_segments_is_transcribed_again_as_one_clip(run: Run, make_
 
     async def main() -> None:
         async with running(fakes, make_config(silence_ms=800)) as (session, log):
-            await speak(session, 320)
-            await pause(session, 480)  # a segment ends (and its padding with it), the turn does not
-            await speak(session, 320)
-            await pause(session, 1200)
-            _, transcript = await log.wait_type(InputTranscriptDone)
-            await log.wait_type(ResponseDone)
+            # after 480 ms a segment ends (and its padding with it), the turn does not
+            transcript = await say_in_two_parts(session, log, 480)
             assert transcript.text == "what is the capital of France"
             assert session.turn.rejoined == 1
             first, second, whole = (c.samples for c in fakes.stt.calls.items)
@@ -969,12 +972,7 @@ def test_words_the_llm_doubts_end_a_sentence_keep_the_turn_open_until_the_speake
 
     async def main() -> None:
         async with running(fakes, doubting_config(0.003)) as (session, log):
-            await speak(session, 320)
-            await pause(session, 640)
-            await speak(session, 320)
-            await pause(session, 1200)
-            _, transcript = await log.wait_type(InputTranscriptDone)
-            await log.wait_type(ResponseDone)
+            transcript = await say_in_two_parts(session, log, 640)
             assert transcript.text == "how many wheels does a bicycle have"
             assert (session.turn.doubted, session.turn.retractions) == (1, 1)
             assert [m.content for m in session.history.messages("") if m.role == "user"] == ["how many wheels does a bicycle have"]

@@ -40,8 +40,9 @@ from voiceagent.backends.tool_format import OPEN, HermesToolParser, chat_message
 from voiceagent.catalog import get_spec, prepare
 from voiceagent.config import LlmConfig
 from voiceagent.pipeline.scheduler import PriorityExecutor
+from voiceagent.text import unpunctuated
 
-__all__ = ["SENTENCE_ENDS", "LlamaCppContext", "converted", "gguf_path", "load", "unpunctuated"]
+__all__ = ["SENTENCE_ENDS", "LlamaCppContext", "converted", "gguf_path", "load"]
 
 log = logging.getLogger(__name__)
 
@@ -116,11 +117,6 @@ def _sentence_end_tokens(llm: Llama, key: str) -> npt.NDArray[np.int64]:
         found = [t for t in range(llm.n_vocab()) if llm.detokenize([t]).decode("utf-8", "replace")[:1] in SENTENCE_ENDS]
         ends = _END_TOKENS[key] = np.array(sorted({*found, llm.token_eos()}), dtype=np.int64)
     return ends
-
-
-def unpunctuated(text: str) -> str:
-    """``text`` without its final punctuation and spaces."""
-    return text.strip().rstrip(".?!,;: ").strip()
 
 
 class LlamaCppContext:
@@ -215,7 +211,7 @@ class LlamaCppContext:
         alone put ~45 ms before every first token on 2 cores).  Where the words' tokens are not
         the prompt's first tokens (a tokenizer that joins a word with its punctuation), they are
         evaluated alone and the stream evaluates the rest."""
-        if self._formatter is None or not messages or messages[-1].role != "user":
+        if not messages or messages[-1].role != "user":
             return None
         words = unpunctuated(messages[-1].content)
         head = self._head_tokens([*messages[:-1], Message("user", words)], tools) if words else None

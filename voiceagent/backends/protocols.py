@@ -180,9 +180,10 @@ class LlmContext(Protocol):
         ...
 
     def end_probability(self, messages: Sequence[Message], tools: Sequence[Tool] = ()) -> float | None:
-        """Evaluate the prompt as :meth:`prefill` does, the last message's final punctuation left
-        out, and return the probability that its next token ends the sentence (".", "?", "!") or
-        the turn: low where the user's words stop mid-sentence.  None: the prompt cannot be rendered."""
+        """Evaluate the prompt :meth:`stream` will render for ``messages`` and ``tools`` (keeping the
+        cached prefix) and return the probability that the token after the last message's words,
+        its final punctuation left out, ends the sentence (".", "?", "!") or the turn: low where
+        the user's words stop mid-sentence.  None: the prompt cannot be rendered."""
         ...
 
 
