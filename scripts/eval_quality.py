@@ -59,6 +59,8 @@ from serve_process import ServeFailed, ServeProcess  # noqa: E402
 RATE = 16000
 QUESTIONS_FILE = ROOT / "scripts" / "eval_questions.toml"
 CATEGORIES = ("facts", "arithmetic", "reminders", "small_talk", "followup")
+TOOLS_CATEGORY = "tools"
+"""Of scripts/eval_tool_questions.toml (``eval_stt.py --questions``): requests that call a tool."""
 DEFAULT_PROFILES = "fast,balanced,quality"
 DEFAULT_VOICES = ("espeak:en-us+m3", "espeak:en+f2", "espeak:en-gb-x-rp", "piper:joe", "flite:slt")
 ENGINES = ("espeak", "piper", "flite", "festival")
@@ -121,8 +123,8 @@ def _check_question(q: Question, before: list[Question]) -> None:
     problems = []
     if any(p.id == q.id for p in before):
         problems.append("duplicate id")
-    if q.category not in CATEGORIES:
-        problems.append(f"category must be one of {CATEGORIES}")
+    if q.category not in (*CATEGORIES, TOOLS_CATEGORY):
+        problems.append(f"category must be one of {(*CATEGORIES, TOOLS_CATEGORY)}")
     if not q.accept:
         problems.append("no accepted answers")
     if len(q.parts) > 2 or not all(q.parts):

@@ -13,7 +13,9 @@ stage pads a segment (300 ms before, 96 ms after).  Questions are taken in the e
 conversations (``eval_quality.plan``, every voice), so the ``history`` prompt is the previous
 transcripts of the same conversation, as a session would have them.
 
-A configuration is ``MODEL@BEAM`` with an optional ``+PROMPT``: ``+history``, or a literal text.
+A configuration is ``MODEL@BEAM`` with an optional ``+PROMPT``: ``+history``, ``+tools`` (the
+product's ``stt.tools_prompt`` for the tools scripts/eval_tools.py offers), or a literal text.
+``--questions scripts/eval_tool_questions.toml`` speaks requests that call those tools instead.
 
 ``--cut vad`` cuts each question as the server does instead: the question between 1 s of silence
 on either side, the real VAD (silero, :class:`~voiceagent.stages.vad.VadTracker` with the
@@ -60,7 +62,8 @@ class SttConfig:
     model: str
     beam: int
     prompt: str = ""
-    """"" for none, "history" for the conversation's previous transcripts, else a literal text."""
+    """"" for none, "history" for the conversation's previous transcripts, "tools" for the product's
+    prompt from scripts/eval_tools.py's tools (:func:`tools_prompt`), else a literal text."""
 
     @property
     def label(self) -> str:
@@ -77,29 +80,25 @@ def parse_config(spec: str) -> SttConfig:
 
 
 def load_backend(config: SttConfig) -> Any:
-    """The product's Whisper backend at ``config``'s beam size; with a prompt, the same decode with
-    the prompt's tokens before ``<|startoftranscript|>`` (an experiment: the product has none)."""
+    """The product's Whisper backend at ``config``'s beam size."""
     from voiceagent.backends.whisper import WhisperStt
     from voiceagent.config import load_config
 
     cfg = load_config(env={})
+    return WhisperStt(config.model, cfg.cache_path, threads=cfg.stt.threads, beam_size=config.beam)
 
-    class Prompted(WhisperStt):
-        prompt_text = ""
 
-        def _generate(self, encoded: Any, language: str, repetition_penalty: float, seconds: float) -> tuple[str, int]:
-            if not self.prompt_text:
-                return super()._generate(encoded, language, repetition_penalty, seconds)
-            tok = self._tokenizer
-            prev = [tok.token_to_id("<|startofprev|>"), *tok.encode(" " + self.prompt_text, add_special_tokens=False).ids[-200:]]
-            sot = self._sot
-            try:
-                self._sot = prev + sot
-                return super()._generate(encoded, language, repetition_penalty, seconds)
-            finally:
-                self._sot = sot
+def tools_prompt() -> str:
+    """The prompt a session offering scripts/eval_tools.py's tools gets with ``stt.tools_prompt``."""
+    import dataclasses
 
-    return Prompted(config.model, cfg.cache_path, threads=cfg.stt.threads, beam_size=config.beam)
+    from eval_tools import TOOLS
+
+    from voiceagent.config import Config
+    from voiceagent.settings import settings_from_config
+    from voiceagent.stt_prompt import transcription_prompt
+
+    return transcription_prompt(dataclasses.replace(settings_from_config(Config()), tools=TOOLS), True)
 
 
 def clips(
@@ -202,16 +201,17 @@ def evaluate(config: SttConfig, items: list[tuple[str, str, eq.Question, np.ndar
     times: list[float] = []
     rows: list[dict[str, Any]] = []
     history: dict[str, list[str]] = {}
+    fixed_prompt = tools_prompt() if config.prompt == "tools" else config.prompt
     for conv, voice, q, audio in items:
         said = history.setdefault(conv, [])
-        backend.prompt_text = " ".join(said) if config.prompt == "history" else config.prompt
+        prompt = " ".join(said) if config.prompt == "history" else fixed_prompt
         t0 = time.perf_counter()
         segments = 1
         if cutter is None:
-            text = backend.transcribe(audio, "en")
+            text = backend.transcribe(audio, "en", prompt)
         else:
             cuts = cutter.cuts(audio)
-            text, alone = rejoined_text(cuts, lambda a: backend.transcribe(a, "en"))
+            text, alone = rejoined_text(cuts, lambda a, p=prompt: backend.transcribe(a, "en", p))
             segments = len(cuts)
         times.append(time.perf_counter() - t0)
         said.append(text)
@@ -299,6 +299,7 @@ def main() -> int:
     ap.add_argument("--voices", default=",".join(eq.DEFAULT_VOICES))
     ap.add_argument("--seed", type=int, default=0, help="how questions are packed into conversations (the history prompt)")
     ap.add_argument("--cut", choices=("gt", "vad"), default="gt", help="clips padded from the audio's own bounds, or cut by the real VAD")
+    ap.add_argument("--questions", default=str(eq.QUESTIONS_FILE), help="questions file; scripts/eval_tool_questions.toml: tool requests")
     ap.add_argument("--limit", type=int, default=0, help="only the first N questions (a smoke run)")
     ap.add_argument("--cache", default=str(ROOT / ".cache" / "eval_quality"), help="synthesized speech, shared with eval_quality.py")
     ap.add_argument("--out", default=str(ROOT / "docs" / "bench"))
@@ -307,7 +308,7 @@ def main() -> int:
     from bench_latency import machine
 
     configs = [parse_config(s) for s in args.configs.split(",") if s.strip()]
-    questions = eq.load_questions()
+    questions = eq.load_questions(Path(args.questions))
     if args.limit:
         questions = questions[: args.limit]
     voices, notes = eq.resolve_voices([v.strip() for v in args.voices.split(",") if v.strip()])

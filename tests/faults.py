@@ -89,9 +89,9 @@ class FaultyVad(_Delegate):
 
 
 class FaultySTT(_Delegate):
-    def transcribe(self, audio: Any, language: str) -> str:
+    def transcribe(self, audio: Any, language: str, prompt: str = "") -> str:
         self._faults.check("stt")
-        return self._inner.transcribe(audio, language)  # type: ignore[no-any-return]
+        return self._inner.transcribe(audio, language, prompt)  # type: ignore[no-any-return]
 
 
 class FaultyTurn(_Delegate):

@@ -23,7 +23,9 @@ profile         STT                 LLM                 notes
 ``quality``     ``whisper-base``    ``qwen2.5-1.5b``    Whisper base with beam search (``stt.beam_size`` 5): WER
                                                         11.3 % against tiny's 14.6 % on the eval's clips, for
                                                         about 3× tiny's decode time (greedy base was no better
-                                                        than tiny); installed with the 1.5B by
+                                                        than tiny); the session's tool descriptions
+                                                        as Whisper's prompt (``stt.tools_prompt``);
+                                                        installed with the 1.5B by
                                                         ``VOICEAGENT_PROFILE=quality bash scripts/setup.sh``
 ==============  ==================  ==================  ==============================================================
 
@@ -82,7 +84,16 @@ PROFILES: dict[str, dict[str, str]] = {
     # Whisper base decodes with beam search (5): on the eval's 335 clips it took base's WER from
     # 15.3 % to 11.3 % for ~70 ms more per final decode, where tiny gained nothing from it (14.6 ->
     # 15.3 %), so fast and balanced stay greedy (scripts/eval_stt.py, docs/bench/stt_eval.md).
-    "quality": {**_FAST, "stt.model": "whisper-base", "stt.beam_size": "5", "llm.model": "qwen2.5-1.5b", "llm.quant": "shipped"},
+    # The tools' descriptions as Whisper's prompt help base at beam 5 on tool requests and cost
+    # it nothing measurable elsewhere; tiny (fast, balanced) lost 2.6 points of WER to any prompt.
+    "quality": {
+        **_FAST,
+        "stt.model": "whisper-base",
+        "stt.beam_size": "5",
+        "stt.tools_prompt": "true",
+        "llm.model": "qwen2.5-1.5b",
+        "llm.quant": "shipped",
+    },
     "gpu": {
         "stt.device": "cuda",
         "stt.compute_type": "float16",

@@ -149,7 +149,15 @@ class Session:
             cfg.vad.barge_in_ms,
         )
         self.stt = SttStage(
-            ctx, stt_in, turn_in, self._engines.stt, settings, cfg.stt.partials, cfg.stt.partial_interval_ms, cfg.stt.early_decode
+            ctx,
+            stt_in,
+            turn_in,
+            self._engines.stt,
+            settings,
+            cfg.stt.partials,
+            cfg.stt.partial_interval_ms,
+            cfg.stt.early_decode,
+            cfg.stt.tools_prompt,
         )
         self.turn = TurnStage(
             ctx,

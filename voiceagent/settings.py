@@ -39,6 +39,10 @@ class SessionSettings:
     """``auto``, ``none``, ``required`` or the name of one of ``tools``."""
     audio: bool = True
     """``output_modalities``: ["audio"] (speech, with its transcript) or ["text"] (False)."""
+    transcription_prompt: str = ""
+    """Text Whisper reads as if it came just before the speech (Realtime
+    ``audio.input.transcription.prompt``): names and words the user is likely to say, in the
+    spelling wanted.  "" for none."""
     examples: tuple[tuple[str, str], ...] = ()
     """(user, assistant) exchanges shown after the system message (``llm.examples``).  They belong
     to the server's instructions: :meth:`voiceagent.session.Session.update` drops them when a

@@ -149,6 +149,7 @@ class SttCall:
     samples: int
     language: str
     thread: str
+    prompt: str = ""
 
 
 class FakeStt:
@@ -164,8 +165,8 @@ class FakeStt:
         self._lock = threading.Lock()
         self.calls = Recorder()
 
-    def transcribe(self, audio: Float32Array, language: str) -> str:
-        self.calls.record(SttCall(len(audio), language, threading.current_thread().name))
+    def transcribe(self, audio: Float32Array, language: str, prompt: str = "") -> str:
+        self.calls.record(SttCall(len(audio), language, threading.current_thread().name, prompt))
         if self._respond is not None:
             return self._respond(audio)
         with self._lock:

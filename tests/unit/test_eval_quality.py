@@ -144,6 +144,13 @@ def test_question_file_parses_with_enough_questions(questions: list[Any]) -> Non
     assert all(q.accept and all(a.strip() for a in q.accept) for q in questions)
 
 
+def test_the_tool_requests_file_parses_and_each_names_what_its_call_needs() -> None:
+    requests = eq.load_questions(eq.ROOT / "scripts" / "eval_tool_questions.toml")
+    assert len(requests) >= 20 and {q.category for q in requests} == {eq.TOOLS_CATEGORY}
+    # The accepted words are the call's argument as spoken, so a transcript can be checked for them.
+    assert all(any(a in eq.normalize(q.spoken) for a in q.accept) for q in requests), [q.id for q in requests]
+
+
 def test_held_out_is_about_a_quarter(questions: list[Any]) -> None:
     share = sum(q.held_out for q in questions) / len(questions)
     assert 0.2 <= share <= 0.35

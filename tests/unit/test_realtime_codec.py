@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 from typing import Any
 
@@ -176,6 +177,8 @@ def test_invalid_fields(msg: dict[str, Any], code: str, param: str) -> None:
         ({"audio": {"output": {"voice": "   "}}}, "invalid_value", "session.audio.output.voice"),
         ({"audio": {"output": {"voice": "v" * 65}}}, "invalid_value", "session.audio.output.voice"),
         ({"audio": {"input": {"transcription": {"language": "english"}}}}, "invalid_value", "session.audio.input.transcription.language"),
+        ({"audio": {"input": {"transcription": {"prompt": ["Paris"]}}}}, "invalid_value", "session.audio.input.transcription.prompt"),
+        ({"audio": {"input": {"transcription": {"prompt": "x" * 2001}}}}, "invalid_value", "session.audio.input.transcription.prompt"),
         ({"max_output_tokens": 0}, "invalid_value", "session.max_output_tokens"),
         ({"max_output_tokens": 5000}, "invalid_value", "session.max_output_tokens"),
         ({"instructions": 42}, "invalid_value", "session.instructions"),
@@ -299,7 +302,7 @@ def test_session_update_changes() -> None:
                 "max_output_tokens": "inf",
                 "audio": {
                     "input": {
-                        "transcription": {"model": "whisper-1", "language": "fr"},
+                        "transcription": {"model": "whisper-1", "language": "fr", "prompt": "Anna, Bob, Cairo."},
                         "turn_detection": {"type": "server_vad", "threshold": 0.7, "silence_duration_ms": 800, "create_response": False},
                     },
                     "output": {"voice": "alloy", "speed": 1.25},
@@ -313,10 +316,17 @@ def test_session_update_changes() -> None:
         "instructions": "Be terse.",
         "max_output_tokens": 4096,
         "language": "fr",
+        "transcription_prompt": "Anna, Bob, Cairo.",
         "turn_detection": TurnDetection(0.7, 300, 800, False, True),
         "voice": "alloy",
         "speed": 1.25,
     }
+
+
+def test_a_null_transcription_prompt_clears_it() -> None:
+    cmd = codec().decode(update_msg({"audio": {"input": {"transcription": {"prompt": None}}}}))
+    assert isinstance(cmd, UpdateSession)
+    assert cmd.changes == {"transcription_prompt": ""}
 
 
 def test_session_update_turn_detection_null_is_manual_mode() -> None:
@@ -545,6 +555,9 @@ def test_session_object_reflects_settings_and_formats() -> None:
     assert session["audio"]["output"]["format"] == {"type": "audio/pcm", "rate": 24000}
     assert session["audio"]["input"]["turn_detection"]["type"] == "server_vad"
     assert session["audio"]["input"]["turn_detection"]["threshold"] == Config().vad.threshold
+    assert session["audio"]["input"]["transcription"] == {"model": "whisper", "language": "en", "prompt": ""}
+    prompted = RealtimeCodec(dataclasses.replace(settings_from_config(Config()), transcription_prompt="Anna, Bob."), 24000)
+    assert prompted.session_message("session.updated", "sess_1")["session"]["audio"]["input"]["transcription"]["prompt"] == "Anna, Bob."
 
 
 def test_a_valid_surrogate_pair_escape_is_text() -> None:

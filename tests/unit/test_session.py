@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from voiceagent.backends.protocols import LlmRequest, Message, ToolCall, example_messages
+from voiceagent.backends.protocols import LlmRequest, Message, Tool, ToolCall, example_messages
 from voiceagent.capacity import TurnCost
 from voiceagent.clock import VirtualClock
 from voiceagent.config import DEFAULT_EXAMPLES, Config, PlayoutConfig, SttConfig, TurnConfig, VadConfig, parse_examples
@@ -649,6 +649,35 @@ def test_manual_mode_commit_then_create_response(run: Run, make_fakes: MakeFakes
             assert done.text == "Manual reply."
             [call] = fakes.llm.calls.items
             assert call.messages == (*PROMPT_HEAD, Message("user", "manual words"))
+
+    run(main(), 20)
+
+
+@pytest.mark.parametrize("tools_prompt", [True, False])
+def test_each_decode_carries_the_sessions_transcription_prompt(run: Run, make_fakes: MakeFakes, tools_prompt: bool) -> None:
+    weather = Tool("get_weather", "Get the current weather in a city", {"type": "object", "properties": {}})
+    fakes = make_fakes(stt=FakeStt(default="words"))
+    config = dataclasses.replace(make_config(), stt=SttConfig(partials=False, tools_prompt=tools_prompt))
+
+    async def said(session: Session, log: EventLog) -> str:
+        """The prompt of the decode of one more committed utterance."""
+        before = len(log.events)
+        await speak(session, 160)
+        await session.commit_input()
+        await log.wait_type(InputTranscriptDone, after=before)
+        return fakes.stt.calls.items[-1].prompt
+
+    async def main() -> None:
+        async with running(fakes, config) as (session, log):
+            session.update(turn_detection=None)
+            assert await said(session, log) == ""  # no tools, no prompt
+            session.update(tools=(weather,))
+            # With stt.tools_prompt the tools' descriptions, each a sentence; without it nothing.
+            assert await said(session, log) == ("Get the current weather in a city." if tools_prompt else "")
+            session.update(transcription_prompt="Anna, Bob and Cairo.")
+            assert await said(session, log) == "Anna, Bob and Cairo."  # the client's own wins
+            session.update(transcription_prompt="")
+            assert await said(session, log) == ("Get the current weather in a city." if tools_prompt else "")
 
     run(main(), 20)
 

@@ -136,8 +136,9 @@ class VadBackend(Protocol):
 class SttBackend(Protocol):
     executor: Executor
 
-    def transcribe(self, audio: Float32Array, language: str) -> str:
-        """Whole-clip transcription of 16 kHz float audio (the lazy segments are consumed here)."""
+    def transcribe(self, audio: Float32Array, language: str, prompt: str = "") -> str:
+        """Whole-clip transcription of 16 kHz float audio (the lazy segments are consumed here).
+        ``prompt``: text the model reads as if it came just before the audio ("" for none)."""
         ...
 
 

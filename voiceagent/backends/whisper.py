@@ -39,13 +39,18 @@ from voiceagent.catalog import get_spec, locate, prepare
 from voiceagent.pipeline.scheduler import PriorityExecutor
 from voiceagent.stt_guard import check, max_tokens
 
-__all__ = ["RETRY_REPETITION_PENALTY", "WhisperStt", "decode_guarded", "model_dir", "window_frames"]
+__all__ = ["MAX_PROMPT_TOKENS", "RETRY_REPETITION_PENALTY", "WhisperStt", "decode_guarded", "model_dir", "window_frames"]
 
 log = logging.getLogger(__name__)
 
 _RATE = 16000
 _HOP = 160
 _NO_SPEECH = 0.6
+MAX_PROMPT_TOKENS = 96
+"""Of a transcription prompt, the last this many tokens are kept.  Whisper allows 223; a long
+prompt costs decode time on every segment (beam search runs it per beam), and the text that
+helps is a few names and words (a 110-token prompt that repeated one sentence made Whisper base
+return nothing for the clip it was about)."""
 _MAX_NEW_TOKENS = 112
 """What the window path allowed before the guard (``max_length=224``, see :func:`_max_length`)."""
 RETRY_REPETITION_PENALTY = 1.2
@@ -71,10 +76,13 @@ def window_frames(samples: int, window_s: int) -> int:
     return min(3000, seconds * 100)
 
 
-def _max_length(new_tokens: int) -> int:
-    """CTranslate2 4.x's Whisper ``generate`` writes at most ``max_length // 2`` tokens (measured:
-    max_length 224 gives 112, 20 gives 10)."""
-    return 2 * new_tokens
+def _max_length(new_tokens: int, prompt: int) -> int:
+    """The ``max_length`` that lets CTranslate2 4.x's Whisper ``generate`` write at most
+    ``new_tokens`` after a decoder prompt of ``prompt`` tokens (``<|startoftranscript|>`` to
+    ``<|notimestamps|>``, and any ``<|startofprev|>`` text before them).  Measured on tiny.en and
+    base, greedy and beam 5: it writes at most ``min(max_length // 2, max_length - prompt + 1)``
+    (224 gives 112 without a text prompt; a 41-token text prompt with max_length 20 gives nothing)."""
+    return max(2 * new_tokens, new_tokens + prompt - 1)
 
 
 def decode_guarded(decode: Callable[[float], tuple[str, int]], seconds: float) -> tuple[str, str]:
@@ -116,6 +124,7 @@ class WhisperStt:
         self._features = FeatureExtractor(feature_size=self._model.feature_extractor.mel_filters.shape[0])
         tok = self._model.hf_tokenizer
         self._sot = [tok.token_to_id("<|startoftranscript|>")]
+        self._prev = tok.token_to_id("<|startofprev|>")
         self._multilingual = bool(self._model.model.is_multilingual)
         self._task = tok.token_to_id("<|transcribe|>")
         self._no_ts = tok.token_to_id("<|notimestamps|>")
@@ -126,15 +135,16 @@ class WhisperStt:
         self.cuts = 0
         """Of those, the ones whose retry looped too, so the guard's cut was returned."""
 
-    def transcribe(self, audio: Float32Array, language: str) -> str:
+    def transcribe(self, audio: Float32Array, language: str, prompt: str = "") -> str:
         seconds = len(audio) / _RATE
         frames = window_frames(len(audio), self._window_s)
         encoded = self._encode(audio, frames) if frames < 3000 else None
+        prefix = self._prompt_tokens(prompt)
 
         def decode(repetition_penalty: float) -> tuple[str, int]:
             if encoded is None:
-                return self._transcribe_full(audio, language, repetition_penalty)
-            return self._generate(encoded, language, repetition_penalty, seconds)
+                return self._transcribe_full(audio, language, repetition_penalty, prompt)
+            return self._generate(encoded, language, repetition_penalty, seconds, prefix)
 
         text, outcome = decode_guarded(decode, seconds)
         if outcome:
@@ -143,10 +153,19 @@ class WhisperStt:
             self.cuts += 1
         return text
 
-    def _transcribe_full(self, audio: Float32Array, language: str, repetition_penalty: float) -> tuple[str, int]:
+    def _prompt_tokens(self, prompt: str) -> list[int]:
+        """``<|startofprev|>`` and the last :data:`MAX_PROMPT_TOKENS` tokens of ``prompt`` (none
+        for ""), as Whisper was trained to read the text before a window."""
+        if not prompt.strip():
+            return []
+        ids = self._tokenizer.encode(" " + prompt.strip(), add_special_tokens=False).ids
+        return [self._prev, *ids[-MAX_PROMPT_TOKENS:]]
+
+    def _transcribe_full(self, audio: Float32Array, language: str, repetition_penalty: float, prompt: str) -> tuple[str, int]:
         segments, _info = self._model.transcribe(
             audio,
             language=language if self._multilingual else None,
+            initial_prompt=prompt.strip() or None,
             beam_size=self._beam_size,
             condition_on_previous_text=False,
             without_timestamps=True,
@@ -169,8 +188,10 @@ class WhisperStt:
         feats = np.ascontiguousarray(self._features(padded, padding=0)[:, :frames][np.newaxis])
         return self._model.model.encode(ctranslate2.StorageView.from_array(feats), to_cpu=False)
 
-    def _generate(self, encoded: ctranslate2.StorageView, language: str, repetition_penalty: float, seconds: float) -> tuple[str, int]:
-        prompt = list(self._sot)
+    def _generate(
+        self, encoded: ctranslate2.StorageView, language: str, repetition_penalty: float, seconds: float, prefix: list[int]
+    ) -> tuple[str, int]:
+        prompt = [*prefix, *self._sot]
         if self._multilingual:
             prompt += [self._tokenizer.token_to_id(f"<|{language}|>"), self._task]
         prompt.append(self._no_ts)
@@ -178,7 +199,7 @@ class WhisperStt:
             encoded,
             [prompt],
             beam_size=self._beam_size,
-            max_length=_max_length(min(_MAX_NEW_TOKENS, max_tokens(seconds))),
+            max_length=_max_length(min(_MAX_NEW_TOKENS, max_tokens(seconds)), len(prompt)),
             return_no_speech_prob=True,
             suppress_blank=True,
             repetition_penalty=repetition_penalty,

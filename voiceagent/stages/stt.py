@@ -15,6 +15,9 @@ Every transcript passes :mod:`voiceagent.stt_guard` here too, whatever the backe
 backend already retries a looping decode and cuts what still loops): a final or early transcript
 that loops is cut to the guard's text, a partial that loops is not shown at all.  ``loops``
 counts both.
+
+Each decode carries the session's transcription prompt (:mod:`voiceagent.stt_prompt`), read
+from the session's settings when the decode is queued.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ from voiceagent.pipeline.offload import run_at
 from voiceagent.pipeline.scheduler import PriorityExecutor
 from voiceagent.settings import SessionSettings
 from voiceagent.stt_guard import check
+from voiceagent.stt_prompt import transcription_prompt
 
 __all__ = ["SttStage"]
 
@@ -66,10 +70,12 @@ class SttStage(Stage):
         partials: bool,
         partial_interval_ms: int,
         early_decode: bool = True,
+        tools_prompt: bool = False,
     ) -> None:
         super().__init__(ctx, inbox, out)
         self._backend = backend
         self._settings = settings
+        self._tools_prompt = tools_prompt
         self._partials = partials
         self._partial_interval_ms = partial_interval_ms
         self._chunks: list[Int16Array] = []  # audio from ``_buf_start_ms`` to the present
@@ -201,8 +207,8 @@ class SttStage(Stage):
             return "", None
         self.decodes += 1
         try:
-            language = self._settings().language
-            text = await run_at(self._backend.executor, PRIORITY_FINAL, lambda: self._backend.transcribe(audio, language))
+            language, prompt = self._language_and_prompt()
+            text = await run_at(self._backend.executor, PRIORITY_FINAL, lambda: self._backend.transcribe(audio, language, prompt))
         except Exception as exc:
             return "", exc
         verdict = check(text, len(audio) / PIPELINE_RATE)
@@ -233,6 +239,11 @@ class SttStage(Stage):
         if failure is not None:
             raise StageError(self.name, f"transcription failed: {type(failure).__name__}: {failure}") from failure
 
+    def _language_and_prompt(self) -> tuple[str, str]:
+        """Read when a decode is queued, so a ``session.update`` applies from the next decode."""
+        settings = self._settings()
+        return settings.language, transcription_prompt(settings, self._tools_prompt)
+
     def _decoder_busy(self) -> bool:
         """A decode (any session's) is running or queued on the shared decoder; False where its
         executor cannot tell (not a priority executor)."""
@@ -255,8 +266,8 @@ class SttStage(Stage):
 
     async def _partial(self, audio: np.ndarray) -> None:
         self.decodes += 1
-        language = self._settings().language
-        text = await run_at(self._backend.executor, PRIORITY_PARTIAL, lambda: self._backend.transcribe(audio, language))
+        language, prompt = self._language_and_prompt()
+        text = await run_at(self._backend.executor, PRIORITY_PARTIAL, lambda: self._backend.transcribe(audio, language, prompt))
         if check(text, len(audio) / PIPELINE_RATE).looped:
             self.loops += 1
             return

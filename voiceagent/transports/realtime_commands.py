@@ -27,6 +27,7 @@ from voiceagent.transports.realtime_wire import FORMATS
 
 __all__ = [
     "MAX_TOOLS",
+    "MAX_TRANSCRIPTION_PROMPT",
     "AppendAudio",
     "CancelResponse",
     "ClearInput",
@@ -43,6 +44,8 @@ __all__ = [
 ]
 
 MAX_TOOLS = 128
+MAX_TRANSCRIPTION_PROMPT = 2000
+"""Characters of ``audio.input.transcription.prompt``; Whisper reads at most its last 96 tokens."""
 _TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
@@ -181,16 +184,7 @@ class CommandDecoder:
         in_format = _format(inp, "session.audio.input.format") if "format" in inp else None
         out_format = _format(out, "session.audio.output.format") if "format" in out else None
         transcription = _obj(inp, "transcription", "session.audio.input.transcription")
-        if transcription:
-            lang = transcription.get("language")
-            if lang is not None:
-                if not isinstance(lang, str) or not 2 <= len(lang) <= 3:
-                    raise ProtocolError(
-                        "invalid_value",
-                        "transcription.language must be an ISO-639-1 code",
-                        param="session.audio.input.transcription.language",
-                    )
-                changes["language"] = lang
+        changes.update(_transcription(transcription))
         if "turn_detection" in inp:
             changes["turn_detection"] = self._turn_detection(inp["turn_detection"])
         if "output_modalities" in sess:
@@ -379,6 +373,33 @@ def _finite(value: Any) -> float | None:
     except OverflowError:
         return None
     return number if math.isfinite(number) else None
+
+
+def _transcription(transcription: dict[str, Any]) -> dict[str, Any]:
+    """Session changes from ``audio.input.transcription``: ``language`` and ``prompt`` (null or
+    "" clears it)."""
+    changes: dict[str, Any] = {}
+    lang = transcription.get("language")
+    if lang is not None:
+        if not isinstance(lang, str) or not 2 <= len(lang) <= 3:
+            raise ProtocolError(
+                "invalid_value",
+                "transcription.language must be an ISO-639-1 code",
+                param="session.audio.input.transcription.language",
+            )
+        changes["language"] = lang
+    if "prompt" in transcription:
+        prompt = transcription["prompt"]
+        if prompt is None:
+            prompt = ""
+        if not isinstance(prompt, str) or len(prompt) > MAX_TRANSCRIPTION_PROMPT:
+            raise ProtocolError(
+                "invalid_value",
+                f"transcription.prompt must be a string of at most {MAX_TRANSCRIPTION_PROMPT} characters (or null)",
+                param="session.audio.input.transcription.prompt",
+            )
+        changes["transcription_prompt"] = prompt
+    return changes
 
 
 def _obj(msg: dict[str, Any], key: str, param: str, *, required: bool = False) -> dict[str, Any]:

@@ -36,7 +36,7 @@ def session_object(settings: SessionSettings, audio: WireAudio, session_id: str 
         "audio": {
             "input": {
                 "format": format_object(audio.input_format),
-                "transcription": {"model": "whisper", "language": s.language},
+                "transcription": {"model": "whisper", "language": s.language, "prompt": s.transcription_prompt},
                 "turn_detection": td,
             },
             "output": {"format": format_object(audio.output_format), "voice": s.voice, "speed": s.speed},
