@@ -84,8 +84,8 @@ PROFILES: dict[str, dict[str, str]] = {
     # Whisper base decodes with beam search (5): on the eval's 335 clips it took base's WER from
     # 15.3 % to 11.3 % for ~70 ms more per final decode, where tiny gained nothing from it (14.6 ->
     # 15.3 %), so fast and balanced stay greedy (scripts/eval_stt.py, docs/bench/stt_eval.md).
-    # The tools' descriptions as Whisper's prompt help base at beam 5 on tool requests and cost
-    # it nothing measurable elsewhere; tiny (fast, balanced) lost 2.6 points of WER to any prompt.
+    # The tools' descriptions as Whisper's prompt help base at beam 5 on tool requests (13.2 ->
+    # 12.0 % WER) and cost it 0.1 point elsewhere; tiny (fast, balanced) lost 2.7 (14.6 -> 17.3 %).
     "quality": {
         **_FAST,
         "stt.model": "whisper-base",
