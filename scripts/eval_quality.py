@@ -92,6 +92,9 @@ class Question:
     pause_ms: int = 0
     sentences: int = 2
     known_failure: bool = False
+    echo_ok: bool = False
+    """A greeting or farewell whose natural reply is the same words ("Goodbye, have a nice day."
+    answered "Goodbye! Have a nice day!"): the echo rule of ``judge`` does not apply to it."""
 
     @property
     def parts(self) -> tuple[str, ...]:
@@ -580,7 +583,7 @@ def judge(
 ) -> tuple[bool, str | None]:
     """Whether the reply to ``q`` is right (an accepted answer, not an echo of the question or of
     what was heard), and if not, the stage that most likely failed."""
-    echo = answered and (echoes(q.spoken, reply) or echoes(transcript, reply))
+    echo = answered and not q.echo_ok and (echoes(q.spoken, reply) or echoes(transcript, reply))
     correct = answered and not echo and answer_correct(reply, q.accept, q.reject)
     return correct, None if correct else failure_guess(turn_wer, answered, error, lead_wer)
 
@@ -771,6 +774,11 @@ def markdown(report: dict[str, Any]) -> str:
         f"voices {', '.join(report['voices'])}; {report['gap_s']} s of silence after each question; seed {report['seed']}.",
         *[f"* {note}" for note in report["voice_notes"]],
         *[f"* profile {p}: {e['error']}" for p, e in report["profiles"].items() if "error" in e],
+        *(
+            ["* rescored (`--rescore`): the run's transcripts and replies, scored with a later answer key"]
+            if report.get("rescored")
+            else []
+        ),
         "",
         "| profile | STT | LLM | answered | WER % | accuracy % | tuned % | held-out % | known failures % "
         "| speakable % | false cut-offs | p50 ms | p95 ms |",

@@ -336,6 +336,7 @@ def test_metrics() -> None:
     }
     text = eq.markdown(report)
     assert "| p | whisper-tiny | qwen | 2/2 |" in text and "profile broken: RuntimeError" in text
+    assert "rescored" not in text and "* rescored (`--rescore`)" in eq.markdown({**report, "rescored": True})
 
 
 def test_a_reply_that_only_repeats_the_question_is_wrong() -> None:
@@ -344,6 +345,16 @@ def test_a_reply_that_only_repeats_the_question_is_wrong() -> None:
     assert not eq.echoes("Hello there.", "Hello there! How can I help?")
     assert not eq.echoes("Remind me to buy milk.", "I will remind you to buy milk tomorrow.")
     assert not eq.echoes("", "Anything.")
+
+
+def test_a_farewell_answered_in_kind_is_right(questions: list[Any]) -> None:
+    bye = next(q for q in questions if q.id == "goodbye")
+    assert bye.echo_ok and eq.echoes(bye.spoken, "Goodbye! Have a nice day!")
+    assert eq.judge(bye, bye.spoken, "Goodbye! Have a nice day!", True, 0.0, None, None) == (True, None)
+    # Elsewhere the echo rule holds: the same reply to a question it echoes is wrong.
+    milk = next(q for q in questions if q.id == "remind_milk")
+    assert not milk.echo_ok
+    assert eq.judge(milk, milk.spoken, milk.spoken, True, 0.0, None, None)[0] is False
 
 
 def test_rescore_applies_todays_scoring_to_a_finished_run(questions: list[Any]) -> None:
