@@ -23,8 +23,8 @@ eval_quality = _load_script("eval_quality")
 
 @pytest.mark.xfail(
     profile_config().llm.model == "qwen2.5-0.5b",
-    reason="issue #12, open: the 0.5B answers the follow-up about Italy ('Italy has a population of approximately 5 million "
-    "people.'); the 1.5B (profiles balanced and quality) answers about Rome",
+    reason="a limit of the fast profile's 0.5B (issue #12): it answers the follow-up about Italy ('Italy has a population of "
+    "approximately 5 million people.'); the 1.5B (profiles balanced and quality) answers about Rome",
     strict=False,
 )
 def test_the_follow_up_about_the_capital_is_answered_about_rome(engines: Any, run: Any, tmp_path: Path) -> None:
