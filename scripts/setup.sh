@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Set up everything voiceagent needs on a fresh Debian/Ubuntu machine, idempotently:
-#   system packages (espeak-ng, sox, ffmpeg, PortAudio, Chromium), a virtual environment in .venv,
+#   system packages (espeak-ng, sox, ffmpeg, PortAudio, Chromium, flite), a virtual environment in .venv,
 #   the Python packages (llama-cpp-python compiled for this CPU), model preparation and the
 #   spoken test fixtures.  A second run with nothing changed takes a few seconds.
 #   VOICEAGENT_SETUP_SERVE_ONLY=1 leaves out what only the tests use (Chromium, docker-compose,
@@ -25,6 +25,7 @@ if [ "$SERVE_ONLY" != 1 ]; then  # test-only tools
   command -v chromium >/dev/null || need+=(chromium)
   command -v docker-compose >/dev/null || need+=(docker-compose)
   command -v openssl >/dev/null || need+=(openssl)  # a throw-away certificate for the TLS test
+  command -v flite >/dev/null || need+=(flite)  # the spoken eval's voice from another engine (eval_quality.py)
 fi
 ldconfig -p 2>/dev/null | grep -q libportaudio.so.2 || need+=(libportaudio2)
 command -v cmake >/dev/null || need+=(cmake)
