@@ -139,7 +139,8 @@ class WhisperStt:
         seconds = len(audio) / _RATE
         frames = window_frames(len(audio), self._window_s)
         encoded = self._encode(audio, frames) if frames < 3000 else None
-        prefix = self._prompt_tokens(prompt)
+        # The 30 s path hands the text to faster-whisper, which tokenizes it itself.
+        prefix = self._prompt_tokens(prompt) if encoded is not None else []
 
         def decode(repetition_penalty: float) -> tuple[str, int]:
             if encoded is None:

@@ -45,7 +45,8 @@ __all__ = [
 
 MAX_TOOLS = 128
 MAX_TRANSCRIPTION_PROMPT = 2000
-"""Characters of ``audio.input.transcription.prompt``; Whisper reads at most its last 96 tokens."""
+"""Characters of ``audio.input.transcription.prompt``; Whisper reads only its last
+:data:`voiceagent.backends.whisper.MAX_PROMPT_TOKENS` tokens."""
 _TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
