@@ -15,11 +15,18 @@
 Every error a client can cause is a ``ProtocolError`` with a machine-readable ``code``;
 transports turn it into an ``error`` event and keep the connection open.  A ``StageError``
 ends the current response (status ``failed``) but not the session.
+
+Errors are bounded: a ``ProtocolError`` keeps at most :data:`MAX_MESSAGE_CHARS` of its message
+and :data:`MAX_FIELD_CHARS` of its ``param`` and ``event_id``, and what it quotes of the client's
+input goes through :func:`excerpt`, so an error never echoes back a large message that caused
+it (a 200 KB ``type`` once drew a 2.4 MB ``error`` event).
 """
 
 from __future__ import annotations
 
 __all__ = [
+    "MAX_FIELD_CHARS",
+    "MAX_MESSAGE_CHARS",
     "ChecksumError",
     "ConfigError",
     "DeviceError",
@@ -29,7 +36,30 @@ __all__ = [
     "ProtocolError",
     "StageError",
     "VoiceAgentError",
+    "bounded",
+    "excerpt",
 ]
+
+MAX_MESSAGE_CHARS = 400
+"""The longest ``message`` a :class:`ProtocolError` carries (longer ones are cut, marked)."""
+MAX_FIELD_CHARS = 128
+"""The longest ``param`` or ``event_id`` a :class:`ProtocolError` carries."""
+
+
+def bounded(text: str, limit: int) -> str:
+    """``text`` if it has at most ``limit`` characters, else its start and how much was left out."""
+    if len(text) <= limit:
+        return text
+    cut = f"... ({len(text) - limit + 32} more characters)"
+    return text[: max(0, limit - len(cut))] + cut
+
+
+def excerpt(value: object, limit: int = 64) -> str:
+    """``repr(value)``, cut to about ``limit`` characters: how an error quotes client input.
+    Cut before repr is taken, so a huge string costs no huge repr either."""
+    if isinstance(value, str) and len(value) > limit:
+        return repr(value[:limit]) + f"... ({len(value)} characters)"
+    return bounded(repr(value), limit + 32)
 
 
 class VoiceAgentError(Exception):
@@ -73,10 +103,27 @@ class ProtocolError(VoiceAgentError):
     """
 
     def __init__(self, code: str, message: str, *, param: str | None = None, event_id: str | None = None) -> None:
-        super().__init__(message)
+        super().__init__(bounded(message, MAX_MESSAGE_CHARS))
         self.code = code
         self.param = param
         self.event_id = event_id
+
+    @property
+    def param(self) -> str | None:
+        return self._param
+
+    @param.setter
+    def param(self, value: str | None) -> None:
+        self._param = None if value is None else bounded(value, MAX_FIELD_CHARS)
+
+    @property
+    def event_id(self) -> str | None:
+        """The client's event this error answers (cut to :data:`MAX_FIELD_CHARS`)."""
+        return self._event_id
+
+    @event_id.setter
+    def event_id(self, value: str | None) -> None:
+        self._event_id = None if value is None else bounded(value, MAX_FIELD_CHARS)
 
 
 class StageError(VoiceAgentError):

@@ -212,6 +212,18 @@ class History:
         dropped, self.items = self.items[: len(self.items) - max_items], self.items[len(self.items) - max_items :]
         return [i.id for i in dropped]
 
+    def oldest_turn(self) -> list[str]:
+        """Ids of the oldest whole turn: the items before the second user item (a user's words
+        with the answer, calls and outputs that followed them; or items that came before any
+        user item).  Empty when at most one turn is left: the latest turn is never offered."""
+        boundary = next((n for n, i in enumerate(self.items) if n > 0 and isinstance(i, UserItem)), None)
+        return [] if boundary is None else [i.id for i in self.items[:boundary]]
+
+    def remove(self, item_ids: Sequence[str]) -> None:
+        """Drop the items ``item_ids`` (ids not here are ignored)."""
+        gone = set(item_ids)
+        self.items = [i for i in self.items if i.id not in gone]
+
     @property
     def last_id(self) -> str | None:
         return self.items[-1].id if self.items else None
@@ -222,7 +234,6 @@ class History:
         *,
         pending_user: str | None = None,
         gen: int = -1,
-        max_chars: int = 6000,
         examples: Sequence[tuple[str, str]] = (),
     ) -> list[Message]:
         """The prompt: system, the ``examples`` (user, assistant) exchanges, history (empty
@@ -230,7 +241,8 @@ class History:
 
         A user item that belongs to generation ``gen`` is left out when ``pending_user`` carries
         the same turn (a speculative answer may start before or after the turn is committed).
-        Oldest items are dropped first when the history exceeds ``max_chars``.
+        Nothing is left out for length: the session cuts the history itself, in whole turns and
+        announced, so that what the model reads is what the client sees (:mod:`voiceagent.prompt_fit`).
         """
         msgs: list[Message] = []
         present = {i.call_id for i in self.items if isinstance(i, FunctionCallItem)}
@@ -261,10 +273,6 @@ class History:
                 msgs.append(Message("tool", item.output, tool_call_id=item.call_id))
         if pending_user is not None:
             msgs.append(Message("user", pending_user))
-        while sum(len(m.content) for m in msgs) > max_chars and len(msgs) > 1:
-            msgs.pop(0)
-            while len(msgs) > 1 and msgs[0].role == "tool":  # never a result without its call
-                msgs.pop(0)
         return [Message("system", instructions), *example_messages(examples), *msgs]
 
     def _same_turn(self, n: int, item: FunctionCallItem) -> bool:

@@ -116,6 +116,12 @@ class Metrics:
             ["engine", "kind"],
             registry=r,
         )
+        self._context_cuts = Counter(
+            "voiceagent_context_cuts", "times a conversation's history was cut to fit the LLM's context window", registry=r
+        )
+        self._context_dropped = Counter(
+            "voiceagent_context_dropped_items", "history items dropped to fit the LLM's context window", registry=r
+        )
         self._rate = Histogram(
             "voiceagent_llm_tokens_per_second",
             "decode speed of each reply (generated tokens / first to last token)",
@@ -142,6 +148,11 @@ class Metrics:
 
     def error(self, code: str) -> None:
         self._errors.labels(code).inc()
+
+    def context_cut(self, items: int) -> None:
+        """Count one cut of a history to the LLM's window, which dropped ``items`` items."""
+        self._context_cuts.inc()
+        self._context_dropped.inc(items)
 
     def queue_wait(self, queue: str, seconds: float) -> None:
         self._queue_wait.labels(queue).observe(max(0.0, seconds))

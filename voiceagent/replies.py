@@ -34,7 +34,7 @@ from voiceagent.backends.protocols import Message, Tool, with_tools
 from voiceagent.builtin_tools import BuiltinTools, TimerRequest
 from voiceagent.clock import Clock
 from voiceagent.config import Config
-from voiceagent.errors import ProtocolError
+from voiceagent.errors import ProtocolError, excerpt
 from voiceagent.events import (
     AudioDelta,
     CallSummary,
@@ -47,6 +47,7 @@ from voiceagent.events import (
     InputSpeechStopped,
     InputTranscriptDelta,
     InputTranscriptDone,
+    ItemsDropped,
     LlmRoute,
     LlmUsage,
     Mark,
@@ -68,6 +69,7 @@ from voiceagent.events import (
 from voiceagent.history import CANCELLED_OUTPUT, History, new_id
 from voiceagent.metrics import Metrics
 from voiceagent.pipeline import Channel, Generations, GenerationScope
+from voiceagent.prompt_fit import PromptFitter
 from voiceagent.reply import Reply, turn_record
 from voiceagent.settings import SessionSettings
 from voiceagent.stages.llm import LlmPrompt
@@ -104,7 +106,9 @@ class ReplyController:
         trim_history: Callable[[], Awaitable[None]],
         arrival_time: Callable[[float], float],
         wall_clock: Callable[[], dt.datetime] | None = None,
+        fitter: PromptFitter | None = None,
     ) -> None:
+        """``fitter``: cuts the history to the LLM's window before each prompt (None: never cut)."""
         self._id = session_id
         self._clock = clock
         self._config = config
@@ -125,6 +129,8 @@ class ReplyController:
         self._quiet.set()
         self._builtin = BuiltinTools(wall_clock) if config.tools.builtin else None
         self._timers: set[asyncio.Task[None]] = set()
+        self._fitter = fitter
+        self._fitting = asyncio.Lock()
 
     # ------------------------------------------------------------------ wiring
 
@@ -218,11 +224,11 @@ class ReplyController:
         does not start a response (the client asks with ``response.create``); an answer that
         starts later, spoken or created, uses it."""
         if self._history.call(call_id) is None:
-            raise ProtocolError("call_not_found", f"no function call with call_id {call_id!r}", param="item.call_id")
+            raise ProtocolError("call_not_found", f"no function call with call_id {excerpt(call_id)}", param="item.call_id")
         answered = self._history.output_of(call_id)
         if answered is not None:
             why = "was closed as cancelled: the conversation went on before it arrived" if answered.synthetic else "already has one"
-            raise ProtocolError("tool_output_already_received", f"call {call_id!r} {why}", param="item.call_id")
+            raise ProtocolError("tool_output_already_received", f"call {excerpt(call_id)} {why}", param="item.call_id")
         item = self._history.add_output(call_id, output)
         await self._emit_output(item.id, call_id, output, synthetic=False)
         return item.id
@@ -240,9 +246,7 @@ class ReplyController:
             for call in self._history.unanswered_calls():
                 item = self._history.add_output(call.call_id, CANCELLED_OUTPUT, synthetic=True)
                 await self._emit_output(item.id, call.call_id, CANCELLED_OUTPUT, synthetic=True)
-        tools = self._client_tools(reply)
-        if self._builtin is not None:  # the server's own tools, unless the client defines the name
-            tools = (*tools, *(t for t in self._builtin.tools if all(c.name != t.name for c in tools)))
+        tools = self.offered_tools(self._client_tools(reply))
         choice = reply.tool_choice if reply is not None and reply.tool_choice is not None else settings.tool_choice
         if choice not in ("auto", "none", "required") and all(t.name != choice for t in tools):
             choice = "auto"
@@ -259,14 +263,43 @@ class ReplyController:
         # the system message, and so the KV-cached prefix with the tools' listing after it,
         # stays the one of the turns before; the engine's grammar keeps that reply from calling.
         instructions = with_tools(instructions, tools)
-        messages = self._history.messages(instructions, pending_user=turn.text, gen=turn.gen, examples=examples)
-        if messages and messages[-1].role == "tool":
-            # Answering from tool results, not from the user's words.  Without a word on what to
-            # do with them, the 0.5B model mostly writes another call (often as text, which would
-            # be spoken); this one line turned that into a spoken answer in every case tried
-            # (tests/integration/test_tools.py).  It is in this prompt only, not in the history.
-            messages.append(Message("system", ANSWER_FROM_TOOLS))
-        return LlmPrompt(messages, tools, choice)
+
+        def render() -> list[Message]:
+            messages = self._history.messages(instructions, pending_user=turn.text, gen=turn.gen, examples=examples)
+            if messages and messages[-1].role == "tool":
+                # Answering from tool results, not from the user's words.  Without a word on what to
+                # do with them, the 0.5B model mostly writes another call (often as text, which would
+                # be spoken); this one line turned that into a spoken answer in every case tried
+                # (tests/integration/test_tools.py).  It is in this prompt only, not in the history.
+                messages.append(Message("system", ANSWER_FROM_TOOLS))
+            return messages
+
+        if self._fitter is None:
+            return LlmPrompt(render(), tools, choice)
+        async with self._fitting:  # a prefill and a turn may ask at once: one cut at a time
+            fitted = await self._fitter.fit(self._history, render, tools)
+        if fitted.dropped:
+            await self._announce_cut(fitted.dropped, fitted.tokens)
+        return LlmPrompt(fitted.messages, tools, choice)
+
+    def offered_tools(self, client_tools: tuple[Tool, ...]) -> tuple[Tool, ...]:
+        """``client_tools`` and the server's built-in tools whose names the client does not use."""
+        if self._builtin is None:
+            return client_tools
+        return (*client_tools, *(t for t in self._builtin.tools if all(c.name != t.name for c in client_tools)))
+
+    async def _announce_cut(self, dropped: list[str], tokens: int) -> None:
+        """Tell the client which items left the history to fit the LLM's window; count and log it."""
+        assert self._fitter is not None
+        self._metrics.context_cut(len(dropped))
+        log.info(
+            "session %s: %d oldest history items dropped to fit the LLM's context window (prompt now %d of %d tokens)",
+            self._id,
+            len(dropped),
+            tokens,
+            self._fitter.window,
+        )
+        await self._emit(ItemsDropped(t=self._clock.now(), gen=self._scope.current, session=self._id, item_ids=tuple(dropped)))
 
     def speaks(self, gen: int) -> bool:
         """Whether generation ``gen`` is spoken (else its text goes to the client as text)."""

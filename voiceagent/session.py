@@ -27,11 +27,11 @@ from types import TracebackType
 from typing import Any
 
 from voiceagent.audio import PIPELINE_RATE, Int16Array
-from voiceagent.backends.protocols import Tool
+from voiceagent.backends.protocols import Tool, with_tools
 from voiceagent.backends.registry import Engines
 from voiceagent.clock import Clock, MonotonicClock
 from voiceagent.config import Config
-from voiceagent.errors import ProtocolError, StageError
+from voiceagent.errors import ProtocolError, StageError, excerpt
 from voiceagent.events import (
     AudioFrame,
     ErrorEvent,
@@ -47,6 +47,7 @@ from voiceagent.history import AssistantItem, History, new_id
 from voiceagent.metrics import Metrics
 from voiceagent.pipeline import Channel, Generations, StageContext
 from voiceagent.pipeline.gate import GenerationGate
+from voiceagent.prompt_fit import PromptFitter
 from voiceagent.replies import ReplyController
 from voiceagent.settings import SessionSettings, settings_from_config
 from voiceagent.stages.llm import LlmStage
@@ -91,6 +92,7 @@ class Session:
         self.settings: SessionSettings = settings_from_config(config)
         self.history = History()
         self._engines = engines
+        self._fitter = PromptFitter(engines.llm, engines.llm.window or config.llm.context, config.llm.max_tokens)
         self._outbox: asyncio.Queue[object] = asyncio.Queue(maxsize=_OUTBOX)
         self._tasks: list[asyncio.Task[None]] = []
         self._channels: tuple[Channel[Event], ...] = ()
@@ -109,6 +111,7 @@ class Session:
             self._trim_history,
             self._arrival_time,
             wall_clock,
+            self._fitter,
         )
         self.scope: Generations = self.replies.generations
 
@@ -243,6 +246,16 @@ class Session:
             self.llm.warm()
         return self.settings
 
+    async def check_update(self, **changes: Any) -> None:
+        """Refuse (``ProtocolError`` ``context_length_exceeded``) changes whose instructions and
+        tools would leave the LLM's window no room for a turn; the settings are not touched.
+        Call it before :meth:`update` with the same changes."""
+        if not changes.keys() & {"instructions", "tools"}:
+            return
+        settings = dataclasses.replace(self.settings, **changes)
+        tools = self.replies.offered_tools(settings.tools)
+        await self._fitter.check_instructions(with_tools(settings.instructions, tools), tools)
+
     async def append_audio(self, pcm: Int16Array) -> None:
         """User audio at 16 kHz.  Waits (back-pressure) rather than dropping when stages lag."""
         now = self.clock.now()
@@ -321,7 +334,7 @@ class Session:
         """The client played only ``audio_end_ms`` of assistant item ``item_id``."""
         item = self.history.find(item_id)
         if item is None:
-            raise ProtocolError("item_not_found", f"no item {item_id!r}", param="item_id")
+            raise ProtocolError("item_not_found", f"no item {excerpt(item_id)}", param="item_id")
         if not isinstance(item, AssistantItem):
             raise ProtocolError("invalid_item_type", "only assistant items can be truncated", param="item_id")
         if not math.isfinite(audio_end_ms) or audio_end_ms < 0 or audio_end_ms > item.audio_ms + 1.0:
@@ -339,7 +352,7 @@ class Session:
 
     def delete_item(self, item_id: str) -> None:
         if not self.history.delete(item_id):
-            raise ProtocolError("item_not_found", f"no item {item_id!r}", param="item_id")
+            raise ProtocolError("item_not_found", f"no item {excerpt(item_id)}", param="item_id")
 
     # ------------------------------------------------------------------ internals
 

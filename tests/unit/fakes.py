@@ -336,14 +336,18 @@ class FakeEngines:
         llm: FakeLlm | None = None,
         tts: FakeTts | None = None,
         contexts: Sequence[Any] | None = None,
+        window: int | None = None,
+        count: Callable[[Sequence[Message], Sequence[Tool]], int] | None = None,
     ) -> None:
-        """``contexts``: the LLM pool's contexts (default: ``llm`` alone), stepped on ``llm``'s executor."""
+        """``contexts``: the LLM pool's contexts (default: ``llm`` alone), stepped on ``llm``'s
+        executor; ``window`` and ``count``: the pool's context length and token counter (default:
+        none, so the session estimates against ``llm.context``)."""
         self.vad = vad or FakeVad()
         self.stt = stt or FakeStt(default="hello")
         self.turn = turn or FakeTurn()
         self.llm = llm or FakeLlm()
         self.tts = tts or FakeTts()
-        self.pool = LlmPool(list(contexts) if contexts else [self.llm], self.llm.executor, name="fake")
+        self.pool = LlmPool(list(contexts) if contexts else [self.llm], self.llm.executor, name="fake", window=window, tokens=count)
         self.engines = Engines(vad=self.vad, stt=self.stt, turn=self.turn, llm=self.pool, tts=self.tts)
 
     def close(self) -> None:

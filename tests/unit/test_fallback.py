@@ -27,8 +27,17 @@ class ScriptedEngine:
     """An async engine whose next generations follow a script: a reply (pieces), an exception
     raised before the first piece, ``"hang"`` (never answers), or ("fail_after", pieces)."""
 
-    def __init__(self, name: str, script: Sequence[Any] = (), default: Sequence[str] = ("Hello", " there.")) -> None:
+    def __init__(
+        self,
+        name: str,
+        script: Sequence[Any] = (),
+        default: Sequence[str] = ("Hello", " there."),
+        window: int | None = None,
+        tokens: int | None = None,
+    ) -> None:
         self.name = name
+        self.window = window
+        self.tokens = tokens
         self.script = list(script)
         self.default = list(default)
         self.calls = 0
@@ -36,6 +45,9 @@ class ScriptedEngine:
         self.primed: list[Sequence[Message]] = []
         self.prime_error: Exception | None = None
         self.hanging = asyncio.Event()
+
+    async def count_tokens(self, messages: Sequence[Message], tools: tuple[Any, ...] = ()) -> int | None:
+        return self.tokens
 
     async def generate(self, request: LlmRequest) -> AsyncGenerator[str, None]:
         self.calls += 1
@@ -227,3 +239,14 @@ def test_a_primary_unreachable_at_start_up_opens_the_breaker_and_the_server_can_
     routes: list[tuple[str, str]] = []
     assert asyncio.run(_ask(llm, routes)) == "Fallback answer."
     assert routes == [("embedded", "breaker_open")]
+
+
+def test_a_prompt_must_fit_both_engines_and_is_counted_by_the_primary_where_it_can() -> None:
+    """A turn may go to either engine: the window is the smaller one; the count is the primary's,
+    or the fallback's when the primary (a remote server) cannot count."""
+    counting = FallbackLlm(ScriptedEngine("vllm", window=8192, tokens=120), ScriptedEngine("llama_cpp", window=2048, tokens=130), 1.0)
+    assert counting.window == 2048
+    assert asyncio.run(counting.count_tokens([Message("user", "hi")])) == 120
+    remote = FallbackLlm(ScriptedEngine("openai", window=None, tokens=None), ScriptedEngine("llama_cpp", window=4096, tokens=130), 1.0)
+    assert remote.window == 4096
+    assert asyncio.run(remote.count_tokens([Message("user", "hi")])) == 130

@@ -174,28 +174,12 @@ def test_empty_assistant_items_are_skipped() -> None:
     assert [m.role for m in h.messages("sys")] == ["system", "user", "user"]
 
 
-def test_oldest_messages_are_dropped_beyond_max_chars_but_system_is_kept() -> None:
-    h = History()
-    for i in range(10):
-        h.add_user(f"{i}" * 100)
-    msgs = h.messages("S" * 500, pending_user="p" * 100, max_chars=350)
-    assert msgs[0] == Message("system", "S" * 500)  # the system prompt does not count and stays
-    assert [m.content for m in msgs[1:]] == ["8" * 100, "9" * 100, "p" * 100]  # 300 chars <= 350
-
-
-def test_the_pending_user_text_is_kept_even_when_alone_over_the_limit() -> None:
-    h = History()
-    h.add_user("old")
-    msgs = h.messages("sys", pending_user="x" * 50, max_chars=10)
-    assert msgs == [Message("system", "sys"), Message("user", "x" * 50)]
-
-
-def test_examples_follow_the_system_message_and_are_never_dropped_for_length() -> None:
+def test_examples_follow_the_system_message() -> None:
     h = History()
     for i in range(10):
         h.add_user(f"{i}" * 100)
     examples = (("I'm Alex.", "Nice to meet you, Alex!"), ("Hi.", "Hello!"))
-    msgs = h.messages("sys", pending_user="p" * 100, max_chars=350, examples=examples)
+    msgs = h.messages("sys", pending_user="p" * 100, examples=examples)
     assert msgs[:5] == [
         Message("system", "sys"),
         Message("user", "I'm Alex."),
@@ -203,8 +187,7 @@ def test_examples_follow_the_system_message_and_are_never_dropped_for_length() -
         Message("user", "Hi."),
         Message("assistant", "Hello!"),
     ]
-    # like the system message, the examples do not count against the history's length
-    assert [m.content for m in msgs[5:]] == ["8" * 100, "9" * 100, "p" * 100]
+    assert [m.content for m in msgs[5:]] == [f"{i}" * 100 for i in range(10)] + ["p" * 100]
 
 
 def test_ids_are_unique_with_their_prefix() -> None:

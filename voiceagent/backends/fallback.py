@@ -127,6 +127,9 @@ class FallbackLlm:
         self.primary = primary
         self.fallback = fallback
         self.name = primary.name
+        # A turn may be answered by either engine: its prompt must fit both.
+        windows = [w for w in (primary.window, fallback.window) if w is not None]
+        self.window = min(windows) if windows else None
         self.first_token_budget_s = first_token_budget_s
         self.breaker = Breaker(failures, reset_s, clock)
         self.answered: collections.Counter[tuple[str, str]] = collections.Counter()
@@ -194,6 +197,11 @@ class FallbackLlm:
         except EngineError as exc:
             log.warning("LLM %s is not answering at start-up (%s); the fallback answers until it does", self.primary.name, exc)
             self.breaker.trip()
+
+    async def count_tokens(self, messages: Sequence[Message], tools: tuple[Tool, ...] = ()) -> int | None:
+        """The primary's count where it can tell, else the fallback's."""
+        n = await self.primary.count_tokens(messages, tools)
+        return n if n is not None else await self.fallback.count_tokens(messages, tools)
 
     def stats(self) -> LlmStats:
         st = self.primary.stats()

@@ -39,6 +39,7 @@ from voiceagent.backends.protocols import LlmContext, Message, Tool, ToolCall, T
 from voiceagent.backends.tool_format import OPEN, HermesToolParser, chat_messages, new_call_id, tool_dicts
 from voiceagent.catalog import get_spec, prepare
 from voiceagent.config import LlmConfig
+from voiceagent.errors import ModelError
 from voiceagent.pipeline.scheduler import PriorityExecutor
 from voiceagent.text import unpunctuated
 
@@ -132,6 +133,12 @@ class LlamaCppContext:
             use_mmap=True,
             verbose=bool(os.environ.get("VOICEAGENT_LLAMA_VERBOSE")),
         )
+        trained = int(cast(Any, self._llm)._model.n_ctx_train())
+        if trained and context > trained:
+            self._llm.close()
+            raise ModelError(
+                f"llm.context {context} is longer than {path.name} was trained for ({trained} tokens); set llm.context <= {trained}"
+            )
         self.context = context
         self._threads = threads
         self._call_bias = call_bias
@@ -164,6 +171,14 @@ class LlamaCppContext:
 
     def count_tokens(self, text: str) -> int:
         return len(self._llm.tokenize(text.encode("utf-8"), add_bos=False, special=True))
+
+    def prompt_length(self, messages: Sequence[Message], tools: Sequence[Tool] = ()) -> int:
+        """The prompt's length in tokens, as :meth:`stream` will render it.  Thread-safe: it
+        reads only the model's vocabulary and the template, never this context's state.  A model
+        without a chat template is counted by its messages' text plus a few tokens each."""
+        if self._formatter is not None:
+            return len(self._prompt_tokens(messages, tools))
+        return sum(self.count_tokens(m.content) + 8 for m in messages)
 
     def prompt_reuse(self, messages: Sequence[Message], tools: Sequence[Tool] = ()) -> tuple[int, int]:
         """(prompt tokens, tokens of it already in this context's KV cache), as llama.cpp will
@@ -386,4 +401,13 @@ def load(config: LlmConfig, cache_dir: Path) -> LlmPool:
     contexts = [LlamaCppContext(path, config.threads, config.context, config.call_bias) for _ in range(config.contexts)]
     for context in contexts:
         context.fill_buffers()
-    return LlmPool(contexts, PriorityExecutor("llm"), name="llama_cpp", count_prompt=_reuse, threads=config.threads, model=config.model)
+    return LlmPool(
+        contexts,
+        PriorityExecutor("llm"),
+        name="llama_cpp",
+        count_prompt=_reuse,
+        threads=config.threads,
+        model=config.model,
+        window=config.context,
+        tokens=contexts[0].prompt_length,
+    )

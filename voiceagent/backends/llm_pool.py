@@ -194,11 +194,18 @@ class LlmPool:
         count_prompt: Callable[[LlmContext, Sequence[Message], Sequence[Tool]], tuple[int, int]] | None = None,
         threads: int = 1,
         model: str = "",
+        window: int | None = None,
+        tokens: Callable[[Sequence[Message], Sequence[Tool]], int] | None = None,
     ) -> None:
+        """``window``: the context length of every context; ``tokens``: the length of a rendered
+        prompt in the model's tokens, thread-safe and touching no context (for
+        :meth:`count_tokens`, run in a worker thread)."""
         if not contexts:
             raise ValueError("an LLM pool needs at least one context")
         self.name = name
         self.model = model
+        self.window = window
+        self._tokens = tokens
         self.executor = executor
         self._slots = [_Slot(i, c) for i, c in enumerate(contexts)]
         self._waiters: collections.deque[_Waiter] = collections.deque()
@@ -443,6 +450,14 @@ class LlmPool:
             fut.result()
         for slot in self._slots:
             slot.owner = None
+
+    async def count_tokens(self, messages: Sequence[Message], tools: tuple[Tool, ...] = ()) -> int | None:
+        """The prompt's length in the model's tokens (None without a counter).  Runs in a worker
+        thread, not on the executor: rendering and tokenizing read only the model's vocabulary,
+        and a count must not queue behind other sessions' token steps."""
+        if self._tokens is None:
+            return None
+        return await asyncio.to_thread(self._tokens, list(messages), tools)
 
     def stats(self) -> LlmStats:
         return LlmStats(

@@ -95,9 +95,12 @@ class OpenAiLlm:
         first_token_timeout_s: float = 5.0,
         max_connections: int = 64,
         transport: httpx.AsyncBaseTransport | None = None,
+        window: int | None = None,
     ) -> None:
-        """``transport``: an httpx transport to use instead of the network (a test seam)."""
+        """``transport``: an httpx transport to use instead of the network (a test seam);
+        ``window``: the server's context length as configured (``llm.context``)."""
         self.name = "openai"
+        self.window = window
         self.base_url = base_url.rstrip("/")
         self.model = model
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
@@ -202,6 +205,10 @@ class OpenAiLlm:
         if resp.status_code != 200:
             raise EngineError(f"the LLM server at {self.base_url} answered HTTP {resp.status_code}: {resp.text[:200]}")
 
+    async def count_tokens(self, messages: Sequence[Message], tools: tuple[Tool, ...] = ()) -> int | None:
+        """None: the server's tokenizer is not known here (the session estimates)."""
+        return None
+
     def stats(self) -> LlmStats:
         return LlmStats(engine=self.name, slots=0, busy=self._active, waiting=0, generated_tokens=self._generated)
 
@@ -219,4 +226,4 @@ class OpenAiLlm:
 
 def load(config: LlmConfig, cache_dir: Path) -> OpenAiLlm:
     """The engine for ``llm.backend = "openai"`` (no I/O: the first request connects)."""
-    return OpenAiLlm(config.base_url, config.model, config.api_key, config.first_token_timeout_s)
+    return OpenAiLlm(config.base_url, config.model, config.api_key, config.first_token_timeout_s, window=config.context)

@@ -28,6 +28,9 @@ Stages therefore talk to an :class:`LlmEngine`, an asynchronous layer that owns 
   prefix for a conversation does nothing.
 * **Failure:** an engine that cannot answer raises :class:`~voiceagent.errors.EngineError`
   (retryable where a later call may work); the stage turns it into a failed response.
+* **Window:** a prompt longer than :attr:`LlmEngine.window` less the reply's tokens fails; the
+  session measures each prompt with :meth:`LlmEngine.count_tokens` first and cuts the history to
+  fit (:mod:`voiceagent.prompt_fit`).
 * **Tools:** a request may offer ``tools``.  The engine renders them the way its model was
   trained to see them (the model's own chat template; an OpenAI-compatible server's ``tools``
   field) and yields each call the model makes as one complete :class:`ToolCall`, between the
@@ -280,6 +283,15 @@ class LlmEngine(Protocol):
     def prime(self, messages: Sequence[Message], tools: tuple[Tool, ...] = ()) -> None:
         """Warm every slot with the prefix of ``messages`` offering ``tools`` and forget
         conversation affinity (blocking: call off the event loop, with no generation running)."""
+        ...
+
+    window: int | None
+    """Tokens one sequence holds, prompt and reply together (``llm.context``); None: not known."""
+
+    async def count_tokens(self, messages: Sequence[Message], tools: tuple[Tool, ...] = ()) -> int | None:
+        """The length of the prompt ``messages`` and ``tools`` render to, in this engine's own
+        tokens (its chat template and tokenizer); None when it cannot tell (a remote server).
+        Touches no sequence state: it may run while generations do, and never waits for one."""
         ...
 
     def stats(self) -> LlmStats: ...

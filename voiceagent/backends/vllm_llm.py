@@ -85,9 +85,11 @@ class VllmLlm:
         make_params: Callable[[int, float], Any],
         name: str = "vllm",
         model: str = "",
+        window: int | None = None,
     ) -> None:
         self.name = name
         self.model = model
+        self.window = window
         self._render = render
         self._make_params = make_params
         self._loop = asyncio.new_event_loop()
@@ -230,6 +232,10 @@ class VllmLlm:
 
         asyncio.run(one())
 
+    async def count_tokens(self, messages: Sequence[Message], tools: tuple[Tool, ...] = ()) -> int | None:
+        """The rendered prompt's length in the model's tokens (the tokenizer, in a worker thread)."""
+        return len(await asyncio.to_thread(self._render, list(messages), tools, ""))
+
     def stats(self) -> LlmStats:
         return LlmStats(
             engine=self.name,
@@ -324,4 +330,4 @@ def load(config: LlmConfig, cache_dir: Path) -> VllmLlm:
         return engine
 
     log.info("starting vLLM (%s) on %s: %s", model, "CPU" if on_cpu else "GPU", {k: v for k, v in kwargs.items() if k != "model"})
-    return VllmLlm(make_engine, render, make_params, model=config.model)
+    return VllmLlm(make_engine, render, make_params, model=config.model, window=config.context)

@@ -14,7 +14,7 @@ import logging
 from websockets.asyncio.server import ServerConnection
 
 from voiceagent.audio import PIPELINE_RATE
-from voiceagent.errors import ProtocolError
+from voiceagent.errors import ProtocolError, excerpt
 from voiceagent.session import Session
 from voiceagent.transports.connection import SessionConnection
 from voiceagent.transports.realtime_codec import RealtimeCodec
@@ -91,6 +91,7 @@ class RealtimeConnection(SessionConnection):
                 )
             await s.append_audio(cmd.pcm)
         elif isinstance(cmd, UpdateSession):
+            await s.check_update(**cmd.changes)  # instructions too long for the LLM's window: refused, settings kept
             self.codec.settings = s.update(**cmd.changes)
             await self.send(self.codec.session_message("session.updated", s.id))
         elif isinstance(cmd, CommitInput):
@@ -130,7 +131,7 @@ class RealtimeConnection(SessionConnection):
         elif isinstance(cmd, RetrieveItem):
             item = s.history.find(cmd.item_id)
             if item is None:
-                raise ProtocolError("item_not_found", f"no item {cmd.item_id!r}", param="item_id", event_id=cmd.event_id)
+                raise ProtocolError("item_not_found", f"no item {excerpt(cmd.item_id)}", param="item_id", event_id=cmd.event_id)
             await self.send(self.codec.item_retrieved(item, cmd.event_id))
         elif isinstance(cmd, CreateResponse):
             await s.create_response(cmd.instructions, tools=cmd.tools, tool_choice=cmd.tool_choice, audio=cmd.audio)
@@ -140,6 +141,9 @@ class RealtimeConnection(SessionConnection):
                 raise ProtocolError("response_cancel_not_active", "there is no active response to cancel", event_id=cmd.event_id)
             if cmd.response_id is not None and cmd.response_id != active:
                 raise ProtocolError(
-                    "response_cancel_not_active", f"response {cmd.response_id!r} is not active", param="response_id", event_id=cmd.event_id
+                    "response_cancel_not_active",
+                    f"response {excerpt(cmd.response_id)} is not active",
+                    param="response_id",
+                    event_id=cmd.event_id,
                 )
             await s.cancel_response()

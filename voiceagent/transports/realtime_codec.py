@@ -15,7 +15,7 @@ from __future__ import annotations
 import base64
 from typing import Any
 
-from voiceagent.errors import ProtocolError
+from voiceagent.errors import MAX_MESSAGE_CHARS, ProtocolError, bounded
 from voiceagent.events import (
     AudioDelta,
     CallSummary,
@@ -166,7 +166,15 @@ class RealtimeCodec:
         if isinstance(ev, ErrorEvent):
             return [
                 message(
-                    "error", error={"type": ev.kind, "code": ev.code, "message": ev.message, "param": ev.param, "event_id": ev.event_id}
+                    "error",
+                    error={
+                        "type": ev.kind,
+                        "code": ev.code,
+                        # A server error's text comes from a model library: bounded like a client's.
+                        "message": bounded(ev.message, MAX_MESSAGE_CHARS),
+                        "param": ev.param,
+                        "event_id": ev.event_id,
+                    },
                 )
             ]
         if isinstance(ev, TurnMetrics):

@@ -19,7 +19,7 @@ from typing import Any
 
 from voiceagent.audio import Int16Array
 from voiceagent.backends.protocols import Tool
-from voiceagent.errors import ProtocolError
+from voiceagent.errors import ProtocolError, excerpt
 from voiceagent.settings import SessionSettings, TurnDetection
 from voiceagent.transports.fields import parse_object, require_str
 from voiceagent.transports.realtime_audio import WireAudio
@@ -155,7 +155,7 @@ class CommandDecoder:
             raise ProtocolError("missing_type", "a client event needs a string 'type'", param="type", event_id=event_id)
         handler = _DECODERS.get(kind)
         if handler is None:
-            raise ProtocolError("unknown_event_type", f"unknown event type {kind!r}", param="type", event_id=event_id)
+            raise ProtocolError("unknown_event_type", f"unknown event type {excerpt(kind)}", param="type", event_id=event_id)
         try:
             cmd: Command = handler(self, msg, event_id)
             return cmd
@@ -225,7 +225,7 @@ class CommandDecoder:
         kind = td.get("type", "server_vad")
         if kind not in ("server_vad", "semantic_vad"):
             raise ProtocolError(
-                "invalid_value", f"unsupported turn_detection type {kind!r}", param="session.audio.input.turn_detection.type"
+                "invalid_value", f"unsupported turn_detection type {excerpt(kind)}", param="session.audio.input.turn_detection.type"
             )
         cur = self.settings.turn_detection or TurnDetection(0.5, 300, 500)
         threshold = td.get("threshold", cur.threshold)
@@ -268,7 +268,7 @@ class CommandDecoder:
             output = require_str(item, "output", "item.output")
             return CreateToolOutput(call_id, output, event_id)
         if item.get("type", "message") != "message":
-            raise ProtocolError("unsupported_item_type", f"item type {item.get('type')!r} is not supported", param="item.type")
+            raise ProtocolError("unsupported_item_type", f"item type {excerpt(item.get('type'))} is not supported", param="item.type")
         role = item.get("role")
         if role not in ("user", "assistant", "system"):
             raise ProtocolError("invalid_value", "item.role must be user, assistant or system", param="item.role")
@@ -324,14 +324,14 @@ def _tools(value: Any, param: str) -> tuple[Tool, ...]:
         if not isinstance(raw, dict):
             raise ProtocolError("invalid_value", f"'{where}' must be an object", param=where)
         if raw.get("type", "function") != "function":
-            raise ProtocolError("invalid_value", f"'{where}.type' {raw.get('type')!r} is not supported (function only)", param=where)
+            raise ProtocolError("invalid_value", f"'{where}.type' {excerpt(raw.get('type'))} is not supported (function only)", param=where)
         inner = raw.get("function")
         fn: dict[str, Any] = inner if isinstance(inner, dict) else raw  # the Chat Completions shape too
         name = fn.get("name")
         if not isinstance(name, str) or not _TOOL_NAME.fullmatch(name):
             raise ProtocolError("invalid_value", f"'{where}.name' must be 1-64 letters, digits, _ or -", param=f"{where}.name")
         if any(t.name == name for t in tools):
-            raise ProtocolError("invalid_value", f"tool name {name!r} is used twice", param=f"{where}.name")
+            raise ProtocolError("invalid_value", f"tool name {excerpt(name)} is used twice", param=f"{where}.name")
         desc = fn.get("description", "")
         if not isinstance(desc, str):
             raise ProtocolError("invalid_value", f"'{where}.description' must be a string", param=f"{where}.description")
@@ -360,7 +360,7 @@ def _tool_choice(value: Any, tools: tuple[Tool, ...], param: str) -> str:
     if not isinstance(name, str):
         raise ProtocolError("invalid_value", "tool_choice must be auto, none, required or {'type': 'function', 'name': ...}", param=param)
     if all(t.name != name for t in tools):
-        raise ProtocolError("invalid_value", f"tool_choice names {name!r}, which is not among the tools", param=param)
+        raise ProtocolError("invalid_value", f"tool_choice names {excerpt(name)}, which is not among the tools", param=param)
     return name
 
 
@@ -423,7 +423,7 @@ def _format(obj: dict[str, Any], param: str) -> str:
         kind = "audio/pcmu"
     if not isinstance(kind, str) or kind not in FORMATS:  # a list or object is not a format (nor hashable)
         raise ProtocolError(
-            "unsupported_format", f"audio format {kind!r} is not supported (audio/pcm at 24000 Hz or audio/pcmu)", param=param
+            "unsupported_format", f"audio format {excerpt(kind)} is not supported (audio/pcm at 24000 Hz or audio/pcmu)", param=param
         )
     if kind == "audio/pcm" and isinstance(fmt, dict) and fmt.get("rate", 24000) != 24000:
         raise ProtocolError("unsupported_format", "audio/pcm is 24000 Hz in this protocol", param=f"{param}.rate")

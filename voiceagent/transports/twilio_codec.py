@@ -30,7 +30,7 @@ from urllib.parse import urlsplit
 from xml.sax.saxutils import quoteattr
 
 from voiceagent.audio import PIPELINE_RATE, Int16Array, StreamResampler, mulaw_decode, mulaw_encode
-from voiceagent.errors import ProtocolError
+from voiceagent.errors import ProtocolError, excerpt
 from voiceagent.events import AudioDelta, Event, PlaybackCleared, ResponseCreated, ResponseDone, ResponseStatus
 from voiceagent.transports.fields import parse_object, require_str
 
@@ -151,12 +151,14 @@ class TwilioCodec:
         if event == "start":
             return self._start(msg)
         if event not in ("media", "dtmf", "mark", "stop"):
-            raise ProtocolError("unknown_event", f"unknown Media Streams event {event!r}", param="event")
+            raise ProtocolError("unknown_event", f"unknown Media Streams event {excerpt(event)}", param="event")
         if self.stream_sid is None:
-            raise ProtocolError("not_started", f"{event!r} before 'start'", param="event")
+            raise ProtocolError("not_started", f"{excerpt(event)} before 'start'", param="event")
         sid = msg.get("streamSid")
         if sid is not None and sid != self.stream_sid:
-            raise ProtocolError("wrong_stream", f"streamSid {sid!r} is not this call's stream {self.stream_sid!r}", param="streamSid")
+            raise ProtocolError(
+                "wrong_stream", f"streamSid {excerpt(sid)} is not this call's stream {excerpt(self.stream_sid)}", param="streamSid"
+            )
         if event == "media":
             return self._media(msg)
         if event == "dtmf":
@@ -220,7 +222,7 @@ class TwilioCodec:
     def _mark_echo(self, name: str) -> MarkEcho:
         entry = self._marks.pending.pop(name, None)
         if entry is None:
-            raise ProtocolError("unknown_mark", f"mark {name!r} was never sent on this stream", param="mark.name")
+            raise ProtocolError("unknown_mark", f"mark {excerpt(name)} was never sent on this stream", param="mark.name")
         item_id, end_ms = entry
         if item_id in self._marks.cleared:
             return MarkEcho(name, None, None)  # echoed because ``clear`` discarded its audio
