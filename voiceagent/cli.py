@@ -18,10 +18,13 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from voiceagent import catalog, logs
-from voiceagent.backends.registry import load_engines, warm_up
+from voiceagent.backends.protocols import with_tools
+from voiceagent.backends.registry import Engines, load_engines, warm_up
+from voiceagent.builtin_tools import builtin_tools
 from voiceagent.config import Config, load_config
-from voiceagent.errors import VoiceAgentError
+from voiceagent.errors import ConfigError, ProtocolError, VoiceAgentError
 from voiceagent.profiles import PROFILES
+from voiceagent.prompt_fit import PromptFitter
 from voiceagent.replay import ReplayResult, format_table, replay_file, summarize
 from voiceagent.talk import TalkOptions, run_talk
 from voiceagent.transports.server import VoiceAgentServer
@@ -87,10 +90,26 @@ def _require_models(config: Config) -> None:
     catalog.require_installed(keys, why, config.profile)
 
 
+async def _check_instructions(config: Config, engines: Engines) -> None:
+    """The server's own instructions (and built-in tools) must leave the LLM's window room for a
+    turn, as a client's must at session.update: else every session would start broken."""
+    tools = builtin_tools() if config.tools.builtin else ()
+    fitter = PromptFitter(engines.llm, engines.llm.window or config.llm.context, config.llm.max_tokens)
+    try:
+        await fitter.check_instructions(with_tools(config.llm.instructions, tools), tools)
+    except ProtocolError as exc:
+        raise ConfigError(f"llm.instructions: {exc.message}") from None
+
+
 async def _start_server(config: Config) -> VoiceAgentServer:
     t0 = time.perf_counter()
     loop = asyncio.get_running_loop()
     engines = await loop.run_in_executor(None, load_engines, config)
+    try:
+        await _check_instructions(config, engines)
+    except BaseException:
+        engines.close()
+        raise
     warm = await loop.run_in_executor(None, warm_up, engines, config)
     server = VoiceAgentServer(config, engines)
     await server.start()

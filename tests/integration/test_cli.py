@@ -122,3 +122,32 @@ def test_a_model_that_fails_to_load_stops_serve_with_one_message_naming_it_and_t
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("voiceagent: error: could not load the llm model 'qwen2.5-0.5b' (llm.model)"), last
     assert "Fix: run 'bash scripts/setup.sh'" in last and str(tmp_path) in last
+
+
+@pytest.mark.parametrize(
+    ("env", "sets", "expected"),
+    [
+        (
+            {"VOICEAGENT_LLM__INSTRUCTIONS": "word " * 3000},
+            [],
+            "voiceagent: error: llm.instructions: the instructions take ",
+        ),
+        ({}, ["--set", "llm.context=40000"], "voiceagent: error: llm.context 40000 is longer than "),
+    ],
+    ids=["instructions_longer_than_the_window", "context_longer_than_trained"],
+)
+def test_a_window_that_cannot_hold_a_turn_stops_serve_with_one_line(env: dict[str, str], sets: list[str], expected: str) -> None:
+    """The server's own instructions must leave the LLM's window room for a turn, as a client's
+    must at session.update; and llm.context may be raised only up to the model's trained length."""
+    proc = subprocess.run(
+        [*CLI, "serve", "--port", "0", "--set", "llm.contexts=1", *sets],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **env},
+        timeout=180,
+    )
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith(expected), last
+    assert "llm.context" in last and ("2048" in last or "32768" in last), last

@@ -1,0 +1,126 @@
+"""Long instructions and long conversations with the real LLM behind a real WebSocket server
+(issue #31): the prompt always fits the context window.  With ``llm.context`` raised, a
+conversation that outgrows it loses its oldest turns, announced, and every turn is answered with
+the instructions kept; on the defaults, instructions that cannot fit are refused at
+``session.update`` with the sizes, and the session goes on with its previous settings."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from websockets.asyncio.client import connect
+
+from tests.integration.rt_client import Recorder, scrape
+from tests.profile import profile_config
+from voiceagent.backends import llama_cpp
+from voiceagent.backends.registry import Engines
+from voiceagent.transports.server import VoiceAgentServer
+
+pytestmark = pytest.mark.models
+
+ROOMS = ["Amber", "Birch", "Cedar", "Delta", "Ember", "Fjord", "Garnet", "Harbor", "Indigo", "Juniper"]
+TOPICS = ["robotics", "weather models", "speech codecs", "solar panels", "compilers", "tea farming", "bridges", "sleep research"]
+
+
+def knowledge_base() -> str:
+    """Conference-assistant instructions with a schedule as knowledge: ~1,500 tokens for Qwen2.5."""
+    lines = ["You are the voice assistant of the Northwind conference. Answer in one short sentence from this schedule."]
+    for day in ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday"):
+        for hour in range(8, 20):
+            room = ROOMS[(hour + len(day)) % len(ROOMS)]
+            topic = TOPICS[(hour * 3 + len(day)) % len(TOPICS)]
+            lines.append(f"{day} at {hour}:00 in room {room}: a talk on {topic}, with questions afterwards.")
+    lines.append("The keynote is on Monday at 9:00 in the Great Hall. Lunch is served at noon in the Atrium.")
+    return "\n".join(lines)
+
+
+@pytest.fixture(scope="module")
+def long_context(engines: Any) -> Iterator[Engines]:
+    """The profile's models with an LLM pool of one context raised to 4096 tokens."""
+    config = profile_config({"llm.context": "4096", "llm.contexts": "1"})
+    if config.llm.backend != "llama_cpp":
+        pytest.skip(f"the embedded engine's window is tested here; this profile's LLM is {config.llm.backend}")
+    pool = llama_cpp.load(config.llm, config.cache_path)
+    try:
+        yield dataclasses.replace(engines, llm=pool)
+    finally:
+        pool.close()
+
+
+async def _connect(server: VoiceAgentServer) -> tuple[Any, Recorder, asyncio.Task[None]]:
+    ws = await connect(server.url, max_size=None)
+    rec = Recorder(ws)
+    task = asyncio.create_task(rec.pump())
+    await rec.wait_for("session.created", 10)
+    return ws, rec, task
+
+
+async def _ask(ws: Any, rec: Recorder, text: str, timeout: float = 120.0) -> dict[str, Any]:
+    start = len(rec.events)
+    item = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}
+    await ws.send(json.dumps({"type": "conversation.item.create", "item": item}))
+    await ws.send(json.dumps({"type": "response.create", "response": {"output_modalities": ["text"]}}))
+    done = await rec.wait_for("response.done", timeout, start=start)
+    return done["response"]
+
+
+def _text(response: dict[str, Any]) -> str:
+    return " ".join(c.get("text") or c.get("transcript") or "" for o in response["output"] for c in o.get("content", []))
+
+
+def test_a_conversation_that_outgrows_the_window_drops_its_oldest_turns_and_keeps_answering(long_context: Engines, run: Any) -> None:
+    filler = " ".join(f"I also wondered about the {t} session and whether it is recorded for later viewing." for t in TOPICS * 2)
+
+    async def scenario() -> None:
+        config = profile_config({"server.port": "0", "llm.context": "4096", "llm.max_tokens": "40"})
+        async with VoiceAgentServer(config, long_context) as server:
+            ws, rec, task = await _connect(server)
+            await ws.send(json.dumps({"type": "session.update", "session": {"type": "realtime", "instructions": knowledge_base()}}))
+            await rec.wait_for("session.updated", 30)
+            created: list[str] = []
+            for turn in range(10):
+                question = "Where is the keynote held?" if turn == 9 else "Which room is the talk on Tuesday at 14:00 in?"
+                response = await _ask(ws, rec, f"Question {turn}: {filler} {question}")
+                assert response["status"] == "completed", response
+                created += [e["item"]["id"] for e in rec.of("conversation.item.added") if e["item"]["role"] == "user"][len(created) :]
+            deleted = [e["item_id"] for e in rec.of("conversation.item.deleted")]
+            assert deleted, "ten turns of ~350 tokens beside ~1,500 of instructions must outgrow 4,096 tokens"
+            # Oldest first, whole turns: the first user items created are the ones deleted.
+            users_deleted = [i for i in deleted if i in created]
+            assert users_deleted == created[: len(users_deleted)]
+            assert created[-1] not in deleted
+            # The instructions were kept through the cuts: the last answer comes from them.
+            assert "great hall" in _text(response).lower(), _text(response)
+            metrics = await asyncio.to_thread(scrape, server.port)
+            assert metrics["voiceagent_context_dropped_items_total"] == len(deleted)
+            assert metrics["voiceagent_context_cuts_total"] >= 1
+            assert metrics.get('voiceagent_turns_total{status="failed"}', 0.0) == 0.0
+            await ws.close()
+            await task
+
+    run(scenario(), 600)
+
+
+def test_instructions_too_long_for_the_default_window_are_refused_with_the_sizes(engines: Any, run: Any) -> None:
+    async def scenario() -> None:
+        config = profile_config({"server.port": "0"})
+        async with VoiceAgentServer(config, engines) as server:
+            ws, rec, task = await _connect(server)
+            long = knowledge_base() + "\n" + knowledge_base().replace("Northwind", "Southwind")
+            await ws.send(json.dumps({"type": "session.update", "event_id": "ev_long", "session": {"instructions": long}}))
+            err = (await rec.wait_for("error", 30))["error"]
+            assert err["code"] == "context_length_exceeded" and err["event_id"] == "ev_long"
+            assert f"context window of {config.llm.context} tokens" in err["message"] and "llm.context" in err["message"]
+            assert not rec.of("session.updated")
+            # The session goes on with its previous instructions.
+            response = await _ask(ws, rec, "Say hello.")
+            assert response["status"] == "completed" and _text(response).strip()
+            await ws.close()
+            await task
+
+    run(scenario(), 120)
