@@ -124,3 +124,53 @@ def test_instructions_too_long_for_the_default_window_are_refused_with_the_sizes
             await task
 
     run(scenario(), 120)
+
+
+async def _poll(port: int, name: str, above: float, timeout: float = 60.0) -> float:
+    """The metric ``name`` once it exceeds ``above`` (scraped until then, within ``timeout``)."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        value = (await asyncio.to_thread(scrape, port)).get(name, 0.0)
+        if value > above:
+            return value
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"{name} stayed at {value} (waited for > {above})")
+        await asyncio.sleep(0.2)  # polling a remote effect, with a deadline
+
+
+def test_long_instructions_are_evaluated_once_per_process_and_a_turn_meanwhile_is_answered(engines: Any, run: Any) -> None:
+    """Caller A's instructions are evaluated at session.update; A's question sent right behind
+    them waits for that and is answered.  Caller B with the same instructions starts from A's
+    evaluated prefix (copied, not evaluated again), and both then ask at the same instant."""
+    prefilled = 'voiceagent_llm_prompt_tokens_total{engine="llama_cpp",kind="prefilled"}'
+    shared = 'voiceagent_llm_prompt_tokens_total{engine="llama_cpp",kind="shared"}'
+    instructions = knowledge_base() + "\nCaller policy 7."  # not what any other test warmed
+
+    async def scenario() -> None:
+        config = profile_config({"server.port": "0", "server.max_sessions": "2"})
+        if config.llm.backend != "llama_cpp" or config.llm.contexts < 2:
+            pytest.skip("prefixes are shared between the embedded engine's contexts")
+        async with VoiceAgentServer(config, engines) as server:
+            before = await asyncio.to_thread(scrape, server.port)
+            ws_a, rec_a, task_a = await _connect(server)
+            await ws_a.send(json.dumps({"type": "session.update", "session": {"instructions": instructions}}))
+            first = await _ask(ws_a, rec_a, "Where is the keynote held?")  # sent while the instructions are evaluated
+            assert first["status"] == "completed" and "great hall" in _text(first).lower(), first
+            after_a = await asyncio.to_thread(scrape, server.port)
+            assert after_a.get(prefilled, 0.0) - before.get(prefilled, 0.0) > 1000  # evaluated at the update, not in the turn
+
+            ws_b, rec_b, task_b = await _connect(server)
+            await ws_b.send(json.dumps({"type": "session.update", "session": {"instructions": instructions}}))
+            await rec_b.wait_for("session.updated", 10)
+            await _poll(server.port, shared, after_a.get(shared, 0.0) + 1000)
+            after_b = await asyncio.to_thread(scrape, server.port)
+            assert after_b.get(prefilled, 0.0) - after_a.get(prefilled, 0.0) < 100  # copied, not evaluated again
+
+            answers = await asyncio.gather(_ask(ws_a, rec_a, "And where is lunch served?"), _ask(ws_b, rec_b, "Where is lunch served?"))
+            for answer in answers:
+                assert answer["status"] == "completed" and "atrium" in _text(answer).lower(), answer
+            for ws, task in ((ws_a, task_a), (ws_b, task_b)):
+                await ws.close()
+                await task
+
+    run(scenario(), 300)

@@ -34,6 +34,7 @@ from llama_cpp._utils import suppress_stdout_stderr
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 from llama_cpp.llama_grammar import JSON_GBNF, LlamaGrammar
 
+from voiceagent.backends.llama_prefix import SharedPrefixes
 from voiceagent.backends.llm_pool import LlmPool
 from voiceagent.backends.protocols import LlmContext, Message, Tool, ToolCall, ToolChoice
 from voiceagent.backends.tool_format import OPEN, HermesToolParser, chat_messages, new_call_id, tool_dicts
@@ -104,6 +105,10 @@ def _messages(messages: Sequence[Message]) -> Any:
     return chat_messages(messages)
 
 
+_MARK = "\x1e"
+"""Stands for words not yet heard when a prompt is cut before them (an ASCII record separator:
+no chat template writes one)."""
+
 SENTENCE_ENDS = (".", "?", "!")
 """What a token that ends a sentence starts with."""
 
@@ -123,7 +128,10 @@ def _sentence_end_tokens(llm: Llama, key: str) -> npt.NDArray[np.int64]:
 class LlamaCppContext:
     """One llama.cpp context (an :class:`~voiceagent.backends.protocols.LlmContext`)."""
 
-    def __init__(self, path: Path, threads: int, context: int, call_bias: float = 0.0) -> None:
+    def __init__(self, path: Path, threads: int, context: int, call_bias: float = 0.0, shared: SharedPrefixes | None = None) -> None:
+        """``shared``: the evaluated prefixes this context shares with the other contexts of its
+        model (:mod:`voiceagent.backends.llama_prefix`); None: it shares none."""
+        self._shared = shared
         self._llm = Llama(
             model_path=str(path),
             n_ctx=context,
@@ -188,6 +196,41 @@ class LlamaCppContext:
         tokens = self._prompt_tokens(messages, tools)
         return len(tokens), self._cached_prefix(tokens)
 
+    def _adopt(self, tokens: Sequence[int]) -> None:
+        """Take the longest shared prefix of ``tokens`` that this context lacks (its KV cells are
+        copied in, its tokens marked evaluated); the rest is evaluated as usual."""
+        if self._shared is None:
+            return
+        prefix = self._shared.best(tokens, self._cached_prefix(tokens))
+        if prefix is None:
+            return
+        llm = cast(Any, self._llm)
+        llm._ctx.kv_cache_seq_rm(-1, 0, -1)
+        llm.n_tokens = 0
+        data = (ctypes.c_uint8 * len(prefix.data)).from_buffer_copy(prefix.data)
+        if llama_cpp.llama_state_seq_set_data(llm._ctx.ctx, data, len(prefix.data), 0) == 0:
+            log.warning("a shared prompt prefix of %d tokens could not be loaded; it is evaluated instead", len(prefix.tokens))
+            llm._ctx.kv_cache_seq_rm(-1, 0, -1)
+            return
+        n = len(prefix.tokens)
+        llm.input_ids[:n] = prefix.tokens
+        llm.n_tokens = n
+        llm._requires_eval = True  # no live logits: at least the last token is evaluated again
+        self._shared.adopted += 1
+        self._shared.adopted_tokens += n
+
+    def _share(self, tokens: Sequence[int]) -> None:
+        """Offer this context's cells, which hold exactly ``tokens``, to the other contexts."""
+        assert self._shared is not None
+        llm = cast(Any, self._llm)
+        if len(tokens) < self._shared.min_tokens or llm.n_tokens != len(tokens):
+            return
+        size = llama_cpp.llama_state_seq_get_size(llm._ctx.ctx, 0)
+        buf = (ctypes.c_uint8 * size)()
+        n = llama_cpp.llama_state_seq_get_data(llm._ctx.ctx, buf, size, 0)
+        if n:
+            self._shared.add(tokens, bytes(buf)[:n])
+
     def _cached_prefix(self, tokens: Sequence[int]) -> int:
         """How many of ``tokens``, from the start, this context's KV cache already holds."""
         n = 0
@@ -205,13 +248,33 @@ class LlamaCppContext:
         tokens = self._head_tokens(messages, tools)
         if tokens is None:
             return 0
-        keep = self._cached_prefix(tokens)
+        self._adopt(tokens)
+        start = keep = self._cached_prefix(tokens)
         if keep >= len(tokens):
             return 0
         llm = cast(Any, self._llm)
+        system = self._shareable_system(messages, tools)
+        if system is not None and keep < len(system) <= len(tokens) and tokens[: len(system)] == system:
+            # The instructions first, on their own, so that their cells can be offered to the
+            # other contexts (module llama_prefix); then the rest.
+            llm.n_tokens = keep
+            llm.eval(system[keep:])
+            self._share(system)
+            keep = len(system)
         llm.n_tokens = keep  # eval() drops the KV cache from here on, then appends
-        llm.eval(tokens[keep:])
-        return len(tokens) - keep
+        if keep < len(tokens):
+            llm.eval(tokens[keep:])
+        return len(tokens) - start
+
+    def _shareable_system(self, messages: Sequence[Message], tools: Sequence[Tool]) -> list[int] | None:
+        """The tokens of the system message (with the tools' listing) up to where a user's words
+        would begin, when they are long enough to share and not shared yet; else None."""
+        if self._shared is None or not messages or messages[0].role != "system":
+            return None
+        system = self._head_tokens([messages[0], Message("user", "")], tools)
+        if system is None or len(system) < self._shared.min_tokens or tuple(system) in self._shared:
+            return None
+        return system
 
     def end_probability(self, messages: Sequence[Message], tools: Sequence[Tool] = ()) -> float | None:
         """P(the next token ends the sentence or the turn) after the last message's text without
@@ -233,6 +296,7 @@ class LlamaCppContext:
         if head is None:
             return None
         prompt = self._prompt_tokens(messages, tools)
+        self._adopt(prompt)
         if prompt[: len(head)] != head or len(prompt) - len(head) >= _BATCH:
             prompt = head
         logits = self._eval_with_logits_at(prompt, len(head) - 1)
@@ -262,12 +326,17 @@ class LlamaCppContext:
 
     def _head_tokens(self, messages: Sequence[Message], tools: Sequence[Tool]) -> list[int] | None:
         """The tokens of the prompt ``messages`` render to, up to the end of the last (user)
-        message's text; None when there is no such text or the prompt cannot be rendered."""
-        if self._formatter is None or not messages or messages[-1].role != "user" or not messages[-1].content:
+        message's text; None when there is no user message last or the prompt cannot be
+        rendered.  An empty last message stands for words not yet heard: the tokens then end
+        where they would begin (what warming a new system prompt evaluates)."""
+        if self._formatter is None or not messages or messages[-1].role != "user":
             return None
         text = messages[-1].content
+        if not text:
+            # Rendered with a marker in the words' place, cut where the marker starts.
+            messages = [*messages[:-1], Message("user", _MARK)]
         result = self._formatter(messages=_messages(messages), tools=tool_dicts(tools) or None)
-        end = result.prompt.rfind(text)
+        end = result.prompt.rfind(text or _MARK)
         if end < 0:
             return None
         head = result.prompt[: end + len(text)]
@@ -324,6 +393,8 @@ class LlamaCppContext:
             "top_k": 1 if temperature == 0.0 else 40,
             "seed": 0,
         }
+        if self._shared is not None and len(self._shared):
+            self._adopt(self._prompt_tokens(messages, tools))
         named = next((t for t in offered if t.name == tool_choice), None)
         if named is not None:
             yield from self._named_call(messages, offered, named, sampling)
@@ -398,7 +469,8 @@ def first_token_bias(tokens: Sequence[int], bias: float) -> Callable[[Any, Any],
 def load(config: LlmConfig, cache_dir: Path) -> LlmPool:
     """``config.contexts`` contexts over the catalog model ``config.model`` (blocking; seconds)."""
     path = gguf_path(config.model, cache_dir, config.quant)
-    contexts = [LlamaCppContext(path, config.threads, config.context, config.call_bias) for _ in range(config.contexts)]
+    shared = SharedPrefixes() if config.contexts > 1 else None
+    contexts = [LlamaCppContext(path, config.threads, config.context, config.call_bias, shared) for _ in range(config.contexts)]
     for context in contexts:
         context.fill_buffers()
     return LlmPool(
@@ -410,4 +482,5 @@ def load(config: LlmConfig, cache_dir: Path) -> LlmPool:
         model=config.model,
         window=config.context,
         tokens=contexts[0].prompt_length,
+        shared=(lambda: shared.adopted_tokens) if shared is not None else None,
     )

@@ -258,6 +258,9 @@ class LlmStats:
     decode_seconds: float = 0.0
     prefilled_tokens: int = 0
     """Prompt tokens evaluated ahead of their turn (:meth:`LlmEngine.prefill`)."""
+    shared_tokens: int = 0
+    """Prompt tokens copied from another sequence's evaluated prefix instead of evaluated (the
+    same long instructions in several conversations)."""
     breaker: str = ""
     """The circuit breaker's state (closed, open, half_open) of an engine with a fallback; empty
     for a single engine."""
