@@ -445,6 +445,11 @@ class LlmPool:
         forget all affinity."""
 
         def run(context: LlmContext) -> None:
+            # A prefill first: a context that evaluates long instructions offers them to the
+            # others, which copy them instead of evaluating them again (llama_prefix).
+            prefill = getattr(context, "prefill", None)
+            if prefill is not None:
+                prefill(messages, tools)
             for _ in context.stream(messages, 1, 0.0, tools):
                 pass
 
