@@ -73,6 +73,7 @@ import struct
 import sys
 import threading
 import time
+import urllib.request
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -101,6 +102,9 @@ CHUNK_MS = 20
 GOOD_QUESTIONS = ("weather", "colour", "long_question", "count")
 GOOD_INSTRUCTIONS = "You are a helpful voice assistant. Answer in one short sentence."
 SLOW_INSTRUCTIONS = "You are a storyteller. Always answer with a long story of at least six sentences."
+ERROR_CAP = 2048
+"""The most bytes an ``error`` event may have, whatever message caused it (errors are bounded)."""
+
 REALTIME_CATEGORIES = (
     "malformed_json",
     "truncated_json",
@@ -221,6 +225,15 @@ class Stats:
     refused_handshakes: Counter[str] = field(default_factory=Counter)
     client_exceptions: Counter[str] = field(default_factory=Counter)
     client_exception_samples: list[str] = field(default_factory=list)
+    rt_error_max_bytes: int = 0  # the largest error event received, as sent
+    rt_error_oversized: list[str] = field(default_factory=list)  # error events over ERROR_CAP bytes (their code and size)
+
+    def error_size(self, raw: str | bytes, msg: dict[str, Any]) -> None:
+        """Note the size of an ``error`` event: none may exceed :data:`ERROR_CAP`, whatever caused it."""
+        size = len(raw.encode() if isinstance(raw, str) else raw)
+        self.rt_error_max_bytes = max(self.rt_error_max_bytes, size)
+        if size > ERROR_CAP and len(self.rt_error_oversized) < 20:
+            self.rt_error_oversized.append(f"{(msg.get('error') or {}).get('code')}: {size} bytes")
 
     def close(self, route: str, code: int | None, expected: set[int] | None, what: str) -> None:
         shown = "none" if code is None else str(code)
@@ -446,6 +459,7 @@ class RealtimeGen:
                 "ping",
                 "日本語",
                 "a" * r.randint(200, 5000),
+                "b" * r.randint(100_000, 300_000),  # a 200 KB type once drew a 2.4 MB error event
                 r.choice(KNOWN_TYPES).upper(),
                 "x" + self.junk(r.randint(1, 40)),
             )
@@ -888,7 +902,10 @@ class Hostile:
         async def pump() -> None:
             with contextlib.suppress(ConnectionClosed):
                 async for raw in ws:
-                    events.append(server_json(raw))
+                    msg = server_json(raw)
+                    if msg.get("type") == "error":
+                        self.stats.error_size(raw, msg)
+                    events.append(msg)
                     arrived.set()
             arrived.set()
 
@@ -1557,6 +1574,31 @@ class FuzzedServer(ServeProcess):
         return [line.rstrip()[:300] for line in self.log if pattern.search(line)]
 
 
+def metric(base: str, name: str, timeout: float = 10.0) -> float | None:
+    """One sample of the server's ``/metrics`` (``name`` with its labels as exposed); None when
+    the server does not answer."""
+    parts = urlsplit(base)
+    try:
+        with urllib.request.urlopen(f"http://{parts.hostname}:{parts.port}/metrics", timeout=timeout) as resp:
+            text = resp.read().decode()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+def sessions_left(base: str, timeout: float) -> tuple[float | None, float]:
+    """``voiceagent_sessions_active`` once it is 0, or when ``timeout`` has passed; and the wait."""
+    t0 = time.monotonic()
+    while True:
+        value = metric(base, "voiceagent_sessions_active")
+        if value is None or value == 0 or time.monotonic() - t0 > timeout:
+            return value, round(time.monotonic() - t0, 1)
+        time.sleep(0.5)  # polling the server's own count, with a deadline
+
+
 def healthz(base: str, timeout: float = 10.0) -> bool:
     parts = urlsplit(base)
     try:
@@ -1611,6 +1653,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     good_thread.join(300)
     alive = server.alive() if server is not None else None
     health_after = healthz(base)
+    # Every hostile connection has ended: the server must count none of them any more (a client
+    # that stopped reading, then vanished, once stayed counted and held its admission slot).
+    leftover, leftover_wait_s = sessions_left(base, timeout=60.0)
+    llm_failed = metric(base, 'voiceagent_errors_total{code="llm_failed"}')
     exit_code = problems = None
     if server is not None:
         problems = server.problems()
@@ -1652,7 +1698,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "valid_messages_refused": dict(stats.rt_valid_errored),
             "audio_rate_errors": stats.rt_rate_errors,
             "bursts_without_rate_error": stats.burst_without_rate_error,
+            "largest_error_bytes": stats.rt_error_max_bytes,
+            "errors_over_cap": stats.rt_error_oversized,
         },
+        "sessions_active_after_run": leftover,
+        "sessions_active_wait_s": leftover_wait_s,
+        "llm_failed_errors": llm_failed,
         "twilio": {
             "bad_frames": stats.tw_bad,
             "refused_with_close": stats.tw_refused,
@@ -1693,6 +1744,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "no_scenario_hung_or_cut_short": not stats.client_exceptions,
         "good_turns_completed": good.failure is None and load["turns"] >= args.min_turns and load["ok"] == load["turns"],
         "healthz_answered": not good.health_failures,
+        "errors_bounded": not stats.rt_error_oversized,
+        "no_session_left_counted": leftover == 0,
+        "no_llm_failed": not llm_failed,
     }
     if args.max_latency_ms:
         p50 = load["latency_ms"]["p50"]
