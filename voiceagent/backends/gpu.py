@@ -3,21 +3,26 @@ the memory budget, before any model is loaded.
 
 Each failure is one :class:`~voiceagent.errors.ConfigError` line that names what is missing and
 the fix, instead of an error deep inside a stage minutes later.  The probes (``nvidia-smi``,
-onnxruntime's providers, CTranslate2's device count, vLLM's import) are injectable for tests.
+onnxruntime's providers, CTranslate2's device count and the cuBLAS it loads, vLLM's import) are
+injectable for tests.
 """
 
 from __future__ import annotations
 
+import ctypes
 import importlib.util
+import mmap
+import re
 import shutil
 import subprocess
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from voiceagent.config import Config
 from voiceagent.errors import ConfigError
 
-__all__ = ["Gpu", "GpuProbes", "check_gpu", "cuda_stages", "onnx_providers", "query_gpus"]
+__all__ = ["Gpu", "GpuProbes", "check_gpu", "ct2_cublas_missing", "cuda_stages", "onnx_providers", "query_gpus"]
 
 
 @dataclass(frozen=True)
@@ -66,11 +71,40 @@ def _ct2_devices() -> int:
     return int(ctranslate2.get_cuda_device_count())
 
 
+_CUBLAS = re.compile(rb"libcublas\.so\.[0-9]+")
+
+
+def ct2_cublas_missing() -> str | None:
+    """The cuBLAS library CTranslate2 loads on its first CUDA decode (``libcublas.so.12`` for the
+    PyPI wheels), if it cannot be loaded here; None when it can, or CTranslate2 names none.
+
+    CTranslate2 opens cuBLAS by name only when it first decodes, so a CUDA 12 build on a CUDA 13
+    machine sees the device, loads the model, then fails at the first user turn
+    (docs/gpu_probe.md).  The name is read from its shared library and loaded the same way."""
+    spec = importlib.util.find_spec("ctranslate2")
+    if spec is None or spec.origin is None:
+        return None
+    package = Path(spec.origin).parent
+    for lib in sorted([*package.parent.glob("ctranslate2.libs/libctranslate2*"), *package.glob("libctranslate2*")]):
+        with open(lib, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            found = _CUBLAS.search(data)
+            name = bytes(found.group()).decode() if found is not None else None
+        if name is None:
+            continue
+        try:
+            ctypes.CDLL(name)
+        except OSError:
+            return name
+        return None
+    return None
+
+
 @dataclass(frozen=True)
 class GpuProbes:
     gpus: Callable[[], list[Gpu]] = query_gpus
     ort_providers: Callable[[], list[str]] = _ort_providers
     ct2_devices: Callable[[], int] = _ct2_devices
+    ct2_cublas_missing: Callable[[], str | None] = ct2_cublas_missing
     has_vllm: Callable[[], bool] = lambda: importlib.util.find_spec("vllm") is not None
 
 
@@ -101,6 +135,12 @@ def check_gpu(config: Config, probes: GpuProbes | None = None) -> Gpu | None:
         raise ConfigError(f"{', '.join(onnx)} on cuda needs onnxruntime's CUDA provider: install onnxruntime-gpu in place of onnxruntime")
     if "stt" in stages and probes.ct2_devices() < 1:
         raise ConfigError("stt on cuda needs a CTranslate2 built for this machine's CUDA (it sees no CUDA device); or set stt.device=cpu")
+    if "stt" in stages and (cublas := probes.ct2_cublas_missing()) is not None:
+        raise ConfigError(
+            f"stt on cuda: CTranslate2 loads {cublas} at its first decode, and it cannot be loaded here (a CTranslate2 built for "
+            f"another CUDA): install the matching cuBLAS (pip install nvidia-cublas-cu{cublas.rsplit('.', 1)[1]}, its lib folder on "
+            "LD_LIBRARY_PATH) or a CTranslate2 built for this CUDA; or set stt.device=cpu"
+        )
     if "llm" in stages and not probes.has_vllm():
         raise ConfigError("llm.backend=vllm needs vLLM: pip install vllm (or run bash scripts/setup_vllm.sh)")
     llm_mb = int(gpu.total_mb * config.llm.gpu_memory_utilization) if "llm" in stages else 0
