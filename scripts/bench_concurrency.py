@@ -117,15 +117,18 @@ class Sampler:
         self._thread.join()
 
 
-def session_files(n: int, turns: int, slot_s: float, arrangement: str, rng: random.Random, workdir: Path) -> list[Path]:
-    """One WAV per session: ``turns`` questions, turn k's speech ending at ``(k + 1) * slot_s - margin``
-    for all sessions (simultaneous) or at a random point of the slot (staggered)."""
+def session_files(
+    n: int, turns: int, slot_s: float, arrangement: str, rng: random.Random, workdir: Path, questions: tuple[str, ...] = QUESTIONS
+) -> list[Path]:
+    """One WAV per session: ``turns`` questions (fixture names, in rotation), turn k's speech ending
+    at ``(k + 1) * slot_s - margin`` for all sessions (simultaneous) or at a random point of the
+    slot (staggered)."""
     fixtures = make_fixtures.make_all(ROOT / ".cache" / "fixtures")
     files = []
     for i in range(n):
         out = np.zeros(int(turns * slot_s * RATE), dtype=np.int16)
         for k in range(turns):
-            name = QUESTIONS[(i + k * 3) % len(QUESTIONS)]
+            name = questions[(i + k * 3) % len(questions)]
             pcm, rate = read_wav(fixtures[name])
             pcm = resample(pcm, rate, RATE)
             start_s, end_s = speech_turns(pcm, RATE)[0][0], speech_turns(pcm, RATE)[-1][1]

@@ -14,6 +14,13 @@ Writes ``soak.json`` to ``--out`` and prints it.
 
     .venv/bin/python scripts/soak.py                       # 4 sessions × 50 turns (about 11 min)
     .venv/bin/python scripts/soak.py --sessions 2 --turns 12 --warm-turns 4
+    .venv/bin/python scripts/soak.py --sessions 8 --turns 100 --instructions-chars 8000 --tools   # the long soak
+
+``--instructions-chars N`` gives the server instructions of about N characters (a conference
+assistant's schedule, as scripts/bench_long_prompt.py writes them) and raises ``llm.context`` to
+hold them; ``--tools`` turns the built-in tools on and adds "What time is it?" (a get_time call)
+to the questions.  Also a pass criterion: once every client is gone, the server counts no open
+session (``voiceagent_sessions_active`` back to 0).
 """
 
 from __future__ import annotations
@@ -36,8 +43,9 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 import random  # noqa: E402
 
-from bench_concurrency import Sampler, ServeProcess, run_n, session_files  # noqa: E402
+from bench_concurrency import QUESTIONS, Sampler, ServeProcess, run_n, session_files  # noqa: E402
 from bench_latency import machine, percentiles  # noqa: E402
+from bench_long_prompt import instructions  # noqa: E402
 
 
 def rss_anon(pid: int) -> int:
@@ -87,17 +95,33 @@ class RssLog:
         self._thread.join()
 
 
-def server_turns(url: str) -> dict[str, float]:
-    """``voiceagent_turns_total`` by status, from the server's ``/metrics``."""
+def scrape(url: str) -> dict[str, float]:
+    """The server's ``/metrics`` as ``{'name{a="x"}': value}``."""
     base = url.split("/v1/")[0].replace("ws://", "http://")
     with urllib.request.urlopen(f"{base}/metrics", timeout=10) as resp:
         text = resp.read().decode()
-    return {
-        s.labels["status"]: s.value
-        for family in text_string_to_metric_families(text)
-        for s in family.samples
-        if s.name == "voiceagent_turns_total"
-    }
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            labels = ",".join(f'{k}="{v}"' for k, v in sorted(s.labels.items()))
+            out[f"{s.name}{{{labels}}}" if labels else s.name] = s.value
+    return out
+
+
+def server_turns(metrics: dict[str, float]) -> dict[str, float]:
+    """``voiceagent_turns_total`` by status."""
+    prefix = 'voiceagent_turns_total{status="'
+    return {k[len(prefix) : -2]: v for k, v in metrics.items() if k.startswith(prefix)}
+
+
+def sessions_left(url: str, timeout: float = 60.0) -> float:
+    """``voiceagent_sessions_active`` once it is 0, or after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        left = scrape(url).get("voiceagent_sessions_active", 0.0)
+        if left == 0 or time.monotonic() > deadline:
+            return left
+        time.sleep(0.5)  # polling the server's own count, with a deadline
 
 
 def main() -> int:
@@ -110,20 +134,33 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=11)
     ap.add_argument("--out", default=str(ROOT / "artifacts" / "soak"))
     ap.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")
+    ap.add_argument("--instructions-chars", type=int, default=0, help="long server instructions of about this many characters")
+    ap.add_argument("--tools", action="store_true", help="built-in tools on, and a question that calls one")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    overrides = {"server.port": "0", "server.max_sessions": str(args.sessions), **dict(s.split("=", 1) for s in args.set)}
+    overrides = {"server.port": "0", "server.max_sessions": str(args.sessions)}
+    questions = QUESTIONS
+    if args.instructions_chars:
+        overrides["llm.instructions"] = instructions(args.instructions_chars)
+        # Room for the instructions (~4 characters a token) and a conversation beside them.
+        overrides["llm.context"] = str(max(2048, 1024 * -(-(args.instructions_chars // 4 + 1536) // 1024)))
+    if args.tools:
+        overrides["tools.builtin"] = "true"
+        questions = (*QUESTIONS, "what_time")
+    overrides |= dict(s.split("=", 1) for s in args.set)
     server = ServeProcess(overrides)
     expected = args.sessions * args.turns
     try:
         with tempfile.TemporaryDirectory() as tmp:
-            files = session_files(args.sessions, args.turns, args.slot, "staggered", random.Random(args.seed), Path(tmp))
+            files = session_files(args.sessions, args.turns, args.slot, "staggered", random.Random(args.seed), Path(tmp), questions)
             with RssLog(server.proc.pid) as rss:
                 t0 = time.monotonic()
                 turns, errors = asyncio.run(run_n(server.url, files))
                 wall = time.monotonic() - t0
-            by_status = server_turns(server.url)
+            left = sessions_left(server.url)
+            metrics = scrape(server.url)
+            by_status = server_turns(metrics)
     finally:
         server.stop()
     lat = [t.latency_ms for t in turns if t.latency_ms is not None]
@@ -136,6 +173,7 @@ def main() -> int:
     report: dict[str, Any] = {
         "machine": machine(),
         "command": " ".join(["scripts/soak.py", *sys.argv[1:]]),
+        "date": time.strftime("%Y-%m-%d"),
         "sessions": args.sessions,
         "turns_per_session": args.turns,
         "turns": expected,
@@ -156,7 +194,13 @@ def main() -> int:
             "anon_per_slot": rss.series(t0, args.slot, args.turns, anon=True),
         },
         "wall_s": round(wall, 1),
-        "pass": lost == 0 and not errors and failed == 0 and growth < args.max_growth_mb,
+        "instructions_chars": len(overrides.get("llm.instructions", "")),
+        "llm_context": overrides.get("llm.context"),
+        "tools": args.tools,
+        "sessions_active_at_end": left,
+        "context_cuts": metrics.get("voiceagent_context_cuts_total", 0.0),
+        "prompt_tokens": {k: v for k, v in metrics.items() if k.startswith("voiceagent_llm_prompt_tokens_total")},
+        "pass": lost == 0 and not errors and failed == 0 and growth < args.max_growth_mb and left == 0,
     }
     (out / "soak.json").write_text(json.dumps(report, indent=1))
     print(json.dumps(report, indent=1))
