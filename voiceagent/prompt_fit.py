@@ -39,7 +39,17 @@ from voiceagent.backends.tool_format import tool_dicts
 from voiceagent.errors import ProtocolError
 from voiceagent.history import History
 
-__all__ = ["BYTES_PER_TOKEN", "HEADROOM", "MARGIN", "TURN_RESERVE", "Fitted", "PromptFitter", "estimate_tokens"]
+__all__ = [
+    "BYTES_PER_TOKEN",
+    "FRAME_TOKENS",
+    "HEADROOM",
+    "MARGIN",
+    "TURN_RESERVE",
+    "Fitted",
+    "PromptFitter",
+    "estimate_tokens",
+    "upper_bound",
+]
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +64,8 @@ HEADROOM = 0.25
 TURN_RESERVE = 128
 """Tokens kept for one turn (a spoken question and the message frames) when instructions are
 checked: instructions and tools must leave this much and the reply's tokens free."""
+FRAME_TOKENS = 16
+"""Tokens a chat template may add around one message (role markers, separators) at most."""
 _SHORTEN_TRIES = 4
 
 
@@ -65,10 +77,18 @@ def estimate_tokens(messages: Sequence[Message], tools: Sequence[Tool]) -> int:
     return math.ceil(size / BYTES_PER_TOKEN) + 6 * len(messages)
 
 
+def upper_bound(messages: Sequence[Message], tools: Sequence[Tool]) -> int:
+    """At least as many tokens as the prompt can have in any byte-level tokenizer (no token is
+    shorter than a byte), with :data:`FRAME_TOKENS` for each message's frame of special tokens."""
+    size = sum(len(m.content.encode("utf-8")) + sum(len(c.arguments) + len(c.name) + 32 for c in m.tool_calls) for m in messages)
+    size += len(json.dumps(tool_dicts(tools))) + 64 if tools else 0
+    return size + FRAME_TOKENS * (len(messages) + 1)
+
+
 @dataclass
 class Fitted:
-    """A prompt that fits: the ``messages``, their ``tokens``, and the history items dropped to
-    get there (ids, oldest first)."""
+    """A prompt that fits: the ``messages``, their ``tokens`` (counted, or an upper bound when
+    that bound already fits), and the history items dropped to get there (ids, oldest first)."""
 
     messages: list[Message]
     tokens: int
@@ -117,8 +137,11 @@ class PromptFitter:
         """The prompt ``render()`` makes of ``history`` now, cut to fit (module docstring).
         ``render`` is called again after each cut; the history loses the dropped items."""
         messages = render()
-        n = await self.measure(messages, tools)
         budget = self.budget
+        bound = upper_bound(messages, tools)
+        if bound <= budget:
+            return Fitted(messages, bound)  # fits whatever the tokenizer: no count on the turn's path
+        n = await self.measure(messages, tools)
         if n <= budget:
             return Fitted(messages, n)
         dropped: list[str] = []

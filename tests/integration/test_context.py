@@ -174,3 +174,22 @@ def test_long_instructions_are_evaluated_once_per_process_and_a_turn_meanwhile_i
                 await task
 
     run(scenario(), 300)
+
+
+def test_the_byte_bound_is_never_below_the_models_count(engines: Any, run: Any) -> None:
+    """The fitter skips counting a prompt whose byte bound fits; that bound must hold for the real
+    tokenizer and template, tools and every kind of text included."""
+    from voiceagent.backends.protocols import Message, Tool, ToolCall
+    from voiceagent.prompt_fit import upper_bound
+
+    tool = Tool("get_time", "The time now.", {"type": "object", "properties": {"zone": {"type": "string"}}})
+    texts = ["Hi.", "What's 7 × 8?", "Ünïcödé — 日本語のテキスト 🎉🎉", "a" * 300, " ".join(["the"] * 200), "\n\n\t  x"]
+    for text in texts:
+        for tools in ((), (tool,)):
+            msgs = [Message("system", "Be brief."), Message("user", text)]
+            msgs.append(Message("assistant", "", (ToolCall("c1", "get_time", '{"zone": "UTC"}'),)))
+            msgs.append(Message("tool", '{"time": "12:00"}', tool_call_id="c1"))
+            counted = run(engines.llm.count_tokens(msgs, tools))
+            if counted is None:
+                pytest.skip("this profile's engine does not count tokens")
+            assert upper_bound(msgs, tools) >= counted, (text, tools, counted)

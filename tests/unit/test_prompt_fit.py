@@ -16,7 +16,7 @@ from voiceagent.config import Config, LlmConfig
 from voiceagent.errors import ProtocolError
 from voiceagent.events import ItemsDropped, ResponseDone, UserTurn
 from voiceagent.history import FunctionCallItem, FunctionCallOutputItem, History, UserItem
-from voiceagent.prompt_fit import HEADROOM, MARGIN, TURN_RESERVE, PromptFitter, estimate_tokens
+from voiceagent.prompt_fit import HEADROOM, MARGIN, TURN_RESERVE, PromptFitter, estimate_tokens, upper_bound
 from voiceagent.session import Session
 
 from .fakes import EventLog, FakeEngines, FakeLlm
@@ -272,3 +272,13 @@ def test_concurrent_prompts_cut_once(run: Run) -> None:
         run(main(), 20)
     finally:
         fakes.close()
+
+
+def test_a_prompt_under_its_byte_bound_is_not_counted(run: Run) -> None:
+    h = History()
+    h.add_user("Hi there.")
+    engine = CountingEngine(2048)
+    f = PromptFitter(engine, 2048, 80)  # type: ignore[arg-type]
+    fitted = run(f.fit(h, lambda: h.messages("Be brief."), ()))
+    assert engine.asked == 0 and fitted.dropped == []
+    assert fitted.tokens == upper_bound(fitted.messages, ()) >= words(fitted.messages)
