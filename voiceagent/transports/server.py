@@ -38,7 +38,9 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from websockets.asyncio.server import Server as WsServer
 from websockets.asyncio.server import ServerConnection, serve
 from websockets.datastructures import Headers
+from websockets.frames import CloseCode
 from websockets.http11 import Request, Response
+from websockets.protocol import State
 from websockets.typing import Subprotocol
 
 from voiceagent.backends.registry import Engines
@@ -85,6 +87,52 @@ def _route_path(raw: str) -> str:
 def _select_subprotocol(connection: ServerConnection, offered: Sequence[Subprotocol]) -> Subprotocol | None:
     # A browser that offers subprotocols (the token travels as one) needs one selected back.
     return Subprotocol(SUBPROTOCOL) if SUBPROTOCOL in offered else None
+
+
+CLOSE_S = 1.0
+"""At shutdown, how long a connection's close handshake may take before its TCP connection is
+dropped (a peer that reads nothing never receives the close frame)."""
+FINISH_S = 1.5
+"""At shutdown, how long connection handlers, then sessions, get to finish before they are
+cancelled, and then to end after the cancel."""
+
+
+async def _close_connection(conn: ServerConnection, timeout: float) -> None:
+    """Close ``conn`` with 1001 (going away), dropping it if the handshake takes over ``timeout``;
+    a connection still in its opening handshake is dropped at once."""
+    if conn.protocol.state is not State.OPEN:
+        conn.transport.abort()
+        return
+    try:
+        async with asyncio.timeout(timeout):
+            await conn.close(CloseCode.GOING_AWAY, "server shutting down")
+    except TimeoutError:
+        log.info("shutdown: %s did not complete the close handshake in %g s; dropped", conn.remote_address, timeout)
+        conn.transport.abort()
+
+
+async def _finish(
+    what: str, tasks: set[asyncio.Future[None]], timeout: float, names: dict[asyncio.Future[None], str] | None = None
+) -> None:
+    """Wait up to ``timeout`` for ``tasks``; cancel those still running and wait up to ``timeout``
+    again; log by name any that still did not end (they are left behind, never awaited forever)."""
+    current = asyncio.current_task()
+    if current is not None:
+        tasks.discard(current)
+    if not tasks:
+        return
+    _, pending = await asyncio.wait(tasks, timeout=timeout)
+    if not pending:
+        return
+    for task in pending:
+        task.cancel()
+    _, stuck = await asyncio.wait(pending, timeout=timeout)
+    label = names or {}
+    cut = sorted(label.get(t) or (t.get_name() if isinstance(t, asyncio.Task) else repr(t)) for t in pending)
+    log.warning("shutdown: %d %s(s) still running after %g s were cancelled: %s", len(pending), what, timeout, ", ".join(cut))
+    if stuck:
+        left = sorted(label.get(t) or (t.get_name() if isinstance(t, asyncio.Task) else repr(t)) for t in stuck)
+        log.error("shutdown: %d %s(s) did not end when cancelled and are left behind: %s", len(stuck), what, ", ".join(left))
 
 
 class VoiceAgentServer:
@@ -191,20 +239,38 @@ class VoiceAgentServer:
         await self._server.serve_forever()
 
     async def aclose(self) -> None:
+        """Stop listening, close every connection and session, and return within about
+        :data:`CLOSE_S` + 2 × :data:`FINISH_S` whatever the peers do: a close handshake that a
+        peer does not complete in time (it reads nothing, or its TCP window is shut) drops that
+        connection, and a handler or session that has not finished after that is cancelled;
+        what still did not finish is logged by name and left behind."""
         watch, self._load_watch = self._load_watch, None
         if watch is not None:
             watch.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await watch
         if self._server is not None:
-            self._server.close()
-            await self._server.wait_closed()
-        await asyncio.gather(*(s.aclose() for s in list(self.sessions)), return_exceptions=True)
-        await self.engines.llm.aclose()  # this loop's pooled connections (the engine outlives the server)
+            server = self._server
+            # The listener stops at once; the connections are closed here, each with a bound:
+            # websockets' own close waits for a full send buffer to drain, without a limit.
+            server.close(close_connections=False)
+            await asyncio.gather(*(_close_connection(c, CLOSE_S) for c in list(server.all_connections)))
+            await _finish("connection handler", set(server.handler_tasks), FINISH_S)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(FINISH_S):
+                    await server.wait_closed()
+        closing: dict[asyncio.Future[None], str] = {asyncio.ensure_future(s.aclose()): s.id for s in list(self.sessions)}
+        await _finish("session", set(closing), FINISH_S, names=closing)
+        try:
+            async with asyncio.timeout(FINISH_S):
+                await self.engines.llm.aclose()  # this loop's pooled connections (the engine outlives the server)
+        except TimeoutError:
+            log.warning("shutdown: the LLM engine still had generations open after %g s", FINISH_S)
 
     async def drain(self, grace_s: float) -> None:
         """Shut down gently (SIGTERM): refuse new sessions at once, give replies in progress up to
-        ``grace_s`` to finish, then close every session and the listener."""
+        ``grace_s`` to finish, then close every session and the listener (:meth:`aclose`, bounded
+        too: the whole takes at most ``grace_s`` + :data:`CLOSE_S` + 2 × :data:`FINISH_S`)."""
         self.draining = True
         log.info("draining: %d sessions open, new ones refused; up to %g s for replies in progress", len(self.sessions), grace_s)
         try:
