@@ -1,15 +1,18 @@
-"""Silero VAD v6 on onnxruntime (the ONNX file from the ``silero-vad`` package; no torch)."""
+"""Silero VAD v6 on onnxruntime (the ONNX file from the ``silero-vad`` package, or a path or hub id
+to a Silero ONNX model; no torch)."""
 
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
 
 from voiceagent.audio import Float32Array
 from voiceagent.backends.gpu import onnx_providers
-from voiceagent.catalog import get_spec, locate
+from voiceagent.errors import ModelError
+from voiceagent.model_source import resolve
 
 __all__ = ["SileroStream", "SileroVad"]
 
@@ -44,15 +47,23 @@ class SileroStream:
 
 
 class SileroVad:
-    """The shared model.  ``stream()`` makes per-session state."""
+    """The shared model.  ``stream()`` makes per-session state.
 
-    def __init__(self, device: str = "cpu") -> None:
-        path = locate(get_spec("vad", "silero"), "model")
+    ``model``: ``vad.model``'s value (catalog name, path or hub id); a model whose inputs are not
+    Silero's (``input``, ``state``, ``sr``) is a one-line ModelError."""
+
+    def __init__(self, device: str = "cpu", model: str = "silero", cache_dir: Path | None = None) -> None:
+        source = resolve("vad", model, cache_dir)
+        path = source.path
         opts = ort.SessionOptions()
         # One thread: a 32 ms window costs ~0.2 ms; more threads only add contention with STT/LLM.
         opts.intra_op_num_threads = 1
         opts.inter_op_num_threads = 1
         self._session = ort.InferenceSession(str(path), sess_options=opts, providers=onnx_providers(device))
+        inputs = sorted(i.name for i in self._session.get_inputs())
+        if inputs != ["input", "sr", "state"]:
+            why = f"its inputs are {', '.join(inputs)}; Silero's: input, state, sr"
+            raise ModelError(f"{source.label}: {path.name} is not a Silero VAD ({why})")
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="vad")
 
     def stream(self) -> SileroStream:
