@@ -18,9 +18,12 @@ What each backend needs:
           is a format the model was not trained on
 ``tts``   a Piper voice: ``NAME.onnx`` with ``NAME.onnx.json`` beside it (the phonemes and the
           sample rate come from the JSON)
-``vad``,  an ``.onnx`` file (the backend checks its inputs when it loads it)
-``turn``
+``vad``   an ``.onnx`` file whose graph takes Silero's inputs (``input``, ``state``, ``sr``)
+``turn``  an ``.onnx`` file whose graph takes Smart Turn's ``input_features``
 ========  ===============================================================================
+
+A Piper voice's graph is checked for Piper's inputs too (``input``, ``input_lengths``,
+``scales``), so a VAD given as a voice is named as such rather than failing mid-synthesis.
 """
 
 from __future__ import annotations
@@ -33,12 +36,20 @@ from typing import Any
 
 from voiceagent.errors import ModelError
 
-__all__ = ["check", "check_language", "gguf_metadata", "whisper_multilingual"]
+__all__ = ["ONNX_INPUTS", "check", "check_language", "gguf_metadata", "onnx_inputs", "whisper_multilingual"]
 
 _WHISPER_FILES = ("model.bin", "config.json", "tokenizer.json")
 _MULTILINGUAL_VOCABULARY = 51865
 """CTranslate2 calls a Whisper model multilingual when its vocabulary has at least this many
 tokens (English-only: 51 864)."""
+
+
+ONNX_INPUTS = {
+    "vad": ("Silero VAD", ("input", "state", "sr")),
+    "turn": ("Smart Turn model", ("input_features",)),
+    "tts": ("Piper voice", ("input", "input_lengths", "scales")),
+}
+"""The graph inputs each ONNX backend feeds, and what such a model is called."""
 
 
 def check(kind: str, path: Path, label: str) -> None:
@@ -51,10 +62,10 @@ def check(kind: str, path: Path, label: str) -> None:
     elif kind == "llm":
         _check_gguf(path, label)
     elif kind == "tts":
-        _check_onnx(path, label, "a Piper voice (.onnx with its .onnx.json beside it)")
+        _check_onnx(path, label, "tts", "a Piper voice (.onnx with its .onnx.json beside it)")
         _check_piper_json(path, label)
     else:
-        _check_onnx(path, label, "an ONNX model (.onnx)")
+        _check_onnx(path, label, kind, "an ONNX model (.onnx)")
 
 
 def _check_whisper(path: Path, label: str) -> None:
@@ -99,9 +110,71 @@ def check_language(path: Path, language: str, label: str) -> None:
         )
 
 
-def _check_onnx(path: Path, label: str, want: str) -> None:
+def _check_onnx(path: Path, label: str, kind: str, want: str) -> None:
     if not path.is_file() or path.suffix != ".onnx":
         raise ModelError(f"{label}: {path} is not {want}")
+    name, needed = ONNX_INPUTS[kind]
+    try:
+        inputs = onnx_inputs(path)
+    except (ValueError, IndexError, UnicodeDecodeError, OSError) as exc:
+        raise ModelError(f"{label}: {path} is not a readable ONNX model ({' '.join(str(exc).split())})") from exc
+    if not set(needed) <= set(inputs):
+        raise ModelError(
+            f"{label}: {path.name} is not a {name} (its inputs are {', '.join(inputs) or 'none'}; a {name} takes {', '.join(needed)})"
+        )
+
+
+def onnx_inputs(path: Path) -> list[str]:
+    """The names of the graph inputs of the ONNX model ``path``, read from its protobuf without
+    onnx or onnxruntime (ModelProto field 7 is the graph; GraphProto field 11 its inputs, each a
+    ValueInfoProto whose field 1 is the name).  Older files list initializers among the inputs."""
+    with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+        graph = next((v for f, v in _fields(buf, 0, len(buf)) if f == 7), None)
+        if graph is None:
+            raise ValueError("no graph")
+        names = []
+        for field, value in _fields(buf, *graph):
+            if field == 11:
+                name = next((v for f, v in _fields(buf, *value) if f == 1), None)
+                if name is not None:
+                    names.append(bytes(buf[name[0] : name[1]]).decode("utf-8"))
+        return names
+
+
+def _varint(buf: mmap.mmap, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        byte = buf[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, pos
+        shift += 7
+
+
+def _fields(buf: mmap.mmap, start: int, end: int) -> list[tuple[int, tuple[int, int]]]:
+    """The length-delimited fields of the protobuf message in ``buf[start:end]``, as (field
+    number, (start, end) of its bytes); other wire types are skipped."""
+    out = []
+    pos = start
+    while pos < end:
+        key, pos = _varint(buf, pos)
+        wire = key & 7
+        if wire == 0:
+            pos = _varint(buf, pos)[1]
+        elif wire == 1:
+            pos += 8
+        elif wire == 5:
+            pos += 4
+        elif wire == 2:
+            size, pos = _varint(buf, pos)
+            if pos + size > end:
+                raise ValueError("truncated protobuf")
+            out.append((key >> 3, (pos, pos + size)))
+            pos += size
+        else:
+            raise ValueError(f"protobuf wire type {wire}")
+    return out
 
 
 def _check_piper_json(path: Path, label: str) -> None:

@@ -11,7 +11,6 @@ import onnxruntime as ort
 
 from voiceagent.audio import Float32Array
 from voiceagent.backends.gpu import onnx_providers
-from voiceagent.errors import ModelError
 from voiceagent.model_source import resolve
 
 __all__ = ["SileroStream", "SileroVad"]
@@ -49,21 +48,16 @@ class SileroStream:
 class SileroVad:
     """The shared model.  ``stream()`` makes per-session state.
 
-    ``model``: ``vad.model``'s value (catalog name, path or hub id); a model whose inputs are not
-    Silero's (``input``, ``state``, ``sr``) is a one-line ModelError."""
+    ``model``: ``vad.model``'s value (catalog name, path or hub id), resolved and checked by
+    :func:`voiceagent.model_source.resolve` (an ONNX model without Silero's inputs is refused)."""
 
     def __init__(self, device: str = "cpu", model: str = "silero", cache_dir: Path | None = None) -> None:
-        source = resolve("vad", model, cache_dir)
-        path = source.path
+        path = resolve("vad", model, cache_dir).path
         opts = ort.SessionOptions()
         # One thread: a 32 ms window costs ~0.2 ms; more threads only add contention with STT/LLM.
         opts.intra_op_num_threads = 1
         opts.inter_op_num_threads = 1
         self._session = ort.InferenceSession(str(path), sess_options=opts, providers=onnx_providers(device))
-        inputs = sorted(i.name for i in self._session.get_inputs())
-        if inputs != ["input", "sr", "state"]:
-            why = f"its inputs are {', '.join(inputs)}; Silero's: input, state, sr"
-            raise ModelError(f"{source.label}: {path.name} is not a Silero VAD ({why})")
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="vad")
 
     def stream(self) -> SileroStream:

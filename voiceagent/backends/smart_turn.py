@@ -11,7 +11,6 @@ from faster_whisper.feature_extractor import FeatureExtractor
 
 from voiceagent.audio import Float32Array
 from voiceagent.backends.gpu import onnx_providers
-from voiceagent.errors import ModelError
 from voiceagent.model_source import resolve
 from voiceagent.pipeline.scheduler import PriorityExecutor
 
@@ -23,20 +22,16 @@ _FRAMES = 800
 
 
 class SmartTurn:
-    """``model``: ``turn.model``'s value (catalog name, path or hub id); a model whose input is
-    not Smart Turn's ``input_features`` is a one-line ModelError."""
+    """``model``: ``turn.model``'s value (catalog name, path or hub id), resolved and checked by
+    :func:`voiceagent.model_source.resolve` (an ONNX model without Smart Turn's
+    ``input_features`` is refused)."""
 
     def __init__(self, device: str = "cpu", model: str = "smart-turn-v3", cache_dir: Path | None = None) -> None:
-        source = resolve("turn", model, cache_dir)
-        path = source.path
+        path = resolve("turn", model, cache_dir).path
         opts = ort.SessionOptions()
         opts.intra_op_num_threads = 1
         opts.inter_op_num_threads = 1
         self._session = ort.InferenceSession(str(path), sess_options=opts, providers=onnx_providers(device))
-        inputs = [i.name for i in self._session.get_inputs()]
-        if inputs != ["input_features"]:
-            why = f"its inputs are {', '.join(inputs)}; Smart Turn's: input_features"
-            raise ModelError(f"{source.label}: {path.name} is not a Smart Turn model ({why})")
         self._features = FeatureExtractor(feature_size=80, chunk_length=_SECONDS)
         self.executor = PriorityExecutor("turn")
 
