@@ -212,6 +212,8 @@ def cmd_talk(args: argparse.Namespace) -> int:
 
 
 def cmd_models(args: argparse.Namespace) -> int:
+    if args.names and args.action != "pull":
+        raise VoiceAgentError(f"only 'voiceagent models pull' takes model names, not {args.action!r}")
     config = _config(args)
     cache = config.cache_path
     specs = catalog.load_catalog()
@@ -241,8 +243,6 @@ def cmd_models(args: argparse.Namespace) -> int:
         return 0  # a mismatch raises ChecksumError: one line, exit status 2
     if args.action == "pull":
         return _pull(config, args.names)
-    if args.names:
-        raise VoiceAgentError(f"only 'voiceagent models pull' takes model names, not {args.action!r}")
     configured = _configured_models(config)
     rows = [("model", "use", "status", "size", "source package", "licence")]
     for spec in specs.values():

@@ -11,7 +11,7 @@ import pytest
 
 from tests.hub_cache import add_repo
 from tests.model_files import ENGLISH_ONLY, write_gguf, write_onnx, write_piper_voice, write_whisper_dir
-from voiceagent import model_pull
+from voiceagent import cli, model_pull
 from voiceagent.errors import ModelError
 from voiceagent.model_checks import check, check_language, gguf_metadata, onnx_inputs, whisper_multilingual
 from voiceagent.model_source import cached_repos, hub_cache, hub_ref, origin_of, piper_voice_file, resolve
@@ -275,3 +275,8 @@ def test_pull_refuses_at_once_when_hf_hub_offline_is_set(monkeypatch: pytest.Mon
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
     with pytest.raises(ModelError, match=r"cannot fetch tiny.en: HF_HUB_OFFLINE is set"):
         model_pull.pull("tiny.en", "stt", say=lambda _line: None)
+
+
+def test_only_pull_takes_model_names(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["models", "verify", "tiny.en"]) == 2
+    assert capsys.readouterr().err.strip() == "voiceagent: error: only 'voiceagent models pull' takes model names, not 'verify'"
