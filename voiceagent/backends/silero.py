@@ -1,15 +1,17 @@
-"""Silero VAD v6 on onnxruntime (the ONNX file from the ``silero-vad`` package; no torch)."""
+"""Silero VAD v6 on onnxruntime (the ONNX file from the ``silero-vad`` package, or a path or hub id
+to a Silero ONNX model; no torch)."""
 
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
 
 from voiceagent.audio import Float32Array
 from voiceagent.backends.gpu import onnx_providers
-from voiceagent.catalog import get_spec, locate
+from voiceagent.model_source import resolve
 
 __all__ = ["SileroStream", "SileroVad"]
 
@@ -44,10 +46,13 @@ class SileroStream:
 
 
 class SileroVad:
-    """The shared model.  ``stream()`` makes per-session state."""
+    """The shared model.  ``stream()`` makes per-session state.
 
-    def __init__(self, device: str = "cpu") -> None:
-        path = locate(get_spec("vad", "silero"), "model")
+    ``model``: ``vad.model``'s value (catalog name, path or hub id), resolved and checked by
+    :func:`voiceagent.model_source.resolve` (an ONNX model without Silero's inputs is refused)."""
+
+    def __init__(self, device: str = "cpu", model: str = "silero", cache_dir: Path | None = None) -> None:
+        path = resolve("vad", model, cache_dir).path
         opts = ort.SessionOptions()
         # One thread: a 32 ms window costs ~0.2 ms; more threads only add contention with STT/LLM.
         opts.intra_op_num_threads = 1

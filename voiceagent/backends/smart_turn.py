@@ -1,6 +1,9 @@
-"""Smart Turn v3.2: P(turn complete) from the last 8 s of audio (ONNX, shipped in pipecat-ai)."""
+"""Smart Turn v3.2: P(turn complete) from the last 8 s of audio (ONNX, shipped in pipecat-ai, or a
+Smart Turn v3 ONNX file given as a path or hub id)."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
@@ -8,7 +11,7 @@ from faster_whisper.feature_extractor import FeatureExtractor
 
 from voiceagent.audio import Float32Array
 from voiceagent.backends.gpu import onnx_providers
-from voiceagent.catalog import get_spec, locate
+from voiceagent.model_source import resolve
 from voiceagent.pipeline.scheduler import PriorityExecutor
 
 __all__ = ["SmartTurn"]
@@ -19,8 +22,12 @@ _FRAMES = 800
 
 
 class SmartTurn:
-    def __init__(self, device: str = "cpu") -> None:
-        path = locate(get_spec("turn", "smart-turn-v3"), "model")
+    """``model``: ``turn.model``'s value (catalog name, path or hub id), resolved and checked by
+    :func:`voiceagent.model_source.resolve` (an ONNX model without Smart Turn's
+    ``input_features`` is refused)."""
+
+    def __init__(self, device: str = "cpu", model: str = "smart-turn-v3", cache_dir: Path | None = None) -> None:
+        path = resolve("turn", model, cache_dir).path
         opts = ort.SessionOptions()
         opts.intra_op_num_threads = 1
         opts.inter_op_num_threads = 1

@@ -1,4 +1,5 @@
-"""Speech-to-text with faster-whisper (CTranslate2), Whisper tiny or base from packages.
+"""Speech-to-text with faster-whisper (CTranslate2): Whisper tiny or base from packages, or any
+CTranslate2 Whisper given as a path or a hub id (:mod:`voiceagent.model_source`).
 
 Two decoding paths:
 
@@ -35,7 +36,8 @@ from faster_whisper import WhisperModel
 from faster_whisper.feature_extractor import FeatureExtractor
 
 from voiceagent.audio import Float32Array
-from voiceagent.catalog import get_spec, locate, prepare
+from voiceagent.model_checks import check_language
+from voiceagent.model_source import resolve
 from voiceagent.pipeline.scheduler import PriorityExecutor
 from voiceagent.stt_guard import check, max_tokens
 
@@ -60,11 +62,9 @@ temperature 0.2-0.8 (Whisper's own fallback) left a third to a half of them loop
 
 
 def model_dir(name: str, cache_dir: Path) -> Path:
-    """The CTranslate2 model directory for catalog entry ``stt.<name>`` (joined if split)."""
-    spec = get_spec("stt", name)
-    if spec.parts:
-        return prepare(spec, cache_dir).parent
-    return locate(spec, "model_dir")
+    """The CTranslate2 model folder ``stt.model = name`` stands for: a catalog model's (joined once
+    if split), a path, or a hub id's cached snapshot; checked to be a CTranslate2 Whisper folder."""
+    return resolve("stt", name, cache_dir).path
 
 
 def window_frames(samples: int, window_s: int) -> int:
@@ -104,15 +104,30 @@ def decode_guarded(decode: Callable[[float], tuple[str, int]], seconds: float) -
 
 
 class WhisperStt:
-    """Whole-clip decoding, greedy by default.  Thread-confined to ``executor``."""
+    """Whole-clip decoding, greedy by default.  Thread-confined to ``executor``.
+
+    ``name``: ``stt.model``'s value (a catalog name, a CTranslate2 Whisper folder or a hub id).
+    ``language``: the configured ``stt.language``; an English-only model refuses any other with
+    a one-line ModelError before it loads.
+    """
 
     def __init__(
-        self, name: str, cache_dir: Path, threads: int, beam_size: int, window_s: int = 0, device: str = "cpu", compute_type: str = "auto"
+        self,
+        name: str,
+        cache_dir: Path,
+        threads: int,
+        beam_size: int,
+        window_s: int = 0,
+        device: str = "cpu",
+        compute_type: str = "auto",
+        language: str = "en",
     ) -> None:
         if compute_type == "auto":
             compute_type = "float16" if device == "cuda" else "int8"
+        source = resolve("stt", name, cache_dir)
+        check_language(source.path, language, source.label)
         self._model = WhisperModel(
-            str(model_dir(name, cache_dir)),
+            str(source.path),
             device=device,
             compute_type=compute_type,
             cpu_threads=threads,
