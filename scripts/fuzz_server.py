@@ -1658,9 +1658,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     leftover, leftover_wait_s = sessions_left(base, timeout=60.0)
     llm_failed = metric(base, 'voiceagent_errors_total{code="llm_failed"}')
     exit_code = problems = None
+    exit_s = None
     if server is not None:
         problems = server.problems()
+        stopping = time.monotonic()
         exit_code = server.stop()
+        exit_s = round(time.monotonic() - stopping, 1)
     messages = sum(stats.sent.values())
     report: dict[str, Any] = {
         "command": " ".join(["scripts/fuzz_server.py", *sys.argv[1:]]),
@@ -1676,6 +1679,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "alive_after_run": alive,
             "healthz_after_run": health_after,
             "exit_code_on_sigterm": exit_code,
+            "exit_s_after_sigterm": exit_s,
+            "drain_s": config.server.drain_s,
             "log_problems": problems,
             "max_message_bytes": config.server.max_message_bytes,
             "audio_burst_s": config.server.audio_burst_s,
@@ -1737,6 +1742,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "server_alive": alive is not False and health_after,
         "server_log_clean": not problems,
         "server_exit_0": exit_code in (None, 0),
+        "server_exit_in_time": exit_s is None or exit_s <= config.server.drain_s + 5,
         "every_bad_realtime_message_got_an_error": stats.rt_missing == 0 and stats.rt_bad > 0,
         "every_bad_twilio_frame_closed_the_call": stats.tw_not_refused == 0,
         "audio_burst_limited": stats.burst_without_rate_error == 0,
