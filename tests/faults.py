@@ -123,6 +123,10 @@ class FaultyLlm:
         self.inner = inner
         self.faults = faults
         self.name = inner.name
+        self.window = inner.window
+
+    async def count_tokens(self, messages: Sequence[Message], tools: tuple[Tool, ...] = ()) -> int | None:
+        return await self.inner.count_tokens(messages, tools)
 
     async def generate(self, request: LlmRequest) -> AsyncGenerator[str, None]:
         fault = self.faults.take("llm")

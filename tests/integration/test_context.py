@@ -13,9 +13,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from websockets.asyncio.client import connect
 
 from tests.integration.rt_client import Recorder, scrape
+from tests.integration.test_realtime import _connected
 from tests.profile import profile_config
 from voiceagent.backends import llama_cpp
 from voiceagent.backends.registry import Engines
@@ -52,14 +52,6 @@ def long_context(engines: Any) -> Iterator[Engines]:
         pool.close()
 
 
-async def _connect(server: VoiceAgentServer) -> tuple[Any, Recorder, asyncio.Task[None]]:
-    ws = await connect(server.url, max_size=None)
-    rec = Recorder(ws)
-    task = asyncio.create_task(rec.pump())
-    await rec.wait_for("session.created", 10)
-    return ws, rec, task
-
-
 async def _ask(ws: Any, rec: Recorder, text: str, timeout: float = 120.0) -> dict[str, Any]:
     start = len(rec.events)
     item = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}
@@ -79,7 +71,7 @@ def test_a_conversation_that_outgrows_the_window_drops_its_oldest_turns_and_keep
     async def scenario() -> None:
         config = profile_config({"server.port": "0", "llm.context": "4096", "llm.max_tokens": "40"})
         async with VoiceAgentServer(config, long_context) as server:
-            ws, rec, task = await _connect(server)
+            ws, rec, task = await _connected(server)
             await ws.send(json.dumps({"type": "session.update", "session": {"type": "realtime", "instructions": knowledge_base()}}))
             await rec.wait_for("session.updated", 30)
             created: list[str] = []
@@ -110,7 +102,7 @@ def test_instructions_too_long_for_the_default_window_are_refused_with_the_sizes
     async def scenario() -> None:
         config = profile_config({"server.port": "0"})
         async with VoiceAgentServer(config, engines) as server:
-            ws, rec, task = await _connect(server)
+            ws, rec, task = await _connected(server)
             long = knowledge_base() + "\n" + knowledge_base().replace("Northwind", "Southwind")
             await ws.send(json.dumps({"type": "session.update", "event_id": "ev_long", "session": {"instructions": long}}))
             err = (await rec.wait_for("error", 30))["error"]
@@ -152,14 +144,14 @@ def test_long_instructions_are_evaluated_once_per_process_and_a_turn_meanwhile_i
             pytest.skip("prefixes are shared between the embedded engine's contexts")
         async with VoiceAgentServer(config, engines) as server:
             before = await asyncio.to_thread(scrape, server.port)
-            ws_a, rec_a, task_a = await _connect(server)
+            ws_a, rec_a, task_a = await _connected(server)
             await ws_a.send(json.dumps({"type": "session.update", "session": {"instructions": instructions}}))
             first = await _ask(ws_a, rec_a, "Where is the keynote held?")  # sent while the instructions are evaluated
             assert first["status"] == "completed" and "great hall" in _text(first).lower(), first
             after_a = await asyncio.to_thread(scrape, server.port)
             assert after_a.get(prefilled, 0.0) - before.get(prefilled, 0.0) > 1000  # evaluated at the update, not in the turn
 
-            ws_b, rec_b, task_b = await _connect(server)
+            ws_b, rec_b, task_b = await _connected(server)
             await ws_b.send(json.dumps({"type": "session.update", "session": {"instructions": instructions}}))
             await rec_b.wait_for("session.updated", 10)
             await _poll(server.port, shared, after_a.get(shared, 0.0) + 1000)
