@@ -39,7 +39,10 @@ fi
 say "converting the packaged LLM for vLLM (once)"
 "$PY" - <<'PYEOF'
 from voiceagent.backends.hf_convert import hf_model_dir
-from voiceagent.config import Config
-print("[setup-vllm]", hf_model_dir(Config().llm.model, Config().cache_path))
+from voiceagent.config import Config, load_config
+# The packaged model (the gpu profile's last resort) into the configured cache: VOICEAGENT_CACHE_DIR
+# or the config file's cache_dir, where serve will look for it.
+print("[setup-vllm]", hf_model_dir(Config().llm.model, load_config().cache_path))
 PYEOF
 say "ready: $VOICEAGENT_VENV/bin/voiceagent serve --set llm.backend=vllm"
+say "the gpu profile's real-size models (about 17 GB): $VOICEAGENT_VENV/bin/voiceagent models pull large-v3-turbo Qwen/Qwen2.5-7B-Instruct"

@@ -4,6 +4,11 @@
 * ``engines`` — the real packaged models, loaded once per test run (integration tests only).
 * ``run`` — run a coroutine to completion with a deadline (no pytest-asyncio needed).
 
+Servers the tests start as processes (``voiceagent serve``, the scripts) run the ``fast``
+profile, the defaults' models, unless the environment names another: the default ``auto`` would
+choose by what this machine has installed and measures, and the tests must not depend on that
+(tests/integration/test_auto_profile.py starts ``auto`` itself).
+
 Timing in tests is never a bare sleep: tests wait for events with a deadline, and deadlines are
 multiplied by ``VOICEAGENT_TEST_TIMEOUT_SCALE`` (default 1) on slow machines.
 """
@@ -24,6 +29,7 @@ from tests.profile import profile_config
 
 ROOT = Path(__file__).resolve().parent.parent
 T = TypeVar("T")
+os.environ.setdefault("VOICEAGENT_PROFILE", "fast")
 SCALE = float(os.environ.get("VOICEAGENT_TEST_TIMEOUT_SCALE", "1"))
 
 

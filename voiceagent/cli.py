@@ -20,14 +20,15 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from voiceagent import catalog, logs
+from voiceagent import auto_profile, catalog, logs
 from voiceagent.backends.protocols import with_tools
-from voiceagent.backends.registry import Engines, load_engines, warm_up
+from voiceagent.backends.registry import Engines
 from voiceagent.builtin_tools import builtin_tools
-from voiceagent.config import Config, load_config
+from voiceagent.config import Config, given_keys, load_config
 from voiceagent.errors import ConfigError, MissingDependencyError, ModelError, ProtocolError, VoiceAgentError
 from voiceagent.model_checks import check_language
 from voiceagent.model_source import cached_repos, hub_cache, origin_of, resolve
+from voiceagent.profiles import AUTO_ORDER as PROFILES_AUTO
 from voiceagent.profiles import PROFILES
 from voiceagent.prompt_fit import PromptFitter
 from voiceagent.replay import ReplayResult, format_table, replay_file, summarize
@@ -41,6 +42,19 @@ log = logging.getLogger("voiceagent")
 
 def _config(args: argparse.Namespace, **forced: str) -> Config:
     """Configuration from --config, the environment and --set; ``forced`` dotted keys win over all."""
+    return load_config(args.config, overrides=_overrides(args, **forced))
+
+
+def _plan(args: argparse.Namespace, **forced: str) -> auto_profile.Plan:
+    """What start-up will load for these arguments (``profile = "auto"``: every installed CPU
+    profile, most accurate first); a model that is missing or wrong is one line (exit status 2)."""
+    config = _config(args, **forced)
+    given = given_keys(args.config, overrides=_overrides(args, **forced))
+    return auto_profile.plan(config, given, lambda name: _config(args, **forced, profile=name), _require_models)
+
+
+def _overrides(args: argparse.Namespace, **forced: str) -> dict[str, str]:
+    """The flags' settings as dotted keys (``forced`` last)."""
     overrides: dict[str, str] = {}
     for item in args.set or []:
         key, sep, value = item.partition("=")
@@ -59,7 +73,7 @@ def _config(args: argparse.Namespace, **forced: str) -> Config:
         if getattr(args, flag, None) is not None:
             overrides[f"server.{flag}"] = getattr(args, flag)
     overrides.update(forced)
-    return load_config(args.config, overrides=overrides)
+    return overrides
 
 
 def _configured_models(config: Config) -> dict[str, str]:
@@ -111,6 +125,8 @@ def _require_models(config: Config) -> None:
         from_profile = chosen.get(setting) == key.split(".", 1)[1]
         why[key] = f" ({setting}, profile {config.profile})" if from_profile else f" ({setting})"
     catalog.require_installed(keys, why, config.profile)
+    if config.llm.backend == "vllm" and (missing := auto_profile.missing_model(config, "llm.model", config.llm.model)):
+        raise ModelError(f"llm.model: {missing}")
     for setting, (kind, value) in _model_settings(config).items():
         if origin_of(kind, value) != "catalog":
             source = resolve(kind, value, config.cache_path, setting)
@@ -132,16 +148,21 @@ async def _check_instructions(config: Config, engines: Engines) -> None:
         raise ConfigError(f"llm.instructions: {exc.message}") from None
 
 
-async def _start_server(config: Config) -> VoiceAgentServer:
+async def _start_server(plan: auto_profile.Plan) -> tuple[VoiceAgentServer, str]:
+    """The server started on the plan's chosen configuration, and the line saying how it was chosen."""
     t0 = time.perf_counter()
     loop = asyncio.get_running_loop()
-    engines = await loop.run_in_executor(None, load_engines, config)
+    for note in plan.notes:
+        log.warning(note)
+    started = await loop.run_in_executor(None, auto_profile.start, plan)
+    config, engines = started.config, started.engines
+    if started.choice:
+        log.info(started.choice)
     try:
         await _check_instructions(config, engines)
     except BaseException:
         engines.close()
         raise
-    warm = await loop.run_in_executor(None, warm_up, engines, config)
     server = VoiceAgentServer(config, engines)
     await server.start()
     log.info(
@@ -149,45 +170,48 @@ async def _start_server(config: Config) -> VoiceAgentServer:
             {
                 "event": "ready",
                 "url": server.url,
+                "profile": config.profile,
                 "startup_s": round(time.perf_counter() - t0, 2),
                 "load_s": engines.load_seconds,
-                "warmup_s": warm,
+                "warmup_s": started.warm,
                 "turn_cost": engines.turn_cost.as_dict() if engines.turn_cost else None,
                 "capacity": server.capacity,
                 "capacity_source": server.capacity_source,
             }
         )
     )
-    return server
+    return server, started.choice
 
 
-async def _serve(config: Config) -> None:
-    server = await _start_server(config)
+async def _serve(plan: auto_profile.Plan) -> None:
+    server, choice = await _start_server(plan)
     print(f"voiceagent ready: {server.url}  (capacity {server.capacity} sessions: {server.capacity_source})", flush=True)
+    for line in (*plan.notes, choice):
+        if line:
+            print(line, flush=True)
     print(server.how_to_connect(), flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
-    await server.drain(config.server.drain_s)
+    await server.drain(server.config.server.drain_s)
     server.engines.close()
     log.info("stopped")
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    config = _config(args)
-    _require_models(config)
-    _logging(config)
-    asyncio.run(_serve(config))
+    plan = _plan(args)
+    _logging(plan.config)
+    asyncio.run(_serve(plan))
     return 0
 
 
-async def _replay(args: argparse.Namespace, config: Config) -> ReplayResult:
+async def _replay(args: argparse.Namespace, plan: auto_profile.Plan | None) -> ReplayResult:
     server: VoiceAgentServer | None = None
     url = args.url
-    if args.in_process:
-        server = await _start_server(config)
+    if plan is not None:
+        server, _ = await _start_server(plan)
         url = server.url
     try:
         turns = []
@@ -202,11 +226,9 @@ async def _replay(args: argparse.Namespace, config: Config) -> ReplayResult:
 
 def cmd_replay(args: argparse.Namespace) -> int:
     # In process: the server takes any free port.
-    config = _config(args, **({"server.port": "0"} if args.in_process else {}))
-    if args.in_process:
-        _require_models(config)
-    _logging(config)
-    result = asyncio.run(_replay(args, config))
+    plan = _plan(args, **{"server.port": "0"}) if args.in_process else None
+    _logging(plan.config if plan else _config(args))
+    result = asyncio.run(_replay(args, plan))
     print(format_table(result))
     if args.json:
         Path(args.json).write_text(json.dumps(result.to_json(), indent=2) + "\n")
@@ -215,16 +237,15 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 
 def cmd_talk(args: argparse.Namespace) -> int:
-    config = _config(args)
-    if not args.url:
-        _require_models(config)
+    plan = auto_profile.Plan((("", _config(args)),)) if args.url else _plan(args)
+    config = plan.config
     # The terminal shows the conversation; log lines would interleave with it, so only warnings
     # go to stderr unless --verbose.
     level = config.log_level.upper() if args.verbose else "WARNING"
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     options = TalkOptions(url=args.url, input=Path(args.input) if args.input else None, output=Path(args.output) if args.output else None)
     try:
-        asyncio.run(run_talk(options, config))
+        asyncio.run(run_talk(options, plan))
     except KeyboardInterrupt:
         print("\nbye", flush=True)
     return 0
@@ -282,6 +303,9 @@ def cmd_models(args: argparse.Namespace) -> int:
     print(f"\n* = configured.  cache: {cache}.  hub cache: {hub_cache()}.  'unprepared': run `voiceagent models prepare`.")
     for line in problems:
         print(line)
+    if config.profile == "auto":
+        last = auto_profile.last_choice(cache)
+        print(last or f"profile auto: chosen at start-up among the installed of {', '.join(PROFILES_AUTO)} (none recorded yet)")
     return 0
 
 
@@ -322,6 +346,8 @@ def _pull(config: Config, names: Sequence[str]) -> int:
         raise MissingDependencyError(exc.name or "huggingface_hub", "cpu") from exc
     settings = _model_settings(config)
     configured = {value: kind for kind, value in settings.values() if origin_of(kind, value) == "hub"}
+    if config.llm.backend == "vllm" and origin_of("llm", config.llm.model) == "hub":
+        configured[config.llm.model] = "vllm"
     todo = list(names) or list(configured)
     if not todo:
         print("nothing to pull: no configured model is a hub id (name one: voiceagent models pull NAME)")

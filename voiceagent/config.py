@@ -38,6 +38,7 @@ __all__ = [
     "TtsConfig",
     "TurnConfig",
     "VadConfig",
+    "given_keys",
     "load_config",
     "parse_examples",
 ]
@@ -122,6 +123,10 @@ class ServerConfig:
     latency_budget_ms: int = 2500
     """The end-of-speech → first-audio latency the automatic capacity keeps every session under
     when all of them finish a turn at the same instant."""
+    turn_budget_ms: int = 1000
+    """``profile = "auto"``: the end-of-speech → first-audio time one turn may take on this
+    machine, predicted at start-up from the measured turn cost; the most accurate installed
+    profile within it is chosen (:mod:`voiceagent.auto_profile`)."""
     public_url: str = ""
     """Public wss:// base URL used in the TwiML document (telephony); empty: derived from the request."""
     auth: str = "auto"
@@ -165,6 +170,7 @@ class ServerConfig:
         _check(self.max_message_bytes >= 1024, "server.max_message_bytes", "must be at least 1024")
         _check(self.max_sessions >= 0, "server.max_sessions", "must be >= 0 (0: the measured capacity)")
         _check(self.latency_budget_ms >= 100, "server.latency_budget_ms", "must be >= 100")
+        _check(self.turn_budget_ms >= 100, "server.turn_budget_ms", "must be >= 100")
 
 
 @dataclass(frozen=True)
@@ -449,10 +455,13 @@ class Config:
     playout: PlayoutConfig = field(default_factory=PlayoutConfig)
     gpu: GpuConfig = field(default_factory=GpuConfig)
     tools: ToolsConfig = field(default_factory=ToolsConfig)
-    profile: str = ""
+    profile: str = "auto"
     """A named set of settings (voiceagent.profiles): ``fast``, ``balanced`` or ``quality`` (the
-    CPU stack's models, from quickest to best answers) or ``gpu``.  Empty: the defaults (the same
-    models as ``fast``).  Settings given in the file, the environment or flags win over the profile's."""
+    CPU stack's models, from quickest to best answers) or ``gpu``.  ``auto``: at start-up, the most
+    accurate installed CPU profile whose measured turn fits ``server.turn_budget_ms``
+    (:mod:`voiceagent.auto_profile`); until then, and wherever nothing is started, the defaults.
+    Empty: the defaults (the same models as ``fast``).  Settings given in the file, the
+    environment or flags win over the profile's."""
     cache_dir: str = "~/.cache/voiceagent"
     log_level: str = "info"
     log_format: str = "text"
@@ -469,7 +478,8 @@ class Config:
         _check(self.log_format in ("text", "json"), "log_format", "must be text or json")
         from voiceagent.profiles import PROFILES  # the profiles name config keys: imported late
 
-        _check(self.profile == "" or self.profile in PROFILES, "profile", f"must be one of: {', '.join(sorted(PROFILES))} (or empty)")
+        names = ", ".join(["auto", *sorted(PROFILES)])
+        _check(self.profile in ("", "auto") or self.profile in PROFILES, "profile", f"must be one of: {names} (or empty)")
 
     @property
     def cache_path(self) -> Path:
@@ -550,16 +560,8 @@ def _set_dotted(tree: dict[str, Any], dotted: str, value: str) -> None:
     node[parts[-1]] = value
 
 
-def load_config(
-    file: str | Path | None = None,
-    env: Mapping[str, str] | None = None,
-    overrides: Mapping[str, str] | None = None,
-) -> Config:
-    """Build the effective configuration.
-
-    ``file``: a TOML file (else ``VOICEAGENT_CONFIG`` from ``env``, else none).  ``env``: the
-    environment (default ``os.environ``).  ``overrides``: dotted keys to string values, from flags.
-    """
+def _user_tree(file: str | Path | None, env: Mapping[str, str] | None, overrides: Mapping[str, str] | None) -> dict[str, Any]:
+    """What the user set: the file, then the environment, then the flags (each winning over the last)."""
     env = os.environ if env is None else env
     tree: dict[str, Any] = {}
     path = file or env.get("VOICEAGENT_CONFIG")
@@ -587,6 +589,37 @@ def load_config(
     for dotted, value in (overrides or {}).items():
         _set_dotted(flag_tree, dotted, value)
     tree = _merge(tree, flag_tree)
+    return tree
+
+
+def given_keys(
+    file: str | Path | None = None,
+    env: Mapping[str, str] | None = None,
+    overrides: Mapping[str, str] | None = None,
+) -> frozenset[str]:
+    """The dotted keys the user set in the file, the environment or the flags (as
+    :func:`load_config` reads them), whatever the profile: what a profile's choice must not touch."""
+
+    def walk(node: Mapping[str, Any], prefix: str) -> list[str]:
+        out: list[str] = []
+        for key, value in node.items():
+            out += walk(value, f"{prefix}{key}.") if isinstance(value, Mapping) else [f"{prefix}{key}"]
+        return out
+
+    return frozenset(walk(_user_tree(file, env, overrides), ""))
+
+
+def load_config(
+    file: str | Path | None = None,
+    env: Mapping[str, str] | None = None,
+    overrides: Mapping[str, str] | None = None,
+) -> Config:
+    """Build the effective configuration.
+
+    ``file``: a TOML file (else ``VOICEAGENT_CONFIG`` from ``env``, else none).  ``env``: the
+    environment (default ``os.environ``).  ``overrides``: dotted keys to string values, from flags.
+    """
+    tree = _user_tree(file, env, overrides)
     profile = tree.get("profile", "")
     if isinstance(profile, str) and profile:
         from voiceagent.profiles import profile_tree

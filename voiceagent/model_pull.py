@@ -20,12 +20,16 @@ import huggingface_hub
 from huggingface_hub import HfApi, hf_hub_download
 
 from voiceagent.errors import ModelError
-from voiceagent.model_source import ModelSource, hub_cache, hub_ref, is_piper_voice, origin_of, resolve, whisper_names
+from voiceagent.model_source import ModelSource, hub_cache, hub_ref, is_piper_voice, origin_of, resolve, snapshot_dir, whisper_names
 
-__all__ = ["WHISPER_FILES", "kind_of", "pull", "select_files"]
+__all__ = ["HF_FILES", "WHISPER_FILES", "kind_of", "pull", "select_files"]
 
 WHISPER_FILES = ("config.json", "preprocessor_config.json", "model.bin", "tokenizer.json", "vocabulary.*")
 """What faster-whisper itself fetches of a CTranslate2 Whisper repository (its ``download_model``)."""
+
+HF_FILES = ("*.json", "*.safetensors", "tokenizer.model", "merges.txt", "vocab.*", "*.tiktoken")
+"""What vLLM reads of a Hugging Face model repository (``llm.backend = "vllm"``): its configs,
+tokenizer and safetensors weights, not the other formats some repositories carry beside them."""
 
 _SHARD = re.compile(r"-(\d{5})-of-(\d{5})\.gguf$")
 
@@ -49,6 +53,11 @@ def kind_of(value: str, configured: Mapping[str, str] | None = None) -> str:
 
 def select_files(kind: str, value: str, sizes: Mapping[str, int]) -> list[str]:
     """The files of a repository (``sizes``: each file's name and bytes) that ``value`` stands for."""
+    if kind == "vllm":
+        files = [f for f in sizes if "/" not in f and any(fnmatch.fnmatch(f, p) for p in HF_FILES)]
+        if "config.json" not in files or not any(f.endswith(".safetensors") for f in files):
+            raise ModelError(f"{value} is not a Hugging Face model repository with safetensors weights; vLLM cannot load it")
+        return sorted(files)
     ref = hub_ref("tts" if kind == "onnx" else kind, value)
     if ref.folder:
         files = [f for f in sizes if any(fnmatch.fnmatch(f, p) for p in WHISPER_FILES)]
@@ -83,7 +92,7 @@ def pull(value: str, kind: str, say: Callable[[str], None] = print) -> ModelSour
     if huggingface_hub.constants.HF_HUB_OFFLINE:
         raise ModelError(f"cannot fetch {value}: HF_HUB_OFFLINE is set (unset it to pull, or copy the model into {hub_cache()})")
     cache = hub_cache()
-    probe = "tts" if kind == "onnx" else kind
+    probe = {"onnx": "tts", "vllm": "llm"}.get(kind, kind)
     if origin_of(probe, value) != "hub":
         raise ModelError(f"{value!r} is not a hub id (a catalog name or a path needs no pull)")
     repo = hub_ref(probe, value).repo
@@ -92,6 +101,8 @@ def pull(value: str, kind: str, say: Callable[[str], None] = print) -> ModelSour
     except Exception as exc:  # any failure to reach or read the hub: one line, not a traceback
         raise _fetch_error(value, exc) from exc
     sizes = {str(s.rfilename): int(s.size or 0) for s in info.siblings or []}
+    if kind == "stt" and "model.bin" not in sizes and "config.json" in sizes and any(f.endswith(".safetensors") for f in sizes):
+        kind = "vllm"  # a plain ORG/REPO of safetensors weights is an LLM for vLLM, not a Whisper
     files = select_files(kind, value, sizes)
     if kind == "onnx":  # a voice if its JSON came along, else a VAD or turn model (the same check)
         kind = "tts" if any(f.endswith(".onnx.json") for f in files) else "vad"
@@ -102,6 +113,12 @@ def pull(value: str, kind: str, say: Callable[[str], None] = print) -> ModelSour
             hf_hub_download(repo, name, cache_dir=cache)
         except Exception as exc:  # as above
             raise _fetch_error(value, exc) from exc
-    source = resolve(kind, value, setting="models pull")
+    if kind == "vllm":
+        folder = snapshot_dir(repo, cache)
+        if folder is None:  # pragma: no cover - hf_hub_download just wrote it
+            raise ModelError(f"{value}: downloaded, but no snapshot of {repo} in {cache}")
+        source = ModelSource(kind="llm", setting="models pull", value=value, origin="hub", path=folder, repo=repo)
+    else:
+        source = resolve(kind, value, setting="models pull")
     say(f"ready: {value} -> {source.path} ({total / 1e6:.1f} MB)")
     return source

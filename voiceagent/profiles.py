@@ -34,19 +34,42 @@ runs as shipped (``llm.quant = "shipped"``).  A profile
 whose model is not installed stops start-up with one line naming the command that installs it
 (:func:`voiceagent.catalog.require_installed`).
 
-* ``gpu`` — every model stage that gains from a GPU on one CUDA device in this one process:
-  faster-whisper in float16, the turn model and Piper on onnxruntime's CUDA provider, and the LLM
-  on vLLM's engine (``llm.gpu_memory_utilization`` of the device; the embedded model on the CPU is
-  its fallback).  The VAD stays on the CPU, where it is faster (docs/gpu_probe.md).  Start-up
-  checks the device, the CUDA builds of the libraries and the memory budget before loading any
-  model, and stops with one line naming what is missing (voiceagent.backends.gpu).
+* ``gpu`` — real-size models, every model stage that gains from a GPU on one CUDA device in this
+  one process: Whisper ``large-v3-turbo`` in float16 (faster-whisper), the turn model and Piper on
+  onnxruntime's CUDA provider, and ``Qwen/Qwen2.5-7B-Instruct`` on vLLM's engine with its prefix
+  cache (``llm.gpu_memory_utilization`` of the device; the embedded model on the CPU is its
+  fallback).  The VAD stays on the CPU, where it is faster (docs/gpu_probe.md).  Start-up checks
+  the device, the CUDA builds of the libraries and the memory budget before loading any model,
+  and stops with one line naming what is missing (voiceagent.backends.gpu).  A preferred model
+  that is not in the Hugging Face cache falls back to the next in :data:`PREFERRED`, with one
+  line naming the model and the command that fetches it (voiceagent.auto_profile.settle).
+
+  GPU memory each needs (weights from the parameter counts at 2 bytes each; the rest is
+  working memory and, for the LLM, its KV cache: 28 layers x 4 KV heads x 128 x 2 x 2 bytes =
+  57 KB a token, 0.47 GB for one 8,192-token conversation):
+
+  ==========================  ==========  ===========================================
+  model                       weights     download (``voiceagent models pull NAME``)
+  ==========================  ==========  ===========================================
+  ``large-v3-turbo`` fp16     1.6 GB      1.6 GB
+  ``distil-large-v3`` fp16    1.5 GB      1.5 GB
+  ``Qwen/Qwen2.5-7B-Instruct``  15.2 GB   15.2 GB (bf16 safetensors)
+  ``Qwen/Qwen2.5-3B-Instruct``  6.2 GB    6.2 GB
+  Smart Turn, Piper (CUDA)    < 0.1 GB    packaged
+  ==========================  ==========  ===========================================
+
+  So the whole preferred stack wants a 24 GB card at least (``llm.gpu_memory_utilization``
+  0.8 of it for vLLM: weights plus about 3 GB of KV cache, 50 conversations of 1,000 tokens).
+
+``auto`` (the default) is not a set of settings: at start-up it picks one of :data:`AUTO_ORDER`
+by measurement (voiceagent.auto_profile).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["PROFILES", "profile_tree"]
+__all__ = ["AUTO_ORDER", "PREFERRED", "PROFILES", "profile_tree"]
 
 # The models and endpointing of the embedded CPU stack as they were when the profiles were made
 # (issue #12).  Written out rather than read from the config defaults: ``fast`` must not drift.
@@ -95,6 +118,8 @@ PROFILES: dict[str, dict[str, str]] = {
         "llm.quant": "shipped",
     },
     "gpu": {
+        "stt.model": "large-v3-turbo",
+        "llm.model": "Qwen/Qwen2.5-7B-Instruct",
         "stt.device": "cuda",
         "stt.compute_type": "float16",
         "turn.device": "cuda",
@@ -103,6 +128,20 @@ PROFILES: dict[str, dict[str, str]] = {
         "llm.backend": "vllm",
     },
 }
+
+
+PREFERRED: dict[str, dict[str, tuple[str, ...]]] = {
+    "gpu": {
+        "stt.model": ("large-v3-turbo", "distil-large-v3", "whisper-tiny"),
+        "llm.model": ("Qwen/Qwen2.5-7B-Instruct", "Qwen/Qwen2.5-3B-Instruct", "qwen2.5-0.5b"),
+    },
+}
+"""A profile's models in order of preference: the first that is installed or cached is used (the
+profile's own value is the first).  The last of each is packaged, so the profile always starts."""
+
+AUTO_ORDER = ("quality", "balanced", "fast")
+"""The CPU profiles ``profile = "auto"`` chooses among, most accurate first (the spoken eval in
+the README: ``quality`` answers best, ``fast`` is quickest)."""
 
 
 def profile_tree(name: str) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from voiceagent import catalog, cli
+from voiceagent import auto_profile, catalog, cli
 from voiceagent.errors import ChecksumError, ModelError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -224,7 +224,7 @@ def test_serve_with_a_profile_whose_model_is_missing_stops_before_loading_with_o
     def no_loading(*_: object) -> None:
         raise AssertionError("models were loaded")
 
-    monkeypatch.setattr(cli, "load_engines", no_loading)
+    monkeypatch.setattr(auto_profile, "load_engines", no_loading)
     assert cli.main(["serve", "--profile", "quality", "--port", "0"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [

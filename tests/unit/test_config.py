@@ -257,7 +257,7 @@ def test_the_users_own_keys_win_over_a_cpu_profiles(tmp_path: Path) -> None:
 
 
 def test_an_unknown_profile_or_device_is_one_clear_error() -> None:
-    with pytest.raises(ConfigError, match="profile must be one of: balanced, fast, gpu, quality"):
+    with pytest.raises(ConfigError, match="profile must be one of: auto, balanced, fast, gpu, quality"):
         load_config(env={}, overrides={"profile": "turbo"})
     with pytest.raises(ConfigError, match=r"stt\.device must be cpu or cuda"):
         load_config(env={}, overrides={"stt.device": "tpu"})

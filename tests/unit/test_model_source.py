@@ -269,6 +269,36 @@ def test_pull_selects_the_files_an_id_stands_for() -> None:
     assert model_pull.select_files("tts", "en_US-lessac-medium", {voice: 1, voice + ".json": 1}) == [voice, voice + ".json"]
     with pytest.raises(ModelError, match="not a CTranslate2 Whisper repository"):
         model_pull.select_files("stt", "openai/whisper-tiny", {"model.safetensors": 1, "config.json": 1})
+    # vLLM's kind: the configs, tokenizer and safetensors at the top of the repository, nothing else.
+    repo = {
+        "config.json": 1,
+        "generation_config.json": 1,
+        "tokenizer.json": 1,
+        "tokenizer_config.json": 1,
+        "merges.txt": 1,
+        "vocab.json": 1,
+        "model-00001-of-00002.safetensors": 9,
+        "model-00002-of-00002.safetensors": 9,
+        "model.safetensors.index.json": 1,
+        "README.md": 1,
+        "pytorch_model.bin": 9,
+        "original/consolidated.pth": 9,
+    }
+    assert model_pull.select_files("vllm", "Qwen/Qwen2.5-7B-Instruct", repo) == sorted(
+        [
+            "config.json",
+            "generation_config.json",
+            "tokenizer.json",
+            "tokenizer_config.json",
+            "merges.txt",
+            "vocab.json",
+            "model-00001-of-00002.safetensors",
+            "model-00002-of-00002.safetensors",
+            "model.safetensors.index.json",
+        ]
+    )
+    with pytest.raises(ModelError, match="not a Hugging Face model repository with safetensors weights"):
+        model_pull.select_files("vllm", "Org/Gguf", {"config.json": 1, "m.gguf": 1})
 
 
 def test_pull_refuses_at_once_when_hf_hub_offline_is_set(monkeypatch: pytest.MonkeyPatch, hub: Path) -> None:

@@ -301,8 +301,15 @@ def load(config: LlmConfig, cache_dir: Path) -> VllmLlm:
         raise MissingDependencyError(exc.name or "vllm", "vllm") from exc
     from voiceagent.backends.hf_convert import hf_model_dir
     from voiceagent.catalog import load_catalog
+    from voiceagent.model_source import snapshot_dir
 
-    model = str(hf_model_dir(config.model, cache_dir)) if f"llm.{config.model}" in load_catalog() else config.model
+    # A hub id is read from the cache's snapshot folder, never by its id: vLLM and transformers
+    # would download a model that is not cached (start-up checked it is, voiceagent.auto_profile).
+    snapshot = snapshot_dir(config.model) if "/" in config.model and not Path(config.model).exists() else None
+    if f"llm.{config.model}" in load_catalog():
+        model = str(hf_model_dir(config.model, cache_dir))
+    else:
+        model = str(snapshot) if snapshot is not None else config.model
     on_cpu = bool(current_platform.is_cpu())
     kwargs: dict[str, Any] = {
         "model": model,

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from voiceagent.backends.registry import load_engines, warm_up
+from voiceagent import auto_profile
 from voiceagent.config import Config
 from voiceagent.session import Session
 from voiceagent.talk.console import Console
@@ -51,8 +51,11 @@ class TalkOptions:
     max_wait_s: float = 90.0
 
 
-async def run_talk(options: TalkOptions, config: Config, out: TextIO | None = None) -> TalkResult:
-    """Hold one conversation; see the module docstring.  Raises VoiceAgentError on setup failures."""
+async def run_talk(options: TalkOptions, config: Config | auto_profile.Plan, out: TextIO | None = None) -> TalkResult:
+    """Hold one conversation; see the module docstring.  ``config``: the configuration, or the
+    start-up plan (``profile = "auto"``'s candidates, :mod:`voiceagent.auto_profile`) of the
+    models to run here.  Raises VoiceAgentError on setup failures."""
+    plan = config if isinstance(config, auto_profile.Plan) else auto_profile.Plan((("", config),))
     console = Console(out or sys.stdout)
     sd = load_sounddevice() if options.input is None or options.output is None else None
     mic: Microphone
@@ -80,9 +83,11 @@ async def run_talk(options: TalkOptions, config: Config, out: TextIO | None = No
             return await talk_remote(options.url, mic, Conversation(speaker, console, tail_s=options.tail_s), max_tail_s=options.max_wait_s)
         console.info("loading models…")
         loop = asyncio.get_running_loop()
-        engines = await loop.run_in_executor(None, load_engines, config)
+        started = await loop.run_in_executor(None, auto_profile.start, plan)
+        engines, config = started.engines, started.config
+        if started.choice:
+            console.info(started.choice)
         try:
-            await loop.run_in_executor(None, warm_up, engines, config)
             speaker = _speaker(card_speaker, options.output, engines.tts.sample_rate)
             file_speaker = speaker if isinstance(speaker, FileSpeaker) else None
             console.info("ready" if options.input else "ready: speak (Ctrl-C to stop)")

@@ -1,0 +1,236 @@
+"""Settling the models at start-up: ``profile = "auto"`` chosen by measurement on this machine,
+and a profile's preferred models falling back to installed ones.
+
+``auto`` (the default) picks among the CPU profiles (:data:`voiceagent.profiles.AUTO_ORDER`,
+most accurate first) whose models are installed.  Each candidate is loaded and warmed as it
+would be to serve, and its turn's critical-path work measured (the start-up measurement the
+capacity uses, :func:`voiceagent.backends.registry.warm_up`).  The first whose predicted end of
+speech → first audio (:func:`predicted_ms`) fits ``server.turn_budget_ms`` is kept, engines and
+all; the others are closed.  The last candidate (the quickest) is kept whatever it measures, so
+a slow machine still starts.  With one candidate installed nothing is measured for the choice.
+
+``auto`` stands aside when the user names the models or the engine themselves (:data:`OWN_KEYS`):
+their settings on the defaults are what starts, as without a profile.
+
+A profile with preferred models (:data:`voiceagent.profiles.PREFERRED`, the ``gpu`` profile's
+real-size Whisper and LLM) uses the first one that is installed or in the Hugging Face cache,
+unless the user set that key; each model passed over is one line naming the command that
+fetches it.  Nothing here downloads.
+
+The last choice is written to ``<cache_dir>/profile_auto.json``, which ``voiceagent models``
+shows.  Everything here blocks (loading models): call it from a worker thread.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import platform
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from voiceagent import catalog
+from voiceagent.backends.registry import Engines, load_engines, warm_up
+from voiceagent.capacity import TurnCost
+from voiceagent.config import Config
+from voiceagent.errors import VoiceAgentError
+from voiceagent.model_source import origin_of, pull_command, resolve, snapshot_dir
+from voiceagent.profiles import AUTO_ORDER, PREFERRED
+
+__all__ = ["OWN_KEYS", "Plan", "Started", "last_choice", "missing_model", "plan", "predicted_ms", "settle", "start"]
+
+log = logging.getLogger(__name__)
+
+OWN_KEYS = ("stt.model", "llm.model", "llm.backend", "stt.device", "llm.quant", "stt.beam_size")
+"""Settings that make a configuration the user's own choice of models: ``auto`` leaves it alone."""
+
+CHOICE_FILE = "profile_auto.json"
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What start-up will try, in order (one configuration unless the profile is ``auto``), and
+    the lines to tell the user about how it was settled (fallbacks, profiles not installed)."""
+
+    candidates: tuple[tuple[str, Config], ...]
+    notes: tuple[str, ...] = ()
+
+    @property
+    def config(self) -> Config:
+        """The first candidate: what a client of a remote server, or a listing, reads."""
+        return self.candidates[0][1]
+
+
+@dataclass(frozen=True)
+class Started:
+    """Engines loaded and warmed for ``config``; ``choice`` is the one line saying which profile
+    ``auto`` chose and why ("" when there was nothing to choose)."""
+
+    config: Config
+    engines: Engines
+    warm: dict[str, float]
+    choice: str = ""
+
+
+def predicted_ms(config: Config, cost: TurnCost) -> float:
+    """End of speech → first audio of one turn on an idle machine: the VAD's stop wait, then the
+    turn's critical-path work (transcript, turn check, first clause, its first audio)."""
+    return config.vad.stop_ms + cost.work_s * 1000.0
+
+
+def _replace(config: Config, dotted: str, value: str) -> Config:
+    section, key = dotted.split(".")
+    return dataclasses.replace(config, **{section: dataclasses.replace(getattr(config, section), **{key: value})})
+
+
+def missing_model(config: Config, dotted: str, value: str) -> str:
+    """Why model ``value`` for setting ``dotted`` cannot be used here ("" when it can)."""
+    kind = dotted.split(".")[0]
+    try:
+        if kind == "llm" and config.llm.backend == "vllm":
+            # vLLM reads a Hugging Face folder: a hub id must be cached whole (config.json in it).
+            if origin_of("llm", value) == "catalog":
+                catalog.require_installed([f"llm.{value}"])
+            elif origin_of("llm", value) == "hub":
+                snap = snapshot_dir(value)
+                if snap is None or not (snap / "config.json").is_file():
+                    return f"{value} is not in the Hugging Face cache; fetch it with: {pull_command(value)}"
+            return ""
+        if origin_of(kind, value) == "catalog":
+            catalog.require_installed([f"{kind}.{value}"])
+        else:
+            resolve(kind, value, config.cache_path, dotted)
+    except VoiceAgentError as exc:
+        return exc.message
+    return ""
+
+
+def settle(config: Config, given: frozenset[str], missing: Callable[[Config, str, str], str] = missing_model) -> tuple[Config, list[str]]:
+    """``config`` with each preferred model of its profile that is not there replaced by the next
+    that is (keys the user set are left as they are); returns it and a line per model passed over."""
+    notes: list[str] = []
+    for dotted, choices in PREFERRED.get(config.profile, {}).items():
+        if dotted in given:
+            continue
+        section, key = dotted.split(".")
+        if getattr(getattr(config, section), key) != choices[0]:
+            continue
+        for i, value in enumerate(choices):
+            why = missing(config, dotted, value) if i < len(choices) - 1 else ""
+            if not why:
+                if i:
+                    config = _replace(config, dotted, value)
+                break
+            notes.append(f"profile {config.profile}: {dotted} {value} not used ({why}); trying {choices[i + 1]}")
+    return config, notes
+
+
+def plan(config: Config, given: frozenset[str], load: Callable[[str], Config], check: Callable[[Config], None]) -> Plan:
+    """What to start for ``config``: for ``auto``, each CPU profile whose models are installed
+    (``load(name)``: the configuration with that profile, the user's settings on top), most
+    accurate first; otherwise ``config`` with its preferred models settled.  ``check`` raises a
+    :class:`VoiceAgentError` for a configuration whose models are missing or wrong: for a lone
+    configuration that is the error start-up stops with, and for ``auto`` it leaves a profile
+    out (the error of the last is raised when none is left)."""
+    if config.profile != "auto":
+        config, notes = settle(config, given)
+        check(config)
+        return Plan((("", config),), tuple(notes))
+    own = [k for k in OWN_KEYS if k in given]
+    if own:
+        check(config)
+        return Plan((("", config),), (f"profile auto: none applied, as you set {', '.join(own)} (the defaults under your settings)",))
+    found: list[tuple[str, Config]] = []
+    left: list[str] = []
+    error: VoiceAgentError | None = None
+    for name in AUTO_ORDER:
+        candidate = load(name)
+        try:
+            check(candidate)
+        except VoiceAgentError as exc:
+            error = exc
+            left.append(f"{name} ({exc.message})")
+            continue
+        found.append((name, candidate))
+    if not found:
+        assert error is not None
+        raise error
+    return Plan(tuple(found), (f"profile auto: not installed: {'; '.join(left)}",) if left else ())
+
+
+def start(
+    plan: Plan,
+    budget_ms: float | None = None,
+    cache_dir: Path | None = None,
+    load: Callable[[Config], Engines] | None = None,
+    warm_up_engines: Callable[[Engines, Config], dict[str, float]] | None = None,
+) -> Started:
+    """Load and warm the plan's first candidate that fits (blocking; see the module docstring).
+    ``budget_ms`` defaults to the candidate's ``server.turn_budget_ms``; the choice is recorded
+    in ``cache_dir`` (default: the configuration's) when there was one to make.  ``load`` and
+    ``warm_up_engines`` default to the registry's (a test seam).  Engines passed over are closed;
+    an error while loading or warming one closes it and propagates."""
+    load = load or load_engines
+    warm_up_engines = warm_up_engines or warm_up
+    measured: dict[str, float] = {}
+    for i, (name, config) in enumerate(plan.candidates):
+        engines = load(config)
+        try:
+            warm = warm_up_engines(engines, config)
+        except BaseException:
+            engines.close()
+            raise
+        if not name:  # not auto: nothing to choose
+            return Started(config, engines, warm)
+        budget = float(budget_ms if budget_ms is not None else config.server.turn_budget_ms)
+        cost = engines.turn_cost
+        measured[name] = round(predicted_ms(config, cost), 1) if cost is not None else 0.0
+        last = i == len(plan.candidates) - 1
+        if measured[name] <= budget or last:
+            line = _choice_line(name, measured, budget, [n for n, _ in plan.candidates])
+            _record(cache_dir or config.cache_path, name, line, measured, budget)
+            return Started(config, engines, warm, line)
+        log.info("profile auto: %s predicted %.0f ms, over the %.0f ms budget; trying the next", name, measured[name], budget)
+        engines.close()
+    raise AssertionError("a plan has at least one candidate")  # pragma: no cover
+
+
+def _choice_line(name: str, measured: dict[str, float], budget: float, installed: Sequence[str]) -> str:
+    figures = ", ".join(f"{n} {ms:.0f} ms" for n, ms in measured.items())
+    if measured[name] <= budget:
+        why = f"the most accurate installed profile within server.turn_budget_ms {budget:.0f} ms"
+        if len(installed) == 1:
+            why = "the only installed profile"
+    else:
+        why = f"none fits server.turn_budget_ms {budget:.0f} ms: the quickest installed"
+    return f"profile auto: {name}, {why} (predicted end of speech to first audio on this machine: {figures})"
+
+
+def _record(cache_dir: Path, name: str, line: str, measured: dict[str, float], budget: float) -> None:
+    entry: dict[str, Any] = {
+        "chosen": name,
+        "line": line,
+        "predicted_ms": measured,
+        "turn_budget_ms": budget,
+        "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
+        "time": time.strftime("%Y-%m-%d %H:%M:%S"),
+    }
+    try:
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        (cache_dir / CHOICE_FILE).write_text(json.dumps(entry, indent=2) + "\n")
+    except OSError as exc:  # a read-only cache must not stop a server that has chosen
+        log.warning("could not record the profile choice in %s: %s", cache_dir, exc)
+
+
+def last_choice(cache_dir: Path) -> str:
+    """The line and date of the last ``auto`` choice recorded in ``cache_dir`` ("" if none)."""
+    try:
+        entry = json.loads((cache_dir / CHOICE_FILE).read_text())
+        return f"{entry['line']} [{entry['time']}]"
+    except (OSError, ValueError, KeyError, TypeError):
+        return ""
