@@ -152,12 +152,12 @@ async def _start_server(plan: auto_profile.Plan) -> tuple[VoiceAgentServer, str]
     """The server started on the plan's chosen configuration, and the line saying how it was chosen."""
     t0 = time.perf_counter()
     loop = asyncio.get_running_loop()
-    for note in plan.notes:
-        log.warning(note)
     started = await loop.run_in_executor(None, auto_profile.start, plan)
     config, engines = started.config, started.engines
-    if started.choice:
-        log.info(started.choice)
+    # After loading: a start that fails (no GPU, a broken model) is its one line alone.
+    for line in (*plan.notes, started.choice):
+        if line:
+            log.info(line)
     try:
         await _check_instructions(config, engines)
     except BaseException:

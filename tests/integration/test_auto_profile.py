@@ -1,0 +1,51 @@
+"""``profile = "auto"``, the default, as a user meets it: ``voiceagent serve`` with no profile
+chooses among the profiles installed here by measuring them, says which in one line, serves on
+it, and ``voiceagent models`` shows the choice afterwards.
+
+On a default set-up only ``fast`` is installed; with ``VOICEAGENT_PROFILE=quality bash
+scripts/setup.sh`` the 1.5B comes too and the choice is measured (tests/unit/test_auto_profile.py
+holds which profile wins for which cost)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import _load_script
+from voiceagent import auto_profile, cli
+from voiceagent.config import load_config
+
+pytestmark = pytest.mark.models
+
+
+def test_serve_with_no_profile_chooses_an_installed_one_says_why_and_serves_on_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("VOICEAGENT_PROFILE", "VOICEAGENT_CONFIG"):
+        monkeypatch.delenv(name, raising=False)  # conftest pins the tests' servers to fast: not this one
+    installed = [
+        name
+        for name, _ in auto_profile.plan(
+            load_config(env={}), frozenset(), lambda p: load_config(env={}, overrides={"profile": p}), cli._require_models
+        ).candidates
+    ]
+    serve_process = _load_script("serve_process")
+    server = serve_process.ServeProcess({}, log_lines=None)
+    try:
+        lines = [line for line in server.log if "profile auto: " in line]
+        assert len(lines) == 1, list(server.log)[-20:]
+        m = re.search(r"profile auto: (\w+), (.*) \(predicted end of speech to first audio on this machine: (.*)\)$", lines[0].strip())
+        assert m is not None, lines[0]
+        chosen, why, figures = m.groups()
+        assert chosen in installed and server.ready["profile"] == chosen
+        if installed == ["fast"]:
+            assert why == "the only installed profile" and re.fullmatch(r"fast \d+ ms", figures)
+        else:  # every profile tried before the chosen one was measured and named
+            tried = installed[: installed.index(chosen) + 1]
+            assert [f.split()[0] for f in figures.split(", ")] == tried
+    finally:
+        assert server.stop() == 0
+    listing = subprocess.run([sys.executable, "-m", "voiceagent.cli", "models"], capture_output=True, text=True, timeout=60)
+    assert listing.returncode == 0, listing.stderr
+    assert f"profile auto: {chosen}, " in listing.stdout.splitlines()[-1]
