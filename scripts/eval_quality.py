@@ -708,6 +708,11 @@ def run_profile(spec: str, overrides: dict[str, str], convs: list[Conversation],
         "process_to_ready_s": round(time.monotonic() - t0, 1),
         "turn_cost": server.ready.get("turn_cost"),
     }
+    ran = server.ready.get("profile", "")
+    if profile == "default" and ran not in ("", "auto"):  # profile auto chose one at start-up: its models ran
+        entry["auto_chose"] = ran
+        cfg = load_config(env={}, overrides={"profile": ran, **overrides})
+        entry["models"] = {"stt": cfg.stt.model, "llm": cfg.llm.model, "tts": cfg.tts.model, "turn": cfg.turn.model}
     steal0, total0 = cpu_times()
     t1 = time.monotonic()
     try:
@@ -787,8 +792,9 @@ def markdown(report: dict[str, Any]) -> str:
     for p, e in profiles.items():
         s = e["summary"]
         fc = s["false_cutoffs"]
+        label = f"{p} (auto: {e['auto_chose']})" if "auto_chose" in e else p
         lines.append(
-            f"| {p} | {e['models']['stt']} | {e['models']['llm']} | {s['answered']}/{s['questions']} | {_cell(s['wer_pct'])} "
+            f"| {label} | {e['models']['stt']} | {e['models']['llm']} | {s['answered']}/{s['questions']} | {_cell(s['wer_pct'])} "
             f"| {_cell(s['accuracy_pct'])} | {_cell(e['tuned']['accuracy_pct'])} | {_cell(e['held_out']['accuracy_pct'])} "
             f"| {_cell(e['known_failures']['accuracy_pct'])} | {_cell(s['speakable_pct'])} | {fc['cut_off']}/{fc['paused_questions']} "
             f"| {_cell(s['latency_ms']['p50'])} | {_cell(s['latency_ms']['p95'])} |"
