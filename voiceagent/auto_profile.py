@@ -169,18 +169,23 @@ def start(
     cache_dir: Path | None = None,
     load: Callable[[Config], Engines] | None = None,
     warm_up_engines: Callable[[Engines, Config], dict[str, float]] | None = None,
+    before_warm_up: Callable[[Config, Engines], None] | None = None,
 ) -> Started:
     """Load and warm the plan's first candidate that fits (blocking; see the module docstring).
     ``budget_ms`` defaults to the candidate's ``server.turn_budget_ms``; the choice is recorded
     in ``cache_dir`` (default: the configuration's) when there was one to make.  ``load`` and
-    ``warm_up_engines`` default to the registry's (a test seam).  Engines passed over are closed;
-    an error while loading or warming one closes it and propagates."""
+    ``warm_up_engines`` default to the registry's (a test seam).  ``before_warm_up`` checks each
+    candidate's loaded engines before they are warmed (the server's instructions against the
+    LLM's window: priming would overflow it).  Engines passed over are closed; an error while
+    checking or warming one closes it and propagates."""
     load = load or load_engines
     warm_up_engines = warm_up_engines or warm_up
     measured: dict[str, float] = {}
     for i, (name, config) in enumerate(plan.candidates):
         engines = load(config)
         try:
+            if before_warm_up is not None:
+                before_warm_up(config, engines)
             warm = warm_up_engines(engines, config)
         except BaseException:
             engines.close()

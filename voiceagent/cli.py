@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import importlib
 import json
 import logging
@@ -148,21 +149,21 @@ async def _check_instructions(config: Config, engines: Engines) -> None:
         raise ConfigError(f"llm.instructions: {exc.message}") from None
 
 
+def _check_loaded(config: Config, engines: Engines) -> None:
+    """:func:`_check_instructions` from the worker thread that loads the models (its own loop)."""
+    asyncio.run(_check_instructions(config, engines))
+
+
 async def _start_server(plan: auto_profile.Plan) -> tuple[VoiceAgentServer, str]:
     """The server started on the plan's chosen configuration, and the line saying how it was chosen."""
     t0 = time.perf_counter()
     loop = asyncio.get_running_loop()
-    started = await loop.run_in_executor(None, auto_profile.start, plan)
+    started = await loop.run_in_executor(None, functools.partial(auto_profile.start, plan, before_warm_up=_check_loaded))
     config, engines = started.config, started.engines
     # After loading: a start that fails (no GPU, a broken model) is its one line alone.
     for line in (*plan.notes, started.choice):
         if line:
             log.info(line)
-    try:
-        await _check_instructions(config, engines)
-    except BaseException:
-        engines.close()
-        raise
     server = VoiceAgentServer(config, engines)
     await server.start()
     log.info(
