@@ -92,17 +92,14 @@ def missing_model(config: Config, dotted: str, value: str) -> str:
     """Why model ``value`` for setting ``dotted`` cannot be used here ("" when it can)."""
     kind = dotted.split(".")[0]
     try:
-        if kind == "llm" and config.llm.backend == "vllm":
-            # vLLM reads a Hugging Face folder: a hub id must be cached whole (config.json in it).
-            if origin_of("llm", value) == "catalog":
-                catalog.require_installed([f"llm.{value}"])
-            elif origin_of("llm", value) == "hub":
-                snap = snapshot_dir(value)
-                if snap is None or not (snap / "config.json").is_file():
-                    return f"{value} is not in the Hugging Face cache; fetch it with: {pull_command(value)}"
-            return ""
-        if origin_of(kind, value) == "catalog":
+        origin = origin_of(kind, value)
+        if origin == "catalog":
             catalog.require_installed([f"{kind}.{value}"])
+        elif kind == "llm" and config.llm.backend == "vllm":
+            # vLLM reads a Hugging Face folder: a hub id must be cached whole (config.json in it).
+            snap = snapshot_dir(value) if origin == "hub" else None
+            if origin == "hub" and (snap is None or not (snap / "config.json").is_file()):
+                return f"{value} is not in the Hugging Face cache; fetch it with: {pull_command(value)}"
         else:
             resolve(kind, value, config.cache_path, dotted)
     except VoiceAgentError as exc:

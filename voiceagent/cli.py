@@ -29,8 +29,7 @@ from voiceagent.config import Config, given_keys, load_config
 from voiceagent.errors import ConfigError, MissingDependencyError, ModelError, ProtocolError, VoiceAgentError
 from voiceagent.model_checks import check_language
 from voiceagent.model_source import cached_repos, hub_cache, origin_of, resolve
-from voiceagent.profiles import AUTO_ORDER as PROFILES_AUTO
-from voiceagent.profiles import PROFILES
+from voiceagent.profiles import AUTO_ORDER, PROFILES
 from voiceagent.prompt_fit import PromptFitter
 from voiceagent.replay import ReplayResult, format_table, replay_file, summarize
 from voiceagent.talk import TalkOptions, run_talk
@@ -49,8 +48,9 @@ def _config(args: argparse.Namespace, **forced: str) -> Config:
 def _plan(args: argparse.Namespace, **forced: str) -> auto_profile.Plan:
     """What start-up will load for these arguments (``profile = "auto"``: every installed CPU
     profile, most accurate first); a model that is missing or wrong is one line (exit status 2)."""
-    config = _config(args, **forced)
-    given = given_keys(args.config, overrides=_overrides(args, **forced))
+    overrides = _overrides(args, **forced)
+    config = load_config(args.config, overrides=overrides)
+    given = given_keys(args.config, overrides=overrides)
     return auto_profile.plan(config, given, lambda name: _config(args, **forced, profile=name), _require_models)
 
 
@@ -306,7 +306,7 @@ def cmd_models(args: argparse.Namespace) -> int:
         print(line)
     if config.profile == "auto":
         last = auto_profile.last_choice(cache)
-        print(last or f"profile auto: chosen at start-up among the installed of {', '.join(PROFILES_AUTO)} (none recorded yet)")
+        print(last or f"profile auto: chosen at start-up among the installed of {', '.join(AUTO_ORDER)} (none recorded yet)")
     return 0
 
 

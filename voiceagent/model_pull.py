@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import fnmatch
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 import huggingface_hub
@@ -30,6 +30,12 @@ WHISPER_FILES = ("config.json", "preprocessor_config.json", "model.bin", "tokeni
 HF_FILES = ("*.json", "*.safetensors", "tokenizer.model", "merges.txt", "vocab.*", "*.tiktoken")
 """What vLLM reads of a Hugging Face model repository (``llm.backend = "vllm"``): its configs,
 tokenizer and safetensors weights, not the other formats some repositories carry beside them."""
+
+
+def _hf_weights(names: Collection[str]) -> bool:
+    """Whether a repository's files are a Hugging Face model vLLM loads: a config and safetensors."""
+    return "config.json" in names and any(f.endswith(".safetensors") for f in names)
+
 
 _SHARD = re.compile(r"-(\d{5})-of-(\d{5})\.gguf$")
 
@@ -55,7 +61,7 @@ def select_files(kind: str, value: str, sizes: Mapping[str, int]) -> list[str]:
     """The files of a repository (``sizes``: each file's name and bytes) that ``value`` stands for."""
     if kind == "vllm":
         files = [f for f in sizes if "/" not in f and any(fnmatch.fnmatch(f, p) for p in HF_FILES)]
-        if "config.json" not in files or not any(f.endswith(".safetensors") for f in files):
+        if not _hf_weights(files):
             raise ModelError(f"{value} is not a Hugging Face model repository with safetensors weights; vLLM cannot load it")
         return sorted(files)
     ref = hub_ref("tts" if kind == "onnx" else kind, value)
@@ -101,7 +107,7 @@ def pull(value: str, kind: str, say: Callable[[str], None] = print) -> ModelSour
     except Exception as exc:  # any failure to reach or read the hub: one line, not a traceback
         raise _fetch_error(value, exc) from exc
     sizes = {str(s.rfilename): int(s.size or 0) for s in info.siblings or []}
-    if kind == "stt" and "model.bin" not in sizes and "config.json" in sizes and any(f.endswith(".safetensors") for f in sizes):
+    if kind == "stt" and "model.bin" not in sizes and _hf_weights(sizes):
         kind = "vllm"  # a plain ORG/REPO of safetensors weights is an LLM for vLLM, not a Whisper
     files = select_files(kind, value, sizes)
     if kind == "onnx":  # a voice if its JSON came along, else a VAD or turn model (the same check)

@@ -305,10 +305,10 @@ def load(config: LlmConfig, cache_dir: Path) -> VllmLlm:
 
     # A hub id is read from the cache's snapshot folder, never by its id: vLLM and transformers
     # would download a model that is not cached (start-up checked it is, voiceagent.auto_profile).
-    snapshot = snapshot_dir(config.model) if "/" in config.model and not Path(config.model).exists() else None
     if f"llm.{config.model}" in load_catalog():
         model = str(hf_model_dir(config.model, cache_dir))
     else:
+        snapshot = None if Path(config.model).exists() else snapshot_dir(config.model)
         model = str(snapshot) if snapshot is not None else config.model
     on_cpu = bool(current_platform.is_cpu())
     kwargs: dict[str, Any] = {
