@@ -311,8 +311,19 @@ class LlmConfig:
     Catalog models only: a GGUF given as a path or hub id runs as given."""
     threads: int = 2
     context: int = 2048
+    batching: bool = True
+    """llama_cpp: one context whose ``sequences`` conversations decode together, one token of each
+    per step (backends/batch_engine.py: one copy of the weights, one KV cache).  False: the older
+    pool of ``contexts`` contexts stepped one at a time (backends/llm_pool.py), kept for comparison."""
+    sequences: int = 16
+    """llama_cpp with ``batching``: conversations that keep their prompt prefix in the KV cache at
+    once; a turn of a further one takes the least recently used idle sequence."""
+    kv_tokens: int = 0
+    """llama_cpp with ``batching``: the KV cache's cells, shared by every sequence (a prefix several
+    conversations share is held once); 0 = max(16384, 2 × ``context``).  About 12 KB a token for
+    the 0.5B, 28 KB for the 1.5B; when it is full, idle conversations' cells go first."""
     contexts: int = 8
-    """llama_cpp: KV contexts over the one memory-mapped model (~25 MB each for the 0.5B at 2k).
+    """llama_cpp without ``batching``: KV contexts over the one memory-mapped model (~25 MB each for the 0.5B at 2k).
     A conversation keeps its prefix warm in its own context while there are at least as many
     contexts as conversations; beyond that the least recently used one is re-read."""
     base_url: str = "http://127.0.0.1:8080/v1"
@@ -377,6 +388,8 @@ class LlmConfig:
         _check(0.0 <= self.call_bias <= 10.0, "llm.call_bias", "must be 0..10")
         _check(self.context >= 256, "llm.context", "must be >= 256")
         _check(1 <= self.contexts <= 64, "llm.contexts", "must be 1..64")
+        _check(1 <= self.sequences <= 256, "llm.sequences", "must be 1..256")
+        _check(self.kv_tokens == 0 or self.kv_tokens >= self.context, "llm.kv_tokens", "must be 0 or >= llm.context")
         _check(self.first_token_timeout_s > 0, "llm.first_token_timeout_s", "must be > 0")
         _check(self.fallback in ("auto", "llama_cpp", "none"), "llm.fallback", "must be auto, llama_cpp or none")
         _check(0.05 <= self.gpu_memory_utilization <= 0.98, "llm.gpu_memory_utilization", "must be 0.05..0.98")

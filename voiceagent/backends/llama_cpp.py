@@ -32,10 +32,12 @@ import numpy as np
 import numpy.typing as npt
 from llama_cpp import Llama, LogitsProcessorList, llama_set_n_threads
 from llama_cpp._utils import suppress_stdout_stderr
-from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 from llama_cpp.llama_grammar import JSON_GBNF, LlamaGrammar
 
+from voiceagent.backends.batch_engine import NO_CALL_GBNF, BatchedEngine
+from voiceagent.backends.llama_batch import BatchContext
 from voiceagent.backends.llama_prefix import SharedPrefixes
+from voiceagent.backends.llama_render import SENTENCE_ENDS, ChatRenderer
 from voiceagent.backends.llm_pool import LlmPool
 from voiceagent.backends.protocols import LlmContext, Message, Tool, ToolCall, ToolChoice
 from voiceagent.backends.tool_format import OPEN, HermesToolParser, chat_messages, new_call_id, tool_dicts
@@ -112,26 +114,6 @@ def _messages(messages: Sequence[Message]) -> Any:
     return chat_messages(messages)
 
 
-_MARK = "\x1e"
-"""Stands for words not yet heard when a prompt is cut before them (an ASCII record separator:
-no chat template writes one)."""
-
-SENTENCE_ENDS = (".", "?", "!")
-"""What a token that ends a sentence starts with."""
-
-_END_TOKENS: dict[str, npt.NDArray[np.int64]] = {}
-
-
-def _sentence_end_tokens(llm: Llama, key: str) -> npt.NDArray[np.int64]:
-    """The tokens that end a sentence or the turn (end of generation) in ``llm``'s vocabulary;
-    found once per model file (a scan of the vocabulary, ~0.4 s for Qwen2.5's 151k tokens)."""
-    ends = _END_TOKENS.get(key)
-    if ends is None:
-        found = [t for t in range(llm.n_vocab()) if llm.detokenize([t]).decode("utf-8", "replace")[:1] in SENTENCE_ENDS]
-        ends = _END_TOKENS[key] = np.array(sorted({*found, llm.token_eos()}), dtype=np.int64)
-    return ends
-
-
 class LlamaCppContext:
     """One llama.cpp context (an :class:`~voiceagent.backends.protocols.LlmContext`)."""
 
@@ -157,23 +139,13 @@ class LlamaCppContext:
         self.context = context
         self._threads = threads
         self._call_bias = call_bias
-        # The tokens a reply that calls a tool starts with: the template's <tool_call>, and the
-        # "<" and "```" a model that spells its call out as text begins it with.
-        self._call_openers = sorted(
-            {self._llm.tokenize(OPEN.encode(), add_bos=False, special=True)[0]}
-            | {self._llm.tokenize(t, add_bos=False, special=False)[0] for t in (b"<", b"```")}
-        )
-        self._ends = _sentence_end_tokens(self._llm, str(path))
-        template = self._llm.metadata.get("tokenizer.chat_template")
-        self._formatter: Any = None  # renders the prompt exactly as create_chat_completion does
-        if template:
-            eos, bos = self._llm.token_eos(), self._llm.token_bos()
-            self._formatter = cast(Any, Jinja2ChatFormatter)(
-                template=template, eos_token=self._token_text(eos), bos_token=self._token_text(bos), stop_token_ids=[eos]
-            )
-
-    def _token_text(self, token: int) -> str:
-        return self._llm.detokenize([token], special=True).decode("utf-8", "replace") if token >= 0 else ""
+        self._render = ChatRenderer(self._llm, str(path))
+        self._call_openers = self._render.call_openers
+        self._ends = self._render.ends
+        self._formatter: Any = self._render.formatter  # renders the prompt exactly as create_chat_completion does
+        self._token_text = self._render.token_text
+        self._head_tokens = self._render.head_tokens
+        self._prompt_tokens = self._render.prompt_tokens
 
     def close(self) -> None:
         """Free the context and its KV cache (the pool calls it once its executor has stopped)."""
@@ -185,15 +157,12 @@ class LlamaCppContext:
             llama_set_n_threads(cast(Any, self._llm)._ctx.ctx, threads, threads)
 
     def count_tokens(self, text: str) -> int:
-        return len(self._llm.tokenize(text.encode("utf-8"), add_bos=False, special=True))
+        return self._render.count_tokens(text)
 
     def prompt_length(self, messages: Sequence[Message], tools: Sequence[Tool] = ()) -> int:
-        """The prompt's length in tokens, as :meth:`stream` will render it.  Thread-safe: it
-        reads only the model's vocabulary and the template, never this context's state.  A model
-        without a chat template is counted by its messages' text plus a few tokens each."""
-        if self._formatter is not None:
-            return len(self._prompt_tokens(messages, tools))
-        return sum(self.count_tokens(m.content) + 8 for m in messages)
+        """The prompt's length in tokens, as :meth:`stream` will render it (thread-safe:
+        :class:`~voiceagent.backends.llama_render.ChatRenderer`)."""
+        return self._render.prompt_length(messages, tools)
 
     def prompt_reuse(self, messages: Sequence[Message], tools: Sequence[Tool] = ()) -> tuple[int, int]:
         """(prompt tokens, tokens of it already in this context's KV cache), as llama.cpp will
@@ -331,28 +300,6 @@ class LlamaCppContext:
         llm._requires_eval = False  # live logits: an identical prompt samples without a pass
         return np.ctypeslib.as_array(llm._ctx.get_logits_ith(at - start), shape=(self._llm.n_vocab(),)).astype(np.float64)
 
-    def _head_tokens(self, messages: Sequence[Message], tools: Sequence[Tool]) -> list[int] | None:
-        """The tokens of the prompt ``messages`` render to, up to the end of the last (user)
-        message's text; None when there is no user message last or the prompt cannot be
-        rendered.  An empty last message stands for words not yet heard: the tokens then end
-        where they would begin (what warming a new system prompt evaluates)."""
-        if self._formatter is None or not messages or messages[-1].role != "user":
-            return None
-        text = messages[-1].content
-        if not text:
-            # Rendered with a marker in the words' place, cut where the marker starts.
-            messages = [*messages[:-1], Message("user", _MARK)]
-        result = self._formatter(messages=_messages(messages), tools=tool_dicts(tools) or None)
-        end = result.prompt.rfind(text or _MARK)
-        if end < 0:
-            return None
-        head = result.prompt[: end + len(text)]
-        return self._llm.tokenize(head.encode("utf-8"), add_bos=not result.added_special, special=True)
-
-    def _prompt_tokens(self, messages: Sequence[Message], tools: Sequence[Tool]) -> list[int]:
-        result = self._formatter(messages=_messages(messages), tools=tool_dicts(tools) or None)
-        return self._llm.tokenize(result.prompt.encode("utf-8"), add_bos=not result.added_special, special=True)
-
     def stream(
         self,
         messages: Sequence[Message],
@@ -419,7 +366,7 @@ class LlamaCppContext:
             pieces = (str(c["choices"][0].get("text") or "") for c in cast(Iterator[dict[str, Any]], chunks))
         else:
             if tools and not offered:
-                sampling["grammar"] = LlamaGrammar.from_string(_NO_CALL_GBNF, verbose=False)
+                sampling["grammar"] = LlamaGrammar.from_string(NO_CALL_GBNF, verbose=False)
             elif offered and tool_choice == "auto" and self._call_bias:
                 sampling["logits_processor"] = LogitsProcessorList([first_token_bias(self._call_openers, self._call_bias)])
             chunks = self._llm.create_chat_completion(messages=_messages(messages), tools=cast(Any, tool_dicts(tools) or None), **sampling)
@@ -449,9 +396,6 @@ class LlamaCppContext:
         yield ToolCall(new_call_id(), tool.name, arguments)
 
 
-# A reply that does not open with a call: no JSON, tag or code fence first (after that, free).
-_NO_CALL_GBNF = r"root ::= [A-Za-z0-9] [^\x00]*"
-
 
 def _reuse(context: LlmContext, messages: Sequence[Message], tools: Sequence[Tool]) -> tuple[int, int]:
     return context.prompt_reuse(messages, tools) if isinstance(context, LlamaCppContext) else (0, 0)
@@ -473,10 +417,15 @@ def first_token_bias(tokens: Sequence[int], bias: float) -> Callable[[Any, Any],
     return process
 
 
-def load(config: LlmConfig, cache_dir: Path) -> LlmPool:
-    """``config.contexts`` contexts over the model ``config.model`` names (:func:`gguf_path`;
-    blocking, seconds)."""
+def load(config: LlmConfig, cache_dir: Path) -> LlmPool | BatchedEngine:
+    """The model ``config.model`` names (:func:`gguf_path`), as the batched engine of
+    ``config.sequences`` sequences, or without ``config.batching`` a pool of ``config.contexts``
+    contexts (blocking, seconds)."""
     path = gguf_path(config.model, cache_dir, config.quant)
+    if config.batching:
+        kv = config.kv_tokens or max(16384, 2 * config.context)
+        core = BatchContext(path, config.threads, config.context, config.sequences, kv)
+        return BatchedEngine(core, model=config.model, threads=config.threads, call_bias=config.call_bias)
     shared = SharedPrefixes() if config.contexts > 1 else None
     contexts = [LlamaCppContext(path, config.threads, config.context, config.call_bias, shared) for _ in range(config.contexts)]
     for context in contexts:

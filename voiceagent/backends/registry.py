@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from voiceagent.audio import PIPELINE_RATE, int16_to_float, resample
+from voiceagent.backends.batch_engine import BatchedEngine
 from voiceagent.backends.fallback import FallbackLlm
 from voiceagent.backends.gpu import check_gpu
 from voiceagent.backends.llm_pool import LlmPool
@@ -150,7 +151,8 @@ def load_engines(config: Config) -> Engines:
     tts = timed("tts", _import(*_TTS), config.tts.model, config.tts.threads, config.tts.device, cache)
     # Models that adapt their threads to contention learn whether the others are busy.
     backends: list[tuple[str, object]] = [("stt", stt), ("turn", turn), ("tts", tts)] + [("llm", p) for p in pools]
-    executors = [(k, ex) for k, b in backends if isinstance(ex := getattr(b, "executor", None), PriorityExecutor)]
+    # A backend is busy while its executor is (the batched LLM, which has none: while it steps).
+    executors = [(k, ex) for k, b in backends if isinstance(ex := getattr(b, "executor", b), PriorityExecutor | BatchedEngine)]
 
     def busy_besides(me: str) -> Callable[[], bool]:
         # The event loop's thread counts too: a server flooded with messages holds a core.
@@ -164,19 +166,20 @@ def load_engines(config: Config) -> Engines:
     return Engines(vad=vad, stt=stt, turn=turn, llm=llm, tts=tts, load_seconds=timings)
 
 
-def load_llm(config: Config, timed: Callable[..., Any] | None = None) -> tuple[LlmEngine, list[LlmPool]]:
+def load_llm(config: Config, timed: Callable[..., Any] | None = None) -> tuple[LlmEngine, list[LlmPool | BatchedEngine]]:
     """The configured LLM engine, behind its circuit breaker when ``llm.fallback`` gives one
     (blocking), and the in-process pools among its engines (their threads adapt to contention).
     ``timed(name, factory, *args)`` calls each factory (default: plainly)."""
     call = timed or (lambda _name, factory, *args: factory(*args))
     cache = config.cache_path
     llm: LlmEngine = call("llm", _cls(_LLM, "llm", config.llm.backend), config.llm, cache)
-    pools = [llm] if isinstance(llm, LlmPool) else []
+    pools = [llm] if isinstance(llm, LlmPool | BatchedEngine) else []
     fallback_name = config.llm.fallback_backend
     if fallback_name is not None:
-        fallback_config = replace(config.llm, backend=fallback_name, model=config.llm.fallback_model, contexts=config.llm.fallback_contexts)
+        n = config.llm.fallback_contexts
+        fallback_config = replace(config.llm, backend=fallback_name, model=config.llm.fallback_model, contexts=n, sequences=n)
         fallback = call("llm_fallback", _cls(_LLM, "llm", fallback_name), fallback_config, cache)
-        pools += [fallback] if isinstance(fallback, LlmPool) else []
+        pools += [fallback] if isinstance(fallback, LlmPool | BatchedEngine) else []
         if fallback.name == llm.name:
             fallback.name += "_fallback"  # two pools of one backend: metrics must tell them apart
         llm = FallbackLlm(llm, fallback, config.llm.first_token_budget_ms / 1000.0, config.llm.breaker_failures, config.llm.breaker_reset_s)

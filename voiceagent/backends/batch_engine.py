@@ -1,0 +1,653 @@
+"""The embedded LLM engine with continuous batching: every conversation a sequence of one context,
+every step one ``llama_decode`` carrying the next token of every active generation.
+
+Why: on a CPU a decode step of a small model is bound by reading the weights, so the next
+tokens of 8 conversations cost about 3× one token, not 8× (:mod:`voiceagent.backends.llama_batch`).
+The per-context pool (:mod:`voiceagent.backends.llm_pool`) steps one generation at a time and
+keeps a copy of the weights per context.
+
+**Sequences.**  The context has ``sequences`` sequence ids.  A conversation (``LlmRequest.key``)
+keeps its sequence between turns, so its prompt prefix stays in the KV cache while others talk;
+a new conversation takes a sequence nobody owns, else the least recently used idle one.  On
+admission a job keeps the longest prefix of its prompt its sequence already holds, or, when
+another sequence holds a longer one (the same instructions and tools, or the start-up prime),
+copies that sequence's cells (shared, not duplicated: the KV cache is unified) and evaluates
+only the rest.  When the KV cache is full, idle sequences are dropped least recently used first.
+
+**Steps.**  One thread runs the steps.  Each step decodes, in one batch of at most ``batch``
+tokens: the pending token of every generating sequence that is not too far ahead of its
+consumer (urgent ones first: a generation whose first clause someone waits for, in admission
+order; then the least served), and then prompt tokens (chunked prefill: real turns in admission
+order, then the start-up prime, then speculative prefills, which run only while no turn's prompt
+is pending).  While an urgent generation is decoding, a step carries at most ``chunk`` prompt
+tokens, so a long new prompt does not stall first clauses.  A generation decodes at most
+``ahead`` tokens past what its consumer has taken (``urgent_tokens`` while urgent): a consumer
+that pauses pauses its decoding too.
+
+**End of sentence.**  With ``on_end_probability``, the logits at the end of the user's words
+(final punctuation left out) are taken in the same pass as the prompt, when those words'
+tokens are a prefix of the prompt's (otherwise the verdict is not given).
+
+**Cancellation.**  Closing or cancelling the iterator of :meth:`BatchedEngine.generate` marks
+its job; the step thread drops it before the next step (its sequence keeps what was decoded,
+a sampled token not yet decoded is dropped) and counts it as ``abort`` in :attr:`finished`
+(``stop``: ran to its end; ``error``: the model failed).  ``CancelledError`` propagates.
+Cancelling :meth:`BatchedEngine.prefill` stops it before its next chunk; what it evaluated stays.
+
+Nothing of a sequence is touched outside the step thread; the event loop only queues jobs and
+sets flags, under one condition variable that also wakes the thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import logging
+import math
+import threading
+import time
+from collections import Counter
+from collections.abc import AsyncGenerator, Callable, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+import numpy as np
+
+from voiceagent.backends.protocols import LlmRequest, LlmStats, Message, Tool, ToolCall
+from voiceagent.backends.tool_format import OPEN, HermesToolParser, new_call_id
+from voiceagent.errors import EngineError
+from voiceagent.text import unpunctuated
+
+if TYPE_CHECKING:  # llama.cpp itself only where the engine is built (llama-cpp-python is optional)
+    from voiceagent.backends.llama_batch import BatchContext, Sampler
+
+__all__ = ["BatchedEngine"]
+
+log = logging.getLogger(__name__)
+
+_DONE = object()
+_ADMITTED = object()
+_TURN, _PRIME, _PREFILL = 0, 1, 2  # prompt priority, and what a job is
+_PROMPT, _JUDGE, _LAST, _NEXT = range(4)  # what a planned token is: prompt, the words' end, the prompt's last, a reply token
+
+# A reply that does not open with a call: no JSON, tag or code fence first (after that, free).
+NO_CALL_GBNF = r"root ::= [A-Za-z0-9] [^\x00]*"
+
+
+class Entry(NamedTuple):
+    """One token of a step: ``token`` at position ``pos`` of sequence ``seq``; ``logits``: keep
+    the logits after it (to sample or judge from)."""
+
+    token: int
+    pos: int
+    seq: int
+    logits: bool
+
+
+def _lcp(a: Sequence[int], b: Sequence[int]) -> int:
+    """The length of the longest common prefix of two token lists."""
+    n = min(len(a), len(b))
+    if n == 0:
+        return 0
+    diff = np.flatnonzero(np.asarray(a[:n]) != np.asarray(b[:n]))
+    return int(diff[0]) if diff.size else n
+
+
+@dataclass(eq=False)
+class _Job:
+    """One use of a sequence: a turn's generation, a speculative prefill, or the start-up prime."""
+
+    kind: int
+    key: str
+    prompt: list[int]
+    order: int
+    released: Future[int] = field(default_factory=Future)
+    """Resolved (with the prompt tokens this job evaluated) once its sequence is free again."""
+    cancelled: bool = False
+    seq: _Seq | None = None
+    evaluated: int = 0
+    reused: int = 0
+    # A turn's generation only:
+    request: LlmRequest | None = None
+    loop: asyncio.AbstractEventLoop | None = None
+    queue: asyncio.Queue[object] | None = None
+    grammar: str | None = None
+    parser: HermesToolParser | None = None
+    named: Tool | None = None
+    named_text: str = ""
+    bias: float = 0.0
+    judge_at: int | None = None
+    sampler: Sampler | None = None
+    detok: Any = None
+    token: int | None = None
+    """Sampled and given out, not yet decoded (its logits are what the next token comes from)."""
+    produced: int = 0
+    consumed: int = 0
+    done: bool = False
+
+    def pending(self) -> int:
+        """Prompt tokens not yet evaluated (0 before admission and once it generates)."""
+        return len(self.prompt) - len(self.seq.tokens) if self.seq is not None and self.token is None and not self.done else 0
+
+
+@dataclass(eq=False)
+class _Seq:
+    id: int
+    tokens: list[int] = field(default_factory=list)
+    """Exactly what the KV cache holds for this sequence, position by position."""
+    owner: str | None = None
+    last_used: int = 0
+    job: _Job | None = None
+
+
+class BatchedEngine:
+    """:class:`~voiceagent.backends.protocols.LlmEngine` over one :class:`BatchContext` (contract:
+    module docstring).  ``core`` is used only from this engine's step thread from now on."""
+
+    def __init__(
+        self,
+        core: BatchContext,
+        name: str = "llama_cpp",
+        model: str = "",
+        threads: int = 1,
+        call_bias: float = 0.0,
+        ahead: int = 8,
+        chunk: int = 64,
+    ) -> None:
+        self.core = core
+        self.name = name
+        self.model = model
+        self.window: int | None = core.window
+        self.threads = threads
+        self.contended: Callable[[], bool] = lambda: False
+        """True while other model work shares the cores (checked before every step)."""
+        self._call_bias = call_bias
+        self._ahead = ahead
+        self._chunk = chunk
+        self._render = core.render
+        self._seqs = [_Seq(i) for i in range(core.sequences)]
+        self._cond = threading.Condition()
+        self._incoming: list[_Job] = []
+        self._waiting: list[_Job] = []
+        self._active: list[_Job] = []
+        self._orders = itertools.count()
+        self._clock = itertools.count(1)
+        self._stopping = False
+        self._warm = False
+        self._prompt_tokens = 0
+        self._reused_tokens = 0
+        self._shared_tokens = 0
+        self._generated = 0
+        self._decode_s = 0.0
+        self._prefilled = 0
+        self.steps = 0
+        """Decode steps run; with :attr:`batched_tokens`, the mean batch."""
+        self.batched_tokens = 0
+        self.finished: Counter[str] = Counter()
+        """Generations by how they ended (``stop``, ``abort``: closed early, ``error``)."""
+        self.seq_history: list[tuple[str, int]] = []
+        """(key, sequence id) of every turn admitted, in order (bounded: the last 1000)."""
+        self.busy = False
+        """True while a step runs (other models' threads adapt to it, as to a busy executor)."""
+        self._thread = threading.Thread(target=self._run, name="llm-batch", daemon=True)
+        self._thread.start()
+
+    # ------------------------------------------------------------------ the event loop's side
+
+    def _submit(self, job: _Job) -> None:
+        with self._cond:
+            if self._stopping:
+                raise EngineError("the LLM engine is closed")
+            self._incoming.append(job)
+            self._cond.notify()
+
+    def _cancel(self, job: _Job) -> None:
+        with self._cond:
+            job.cancelled = True
+            self._cond.notify()
+
+    def _turn_job(self, request: LlmRequest, loop: asyncio.AbstractEventLoop) -> _Job:
+        """Render the request (in a worker thread: tokenizing a long prompt takes milliseconds)."""
+        r = self._render
+        if r.formatter is None:
+            raise EngineError(f"{self.model}: the model has no chat template")
+        messages, tools, choice = list(request.messages), request.tools, request.tool_choice
+        offered = tools if choice != "none" else ()
+        prompt = r.prompt_tokens(messages, tools)
+        job = _Job(_TURN, request.key, prompt, 0, request=request, loop=loop, queue=asyncio.Queue())
+        job.named = next((t for t in offered if t.name == choice), None)
+        if job.named is not None:
+            job.grammar = self.core.schema_grammar(json.dumps(dict(job.named.parameters)))
+        else:
+            required = bool(offered) and choice == "required"
+            job.parser = HermesToolParser(open_tag=required, names=[t.name for t in offered]) if offered else None
+            if required:
+                job.prompt = prompt + r.tokenize(f"{OPEN}\n")
+                job.grammar = self.core.json_grammar()
+            elif tools and not offered:
+                job.grammar = NO_CALL_GBNF
+            elif offered and choice == "auto":
+                job.bias = self._call_bias
+        if request.on_end_probability is not None and messages and messages[-1].role == "user":
+            words = unpunctuated(messages[-1].content)
+            head = r.head_tokens([*messages[:-1], Message("user", words)], tools) if words else None
+            if head and job.prompt[: len(head)] == head and len(head) < len(job.prompt):
+                job.judge_at = len(head) - 1
+        if self.window is not None and len(job.prompt) >= self.window:
+            raise EngineError(f"a prompt of {len(job.prompt)} tokens does not fit llm.context {self.window}")
+        return job
+
+    async def generate(self, request: LlmRequest) -> AsyncGenerator[str | ToolCall, None]:
+        """Stream the reply from the conversation's sequence (contract: module docstring)."""
+        loop = asyncio.get_running_loop()
+        job = await asyncio.to_thread(self._turn_job, request, loop)
+        assert job.queue is not None
+        job.order = next(self._orders)
+        usage = request.usage
+        if usage is not None:
+            usage.model = self.model
+        self._submit(job)
+        finished = False
+        try:
+            while True:
+                item = await job.queue.get()
+                if item is _ADMITTED:
+                    if request.on_admitted is not None:
+                        request.on_admitted()
+                    continue
+                if item is _DONE:
+                    finished = True
+                    return
+                if isinstance(item, BaseException):
+                    finished = True
+                    raise item
+                with self._cond:
+                    job.consumed += 1
+                    self._cond.notify()
+                self._generated += 1
+                if usage is not None:
+                    usage.generated_tokens += 1
+                yield item  # type: ignore[misc]
+        finally:
+            if not finished:
+                self._cancel(job)
+
+    async def prefill(self, key: str, messages: Sequence[Message], tools: tuple[Tool, ...] = ()) -> int:
+        """Evaluate ``key``'s coming prompt on its sequence, below every turn (contract: module
+        docstring); 0 when every sequence is busy or requests wait."""
+        head = await asyncio.to_thread(self._render.head_tokens, list(messages), tools)
+        if not head or (self.window is not None and len(head) >= self.window):
+            return 0
+        job = _Job(_PREFILL, key, head, next(self._orders))
+        self._submit(job)
+        try:
+            return await asyncio.wrap_future(job.released)
+        except asyncio.CancelledError:
+            self._cancel(job)
+            raise
+
+    def prime(self, messages: Sequence[Message], tools: tuple[Tool, ...] = ()) -> None:
+        """Evaluate the prompt ``messages`` render to on one sequence that nobody owns, so every
+        conversation copies it instead of evaluating it; forget all affinity (blocking)."""
+        job = _Job(_PRIME, "", self._render.prompt_tokens(list(messages), tools), next(self._orders))
+        self._submit(job)
+        job.released.result()
+
+    async def count_tokens(self, messages: Sequence[Message], tools: tuple[Tool, ...] = ()) -> int | None:
+        """The prompt's length in the model's tokens (in a worker thread; touches no sequence)."""
+        return await asyncio.to_thread(self._render.prompt_length, list(messages), tools)
+
+    def stats(self) -> LlmStats:
+        return LlmStats(
+            engine=self.name,
+            slots=len(self._seqs),
+            busy=sum(s.job is not None for s in self._seqs),
+            waiting=len(self._waiting) + len(self._incoming),
+            prompt_tokens=self._prompt_tokens,
+            reused_tokens=self._reused_tokens,
+            generated_tokens=self._generated,
+            decode_seconds=round(self._decode_s, 3),
+            prefilled_tokens=self._prefilled,
+            shared_tokens=self._shared_tokens,
+        )
+
+    async def drained(self) -> None:
+        """Return once every job submitted so far has given its sequence back."""
+        with self._cond:
+            jobs = [*self._incoming, *self._waiting, *self._active]
+        for job in jobs:
+            await asyncio.wrap_future(job.released)
+
+    async def aclose(self) -> None:
+        """Wait for every job to end (nothing of the engine belongs to a loop)."""
+        await self.drained()
+
+    def close(self) -> None:
+        """Stop the step thread (after the step in flight), fail what is still queued, free the model."""
+        with self._cond:
+            if self._stopping:
+                return
+            self._stopping = True
+            self._cond.notify()
+        self._thread.join()
+        for job in [*self._incoming, *self._waiting, *self._active]:
+            self._end(job, "abort", EngineError("the LLM engine closed"))
+        self.core.close()
+
+    # ------------------------------------------------------------------ the step thread
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while True:
+                    if self._stopping:
+                        return
+                    try:
+                        self._reap()
+                        self._admit()
+                        plan = self._plan()
+                    except Exception as exc:  # a bug here must fail the requests, never hang them
+                        log.exception("llm: scheduling failed")
+                        self._fail([*self._incoming, *self._waiting, *self._active], exc)
+                        plan = []
+                    if plan:
+                        break
+                    self._cond.wait()
+            self.busy = True
+            try:
+                self._step(plan)
+            except Exception as exc:  # a step that fails fails its jobs, never the thread
+                log.exception("llm: a batched step failed")
+                self._fail([j for _, j, _ in plan], exc)
+            finally:
+                self.busy = False
+
+    def _fail(self, jobs: list[_Job], exc: Exception) -> None:
+        for job in {id(j): j for j in jobs}.values():
+            self._end(job, "error", EngineError(f"the LLM failed: {exc}"), forget=True)
+
+    def _emit(self, job: _Job, item: object) -> None:
+        loop, queue = job.loop, job.queue
+        if loop is None or queue is None:
+            return
+        try:
+            loop.call_soon_threadsafe(queue.put_nowait, item)
+        except RuntimeError:  # its loop has closed: nobody is reading
+            job.cancelled = True
+
+    def _end(self, job: _Job, reason: str, error: BaseException | None = None, forget: bool = False) -> None:
+        """Finish ``job``: tell its consumer, free its sampler and sequence, count it."""
+        if job.done:
+            return
+        job.done = True
+        if job.kind == _TURN:
+            self.finished[reason] += 1
+            if error is not None or reason != "abort":  # an abort the consumer asked for tells nobody
+                self._emit(job, error if error is not None else _DONE)
+        elif error is not None and job.kind == _PRIME:
+            job.released.set_exception(error)
+        if job.sampler is not None:
+            job.sampler.close()
+            job.sampler = None
+        seq = job.seq
+        if seq is not None:
+            seq.job = None
+            seq.last_used = next(self._clock)
+            if forget:  # its cells are in an unknown state
+                self.core.remove(seq.id)
+                seq.tokens = []
+                seq.owner = None
+            if job.kind == _PRIME:
+                for s in self._seqs:
+                    s.owner = None
+        for queue in (self._incoming, self._waiting, self._active):
+            if job in queue:
+                queue.remove(job)
+        if not job.released.done():
+            job.released.set_result(job.evaluated)
+
+    def _reap(self) -> None:
+        for job in [*self._incoming, *self._waiting, *self._active]:
+            if job.cancelled:
+                self._end(job, "abort")
+
+    def _admit(self) -> None:
+        self._waiting.extend(self._incoming)
+        self._incoming.clear()
+        turns_wait = False
+        for job in sorted(self._waiting, key=lambda j: (j.kind == _PREFILL, j.order)):
+            if job.kind == _PREFILL and turns_wait:
+                self._end(job, "abort")  # sequences are scarce: real requests first
+                continue
+            seq = self._seq_for(job)
+            if seq is None:
+                if job.kind == _PREFILL:
+                    self._end(job, "abort")
+                else:
+                    turns_wait = True
+                continue
+            self._waiting.remove(job)
+            try:
+                self._start(job, seq)
+            except Exception as exc:  # a grammar that does not parse, say: this request fails alone
+                log.exception("llm: a request could not start")
+                self._fail([job], exc)
+
+    def _seq_for(self, job: _Job) -> _Seq | None:
+        """The sequence ``job`` runs on, or None (it waits; a prefill never waits)."""
+        own = next((s for s in self._seqs if s.owner == job.key and job.key), None)
+        if own is not None:
+            if own.job is None:
+                return own
+            if own.job.kind == _PREFILL and job.kind != _PREFILL:
+                self._end(own.job, "abort")  # its evaluated tokens stay: the turn starts with them
+                return own
+            return None
+        free = [s for s in self._seqs if s.job is None]
+        if not free and job.kind != _PREFILL:
+            busy = next((s for s in self._seqs if s.job is not None and s.job.kind == _PREFILL), None)
+            if busy is not None and busy.job is not None:
+                self._end(busy.job, "abort")
+                free = [busy]
+        if not free:
+            return None
+        unowned = [s for s in free if s.owner is None]
+        if unowned:
+            return max(unowned, key=lambda s: (_lcp(s.tokens, job.prompt), -s.id))
+        return min(free, key=lambda s: s.last_used)
+
+    def _start(self, job: _Job, seq: _Seq) -> None:
+        """Give ``seq`` to ``job``: keep the longest prefix of its prompt that this or another
+        sequence holds (copying the other's cells), so only the rest is evaluated."""
+        prompt = job.prompt
+        limit = len(prompt) - (0 if job.kind == _PREFILL else 1)  # a turn needs logits: one token at least
+        if job.judge_at is not None:
+            limit = min(limit, job.judge_at)
+        own = _lcp(seq.tokens, prompt)
+        src, best = None, own
+        for other in self._seqs:
+            if other is not seq and other.tokens:
+                n = _lcp(other.tokens, prompt)
+                if n > best:
+                    src, best = other, n
+        if src is not None and min(best, limit) > own:
+            n = min(best, limit)
+            self.core.remove(seq.id)
+            self.core.copy(src.id, seq.id, n)
+            self._shared_tokens += n - own
+        else:
+            n = min(own, limit)
+            self.core.remove(seq.id, n)
+        seq.tokens = prompt[:n]
+        seq.job = job
+        seq.owner = job.key or None
+        seq.last_used = next(self._clock)
+        job.seq = seq
+        job.reused = n
+        self._active.append(job)
+        if job.kind == _TURN:
+            request = job.request
+            assert request is not None
+            self.seq_history.append((job.key, seq.id))
+            del self.seq_history[:-1000]
+            self._prompt_tokens += len(prompt)
+            self._reused_tokens += n
+            if request.usage is not None:
+                request.usage.prompt_tokens, request.usage.reused_tokens = len(prompt), n
+            # llama-cpp-python's chat completions penalise repeats; its plain completion (the
+            # "required" path, whose prompt opens the call) does not.
+            repeat = 1.0 if job.parser is not None and job.parser.open_tag_in_prompt else 1.1
+            job.sampler = self.core.sampler(request.temperature, job.grammar, repeat)
+            job.detok = self.core.detokenizer()
+            self._emit(job, _ADMITTED)
+        elif n >= len(prompt):
+            self._end(job, "stop")  # a prefill with nothing left to do
+
+    def _urgent(self, job: _Job) -> bool:
+        request = job.request
+        if request is None or job.produced >= request.urgent_tokens:
+            return False
+        return request.urgent is None or request.urgent()
+
+    def _plan(self) -> list[tuple[Entry, _Job, int]]:
+        """The next step's tokens, each with the job it belongs to (module docstring, "Steps")."""
+        size = self.core.batch_size
+        decoding = []
+        for job in self._active:
+            if job.token is None or job.cancelled or job.done:
+                continue
+            urgent = self._urgent(job)
+            ahead = max(self._ahead, job.request.urgent_tokens) if urgent and job.request is not None else self._ahead
+            if job.produced - job.consumed < ahead:
+                decoding.append((not urgent, job.order if urgent else job.produced, job))
+        decoding.sort(key=lambda t: (t[0], t[1]))
+        plan: list[tuple[Entry, _Job, int]] = []
+        for _, _, job in decoding[:size]:
+            assert job.seq is not None and job.token is not None
+            plan.append((Entry(job.token, len(job.seq.tokens), job.seq.id, True), job, _NEXT))
+        budget = size - len(plan)
+        if any(not later for later, _, _ in decoding):
+            budget = min(budget, self._chunk)
+        prompts = sorted((j for j in self._active if j.pending() > 0 and not j.cancelled), key=lambda j: (j.kind, j.order))
+        turn_waits = any(j.kind == _TURN for j in prompts)
+        for job in prompts:
+            if budget <= 0 or (job.kind == _PREFILL and turn_waits):
+                break
+            assert job.seq is not None
+            start = len(job.seq.tokens)
+            end = min(len(job.prompt), start + budget)
+            for pos in range(start, end):
+                what = _PROMPT
+                if job.kind == _TURN:
+                    what = _LAST if pos == len(job.prompt) - 1 else _JUDGE if pos == job.judge_at else _PROMPT
+                plan.append((Entry(job.prompt[pos], pos, job.seq.id, what != _PROMPT), job, what))
+            budget -= end - start
+        return plan
+
+    def _step(self, plan: list[tuple[Entry, _Job, int]]) -> None:
+        self.core.set_threads(1 if self.threads > 1 and self.contended() else self.threads)
+        entries = [e for e, _, _ in plan]
+        if not self._warm:
+            self._warm_buffers()
+        t0 = time.perf_counter()
+        rc = self.core.decode(entries)
+        while rc == 1 and self._evict():
+            rc = self.core.decode(entries)
+        self._decode_s += time.perf_counter() - t0
+        if rc != 0:
+            raise RuntimeError("the KV cache is full" if rc == 1 else f"llama_decode returned {rc}")
+        self.steps += 1
+        self.batched_tokens += len(entries)
+        for entry, job, what in plan:
+            assert job.seq is not None
+            job.seq.tokens.append(entry.token)
+            if what != _NEXT:
+                job.evaluated += 1
+                self._prefilled += job.kind == _PREFILL
+        # In batch order: a turn's verdict on the user's words comes before its first piece.
+        for index, (_, job, what) in enumerate(plan):
+            if job.done:
+                continue
+            if what == _JUDGE:
+                self._judge(job, index)
+            elif what in (_LAST, _NEXT):
+                self._sample(job, index)
+        for job in {id(j): j for _, j, _ in plan}.values():
+            if job.kind != _TURN and not job.done and job.pending() == 0:
+                self._end(job, "stop")
+
+    def _judge(self, job: _Job, index: int) -> None:
+        request = job.request
+        if request is None or request.on_end_probability is None:
+            return
+        logits = self.core.logits(index).astype(np.float64)
+        top = float(logits.max())
+        log_z = top + math.log(float(np.exp(logits - top).sum()))
+        request.on_end_probability(float(np.exp(logits[self._render.ends] - log_z).sum()))
+
+    def _sample(self, job: _Job, index: int) -> None:
+        request, seq, sampler = job.request, job.seq, job.sampler
+        assert request is not None and seq is not None and sampler is not None
+        if job.produced == 0 and job.bias:
+            self.core.logits(index)[self._render.call_openers] += job.bias
+        token = sampler.sample(self.core.ctx, index)
+        if token in self.core.eog:
+            self._finish(job)
+            return
+        job.produced += 1
+        text = job.detok.text(token)
+        if job.named is not None:
+            job.named_text += text
+            out: list[str | ToolCall] = [""]
+        elif job.parser is not None:
+            out = job.parser.push(text) if text else []
+            out = out or [""]
+        else:
+            out = [text]
+        for piece in out:
+            if request.on_piece is not None:
+                request.on_piece(piece)
+            self._emit(job, piece)
+        job.token = token
+        if job.produced >= request.max_tokens or len(seq.tokens) + 1 >= (self.window or math.inf):
+            self._finish(job)
+
+    def _finish(self, job: _Job) -> None:
+        """The generation ended on its own: flush what its parser holds, then end it."""
+        request = job.request
+        assert request is not None
+        rest: list[str | ToolCall] = []
+        if job.named is not None:
+            rest = [ToolCall(new_call_id(), job.named.name, job.named_text)]
+        elif job.parser is not None:
+            rest = job.parser.flush()
+        for piece in rest:
+            if request.on_piece is not None:
+                request.on_piece(piece)
+            self._emit(job, piece)
+        self._end(job, "stop")
+
+    def _evict(self) -> bool:
+        """Drop the least recently used idle sequence's cells to make room; False if none is left."""
+        idle = [s for s in self._seqs if s.job is None and s.tokens]
+        if not idle:
+            return False
+        seq = min(idle, key=lambda s: s.last_used)
+        log.info("llm: the KV cache is full; dropping an idle conversation's %d cached tokens", len(seq.tokens))
+        self.core.remove(seq.id)
+        seq.tokens = []
+        seq.owner = None
+        return True
+
+    def _warm_buffers(self) -> None:
+        """Evaluate one full batch once, on the last sequence, so the compute buffers are resident
+        from the start (else the first long prompt makes them so mid-serving: reads as growth)."""
+        self._warm = True
+        seq = self._seqs[-1]
+        if seq.job is not None or seq.tokens:
+            return
+        filler = self._render.tokenize("a " * self.core.batch_size)[: self.core.batch_size]
+        if self.core.decode([Entry(t, i, seq.id, i == len(filler) - 1) for i, t in enumerate(filler)]) == 0:
+            self.core.remove(seq.id)
