@@ -126,6 +126,8 @@ class _Job:
     produced: int = 0
     consumed: int = 0
     done: bool = False
+    promoted: bool = False
+    """A prefill a turn waits for: its prompt tokens go at a turn's priority."""
 
     def pending(self) -> int:
         """Prompt tokens not yet evaluated (0 before admission and once it generates)."""
@@ -439,10 +441,14 @@ class BatchedEngine:
         """The sequence ``job`` runs on, or None (it waits; a prefill never waits)."""
         own = next((s for s in self._seqs if s.owner == job.key and job.key), None)
         if own is not None:
-            if own.job is None:
+            running = own.job
+            if running is None:
                 return own
-            if own.job.kind == _PREFILL and job.kind != _PREFILL:
-                self._end(own.job, "abort")  # its evaluated tokens stay: the turn starts with them
+            if running.kind == _PREFILL and job.kind != _PREFILL:
+                if _lcp(running.prompt, job.prompt) == len(running.prompt):
+                    running.promoted = True  # the turn needs all of it: it waits, at a turn's priority
+                    return None
+                self._end(running, "abort")  # the words changed; what it evaluated stays where it still fits
                 return own
             return None
         free = [s for s in self._seqs if s.job is None]
@@ -530,10 +536,12 @@ class BatchedEngine:
         budget = size - len(plan)
         if any(not later for later, _, _ in decoding):
             budget = min(budget, self._chunk)
-        prompts = sorted((j for j in self._active if j.pending() > 0 and not j.cancelled), key=lambda j: (j.kind, j.order))
+        prompts = sorted(
+            (j for j in self._active if j.pending() > 0 and not j.cancelled), key=lambda j: (_TURN if j.promoted else j.kind, j.order)
+        )
         turn_waits = any(j.kind == _TURN for j in prompts)
         for job in prompts:
-            if budget <= 0 or (job.kind == _PREFILL and turn_waits):
+            if budget <= 0 or (job.kind == _PREFILL and turn_waits and not job.promoted):
                 break
             assert job.seq is not None
             start = len(job.seq.tokens)

@@ -396,7 +396,6 @@ class LlamaCppContext:
         yield ToolCall(new_call_id(), tool.name, arguments)
 
 
-
 def _reuse(context: LlmContext, messages: Sequence[Message], tools: Sequence[Tool]) -> tuple[int, int]:
     return context.prompt_reuse(messages, tools) if isinstance(context, LlamaCppContext) else (0, 0)
 

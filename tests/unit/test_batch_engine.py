@@ -1,0 +1,302 @@
+"""The batched engine's scheduling: one step carries every generation's next token, each
+conversation keeps its own sequence, prefixes are copied, cancellation drops one sequence only.
+
+The core is :class:`~tests.unit.fake_batch.FakeBatch`, whose answers depend on the cells each
+sequence holds: a mix-up of sequences, a lost prefix or a token put in the wrong place shows as a
+wrong answer or a failed assertion in its step.  The real model's tests are in
+tests/integration/test_batch_engine.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from voiceagent.backends.batch_engine import BatchedEngine
+from voiceagent.backends.protocols import LlmRequest, Message, Usage
+from voiceagent.errors import EngineError
+
+from .fake_batch import FakeBatch, reply_for
+
+SYSTEM = Message("system", "You are terse. " * 4)
+
+
+def messages(question: str) -> list[Message]:
+    return [SYSTEM, Message("user", question)]
+
+
+@pytest.fixture
+def core() -> FakeBatch:
+    return FakeBatch()
+
+
+@pytest.fixture
+def engine(core: FakeBatch) -> Iterator[BatchedEngine]:
+    eng = BatchedEngine(core, model="fake", ahead=64)  # type: ignore[arg-type]
+    yield eng
+    eng.close()
+
+
+async def until(ready: Callable[[], bool]) -> None:
+    """Yield to the loop until ``ready()`` (state the step thread sets; bounded)."""
+    for _ in range(1_000_000):
+        if ready():
+            return
+        await asyncio.sleep(0)
+    raise AssertionError("never ready")
+
+
+async def ask(engine: BatchedEngine, key: str, msgs: list[Message], **kw: Any) -> str:
+    out = ""
+    async with contextlib.aclosing(engine.generate(LlmRequest(key, msgs, 64, 0.0, **kw))) as pieces:
+        async for piece in pieces:
+            assert isinstance(piece, str)
+            out += piece
+    return out
+
+
+def test_simultaneous_generations_each_answer_their_own_prompt_in_shared_steps(engine: BatchedEngine, core: FakeBatch) -> None:
+    questions = [f"Question number {i}?" for i in range(4)]
+
+    async def main() -> list[str]:
+        return await asyncio.gather(*(ask(engine, f"k{i}", messages(q)) for i, q in enumerate(questions)))
+
+    answers = asyncio.run(main())
+    assert answers == [reply_for(messages(q)) for q in questions]
+    # Their reply tokens went through the model together, not one sequence per step.
+    widest = max(len({seq for _, _, seq, out in batch if out}) for batch in core.batches)
+    assert widest >= 3
+    assert engine.finished == {"stop": 4}
+    assert core.samplers_open == 0
+
+
+def test_a_conversation_keeps_its_sequence_and_its_prefix_while_seven_others_talk() -> None:
+    core = FakeBatch(sequences=8)
+    engine = BatchedEngine(core, model="fake")  # type: ignore[arg-type]
+    try:
+        first = messages("Where do I live?")
+        usage: list[Usage] = [Usage(), Usage()]
+
+        async def main() -> None:
+            reply = await ask(engine, "me", first, usage=usage[0])
+            await asyncio.gather(*(ask(engine, f"other{i}", messages(f"Other question {i}?")) for i in range(7)))
+            second = [*first, Message("assistant", reply), Message("user", "And you?")]
+            assert await ask(engine, "me", second, usage=usage[1]) == reply_for(second)
+
+        asyncio.run(main())
+        mine = {seq for key, seq in engine.seq_history if key == "me"}
+        assert len(mine) == 1
+        # The second turn evaluated only what was new: the first turn's prompt and reply were cached.
+        assert usage[1].prompt_tokens is not None and usage[1].reused_tokens is not None
+        assert usage[1].prompt_tokens - usage[1].reused_tokens <= len("<a>\x00<u>And you?<a>")
+    finally:
+        engine.close()
+
+
+def test_a_new_conversation_copies_a_shared_prefix_instead_of_evaluating_it(engine: BatchedEngine, core: FakeBatch) -> None:
+    engine.prime([SYSTEM, Message("user", "Hello.")])
+    first, second = messages("A fresh question?"), messages("Another question?")
+    asyncio.run(ask(engine, "one", first))  # takes the primed sequence itself
+    done = len(core.batches)
+    usage = Usage()
+    assert asyncio.run(ask(engine, "two", second, usage=usage)) == reply_for(second)
+    prompt_len = len(core.render.prompt_tokens(second, ()))
+    evaluated = sum(1 for batch in core.batches[done:] for _, pos, _, _ in batch if pos < prompt_len)
+    assert usage.reused_tokens is not None and usage.reused_tokens >= len("<s>" + SYSTEM.content + "<u>")
+    assert evaluated == prompt_len - usage.reused_tokens
+    assert engine.stats().shared_tokens >= len(SYSTEM.content)
+    # The copy shares the cells: the instructions are held once by the two sequences.
+    held = [set(core.cells[seq]) for key, seq in engine.seq_history]
+    assert len(held[0] & held[1]) >= len(SYSTEM.content)
+
+
+def test_cancelling_one_generation_drops_only_its_sequence_within_a_step(core: FakeBatch) -> None:
+    # One token ahead of its reader at most: the unread reply cannot finish on its own.
+    engine = BatchedEngine(core, model="fake", ahead=1)  # type: ignore[arg-type]
+    long_a, long_b = messages("A long one?"), messages("Another long one?")
+
+    async def main() -> tuple[str, str]:
+        gen = engine.generate(LlmRequest("a", long_a, 64, 0.0))
+        first = await anext(gen)
+        other = asyncio.ensure_future(ask(engine, "b", long_b))
+        await gen.aclose()  # a barge-in
+        return first, await other
+
+    first, other = asyncio.run(main())
+    assert other == reply_for(long_b)
+    assert first == reply_for(long_a)[0]
+    assert engine.finished == {"stop": 1, "abort": 1}
+    # After the abort was seen, no step carried a token of "a"'s sequence again.
+    seq_a = next(seq for key, seq in engine.seq_history if key == "a")
+    a_tokens = sum(1 for batch in core.batches for _, _, seq, _ in batch if seq == seq_a)
+    assert a_tokens <= len(core.render.prompt_tokens(long_a, ())) + 2
+    assert core.samplers_open == 0
+    engine.close()
+
+
+def test_first_clauses_go_first_in_admission_order_when_the_batch_is_full() -> None:
+    core = FakeBatch(batch_size=2)
+    engine = BatchedEngine(core, model="fake", ahead=64)  # type: ignore[arg-type]
+    gate = threading.Event()
+    core.gate = gate
+    try:
+
+        async def main() -> None:
+            # A prefill holds the step thread, so the three turns are admitted together after it.
+            hold = asyncio.ensure_future(engine.prefill("other", [SYSTEM, Message("user", "Hm")]))
+            await until(lambda: engine.stats().busy > 0)
+            tasks = [asyncio.ensure_future(ask(engine, f"k{i}", messages(f"Q{i}?"), urgent_tokens=3)) for i in range(3)]
+            await until(lambda: engine.stats().waiting == 3)
+            gate.set()
+            await asyncio.gather(hold, *tasks)
+
+        asyncio.run(main())
+        seq_of = dict(engine.seq_history)
+        plen = len(core.render.prompt_tokens(messages("Q0?"), ()))
+        reply_steps: dict[int, list[int]] = {}
+        for n, batch in enumerate(core.batches):
+            for _, pos, seq, _ in batch:
+                if pos >= plen:
+                    reply_steps.setdefault(seq, []).append(n)
+        # Each earlier admission's first clause (its first three reply tokens after the one the
+        # prompt's pass gave) is through before a later one's reply begins.
+        for i in range(2):
+            earlier, later = reply_steps[seq_of[f"k{i}"]], reply_steps[seq_of[f"k{i + 1}"]]
+            assert earlier[1] < later[0]
+    finally:
+        engine.close()
+
+
+def test_a_consumer_that_stops_reading_stops_its_decoding() -> None:
+    core = FakeBatch()
+    ahead = 1
+    engine = BatchedEngine(core, model="fake", ahead=ahead)  # type: ignore[arg-type]
+    consumed = [0]
+    over: list[int] = []
+    question = messages("Slow reader?")
+    plen = len(core.render.prompt_tokens(question, ()))
+
+    def check(entries: list[tuple[int, int, int, bool]]) -> None:
+        for _, pos, _, _ in entries:
+            # The token at ``pos`` is the (pos - plen + 1)-th reply token fed back in: the one
+            # sampled before it was given out, and at most ``ahead`` beyond what was read.
+            if pos - plen + 1 > consumed[0] + ahead:
+                over.append(pos)
+
+    core.on_decode = check
+    try:
+
+        async def main() -> str:
+            out = ""
+            async for piece in engine.generate(LlmRequest("slow", question, 64, 0.0)):
+                await asyncio.to_thread(lambda: None)  # a slow reader gives the step thread time
+                consumed[0] += 1
+                out += str(piece)
+            return out
+
+        assert asyncio.run(main()) == reply_for(question)
+        assert over == []
+    finally:
+        engine.close()
+
+
+def test_a_turn_takes_its_sequence_from_its_own_prefill_and_answers(engine: BatchedEngine, core: FakeBatch) -> None:
+    gate = threading.Event()
+    core.gate = gate
+
+    async def main() -> tuple[int, str]:
+        prefill = asyncio.ensure_future(engine.prefill("k", [SYSTEM, Message("user", "Partial words")]))
+        await until(lambda: engine.stats().busy > 0)
+        turn = asyncio.ensure_future(ask(engine, "k", messages("Partial words here?")))
+        gate.set()
+        return await prefill, await turn
+
+    evaluated, answer = asyncio.run(main())
+    assert answer == reply_for(messages("Partial words here?"))
+    head = core.render.head_tokens([SYSTEM, Message("user", "Partial words")], ())
+    assert head is not None and evaluated == len(head)  # the turn waited for it, then went on from there
+    assert len({seq for key, seq in engine.seq_history if key == "k"}) == 1
+
+
+def test_prefill_never_takes_a_sequence_a_turn_needs() -> None:
+    core = FakeBatch(sequences=1)
+    engine = BatchedEngine(core, model="fake", ahead=1)  # type: ignore[arg-type]
+    try:
+
+        async def main() -> tuple[str, int]:
+            gen = engine.generate(LlmRequest("a", messages("Busy?"), 64, 0.0))
+            first = await anext(gen)
+            n = await engine.prefill("b", [SYSTEM, Message("user", "Waiting")])
+            rest = first + "".join([p async for p in gen if isinstance(p, str)])
+            return rest, n
+
+        answer, n = asyncio.run(main())
+        assert n == 0
+        assert answer == reply_for(messages("Busy?"))
+    finally:
+        engine.close()
+
+
+def test_a_full_kv_cache_drops_idle_conversations_first() -> None:
+    core = FakeBatch(sequences=4, kv_tokens=160)
+    engine = BatchedEngine(core, model="fake")  # type: ignore[arg-type]
+    try:
+
+        async def main() -> list[str]:
+            return [await ask(engine, f"k{i}", messages(f"Question {i} with some words?")) for i in range(4)]
+
+        answers = asyncio.run(main())
+        assert answers == [reply_for(messages(f"Question {i} with some words?")) for i in range(4)]
+        assert core.live_cells() <= 160
+    finally:
+        engine.close()
+
+
+def test_a_failing_step_fails_its_generations_and_the_engine_goes_on(engine: BatchedEngine, core: FakeBatch) -> None:
+    core.fail_next = True
+
+    async def main() -> str:
+        with pytest.raises(EngineError, match="fake model failed"):
+            await ask(engine, "a", messages("First?"))
+        return await ask(engine, "a", messages("Second?"))
+
+    assert asyncio.run(main()) == reply_for(messages("Second?"))
+    assert engine.finished == {"error": 1, "stop": 1}
+
+
+def test_the_sentence_end_verdict_comes_in_the_prompt_pass_before_the_first_piece(engine: BatchedEngine, core: FakeBatch) -> None:
+    seen: list[object] = []
+
+    async def main() -> None:
+        req = LlmRequest("k", messages("Is it over?"), 64, 0.0, on_end_probability=seen.append, on_piece=seen.append)
+        async for _ in engine.generate(req):
+            pass
+
+    asyncio.run(main())
+    assert isinstance(seen[0], float) and seen[1] == reply_for(messages("Is it over?"))[0]
+    # Judged where the words end, without their "?": the fake model predicts a space there.
+    assert seen[0] == pytest.approx(0.0, abs=1e-3)
+
+
+def test_closing_the_engine_fails_queued_generations_instead_of_hanging(core: FakeBatch) -> None:
+    engine = BatchedEngine(core, model="fake")  # type: ignore[arg-type]
+    gate = threading.Event()
+    core.gate = gate
+
+    async def main() -> None:
+        task = asyncio.ensure_future(ask(engine, "a", messages("Never?")))
+        await until(lambda: engine.stats().busy > 0)
+        closer = threading.Thread(target=engine.close)
+        closer.start()
+        gate.set()
+        with pytest.raises(EngineError):
+            await task
+        closer.join()
+
+    asyncio.run(main())
+    assert core.closed
