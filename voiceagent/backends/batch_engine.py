@@ -445,10 +445,14 @@ class BatchedEngine:
             if running is None:
                 return own
             if running.kind == _PREFILL and job.kind != _PREFILL:
-                if _lcp(running.prompt, job.prompt) == len(running.prompt):
-                    running.promoted = True  # the turn needs all of it: it waits, at a turn's priority
+                useful = _lcp(running.prompt, job.prompt)
+                if useful > len(own.tokens):
+                    # The turn needs what the prefill is evaluating: it waits for that part only,
+                    # which goes on at a turn's priority.
+                    running.prompt = running.prompt[:useful]
+                    running.promoted = True
                     return None
-                self._end(running, "abort")  # the words changed; what it evaluated stays where it still fits
+                self._end(running, "abort")  # nothing more of use: what it evaluated stays
                 return own
             return None
         free = [s for s in self._seqs if s.job is None]
