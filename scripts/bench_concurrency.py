@@ -18,9 +18,15 @@ busy) and its peak RSS and PSS (RSS counts the memory-mapped model once per LLM 
 counts shared pages once; with ``--llama-server`` that process is added).  The capacity the
 server measured at start-up is printed beside them.
 
+With ``--engines batched,pool`` (the default) two servers run side by side, one on the batched
+engine (``llm.batching = true``, the default) and one on the older per-context pool, and every
+(arrangement, N) is measured on each in turn, so the ratio of their latencies compares like with
+like.  Before the servers start, the LLM engines alone are timed: decode tokens per second with
+1, 2, 4 and 8 generations at once.
+
 Writes ``concurrency.json``, ``concurrency.md`` and ``concurrency.png`` to ``--out``.
 
-    .venv/bin/python scripts/bench_concurrency.py                  # the in-process engine (route a)
+    .venv/bin/python scripts/bench_concurrency.py                  # the in-process engines (route a)
     .venv/bin/python scripts/bench_concurrency.py --llama-server build/bin/llama-server   # route b
 """
 
@@ -193,6 +199,40 @@ def start_llama_server(binary: str, config: Config, slots: int) -> tuple[subproc
     raise SystemExit("llama-server did not become ready")
 
 
+def engine_alone(config: Config, engines: list[str], batches: tuple[int, ...] = (1, 2, 4, 8), tokens: int = 48) -> dict[str, Any]:
+    """Decode tokens per second of each LLM engine alone, ``b`` generations at once (each with a
+    prompt of its own), counted from the moment all ``b`` have their first token."""
+    from dataclasses import replace
+
+    from voiceagent.backends import llama_cpp
+    from voiceagent.backends.protocols import LlmRequest, Message
+
+    async def run(llm: Any, b: int) -> float:
+        stamps: list[list[float]] = [[] for _ in range(b)]
+
+        async def one(i: int) -> None:
+            msgs = [Message("system", "You are a counting machine."), Message("user", f"Count from {i + 1} to {i + 200}, in digits.")]
+            async for _ in llm.generate(LlmRequest(f"alone-{b}-{i}", msgs, tokens, 0.0)):
+                stamps[i].append(time.perf_counter())
+
+        await asyncio.gather(*(one(i) for i in range(b)))
+        start = max(t[0] for t in stamps)
+        end = min(t[-1] for t in stamps)
+        n = sum(sum(1 for x in t if start < x <= end) for t in stamps)
+        return n / (end - start) if end > start else 0.0
+
+    out: dict[str, Any] = {}
+    for name in engines:
+        llm = llama_cpp.load(replace(config.llm, batching=name == "batched"), config.cache_path)
+        try:
+            asyncio.run(run(llm, 1))  # warm
+            out[name] = {str(b): round(asyncio.run(run(llm, b)), 1) for b in batches}
+        finally:
+            llm.close()
+        print(f"engine alone, {name}: tokens/s by generations at once {out[name]}", flush=True)
+    return out
+
+
 def predicted_capacity(turn_cost: dict[str, float] | None, config: Config) -> int | None:
     """The capacity a server with ``server.max_sessions = 0`` derives from this turn cost."""
     if not turn_cost:
@@ -202,23 +242,54 @@ def predicted_capacity(turn_cost: dict[str, float] | None, config: Config) -> in
 
 
 def markdown(report: dict[str, Any]) -> str:
-    lines = [
-        f"Machine: {report['machine']}.  Command: `{report['command']}`  ({report['engine']}, CPU steal {report['cpu_steal_pct']} %)",
+    lines = [f"Machine: {report['machine']}.  Command: `{report['command']}`  (CPU steal {report['cpu_steal_pct']} %)", ""]
+    for engine, info in report["engines"].items():
+        lines.append(
+            f"- **{engine}** ({info['engine']}): capacity measured at start-up **{info['capacity']}** sessions "
+            f"({info['turn_cost'].get('work_s', 0) * 1000:.0f} ms of critical-path work per turn, "
+            f"8-generation step {info['turn_cost'].get('llm_step8_s', 0) * 1000:.0f} ms, budget {report['budget_ms']} ms)."
+        )
+    if report.get("engine_alone"):
+        lines += ["", "LLM engine alone, decode tokens/s with 1, 2, 4, 8 generations at once:", ""]
+        for engine, row in report["engine_alone"].items():
+            lines.append(f"- {engine}: " + ", ".join(f"{b}: {v}" for b, v in row.items()))
+    lines += [
         "",
-        f"Capacity measured at start-up: **{report['capacity']}** sessions "
-        f"({report['turn_cost']['work_s'] * 1000:.0f} ms of critical-path work per turn, budget {report['budget_ms']} ms).",
-        "",
-        "| arrangement | N | answered | errors | p50 ms | p95 ms | max ms | LLM queue p50/max ms | CPU cores | peak RSS / PSS MB |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| engine | arrangement | N | answered | errors | p50 ms | p95 ms | max ms | LLM queue p50/max ms | CPU cores "
+        "| peak RSS / PSS MB |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for arrangement, rows in report["results"].items():
-        for n, r in rows.items():
-            lat, q = r["latency_ms"], r["llm_queue_ms"]
-            lines.append(
-                f"| {arrangement} | {n} | {r['answered']}/{r['turns']} | {r['errors']} | {lat['p50']} | {lat['p95']} | {lat['max']} "
-                f"| {q['p50']} / {q['max']} | {r['cpu_cores']} | {r['peak_rss_mb']} / {r['peak_pss_mb']} |"
-            )
+    for engine, arrangements in report["results"].items():
+        for arrangement, rows in arrangements.items():
+            for n, r in rows.items():
+                lat, q = r["latency_ms"], r["llm_queue_ms"]
+                lines.append(
+                    f"| {engine} | {arrangement} | {n} | {r['answered']}/{r['turns']} | {r['errors']} | {lat['p50']} | {lat['p95']} "
+                    f"| {lat['max']} | {q['p50']} / {q['max']} | {r['cpu_cores']} | {r['peak_rss_mb']} / {r['peak_pss_mb']} |"
+                )
+    if report.get("ratios"):
+        lines += ["", "Ratio pool ÷ batched (above 1: the batched engine is faster), p50 / p95:", ""]
+        for arrangement, rows in report["ratios"].items():
+            lines.append(f"- {arrangement}: " + ", ".join(f"N={n}: {r['p50']} / {r['p95']}" for n, r in rows.items()))
     return "\n".join(lines) + "\n"
+
+
+def ratios(results: dict[str, Any]) -> dict[str, Any]:
+    """pool ÷ batched latency per arrangement and N (both engines measured)."""
+    if not {"pool", "batched"} <= results.keys():
+        return {}
+    out: dict[str, Any] = {}
+    for arrangement, rows in results["batched"].items():
+        out[arrangement] = {}
+        for n, r in rows.items():
+            old = results["pool"].get(arrangement, {}).get(n)
+            if old is None:
+                continue
+            out[arrangement][n] = {
+                k: round(old["latency_ms"][k] / r["latency_ms"][k], 3) if r["latency_ms"][k] and old["latency_ms"][k] else None
+                for k in ("p50", "p95")
+            }
+    return out
 
 
 def plot(report: dict[str, Any], out: Path, stem: str = "concurrency") -> None:
@@ -228,19 +299,20 @@ def plot(report: dict[str, Any], out: Path, stem: str = "concurrency") -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4.2))
-    for arrangement, rows in report["results"].items():
-        ns = [int(n) for n in rows]
-        for key, style in (("p50", "-o"), ("p95", "--s")):
-            ax.plot(ns, [rows[str(n)]["latency_ms"][key] for n in ns], style, label=f"{arrangement} {key}")
+    for engine, arrangements in report["results"].items():
+        for arrangement, rows in arrangements.items():
+            ns = [int(n) for n in rows]
+            for key, style in (("p50", "-o"), ("p95", "--s")):
+                ax.plot(ns, [rows[str(n)]["latency_ms"][key] for n in ns], style, label=f"{engine} {arrangement} {key}")
     ax.axhline(1500, color="grey", lw=0.8, ls=":")
     ax.axhline(2500, color="grey", lw=0.8, ls=":")
     ax.set_xlabel("concurrent sessions (N)")
     ax.set_ylabel("end of speech → first audio (ms)")
     ax.set_xscale("log", base=2)
-    all_ns = sorted({int(n) for rows in report["results"].values() for n in rows})
+    all_ns = sorted({int(n) for arrangements in report["results"].values() for rows in arrangements.values() for n in rows})
     ax.set_xticks(all_ns, [str(n) for n in all_ns])
-    ax.set_title(f"voiceagent concurrency ({report['engine']})")
-    ax.legend(fontsize=8)
+    ax.set_title("voiceagent concurrency: " + ", ".join(report["results"]))
+    ax.legend(fontsize=7)
     ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(out / f"{stem}.png", dpi=110)
@@ -249,12 +321,14 @@ def plot(report: dict[str, Any], out: Path, stem: str = "concurrency") -> None:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default=str(ROOT / "artifacts" / "bench"))
-    ap.add_argument("--sessions", default="1,2,4,8")
+    ap.add_argument("--sessions", default="1,2,4,8,12")
     ap.add_argument("--arrangements", default="simultaneous,staggered")
     ap.add_argument("--turns", type=int, default=3)
     ap.add_argument("--slot", type=float, default=16.0, help="seconds per turn: question, answer and its playback")
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--llama-server", metavar="BIN", help="route (b): serve the LLM from this llama-server binary (openai backend)")
+    ap.add_argument("--engines", default="batched,pool", help="in-process LLM engines to compare, each on its own server")
+    ap.add_argument("--no-alone", action="store_true", help="skip timing the LLM engines alone")
     ap.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")
     ap.add_argument("--replot", metavar="JSON", help="only redraw the plot of an earlier run into --out")
     args = ap.parse_args()
@@ -268,55 +342,72 @@ def main() -> int:
     overrides = {"server.port": "0", "server.max_sessions": str(max(ns)), **dict(s.split("=", 1) for s in args.set)}
     config = load_config(env={}, overrides=overrides)
     proc: subprocess.Popen[bytes] | None = None
-    engine = f"llama_cpp in process, {config.llm.contexts} contexts"
+    engines = args.engines.split(",")
+    variants: dict[str, tuple[dict[str, str], str]] = {}
     if args.llama_server:
         proc, base_url = start_llama_server(args.llama_server, config, max(ns))
-        overrides |= {"llm.backend": "openai", "llm.base_url": base_url, "llm.model": "qwen"}
-        engine = f"llama-server --parallel {max(ns)} (openai backend)"
+        variants["llama_server"] = (
+            overrides | {"llm.backend": "openai", "llm.base_url": base_url, "llm.model": "qwen"},
+            f"llama-server --parallel {max(ns)} (openai backend)",
+        )
+    else:
+        for name in engines:
+            batched = name == "batched"
+            how = f"{config.llm.sequences} sequences of one context" if batched else f"{config.llm.contexts} contexts"
+            variants[name] = (overrides | {"llm.batching": str(batched).lower()}, f"llama_cpp in process, {how}")
+    alone = engine_alone(config, engines) if not args.llama_server and not args.no_alone else {}
     # The capacity is what the server would admit by itself (server.max_sessions = 0); the bench
     # raises the limit so that it can also measure past it.
-    server = ServeProcess(overrides, log_lines=0)
+    servers = {name: ServeProcess(ov, log_lines=0) for name, (ov, _) in variants.items()}
     auto = load_config(env={}, overrides={**overrides, "server.max_sessions": "0"})
-    ready = server.ready
     report: dict[str, Any] = {
         "machine": machine(),
         "command": " ".join(["scripts/bench_concurrency.py", *sys.argv[1:]]),
-        "engine": engine,
-        "turn_cost": ready.get("turn_cost") or {},
         "budget_ms": auto.server.latency_budget_ms,
-        "capacity": predicted_capacity(ready.get("turn_cost"), auto),
-        "startup_s": ready.get("startup_s"),
-        "results": {},
+        "engine_alone": alone,
+        "engines": {},
+        "results": {name: {} for name in variants},
     }
-    print(f"{engine}; turn cost {report['turn_cost']}; measured capacity {report['capacity']}", flush=True)
+    for name, server in servers.items():
+        ready = server.ready
+        report["engines"][name] = {
+            "engine": variants[name][1],
+            "turn_cost": ready.get("turn_cost") or {},
+            "capacity": predicted_capacity(ready.get("turn_cost"), auto),
+            "capacity_reported": ready.get("capacity"),
+            "startup_s": ready.get("startup_s"),
+        }
+        print(f"{name}: {report['engines'][name]}", flush=True)
     rng = random.Random(args.seed)
     steal0, total0 = cpu_times()
     t_start = time.monotonic()
-    pids = [server.proc.pid, *([proc.pid] if proc is not None else [])]
     try:
         with tempfile.TemporaryDirectory() as tmp:
             for arrangement in args.arrangements.split(","):
-                report["results"][arrangement] = {}
                 for n in ns:
                     files = session_files(n, args.turns, args.slot, arrangement, rng, Path(tmp))
-                    with Sampler(pids) as sampler:
-                        cpu0, t0 = sampler.total_cpu_s(), time.monotonic()
-                        turns, errors = asyncio.run(run_n(server.url, files))
-                        cpu1, t1 = sampler.total_cpu_s(), time.monotonic()
-                    row = summarize(turns, errors, n * args.turns, cpu1 - cpu0, t1 - t0, sampler)
-                    row["turn_results"] = [asdict(t) for t in turns]
-                    report["results"][arrangement][str(n)] = row
-                    print(
-                        f"{arrangement:12s} N={n}: answered {row['answered']}/{row['turns']} errors {row['errors']} "
-                        f"latency {row['latency_ms']} queue {row['llm_queue_ms']} cpu {row['cpu_cores']} "
-                        f"rss/pss {row['peak_rss_mb']}/{row['peak_pss_mb']} MB",
-                        flush=True,
-                    )
+                    for name, server in servers.items():  # the same files on each engine, in turn
+                        pids = [server.proc.pid, *([proc.pid] if proc is not None else [])]
+                        with Sampler(pids) as sampler:
+                            cpu0, t0 = sampler.total_cpu_s(), time.monotonic()
+                            turns, errors = asyncio.run(run_n(server.url, files))
+                            cpu1, t1 = sampler.total_cpu_s(), time.monotonic()
+                        row = summarize(turns, errors, n * args.turns, cpu1 - cpu0, t1 - t0, sampler)
+                        row["turn_results"] = [asdict(t) for t in turns]
+                        report["results"][name].setdefault(arrangement, {})[str(n)] = row
+                        print(
+                            f"{name:8s} {arrangement:12s} N={n}: answered {row['answered']}/{row['turns']} errors {row['errors']} "
+                            f"latency {row['latency_ms']} queue {row['llm_queue_ms']} cpu {row['cpu_cores']} "
+                            f"rss/pss {row['peak_rss_mb']}/{row['peak_pss_mb']} MB",
+                            flush=True,
+                        )
     finally:
-        server.stop(30)
+        for server in servers.values():
+            server.stop(30)
         if proc is not None:
             proc.terminate()
             proc.wait(30)
+    report["ratios"] = ratios(report["results"])
     steal1, total1 = cpu_times()
     report["cpu_steal_pct"] = round(100.0 * (steal1 - steal0) / max(1, total1 - total0), 1)
     report["wall_s"] = round(time.monotonic() - t_start, 1)

@@ -8,13 +8,19 @@ turn's critical-path compute measured on this machine at start-up, the n-th of n
 turns hears its first audio after about ``wait + n * work``.  The capacity is the largest n for
 which that fits the latency budget (``server.latency_budget_ms``, the p95 target).
 
+The LLM's share is not always linear in n: an engine that batches (backends/batch_engine.py)
+decodes the next token of all n generations in one step, which costs far less than n steps.  So
+the first clause's tokens are counted as ``clause_tokens`` steps of n generations, with the step
+time measured at start-up for one generation and for 8 at once (``llm_step8_s``) and
+interpolated; an engine that steps one generation at a time measures 8 × the single step there,
+and the sum is the linear one.
+
 ``scripts/bench_concurrency.py`` checks the model against real simultaneous turns and reports
 the capacity it predicts beside the latencies it measured.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass
 
 __all__ = ["TurnCost", "capacity"]
@@ -30,11 +36,27 @@ class TurnCost:
     llm_token_s: float
     tts_first_s: float
     clause_tokens: int = 6
+    llm_step8_s: float = 0.0
+    """One decode step while 8 generations run at once (0: not measured, taken as 8 single steps)."""
 
     @property
     def work_s(self) -> float:
         """Transcript + turn check + first token + the rest of the first clause + first audio."""
         return self.stt_s + self.turn_s + self.llm_first_token_s + self.clause_tokens * self.llm_token_s + self.tts_first_s
+
+    def step_s(self, n: int) -> float:
+        """Seconds of one decode step while ``n`` generations run at once (linear between the
+        single step and the 8-generation one, extrapolated past 8)."""
+        one = self.llm_token_s
+        eight = self.llm_step8_s or 8 * one
+        return one + (eight - one) * (n - 1) / 7
+
+    def critical_s(self, n: int) -> float:
+        """The work before the last of ``n`` simultaneous turns hears its first audio: every
+        turn's transcript, turn check, first token and first audio, one after another, and the
+        first clause's tokens in steps of ``n`` generations."""
+        each = self.stt_s + self.turn_s + self.llm_first_token_s + self.tts_first_s
+        return n * each + self.clause_tokens * self.step_s(n)
 
     @property
     def audio_after_first_token_s(self) -> float:
@@ -48,8 +70,13 @@ class TurnCost:
         return {k: round(float(v), 4) for k, v in asdict(self).items()} | {"work_s": round(self.work_s, 4)}
 
 
-def capacity(cost: TurnCost, budget_ms: float, wait_ms: float) -> int:
-    """Largest n with ``wait + n * work <= budget`` (at least 1: one session is always served)."""
+def capacity(cost: TurnCost, budget_ms: float, wait_ms: float, limit: int = 1024) -> int:
+    """Largest n (up to ``limit``) with ``wait + critical(n) <= budget`` (at least 1: one session
+    is always served)."""
     if cost.work_s <= 0:
         return 1
-    return max(1, math.floor((budget_ms - wait_ms) / 1000.0 / cost.work_s))
+    room = (budget_ms - wait_ms) / 1000.0
+    n = 1
+    while n < limit and cost.critical_s(n + 1) <= room:
+        n += 1
+    return n

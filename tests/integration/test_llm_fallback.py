@@ -17,6 +17,7 @@ from tests.faults import Faults, FaultyLlm
 from tests.integration.llm_server import LlamaCppServer, SlowProxy
 from tests.integration.rt_client import Recorder, scrape
 from tests.profile import profile_config
+from voiceagent.backends.batch_engine import BatchedEngine
 from voiceagent.backends.fallback import BreakerState, FallbackLlm
 from voiceagent.backends.llm_pool import LlmPool
 from voiceagent.backends.openai_llm import OpenAiLlm
@@ -148,9 +149,10 @@ def test_an_in_process_primary_hands_failed_and_late_turns_to_a_second_pool_and_
     (one context) behind the breaker, a second real pool as the fallback.  A model failure (the
     fault injector) and a turn that waits past its budget because the primary's only context is
     busy both go to the fallback; a barge-in closes the primary's generation inside the engine."""
-    config = profile_config({"server.port": "0", "llm.fallback": "llama_cpp", "llm.contexts": "1", "llm.fallback_contexts": "1"})
+    one = {"llm.contexts": "1", "llm.sequences": "1", "llm.fallback_contexts": "1"}  # one conversation at a time in each
+    config = profile_config({"server.port": "0", "llm.fallback": "llama_cpp", **one})
     llm, pools = load_llm(config)
-    assert isinstance(llm, FallbackLlm) and [type(p) for p in pools] == [LlmPool, LlmPool]
+    assert isinstance(llm, FallbackLlm) and len(pools) == 2 and {type(p) for p in pools} <= {LlmPool, BatchedEngine}
     primary_pool, fallback_pool = pools
     assert (llm.primary.name, llm.fallback.name) == ("llama_cpp", "llama_cpp_fallback")
     clock = Clock()

@@ -24,6 +24,7 @@ from websockets.exceptions import InvalidStatus
 from tests.faults import Faults, inject
 from tests.integration.rt_client import Recorder, scrape, send_paced, wire_audio
 from tests.profile import profile_config
+from voiceagent.backends.batch_engine import BatchedEngine
 from voiceagent.backends.llm_pool import LlmPool
 from voiceagent.session import QUEUES
 from voiceagent.transports.server import VoiceAgentServer
@@ -131,7 +132,7 @@ def model_threads() -> list[str]:
 
 
 def engines_model(engines: Any) -> str:
-    return str(engines.llm.model) if isinstance(engines.llm, LlmPool) else ""
+    return str(engines.llm.model) if isinstance(engines.llm, LlmPool | BatchedEngine) else ""
 
 
 def test_a_client_that_vanishes_mid_reply_leaves_no_task_thread_session_or_context_behind(
@@ -139,7 +140,7 @@ def test_a_client_that_vanishes_mid_reply_leaves_no_task_thread_session_or_conte
 ) -> None:
     config = profile_config({"server.port": "0"})
     pool = engines.llm
-    assert isinstance(pool, LlmPool)
+    assert isinstance(pool, LlmPool | BatchedEngine)
 
     async def turn(server: VoiceAgentServer, vanish: bool, stop_reading: bool = False) -> weakref.ref[Any]:
         ws = await connect(server.url, max_size=None, max_queue=1 if stop_reading else 16)

@@ -256,9 +256,36 @@ def measure_turn_cost(engines: Engines, config: Config, repeats: int = 3) -> Tur
     llm = [asyncio.run(_llm_cost(engines.llm, config, f"warm-up-{i}")) for i in range(repeats)]
     first_s, token_s = float(np.median([f for f, _ in llm])), float(np.median([t for _, t in llm]))
     tts_s = timed(first_audio)
-    cost = TurnCost(stt_s=stt_s, turn_s=turn_s, llm_first_token_s=first_s, llm_token_s=token_s, tts_first_s=tts_s)
+    step8_s = asyncio.run(_llm_step(engines.llm, config, 8))
+    cost = TurnCost(stt_s=stt_s, turn_s=turn_s, llm_first_token_s=first_s, llm_token_s=token_s, tts_first_s=tts_s, llm_step8_s=step8_s)
     log.info("turn cost on this machine: %s", cost.as_dict())
     return cost
+
+
+async def _llm_step(llm: LlmEngine, config: Config, n: int, tokens: int = 12) -> float:
+    """Seconds between one generation's tokens while ``n`` generate at once (the median of the
+    generations' mean intervals): a batching engine steps them together, one that steps a
+    generation at a time takes about ``n`` single steps.  The generations all start before any
+    token is timed, so prompt evaluation is not counted."""
+    times: list[list[float]] = [[] for _ in range(n)]
+
+    async def one(i: int) -> None:
+        messages = [Message("system", config.llm.instructions), Message("user", _PROBE_QUESTION)]
+        async with contextlib.aclosing(llm.generate(LlmRequest(f"warm-up-batch-{i}", messages, tokens, 0.0))) as pieces:
+            async for _ in pieces:
+                times[i].append(time.perf_counter())
+
+    try:
+        await asyncio.gather(*(one(i) for i in range(n)))
+    finally:
+        await llm.aclose()
+    if not all(times):
+        return 0.0
+    # Only the intervals after every generation has its first token: all n are decoding then.
+    start = max(t[0] for t in times)
+    late = [[x for x in t if x >= start] for t in times]
+    steps = [float(np.mean(np.diff(t))) for t in late if len(t) > 2]
+    return float(np.median(steps)) if steps else 0.0
 
 
 async def _llm_cost(llm: LlmEngine, config: Config, key: str) -> tuple[float, float]:
