@@ -56,16 +56,17 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
+import numpy.typing as npt
 
 from voiceagent.backends.protocols import LlmRequest, LlmStats, Message, Tool, ToolCall
-from voiceagent.backends.tool_format import OPEN, HermesToolParser, new_call_id
+from voiceagent.backends.tool_format import NO_CALL_GBNF, OPEN, HermesToolParser, new_call_id
 from voiceagent.errors import EngineError
 from voiceagent.text import unpunctuated
 
 if TYPE_CHECKING:  # llama.cpp itself only where the engine is built (llama-cpp-python is optional)
     from voiceagent.backends.llama_batch import BatchContext, Sampler
 
-__all__ = ["BatchedEngine"]
+__all__ = ["BatchedEngine", "sentence_end_probability"]
 
 log = logging.getLogger(__name__)
 
@@ -73,9 +74,6 @@ _DONE = object()
 _ADMITTED = object()
 _TURN, _PRIME, _PREFILL = 0, 1, 2  # prompt priority, and what a job is
 _PROMPT, _JUDGE, _LAST, _NEXT = range(4)  # what a planned token is: prompt, the words' end, the prompt's last, a reply token
-
-# A reply that does not open with a call: no JSON, tag or code fence first (after that, free).
-NO_CALL_GBNF = r"root ::= [A-Za-z0-9] [^\x00]*"
 
 
 class Entry(NamedTuple):
@@ -86,6 +84,14 @@ class Entry(NamedTuple):
     pos: int
     seq: int
     logits: bool
+
+
+def sentence_end_probability(logits: npt.NDArray[np.floating[Any]], ends: npt.NDArray[np.int64]) -> float:
+    """P(the next token is one of ``ends``) from a position's logits (a softmax in float64)."""
+    x = logits.astype(np.float64)
+    top = float(x.max())
+    log_z = top + math.log(float(np.exp(x - top).sum()))
+    return float(np.exp(x[ends] - log_z).sum())
 
 
 def _lcp(a: Sequence[int], b: Sequence[int]) -> int:
@@ -110,7 +116,6 @@ class _Job:
     cancelled: bool = False
     seq: _Seq | None = None
     evaluated: int = 0
-    reused: int = 0
     # A turn's generation only:
     request: LlmRequest | None = None
     loop: asyncio.AbstractEventLoop | None = None
@@ -497,7 +502,6 @@ class BatchedEngine:
         seq.owner = job.key or None
         seq.last_used = next(self._clock)
         job.seq = seq
-        job.reused = n
         self._active.append(job)
         if job.kind == _TURN:
             request = job.request
@@ -597,10 +601,7 @@ class BatchedEngine:
         request = job.request
         if request is None or request.on_end_probability is None:
             return
-        logits = self.core.logits(index).astype(np.float64)
-        top = float(logits.max())
-        log_z = top + math.log(float(np.exp(logits - top).sum()))
-        request.on_end_probability(float(np.exp(logits[self._render.ends] - log_z).sum()))
+        request.on_end_probability(sentence_end_probability(self.core.logits(index), self._render.ends))
 
     def _sample(self, job: _Job, index: int) -> None:
         request, seq, sampler = job.request, job.seq, job.sampler
@@ -621,28 +622,28 @@ class BatchedEngine:
             out = out or [""]
         else:
             out = [text]
-        for piece in out:
-            if request.on_piece is not None:
-                request.on_piece(piece)
-            self._emit(job, piece)
+        self._give(job, out)
         job.token = token
         if job.produced >= request.max_tokens or len(seq.tokens) + 1 >= (self.window or math.inf):
             self._finish(job)
 
     def _finish(self, job: _Job) -> None:
         """The generation ended on its own: flush what its parser holds, then end it."""
-        request = job.request
-        assert request is not None
         rest: list[str | ToolCall] = []
         if job.named is not None:
             rest = [ToolCall(new_call_id(), job.named.name, job.named_text)]
         elif job.parser is not None:
             rest = job.parser.flush()
-        for piece in rest:
-            if request.on_piece is not None:
-                request.on_piece(piece)
-            self._emit(job, piece)
+        self._give(job, rest)
         self._end(job, "stop")
+
+    def _give(self, job: _Job, pieces: list[str | ToolCall]) -> None:
+        """Hand ``pieces`` to the request's ``on_piece`` (here, in the step thread) and its consumer."""
+        assert job.request is not None
+        for piece in pieces:
+            if job.request.on_piece is not None:
+                job.request.on_piece(piece)
+            self._emit(job, piece)
 
     def _evict(self) -> bool:
         """Drop the least recently used idle sequence's cells to make room; False if none is left."""

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import ctypes
 import logging
-import math
 import os
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -34,13 +33,13 @@ from llama_cpp import Llama, LogitsProcessorList, llama_set_n_threads
 from llama_cpp._utils import suppress_stdout_stderr
 from llama_cpp.llama_grammar import JSON_GBNF, LlamaGrammar
 
-from voiceagent.backends.batch_engine import NO_CALL_GBNF, BatchedEngine
+from voiceagent.backends.batch_engine import BatchedEngine, sentence_end_probability
 from voiceagent.backends.llama_batch import BatchContext
 from voiceagent.backends.llama_prefix import SharedPrefixes
 from voiceagent.backends.llama_render import SENTENCE_ENDS, ChatRenderer
 from voiceagent.backends.llm_pool import LlmPool
 from voiceagent.backends.protocols import LlmContext, Message, Tool, ToolCall, ToolChoice
-from voiceagent.backends.tool_format import OPEN, HermesToolParser, chat_messages, new_call_id, tool_dicts
+from voiceagent.backends.tool_format import NO_CALL_GBNF, OPEN, HermesToolParser, chat_messages, new_call_id, tool_dicts
 from voiceagent.config import LlmConfig
 from voiceagent.errors import ModelError
 from voiceagent.model_source import resolve
@@ -275,10 +274,7 @@ class LlamaCppContext:
         self._adopt(prompt)
         if prompt[: len(head)] != head or len(prompt) - len(head) >= _BATCH:
             prompt = head
-        logits = self._eval_with_logits_at(prompt, len(head) - 1)
-        top = float(logits.max())
-        log_z = top + math.log(float(np.exp(logits - top).sum()))
-        return float(np.exp(logits[self._ends] - log_z).sum())
+        return sentence_end_probability(self._eval_with_logits_at(prompt, len(head) - 1), self._ends)
 
     def _eval_with_logits_at(self, tokens: list[int], at: int) -> npt.NDArray[np.float64]:
         """Evaluate ``tokens`` (keeping the cached prefix, but from ``at`` at the latest) and return

@@ -26,9 +26,13 @@ from typing import Any
 from voiceagent.backends.protocols import Message, Tool, ToolCall
 from voiceagent.tool_args import loads_lenient
 
-__all__ = ["HermesToolParser", "call_prefill", "chat_messages", "new_call_id", "tool_dicts"]
+__all__ = ["NO_CALL_GBNF", "HermesToolParser", "call_prefill", "chat_messages", "new_call_id", "tool_dicts"]
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
+
+NO_CALL_GBNF = r"root ::= [A-Za-z0-9] [^\x00]*"
+"""A grammar for a reply that does not open with a call (tool_choice "none" with tools in the
+prompt): no JSON, tag or code fence first; after that, free."""
 # Tag pairs a call is read from: the Hermes format, then the one the 1.5B Coder also writes.
 _TAGS = ((OPEN, CLOSE), ("<tools>", "</tools>"))
 _NAME = re.compile(r'"name"\s*:\s*"([^"]*)"')
