@@ -223,6 +223,33 @@ def test_a_turn_takes_its_sequence_from_its_own_prefill_and_answers(engine: Batc
     assert len({seq for key, seq in engine.seq_history if key == "k"}) == 1
 
 
+def test_a_turn_called_after_its_prefill_waits_for_it_even_when_the_prefill_renders_longer(engine: BatchedEngine, core: FakeBatch) -> None:
+    # Long instructions take the prefill longer to render than the short turn behind it: the
+    # turn must not overtake it (else the instructions are evaluated in the turn, not before it).
+    rendered = threading.Event()
+    head_tokens = core.render.head_tokens
+
+    def slow_head(messages: Any, tools: Any) -> Any:
+        rendered.wait(30)
+        return head_tokens(messages, tools)
+
+    core.render.head_tokens = slow_head  # type: ignore[method-assign]
+    warm = [SYSTEM, Message("user", "")]
+
+    async def main() -> tuple[int, str]:
+        prefill = asyncio.ensure_future(engine.prefill("k", warm))
+        await until(lambda: bool(engine._rendering))
+        turn = asyncio.ensure_future(ask(engine, "k", messages("Right behind it?")))
+        await until(lambda: engine.stats().waiting == 1)  # the turn is rendered and submitted
+        rendered.set()
+        return await prefill, await turn
+
+    evaluated, answer = asyncio.run(main())
+    assert answer == reply_for(messages("Right behind it?"))
+    head = head_tokens(warm, ())
+    assert head is not None and evaluated == len(head)
+
+
 def test_prefill_never_takes_a_sequence_a_turn_needs() -> None:
     core = FakeBatch(sequences=1)
     engine = BatchedEngine(core, model="fake", ahead=1)  # type: ignore[arg-type]

@@ -179,6 +179,9 @@ class BatchedEngine:
         self._seqs = [_Seq(i) for i in range(core.sequences)]
         self._cond = threading.Condition()
         self._incoming: list[_Job] = []
+        self._rendering: dict[int, str] = {}
+        """Jobs called but still being rendered (order -> key): a later job of the same
+        conversation is not admitted before them (calls keep their order, not their renders')."""
         self._waiting: list[_Job] = []
         self._active: list[_Job] = []
         self._orders = itertools.count()
@@ -205,9 +208,23 @@ class BatchedEngine:
 
     # ------------------------------------------------------------------ the event loop's side
 
+    def _announce(self, key: str) -> int:
+        """A job of ``key`` is coming: its place in the order is now (see ``_rendering``)."""
+        with self._cond:
+            order = next(self._orders)
+            self._rendering[order] = key
+            return order
+
+    def _withdraw(self, order: int) -> None:
+        with self._cond:
+            self._rendering.pop(order, None)
+            self._cond.notify()
+
     def _submit(self, job: _Job) -> None:
         with self._cond:
+            self._rendering.pop(job.order, None)
             if self._stopping:
+                self._cond.notify()
                 raise EngineError("the LLM engine is closed")
             self._incoming.append(job)
             self._cond.notify()
@@ -251,9 +268,14 @@ class BatchedEngine:
     async def generate(self, request: LlmRequest) -> AsyncGenerator[str | ToolCall, None]:
         """Stream the reply from the conversation's sequence (contract: module docstring)."""
         loop = asyncio.get_running_loop()
-        job = await asyncio.to_thread(self._turn_job, request, loop)
+        order = self._announce(request.key)
+        try:
+            job = await asyncio.to_thread(self._turn_job, request, loop)
+        except BaseException:
+            self._withdraw(order)
+            raise
         assert job.queue is not None
-        job.order = next(self._orders)
+        job.order = order
         usage = request.usage
         if usage is not None:
             usage.model = self.model
@@ -286,10 +308,16 @@ class BatchedEngine:
     async def prefill(self, key: str, messages: Sequence[Message], tools: tuple[Tool, ...] = ()) -> int:
         """Evaluate ``key``'s coming prompt on its sequence, below every turn (contract: module
         docstring); 0 when every sequence is busy or requests wait."""
-        head = await asyncio.to_thread(self._render.head_tokens, list(messages), tools)
+        order = self._announce(key)
+        try:
+            head = await asyncio.to_thread(self._render.head_tokens, list(messages), tools)
+        except BaseException:
+            self._withdraw(order)
+            raise
         if not head or (self.window is not None and len(head) >= self.window):
+            self._withdraw(order)
             return 0
-        job = _Job(_PREFILL, key, head, next(self._orders))
+        job = _Job(_PREFILL, key, head, order)
         self._submit(job)
         try:
             return await asyncio.wrap_future(job.released)
@@ -426,9 +454,15 @@ class BatchedEngine:
         self._waiting.extend(self._incoming)
         self._incoming.clear()
         turns_wait = False
-        for job in sorted(self._waiting, key=lambda j: (j.kind == _PREFILL, j.order)):
+        for job in sorted(self._waiting, key=lambda j: j.order):
+            if job.done:
+                continue
             if job.kind == _PREFILL and turns_wait:
                 self._end(job, "abort")  # sequences are scarce: real requests first
+                continue
+            # A conversation's jobs start in the order they were called.
+            before = [*self._rendering.items(), *((w.order, w.key) for w in self._waiting if not w.done)]
+            if any(o < job.order and k == job.key for o, k in before):
                 continue
             seq = self._seq_for(job)
             if seq is None:
