@@ -185,16 +185,20 @@ async def _start_server(plan: auto_profile.Plan) -> tuple[VoiceAgentServer, str]
 
 
 async def _serve(plan: auto_profile.Plan) -> None:
+    # The handlers go in before anything starts: a SIGTERM that arrives between the ready line
+    # and the wait must still drain (exit 0), not kill the process with the default action. One
+    # that arrives while the models load takes effect once they are loaded (loading runs in a
+    # thread that cannot be interrupted).
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
     server, choice = await _start_server(plan)
     print(f"voiceagent ready: {server.url}  (capacity {server.capacity} sessions: {server.capacity_source})", flush=True)
     for line in (*plan.notes, choice):
         if line:
             print(line, flush=True)
     print(server.how_to_connect(), flush=True)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
     await stop.wait()
     await server.drain(server.config.server.drain_s)
     server.engines.close()

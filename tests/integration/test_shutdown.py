@@ -139,6 +139,31 @@ def test_sigterm_ends_the_process_in_time_with_careless_clients_connected(run: A
                 c.close()
 
 
+def test_sigterm_while_the_models_load_still_drains_and_exits_0() -> None:
+    """A SIGTERM that comes before the server is ready (a deploy that gives up on a slow start,
+    or a test that stops the server the moment it reads the ready line) is a clean stop: the
+    process exits 0 after loading rather than dying of the signal's default action (-15)."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen([*CLI, "serve", "--port", "0"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    try:
+        assert proc.stdout is not None
+        lines = []
+        for line in proc.stdout:  # the first model loaded: the server is mid-start
+            lines.append(line)
+            if "loaded vad" in line or "Traceback" in line:
+                break
+        assert "loaded vad" in lines[-1], "".join(lines)
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=120)
+        lines.append(out)
+        assert proc.returncode == 0, "".join(lines)[-3000:]
+        assert "stopped" in out and "Traceback" not in out, out[-3000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
 def test_clients_that_stop_reading_and_vanish_leave_nothing_counted(run: Any) -> None:
     """Twenty clients flood, stop reading, then vanish (some with a reset, some with no word);
     once they are gone the server counts no session, and admits as many as before them."""
