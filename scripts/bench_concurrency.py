@@ -205,7 +205,8 @@ def engine_alone(config: Config, engines: list[str], batches: tuple[int, ...] = 
     from dataclasses import replace
 
     from voiceagent.backends import llama_cpp
-    from voiceagent.backends.protocols import LlmRequest, Message
+    from voiceagent.backends.protocols import LlmRequest
+    from voiceagent.tools.spec import Message
 
     async def run(llm: Any, b: int) -> float:
         stamps: list[list[float]] = [[] for _ in range(b)]

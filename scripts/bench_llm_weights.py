@@ -21,8 +21,8 @@ import time
 from pathlib import Path
 
 from voiceagent.backends.llama_cpp import LlamaCppContext, gguf_path
-from voiceagent.backends.protocols import Message
 from voiceagent.config import load_config
+from voiceagent.tools.spec import Message
 
 QUESTIONS = (
     "What is the capital of France?",

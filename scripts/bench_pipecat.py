@@ -148,8 +148,8 @@ from voiceagent.audio import read_wav, resample  # noqa: E402
 from voiceagent.backends.llama_cpp import gguf_path  # noqa: E402
 from voiceagent.backends.registry import Engines, load_engines, warm_up  # noqa: E402
 from voiceagent.backends.whisper import model_dir  # noqa: E402
-from voiceagent.catalog import get_spec, locate  # noqa: E402
 from voiceagent.config import Config, load_config  # noqa: E402
+from voiceagent.models.catalog import get_spec, locate  # noqa: E402
 from voiceagent.replay import TurnResult, _match, _Response, replay_file, speech_turns  # noqa: E402
 from voiceagent.transports.server import VoiceAgentServer  # noqa: E402
 

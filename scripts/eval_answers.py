@@ -37,8 +37,9 @@ sys.path.insert(0, str(ROOT / "scripts"))
 import eval_quality as eq  # noqa: E402
 
 from voiceagent.backends.llama_cpp import LlamaCppContext, gguf_path  # noqa: E402
-from voiceagent.backends.protocols import Message, example_messages  # noqa: E402
+from voiceagent.backends.protocols import example_messages  # noqa: E402
 from voiceagent.config import DEFAULT_EXAMPLES, DEFAULT_INSTRUCTIONS, load_config, parse_examples  # noqa: E402
+from voiceagent.tools.spec import Message  # noqa: E402
 
 _NOISY = " The user's words come from speech recognition and may be misheard: answer what they most likely meant."
 

@@ -45,7 +45,7 @@ sys.path.insert(1, str(ROOT))
 import eval_quality as eq  # noqa: E402
 
 from voiceagent.backends.protocols import Message  # noqa: E402
-from voiceagent.text import unpunctuated as bare  # noqa: E402  (what the product judges: the words alone)
+from voiceagent.text.clauses import unpunctuated as bare  # noqa: E402  (what the product judges: the words alone)
 
 TEXT_THRESHOLDS = (0.001, 0.003, 0.01, 0.03)
 AUDIO_THRESHOLDS = (0.1, 0.3, 0.5)

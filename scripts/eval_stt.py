@@ -96,7 +96,7 @@ def tools_prompt() -> str:
 
     from voiceagent.config import Config
     from voiceagent.settings import settings_from_config
-    from voiceagent.stt_prompt import transcription_prompt
+    from voiceagent.text.stt_prompt import transcription_prompt
 
     return transcription_prompt(dataclasses.replace(settings_from_config(Config()), tools=TOOLS), True)
 

@@ -25,12 +25,13 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from voiceagent.backends.protocols import LlmRequest, Message, Tool, ToolCall, with_tools  # noqa: E402
-from voiceagent.builtin_tools import builtin_tools  # noqa: E402
+from voiceagent.backends.protocols import LlmRequest, with_tools  # noqa: E402
 from voiceagent.config import Config, LlmConfig  # noqa: E402
-from voiceagent.profiles import PROFILES  # noqa: E402
-from voiceagent.stages.llm import nameless, retried_call, retry_choice  # noqa: E402
-from voiceagent.tool_args import check_arguments  # noqa: E402
+from voiceagent.config.profiles import PROFILES  # noqa: E402
+from voiceagent.tools.args import check_arguments  # noqa: E402
+from voiceagent.tools.builtin import builtin_tools  # noqa: E402
+from voiceagent.tools.retry import nameless, retried_call, retry_choice  # noqa: E402
+from voiceagent.tools.spec import Message, Tool, ToolCall  # noqa: E402
 
 WEATHER = Tool(
     "get_weather",
@@ -86,7 +87,7 @@ def _matches(expected: dict[str, Any], got: dict[str, Any]) -> bool:
 
 
 async def run_case(engine: Any, instructions: str, case: Case) -> dict[str, Any]:
-    # As the session prompts when tools are offered (voiceagent/replies.py).
+    # As the session prompts when tools are offered (voiceagent/conversation/replies.py).
     messages = [Message("system", with_tools(instructions, TOOLS)), Message("user", case.utterance)]
     request = LlmRequest(key="eval", messages=messages, max_tokens=96, temperature=0.0, tools=TOOLS, tool_choice="auto")
     text, calls = "", []

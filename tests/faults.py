@@ -23,8 +23,9 @@ from collections.abc import AsyncGenerator, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from voiceagent.backends.protocols import LlmEngine, LlmRequest, LlmStats, Message, Tool
+from voiceagent.backends.protocols import LlmEngine, LlmRequest, LlmStats
 from voiceagent.errors import EngineError
+from voiceagent.tools.spec import Message, Tool
 
 KINDS = ("vad", "stt", "turn", "llm", "tts")
 

@@ -2,7 +2,7 @@
 
 None of them holds weights: a GGUF header with the metadata asked for, an ONNX protobuf whose
 graph names the inputs asked for, a CTranslate2 Whisper folder whose vocabulary has the size
-asked for, a Piper voice's JSON.  The checks read only these parts (voiceagent.model_checks).
+asked for, a Piper voice's JSON.  The checks read only these parts (voiceagent.models.checks).
 """
 
 from __future__ import annotations

@@ -21,18 +21,20 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from voiceagent import auto_profile, catalog, logs
-from voiceagent.backends.protocols import with_tools
+from voiceagent.backends import auto_profile
 from voiceagent.backends.registry import Engines
-from voiceagent.builtin_tools import builtin_tools
 from voiceagent.config import Config, given_keys, load_config
+from voiceagent.config.profiles import AUTO_ORDER, PROFILES
+from voiceagent.conversation.prompt_fit import PromptFitter
 from voiceagent.errors import ConfigError, MissingDependencyError, ModelError, ProtocolError, VoiceAgentError
-from voiceagent.model_checks import check_language
-from voiceagent.model_source import cached_repos, hub_cache, origin_of, resolve
-from voiceagent.profiles import AUTO_ORDER, PROFILES
-from voiceagent.prompt_fit import PromptFitter
+from voiceagent.models import catalog
+from voiceagent.models.checks import check_language
+from voiceagent.models.source import cached_repos, hub_cache, origin_of, resolve
+from voiceagent.observability import logs
 from voiceagent.replay import ReplayResult, format_table, replay_file, summarize
 from voiceagent.talk import TalkOptions, run_talk
+from voiceagent.tools.builtin import builtin_tools
+from voiceagent.tools.spec import with_tools
 from voiceagent.transports.server import VoiceAgentServer
 
 __all__ = ["main"]
@@ -91,7 +93,7 @@ def _configured_models(config: Config) -> dict[str, str]:
 
 
 def _model_settings(config: Config) -> dict[str, tuple[str, str]]:
-    """Every model setting this configuration runs in process through voiceagent.model_source,
+    """Every model setting this configuration runs in process through voiceagent.models.source,
     as ``setting -> (kind, value)`` (an LLM only where llama.cpp runs it: an OpenAI-compatible
     server names its own models, and vLLM reads Hugging Face folders and ids itself)."""
     settings = {"vad.model": ("vad", config.vad.model), "stt.model": ("stt", config.stt.model)}
@@ -117,7 +119,7 @@ def _require_models(config: Config) -> None:
     """Before any model loads: a configured catalog model whose packages are missing is one line
     naming the command that installs it (and the profile, when the profile chose that model); a
     path or hub id that is missing, not cached or of the wrong kind is one line saying so
-    (voiceagent.model_source; a hub model not cached names ``voiceagent models pull``); an
+    (voiceagent.models.source; a hub model not cached names ``voiceagent models pull``); an
     English-only Whisper with another ``stt.language`` too.  Never downloads."""
     keys = _configured_models(config)
     chosen = PROFILES.get(config.profile, {})
@@ -346,7 +348,7 @@ def _own_model_rows(config: Config, rows: list[tuple[str, str, str, str, str, st
 def _pull(config: Config, names: Sequence[str]) -> int:
     """``voiceagent models pull [NAME...]``: fetch hub models (default: the configured ones)."""
     try:  # huggingface_hub comes with the cpu extra; listing and serving need it not
-        model_pull = importlib.import_module("voiceagent.model_pull")
+        model_pull = importlib.import_module("voiceagent.models.pull")
     except ModuleNotFoundError as exc:
         raise MissingDependencyError(exc.name or "huggingface_hub", "cpu") from exc
     settings = _model_settings(config)
@@ -372,7 +374,7 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE", help="override one setting (repeatable)")
     common.add_argument(
         "--profile",
-        help="a named set of settings: fast, balanced, quality or gpu (see voiceagent/profiles.py); --set and the file win over it",
+        help="a named set of settings: fast, balanced, quality or gpu (see voiceagent/config/profiles.py); --set and the file win over it",
     )
     common.add_argument(
         "--tools", action="store_true", help="offer the built-in tools (the time and date, timers) and run them here (tools.builtin)"

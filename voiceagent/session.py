@@ -7,7 +7,7 @@ shared :class:`~voiceagent.backends.Engines`.
 
 The session builds the pipeline (bounded channels, the stages) and owns the input side (audio,
 text items, truncation).  Everything about answers (the generation counter, each reply's state,
-barge-in, tool calls) belongs to its :class:`~voiceagent.replies.ReplyController`.
+barge-in, tool calls) belongs to its :class:`~voiceagent.conversation.replies.ReplyController`.
 
 Cancellation: ``aclose()`` (or leaving ``async with``) cancels every stage task and timer and
 waits for them; model calls already running in executors finish in their threads and are
@@ -27,10 +27,12 @@ from types import TracebackType
 from typing import Any
 
 from voiceagent.audio import PIPELINE_RATE, Int16Array
-from voiceagent.backends.protocols import Tool, with_tools
 from voiceagent.backends.registry import Engines
 from voiceagent.clock import Clock, MonotonicClock
 from voiceagent.config import Config
+from voiceagent.conversation.history import AssistantItem, History, new_id
+from voiceagent.conversation.prompt_fit import PromptFitter
+from voiceagent.conversation.replies import ReplyController
 from voiceagent.errors import ProtocolError, StageError, excerpt
 from voiceagent.events import (
     AudioFrame,
@@ -43,12 +45,9 @@ from voiceagent.events import (
     ItemTruncated,
     TextItemAdded,
 )
-from voiceagent.history import AssistantItem, History, new_id
-from voiceagent.metrics import Metrics
+from voiceagent.observability.metrics import Metrics
 from voiceagent.pipeline import Channel, Generations, StageContext
 from voiceagent.pipeline.gate import GenerationGate
-from voiceagent.prompt_fit import PromptFitter
-from voiceagent.replies import ReplyController
 from voiceagent.settings import SessionSettings, settings_from_config
 from voiceagent.stages.llm import LlmStage
 from voiceagent.stages.playout import PlayoutStage
@@ -56,6 +55,7 @@ from voiceagent.stages.stt import SttStage
 from voiceagent.stages.tts import TtsStage
 from voiceagent.stages.turn import TurnStage
 from voiceagent.stages.vad import VadStage
+from voiceagent.tools.spec import Tool, with_tools
 
 __all__ = ["QUEUES", "Session"]
 

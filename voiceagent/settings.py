@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from voiceagent.backends.protocols import Tool
 from voiceagent.config import Config
+from voiceagent.tools.spec import Tool
 
 __all__ = ["SessionSettings", "TurnDetection", "settings_from_config"]
 

@@ -15,7 +15,8 @@ import sys
 import pytest
 
 from tests.conftest import _load_script
-from voiceagent import auto_profile, cli
+from voiceagent import cli
+from voiceagent.backends import auto_profile
 from voiceagent.config import load_config
 
 pytestmark = pytest.mark.models

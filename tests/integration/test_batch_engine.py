@@ -14,7 +14,8 @@ import pytest
 from tests.profile import profile_config
 from voiceagent.backends import llama_cpp
 from voiceagent.backends.batch_engine import BatchedEngine
-from voiceagent.backends.protocols import LlmRequest, Message, Usage
+from voiceagent.backends.protocols import LlmRequest, Usage
+from voiceagent.tools.spec import Message
 
 pytestmark = pytest.mark.models
 

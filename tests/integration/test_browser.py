@@ -29,7 +29,7 @@ import pytest
 from tests.profile import profile_config
 from voiceagent.audio import read_wav, write_wav
 from voiceagent.config import Config, ServerConfig
-from voiceagent.history import AssistantItem
+from voiceagent.conversation.history import AssistantItem
 from voiceagent.transports.server import VoiceAgentServer
 from voiceagent.web import PAGES
 
@@ -124,7 +124,7 @@ def test_browser_conversation(engines: Any, speech: dict[str, Path], run: Callab
             await page.wait_for_function("() => voiceagent.state === 'connected'", timeout=20 * MS)
             # A reply was transcribed, spoken and played, and its latency shown.
             await page.wait_for_function(
-                "() => voiceagent.assistant.some(a => a.status === 'completed' && a.text) && voiceagent.metrics.length > 0",
+                "() => voiceagent.assistant.some(a => a.status === 'completed' && a.text) && voiceagent.observability.metrics.length > 0",
                 timeout=60 * MS,
             )
             await page.wait_for_function(

@@ -109,7 +109,7 @@ def test_the_gpu_profile_on_a_machine_without_a_gpu_stops_at_start_up_with_one_l
 def test_a_model_that_fails_to_load_stops_serve_with_one_message_naming_it_and_the_fix(tmp_path: Path) -> None:
     # A damaged joined LLM file whose size and stamp look right (so it is not joined again):
     # llama.cpp refuses it, and serve must say which model and what to do, not print a traceback.
-    from voiceagent.catalog import get_spec, prepare
+    from voiceagent.models.catalog import get_spec, prepare
 
     target = prepare(get_spec("llm", "qwen2.5-0.5b"), tmp_path)  # joined and verified once ...
     size = target.stat().st_size

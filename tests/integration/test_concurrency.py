@@ -170,7 +170,8 @@ def test_no_llama_sampler_outlives_its_generation(engines: Any, run: Any) -> Non
 
     from llama_cpp._internals import LlamaSampler
 
-    from voiceagent.backends.protocols import LlmRequest, Message
+    from voiceagent.backends.protocols import LlmRequest
+    from voiceagent.tools.spec import Message
 
     def alive() -> int:
         return sum(isinstance(o, LlamaSampler) for o in gc.get_objects())
@@ -204,7 +205,8 @@ def test_two_sessions_asking_at_once_each_get_the_sentence_end_verdict_on_their_
     and each answer belongs to its own words (a context shared between them would mix both)."""
     import contextlib
 
-    from voiceagent.backends.protocols import LlmRequest, Message
+    from voiceagent.backends.protocols import LlmRequest
+    from voiceagent.tools.spec import Message
 
     system = Message("system", profile_config().llm.instructions)
 
@@ -239,7 +241,8 @@ def test_a_prefilled_turn_pays_only_for_its_last_words_while_another_session_ans
     answer is about its own question."""
     import contextlib
 
-    from voiceagent.backends.protocols import LlmRequest, Message, Usage
+    from voiceagent.backends.protocols import LlmRequest, Usage
+    from voiceagent.tools.spec import Message
 
     system = Message("system", profile_config().llm.instructions)
     # Words no other test uses: the context holds nothing of them but what the prefill puts there.

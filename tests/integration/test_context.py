@@ -171,8 +171,8 @@ def test_long_instructions_are_evaluated_once_per_process_and_a_turn_meanwhile_i
 def test_the_byte_bound_is_never_below_the_models_count(engines: Any, run: Any) -> None:
     """The fitter skips counting a prompt whose byte bound fits; that bound must hold for the real
     tokenizer and template, tools and every kind of text included."""
-    from voiceagent.backends.protocols import Message, Tool, ToolCall
-    from voiceagent.prompt_fit import upper_bound
+    from voiceagent.conversation.prompt_fit import upper_bound
+    from voiceagent.tools.spec import Message, Tool, ToolCall
 
     tool = Tool("get_time", "The time now.", {"type": "object", "properties": {"zone": {"type": "string"}}})
     texts = ["Hi.", "What's 7 × 8?", "Ünïcödé — 日本語のテキスト 🎉🎉", "a" * 300, " ".join(["the"] * 200), "\n\n\t  x"]

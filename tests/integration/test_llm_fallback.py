@@ -21,8 +21,9 @@ from voiceagent.backends.batch_engine import BatchedEngine
 from voiceagent.backends.fallback import BreakerState, FallbackLlm
 from voiceagent.backends.llm_pool import LlmPool
 from voiceagent.backends.openai_llm import OpenAiLlm
-from voiceagent.backends.protocols import LlmRequest, Message
+from voiceagent.backends.protocols import LlmRequest
 from voiceagent.backends.registry import load_llm
+from voiceagent.tools.spec import Message
 from voiceagent.transports.server import VoiceAgentServer
 
 pytestmark = pytest.mark.models

@@ -18,8 +18,9 @@ from tests.integration.llm_server import LlamaCppServer, free_port
 from tests.integration.rt_client import Recorder
 from tests.profile import profile_config
 from voiceagent.backends.openai_llm import OpenAiLlm
-from voiceagent.backends.protocols import LlmRequest, Message
+from voiceagent.backends.protocols import LlmRequest
 from voiceagent.errors import EngineError
+from voiceagent.tools.spec import Message
 from voiceagent.transports.server import VoiceAgentServer
 
 pytestmark = pytest.mark.models

@@ -22,10 +22,10 @@ from tests.hub_cache import add_repo
 from tests.integration.rt_client import WIRE_RATE, Recorder, send_paced, wire_audio
 from tests.model_files import write_gguf
 from tests.profile import profile_config
-from voiceagent import catalog
 from voiceagent.backends.registry import Engines, load_engines
 from voiceagent.config import Config
-from voiceagent.model_source import resolve
+from voiceagent.models import catalog
+from voiceagent.models.source import resolve
 from voiceagent.transports.server import VoiceAgentServer
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,5 +1,5 @@
 """A pause longer than the silence fallback, after a word no sentence ends on (``turn.incomplete_ms``,
-voiceagent/turn_words.py) or after words the LLM judges unlikely to end a sentence
+voiceagent/text/turn_words.py) or after words the LLM judges unlikely to end a sentence
 (``turn.text_threshold``), does not end the turn: real models, the in-process talk driver.
 
 The same audio with the rule off is cut in two, which shows the tests can fail."""

@@ -21,7 +21,7 @@ from tests.conftest import ROOT, make_fixtures
 from tests.profile import profile_config
 from voiceagent.audio import read_wav
 from voiceagent.backends.whisper import WhisperStt
-from voiceagent.stt_guard import check
+from voiceagent.text.stt_guard import check
 
 pytestmark = pytest.mark.models
 

@@ -1,4 +1,4 @@
-"""The transcription prompt with the real Whisper models (voiceagent.stt_prompt).
+"""The transcription prompt with the real Whisper models (voiceagent.text.stt_prompt).
 
 * Whisper base at beam 5 (the ``quality`` profile) hears "What's the weather in Paris?", read by
   the three espeak-ng voices of the spoken eval in which it heard "What's the winner in Paris?"

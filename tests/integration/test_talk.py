@@ -30,7 +30,7 @@ from tests.integration.local_talk import talk_file
 from tests.profile import profile_config
 from voiceagent.audio import read_wav, resample, write_wav
 from voiceagent.config import Config, ServerConfig
-from voiceagent.history import AssistantItem
+from voiceagent.conversation.history import AssistantItem
 from voiceagent.replay import speech_turns
 from voiceagent.session import Session
 from voiceagent.talk.console import Console

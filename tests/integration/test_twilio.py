@@ -26,7 +26,7 @@ from websockets.exceptions import ConnectionClosed
 from tests.profile import profile_config
 from voiceagent.audio import read_wav, resample
 from voiceagent.config import Config, PlayoutConfig, ServerConfig
-from voiceagent.history import AssistantItem, UserItem
+from voiceagent.conversation.history import AssistantItem, UserItem
 from voiceagent.replay import speech_turns
 from voiceagent.session import Session
 from voiceagent.transports.server import VoiceAgentServer

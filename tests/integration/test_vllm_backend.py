@@ -21,8 +21,9 @@ from websockets.asyncio.client import connect
 
 from tests.integration.rt_client import Recorder, send_paced, wire_audio
 from voiceagent.backends.fallback import FallbackLlm
-from voiceagent.backends.protocols import LlmRequest, Message, Tool, ToolCall
+from voiceagent.backends.protocols import LlmRequest
 from voiceagent.config import DEFAULT_INSTRUCTIONS, load_config
+from voiceagent.tools.spec import Message, Tool, ToolCall
 from voiceagent.transports.server import VoiceAgentServer
 
 pytestmark = [

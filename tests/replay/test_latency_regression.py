@@ -15,8 +15,9 @@ import pytest
 
 from tests.conftest import SCALE
 from tests.profile import profile_config
-from voiceagent.backends.protocols import LlmRequest, Message
+from voiceagent.backends.protocols import LlmRequest
 from voiceagent.replay import replay_file, summarize
+from voiceagent.tools.spec import Message
 from voiceagent.transports.server import VoiceAgentServer
 
 pytestmark = pytest.mark.models

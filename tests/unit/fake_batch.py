@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 import numpy as np
 import numpy.typing as npt
 
-from voiceagent.backends.protocols import Message, Tool
+from voiceagent.tools.spec import Message, Tool
 
 EOG = 0
 N_VOCAB = 0x400

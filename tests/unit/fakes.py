@@ -25,11 +25,11 @@ import numpy as np
 
 from voiceagent.audio import Float32Array, Int16Array
 from voiceagent.backends.llm_pool import LlmPool
-from voiceagent.backends.protocols import Message, Tool, ToolCall
 from voiceagent.backends.registry import Engines
 from voiceagent.events import Event
 from voiceagent.pipeline.scheduler import PriorityExecutor
 from voiceagent.session import Session
+from voiceagent.tools.spec import Message, Tool, ToolCall
 
 SCALE = float(os.environ.get("VOICEAGENT_TEST_TIMEOUT_SCALE", "1"))
 RATE = 16_000

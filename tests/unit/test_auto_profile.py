@@ -1,4 +1,4 @@
-"""``profile = "auto"`` and a profile's preferred models (voiceagent.auto_profile), at the seams:
+"""``profile = "auto"`` and a profile's preferred models (voiceagent.backends.auto_profile), at the seams:
 which profiles are tried, which one is kept for which measured cost, and what the user is told.
 The real start-up on real models is tests/integration/test_auto_profile.py."""
 
@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from voiceagent import auto_profile
-from voiceagent.auto_profile import Plan, last_choice, plan, predicted_ms, settle, start
+from voiceagent.backends import auto_profile
+from voiceagent.backends.auto_profile import Plan, last_choice, plan, predicted_ms, settle, start
 from voiceagent.capacity import TurnCost
 from voiceagent.config import Config, given_keys, load_config
 from voiceagent.errors import ModelError

@@ -18,8 +18,9 @@ from typing import Any
 import pytest
 
 from voiceagent.backends.batch_engine import BatchedEngine
-from voiceagent.backends.protocols import LlmRequest, Message, Usage
+from voiceagent.backends.protocols import LlmRequest, Usage
 from voiceagent.errors import EngineError
+from voiceagent.tools.spec import Message
 
 from .fake_batch import FakeBatch, reply_for
 

@@ -1,4 +1,4 @@
-"""voiceagent.catalog: the catalog's entries agree with pyproject.toml and scripts/setup.sh, split
+"""voiceagent.models.catalog: the catalog's entries agree with pyproject.toml and scripts/setup.sh, split
 models join in order and are checked, and a model that is not installed is one clear line."""
 
 from __future__ import annotations
@@ -12,8 +12,10 @@ from typing import Any
 
 import pytest
 
-from voiceagent import auto_profile, catalog, cli
+from voiceagent import cli
+from voiceagent.backends import auto_profile
 from voiceagent.errors import ChecksumError, ModelError
+from voiceagent.models import catalog
 
 ROOT = Path(__file__).resolve().parents[2]
 EXTRAS: dict[str, list[str]] = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]

@@ -229,7 +229,7 @@ def test_the_cpu_profiles_choose_their_models_from_a_flag_the_file_or_the_enviro
 
 
 def test_the_fast_profile_names_todays_defaults_explicitly() -> None:
-    from voiceagent.profiles import PROFILES
+    from voiceagent.config.profiles import PROFILES
 
     # Every model and the endpointing are written out, so the profile does not follow the defaults
     # if they change.  Should a default change on purpose, this test fails: keep ``fast`` as it is.

@@ -228,7 +228,7 @@ def test_the_rule_is_off_at_zero_and_never_shortens_the_fallback() -> None:
 
 
 def test_which_transcripts_end_unfinished() -> None:
-    from voiceagent.turn_words import ends_unfinished
+    from voiceagent.text.turn_words import ends_unfinished
 
     unfinished = [
         "Tell me the capital of",

@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 
 from voiceagent.backends.fallback import Breaker, BreakerState, FallbackLlm
-from voiceagent.backends.protocols import LlmRequest, LlmStats, Message, Tool
+from voiceagent.backends.protocols import LlmRequest, LlmStats
 from voiceagent.errors import EngineError
+from voiceagent.tools.spec import Message, Tool
 
 
 class Clock:

@@ -1,9 +1,9 @@
-"""voiceagent.history: what the listener heard, and the prompt built from it."""
+"""voiceagent.conversation.history: what the listener heard, and the prompt built from it."""
 
 from __future__ import annotations
 
-from voiceagent.backends.protocols import Message
-from voiceagent.history import AssistantItem, History, UserItem, new_id
+from voiceagent.conversation.history import AssistantItem, History, UserItem, new_id
+from voiceagent.tools.spec import Message
 
 
 def spoken(*clauses: tuple[str, float]) -> AssistantItem:
@@ -198,7 +198,7 @@ def test_ids_are_unique_with_their_prefix() -> None:
 
 
 def test_trim_drops_the_oldest_items_and_says_which() -> None:
-    from voiceagent.history import History
+    from voiceagent.conversation.history import History
 
     h = History()
     ids = [h.add_user(f"q{i}").id for i in range(5)]

@@ -15,9 +15,10 @@ from typing import Any
 import pytest
 
 from voiceagent.backends.llm_pool import LlmPool
-from voiceagent.backends.protocols import LlmRequest, Message, Tool
+from voiceagent.backends.protocols import LlmRequest
 from voiceagent.pipeline import iterate_in
 from voiceagent.pipeline.scheduler import PriorityExecutor
+from voiceagent.tools.spec import Message, Tool
 
 from .fakes import InterleavedError, Recorder, SequenceCheckingLlm, deadline
 

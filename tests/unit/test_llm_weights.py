@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from voiceagent import catalog
 from voiceagent.backends import llama_cpp as backend
 from voiceagent.config import LLM_QUANTS, LlmConfig
 from voiceagent.errors import ConfigError
+from voiceagent.models import catalog
 
 
 class FakeQuantizer:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import logging
 
-from voiceagent.logs import JsonFormatter
+from voiceagent.observability.logs import JsonFormatter
 
 
 def record(msg: str) -> logging.LogRecord:

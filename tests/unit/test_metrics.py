@@ -1,11 +1,11 @@
-"""voiceagent.metrics: the registry of one server, read back through prometheus-client's parser."""
+"""voiceagent.observability.metrics: the registry of one server, read back through prometheus-client's parser."""
 
 from __future__ import annotations
 
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.parser import text_string_to_metric_families
 
-from voiceagent.metrics import REFUSALS, Metrics
+from voiceagent.observability.metrics import REFUSALS, Metrics
 
 
 def samples(metrics: Metrics) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

@@ -1,4 +1,4 @@
-"""voiceagent.model_source, model_checks and model_pull on small files: which kind of value a
+"""voiceagent.models.source, model_checks and model_pull on small files: which kind of value a
 setting holds, how hub ids resolve in a cache laid out as huggingface_hub lays it out, and the
 one line each wrong kind of model gets.  No model is loaded and nothing is downloaded."""
 
@@ -11,10 +11,11 @@ import pytest
 
 from tests.hub_cache import add_repo
 from tests.model_files import ENGLISH_ONLY, write_gguf, write_onnx, write_piper_voice, write_whisper_dir
-from voiceagent import cli, model_pull
+from voiceagent import cli
 from voiceagent.errors import ModelError
-from voiceagent.model_checks import check, check_language, gguf_metadata, onnx_inputs, whisper_multilingual
-from voiceagent.model_source import cached_repos, hub_cache, hub_ref, origin_of, piper_voice_file, resolve
+from voiceagent.models import pull as model_pull
+from voiceagent.models.checks import check, check_language, gguf_metadata, onnx_inputs, whisper_multilingual
+from voiceagent.models.source import cached_repos, hub_cache, hub_ref, origin_of, piper_voice_file, resolve
 
 TEMPLATE = {"general.architecture": "qwen2", "tokenizer.chat_template": "{% for m in messages %}{{ m.content }}{% endfor %}"}
 

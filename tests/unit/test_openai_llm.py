@@ -13,8 +13,9 @@ import httpx
 import pytest
 
 from voiceagent.backends.openai_llm import OpenAiLlm, parse_sse_delta
-from voiceagent.backends.protocols import LlmRequest, Message
+from voiceagent.backends.protocols import LlmRequest
 from voiceagent.errors import EngineError
+from voiceagent.tools.spec import Message
 
 Run = Callable[..., Any]
 

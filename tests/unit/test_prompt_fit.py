@@ -1,5 +1,5 @@
 """The prompt always fits the LLM's window: whole oldest turns leave the history, announced, and
-instructions that leave no room for a turn are refused (voiceagent.prompt_fit)."""
+instructions that leave no room for a turn are refused (voiceagent.conversation.prompt_fit)."""
 
 from __future__ import annotations
 
@@ -10,14 +10,14 @@ from typing import Any
 
 import pytest
 
-from voiceagent.backends.protocols import Message, Tool
 from voiceagent.clock import VirtualClock
 from voiceagent.config import Config, LlmConfig
+from voiceagent.conversation.history import FunctionCallItem, FunctionCallOutputItem, History, UserItem
+from voiceagent.conversation.prompt_fit import HEADROOM, MARGIN, TURN_RESERVE, PromptFitter, estimate_tokens, upper_bound
 from voiceagent.errors import ProtocolError
 from voiceagent.events import ItemsDropped, ResponseDone, UserTurn
-from voiceagent.history import FunctionCallItem, FunctionCallOutputItem, History, UserItem
-from voiceagent.prompt_fit import HEADROOM, MARGIN, TURN_RESERVE, PromptFitter, estimate_tokens, upper_bound
 from voiceagent.session import Session
+from voiceagent.tools.spec import Message, Tool
 
 from .fakes import EventLog, FakeEngines, FakeLlm
 

@@ -9,10 +9,10 @@ rendered its events may hold at most the live reply (there is none once the sess
 
 from __future__ import annotations
 
-from voiceagent.backends.protocols import Tool, ToolCall
 from voiceagent.config import Config, ServerConfig
 from voiceagent.events import AudioDelta, FunctionCallAdded, PlaybackCleared, ResponseDone, ToolOutputAdded
 from voiceagent.settings import settings_from_config
+from voiceagent.tools.spec import Tool, ToolCall
 from voiceagent.transports.realtime_codec import RealtimeCodec
 
 from .fakes import FakeLlm, FakeStt, FakeTurn, pause, speak
@@ -36,7 +36,7 @@ def test_after_many_turns_no_per_reply_structure_holds_more_than_the_live_reply(
             tokens("The answer after the barge-in."),
         ]
     # (the first half must not end on "the", "of"...: such a transcript is not answered
-    # speculatively, and each round needs a speculation to retract; voiceagent/turn_words.py)
+    # speculatively, and each round needs a speculation to retract; voiceagent/text/turn_words.py)
     fakes = make_fakes(stt=FakeStt(["what is it", "like outside"] * (ROUNDS * 4)), llm=FakeLlm(script), turn=FakeTurn(0.1))
     config = Config(
         vad=make_config().vad,

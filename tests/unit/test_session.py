@@ -18,10 +18,11 @@ from typing import Any
 
 import pytest
 
-from voiceagent.backends.protocols import LlmRequest, Message, Tool, ToolCall, example_messages
+from voiceagent.backends.protocols import LlmRequest, example_messages
 from voiceagent.capacity import TurnCost
 from voiceagent.clock import VirtualClock
 from voiceagent.config import DEFAULT_EXAMPLES, Config, PlayoutConfig, SttConfig, TurnConfig, VadConfig, parse_examples
+from voiceagent.conversation.history import AssistantItem, UserItem
 from voiceagent.errors import ProtocolError
 from voiceagent.events import (
     AudioDelta,
@@ -41,11 +42,11 @@ from voiceagent.events import (
     TextItemAdded,
     TurnMetrics,
 )
-from voiceagent.history import AssistantItem, UserItem
-from voiceagent.metrics import MARKS
+from voiceagent.observability.metrics import MARKS
 from voiceagent.pipeline.scheduler import PriorityExecutor
 from voiceagent.session import Session
 from voiceagent.stages.stt import PRIORITY_FINAL
+from voiceagent.tools.spec import Message, Tool, ToolCall
 
 from .fakes import EventLog, FakeEngines, FakeLlm, FakeStt, FakeTts, FakeTurn, Recorder, SequenceCheckingLlm, pause, speak
 

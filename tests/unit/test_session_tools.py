@@ -14,10 +14,11 @@ from typing import Any
 
 import pytest
 
-from voiceagent.backends.protocols import CALL_TOOLS, Message, Tool, ToolCall
 from voiceagent.backends.registry import warm_up
 from voiceagent.clock import VirtualClock
 from voiceagent.config import Config, ToolsConfig
+from voiceagent.conversation.history import CANCELLED_OUTPUT, AssistantItem, FunctionCallItem, FunctionCallOutputItem, UserItem
+from voiceagent.conversation.replies import ANSWER_FROM_TOOLS
 from voiceagent.errors import ProtocolError
 from voiceagent.events import (
     AudioDelta,
@@ -29,8 +30,7 @@ from voiceagent.events import (
     ResponseStatus,
     ToolOutputAdded,
 )
-from voiceagent.history import CANCELLED_OUTPUT, AssistantItem, FunctionCallItem, FunctionCallOutputItem, UserItem
-from voiceagent.replies import ANSWER_FROM_TOOLS
+from voiceagent.tools.spec import CALL_TOOLS, Message, Tool, ToolCall
 
 from .fakes import FakeEngines, FakeLlm, FakeStt, FakeTts, FakeTurn, LlmCall, SequenceCheckingLlm, pause, speak
 from .test_session import CHUNK_S, INSTRUCTIONS, MakeFakes, Run, make_config, make_fakes, running, say_turn, tokens

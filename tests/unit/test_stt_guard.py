@@ -14,11 +14,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from voiceagent.backends.protocols import Message
 from voiceagent.backends.whisper import RETRY_REPETITION_PENALTY, decode_guarded
 from voiceagent.config import Config, PlayoutConfig, SttConfig, TurnConfig, VadConfig
 from voiceagent.events import InputTranscriptDelta, InputTranscriptDone, ResponseDone
-from voiceagent.stt_guard import MAX_COMPRESSION_RATIO, check, compression_ratio, max_tokens, max_words
+from voiceagent.text.stt_guard import MAX_COMPRESSION_RATIO, check, compression_ratio, max_tokens, max_words
+from voiceagent.tools.spec import Message
 
 from .fakes import FakeEngines, FakeLlm, FakeStt, FakeTurn, pause, speak
 from .test_session import running

@@ -1,13 +1,13 @@
-"""The transcription prompt a session's decodes carry (voiceagent.stt_prompt)."""
+"""The transcription prompt a session's decodes carry (voiceagent.text.stt_prompt)."""
 
 from __future__ import annotations
 
 import dataclasses
 
-from voiceagent.backends.protocols import Tool
 from voiceagent.config import Config
 from voiceagent.settings import settings_from_config
-from voiceagent.stt_prompt import transcription_prompt
+from voiceagent.text.stt_prompt import transcription_prompt
+from voiceagent.tools.spec import Tool
 
 _SCHEMA = {"type": "object", "properties": {}}
 BASE = settings_from_config(Config())

@@ -1,4 +1,4 @@
-"""voiceagent.text: clause splitting, cleaning for speech, cutting to what was heard."""
+"""voiceagent.text.clauses: clause splitting, cleaning for speech, cutting to what was heard."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from voiceagent.text import ClauseSplitter, clean_for_speech, cut_to_fraction
+from voiceagent.text.clauses import ClauseSplitter, clean_for_speech, cut_to_fraction
 
 SAMPLES = [
     "Well, I think, that is fine. Next one!",

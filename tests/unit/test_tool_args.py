@@ -9,8 +9,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from voiceagent.backends.protocols import Tool
-from voiceagent.tool_args import CheckedArguments, check_arguments, loads_lenient
+from voiceagent.tools.args import CheckedArguments, check_arguments, loads_lenient
+from voiceagent.tools.spec import Tool
 
 WEATHER = Tool(
     "get_weather",

@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
-from voiceagent.backends.protocols import Tool
 from voiceagent.config import Config
 from voiceagent.errors import ProtocolError
 from voiceagent.events import CallSummary, FunctionCallAdded, ResponseDone, ResponseStatus, ToolOutputAdded
 from voiceagent.settings import settings_from_config
+from voiceagent.tools.spec import Tool
 from voiceagent.transports.realtime_codec import RealtimeCodec
 from voiceagent.transports.realtime_commands import CreateResponse, CreateToolOutput, UpdateSession
 

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from voiceagent.backends.protocols import Message, Tool, ToolCall
-from voiceagent.backends.tool_format import CLOSE, OPEN, HermesToolParser, call_prefill, chat_messages, parse_call, tool_dicts
+from voiceagent.tools.format import CLOSE, OPEN, HermesToolParser, call_prefill, chat_messages, parse_call, tool_dicts
+from voiceagent.tools.spec import Message, Tool, ToolCall
 
 CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
 PARAMS = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}

@@ -11,9 +11,10 @@ from typing import Any
 
 import pytest
 
-from voiceagent.backends.protocols import LlmRequest, Message, Tool
+from voiceagent.backends.protocols import LlmRequest
 from voiceagent.backends.vllm_llm import VllmLlm
 from voiceagent.errors import EngineError
+from voiceagent.tools.spec import Message, Tool
 
 
 @dataclass

@@ -5,7 +5,6 @@ from voiceagent.backends.protocols import (
     LlmEngine,
     LlmRequest,
     LlmStats,
-    Message,
     SttBackend,
     TtsBackend,
     TurnBackend,
@@ -13,6 +12,7 @@ from voiceagent.backends.protocols import (
     VadStream,
 )
 from voiceagent.backends.registry import Engines, load_engines, warm_up
+from voiceagent.tools.spec import Message
 
 __all__ = [
     "Engines",

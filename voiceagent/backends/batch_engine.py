@@ -58,10 +58,11 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 import numpy.typing as npt
 
-from voiceagent.backends.protocols import LlmRequest, LlmStats, Message, Tool, ToolCall
-from voiceagent.backends.tool_format import NO_CALL_GBNF, OPEN, HermesToolParser, new_call_id
+from voiceagent.backends.protocols import LlmRequest, LlmStats
 from voiceagent.errors import EngineError
-from voiceagent.text import unpunctuated
+from voiceagent.text.clauses import unpunctuated
+from voiceagent.tools.format import NO_CALL_GBNF, OPEN, HermesToolParser, new_call_id
+from voiceagent.tools.spec import Message, Tool, ToolCall
 
 if TYPE_CHECKING:  # llama.cpp itself only where the engine is built (llama-cpp-python is optional)
     from voiceagent.backends.llama_batch import BatchContext, Sampler

@@ -35,8 +35,9 @@ from collections.abc import AsyncGenerator, Callable, Sequence
 from dataclasses import replace
 from enum import Enum
 
-from voiceagent.backends.protocols import LlmEngine, LlmRequest, LlmStats, Message, Tool, ToolCall
+from voiceagent.backends.protocols import LlmEngine, LlmRequest, LlmStats
 from voiceagent.errors import EngineError
+from voiceagent.tools.spec import Message, Tool, ToolCall
 
 __all__ = ["ROUTE_REASONS", "Breaker", "BreakerState", "FallbackLlm"]
 

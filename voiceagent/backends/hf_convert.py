@@ -14,8 +14,8 @@ import shutil
 import time
 from pathlib import Path
 
-from voiceagent.catalog import get_spec, prepare
 from voiceagent.errors import MissingDependencyError
+from voiceagent.models.catalog import get_spec, prepare
 
 __all__ = ["hf_model_dir"]
 

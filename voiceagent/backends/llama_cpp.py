@@ -12,7 +12,7 @@ stored exactly as generated, or cut at a word boundary on barge-in), so a turn o
 that served the conversation last pays only for its new tokens.
 
 Tools go through the model's own chat template (Qwen2.5's lists them in the system turn and
-expects ``<tool_call>`` JSON back, read by :class:`~voiceagent.backends.tool_format.HermesToolParser`).
+expects ``<tool_call>`` JSON back, read by :class:`~voiceagent.tools.format.HermesToolParser`).
 ``tool_choice`` "required" opens the call in the prompt and holds the model to JSON with a
 grammar; a named tool holds the arguments to that tool's schema (llama.cpp's own grammar path).
 """
@@ -38,13 +38,14 @@ from voiceagent.backends.llama_batch import BatchContext
 from voiceagent.backends.llama_prefix import SharedPrefixes
 from voiceagent.backends.llama_render import SENTENCE_ENDS, ChatRenderer
 from voiceagent.backends.llm_pool import LlmPool
-from voiceagent.backends.protocols import LlmContext, Message, Tool, ToolCall, ToolChoice
-from voiceagent.backends.tool_format import NO_CALL_GBNF, OPEN, HermesToolParser, chat_messages, new_call_id, tool_dicts
+from voiceagent.backends.protocols import LlmContext
 from voiceagent.config import LlmConfig
 from voiceagent.errors import ModelError
-from voiceagent.model_source import resolve
+from voiceagent.models.source import resolve
 from voiceagent.pipeline.scheduler import PriorityExecutor
-from voiceagent.text import unpunctuated
+from voiceagent.text.clauses import unpunctuated
+from voiceagent.tools.format import NO_CALL_GBNF, OPEN, HermesToolParser, chat_messages, new_call_id, tool_dicts
+from voiceagent.tools.spec import Message, Tool, ToolCall, ToolChoice
 
 __all__ = ["SENTENCE_ENDS", "LlamaCppContext", "converted", "gguf_path", "load"]
 
@@ -58,7 +59,7 @@ _FTYPES = {"iq4_nl": llama_cpp.LLAMA_FTYPE_MOSTLY_IQ4_NL, "q4_0": llama_cpp.LLAM
 
 
 def gguf_path(name: str, cache_dir: Path, quant: str = "shipped") -> Path:
-    """The GGUF file ``llm.model = name`` stands for (:mod:`voiceagent.model_source`: a catalog
+    """The GGUF file ``llm.model = name`` stands for (:mod:`voiceagent.models.source`: a catalog
     model, joined once if split, a path or a hub id), checked to be a GGUF with a chat template.
 
     A catalog model is converted once to ``quant`` (``llm.quant``) unless that is ``shipped``.

@@ -18,8 +18,8 @@ import numpy.typing as npt
 from llama_cpp import Llama
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
-from voiceagent.backends.protocols import Message, Tool
-from voiceagent.backends.tool_format import OPEN, chat_messages, tool_dicts
+from voiceagent.tools.format import OPEN, chat_messages, tool_dicts
+from voiceagent.tools.spec import Message, Tool
 
 __all__ = ["SENTENCE_ENDS", "ChatRenderer"]
 

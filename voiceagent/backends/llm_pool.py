@@ -57,8 +57,9 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from voiceagent.backends.protocols import LlmContext, LlmRequest, LlmStats, Message, Tool, ToolCall
+from voiceagent.backends.protocols import LlmContext, LlmRequest, LlmStats
 from voiceagent.pipeline.scheduler import PriorityExecutor
+from voiceagent.tools.spec import Message, Tool, ToolCall
 
 __all__ = ["LlmPool"]
 

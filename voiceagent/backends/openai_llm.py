@@ -25,10 +25,11 @@ from typing import Any
 
 import httpx
 
-from voiceagent.backends.protocols import LlmRequest, LlmStats, Message, Tool, ToolCall
-from voiceagent.backends.tool_format import HermesToolParser, chat_messages, new_call_id, tool_dicts
+from voiceagent.backends.protocols import LlmRequest, LlmStats
 from voiceagent.config import LlmConfig
 from voiceagent.errors import EngineError
+from voiceagent.tools.format import HermesToolParser, chat_messages, new_call_id, tool_dicts
+from voiceagent.tools.spec import Message, Tool, ToolCall
 
 __all__ = ["OpenAiLlm", "load", "parse_sse_delta"]
 

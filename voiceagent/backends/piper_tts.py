@@ -14,7 +14,7 @@ from piper.config import PiperConfig
 
 from voiceagent.audio import Int16Array
 from voiceagent.backends.gpu import onnx_providers
-from voiceagent.model_source import resolve
+from voiceagent.models.source import resolve
 from voiceagent.pipeline.scheduler import PriorityExecutor
 
 __all__ = ["PiperTts"]

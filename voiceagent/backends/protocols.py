@@ -30,7 +30,7 @@ Stages therefore talk to an :class:`LlmEngine`, an asynchronous layer that owns 
   (retryable where a later call may work); the stage turns it into a failed response.
 * **Window:** a prompt longer than :attr:`LlmEngine.window` less the reply's tokens fails; the
   session measures each prompt with :meth:`LlmEngine.count_tokens` first and cuts the history to
-  fit (:mod:`voiceagent.prompt_fit`).
+  fit (:mod:`voiceagent.conversation.prompt_fit`).
 * **Tools:** a request may offer ``tools``.  The engine renders them the way its model was
   trained to see them (the model's own chat template; an OpenAI-compatible server's ``tools``
   field) and yields each call the model makes as one complete :class:`ToolCall`, between the
@@ -40,23 +40,20 @@ Stages therefore talk to an :class:`LlmEngine`, an asynchronous layer that owns 
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Iterator, Sequence
 from concurrent.futures import Executor
-from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from dataclasses import dataclass
+from typing import Protocol
 
 from voiceagent.audio import Float32Array, Int16Array
+from voiceagent.tools.spec import Message, Tool, ToolCall, ToolChoice
 
 __all__ = [
     "LlmContext",
     "LlmEngine",
     "LlmRequest",
     "LlmStats",
-    "Message",
     "SttBackend",
-    "Tool",
-    "ToolCall",
-    "ToolChoice",
     "TtsBackend",
     "TurnBackend",
     "Usage",
@@ -64,52 +61,6 @@ __all__ = [
     "VadStream",
     "example_messages",
 ]
-
-
-@dataclass(frozen=True, slots=True)
-class Tool:
-    """A function the model may call: OpenAI's ``{"type": "function", ...}`` tool, flattened."""
-
-    name: str
-    description: str = ""
-    parameters: Mapping[str, Any] = field(default_factory=lambda: {"type": "object", "properties": {}})
-    """A JSON Schema of the arguments object."""
-
-
-@dataclass(frozen=True, slots=True)
-class ToolCall:
-    """One call the model made: ``arguments`` is JSON text (an object, once the stage has checked it)."""
-
-    call_id: str
-    name: str
-    arguments: str
-
-
-ToolChoice = str
-"""``auto`` (the model decides), ``none`` (no calls), ``required`` (at least one call), or a tool's name."""
-
-
-@dataclass(frozen=True, slots=True)
-class Message:
-    """One prompt message.  An assistant message may carry the calls it made (``tool_calls``); a
-    ``tool`` message is the output of the call named by ``tool_call_id``."""
-
-    role: Literal["system", "user", "assistant", "tool"]
-    content: str
-    tool_calls: tuple[ToolCall, ...] = ()
-    tool_call_id: str = ""
-
-
-CALL_TOOLS = "When one of your tools can answer, call it."
-"""Ends the instructions of a prompt that offers tools (see :func:`with_tools`)."""
-
-
-def with_tools(instructions: str, tools: Sequence[Tool]) -> str:
-    """The system text of a prompt offering ``tools``: ``instructions``, then :data:`CALL_TOOLS`
-    when any are offered (why: :meth:`voiceagent.replies.ReplyController.prompt`).  The session,
-    the start-up priming and scripts/eval_tools.py all render it here, so the prefix that start-up
-    warms is the one a session then asks for."""
-    return f"{instructions} {CALL_TOOLS}" if tools else instructions
 
 
 def example_messages(examples: Sequence[tuple[str, str]]) -> list[Message]:

@@ -23,31 +23,22 @@ from voiceagent.backends.batch_engine import BatchedEngine
 from voiceagent.backends.fallback import FallbackLlm
 from voiceagent.backends.gpu import check_gpu
 from voiceagent.backends.llm_pool import LlmPool
-from voiceagent.backends.protocols import (
-    LlmEngine,
-    LlmRequest,
-    Message,
-    SttBackend,
-    TtsBackend,
-    TurnBackend,
-    VadBackend,
-    example_messages,
-    with_tools,
-)
-from voiceagent.builtin_tools import builtin_tools
+from voiceagent.backends.protocols import LlmEngine, LlmRequest, SttBackend, TtsBackend, TurnBackend, VadBackend, example_messages
 from voiceagent.capacity import TurnCost
-from voiceagent.catalog import load_catalog
 from voiceagent.config import Config
 from voiceagent.errors import ConfigError, MissingDependencyError, ModelError, VoiceAgentError
+from voiceagent.models.catalog import load_catalog
 from voiceagent.pipeline.loopload import loop_load
 from voiceagent.pipeline.scheduler import PriorityExecutor
+from voiceagent.tools.builtin import builtin_tools
+from voiceagent.tools.spec import Message, with_tools
 
 __all__ = ["Engines", "load_engines", "load_llm", "warm_up"]
 
 log = logging.getLogger(__name__)
 
 # One backend per speech stage, whatever model it runs: the model setting's value (a catalog name,
-# a path or a hub id) is resolved by voiceagent.model_source inside the backend.
+# a path or a hub id) is resolved by voiceagent.models.source inside the backend.
 # (module, class, the pip extra that provides its dependencies)
 _VAD = ("voiceagent.backends.silero", "SileroVad", "cpu")
 _STT = ("voiceagent.backends.whisper", "WhisperStt", "cpu")

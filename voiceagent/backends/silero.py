@@ -11,7 +11,7 @@ import onnxruntime as ort
 
 from voiceagent.audio import Float32Array
 from voiceagent.backends.gpu import onnx_providers
-from voiceagent.model_source import resolve
+from voiceagent.models.source import resolve
 
 __all__ = ["SileroStream", "SileroVad"]
 
@@ -49,7 +49,7 @@ class SileroVad:
     """The shared model.  ``stream()`` makes per-session state.
 
     ``model``: ``vad.model``'s value (catalog name, path or hub id), resolved and checked by
-    :func:`voiceagent.model_source.resolve` (an ONNX model without Silero's inputs is refused)."""
+    :func:`voiceagent.models.source.resolve` (an ONNX model without Silero's inputs is refused)."""
 
     def __init__(self, device: str = "cpu", model: str = "silero", cache_dir: Path | None = None) -> None:
         path = resolve("vad", model, cache_dir).path

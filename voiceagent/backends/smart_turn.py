@@ -11,7 +11,7 @@ from faster_whisper.feature_extractor import FeatureExtractor
 
 from voiceagent.audio import Float32Array
 from voiceagent.backends.gpu import onnx_providers
-from voiceagent.model_source import resolve
+from voiceagent.models.source import resolve
 from voiceagent.pipeline.scheduler import PriorityExecutor
 
 __all__ = ["SmartTurn"]
@@ -23,7 +23,7 @@ _FRAMES = 800
 
 class SmartTurn:
     """``model``: ``turn.model``'s value (catalog name, path or hub id), resolved and checked by
-    :func:`voiceagent.model_source.resolve` (an ONNX model without Smart Turn's
+    :func:`voiceagent.models.source.resolve` (an ONNX model without Smart Turn's
     ``input_features`` is refused)."""
 
     def __init__(self, device: str = "cpu", model: str = "smart-turn-v3", cache_dir: Path | None = None) -> None:

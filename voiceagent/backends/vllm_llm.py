@@ -36,10 +36,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
-from voiceagent.backends.protocols import LlmRequest, LlmStats, Message, Tool, ToolCall
-from voiceagent.backends.tool_format import HermesToolParser, call_prefill, chat_messages, tool_dicts
+from voiceagent.backends.protocols import LlmRequest, LlmStats
 from voiceagent.config import LlmConfig
 from voiceagent.errors import EngineError, MissingDependencyError
+from voiceagent.tools.format import HermesToolParser, call_prefill, chat_messages, tool_dicts
+from voiceagent.tools.spec import Message, Tool, ToolCall
 
 __all__ = ["AsyncEngine", "VllmLlm", "load"]
 
@@ -300,11 +301,11 @@ def load(config: LlmConfig, cache_dir: Path) -> VllmLlm:
     except ModuleNotFoundError as exc:
         raise MissingDependencyError(exc.name or "vllm", "vllm") from exc
     from voiceagent.backends.hf_convert import hf_model_dir
-    from voiceagent.catalog import load_catalog
-    from voiceagent.model_source import snapshot_dir
+    from voiceagent.models.catalog import load_catalog
+    from voiceagent.models.source import snapshot_dir
 
     # A hub id is read from the cache's snapshot folder, never by its id: vLLM and transformers
-    # would download a model that is not cached (start-up checked it is, voiceagent.auto_profile).
+    # would download a model that is not cached (start-up checked it is, voiceagent.backends.auto_profile).
     if f"llm.{config.model}" in load_catalog():
         model = str(hf_model_dir(config.model, cache_dir))
     else:

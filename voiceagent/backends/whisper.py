@@ -1,5 +1,5 @@
 """Speech-to-text with faster-whisper (CTranslate2): Whisper tiny or base from packages, or any
-CTranslate2 Whisper given as a path or a hub id (:mod:`voiceagent.model_source`).
+CTranslate2 Whisper given as a path or a hub id (:mod:`voiceagent.models.source`).
 
 Two decoding paths:
 
@@ -14,11 +14,11 @@ Repetition loops (issue #12): greedy Whisper on the short window can write one p
 length limit ("Tell me... Tell me..." for 112 tokens from the first 0.6 s of a sentence; a whole
 sentence 10-12 times from 4-5 s of audio that starts with 2 s of silence; tiny and base alike;
 the 30 s window did not loop on the same clips).  Every decode is judged by
-:mod:`voiceagent.stt_guard`.  A looping decode is decoded once more with a repetition penalty
+:mod:`voiceagent.text.stt_guard`.  A looping decode is decoded once more with a repetition penalty
 (:data:`RETRY_REPETITION_PENALTY`; on the short-window path it reuses the encoder output, so the
 retry is one decoder pass: 30-90 ms for tiny, 110-170 ms for base), and if that loops too the
 guard's cut is returned.  The window path also stops the decoder at
-:func:`voiceagent.stt_guard.max_tokens` for the clip's length, so a loop ends after a few copies
+:func:`voiceagent.text.stt_guard.max_tokens` for the clip's length, so a loop ends after a few copies
 (measured with the retry: tiny 0.6 s clips 0.6 s -> 0.25-0.3 s, base 4-5 s clips 1.2 s ->
 0.8-1.05 s).  A decode that does not loop is unchanged: same options, same text, same cost.
 """
@@ -36,10 +36,10 @@ from faster_whisper import WhisperModel
 from faster_whisper.feature_extractor import FeatureExtractor
 
 from voiceagent.audio import Float32Array
-from voiceagent.model_checks import check_language
-from voiceagent.model_source import resolve
+from voiceagent.models.checks import check_language
+from voiceagent.models.source import resolve
 from voiceagent.pipeline.scheduler import PriorityExecutor
-from voiceagent.stt_guard import check, max_tokens
+from voiceagent.text.stt_guard import check, max_tokens
 
 __all__ = ["MAX_PROMPT_TOKENS", "RETRY_REPETITION_PENALTY", "WhisperStt", "decode_guarded", "model_dir", "window_frames"]
 

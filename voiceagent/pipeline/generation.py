@@ -15,7 +15,7 @@ __all__ = ["GenerationScope", "Generations"]
 class Generations(Protocol):
     """The read side of a session's generation counter: what stages, channels and gates get.
 
-    Only the session's turn controller (:class:`voiceagent.replies.ReplyController`) holds the
+    Only the session's turn controller (:class:`voiceagent.conversation.replies.ReplyController`) holds the
     :class:`GenerationScope` itself and moves it on; a stage that needs a new generation asks
     the controller."""
 

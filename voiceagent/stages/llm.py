@@ -24,7 +24,7 @@ engine or fails: with None when the first piece (or the end) comes first, as fro
 cannot tell.  A cancelled answer is told nothing (its turn was retracted).
 
 Tools: the prompt (:class:`LlmPrompt`) may offer tools.  Each call the engine yields is checked
-against its tool's schema (:func:`~voiceagent.tool_args.check_arguments`, which repairs a small
+against its tool's schema (:func:`~voiceagent.tools.args.check_arguments`, which repairs a small
 model's usual slips) and notified as :class:`~voiceagent.events.ToolCallMade`.  A call that
 cannot be repaired is asked for once more with the tool named (the engine then holds the
 arguments to the schema where it can); if that fails too it is notified as
@@ -36,12 +36,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import json
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
-from voiceagent.backends.protocols import LlmEngine, LlmRequest, Message, Tool, ToolCall, Usage
+from voiceagent.backends.protocols import LlmEngine, LlmRequest, Usage
 from voiceagent.errors import StageError
 from voiceagent.events import (
     Clause,
@@ -58,10 +57,12 @@ from voiceagent.events import (
 from voiceagent.pipeline import Channel, Stage, StageContext
 from voiceagent.pipeline.gate import GenerationGate
 from voiceagent.settings import SessionSettings
-from voiceagent.text import ClauseSplitter
-from voiceagent.tool_args import check_arguments
+from voiceagent.text.clauses import ClauseSplitter
+from voiceagent.tools.args import check_arguments
+from voiceagent.tools.retry import answered_calls, canonical, nameless, retried_call, retry_choice
+from voiceagent.tools.spec import Message, Tool, ToolCall
 
-__all__ = ["LlmPrompt", "LlmStage", "nameless", "retried_call", "retry_choice"]
+__all__ = ["LlmPrompt", "LlmStage"]
 
 log = logging.getLogger(__name__)
 
@@ -190,7 +191,7 @@ class LlmStage(Stage):
         await self.ctx.notify(self._mark(gen, "llm_request"))
         retry: list[ToolCall] = []
         calls = 0  # the calls this reply made (tool_choice "none" aside), good or not
-        answered = _answered_calls(messages)
+        answered = answered_calls(messages)
         attempts = [request]
 
         try:
@@ -209,7 +210,7 @@ class LlmStage(Stage):
                             await self.ctx.notify(LlmRoute(t=now, gen=gen, session=self.ctx.session_id, engine=engine, reason=reason))
                             await self.ctx.notify(self._mark(gen, "llm_first_token"))
                         if isinstance(piece, ToolCall):
-                            if (piece.name, _canonical(piece.arguments)) in answered:
+                            if (piece.name, canonical(piece.arguments)) in answered:
                                 # A small model asks again for the result it was just given: answer instead.
                                 repeated = True
                                 break
@@ -360,39 +361,3 @@ class _SentenceEnd:
         """In the engine's thread: scheduled, not called, so it reaches the loop before the first
         piece, which comes the same way."""
         self._loop.call_soon_threadsafe(self.tell, prob)
-
-
-def _canonical(arguments: str) -> str:
-    try:
-        return json.dumps(json.loads(arguments), sort_keys=True)
-    except ValueError:
-        return arguments.strip()
-
-
-def _answered_calls(messages: Sequence[Message]) -> set[tuple[str, str]]:
-    """(name, arguments) of the calls answered since the prompt's last user message: the model
-    has their results in front of it."""
-    last_user = max((n for n, m in enumerate(messages) if m.role == "user"), default=-1)
-    outputs = {m.tool_call_id for m in messages[last_user + 1 :] if m.role == "tool"}
-    return {(c.name, _canonical(c.arguments)) for m in messages[last_user + 1 :] for c in m.tool_calls if c.call_id in outputs}
-
-
-def nameless(call: ToolCall) -> bool:
-    """A call the model opened without naming a tool (the 1.5B's empty ``<tools></tools>``)."""
-    return not call.name.strip()
-
-
-def retry_choice(call: ToolCall, tools: Sequence[Tool]) -> str:
-    """The ``tool_choice`` that asks once more for ``call``: its own tool, or for a nameless call
-    the only offered tool, or ``"required"`` among several."""
-    if not nameless(call):
-        return call.name
-    return tools[0].name if len(tools) == 1 else "required"
-
-
-def retried_call(call: ToolCall, second: ToolCall | None, tools: Sequence[Tool]) -> ToolCall | None:
-    """The answer ``second`` to :func:`retry_choice`'s request as ``call`` (its call id kept), or
-    None when it is no answer: no call, another tool, or for a nameless call a tool not offered."""
-    if second is None or not (second.name == call.name or (nameless(call) and any(t.name == second.name for t in tools))):
-        return None
-    return ToolCall(call.call_id, second.name, second.arguments)

@@ -11,12 +11,12 @@ backend's is), a final decode — on some user's critical path — runs before a
 and a partial is skipped (counted in ``partials_skipped``) while any other decode is running or
 queued: under load partials are the first thing to give.
 
-Every transcript passes :mod:`voiceagent.stt_guard` here too, whatever the backend (the Whisper
+Every transcript passes :mod:`voiceagent.text.stt_guard` here too, whatever the backend (the Whisper
 backend already retries a looping decode and cuts what still loops): a final or early transcript
 that loops is cut to the guard's text, a partial that loops is not shown at all.  ``loops``
 counts both.
 
-Each decode carries the session's transcription prompt (:mod:`voiceagent.stt_prompt`), read
+Each decode carries the session's transcription prompt (:mod:`voiceagent.text.stt_prompt`), read
 from the session's settings when the decode is queued.
 """
 
@@ -46,8 +46,8 @@ from voiceagent.pipeline import Channel, Stage, StageContext
 from voiceagent.pipeline.offload import run_at
 from voiceagent.pipeline.scheduler import PriorityExecutor
 from voiceagent.settings import SessionSettings
-from voiceagent.stt_guard import check
-from voiceagent.stt_prompt import transcription_prompt
+from voiceagent.text.stt_guard import check
+from voiceagent.text.stt_prompt import transcription_prompt
 
 __all__ = ["SttStage"]
 

@@ -16,7 +16,7 @@ from voiceagent.events import Clause, Event, GenerationEnd, Mark, ResponseAudio,
 from voiceagent.pipeline import Channel, Stage, StageContext, iterate_in
 from voiceagent.pipeline.gate import GenerationGate
 from voiceagent.settings import SessionSettings
-from voiceagent.text import clean_for_speech
+from voiceagent.text.clauses import clean_for_speech
 
 __all__ = ["TtsStage"]
 

@@ -10,7 +10,7 @@ turn complete, or reaches ``silence_ms`` whatever the model says (the fallback).
 confirmation **retracts** the speculation and the turn goes on.
 
 A transcript that stops where a sentence cannot end ("Tell me the capital of",
-:func:`~voiceagent.turn_words.ends_unfinished`) is neither answered speculatively nor judged by
+:func:`~voiceagent.text.turn_words.ends_unfinished`) is neither answered speculatively nor judged by
 the model: the turn waits for ``incomplete_ms`` of silence (when that is longer than the fallback),
 because the speaker is most likely thinking of the next word.
 
@@ -48,7 +48,7 @@ from voiceagent.events import Event, Silence, SpeechStarted, SpeechStopped, Tran
 from voiceagent.pipeline import Channel, Stage, StageContext, run_in
 from voiceagent.pipeline.gate import GenerationGate
 from voiceagent.settings import SessionSettings
-from voiceagent.turn_words import ends_unfinished
+from voiceagent.text.turn_words import ends_unfinished
 
 __all__ = ["Confirm", "Endpointer", "Retract", "RunTurnModel", "Speculate", "TurnControl", "TurnStage"]
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from voiceagent import auto_profile
+from voiceagent.backends import auto_profile
 from voiceagent.config import Config
 from voiceagent.session import Session
 from voiceagent.talk.console import Console
@@ -53,7 +53,7 @@ class TalkOptions:
 
 async def run_talk(options: TalkOptions, config: Config | auto_profile.Plan, out: TextIO | None = None) -> TalkResult:
     """Hold one conversation; see the module docstring.  ``config``: the configuration, or the
-    start-up plan (``profile = "auto"``'s candidates, :mod:`voiceagent.auto_profile`) of the
+    start-up plan (``profile = "auto"``'s candidates, :mod:`voiceagent.backends.auto_profile`) of the
     models to run here.  Raises VoiceAgentError on setup failures."""
     plan = config if isinstance(config, auto_profile.Plan) else auto_profile.Plan((("", config),))
     console = Console(out or sys.stdout)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
+from voiceagent.conversation.history import AssistantItem
 from voiceagent.errors import ProtocolError
 from voiceagent.events import (
     AudioDelta,
@@ -28,7 +29,6 @@ from voiceagent.events import (
     ToolOutputAdded,
     TurnMetrics,
 )
-from voiceagent.history import AssistantItem
 from voiceagent.session import Session
 from voiceagent.talk.conversation import Conversation, TalkResult, feed_microphone
 from voiceagent.talk.devices import Microphone

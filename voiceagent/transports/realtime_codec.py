@@ -15,6 +15,7 @@ from __future__ import annotations
 import base64
 from typing import Any
 
+from voiceagent.conversation.history import Item
 from voiceagent.errors import MAX_MESSAGE_CHARS, ProtocolError, bounded
 from voiceagent.events import (
     AudioDelta,
@@ -38,7 +39,6 @@ from voiceagent.events import (
     ToolOutputAdded,
     TurnMetrics,
 )
-from voiceagent.history import Item
 from voiceagent.settings import SessionSettings
 from voiceagent.transports.realtime_audio import WireAudio
 from voiceagent.transports.realtime_commands import Command, CommandDecoder

@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from voiceagent.audio import Int16Array
-from voiceagent.backends.protocols import Tool
 from voiceagent.errors import ProtocolError, excerpt
 from voiceagent.settings import SessionSettings, TurnDetection
+from voiceagent.tools.spec import Tool
 from voiceagent.transports.fields import parse_object, require_str
 from voiceagent.transports.realtime_audio import WireAudio
 from voiceagent.transports.realtime_wire import FORMATS

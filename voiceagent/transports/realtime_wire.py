@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from voiceagent.audio import Int16Array, pcm16_from_bytes
-from voiceagent.backends.protocols import Tool
+from voiceagent.conversation.history import AssistantItem, FunctionCallItem, FunctionCallOutputItem, Item, UserItem, new_id
 from voiceagent.events import CallSummary
-from voiceagent.history import AssistantItem, FunctionCallItem, FunctionCallOutputItem, Item, UserItem, new_id
+from voiceagent.tools.spec import Tool
 
 __all__ = [
     "AUDIO_DELTA",

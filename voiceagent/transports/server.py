@@ -47,7 +47,7 @@ from voiceagent.backends.registry import Engines
 from voiceagent.capacity import capacity
 from voiceagent.clock import Clock, MonotonicClock
 from voiceagent.config import Config
-from voiceagent.metrics import CONTENT_TYPE, Metrics
+from voiceagent.observability.metrics import CONTENT_TYPE, Metrics
 from voiceagent.pipeline.loopload import loop_load
 from voiceagent.session import QUEUES, Session
 from voiceagent.transports.auth import SUBPROTOCOL, access_for, is_loopback

@@ -1,7 +1,7 @@
 """Settling the models at start-up: ``profile = "auto"`` chosen by measurement on this machine,
 and a profile's preferred models falling back to installed ones.
 
-``auto`` (the default) picks among the CPU profiles (:data:`voiceagent.profiles.AUTO_ORDER`,
+``auto`` (the default) picks among the CPU profiles (:data:`voiceagent.config.profiles.AUTO_ORDER`,
 most accurate first) whose models are installed.  Each candidate is loaded and warmed as it
 would be to serve, and its turn's critical-path work measured (the start-up measurement the
 capacity uses, :func:`voiceagent.backends.registry.warm_up`).  The first whose predicted end of
@@ -12,7 +12,7 @@ a slow machine still starts.  With one candidate installed nothing is measured f
 ``auto`` stands aside when the user names the models or the engine themselves (:data:`OWN_KEYS`):
 their settings on the defaults are what starts, as without a profile.
 
-A profile with preferred models (:data:`voiceagent.profiles.PREFERRED`, the ``gpu`` profile's
+A profile with preferred models (:data:`voiceagent.config.profiles.PREFERRED`, the ``gpu`` profile's
 real-size Whisper and LLM) uses the first one that is installed or in the Hugging Face cache,
 unless the user set that key; each model passed over is one line naming the command that
 fetches it.  Nothing here downloads.
@@ -34,13 +34,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from voiceagent import catalog
 from voiceagent.backends.registry import Engines, load_engines, warm_up
 from voiceagent.capacity import TurnCost
 from voiceagent.config import Config
+from voiceagent.config.profiles import AUTO_ORDER, PREFERRED
 from voiceagent.errors import VoiceAgentError
-from voiceagent.model_source import origin_of, pull_command, resolve, snapshot_dir
-from voiceagent.profiles import AUTO_ORDER, PREFERRED
+from voiceagent.models import catalog
+from voiceagent.models.source import origin_of, pull_command, resolve, snapshot_dir
 
 __all__ = ["OWN_KEYS", "Plan", "Started", "last_choice", "missing_model", "plan", "predicted_ms", "settle", "start"]
 

@@ -67,7 +67,7 @@ def catalog_path() -> Path:
     packaged = Path(__file__).with_name("catalog.toml")
     if packaged.is_file():
         return packaged
-    return Path(__file__).resolve().parent.parent / "models" / "catalog.toml"
+    return Path(__file__).resolve().parents[2] / "models" / "catalog.toml"
 
 
 def load_catalog(path: Path | None = None) -> dict[str, ModelSpec]:

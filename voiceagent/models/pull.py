@@ -1,7 +1,7 @@
 """``voiceagent models pull``: fetch hub models into huggingface_hub's cache ahead of time.
 
 The only code in voiceagent that downloads a model.  ``serve``, ``talk`` and ``replay`` resolve
-hub ids in the cache alone (:mod:`voiceagent.model_source`) and stop with one line naming this
+hub ids in the cache alone (:mod:`voiceagent.models.source`) and stop with one line naming this
 command when a model is not there.  A pull asks the hub which files the id stands for and their
 sizes (one request), says so, downloads them with huggingface_hub's progress bars into the
 cache that resolution reads (``HF_HUB_CACHE`` / ``HF_HOME``), and checks the result as
@@ -20,7 +20,7 @@ import huggingface_hub
 from huggingface_hub import HfApi, hf_hub_download
 
 from voiceagent.errors import ModelError
-from voiceagent.model_source import ModelSource, hub_cache, hub_ref, is_piper_voice, origin_of, resolve, snapshot_dir, whisper_names
+from voiceagent.models.source import ModelSource, hub_cache, hub_ref, is_piper_voice, origin_of, resolve, snapshot_dir, whisper_names
 
 __all__ = ["HF_FILES", "WHISPER_FILES", "kind_of", "pull", "select_files"]
 

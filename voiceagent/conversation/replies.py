@@ -5,7 +5,7 @@ confirmed turn (:meth:`begin`, asked by the turn stage), a withdrawn speculation
 (:meth:`retract`), ``response.create`` and barge-in or ``response.cancel``.  Stages, channels and
 gates only read the counter (:class:`~voiceagent.pipeline.Generations`).
 
-Each generation that answers has one :class:`~voiceagent.reply.Reply`, made when a stage first
+Each generation that answers has one :class:`~voiceagent.conversation.reply.Reply`, made when a stage first
 notes something about it and dropped exactly once: when its ``response.done`` is sent, when its
 speculation is withdrawn, or when a newer generation supersedes it before release.  Release is an
 event down the playout channel (:class:`~voiceagent.events.ReleaseReply`), carrying the reply's
@@ -29,11 +29,11 @@ import json
 import logging
 from collections.abc import Awaitable, Callable
 
-from voiceagent import tracing
-from voiceagent.backends.protocols import Message, Tool, with_tools
-from voiceagent.builtin_tools import BuiltinTools, TimerRequest
 from voiceagent.clock import Clock
 from voiceagent.config import Config
+from voiceagent.conversation.history import CANCELLED_OUTPUT, History, new_id
+from voiceagent.conversation.prompt_fit import PromptFitter
+from voiceagent.conversation.reply import Reply, turn_record
 from voiceagent.errors import ProtocolError, excerpt
 from voiceagent.events import (
     AudioDelta,
@@ -66,13 +66,13 @@ from voiceagent.events import (
     TurnMetrics,
     UserTurn,
 )
-from voiceagent.history import CANCELLED_OUTPUT, History, new_id
-from voiceagent.metrics import Metrics
+from voiceagent.observability import tracing
+from voiceagent.observability.metrics import Metrics
 from voiceagent.pipeline import Channel, Generations, GenerationScope
-from voiceagent.prompt_fit import PromptFitter
-from voiceagent.reply import Reply, turn_record
 from voiceagent.settings import SessionSettings
 from voiceagent.stages.llm import LlmPrompt
+from voiceagent.tools.builtin import BuiltinTools, TimerRequest
+from voiceagent.tools.spec import Message, Tool, with_tools
 
 __all__ = ["ANSWER_FROM_TOOLS", "ReplyController"]
 
@@ -284,9 +284,7 @@ class ReplyController:
 
     def offered_tools(self, client_tools: tuple[Tool, ...]) -> tuple[Tool, ...]:
         """``client_tools`` and the server's built-in tools whose names the client does not use."""
-        if self._builtin is None:
-            return client_tools
-        return (*client_tools, *(t for t in self._builtin.tools if all(c.name != t.name for c in client_tools)))
+        return client_tools if self._builtin is None else self._builtin.offered_with(client_tools)
 
     async def _announce_cut(self, dropped: list[str], tokens: int) -> None:
         """Tell the client which items left the history to fit the LLM's window; count and log it."""
@@ -456,15 +454,11 @@ class ReplyController:
 
     def _runs_here(self, reply: Reply, name: str) -> bool:
         """Whether the server itself runs tool ``name`` (a built-in the client did not define)."""
-        return self._builtin is not None and self._builtin.handles(name) and all(t.name != name for t in self._client_tools(reply))
+        return self._builtin is not None and self._builtin.runs(name, self._client_tools(reply))
 
     async def _run_builtin(self, reply: Reply, ev: ToolCallMade) -> None:
         assert self._builtin is not None
-        timer: TimerRequest | None = None
-        try:
-            output, timer = self._builtin.run(ev.name, ev.arguments)
-        except (KeyError, ValueError, TypeError) as exc:
-            output = json.dumps({"error": f"{type(exc).__name__}: {exc}"})
+        output, timer = self._builtin.call(ev.name, ev.arguments)
         item = self._history.add_output(ev.call_id, output)
         await self._emit_output(item.id, ev.call_id, output, synthetic=False)
         reply.answer_after = True

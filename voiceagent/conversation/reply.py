@@ -2,7 +2,7 @@
 
 A :class:`Reply` is everything kept about one answer (spoken, text-only or a tool call): its ids,
 the turn's timeline, the listener's heard clock, the tools it may use, the calls it made and the
-engine that produced it.  Its owner, :class:`voiceagent.replies.ReplyController`, makes one per
+engine that produced it.  Its owner, :class:`voiceagent.conversation.replies.ReplyController`, makes one per
 generation that answers and drops it when the reply is done or its speculation is withdrawn;
 nothing else keeps per-reply state in the session.
 """
@@ -12,12 +12,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from voiceagent.backends.protocols import Tool
 from voiceagent.config import Config
+from voiceagent.conversation.history import AssistantItem, new_id
 from voiceagent.events import CallSummary, LlmUsage, ResponseStatus, ToolCallMade, ToolCallRejected
-from voiceagent.history import AssistantItem, new_id
-from voiceagent.metrics import TurnTimeline
+from voiceagent.observability.metrics import TurnTimeline
 from voiceagent.playback import ListenerTimeline
+from voiceagent.tools.spec import Tool
 
 __all__ = ["AUDIBLE_EPS_MS", "Reply", "turn_record"]
 

@@ -13,7 +13,7 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from voiceagent.backends.protocols import Tool
+from voiceagent.tools.spec import Tool
 
 __all__ = ["MAX_TIMER_S", "BuiltinTools", "TimerRequest", "builtin_tools"]
 
@@ -61,6 +61,23 @@ class BuiltinTools:
 
     def handles(self, name: str) -> bool:
         return any(t.name == name for t in self.tools)
+
+    def offered_with(self, client_tools: tuple[Tool, ...]) -> tuple[Tool, ...]:
+        """``client_tools`` and the built-ins whose names the client does not use: a client's own
+        tool always wins over a built-in of the same name."""
+        return (*client_tools, *(t for t in self.tools if all(c.name != t.name for c in client_tools)))
+
+    def runs(self, name: str, client_tools: tuple[Tool, ...]) -> bool:
+        """Whether the server itself runs a call of ``name``: a built-in the client did not define."""
+        return self.handles(name) and all(t.name != name for t in client_tools)
+
+    def call(self, name: str, arguments: str) -> tuple[str, TimerRequest | None]:
+        """:meth:`run`, with a failure given back to the model as its output (a JSON ``error``)
+        rather than raised: the conversation goes on and the model can say what went wrong."""
+        try:
+            return self.run(name, arguments)
+        except (KeyError, ValueError, TypeError) as exc:
+            return json.dumps({"error": f"{type(exc).__name__}: {exc}"}), None
 
     def run(self, name: str, arguments: str) -> tuple[str, TimerRequest | None]:
         """The output of tool ``name`` called with checked ``arguments``, and the timer to

@@ -126,7 +126,7 @@ class ServerConfig:
     turn_budget_ms: int = 1000
     """``profile = "auto"``: the end-of-speech → first-audio time one turn may take on this
     machine, predicted at start-up from the measured turn cost; the most accurate installed
-    profile within it is chosen (:mod:`voiceagent.auto_profile`)."""
+    profile within it is chosen (:mod:`voiceagent.backends.auto_profile`)."""
     public_url: str = ""
     """Public wss:// base URL used in the TwiML document (telephony); empty: derived from the request."""
     auth: str = "auto"
@@ -223,7 +223,7 @@ class SttConfig:
     hears a half sentence worse than a whole one.  One more decode, on those turns only."""
     tools_prompt: bool = False
     """Where the client set no transcription prompt, give Whisper the descriptions of the
-    session's tools as the text before the speech (:mod:`voiceagent.stt_prompt`).  On in the
+    session's tools as the text before the speech (:mod:`voiceagent.text.stt_prompt`).  On in the
     ``quality`` profile: on 130 spoken tool requests Whisper base at beam 5 went from 13.2 to
     12.0 % WER and heard "weather" in 18 of 20 instead of 11 ("What's the winner in Paris?"), on
     the eval's 335 other questions from 11.3 to 11.4 %, for about 15 ms more per decode.  Off for
@@ -257,7 +257,7 @@ class TurnConfig:
     benchmark), and on 2 cores the first audio is not ready much before 500 ms anyway."""
     incomplete_ms: int = 1500
     """Silence that ends a turn whose transcript stops where a sentence cannot end ("the capital
-    of", "remind me to", "um"; voiceagent/turn_words.py), when longer than ``silence_ms``.  The
+    of", "remind me to", "um"; voiceagent/text/turn_words.py), when longer than ``silence_ms``.  The
     turn model, which judges by sound, calls most such pauses complete; 0 turns the rule off."""
     text_threshold: float = 0.003
     """The LLM's probability that the user's sentence ends after their words, below which the
@@ -298,7 +298,7 @@ class LlmConfig:
 
     model: str = "qwen2.5-0.5b"
     """llama_cpp: a catalog name, a ``.gguf`` path or a hub id (``ORG/REPO:FILE`` or
-    ``ORG/REPO:QUANT``; voiceagent.model_source); openai: the model name the server expects;
+    ``ORG/REPO:QUANT``; voiceagent.models.source); openai: the model name the server expects;
     vllm: a catalog name (converted once), or a Hugging Face folder or id."""
     quant: str = "iq4_nl"
     """llama_cpp: the weights as run.  ``shipped``: the GGUF as its packages carry it (Q4_K_M, in
@@ -442,7 +442,7 @@ class PlayoutConfig:
 @dataclass(frozen=True)
 class ToolsConfig:
     builtin: bool = False
-    """Offer the server's own tools (voiceagent/builtin_tools.py: the time and date, timers) in
+    """Offer the server's own tools (voiceagent/tools/builtin.py: the time and date, timers) in
     every session, run them in the server and answer with their result (``--tools``)."""
 
 
@@ -469,10 +469,10 @@ class Config:
     gpu: GpuConfig = field(default_factory=GpuConfig)
     tools: ToolsConfig = field(default_factory=ToolsConfig)
     profile: str = "auto"
-    """A named set of settings (voiceagent.profiles): ``fast``, ``balanced`` or ``quality`` (the
+    """A named set of settings (voiceagent.config.profiles): ``fast``, ``balanced`` or ``quality`` (the
     CPU stack's models, from quickest to best answers) or ``gpu``.  ``auto``: at start-up, the most
     accurate installed CPU profile whose measured turn fits ``server.turn_budget_ms``
-    (:mod:`voiceagent.auto_profile`); until then, and wherever nothing is started, the defaults.
+    (:mod:`voiceagent.backends.auto_profile`); until then, and wherever nothing is started, the defaults.
     Empty: the defaults (the same models as ``fast``).  Settings given in the file, the
     environment or flags win over the profile's."""
     cache_dir: str = "~/.cache/voiceagent"
@@ -489,7 +489,7 @@ class Config:
             "must be debug, info, warning or error",
         )
         _check(self.log_format in ("text", "json"), "log_format", "must be text or json")
-        from voiceagent.profiles import PROFILES  # the profiles name config keys: imported late
+        from voiceagent.config.profiles import PROFILES  # the profiles name config keys: imported late
 
         names = ", ".join(["auto", *sorted(PROFILES)])
         _check(self.profile in ("", "auto") or self.profile in PROFILES, "profile", f"must be one of: {names} (or empty)")
@@ -635,7 +635,7 @@ def load_config(
     tree = _user_tree(file, env, overrides)
     profile = tree.get("profile", "")
     if isinstance(profile, str) and profile:
-        from voiceagent.profiles import profile_tree
+        from voiceagent.config.profiles import profile_tree
 
         tree = _merge(profile_tree(profile), tree)  # the user's own settings win over the profile's
     try:

@@ -32,7 +32,7 @@ profile         STT                 LLM                 notes
 ``balanced`` and ``quality`` keep ``fast``'s VAD, turn model, voice and endpointing; their LLM
 runs as shipped (``llm.quant = "shipped"``).  A profile
 whose model is not installed stops start-up with one line naming the command that installs it
-(:func:`voiceagent.catalog.require_installed`).
+(:func:`voiceagent.models.catalog.require_installed`).
 
 * ``gpu`` — real-size models, every model stage that gains from a GPU on one CUDA device in this
   one process: Whisper ``large-v3-turbo`` in float16 (faster-whisper), the turn model and Piper on
@@ -42,7 +42,7 @@ whose model is not installed stops start-up with one line naming the command tha
   the device, the CUDA builds of the libraries and the memory budget before loading any model,
   and stops with one line naming what is missing (voiceagent.backends.gpu).  A preferred model
   that is not in the Hugging Face cache falls back to the next in :data:`PREFERRED`, with one
-  line naming the model and the command that fetches it (voiceagent.auto_profile.settle).
+  line naming the model and the command that fetches it (voiceagent.backends.auto_profile.settle).
 
   GPU memory each needs (weights from the parameter counts at 2 bytes each; the rest is
   working memory and, for the LLM, its KV cache: 28 layers x 4 KV heads x 128 x 2 x 2 bytes =
@@ -62,7 +62,7 @@ whose model is not installed stops start-up with one line naming the command tha
   0.8 of it for vLLM: weights plus about 3 GB of KV cache, 50 conversations of 1,000 tokens).
 
 ``auto`` (the default) is not a set of settings: at start-up it picks one of :data:`AUTO_ORDER`
-by measurement (voiceagent.auto_profile).
+by measurement (voiceagent.backends.auto_profile).
 """
 
 from __future__ import annotations

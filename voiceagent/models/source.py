@@ -4,7 +4,7 @@ Every model setting (``vad.model``, ``stt.model``, ``turn.model``, ``tts.model``
 ``llm.model`` / ``llm.fallback_model`` where llama.cpp runs them) takes one of three kinds of value:
 
 * **a catalog name** (``models/catalog.toml``): the file inside its installed package, joined
-  once into the cache if the model is split (:func:`voiceagent.catalog.prepare`);
+  once into the cache if the model is split (:func:`voiceagent.models.catalog.prepare`);
 * **a local path**: a CTranslate2 Whisper folder, a ``.gguf`` file, a Piper ``.onnx`` (its
   ``.onnx.json`` beside it), an ONNX VAD or turn model.  A value that starts with ``/``, ``~``
   or ``.``, that exists, or that ends with ``.gguf`` / ``.onnx`` without a ``:`` is a path;
@@ -24,8 +24,8 @@ Every model setting (``vad.model``, ``stt.model``, ``turn.model``, ``tts.model``
 
 Resolution never downloads, whatever ``HF_HUB_OFFLINE`` says: a hub model that is not in the
 cache is a one-line :class:`~voiceagent.errors.ModelError` naming the model, the cache looked
-in and the command that fetches it (``voiceagent models pull``, :mod:`voiceagent.model_pull`).
-Every path and hub location is checked for the kind its backend needs (:mod:`voiceagent.model_checks`).
+in and the command that fetches it (``voiceagent models pull``, :mod:`voiceagent.models.pull`).
+Every path and hub location is checked for the kind its backend needs (:mod:`voiceagent.models.checks`).
 """
 
 from __future__ import annotations
@@ -37,11 +37,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from voiceagent import catalog
-from voiceagent.catalog import ModelSpec
 from voiceagent.config import Config
 from voiceagent.errors import MissingDependencyError, ModelError
-from voiceagent.model_checks import check
+from voiceagent.models import catalog
+from voiceagent.models.catalog import ModelSpec
+from voiceagent.models.checks import check
 
 __all__ = [
     "SETTINGS",
@@ -251,7 +251,7 @@ def _catalog_location(spec: ModelSpec, cache_dir: Path) -> Path:
 def resolve(kind: str, value: str, cache_dir: Path | None = None, setting: str = "") -> ModelSource:
     """``value`` of a ``kind`` model setting (``setting``, default :data:`SETTINGS`'s) as a local
     location; a path or hub model is checked for the kind of model its backend loads
-    (:func:`voiceagent.model_checks.check`).
+    (:func:`voiceagent.models.checks.check`).
 
     A catalog model that is split is joined into ``cache_dir`` (default: the default
     ``cache_dir`` setting's) on first use (blocking: seconds, done once); paths and hub ids are

@@ -20,8 +20,9 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from voiceagent.backends.protocols import Message, ToolCall, example_messages
-from voiceagent.text import cut_to_fraction
+from voiceagent.backends.protocols import example_messages
+from voiceagent.text.clauses import cut_to_fraction
+from voiceagent.tools.spec import Message, ToolCall
 
 __all__ = [
     "CANCELLED_OUTPUT",
@@ -242,7 +243,7 @@ class History:
         A user item that belongs to generation ``gen`` is left out when ``pending_user`` carries
         the same turn (a speculative answer may start before or after the turn is committed).
         Nothing is left out for length: the session cuts the history itself, in whole turns and
-        announced, so that what the model reads is what the client sees (:mod:`voiceagent.prompt_fit`).
+        announced, so that what the model reads is what the client sees (:mod:`voiceagent.conversation.prompt_fit`).
         """
         msgs: list[Message] = []
         present = {i.call_id for i in self.items if isinstance(i, FunctionCallItem)}

@@ -23,8 +23,8 @@ import uuid
 from collections.abc import Collection, Sequence
 from typing import Any
 
-from voiceagent.backends.protocols import Message, Tool, ToolCall
-from voiceagent.tool_args import loads_lenient
+from voiceagent.tools.args import loads_lenient
+from voiceagent.tools.spec import Message, Tool, ToolCall
 
 __all__ = ["NO_CALL_GBNF", "HermesToolParser", "call_prefill", "chat_messages", "new_call_id", "tool_dicts"]
 

@@ -34,10 +34,11 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from voiceagent.backends.protocols import LlmEngine, Message, Tool
-from voiceagent.backends.tool_format import tool_dicts
+from voiceagent.backends.protocols import LlmEngine
+from voiceagent.conversation.history import History
 from voiceagent.errors import ProtocolError
-from voiceagent.history import History
+from voiceagent.tools.format import tool_dicts
+from voiceagent.tools.spec import Message, Tool
 
 __all__ = [
     "BYTES_PER_TOKEN",

@@ -21,7 +21,7 @@ from typing import Any
 import jsonschema
 from referencing.exceptions import Unresolvable
 
-from voiceagent.backends.protocols import Tool
+from voiceagent.tools.spec import Tool
 
 __all__ = ["CheckedArguments", "check_arguments", "loads_lenient"]
 
