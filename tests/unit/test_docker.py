@@ -66,17 +66,27 @@ def test_the_vllm_versions_agree_between_the_cpu_build_the_gpu_install_and_the_c
     assert cpu.group(1) == gpu.group(1) == image.group(1)
 
 
-def _compose(profile: str) -> Any:
-    import yaml  # PyYAML: a dependency of faster-whisper's huggingface_hub
+TOKEN = "one-token-for-every-replica"
 
-    proc = subprocess.run(
+
+def _compose_config(profile: str, token: str | None = TOKEN) -> subprocess.CompletedProcess[str]:
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(ROOT), **({"LLM_SERVICE": "llama-server"} if profile == "cpu" else {})}
+    if token is not None:
+        env["VOICEAGENT_TOKEN"] = token
+    return subprocess.run(
         [_tool("docker-compose"), "-f", str(ROOT / "docker" / "compose.yaml"), "--profile", profile, "config"],
         capture_output=True,
         text=True,
         timeout=60,
         cwd=ROOT,
-        env={"PATH": "/usr/bin:/bin", "HOME": str(ROOT), **({"LLM_SERVICE": "llama-server"} if profile == "cpu" else {})},
+        env=env,
     )
+
+
+def _compose(profile: str) -> Any:
+    import yaml  # PyYAML: a dependency of faster-whisper's huggingface_hub
+
+    proc = _compose_config(profile)
     assert proc.returncode == 0, proc.stderr
     return yaml.safe_load(proc.stdout)
 
@@ -91,6 +101,7 @@ def test_compose_validates_and_wires_the_replicas_to_the_llm_service_behind_the_
     env = services["voiceagent"]["environment"]
     assert env["VOICEAGENT_LLM__BACKEND"] == "openai"
     assert env["VOICEAGENT_LLM__BASE_URL"] == f"http://{llm}:8000/v1"
+    assert env["VOICEAGENT_SERVER__AUTH_TOKENS"] == TOKEN  # every replica accepts the one token
     assert any(str(p.get("published", p) if isinstance(p, dict) else p).startswith("8765") for p in services["proxy"]["ports"])
     if llm == "vllm":
         assert "--enable-prefix-caching" in services["vllm"]["command"]
