@@ -55,8 +55,8 @@ Outputs (``--out``, default ``artifacts/bench``): ``pipecat.json`` (stable keys:
 ``answered``, ``p50``/``p95``/``p99``/``mean`` in ms, per-turn values, the ratio pipecat/ours at
 p50 and p95, machine, commit, settings) and ``pipecat.md`` (a short table).
 
-**Dependencies.**  The project installs ``pipecat-ai`` with ``--no-deps`` (it only carries the
-Smart Turn weights there), so Pipecat's own runtime dependencies are missing from ``.venv``; this
+**Dependencies.**  The project does not install ``pipecat-ai`` (it only unpacks the Smart Turn
+weights out of its wheel), so Pipecat and its runtime dependencies are missing from ``.venv``; this
 script looks for them in ``.cache/pipecat-deps`` (see :data:`PIPECAT_DEPS_INSTALL` for the one
 ``pip install --no-deps --target`` line; numba and resampy are not needed: Pipecat's default
 resampler is soxr).  ``llama_cpp.server``'s extras (fastapi, uvicorn, sse-starlette,
@@ -89,8 +89,8 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 PIPECAT_DEPS = ROOT / ".cache" / "pipecat-deps"
-"""Pipecat's own dependencies, which the project's set-up leaves out (it installs pipecat-ai with
-``--no-deps``, for the Smart Turn weights only); installed there by :data:`PIPECAT_DEPS_INSTALL`."""
+"""Pipecat and its own dependencies, which the project's set-up leaves out (it unpacks pipecat-ai's
+wheel for the Smart Turn weights only); installed there by :data:`PIPECAT_DEPS_INSTALL`."""
 PIPECAT_DEPS_INSTALL = (
     ".venv/bin/python -m pip install --no-deps --target .cache/pipecat-deps loguru==0.7.3 'aiohttp>=3.14.4,<4' aiohappyeyeballs"
     " aiosignal frozenlist multidict propcache yarl 'aiofiles>=24.1.0,<27' 'docstring_parser>=0.16,<1' 'loudness>=0.2.0,<1'"
@@ -102,6 +102,7 @@ sys.path.append(str(PIPECAT_DEPS))  # last: never in front of the project's own 
 
 try:
     import loguru  # noqa: F401  (Pipecat's logger: the first of its dependencies it imports)
+    import pipecat  # noqa: F401
     import wait_for2  # noqa: F401
 except ModuleNotFoundError as e:
     raise SystemExit(f"Pipecat's dependencies are missing ({e.name}); install them with:\n  {PIPECAT_DEPS_INSTALL}") from e

