@@ -198,7 +198,7 @@ def warm_up(engines: Engines, config: Config) -> dict[str, float]:
         # Every session offers the built-in tools, so every prompt starts with their listing (a
         # few hundred tokens): warm that prefix, as the session renders it (no examples with
         # tools, with_tools' system text).  Primed without them, a session's first turn paid
-        # ~1.0 s more on the 0.5B and ~2.8 s on the 1.5B (issue #12).
+        # ~1.0 s more on the 0.5B and ~2.8 s on the 1.5B.
         tools = builtin_tools()
         engines.llm.prime([Message("system", with_tools(config.llm.instructions, tools)), Message("user", "Hello.")], tools)
     else:

@@ -10,7 +10,7 @@ Two decoding paths:
   encoder cost falls roughly in proportion (tiny: ~35 ms for 10 s instead of ~260 ms), and on the
   spoken fixtures the transcripts matched the 30 s path; ``scripts/bench_latency.py`` measures both.
 
-Repetition loops (issue #12): greedy Whisper on the short window can write one phrase until its
+Repetition loops: greedy Whisper on the short window can write one phrase until its
 length limit ("Tell me... Tell me..." for 112 tokens from the first 0.6 s of a sentence; a whole
 sentence 10-12 times from 4-5 s of audio that starts with 2 s of silence; tiny and base alike;
 the 30 s window did not loop on the same clips).  Every decode is judged by

@@ -52,7 +52,7 @@ DEFAULT_INSTRUCTIONS = (
     "Never use lists, markdown, code or emojis."
 )
 
-# A set of reply-style examples for llm.examples, measured for issue #12 and not on by default.
+# A set of reply-style examples for llm.examples, not on by default (docs/decisions/reply-examples.md).
 # With the 0.5B they fixed what a listener notices most on clean input (it repeated "My name is
 # Sam." and "Remind me to buy milk." back, or refused), 70 % -> 78 % right on the eval's questions
 # as text (scripts/eval_answers.py); but on the spoken eval the held-out questions went 72 % -> 50 %
@@ -228,7 +228,7 @@ class SttConfig:
     12.0 % WER and heard "weather" in 18 of 20 instead of 11 ("What's the winner in Paris?"), on
     the eval's 335 other questions from 11.3 to 11.4 %, for about 15 ms more per decode.  Off for
     tiny, which lost 2.7 points on those (14.6 -> 17.3 %).  ``scripts/eval_stt.py``,
-    docs/bench/stt_prompt_*; README, "Transcription prompt"."""
+    docs/decisions/stt-tools-prompt.md."""
 
     def __post_init__(self) -> None:
         _check(self.threads >= 1, "stt.threads", "must be >= 1")
@@ -253,8 +253,8 @@ class TurnConfig:
     """Silence that ends a turn whatever the model says (the fallback; OpenAI's silence_duration_ms)."""
     complete_ms: int = 400
     """Silence that ends a turn when the turn model judges it complete.  Longer than the common
-    300-400 ms mid-sentence pause: at 240 ms the model's mistakes cut users off (see the README's
-    benchmark), and on 2 cores the first audio is not ready much before 500 ms anyway."""
+    300-400 ms mid-sentence pause: at 240 ms the model's mistakes cut users off
+    (docs/decisions/turn-complete-ms.md), and on 2 cores the first audio is not ready much before 500 ms anyway."""
     incomplete_ms: int = 1500
     """Silence that ends a turn whose transcript stops where a sentence cannot end ("the capital
     of", "remind me to", "um"; voiceagent/text/turn_words.py), when longer than ``silence_ms``.  The
@@ -264,7 +264,7 @@ class TurnConfig:
     turn waits ``doubt_ms`` of silence: read from the speculative answer's prompt, as it starts,
     on the embedded LLM only (0: off).  At 0.003 the 0.5B holds every first half of the eval's
     paused questions and none of their whole texts (scripts/eval_end_of_turn.py); in the spoken
-    eval it took false cut-offs from 5 to 3 of 9 at the same p50 (README).  Needs ``speculative``."""
+    eval it took false cut-offs from 5 to 3 of 9 at the same p50 (docs/decisions/text-end-of-turn.md).  Needs ``speculative``."""
     doubt_ms: int = 1000
     """Silence that ends a turn whose words the LLM doubts end a sentence (``text_threshold``),
     when longer than ``silence_ms``.  Shorter than ``incomplete_ms``: the doubt is wrong more
@@ -304,10 +304,10 @@ class LlmConfig:
     """llama_cpp: the weights as run.  ``shipped``: the GGUF as its packages carry it (Q4_K_M, in
     fact mostly Q5_0 tensors for the 0.5B); ``iq4_nl`` or ``q4_0``: converted from it once, at
     set-up or first load, into the cache (llama.cpp's own quantizer).  IQ4_NL took 22–29 % less
-    time per token and 18–37 % less per prompt on this CPU (scripts/bench_llm_weights.py and an
-    earlier ad-hoc run), and llama.cpp keeps a 183 MB repacked copy per context (28 MB shipped).
+    time per token and 18–37 % less per prompt on a 2-core CPU (scripts/bench_llm_weights.py), and
+    llama.cpp keeps a 183 MB repacked copy per context (28 MB shipped).
     The 0.5B's answers scored within one question of the shipped file's on the text eval, but
-    41.8 against 47.8 % right on the same misheard transcripts (README, "The LLM's weights").
+    41.8 against 47.8 % right on the same misheard transcripts (docs/decisions/llm-weights.md).
     Catalog models only: a GGUF given as a path or hub id runs as given."""
     threads: int = 2
     context: int = 2048
@@ -364,8 +364,8 @@ class LlmConfig:
     call starts with (``<tool_call>``, ``<``, `````) at the reply's first token only.  The 1.5B as
     shipped wavered there between making a weather call and telling the user how to make it ("you
     can call the `get_weather` function…"): its first-token logits were 0.06–0.53 apart, and 2.9
-    or more apart on the questions that need no tool (scripts/eval_tools.py; README, "Tool
-    calls").  0: off."""
+    or more apart on the questions that need no tool (scripts/eval_tools.py;
+    docs/decisions/tool-calls.md).  0: off."""
     instructions: str = DEFAULT_INSTRUCTIONS
     examples: str = ""
     """Example exchanges placed after the system message: ``User: ...`` and ``Assistant: ...`` lines

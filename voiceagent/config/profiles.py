@@ -9,7 +9,7 @@ settings explicitly, so that a profile keeps meaning the same thing if the defau
 ==============  ==================  ==================  ==============================================================
 profile         STT                 LLM                 notes
 ==============  ==================  ==================  ==============================================================
-``fast``        ``whisper-tiny``    ``qwen2.5-0.5b``    today's defaults (issue #12): Silero VAD, Smart Turn v3, Piper
+``fast``        ``whisper-tiny``    ``qwen2.5-0.5b``    the CPU defaults: Silero VAD, Smart Turn v3, Piper
                                                         ``joe``; ``vad.stop_ms`` 160, ``turn.silence_ms`` 500,
                                                         ``turn.complete_ms`` 400, ``turn.threshold`` 0.5,
                                                         ``turn.incomplete_ms`` 1500, ``turn.text_threshold``
@@ -71,8 +71,8 @@ from typing import Any
 
 __all__ = ["AUTO_ORDER", "PREFERRED", "PROFILES", "profile_tree"]
 
-# The models and endpointing of the embedded CPU stack as they were when the profiles were made
-# (issue #12).  Written out rather than read from the config defaults: ``fast`` must not drift.
+# The models and endpointing of the embedded CPU stack (docs/decisions/profiles.md).  Written
+# out rather than read from the config defaults: ``fast`` must not drift.
 _FAST: dict[str, str] = {
     "vad.model": "silero",
     "stt.model": "whisper-tiny",
@@ -84,23 +84,23 @@ _FAST: dict[str, str] = {
     "turn.silence_ms": "500",
     "turn.complete_ms": "400",
     "turn.threshold": "0.5",
-    # Added after the profiles were made (the eval's false cut-offs): a transcript that stops on
+    # Against the eval's false cut-offs: a transcript that stops on
     # "of", "the", "and"... waits for more words.
     "turn.incomplete_ms": "1500",
-    # Added 2026-11-24 (issue #12): the LLM's doubt that the words end a sentence holds the turn
-    # for 1 s of silence ("How many wheels ... does a bicycle have?"); p50 unchanged in the spoken eval.
+    # The LLM's doubt that the words end a sentence holds the turn for 1 s of silence
+    # ("How many wheels ... does a bicycle have?"); p50 unchanged in the spoken eval.
     "turn.text_threshold": "0.003",
     "turn.doubt_ms": "1000",
-    # Added 2026-11-23 (issues #8 and #12): the 0.5B's weights converted once to IQ4_NL, 22-29 %
-    # less time per token on this CPU; answers within one question of the shipped file's as text,
-    # 6 points fewer right on misheard questions (README, "Spoken quality").
+    # The 0.5B's weights converted once to IQ4_NL: 22-29 % less time per token on a 2-core CPU;
+    # answers within one question of the shipped file's as text, 6 points fewer right on misheard
+    # questions (docs/decisions/llm-weights.md).
     "llm.quant": "iq4_nl",
 }
 
 PROFILES: dict[str, dict[str, str]] = {
     "fast": dict(_FAST),
-    # Until 2026-11-23 balanced was Whisper base + the 0.5B; the eval found it slower than fast and
-    # no more accurate (base hears the synthetic voices no better), so it became tiny + the 1.5B.
+    # Whisper tiny with the 1.5B: base with the 0.5B was slower than fast and no more accurate
+    # (base hears the synthetic voices no better; docs/decisions/profiles.md).
     # The 1.5B runs as shipped: its file is real Q4_K, and IQ4_NL was no faster per token
     # (43.8 against 40.5 ms; scripts/bench_llm_weights.py --set llm.model=qwen2.5-1.5b).
     "balanced": {**_FAST, "llm.model": "qwen2.5-1.5b", "llm.quant": "shipped"},
@@ -140,8 +140,8 @@ PREFERRED: dict[str, dict[str, tuple[str, ...]]] = {
 profile's own value is the first).  The last of each is packaged, so the profile always starts."""
 
 AUTO_ORDER = ("quality", "balanced", "fast")
-"""The CPU profiles ``profile = "auto"`` chooses among, most accurate first (the spoken eval in
-the README: ``quality`` answers best, ``fast`` is quickest)."""
+"""The CPU profiles ``profile = "auto"`` chooses among, most accurate first (the spoken eval,
+docs/decisions/profiles.md: ``quality`` answers best, ``fast`` is quickest)."""
 
 
 def profile_tree(name: str) -> dict[str, Any]:
