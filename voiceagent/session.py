@@ -49,12 +49,12 @@ from voiceagent.observability.metrics import Metrics
 from voiceagent.pipeline import Channel, Generations, StageContext
 from voiceagent.pipeline.gate import GenerationGate
 from voiceagent.settings import SessionSettings, settings_from_config
-from voiceagent.stages.llm import LlmStage
+from voiceagent.stages.llm import LlmOptions, LlmPorts, LlmStage
 from voiceagent.stages.playout import PlayoutStage
-from voiceagent.stages.stt import SttStage
-from voiceagent.stages.tts import TtsStage
-from voiceagent.stages.turn import TurnStage
-from voiceagent.stages.vad import VadStage
+from voiceagent.stages.stt import SttOptions, SttPorts, SttStage
+from voiceagent.stages.tts import TtsPorts, TtsStage
+from voiceagent.stages.turn import TurnOptions, TurnPorts, TurnStage
+from voiceagent.stages.vad import VadOptions, VadPorts, VadStage
 from voiceagent.tools.spec import Tool, with_tools
 
 __all__ = ["QUEUES", "Session"]
@@ -137,65 +137,48 @@ class Session:
             return Channel(name, _INBOX, self.scope, on_wait=self.metrics.queue_wait, clock=self.clock.now)
 
         self._vad_in, stt_in, turn_in, llm_in, tts_in, play_in = (chan(n) for n in QUEUES[:-1])
-        gate = GenerationGate(enabled=cfg.llm.yield_to_tts, scope=self.scope)
-        llm_started = GenerationGate(enabled=cfg.llm.yield_to_tts, timeout_s=0.5, scope=self.scope)
+        # The stages' dependencies on each other, named: the TTS stage's first audio lets the LLM
+        # stage have the CPU back, the LLM stage's first token tells the turn stage that an answer
+        # is under way, the turn stage asks the STT stage to transcribe a whole turn again, and the
+        # LLM stage tells the turn stage how likely the user's sentence is to end.
+        first_audio = GenerationGate(enabled=cfg.llm.yield_to_tts, scope=self.scope)
+        first_token = GenerationGate(enabled=cfg.llm.yield_to_tts, timeout_s=0.5, scope=self.scope)
         settings = lambda: self.settings  # noqa: E731 - stages read the settings current at each use
         self.vad = VadStage(
-            ctx,
-            self._vad_in,
-            stt_in,
-            self._engines.vad,
-            settings,
-            replies.agent_audible,
-            cfg.vad.stop_ms,
-            cfg.vad.min_speech_ms,
-            cfg.vad.barge_in_ms,
+            ctx, self._vad_in, stt_in, VadPorts(self._engines.vad, settings, replies.agent_audible), VadOptions.from_config(cfg.vad)
         )
-        self.stt = SttStage(
-            ctx,
-            stt_in,
-            turn_in,
-            self._engines.stt,
-            settings,
-            cfg.stt.partials,
-            cfg.stt.partial_interval_ms,
-            cfg.stt.early_decode,
-            cfg.stt.tools_prompt,
-        )
+        self.stt = SttStage(ctx, stt_in, turn_in, SttPorts(self._engines.stt, settings), SttOptions.from_config(cfg.stt))
+        turn_cost = self._engines.turn_cost
         self.turn = TurnStage(
             ctx,
             turn_in,
             llm_in,
-            replies,
-            self._engines.turn if cfg.turn.model != "none" else None,
-            settings,
-            cfg.turn.speculative,
-            cfg.turn.complete_ms,
-            cfg.turn.threshold,
-            llm_started,
-            cfg.vad.stop_ms,
-            self._engines.turn_cost.audio_after_first_token_s * 1000.0 if self._engines.turn_cost else 0.0,
-            may_speculate=replies.may_speculate,
-            incomplete_ms=cfg.turn.incomplete_ms,
-            rejoin=self.stt.decode_clip if cfg.stt.rejoin else None,
-            text_threshold=cfg.turn.text_threshold,
-            doubt_ms=cfg.turn.doubt_ms,
+            TurnPorts(
+                turns=replies,
+                backend=self._engines.turn if cfg.turn.model != "none" else None,
+                settings=settings,
+                llm_started=first_token,
+                may_speculate=replies.may_speculate,
+                rejoin=self.stt.decode_clip if cfg.stt.rejoin else None,
+            ),
+            TurnOptions.from_config(cfg, min_audio_ms=turn_cost.audio_after_first_token_s * 1000.0 if turn_cost else 0.0),
         )
         self.llm = LlmStage(
             ctx,
             llm_in,
             tts_in,
-            self._engines.llm,
-            replies.prompt,
-            settings,
-            gate,
-            llm_started,
-            cfg.llm.first_clause_words,
-            cfg.llm.prefill,
-            sentence_end=self.turn.sentence_end if cfg.turn.text_threshold > 0 else None,
+            LlmPorts(
+                engine=self._engines.llm,
+                prompt=replies.prompt,
+                settings=settings,
+                tts_first_audio=first_audio,
+                first_token=first_token,
+                sentence_end=self.turn.sentence_end if cfg.turn.text_threshold > 0 else None,
+            ),
+            LlmOptions.from_config(cfg.llm),
         )
         replies.connect(llm_in, play_in, self.llm.prefill)
-        self.tts = TtsStage(ctx, tts_in, play_in, self._engines.tts, settings, gate, replies.speaks)
+        self.tts = TtsStage(ctx, tts_in, play_in, TtsPorts(self._engines.tts, settings, first_audio=first_audio, speaks=replies.speaks))
         self.playout = PlayoutStage(ctx, play_in, cfg.playout.lead_ms, cfg.playout.chunk_ms)
         for stage in (self.vad, self.stt, self.turn, self.llm, self.tts, self.playout):
             self._tasks.append(asyncio.create_task(stage.run(), name=f"{self.id}.{stage.name}"))

@@ -41,6 +41,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from voiceagent.backends.protocols import LlmEngine, LlmRequest, Usage
+from voiceagent.config import LlmConfig
 from voiceagent.errors import StageError
 from voiceagent.events import (
     Clause,
@@ -62,7 +63,7 @@ from voiceagent.tools.args import check_arguments
 from voiceagent.tools.retry import answered_calls, canonical, nameless, retried_call, retry_choice
 from voiceagent.tools.spec import Message, Tool, ToolCall
 
-__all__ = ["LlmPrompt", "LlmStage"]
+__all__ = ["LlmOptions", "LlmPorts", "LlmPrompt", "LlmStage", "SentenceEnd"]
 
 log = logging.getLogger(__name__)
 
@@ -80,36 +81,57 @@ class LlmPrompt:
     tool_choice: str = "auto"
 
 
+SentenceEnd = Callable[[int, float | None], None]
+"""Told each speculative answer's (generation's) sentence-end probability; None: the engine cannot tell."""
+
+
+@dataclass(frozen=True)
+class LlmPorts:
+    """What the LLM stage uses outside itself."""
+
+    engine: LlmEngine
+    """The shared engine; each generation is its own request (its Protocol says what is shared)."""
+    prompt: Callable[[UserTurn], Awaitable[LlmPrompt]]
+    """The prompt for a turn: the session's history fitted to the engine's window."""
+    settings: Callable[[], SessionSettings]
+    """The session's settings as they are now (instructions, tools, limits)."""
+    tts_first_audio: GenerationGate | None = None
+    """Opened by the TTS stage at a reply's first audio: until then this stage yields the CPU
+    (``llm.yield_to_tts``)."""
+    first_token: GenerationGate | None = None
+    """Opened here at a generation's first token (the turn stage waits on it)."""
+    sentence_end: SentenceEnd | None = None
+    """The turn stage's ``sentence_end`` (module docstring); None: not asked."""
+
+
+@dataclass(frozen=True)
+class LlmOptions:
+    """The server's LLM-stage settings (``[llm]``), fixed for the session."""
+
+    first_clause_words: int = 0
+    prefill: bool = False
+
+    @classmethod
+    def from_config(cls, llm: LlmConfig) -> LlmOptions:
+        return cls(first_clause_words=llm.first_clause_words, prefill=llm.prefill)
+
+
 class LlmStage(Stage):
     name = "llm"
 
-    def __init__(
-        self,
-        ctx: StageContext,
-        inbox: Channel[Event],
-        out: Channel[Event],
-        engine: LlmEngine,
-        prompt: Callable[[UserTurn], Awaitable[LlmPrompt]],
-        settings: Callable[[], SessionSettings],
-        gate: GenerationGate | None = None,
-        first_token: GenerationGate | None = None,
-        first_clause_words: int = 0,
-        prefill: bool = False,
-        sentence_end: Callable[[int, float | None], None] | None = None,
-    ) -> None:
-        """``sentence_end``: told each speculative answer's sentence-end probability (module docstring)."""
+    def __init__(self, ctx: StageContext, inbox: Channel[Event], out: Channel[Event], ports: LlmPorts, options: LlmOptions) -> None:
         super().__init__(ctx, inbox, out)
-        self._sentence_end = sentence_end
-        self._prefill = prefill
+        self._sentence_end = ports.sentence_end
+        self._prefill = options.prefill
         self._prefilling: asyncio.Task[None] | None = None
         self.prefilled = 0
         """Prompt tokens evaluated ahead of their turn for this session."""
-        self._engine = engine
-        self._prompt = prompt
-        self._settings = settings
-        self._gate = gate or GenerationGate(enabled=False)
-        self._first_token = first_token or GenerationGate(enabled=False)
-        self._first_clause_words = first_clause_words
+        self._engine = ports.engine
+        self._prompt = ports.prompt
+        self._settings = ports.settings
+        self._gate = ports.tts_first_audio or GenerationGate(enabled=False)
+        self._first_token = ports.first_token or GenerationGate(enabled=False)
+        self._first_clause_words = options.first_clause_words
 
     def prefill(self, heard: str) -> None:
         """The user's words so far (a partial transcript): have the engine evaluate the coming

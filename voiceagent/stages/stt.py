@@ -24,11 +24,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
 from voiceagent.audio import PIPELINE_RATE, Float32Array, Int16Array, int16_to_float
 from voiceagent.backends.protocols import SttBackend
+from voiceagent.config import SttConfig
 from voiceagent.errors import StageError
 from voiceagent.events import (
     AudioFrame,
@@ -49,7 +51,7 @@ from voiceagent.settings import SessionSettings
 from voiceagent.text.stt_guard import check
 from voiceagent.text.stt_prompt import transcription_prompt
 
-__all__ = ["SttStage"]
+__all__ = ["SttOptions", "SttPorts", "SttStage"]
 
 _RING_MS = 2000.0  # audio kept before a speech start, for prefix padding
 _TAIL_MS = 96.0  # silence kept after the end of speech: Whisper clips the last word without it
@@ -57,34 +59,49 @@ PRIORITY_FINAL = 0  # a transcript someone's answer waits for
 PRIORITY_PARTIAL = 1  # a progress update on screen
 
 
+@dataclass(frozen=True)
+class SttPorts:
+    """What the STT stage uses outside itself."""
+
+    backend: SttBackend
+    """The shared Whisper model (its executor orders every session's decodes)."""
+    settings: Callable[[], SessionSettings]
+    """The session's settings as they are now (language, prompt, tools, turn detection)."""
+
+
+@dataclass(frozen=True)
+class SttOptions:
+    """The server's STT settings (``[stt]``), fixed for the session."""
+
+    partials: bool
+    partial_interval_ms: int
+    early_decode: bool = True
+    tools_prompt: bool = False
+
+    @classmethod
+    def from_config(cls, stt: SttConfig) -> SttOptions:
+        return cls(
+            partials=stt.partials, partial_interval_ms=stt.partial_interval_ms, early_decode=stt.early_decode, tools_prompt=stt.tools_prompt
+        )
+
+
 class SttStage(Stage):
     name = "stt"
 
-    def __init__(
-        self,
-        ctx: StageContext,
-        inbox: Channel[Event],
-        out: Channel[Event],
-        backend: SttBackend,
-        settings: Callable[[], SessionSettings],
-        partials: bool,
-        partial_interval_ms: int,
-        early_decode: bool = True,
-        tools_prompt: bool = False,
-    ) -> None:
+    def __init__(self, ctx: StageContext, inbox: Channel[Event], out: Channel[Event], ports: SttPorts, options: SttOptions) -> None:
         super().__init__(ctx, inbox, out)
-        self._backend = backend
-        self._settings = settings
-        self._tools_prompt = tools_prompt
-        self._partials = partials
-        self._partial_interval_ms = partial_interval_ms
+        self._backend = ports.backend
+        self._settings = ports.settings
+        self._tools_prompt = options.tools_prompt
+        self._partials = options.partials
+        self._partial_interval_ms = options.partial_interval_ms
         self._chunks: list[Int16Array] = []  # audio from ``_buf_start_ms`` to the present
         self._buf_start_ms = 0.0
         self._buf_end_ms = 0.0
         self._segment_start: float | None = None
         self._last_partial_ms = 0.0
         self._partial_task: asyncio.Task[None] | None = None
-        self._early_decode = early_decode
+        self._early_decode = options.early_decode
         self._early: tuple[float, asyncio.Task[tuple[str, Exception | None]]] | None = None  # (speech end ms, decode)
         self.early_hits = 0
         self.partials_skipped = 0

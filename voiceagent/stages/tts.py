@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 from voiceagent.audio import Int16Array
 from voiceagent.backends.protocols import TtsBackend
@@ -18,28 +19,32 @@ from voiceagent.pipeline.gate import GenerationGate
 from voiceagent.settings import SessionSettings
 from voiceagent.text.clauses import clean_for_speech
 
-__all__ = ["TtsStage"]
+__all__ = ["TtsPorts", "TtsStage"]
+
+
+@dataclass(frozen=True)
+class TtsPorts:
+    """What the TTS stage uses outside itself."""
+
+    backend: TtsBackend
+    """The shared voice (its executor puts every session's first clause first)."""
+    settings: Callable[[], SessionSettings]
+    """The session's settings as they are now (speed)."""
+    first_audio: GenerationGate | None = None
+    """Opened here at a reply's first audio (the LLM stage yields the CPU until then)."""
+    speaks: Callable[[int], bool] | None = None
+    """``speaks(gen)``: False for a text-only response, whose clauses pass on without audio."""
 
 
 class TtsStage(Stage):
     name = "tts"
 
-    def __init__(
-        self,
-        ctx: StageContext,
-        inbox: Channel[Event],
-        out: Channel[Event],
-        backend: TtsBackend,
-        settings: Callable[[], SessionSettings],
-        gate: GenerationGate | None = None,
-        speaks: Callable[[int], bool] | None = None,
-    ) -> None:
-        """``speaks(gen)``: False for a text-only response, whose clauses pass on without audio."""
+    def __init__(self, ctx: StageContext, inbox: Channel[Event], out: Channel[Event], ports: TtsPorts) -> None:
         super().__init__(ctx, inbox, out)
-        self._speaks = speaks or (lambda gen: True)
-        self._backend = backend
-        self._settings = settings
-        self._gate = gate or GenerationGate(enabled=False)
+        self._speaks = ports.speaks or (lambda gen: True)
+        self._backend = ports.backend
+        self._settings = ports.settings
+        self._gate = ports.first_audio or GenerationGate(enabled=False)
         self._failed_gen: int | None = None
 
     async def handle(self, event: Event) -> None:

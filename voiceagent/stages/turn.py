@@ -44,13 +44,25 @@ import numpy as np
 
 from voiceagent.audio import PIPELINE_RATE, Float32Array
 from voiceagent.backends.protocols import TurnBackend
+from voiceagent.config import Config
 from voiceagent.events import Event, Silence, SpeechStarted, SpeechStopped, TranscriptSegment, TurnConfirmed, UserTurn
 from voiceagent.pipeline import Channel, Stage, StageContext, run_in
 from voiceagent.pipeline.gate import GenerationGate
 from voiceagent.settings import SessionSettings
 from voiceagent.text.turn_words import ends_unfinished
 
-__all__ = ["Confirm", "Endpointer", "Retract", "RunTurnModel", "Speculate", "TurnControl", "TurnStage"]
+__all__ = [
+    "Confirm",
+    "Endpointer",
+    "Rejoin",
+    "Retract",
+    "RunTurnModel",
+    "Speculate",
+    "TurnControl",
+    "TurnOptions",
+    "TurnPorts",
+    "TurnStage",
+]
 
 log = logging.getLogger(__name__)
 
@@ -268,65 +280,95 @@ class TurnControl(Protocol):
         ...
 
 
+Rejoin = Callable[[Float32Array], Awaitable[str | None]]
+"""Transcribes a whole turn's clip, its gaps as silence; None: the decode failed."""
+
+
+@dataclass(frozen=True)
+class TurnPorts:
+    """What the turn stage uses outside itself."""
+
+    turns: TurnControl
+    """The session's turn controller: opens and retracts generations."""
+    backend: TurnBackend | None
+    """The shared turn model; None: the silence fallback alone decides (``turn.model = "none"``)."""
+    settings: Callable[[], SessionSettings]
+    """The session's settings as they are now (turn detection, eagerness)."""
+    llm_started: GenerationGate | None = None
+    """Opened by the LLM stage at a generation's first token; the turn model is skipped while
+    the silence fallback would confirm the turn before any first audio could exist."""
+    may_speculate: Callable[[], bool] | None = None
+    """Asked as each final transcript arrives; False holds the answer until the turn is confirmed
+    (the session says so while a tool call waits for its output: the prompt cannot be known)."""
+    rejoin: Rejoin | None = None
+    """For turns of several segments (the STT stage's ``decode_clip``); None: not done."""
+
+
+@dataclass(frozen=True)
+class TurnOptions:
+    """The server's endpointing settings, fixed for the session."""
+
+    speculative: bool
+    complete_ms: int
+    threshold: float
+    stop_ms: int = 160
+    """The VAD's silence before it reports the end of speech (``vad.stop_ms``)."""
+    min_audio_ms: float = 0.0
+    """The time from the LLM's first token to the first audio of a typical first clause on this
+    machine (measured at start-up, ``TurnCost.audio_after_first_token_s``; 0: unknown, never skip)."""
+    incomplete_ms: int = 0
+    """The silence that ends a turn whose words are unfinished (0: no such rule)."""
+    text_threshold: float = 0.0
+    """The LLM's sentence-end probability below which the words count as unfinished for
+    ``doubt_ms`` (0: not asked)."""
+    doubt_ms: int = 1000
+
+    @classmethod
+    def from_config(cls, cfg: Config, min_audio_ms: float) -> TurnOptions:
+        turn = cfg.turn
+        return cls(
+            speculative=turn.speculative,
+            complete_ms=turn.complete_ms,
+            threshold=turn.threshold,
+            stop_ms=cfg.vad.stop_ms,
+            min_audio_ms=min_audio_ms,
+            incomplete_ms=turn.incomplete_ms,
+            text_threshold=turn.text_threshold,
+            doubt_ms=turn.doubt_ms,
+        )
+
+
 class TurnStage(Stage):
     """Inbox: VAD events and transcripts from STT.  Out: ``UserTurn`` to the LLM stage."""
 
     name = "turn"
 
-    def __init__(
-        self,
-        ctx: StageContext,
-        inbox: Channel[Event],
-        out: Channel[Event],
-        turns: TurnControl,
-        backend: TurnBackend | None,
-        settings: Callable[[], SessionSettings],
-        speculative: bool,
-        complete_ms: int,
-        threshold: float,
-        llm_started: GenerationGate | None = None,
-        stop_ms: int = 160,
-        min_audio_ms: float = 0.0,
-        may_speculate: Callable[[], bool] | None = None,
-        incomplete_ms: int = 0,
-        rejoin: Callable[[Float32Array], Awaitable[str | None]] | None = None,
-        text_threshold: float = 0.0,
-        doubt_ms: int = 1000,
-    ) -> None:
-        """``stop_ms``: the VAD's silence before it reports the end of speech (``vad.stop_ms``).
-        ``min_audio_ms``: the time from the LLM's first token to the first audio of a typical first
-        clause on this machine (measured at start-up, ``TurnCost.audio_after_first_token_s``;
-        0 = unknown, never skip).  ``may_speculate``: asked as each final transcript arrives; False
-        holds the answer until the turn is confirmed (the session says so while a tool call waits
-        for its output: the prompt cannot be known before the turn ends).  ``incomplete_ms``: the
-        silence that ends a turn whose words are unfinished (``turn.incomplete_ms``; 0: no such rule).
-        ``rejoin``: transcribes a clip (None: failed) for turns of several segments (None: not done).
-        ``text_threshold``: the LLM's sentence-end probability below which the words count as
-        unfinished for ``doubt_ms`` (``turn.text_threshold``, ``turn.doubt_ms``; 0: not asked).  When it is set, whoever runs the
-        speculative answers must call :meth:`sentence_end` once for each (the LLM stage does)."""
+    def __init__(self, ctx: StageContext, inbox: Channel[Event], out: Channel[Event], ports: TurnPorts, options: TurnOptions) -> None:
+        """When ``options.text_threshold`` is set, whoever runs the speculative answers must call
+        :meth:`sentence_end` once for each (the LLM stage does, through its ``sentence_end`` port)."""
         super().__init__(ctx, inbox, out)
-        self._turns = turns
-        self._speculative = speculative
-        self._may_speculate = may_speculate or (lambda: True)
-        self._backend = backend
-        self._settings = settings
-        self._complete_ms = complete_ms
-        self._threshold = threshold
+        self._turns = ports.turns
+        self._speculative = options.speculative
+        self._may_speculate = ports.may_speculate or (lambda: True)
+        self._backend = ports.backend
+        self._settings = ports.settings
+        self._complete_ms = options.complete_ms
+        self._threshold = options.threshold
         self.endpointer = Endpointer(
-            speculative=speculative,
-            use_model=backend is not None,
-            incomplete_ms=float(incomplete_ms),
-            text_threshold=text_threshold,
-            doubt_ms=float(doubt_ms),
+            speculative=options.speculative,
+            use_model=ports.backend is not None,
+            incomplete_ms=float(options.incomplete_ms),
+            text_threshold=options.text_threshold,
+            doubt_ms=float(options.doubt_ms),
         )
         self._spec_gen: int | None = None
-        self._llm_started = llm_started or GenerationGate(enabled=False)
+        self._llm_started = ports.llm_started or GenerationGate(enabled=False)
         self._marks: dict[str, float] = {}
         self.retractions = 0
         self.model_skipped = 0
-        self._stop_silence_ms = float(stop_ms)
-        self._min_audio_ms = min_audio_ms
-        self._rejoin = rejoin
+        self._stop_silence_ms = float(options.stop_ms)
+        self._min_audio_ms = options.min_audio_ms
+        self._rejoin = ports.rejoin
         self.rejoined = 0
         """Turns of several segments transcribed again as one clip."""
         self.doubted = 0

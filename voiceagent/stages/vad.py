@@ -11,11 +11,12 @@ from dataclasses import dataclass
 
 from voiceagent.audio import int16_to_float
 from voiceagent.backends.protocols import VadBackend
+from voiceagent.config import VadConfig
 from voiceagent.events import AudioFrame, Event, Silence, SpeechPaused, SpeechResumed, SpeechStarted, SpeechStopped
 from voiceagent.pipeline import Channel, Stage, StageContext, run_in
 from voiceagent.settings import SessionSettings
 
-__all__ = ["VadStage", "VadTracker", "VoiceEvent"]
+__all__ = ["VadOptions", "VadPorts", "VadStage", "VadTracker", "VoiceEvent"]
 
 _WINDOW_MS = 32.0
 _MAX_SILENCE_TICKS_MS = 4000.0  # the endpointer never needs more silence than this
@@ -115,6 +116,31 @@ class VadTracker:
         self.__init__(self.window_ms)  # type: ignore[misc]
 
 
+@dataclass(frozen=True)
+class VadPorts:
+    """What the VAD stage uses outside itself."""
+
+    backend: VadBackend
+    """The shared Silero model; the stage keeps one stream (its own state) of it."""
+    settings: Callable[[], SessionSettings]
+    """The session's settings as they are now (turn detection, threshold)."""
+    agent_active: Callable[[], bool]
+    """True while the agent answers: speech must then last ``barge_in_ms`` to start."""
+
+
+@dataclass(frozen=True)
+class VadOptions:
+    """The server's VAD settings (``[vad]``), fixed for the session."""
+
+    stop_ms: int
+    min_speech_ms: int
+    barge_in_ms: int
+
+    @classmethod
+    def from_config(cls, vad: VadConfig) -> VadOptions:
+        return cls(stop_ms=vad.stop_ms, min_speech_ms=vad.min_speech_ms, barge_in_ms=vad.barge_in_ms)
+
+
 class VadStage(Stage):
     """Inbox: ``AudioFrame`` (and manual-mode control events, passed on).  Out: to STT.
 
@@ -124,26 +150,15 @@ class VadStage(Stage):
 
     name = "vad"
 
-    def __init__(
-        self,
-        ctx: StageContext,
-        inbox: Channel[Event],
-        out: Channel[Event],
-        backend: VadBackend,
-        settings: Callable[[], SessionSettings],
-        agent_active: Callable[[], bool],
-        stop_ms: int,
-        min_speech_ms: int,
-        barge_in_ms: int,
-    ) -> None:
+    def __init__(self, ctx: StageContext, inbox: Channel[Event], out: Channel[Event], ports: VadPorts, options: VadOptions) -> None:
         super().__init__(ctx, inbox, out)
-        self._backend = backend
-        self._stream = backend.stream()
-        self._settings = settings
-        self._agent_active = agent_active
-        self._stop_ms = stop_ms
-        self._min_speech_ms = min_speech_ms
-        self._barge_in_ms = barge_in_ms
+        self._backend = ports.backend
+        self._stream = ports.backend.stream()
+        self._settings = ports.settings
+        self._agent_active = ports.agent_active
+        self._stop_ms = options.stop_ms
+        self._min_speech_ms = options.min_speech_ms
+        self._barge_in_ms = options.barge_in_ms
         self.tracker = VadTracker(1000.0 * self._stream.window_samples / 16000)
         self._samples = 0
 
