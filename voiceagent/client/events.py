@@ -250,10 +250,11 @@ class EventDecoder:
 
     def _response_done(self, msg: dict[str, Any], now: float) -> list[Event]:
         resp = _get(msg, "response", dict)
+        said_status = _get(resp, "status", str, "")
         try:
-            status = ResponseStatus(_get(resp, "status", str, ""))
+            status = ResponseStatus(said_status)
         except ValueError:
-            raise _FieldError(f"status {resp.get('status')!r} does not end a response") from None
+            raise _FieldError(f"status {said_status!r} does not end a response") from None
         output = [o for o in _get(resp, "output", list, []) if isinstance(o, dict)]
         said = next((o for o in output if o.get("type", "message") == "message"), {})
         parts = said.get("content") or [{}]
