@@ -78,7 +78,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 import numpy as np
@@ -93,10 +93,13 @@ import make_fixtures  # noqa: E402
 from serve_process import ServeProcess  # noqa: E402
 
 from voiceagent.audio import Int16Array, mulaw_encode, read_wav, resample  # noqa: E402
+from voiceagent.client import MalformedEvent, RealtimeClient, ResponseStarted, messages  # noqa: E402
+from voiceagent.client import Pacer as AudioPacer  # noqa: E402
 from voiceagent.config import load_config  # noqa: E402
+from voiceagent.events import AudioDelta, ErrorEvent, Event, InputTranscriptDone, ResponseDone  # noqa: E402
 from voiceagent.replay import speech_turns  # noqa: E402
+from voiceagent.transports.realtime_wire import WIRE_RATE  # noqa: E402
 
-WIRE_RATE = 24000
 CHUNK_MS = 20
 # Questions whose transcripts Whisper tiny gets right (as tests/integration/test_concurrency.py).
 GOOD_QUESTIONS = ("weather", "colour", "long_question", "count")
@@ -1373,6 +1376,9 @@ def _percentiles(values: list[float]) -> dict[str, float | int | None]:
     }
 
 
+_E = TypeVar("_E", bound=Event)
+
+
 class GoodSession:
     """One well-behaved Realtime session: a microphone that never stops (questions, then silence
     until the answer is done), and a ``/healthz`` prober, on an event loop of their own."""
@@ -1434,18 +1440,20 @@ class GoodSession:
 
     async def _converse(self, baseline_turns: int, min_turns: int) -> None:
         async with connect(f"{self.base}/v1/realtime", max_size=None, open_timeout=60) as ws:
-            events: list[tuple[float, dict[str, Any]]] = []
+            client = RealtimeClient()
+            events: list[Event] = []  # the client core's, each stamped with its arrival
             arrived = asyncio.Event()
 
             async def pump() -> None:
                 with contextlib.suppress(ConnectionClosed):
                     async for raw in ws:
-                        events.append((time.monotonic(), json.loads(raw)))
+                        events.extend(client.feed(raw, time.monotonic()))
                         arrived.set()
                 arrived.set()
 
             reader = asyncio.create_task(pump())
-            await ws.send(json.dumps({"type": "session.update", "session": {"instructions": GOOD_INSTRUCTIONS, "max_output_tokens": 60}}))
+            update = messages.session_update(input_format=None, output_format=None, instructions=GOOD_INSTRUCTIONS, max_output_tokens=60)
+            await ws.send(json.dumps(update))
             mic = _Mic(ws)
             k = 0
             load_turns = 0
@@ -1472,7 +1480,7 @@ class GoodSession:
         ws: ClientConnection,
         mic: _Mic,
         q: Question,
-        events: list[tuple[float, dict[str, Any]]],
+        events: list[Event],
         arrived: asyncio.Event,
         reader: asyncio.Task[None],
     ) -> Turn:
@@ -1480,26 +1488,24 @@ class GoodSession:
         mark = len(events)
         speech_end_wall = await mic.say(q.pcm, q.speech_end_s)
 
-        def find(kind: str) -> tuple[float, dict[str, Any]] | None:
-            return next(((t, e) for t, e in events[mark:] if e.get("type") == kind), None)
+        def find(kind: type[_E]) -> _E | None:
+            return next((e for e in events[mark:] if isinstance(e, kind)), None)
 
         # The microphone goes on (silence) until the answer is done.
         deadline = time.monotonic() + 60
-        while find("response.done") is None and not reader.done() and time.monotonic() < deadline:
+        while find(ResponseDone) is None and not reader.done() and time.monotonic() < deadline:
             await mic.silence(0.1)
         await mic.silence(0.4)
-        transcript = (find("conversation.item.input_audio_transcription.completed") or (0, {}))[1].get("transcript", "")
-        created = find("response.created")
-        done = find("response.done")
-        rid = created[1]["response"]["id"] if created else None
-        first_audio = next(
-            (t for t, e in events[mark:] if e.get("type") == "response.output_audio.delta" and e.get("response_id") == rid), None
-        )
-        errors = [str((e.get("error") or {}).get("code")) for _, e in events[mark:] if e.get("type") == "error"]
-        status = done[1]["response"]["status"] if done else "none"
-        reply = ""
-        if done and done[1]["response"].get("output"):
-            reply = done[1]["response"]["output"][0]["content"][0].get("transcript") or ""
+        heard_event = find(InputTranscriptDone)
+        transcript = heard_event.text if heard_event is not None else ""
+        created = find(ResponseStarted)
+        done = find(ResponseDone)
+        rid = created.response_id if created else None
+        first_audio = next((e.t for e in events[mark:] if isinstance(e, AudioDelta) and e.response_id == rid), None)
+        errors = [e.code for e in events[mark:] if isinstance(e, ErrorEvent)]
+        errors += [f"unreadable {e.type}: {e.problem}" for e in events[mark:] if isinstance(e, MalformedEvent)]
+        status = done.status.value if done else "none"
+        reply = done.text if done else ""
         heard = transcript.lower()
         ok = all(w in heard for w in q.keywords) and status == "completed" and first_audio is not None and not errors
         latency = round((first_audio - speech_end_wall) * 1000, 1) if first_audio is not None else None
@@ -1521,37 +1527,26 @@ class GoodSession:
 
 
 class _Mic:
-    """Real-time audio out in 20 ms chunks on one clock, like a microphone."""
+    """Real-time audio out in 20 ms chunks on one clock, like a microphone: the client core's
+    pacer, without catching up after falling behind (a busy machine: no burst)."""
 
     def __init__(self, ws: ClientConnection) -> None:
-        self.ws = ws
-        self.t = time.monotonic()
-        self.step = WIRE_RATE * CHUNK_MS // 1000
-        self.zero = np.zeros(self.step, dtype=np.int16)
+        async def send(pcm: Int16Array) -> None:
+            await ws.send(json.dumps(messages.append_audio(pcm)))
 
-    async def _chunk(self, pcm: Int16Array) -> float:
-        self.t += len(pcm) / WIRE_RATE
-        delay = self.t - len(pcm) / WIRE_RATE - time.monotonic()
-        if delay > 0:
-            await asyncio.sleep(delay)  # a microphone's pace, not synchronisation
-        else:
-            self.t = time.monotonic() + len(pcm) / WIRE_RATE  # fell behind (a busy machine): no catch-up burst
-        await self.ws.send(json.dumps({"type": "input_audio_buffer.append", "audio": b64(pcm.astype("<i2").tobytes())}))
-        return time.monotonic()
+        self.pacer = AudioPacer(send, chunk_ms=CHUNK_MS, catch_up=False, start=time.monotonic())
+        self.zero = np.zeros(self.pacer.step, dtype=np.int16)
 
     async def say(self, pcm: Int16Array, speech_end_s: float) -> float:
         """Send ``pcm``; returns when the chunk holding the end of speech was sent."""
-        end_sample = int(speech_end_s * WIRE_RATE)
         sent_end = time.monotonic()
-        for i in range(0, len(pcm), self.step):
-            sent = await self._chunk(pcm[i : i + self.step])
-            if i <= end_sample < i + self.step:
-                sent_end = sent
-        return sent_end
+        sent = await self.pacer.play(pcm)
+        k = int(speech_end_s * WIRE_RATE) // self.pacer.step
+        return sent[k] if k < len(sent) else sent_end
 
     async def silence(self, seconds: float) -> None:
         for _ in range(max(1, int(seconds * 1000 / CHUNK_MS))):
-            await self._chunk(self.zero)
+            await self.pacer.chunk(self.zero)
 
 
 # ----------------------------------------------------------------------------- the server

@@ -25,13 +25,15 @@ import numpy as np
 from websockets.asyncio.client import connect
 
 from voiceagent.audio import Int16Array, read_wav, resample
-from voiceagent.transports import realtime_wire as wire
+from voiceagent.client import Pacer, RealtimeClient, SessionEvent, messages
+from voiceagent.events import ErrorEvent, InputTranscriptDone
+from voiceagent.transports.realtime_wire import WIRE_RATE
 
 __all__ = ["ENERGY_FLOOR_DBFS", "ReplayResult", "TurnResult", "replay_file", "speech_turns", "summarize"]
 
 ENERGY_FLOOR_DBFS = -45.0
 _FRAME_MS = 10
-_WIRE_RATE = wire.WIRE_RATE
+_WIRE_RATE = WIRE_RATE
 _CHUNK_MS = 20
 
 
@@ -98,13 +100,12 @@ class _Response:
 
 
 class _Collector:
-    """Server events of one replay, timed on the client's clock."""
+    """Server events of one replay, read by the client core and timed on the client's clock."""
 
-    def __init__(self, t0: float, speed: float) -> None:
+    def __init__(self, client: RealtimeClient, t0: float, speed: float) -> None:
         self.t0 = t0
         self.speed = speed
-        self.responses: dict[str, _Response] = {}
-        self.order: list[str] = []
+        self.client = client
         self.transcripts: list[tuple[float, str]] = []
         self.errors: list[dict[str, Any]] = []
 
@@ -112,37 +113,30 @@ class _Collector:
         return (wall - self.t0) * self.speed
 
     def finished(self, turns: int) -> bool:
-        done = [self.responses[r].status != "in_progress" for r in self.order]
+        done = [r.done for r in self.client.responses]
         return sum(done) >= turns and all(done)
 
-    def handle(self, msg: dict[str, Any], now: float) -> None:
-        kind = msg.get("type")
-        if kind == "response.created":
-            rid = msg["response"]["id"]
-            self.responses[rid] = _Response(rid, self.audio_s(now))
-            self.order.append(rid)
-        elif kind == "conversation.item.input_audio_transcription.completed":
-            self.transcripts.append((self.audio_s(now), msg["transcript"]))
-        elif kind == "error":
-            self.errors.append(msg["error"])
-        elif kind in wire.AUDIO_DELTA:
-            r = self.responses.get(msg["response_id"])
-            if r is not None and r.first_audio_wall is None:
-                r.first_audio_wall = now
-                r.first_audio_s = self.audio_s(now)
-        elif kind in wire.TRANSCRIPT_DELTA:
-            r = self.responses.get(msg["response_id"])
-            if r is not None:
-                r.text += msg["delta"]
-        elif (done := wire.response_done(msg)) is not None:
-            r = self.responses.get(done.response_id)
-            if r is not None:
-                r.status = done.status
-                r.text = done.transcript or r.text
-        elif kind == "voiceagent.turn_metrics":
-            r = self.responses.get(msg["response_id"])
-            if r is not None:
-                r.spans = msg["spans_ms"]
+    def handle(self, raw: str | bytes, now: float) -> None:
+        for ev in self.client.feed(raw, now):
+            if isinstance(ev, InputTranscriptDone):
+                self.transcripts.append((self.audio_s(ev.t), ev.text))
+            elif isinstance(ev, ErrorEvent):
+                self.errors.append({"type": ev.kind, "code": ev.code, "message": ev.message, "param": ev.param, "event_id": ev.event_id})
+
+    def responses(self) -> list[_Response]:
+        """Every response, in the order they were created."""
+        return [
+            _Response(
+                r.id,
+                self.audio_s(r.created_at),
+                first_audio_wall=r.first_audio_at,
+                first_audio_s=None if r.first_audio_at is None else self.audio_s(r.first_audio_at),
+                text=r.transcript,
+                status=r.status,
+                spans=r.spans,
+            )
+            for r in self.client.responses
+        ]
 
 
 async def replay_file(
@@ -153,30 +147,31 @@ async def replay_file(
     turns = speech_turns(pcm, rate, turn_gap_s=turn_gap_s)
     out = resample(pcm, rate, _WIRE_RATE)
     out = np.concatenate([out, np.zeros(int(tail_s * _WIRE_RATE), dtype=np.int16)])
-    step = _WIRE_RATE * _CHUNK_MS // 1000
     sep = "&" if "?" in url else "?"
     async with connect(f"{url}{sep}voiceagent_metrics=1", max_size=None) as ws:
-        first = json.loads(await ws.recv())
-        if first.get("type") != "session.created":
-            raise RuntimeError(f"expected session.created, got {first.get('type')}")
-        await ws.send(json.dumps(wire.session_update(output_format=None)))
+        client = RealtimeClient()
+        first = client.feed(await ws.recv(), time.monotonic())[-1]
+        if not (isinstance(first, SessionEvent) and first.type == "session.created"):
+            raise RuntimeError(f"expected session.created, got {getattr(first, 'type', None) or type(first).__name__}")
+        await ws.send(json.dumps(messages.session_update(output_format=None)))
         t0 = time.monotonic()
-        col = _Collector(t0, speed)
+        col = _Collector(client, t0, speed)
 
         finished = asyncio.Event()
 
         async def reader() -> None:
             async for raw in ws:
-                col.handle(json.loads(raw), time.monotonic())
+                col.handle(raw, time.monotonic())
                 if col.finished(len(turns)):
                     finished.set()
 
+        async def send(chunk: Int16Array) -> None:
+            await ws.send(json.dumps(messages.append_audio(chunk)))
+
         read_task = asyncio.create_task(reader())
         try:
-            for i in range(0, len(out), step):
-                # Pacing like a microphone: each chunk leaves when its audio would have been spoken.
-                await asyncio.sleep(max(0.0, t0 + (i / _WIRE_RATE) / speed - time.monotonic()))
-                await ws.send(json.dumps(wire.append_audio(out[i : i + step])))
+            # Pacing like a microphone: each chunk leaves when its audio would have been spoken.
+            await Pacer(send, chunk_ms=_CHUNK_MS, speed=speed, start=t0).play(out)
             with contextlib.suppress(TimeoutError):  # unanswered turns are reported as such
                 await asyncio.wait_for(finished.wait(), timeout_s)
         finally:
@@ -184,7 +179,7 @@ async def replay_file(
             await asyncio.gather(read_task, return_exceptions=True)
     if col.errors:
         raise RuntimeError(f"server reported errors: {col.errors}")
-    return _match(str(path), turns, [col.responses[r] for r in col.order], col.transcripts, t0, speed)
+    return _match(str(path), turns, col.responses(), col.transcripts, t0, speed)
 
 
 def _match(

@@ -1,4 +1,10 @@
-"""A minimal OpenAI Realtime test client: paced audio out, every server event recorded."""
+"""The integration tests' Realtime client: paced audio out, every server event recorded.
+
+The client side is the project's one client core (:mod:`voiceagent.client`): each server message
+is fed to a :class:`~voiceagent.client.RealtimeClient` (its typed view: :meth:`Recorder.done`…)
+and kept as sent (``events``: the tests check the wire itself); audio goes out through the core's
+:class:`~voiceagent.client.Pacer`.
+"""
 
 from __future__ import annotations
 
@@ -16,7 +22,8 @@ from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed
 
 from voiceagent.audio import Int16Array, read_wav, resample
-from voiceagent.transports import realtime_wire as wire
+from voiceagent.client import Pacer, RealtimeClient, Response, messages
+from voiceagent.events import Event, ResponseDone
 from voiceagent.transports.realtime_wire import WIRE_RATE
 
 __all__ = ["WIRE_RATE", "Recorder", "append_msg", "scrape", "send_paced", "wire_audio"]
@@ -29,16 +36,19 @@ def wire_audio(path: Path, tail_s: float = 0.0) -> Int16Array:
 
 
 def append_msg(chunk: Int16Array) -> str:
-    return json.dumps(wire.append_audio(chunk))
+    return json.dumps(messages.append_audio(chunk))
 
 
 @dataclass
 class Recorder:
-    """Reads every server event into ``events`` and lets tests wait for one by predicate."""
+    """Reads every server event into ``events`` (and the client core) and lets tests wait for one
+    by predicate."""
 
     ws: ClientConnection
     events: list[dict[str, Any]] = field(default_factory=list)
     times: list[float] = field(default_factory=list)
+    client: RealtimeClient = field(default_factory=RealtimeClient)
+    _typed: list[list[Event]] = field(default_factory=list)
     _cond: asyncio.Condition = field(default_factory=asyncio.Condition)
     closed: bool = False
 
@@ -46,9 +56,12 @@ class Recorder:
         try:
             async for raw in self.ws:
                 msg = json.loads(raw)
+                now = time.monotonic()
+                typed = self.client.feed(msg, now)
                 async with self._cond:
+                    self._typed.append(typed)  # before a waiter sees it: the typed view is current
                     self.events.append(msg)
-                    self.times.append(time.monotonic())
+                    self.times.append(now)
                     self._cond.notify_all()
         except ConnectionClosed:
             pass  # the close code stays readable on ``ws.close_code``
@@ -74,16 +87,28 @@ class Recorder:
     def of(self, kind: str) -> list[dict[str, Any]]:
         return [e for e in self.events if e.get("type") == kind]
 
+    def typed(self, msg: dict[str, Any]) -> list[Event]:
+        """The client core's events of ``msg``, one of :attr:`events` (the very object)."""
+        return self._typed[next(i for i, e in enumerate(self.events) if e is msg)]
+
+    def done(self, msg: dict[str, Any]) -> ResponseDone:
+        """A recorded ``response.done`` as the client core reads it: ``status``, ``reason``,
+        ``item_id`` and ``text`` (its message item's), ``calls``."""
+        return next(ev for ev in self.typed(msg) if isinstance(ev, ResponseDone))
+
+    def response(self, msg: dict[str, Any]) -> Response:
+        """What the client core tracked of the response ``msg`` (a ``response.*`` event) belongs to."""
+        return self.client.responses[msg["response"]["id"] if "response" in msg else msg["response_id"]]
+
 
 async def send_paced(ws: ClientConnection, pcm: Int16Array, speed: float = 1.0, chunk_ms: int = 20) -> None:
-    """Send ``pcm`` (24 kHz) in ``chunk_ms`` messages at ``speed`` × real time."""
-    step = WIRE_RATE * chunk_ms // 1000
-    t0 = time.monotonic()
-    for i in range(0, len(pcm), step):
-        delay = t0 + (i / WIRE_RATE) / speed - time.monotonic()
-        if delay > 0:
-            await asyncio.sleep(delay)  # pacing audio like a microphone, not synchronisation
-        await ws.send(append_msg(pcm[i : i + step]))
+    """Send ``pcm`` (24 kHz) in ``chunk_ms`` messages at ``speed`` × real time (pacing audio like a
+    microphone, not synchronisation)."""
+
+    async def send(chunk: Int16Array) -> None:
+        await ws.send(append_msg(chunk))
+
+    await Pacer(send, chunk_ms=chunk_ms, speed=speed).play(pcm)
 
 
 def scrape(port: int) -> dict[str, float]:

@@ -78,7 +78,7 @@ def test_a_server_stopped_mid_conversation_hands_its_turns_to_the_fallback_until
                 await ws.send(json.dumps({"type": "response.create"}))
                 done = await rec.wait_for("response.done", 60, start=mark)
                 metrics = await rec.wait_for("voiceagent.turn_metrics", 10, start=mark)
-                reply = done["response"]["output"][0]["content"][0]["transcript"].lower()
+                reply = rec.done(done).text.lower()
                 assert done["response"]["status"] == "completed", (question, done)
                 assert (metrics["llm_engine"], metrics["llm_route"]) == (engine, why), (question, metrics)
                 assert word in reply, (question, engine, reply)
@@ -189,7 +189,7 @@ def test_an_in_process_primary_hands_failed_and_late_turns_to_a_second_pool_and_
 
             async def answered(question: str, word: str, engine: str, why: str) -> None:
                 done, metrics = await ask(question)
-                reply = done["response"]["output"][0]["content"][0]["transcript"].lower()
+                reply = rec.done(done).text.lower()
                 assert done["response"]["status"] == "completed", (question, done)
                 assert (metrics["llm_engine"], metrics["llm_route"]) == (engine, why), (question, metrics)
                 assert word in reply, (question, engine, reply)

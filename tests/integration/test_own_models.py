@@ -97,7 +97,7 @@ async def _spoken_turn(config: Config, speech: Path) -> tuple[Engines, str, str,
     finally:
         engines.close()
     assert done["response"]["status"] == "completed", done
-    reply = done["response"]["output"][0]["content"][0]["transcript"]
+    reply = rec.done(done).text
     return engines, transcript, reply, np.frombuffer(audio, dtype="<i2")
 
 

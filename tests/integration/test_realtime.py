@@ -51,7 +51,7 @@ def test_spoken_question_gets_transcript_and_spoken_reply(engines: Any, speech: 
             samples = np.frombuffer(audio, dtype="<i2")
             assert len(samples) > WIRE_RATE // 2, "less than half a second of reply audio"
             assert np.abs(samples).max() > 1000, "reply audio is silent"
-            reply = done["response"]["output"][0]["content"][0]["transcript"]
+            reply = rec.done(done).text
             assert reply.strip(), "empty reply text"
             kinds = [e["type"] for e in rec.events]
             for expected in (
@@ -108,13 +108,13 @@ def test_barge_in_cancels_reply_and_cuts_history(engines: Any, speech: dict[str,
             assert done["response"]["id"] == rid
             assert done["response"]["status"] == "cancelled", done["response"]
             assert done["response"]["status_details"]["reason"] == "turn_detected"
-            heard = done["response"]["output"][0]["content"][0]["transcript"]
+            heard = rec.done(done).text
             spoken = "".join(e["delta"] for e in rec.of("response.output_audio_transcript.delta") if e["response_id"] == rid)
             assert heard, "nothing kept although audio was played"
             assert len(heard) < len(spoken.strip()), (heard, spoken)
             assert " ".join(spoken.split()).startswith(" ".join(heard.split())), (heard, spoken)
             # The client reports what it really played; the server cuts the stored item to that.
-            item_id = done["response"]["output"][0]["id"]
+            item_id = rec.done(done).item_id
             await ws.send(json.dumps({"type": "conversation.item.truncate", "item_id": item_id, "content_index": 0, "audio_end_ms": 500}))
             truncated = await rec.wait_for("conversation.item.truncated", 10, item_id=item_id)
             assert truncated["audio_end_ms"] == 500
@@ -264,7 +264,7 @@ def test_manual_turn_taking_with_commit(engines: Any, speech: dict[str, Path], r
             await ws.send(json.dumps({"type": "response.create"}))
             done = await rec.wait_for("response.done", 30)
             assert done["response"]["status"] == "completed"
-            assert done["response"]["output"][0]["content"][0]["transcript"].strip(), "empty reply"
+            assert rec.done(done).text.strip(), "empty reply"
             await ws.close()
             await task
 

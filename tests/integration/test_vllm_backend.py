@@ -185,7 +185,7 @@ def test_a_spoken_question_is_answered_through_the_server_on_vllm(vllm_engines: 
             assert rec.of("response.output_audio.delta"), "no audio came back"
             await ws.close()
             await task
-            reply: str = done["response"]["output"][0]["content"][0]["transcript"]
+            reply = rec.done(done).text
             return reply, metrics
 
     reply, metrics = run(main(), 120)

@@ -33,6 +33,7 @@ LAYERS = [
     "session",
     "web",
     "transports",
+    "client",
     "replay",
     "talk",
     "cli",

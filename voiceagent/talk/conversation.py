@@ -1,9 +1,10 @@
 """Client-side state of one ``voiceagent talk`` conversation, whoever runs the agent.
 
 The in-process driver (:mod:`voiceagent.talk.local`) and the WebSocket driver
-(:mod:`voiceagent.talk.remote`) translate their events into calls on :class:`Conversation`, which
-plays reply audio, prints transcripts, decides what a barge-in cuts (from the speaker's own
-playback clock) and tells when a file-driven conversation is over.
+(:mod:`voiceagent.talk.remote`) hand their events to :class:`~voiceagent.talk.handler.TalkEvents`,
+which makes calls on :class:`Conversation`; it plays reply audio, prints transcripts, decides what
+a barge-in cuts (from the speaker's own playback clock) and tells when a file-driven conversation
+is over.
 """
 
 from __future__ import annotations
@@ -67,7 +68,6 @@ class Conversation:
         self.result = TalkResult()
         self._open: dict[str, str] = {}  # response id → item id, while in progress
         self._agent_text: dict[str, str] = {}
-        self._user_text: dict[str, str] = {}
         self._cut: set[str] = set()
         self._heard: dict[str, float] = {}
         self._audio_item: str | None = None
@@ -80,21 +80,15 @@ class Conversation:
     # ------------------------------------------------------------------ user side
 
     def user_speaking(self, text: str = "") -> None:
+        """The user is talking; ``text``: the partial transcript so far."""
         self._touch()
         self.console.partial("you", text or "…")
-
-    def user_delta(self, item_id: str, delta: str) -> None:
-        """A piece of the partial transcript (the Realtime protocol sends increments)."""
-        text = self._user_text.get(item_id, "") + delta
-        self._user_text[item_id] = text
-        self.user_speaking(text)
 
     def user_stopped(self) -> None:
         self._touch()
 
     def user_final(self, item_id: str, text: str) -> None:
         self._touch()
-        self._user_text.pop(item_id, None)
         self.result.turns.append(Turn("user", item_id, text))
         self.console.user(text)
 

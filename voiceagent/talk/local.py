@@ -1,9 +1,10 @@
 """``voiceagent talk`` in one process: microphone → :class:`~voiceagent.session.Session` → speaker.
 
-Barge-in: when the session reports :class:`~voiceagent.events.PlaybackCleared`, the speaker drops
-its queue at once and the session's assistant item is truncated to what the speaker's own clock
-says was played (the session's estimate is replaced by the device's figure; ``truncate`` only
-ever cuts further).
+The session's events are applied by :class:`~voiceagent.talk.handler.TalkEvents`, the path the
+talk over the wire takes too.  Barge-in: when the session reports
+:class:`~voiceagent.events.PlaybackCleared`, the speaker drops its queue at once and the session's
+assistant item is truncated to what the speaker's own clock says was played (the session's
+estimate is replaced by the device's figure; ``truncate`` only ever cuts further).
 """
 
 from __future__ import annotations
@@ -13,25 +14,11 @@ import contextlib
 
 from voiceagent.conversation.history import AssistantItem
 from voiceagent.errors import ProtocolError
-from voiceagent.events import (
-    AudioDelta,
-    ErrorEvent,
-    Event,
-    FunctionCallAdded,
-    InputSpeechStarted,
-    InputSpeechStopped,
-    InputTranscriptDelta,
-    InputTranscriptDone,
-    OutputTranscriptDelta,
-    PlaybackCleared,
-    ResponseCreated,
-    ResponseDone,
-    ToolOutputAdded,
-    TurnMetrics,
-)
+from voiceagent.events import ResponseDone
 from voiceagent.session import Session
 from voiceagent.talk.conversation import Conversation, TalkResult, feed_microphone
 from voiceagent.talk.devices import Microphone
+from voiceagent.talk.handler import TalkEvents
 
 __all__ = ["talk_local"]
 
@@ -53,38 +40,15 @@ async def talk_local(session: Session, mic: Microphone, conv: Conversation, *, m
 
 
 async def _consume(session: Session, conv: Conversation) -> None:
-    async for ev in session.events():
-        await _apply(session, conv, ev)
+    async def truncate(item_id: str, audio_end_ms: float) -> None:
+        with contextlib.suppress(ProtocolError):  # the item may be gone from the history
+            await session.truncate(item_id, audio_end_ms)
 
-
-async def _apply(session: Session, conv: Conversation, ev: Event) -> None:
-    if isinstance(ev, InputSpeechStarted):
-        conv.user_speaking()
-    elif isinstance(ev, InputTranscriptDelta):
-        conv.user_speaking(ev.text)
-    elif isinstance(ev, InputSpeechStopped):
-        conv.user_stopped()
-    elif isinstance(ev, InputTranscriptDone):
-        conv.user_final(ev.item_id, ev.text)
-    elif isinstance(ev, ResponseCreated):
-        conv.response_started(ev.response_id, ev.item_id)
-    elif isinstance(ev, OutputTranscriptDelta):
-        conv.agent_text(ev.item_id, ev.text)
-    elif isinstance(ev, AudioDelta):
-        conv.audio(ev.response_id, ev.item_id, ev.pcm, ev.rate)
-    elif isinstance(ev, PlaybackCleared):
-        for cut in conv.barge_in(ev.item_id):
-            with contextlib.suppress(ProtocolError):  # the item may be gone from the history
-                await session.truncate(cut.item_id, cut.audio_end_ms)
-    elif isinstance(ev, ResponseDone):
+    def reply_text(ev: ResponseDone) -> str:
         # The event's text predates our own truncate (which the history has applied): show the history's.
         item = session.history.find(ev.item_id)
-        conv.response_done(ev.response_id, ev.item_id, ev.status.value, item.text if isinstance(item, AssistantItem) else ev.text)
-    elif isinstance(ev, FunctionCallAdded):
-        conv.tool_call(ev.call_id, ev.name, ev.arguments)
-    elif isinstance(ev, ToolOutputAdded):
-        conv.tool_output(ev.call_id, ev.output)
-    elif isinstance(ev, TurnMetrics):
-        conv.metrics(ev.response_id, ev.spans)
-    elif isinstance(ev, ErrorEvent):
-        conv.error(f"{ev.code}: {ev.message}")
+        return item.text if isinstance(item, AssistantItem) else ev.text
+
+    handler = TalkEvents(conv, truncate, reply_text=reply_text)
+    async for ev in session.events():
+        await handler.apply(ev)

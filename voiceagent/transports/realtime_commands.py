@@ -23,7 +23,7 @@ from voiceagent.settings import SessionSettings, TurnDetection
 from voiceagent.tools.spec import Tool
 from voiceagent.transports.fields import parse_object, require_str
 from voiceagent.transports.realtime_audio import WireAudio
-from voiceagent.transports.realtime_wire import FORMATS
+from voiceagent.transports.realtime_wire import FORMATS, WIRE_RATE
 
 __all__ = [
     "MAX_TOOLS",
@@ -423,10 +423,10 @@ def _format(obj: dict[str, Any], param: str) -> str:
         kind = "audio/pcmu"
     if not isinstance(kind, str) or kind not in FORMATS:  # a list or object is not a format (nor hashable)
         raise ProtocolError(
-            "unsupported_format", f"audio format {excerpt(kind)} is not supported (audio/pcm at 24000 Hz or audio/pcmu)", param=param
+            "unsupported_format", f"audio format {excerpt(kind)} is not supported (audio/pcm at {WIRE_RATE} Hz or audio/pcmu)", param=param
         )
-    if kind == "audio/pcm" and isinstance(fmt, dict) and fmt.get("rate", 24000) != 24000:
-        raise ProtocolError("unsupported_format", "audio/pcm is 24000 Hz in this protocol", param=f"{param}.rate")
+    if kind == "audio/pcm" and isinstance(fmt, dict) and fmt.get("rate", WIRE_RATE) != WIRE_RATE:
+        raise ProtocolError("unsupported_format", f"audio/pcm is {WIRE_RATE} Hz in this protocol", param=f"{param}.rate")
     return str(kind)
 
 
