@@ -34,6 +34,9 @@ sys.path.insert(0, str(ROOT / "scripts"))
 from bench_latency import machine  # noqa: E402
 from serve_process import ServeProcess  # noqa: E402
 
+from voiceagent.client import MalformedEvent, OtherEvent, RealtimeClient, messages  # noqa: E402
+from voiceagent.events import ErrorEvent, Event, OutputTranscriptDelta, ResponseDone  # noqa: E402
+
 FIRST = ["Ada", "Bruno", "Chidi", "Dana", "Emil", "Farah", "Goran", "Hana", "Ivo", "Jun", "Kemal", "Lena", "Mateo", "Nia"]
 LAST = ["Okafor", "Lindqvist", "Moreau", "Tanaka", "Silva", "Novak", "Haddad", "Kowalski", "Brennan", "Castillo", "Weber"]
 TOPICS = [
@@ -90,41 +93,39 @@ def instructions(chars: int) -> str:
 
 async def caller(url: str, text: str, questions: list[str]) -> list[dict[str, Any]]:
     turns: list[dict[str, Any]] = []
+    client = RealtimeClient()
     async with connect(url, max_size=None) as ws:
-        queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        queue: asyncio.Queue[Event] = asyncio.Queue()
 
         async def pump() -> None:
             async for raw in ws:
-                await queue.put(json.loads(raw))
+                for ev in client.feed(raw, time.perf_counter()):
+                    await queue.put(ev)
 
         reader = asyncio.create_task(pump())
         try:
-            await ws.send(json.dumps({"type": "session.update", "session": {"instructions": text}}))
+            await ws.send(json.dumps(messages.session_update(input_format=None, output_format=None, instructions=text)))
             deleted = 0
             for q in questions:
-                item = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": q}]}
-                await ws.send(json.dumps({"type": "conversation.item.create", "item": item}))
+                await ws.send(json.dumps(messages.create_text(q)))
                 sent = time.perf_counter()
-                await ws.send(json.dumps({"type": "response.create", "response": {"output_modalities": ["text"]}}))
+                await ws.send(json.dumps(messages.create_response(output_modalities=["text"])))
                 first: float | None = None
                 while True:
                     ev = await asyncio.wait_for(queue.get(), 600)
-                    kind = ev.get("type")
-                    if kind == "error":
-                        raise SystemExit(f"server error: {ev['error']}")
-                    if kind == "conversation.item.deleted":
+                    if isinstance(ev, ErrorEvent | MalformedEvent):
+                        raise SystemExit(f"server error: {ev}")
+                    if isinstance(ev, OtherEvent) and ev.type == "conversation.item.deleted":
                         deleted += 1
-                    if kind == "response.output_text.delta" and first is None:
-                        first = time.perf_counter() - sent
-                    if kind == "response.done":
-                        out = ev["response"]["output"]
-                        answer = " ".join(c.get("text") or "" for o in out for c in o.get("content", []))
+                    if isinstance(ev, OutputTranscriptDelta) and first is None:
+                        first = ev.t - sent
+                    if isinstance(ev, ResponseDone):
                         turns.append(
                             {
                                 "question": q,
                                 "first_token_ms": round((first or 0.0) * 1000, 1),
-                                "status": ev["response"]["status"],
-                                "answer": answer,
+                                "status": str(ev.status),
+                                "answer": ev.text,
                                 "items_deleted_so_far": deleted,
                             }
                         )
