@@ -124,15 +124,22 @@ class Sampler:
 
 
 def session_files(
-    n: int, turns: int, slot_s: float, arrangement: str, rng: random.Random, workdir: Path, questions: tuple[str, ...] = QUESTIONS
+    n: int,
+    turns: int,
+    slot_s: float,
+    arrangement: str,
+    rng: random.Random,
+    workdir: Path,
+    questions: tuple[str, ...] = QUESTIONS,
+    lead_s: float = 0.0,
 ) -> list[Path]:
-    """One WAV per session: ``turns`` questions (fixture names, in rotation), turn k's speech ending
-    at ``(k + 1) * slot_s - margin`` for all sessions (simultaneous) or at a random point of the
-    slot (staggered)."""
+    """One WAV per session: ``lead_s`` of silence, then ``turns`` questions (fixture names, in
+    rotation), turn k's speech ending at ``(k + 1) * slot_s - margin`` for all sessions
+    (simultaneous) or at a random point of the slot (staggered)."""
     fixtures = make_fixtures.make_all(ROOT / ".cache" / "fixtures")
     files = []
     for i in range(n):
-        out = np.zeros(int(turns * slot_s * RATE), dtype=np.int16)
+        out = np.zeros(int((lead_s + turns * slot_s) * RATE), dtype=np.int16)
         for k in range(turns):
             name = questions[(i + k * 3) % len(questions)]
             pcm, rate = read_wav(fixtures[name])
@@ -140,7 +147,7 @@ def session_files(
             start_s, end_s = speech_turns(pcm, RATE)[0][0], speech_turns(pcm, RATE)[-1][1]
             speech = pcm[int(start_s * RATE) : int(end_s * RATE) + RATE // 100]
             latest = 6.0  # s into its slot: every question (at most 5 s) ends by then
-            end = k * slot_s + (latest if arrangement == "simultaneous" else rng.uniform(len(speech) / RATE + 0.3, latest))
+            end = lead_s + k * slot_s + (latest if arrangement == "simultaneous" else rng.uniform(len(speech) / RATE + 0.3, latest))
             a = int(end * RATE) - len(speech)
             out[a : a + len(speech)] = speech
         path = workdir / f"{arrangement}-n{n}-s{i}.wav"
@@ -149,9 +156,12 @@ def session_files(
     return files
 
 
-async def run_n(url: str, files: list[Path]) -> tuple[list[TurnResult], list[str]]:
-    """Play every session's file at the same time over its own connection."""
-    results = await asyncio.gather(*(replay_file(url, f, timeout_s=60.0, turn_gap_s=3.0) for f in files), return_exceptions=True)
+async def run_n(url: str, files: list[Path], session: dict[str, Any] | None = None) -> tuple[list[TurnResult], list[str]]:
+    """Play every session's file at the same time over its own connection (``session``: more
+    ``session.update`` fields each sends first)."""
+    results = await asyncio.gather(
+        *(replay_file(url, f, timeout_s=60.0, turn_gap_s=3.0, session=session) for f in files), return_exceptions=True
+    )
     turns: list[TurnResult] = []
     errors: list[str] = []
     for r in results:

@@ -19,7 +19,13 @@ Writes ``soak.json`` to ``--out`` and prints it.
 ``--instructions-chars N`` gives the server instructions of about N characters (a conference
 assistant's schedule, as scripts/bench_long_prompt.py writes them) and raises ``llm.context`` to
 hold them; ``--tools`` turns the built-in tools on and adds "What time is it?" (a get_time call)
-to the questions.  Also a pass criterion: once every client is gone, the server counts no open
+to the questions.  ``--client-instructions`` has each client send them in its ``session.update``
+instead (evaluated when it arrives), and ``--lead-s`` gives that evaluation time before the first
+question: the long spoken conversation of issue #31 is
+
+    .venv/bin/python scripts/soak.py --sessions 1 --turns 30 --instructions-chars 45000 --client-instructions --lead-s 90 --warm-turns 5
+
+Also a pass criterion: once every client is gone, the server counts no open
 session (``voiceagent_sessions_active`` back to 0).
 """
 
@@ -136,13 +142,24 @@ def main() -> int:
     ap.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")
     ap.add_argument("--instructions-chars", type=int, default=0, help="long server instructions of about this many characters")
     ap.add_argument("--tools", action="store_true", help="built-in tools on, and a question that calls one")
+    ap.add_argument(
+        "--client-instructions",
+        action="store_true",
+        help="each client sends the --instructions-chars instructions in its session.update (evaluated then), not the server",
+    )
+    ap.add_argument("--lead-s", type=float, default=0.0, help="silence before each session's first question")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     overrides = {"server.port": "0", "server.max_sessions": str(args.sessions)}
     questions = QUESTIONS
+    session: dict[str, Any] | None = None
     if args.instructions_chars:
-        overrides["llm.instructions"] = instructions(args.instructions_chars)
+        text = instructions(args.instructions_chars)
+        if args.client_instructions:
+            session = {"instructions": text}
+        else:
+            overrides["llm.instructions"] = text
         # Room for the instructions (~4 characters a token) and a conversation beside them.
         overrides["llm.context"] = str(max(2048, 1024 * -(-(args.instructions_chars // 4 + 1536) // 1024)))
     if args.tools:
@@ -153,10 +170,12 @@ def main() -> int:
     expected = args.sessions * args.turns
     try:
         with tempfile.TemporaryDirectory() as tmp:
-            files = session_files(args.sessions, args.turns, args.slot, "staggered", random.Random(args.seed), Path(tmp), questions)
+            files = session_files(
+                args.sessions, args.turns, args.slot, "staggered", random.Random(args.seed), Path(tmp), questions, lead_s=args.lead_s
+            )
             with RssLog(server.proc.pid) as rss:
                 t0 = time.monotonic()
-                turns, errors = asyncio.run(run_n(server.url, files))
+                turns, errors = asyncio.run(run_n(server.url, files, session))
                 wall = time.monotonic() - t0
             left = sessions_left(server.url)
             metrics = scrape(server.url)
@@ -165,7 +184,7 @@ def main() -> int:
         server.stop()
     lat = [t.latency_ms for t in turns if t.latency_ms is not None]
     start_mb = rss.at(t0) / 2**20
-    warm_mb = rss.at(t0 + args.warm_turns * args.slot) / 2**20
+    warm_mb = rss.at(t0 + args.lead_s + args.warm_turns * args.slot) / 2**20
     end_mb = rss.samples[-1][1] / 2**20
     growth = end_mb - warm_mb
     lost = expected - len(lat)
@@ -190,11 +209,13 @@ def main() -> int:
             "peak": round(max(r for _, r in rss.samples) / 2**20, 1),
             "growth_from_warm": round(growth, 1),
             # one sample per turn slot (the start of slot k), then the end: linear or saturating
-            "per_slot": rss.series(t0, args.slot, args.turns),
-            "anon_per_slot": rss.series(t0, args.slot, args.turns, anon=True),
+            "per_slot": rss.series(t0 + args.lead_s, args.slot, args.turns),
+            "anon_per_slot": rss.series(t0 + args.lead_s, args.slot, args.turns, anon=True),
         },
         "wall_s": round(wall, 1),
-        "instructions_chars": len(overrides.get("llm.instructions", "")),
+        "instructions_chars": len(text) if args.instructions_chars else 0,
+        "instructions_from": "client session.update" if session else "server llm.instructions",
+        "lead_s": args.lead_s,
         "llm_context": overrides.get("llm.context"),
         "tools": args.tools,
         "sessions_active_at_end": left,

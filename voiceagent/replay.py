@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import json
 import time
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -140,9 +141,17 @@ class _Collector:
 
 
 async def replay_file(
-    url: str, path: str | Path, *, speed: float = 1.0, tail_s: float = 2.5, timeout_s: float = 30.0, turn_gap_s: float = 1.5
+    url: str,
+    path: str | Path,
+    *,
+    speed: float = 1.0,
+    tail_s: float = 2.5,
+    timeout_s: float = 30.0,
+    turn_gap_s: float = 1.5,
+    session: Mapping[str, Any] | None = None,
 ) -> list[TurnResult]:
-    """Stream one file over one connection and return one result per ground-truth turn."""
+    """Stream one file over one connection and return one result per ground-truth turn.
+    ``session``: more ``session.update`` fields sent before the audio (``instructions``, ``tools``…)."""
     pcm, rate = read_wav(path)
     turns = speech_turns(pcm, rate, turn_gap_s=turn_gap_s)
     out = resample(pcm, rate, _WIRE_RATE)
@@ -153,7 +162,7 @@ async def replay_file(
         first = client.feed(await ws.recv(), time.monotonic())[-1]
         if not (isinstance(first, SessionEvent) and first.type == "session.created"):
             raise RuntimeError(f"expected session.created, got {getattr(first, 'type', None) or type(first).__name__}")
-        await ws.send(json.dumps(messages.session_update(output_format=None)))
+        await ws.send(json.dumps(messages.session_update(output_format=None, **(session or {}))))
         t0 = time.monotonic()
         col = _Collector(client, t0, speed)
 
