@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import re
 import shlex
-import subprocess
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
@@ -22,7 +21,7 @@ from typing import Any
 import pytest
 import yaml  # PyYAML: a dependency of faster-whisper's huggingface_hub (the cpu extra)
 
-from tests.unit.test_docker import _tool
+from tests.unit.test_docker import compose_config
 from voiceagent.config import load_config
 from voiceagent.transports.auth import Access, access_for
 
@@ -41,22 +40,11 @@ TOKEN_VAR = "VOICEAGENT_TOKEN"
 def _render(env: Mapping[str, str]) -> dict[str, Any]:
     """compose.yaml as ``docker-compose config`` renders it with ``env`` (the real tool, as
     tests/unit/test_docker.py uses it); a variable Compose refuses to start without fails here."""
-    proc = _compose_config(env)
+    proc = compose_config(env, "gpu", "cpu")
     assert proc.returncode == 0, proc.stderr
     rendered = yaml.safe_load(proc.stdout)
     assert isinstance(rendered, dict) and isinstance(rendered.get("services"), dict)
     return rendered
-
-
-def _compose_config(env: Mapping[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [_tool("docker-compose"), "-f", str(COMPOSE), "--profile", "gpu", "--profile", "cpu", "config"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=ROOT,
-        env={"PATH": "/usr/bin:/bin", "HOME": str(ROOT), **env},
-    )
 
 
 def _environment(service: Mapping[str, Any]) -> dict[str, str]:
@@ -121,7 +109,7 @@ def _port(replica: Mapping[str, Any]) -> int:
 
 def test_rendering_needs_the_token_and_passes_it_through() -> None:
     for env in ({}, {TOKEN_VAR: ""}):  # Compose refuses to start, naming the variable
-        proc = _compose_config(env)
+        proc = compose_config(env, "gpu", "cpu")
         assert proc.returncode != 0 and TOKEN_VAR in proc.stderr, proc.stderr
     for token in (TOKEN, "another-token"):  # the value comes from the variable, not the file
         for replica in _replicas(_render({TOKEN_VAR: token})).values():

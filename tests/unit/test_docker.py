@@ -8,6 +8,7 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -69,24 +70,24 @@ def test_the_vllm_versions_agree_between_the_cpu_build_the_gpu_install_and_the_c
 TOKEN = "one-token-for-every-replica"
 
 
-def _compose_config(profile: str, token: str | None = TOKEN) -> subprocess.CompletedProcess[str]:
-    env = {"PATH": "/usr/bin:/bin", "HOME": str(ROOT), **({"LLM_SERVICE": "llama-server"} if profile == "cpu" else {})}
-    if token is not None:
-        env["VOICEAGENT_TOKEN"] = token
+def compose_config(env: Mapping[str, str], *profiles: str) -> subprocess.CompletedProcess[str]:
+    """``docker-compose config`` of docker/compose.yaml with ``profiles`` on and only ``env`` set
+    (beside PATH and HOME), as Compose itself renders and interpolates it."""
+    flags = [arg for profile in profiles for arg in ("--profile", profile)]
     return subprocess.run(
-        [_tool("docker-compose"), "-f", str(ROOT / "docker" / "compose.yaml"), "--profile", profile, "config"],
+        [_tool("docker-compose"), "-f", str(ROOT / "docker" / "compose.yaml"), *flags, "config"],
         capture_output=True,
         text=True,
         timeout=60,
         cwd=ROOT,
-        env=env,
+        env={"PATH": "/usr/bin:/bin", "HOME": str(ROOT), **env},
     )
 
 
 def _compose(profile: str) -> Any:
     import yaml  # PyYAML: a dependency of faster-whisper's huggingface_hub
 
-    proc = _compose_config(profile)
+    proc = compose_config({"VOICEAGENT_TOKEN": TOKEN, **({"LLM_SERVICE": "llama-server"} if profile == "cpu" else {})}, profile)
     assert proc.returncode == 0, proc.stderr
     return yaml.safe_load(proc.stdout)
 

