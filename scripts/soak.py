@@ -171,7 +171,14 @@ def main() -> int:
     try:
         with tempfile.TemporaryDirectory() as tmp:
             files = session_files(
-                args.sessions, args.turns, args.slot, "staggered", random.Random(args.seed), Path(tmp), questions, lead_s=args.lead_s
+                args.sessions,
+                args.turns,
+                args.slot,
+                "staggered",
+                random.Random(args.seed),
+                Path(tmp),
+                questions,
+                lead_s=args.lead_s,
             )
             with RssLog(server.proc.pid) as rss:
                 t0 = time.monotonic()
@@ -202,6 +209,11 @@ def main() -> int:
         "server_responses": by_status,
         "latency_ms": percentiles(lat) | {"max": round(max(lat), 1) if lat else None},
         "cutoffs": sum(t.cutoffs for t in turns),
+        # The waterfall: ms from the end of speech to each mark of the answered turns, p50/p95.
+        "spans_ms": {
+            name: percentiles([t.spans_ms[name] for t in turns if name in t.spans_ms])
+            for name in sorted({n for t in turns for n in t.spans_ms})
+        },
         "rss_mb": {
             "start": round(start_mb, 1),
             f"after_turn_{args.warm_turns}": round(warm_mb, 1),
@@ -221,6 +233,9 @@ def main() -> int:
         "sessions_active_at_end": left,
         "context_cuts": metrics.get("voiceagent_context_cuts_total", 0.0),
         "prompt_tokens": {k: v for k, v in metrics.items() if k.startswith("voiceagent_llm_prompt_tokens_total")},
+        "llm_engine": {
+            k: v for k, v in metrics.items() if k.startswith("voiceagent_llm_") and "prompt_tokens" not in k and "bucket" not in k
+        },
         "pass": lost == 0 and not errors and failed == 0 and growth < args.max_growth_mb and left == 0,
     }
     (out / "soak.json").write_text(json.dumps(report, indent=1))

@@ -349,6 +349,8 @@ class BatchedEngine:
             decode_seconds=round(self._decode_s, 3),
             prefilled_tokens=self._prefilled,
             shared_tokens=self._shared_tokens,
+            steps=self.steps,
+            step_tokens=self.batched_tokens,
         )
 
     async def drained(self) -> None:

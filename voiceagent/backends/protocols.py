@@ -212,6 +212,11 @@ class LlmStats:
     shared_tokens: int = 0
     """Prompt tokens copied from another sequence's evaluated prefix instead of evaluated (the
     same long instructions in several conversations)."""
+    steps: int = 0
+    """Forward passes of a batched engine (each carries every decoding sequence's next token and
+    any prompt chunk); 0 for an engine that does not count them."""
+    step_tokens: int = 0
+    """Tokens those passes carried: ``step_tokens / steps`` is the mean batch."""
     breaker: str = ""
     """The circuit breaker's state (closed, open, half_open) of an engine with a fallback; empty
     for a single engine."""
