@@ -346,8 +346,12 @@ class ItemsDropped(Event):
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class InputTranscriptDone(Event):
+    """The final transcript of user item ``item_id``; ``audio_s``: the seconds of input audio it
+    was transcribed from (what the transcription cost, as ``usage`` reports it)."""
+
     item_id: str
     text: str
+    audio_s: float = 0.0
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -122,6 +122,8 @@ class ReplyController:
         self._replies: dict[int, Reply] = {}
         self._playing: Reply | None = None
         self._user_item: str | None = None
+        self._user_start_ms: float | None = None  # where the user item's speech began (input-stream ms)
+        self._input_end_ms = 0.0  # where the last user turn's audio ended
         self._llm_in: Channel[Event] | None = None
         self._play_in: Channel[Event] | None = None
         self._heard: Callable[[str], None] | None = None
@@ -319,6 +321,7 @@ class ReplyController:
             # speech_started goes first, then the interrupted response's done (OpenAI's order).
             if self._user_item is None:
                 self._user_item = new_id("item")
+                self._user_start_ms = ev.audio_ms
                 await self._emit(InputSpeechStarted(t=now, gen=ev.gen, session=self._id, item_id=self._user_item, audio_ms=ev.audio_ms))
             detection = self._settings().turn_detection
             if self.agent_audible() and (detection is None or detection.interrupt_response):
@@ -575,13 +578,18 @@ class ReplyController:
     async def _confirm(self, ev: TurnConfirmed) -> None:
         now = self._clock.now()
         item_id = self._user_item or new_id("item")
-        self._user_item = None
+        # The turn's audio: from its speech start, or (a manual commit, no VAD) from the end of
+        # the turn before.
+        start_ms = self._user_start_ms if self._user_start_ms is not None else self._input_end_ms
+        audio_s = max(0.0, ev.audio_end_ms - start_ms) / 1000.0
+        self._input_end_ms = max(self._input_end_ms, ev.audio_end_ms)
+        self._user_item, self._user_start_ms = None, None
         prev = self._history.last_id
         if self._settings().turn_detection is not None:
             await self._emit(InputSpeechStopped(t=now, gen=ev.gen, session=self._id, item_id=item_id, audio_ms=ev.audio_end_ms))
         self._history.add_user(ev.text, ev.gen if ev.respond else -1, item_id)
         await self._emit(InputCommitted(t=now, gen=ev.gen, session=self._id, item_id=item_id, previous_item_id=prev))
-        await self._emit(InputTranscriptDone(t=now, gen=ev.gen, session=self._id, item_id=item_id, text=ev.text))
+        await self._emit(InputTranscriptDone(t=now, gen=ev.gen, session=self._id, item_id=item_id, text=ev.text, audio_s=audio_s))
         await self._trim_history()
         if not ev.respond or self._scope.is_stale(ev.gen):
             return

@@ -150,7 +150,14 @@ class RealtimeCodec:
         if isinstance(ev, InputTranscriptDone):
             self._partials.pop(ev.item_id, None)
             return [
-                message("conversation.item.input_audio_transcription.completed", item_id=ev.item_id, content_index=0, transcript=ev.text)
+                message(
+                    "conversation.item.input_audio_transcription.completed",
+                    item_id=ev.item_id,
+                    content_index=0,
+                    transcript=ev.text,
+                    # Required by the GA types (strict clients drop the event without it).
+                    usage={"type": "duration", "seconds": round(ev.audio_s, 3)},
+                )
             ]
         if isinstance(ev, InputCleared):
             return [message("input_audio_buffer.cleared")]
