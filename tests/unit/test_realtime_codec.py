@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from tests.unit.signals import peak_hz, sine
-from voiceagent.audio import Int16Array, mulaw_decode, mulaw_encode
+from voiceagent.audio import Int16Array, alaw_decode, alaw_encode, mulaw_decode, mulaw_encode
 from voiceagent.config import Config
 from voiceagent.errors import ProtocolError
 from voiceagent.events import (
@@ -285,10 +285,29 @@ def test_pcmu_input_path() -> None:
     assert np.abs(pcm16).max() > 5000  # μ-law decoded, not raw bytes as samples
 
 
+def test_pcma_input_path() -> None:
+    c = codec()
+    c.decode(update_msg({"audio": {"input": {"format": {"type": "audio/pcma"}}}}))
+    assert c.audio.input_format == "audio/pcma"
+    pcm8 = sine(440, 8000, 1.0)
+    out = []
+    for i in range(0, len(pcm8), 160):
+        decoded = c.decode(append_msg(alaw_encode(pcm8[i : i + 160])))
+        assert isinstance(decoded, AppendAudio)
+        out.append(decoded.pcm)
+    pcm16 = np.concatenate(out)
+    assert 16000 - 1600 <= len(pcm16) <= 16000
+    assert peak_hz(pcm16, 16000) == pytest.approx(440, abs=3)
+    # A-law decoded: the sine's amplitude, not μ-law's reading of A-law bytes.
+    assert abs(np.abs(pcm16).max() - np.abs(pcm8).max()) < 0.1 * np.abs(pcm8).max()
+
+
 def test_beta_format_names_are_accepted() -> None:
     c = codec()
     c.decode(update_msg({"audio": {"input": {"format": "g711_ulaw"}, "output": {"format": "g711_ulaw"}}}))
     assert (c.audio.input_format, c.audio.output_format) == ("audio/pcmu", "audio/pcmu")
+    c.decode(update_msg({"audio": {"input": {"format": "g711_alaw"}, "output": {"format": "g711_alaw"}}}))
+    assert (c.audio.input_format, c.audio.output_format) == ("audio/pcma", "audio/pcma")
     c.decode(update_msg({"audio": {"input": {"format": "pcm16"}, "output": {"format": {"type": "audio/pcm", "rate": 24000}}}}))
     assert (c.audio.input_format, c.audio.output_format) == ("audio/pcm", "audio/pcm")
 
@@ -461,6 +480,19 @@ def test_encode_pcmu_output() -> None:
     wire = mulaw_decode(audio_of(messages))
     assert abs(len(wire) - 4000) <= 2  # 8 kHz, one byte a sample
     assert peak_hz(wire, 8000) == pytest.approx(300, abs=3)
+
+
+def test_encode_pcma_output() -> None:
+    c = codec(voice_rate=22050)
+    c.decode(update_msg({"audio": {"output": {"format": {"type": "audio/pcma"}}}}))
+    assert c.session_object()["audio"]["output"]["format"] == {"type": "audio/pcma"}
+    c.encode(created())
+    pcm = sine(300, 22050, 0.5)
+    messages = c.encode(delta(pcm, 22050)) + c.encode(done(ResponseStatus.COMPLETED))
+    wire = alaw_decode(audio_of(messages))
+    assert abs(len(wire) - 4000) <= 2  # 8 kHz, one byte a sample
+    assert peak_hz(wire, 8000) == pytest.approx(300, abs=3)
+    assert abs(np.abs(wire).max() - np.abs(pcm).max()) < 0.1 * np.abs(pcm).max()
 
 
 def test_encode_a_cancelled_response() -> None:

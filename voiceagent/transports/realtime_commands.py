@@ -419,11 +419,12 @@ def _format(obj: dict[str, Any], param: str) -> str:
     kind = fmt.get("type") if isinstance(fmt, dict) else fmt
     if kind == "pcm16":  # beta name
         kind = "audio/pcm"
-    if kind == "g711_ulaw":
-        kind = "audio/pcmu"
+    kind = {"g711_ulaw": "audio/pcmu", "g711_alaw": "audio/pcma"}.get(kind, kind) if isinstance(kind, str) else kind
     if not isinstance(kind, str) or kind not in FORMATS:  # a list or object is not a format (nor hashable)
         raise ProtocolError(
-            "unsupported_format", f"audio format {excerpt(kind)} is not supported (audio/pcm at {WIRE_RATE} Hz or audio/pcmu)", param=param
+            "unsupported_format",
+            f"audio format {excerpt(kind)} is not supported (audio/pcm at {WIRE_RATE} Hz, audio/pcmu or audio/pcma)",
+            param=param,
         )
     if kind == "audio/pcm" and isinstance(fmt, dict) and fmt.get("rate", WIRE_RATE) != WIRE_RATE:
         raise ProtocolError("unsupported_format", f"audio/pcm is {WIRE_RATE} Hz in this protocol", param=f"{param}.rate")
