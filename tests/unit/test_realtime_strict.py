@@ -144,6 +144,10 @@ def test_the_codec_builds_the_server_events_a_session_sends() -> None:
         "response.output_text.done",
         "response.function_call_arguments.delta",
         "response.function_call_arguments.done",
+        "output_audio_buffer.started",
+        "output_audio_buffer.stopped",
+        "output_audio_buffer.cleared",
+        "rate_limits.updated",
         "voiceagent.turn_metrics",
     }
     assert expected <= kinds, sorted(expected - kinds)

@@ -219,6 +219,42 @@ class ReplyController:
         await self._interrupt(reason)
         return True
 
+    async def stop_item(self, item_id: str) -> bool:
+        """The client has declared the rest of item ``item_id`` unheard
+        (``conversation.item.truncate``) while its reply is still being paced out: its audio
+        stops now (nothing more of it is sent), its generation is cancelled and it ends
+        ``cancelled`` (``client_cancelled``).  The caller cuts the item to what the client heard.
+        False (nothing done) when ``item_id`` is not the active reply's message."""
+        reply = self._playing
+        if reply is None or reply.done or reply.item_id != item_id:
+            return False
+        self._move_on()
+        self._playing = None
+        self._note_activity()
+        await self._finish(reply, ResponseStatus.CANCELLED, "client_cancelled")
+        return True
+
+    async def clear_output(self) -> None:
+        """``output_audio_buffer.clear``: the client dropped the audio it had buffered.  As a
+        barge-in: a reply still being generated or heard stops, its item keeps what the listener
+        heard by now (the heard clock) and it ends ``cancelled``; the client is told
+        (:class:`PlaybackCleared`) in every case, also when nothing was playing."""
+        reply = self._playing
+        now = self._clock.now()
+        if reply is not None and reply.item is not None and reply.audible(now):
+            await self._interrupt("client_cancelled")  # tells the client PlaybackCleared itself
+            return
+        await self._emit(
+            PlaybackCleared(
+                t=now,
+                gen=self._scope.current,
+                session=self._id,
+                response_id=reply.id if reply is not None else "",
+                item_id=reply.item_id if reply is not None else "",
+                heard_ms=0.0,
+            )
+        )
+
     async def add_tool_output(self, call_id: str, output: str) -> str:
         """The client's result of call ``call_id`` (a ``function_call_output`` item); returns the
         item's id.  Exactly once per call: an unknown call or a second output is refused, also
@@ -338,12 +374,13 @@ class ReplyController:
                 await self._on_generation_note(ev)
         elif isinstance(ev, OutputTranscriptDelta):
             reply = self._replies.get(ev.gen)
-            if reply is not None and reply.item is not None:
+            # Stale: the reply was stopped (truncated, cleared, barged in): not one more word or chunk.
+            if reply is not None and reply.item is not None and not self._scope.is_stale(ev.gen):
                 reply.item.add_clause(ev.text, ev.clause_ms)
                 await self._emit(ev)
         elif isinstance(ev, AudioDelta):
             reply = self._replies.get(ev.gen)
-            if reply is not None and reply.item is not None:
+            if reply is not None and reply.item is not None and not self._scope.is_stale(ev.gen):
                 reply.item.add_audio(len(ev.pcm) * 1000.0 / ev.rate)
                 reply.timeline.mark("first_audio_sent", now)
                 await self._emit(ev)

@@ -22,6 +22,7 @@ from voiceagent.transports.realtime_commands import (
     AppendAudio,
     CancelResponse,
     ClearInput,
+    ClearOutput,
     Command,
     CommitInput,
     CreateItem,
@@ -112,6 +113,8 @@ class RealtimeConnection(SessionConnection):
         elif isinstance(cmd, ClearInput):
             self._committed_ms = s.input_ms
             await s.clear_input()
+        elif isinstance(cmd, ClearOutput):
+            await s.clear_output()
         elif isinstance(cmd, CreateItem):
             if cmd.role == "system":
                 raise ProtocolError(

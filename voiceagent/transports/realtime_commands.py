@@ -31,6 +31,7 @@ __all__ = [
     "AppendAudio",
     "CancelResponse",
     "ClearInput",
+    "ClearOutput",
     "Command",
     "CommandDecoder",
     "CommitInput",
@@ -69,6 +70,13 @@ class CommitInput:
 
 @dataclass(frozen=True)
 class ClearInput:
+    event_id: str | None = None
+
+
+@dataclass(frozen=True)
+class ClearOutput:
+    """``output_audio_buffer.clear``: the client dropped the reply audio it had buffered."""
+
     event_id: str | None = None
 
 
@@ -129,6 +137,7 @@ Command = (
     | AppendAudio
     | CommitInput
     | ClearInput
+    | ClearOutput
     | CreateItem
     | CreateToolOutput
     | TruncateItem
@@ -436,6 +445,7 @@ _DECODERS: dict[str, Any] = {
     "input_audio_buffer.append": CommandDecoder._append,
     "input_audio_buffer.commit": lambda self, msg, eid: CommitInput(eid),
     "input_audio_buffer.clear": lambda self, msg, eid: ClearInput(eid),
+    "output_audio_buffer.clear": lambda self, msg, eid: ClearOutput(eid),
     "conversation.item.create": CommandDecoder._item_create,
     "conversation.item.truncate": CommandDecoder._truncate,
     "conversation.item.delete": lambda self, msg, eid: DeleteItem(require_str(msg, "item_id", "item_id"), eid),
