@@ -43,6 +43,7 @@ __all__ = [
     "InputSpeechStopped",
     "InputTranscriptDelta",
     "InputTranscriptDone",
+    "InputTranscriptFailed",
     "Mark",
     "OutputTranscriptDelta",
     "PlaybackCleared",
@@ -352,6 +353,15 @@ class InputTranscriptDone(Event):
     item_id: str
     text: str
     audio_s: float = 0.0
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class InputTranscriptFailed(Event):
+    """The speech of user item ``item_id`` could not be transcribed (the STT raised): ``message``
+    says why.  No turn is made of it; the next speech is a new item."""
+
+    item_id: str
+    message: str
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

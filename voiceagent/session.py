@@ -41,6 +41,7 @@ from voiceagent.events import (
     InputClear,
     InputCleared,
     InputCommit,
+    InputTranscriptFailed,
     ItemsDropped,
     ItemTruncated,
     TextItemAdded,
@@ -361,6 +362,10 @@ class Session:
         await self._outbox.put(event)
 
     async def _on_stage_error(self, err: StageError, gen: int) -> None:
+        if err.stage == "stt":
+            item_id = self.replies.transcription_failed()
+            if item_id is not None:
+                await self._emit(InputTranscriptFailed(t=self.clock.now(), gen=gen, session=self.id, item_id=item_id, message=err.message))
         await self._emit(
             ErrorEvent(t=self.clock.now(), gen=gen, session=self.id, code=f"{err.stage}_failed", message=err.message, kind="server_error")
         )

@@ -26,6 +26,7 @@ from voiceagent.events import (
     InputSpeechStopped,
     InputTranscriptDelta,
     InputTranscriptDone,
+    InputTranscriptFailed,
     ItemsDropped,
     ItemTruncated,
     OutputTranscriptDelta,
@@ -49,6 +50,8 @@ def _events() -> list[Event]:
     pcm = (np.sin(np.arange(4800) / 5.0) * 8000).astype(np.int16)
     call = CallSummary("item_f", "call_1", "get_weather", '{"city": "Paris"}')
     return [
+        InputSpeechStarted(**K, item_id="item_x", audio_ms=0.0),
+        InputTranscriptFailed(**K, item_id="item_x", message="stt: transcription failed: RuntimeError: boom"),
         InputSpeechStarted(**K, item_id="item_u", audio_ms=120.0),
         InputTranscriptDelta(**K, item_id="item_u", text="what is"),
         InputTranscriptDelta(**K, item_id="item_u", text="what is the weather"),
@@ -130,6 +133,7 @@ def test_the_codec_builds_the_server_events_a_session_sends() -> None:
         "conversation.item.truncated",
         "conversation.item.input_audio_transcription.delta",
         "conversation.item.input_audio_transcription.completed",
+        "conversation.item.input_audio_transcription.failed",
         "response.created",
         "response.done",
         "response.output_item.added",

@@ -33,6 +33,7 @@ from voiceagent.events import (
     InputSpeechStopped,
     InputTranscriptDelta,
     InputTranscriptDone,
+    InputTranscriptFailed,
     ItemTruncated,
     OutputTranscriptDelta,
     PlaybackCleared,
@@ -604,11 +605,19 @@ def test_stt_failure_is_reported_and_makes_no_turn(run: Run, make_fakes: MakeFak
     async def main() -> None:
         async with running(fakes, make_config()) as (session, log):
             await say_turn(session)
-            _, error = await log.wait_type(ErrorEvent)
+            i_error, error = await log.wait_type(ErrorEvent)
             assert error.code == "stt_failed"
             assert "decoder crashed" in error.message
+            # The client learns which item's transcription failed (before the session-level error).
+            _, started = await log.wait_type(InputSpeechStarted)
+            i_failed, failed = await log.wait_type(InputTranscriptFailed)
+            assert i_failed < i_error
+            assert failed.item_id == started.item_id and "decoder crashed" in failed.message
             await say_turn(session)
             _, done = await log.wait_type(ResponseDone)
+            # The next speech is a new item, announced as such.
+            assert [s.item_id for s in log.of_type(InputSpeechStarted)][1] != failed.item_id
+            assert log.of_type(InputTranscriptDone)[0].item_id != failed.item_id
             assert done.text == "Hi."
             assert len(log.of_type(ResponseCreated)) == 1
             assert [c.user_text for c in fakes.llm.calls.items] == ["hello again"]

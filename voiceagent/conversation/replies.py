@@ -255,6 +255,13 @@ class ReplyController:
             )
         )
 
+    def transcription_failed(self) -> str | None:
+        """The STT failed on the user's speech: the id of the user item it was for (None when no
+        speech was under way), which is forgotten, so the next speech starts a new item."""
+        item_id = self._user_item
+        self._user_item, self._user_start_ms = None, None
+        return item_id
+
     async def add_tool_output(self, call_id: str, output: str) -> str:
         """The client's result of call ``call_id`` (a ``function_call_output`` item); returns the
         item's id.  Exactly once per call: an unknown call or a second output is refused, also

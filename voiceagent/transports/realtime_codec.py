@@ -29,6 +29,7 @@ from voiceagent.events import (
     InputSpeechStopped,
     InputTranscriptDelta,
     InputTranscriptDone,
+    InputTranscriptFailed,
     ItemsDropped,
     ItemTruncated,
     OutputTranscriptDelta,
@@ -177,6 +178,16 @@ class RealtimeCodec:
                     transcript=ev.text,
                     # Required by the GA types (strict clients drop the event without it).
                     usage={"type": "duration", "seconds": round(ev.audio_s, 3)},
+                )
+            ]
+        if isinstance(ev, InputTranscriptFailed):
+            self._partials.pop(ev.item_id, None)
+            return [
+                message(
+                    "conversation.item.input_audio_transcription.failed",
+                    item_id=ev.item_id,
+                    content_index=0,
+                    error={"type": "server_error", "code": "stt_failed", "message": bounded(ev.message, MAX_MESSAGE_CHARS), "param": None},
                 )
             ]
         if isinstance(ev, InputCleared):
