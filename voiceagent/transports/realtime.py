@@ -80,6 +80,17 @@ class RealtimeConnection(SessionConnection):
             for message in self.codec.encode(event):
                 await self.send(message)
 
+    async def _update_session(self, cmd: UpdateSession) -> None:
+        """Apply ``cmd`` and answer ``session.updated`` (the session as it runs now), then one
+        ``error`` for each field it asked for that this server does not honour."""
+        s = self.session
+        await s.check_update(**cmd.changes)  # instructions too long for the LLM's window: refused, settings kept
+        self.codec.settings = s.update(**cmd.changes)
+        await self.send(self.codec.session_message("session.updated", s.id))
+        for refused in cmd.refused:
+            refused.event_id = cmd.event_id
+            await self._error(refused)
+
     async def _apply(self, cmd: Command) -> None:
         s = self.session
         if isinstance(cmd, AppendAudio):
@@ -92,9 +103,7 @@ class RealtimeConnection(SessionConnection):
                 )
             await s.append_audio(cmd.pcm)
         elif isinstance(cmd, UpdateSession):
-            await s.check_update(**cmd.changes)  # instructions too long for the LLM's window: refused, settings kept
-            self.codec.settings = s.update(**cmd.changes)
-            await self.send(self.codec.session_message("session.updated", s.id))
+            await self._update_session(cmd)
         elif isinstance(cmd, CommitInput):
             if s.settings.turn_detection is not None:
                 raise ProtocolError(

@@ -23,6 +23,7 @@ from voiceagent.settings import SessionSettings, TurnDetection
 from voiceagent.tools.spec import Tool
 from voiceagent.transports.fields import parse_object, require_str
 from voiceagent.transports.realtime_audio import WireAudio
+from voiceagent.transports.realtime_support import RESPONSE_FIELDS, SESSION_FIELDS, refusals
 from voiceagent.transports.realtime_wire import FORMATS, WIRE_RATE
 
 __all__ = [
@@ -53,8 +54,12 @@ _TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 @dataclass(frozen=True)
 class UpdateSession:
+    """``changes`` to apply; ``refused``: the errors of fields this server does not honour (the
+    rest of the update applies, and each of these is sent as an ``error``)."""
+
     changes: dict[str, Any]
     event_id: str | None = None
+    refused: tuple[ProtocolError, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -175,6 +180,12 @@ class CommandDecoder:
 
     def _session_update(self, msg: dict[str, Any], event_id: str | None) -> UpdateSession:
         sess = _obj(msg, "session", "session", required=True)
+        kind = sess.get("type", "realtime")
+        if kind not in ("realtime", None):
+            # Another kind of session (a transcription session) would not be a variant of this one.
+            raise ProtocolError("unsupported_value", f"session.type {excerpt(kind)} is not supported (realtime only)", param="session.type")
+        refused = refusals(sess, "session", SESSION_FIELDS)
+        refused += _partial_refusals(sess, "session")
         changes: dict[str, Any] = {}
         if "instructions" in sess:
             changes["instructions"] = require_str(sess, "instructions", "session.instructions")
@@ -224,7 +235,7 @@ class CommandDecoder:
             self.audio.set_input_format(in_format)
         if out_format is not None:
             self.audio.output_format = out_format
-        return UpdateSession(changes, event_id)
+        return UpdateSession(changes, event_id, tuple(refused))
 
     def _turn_detection(self, td: Any) -> TurnDetection | None:
         if td is None:
@@ -305,6 +316,17 @@ class CommandDecoder:
 
     def _response_create(self, msg: dict[str, Any], event_id: str | None) -> CreateResponse:
         resp = _obj(msg, "response", "response")
+        refused = refusals(resp, "response", RESPONSE_FIELDS) + _partial_refusals(resp, "response")
+        if resp.get("conversation", "auto") not in ("auto", None):
+            refused.append(
+                ProtocolError(
+                    "unsupported_value",
+                    f'response.conversation {excerpt(resp["conversation"])} is not supported (only "auto": out-of-band responses are not)',
+                    param="response.conversation",
+                )
+            )
+        if refused:
+            raise refused[0]  # a response other than the one asked for would be worse than none
         instr = resp.get("instructions")
         if instr is not None and not isinstance(instr, str):
             raise ProtocolError("invalid_value", "response.instructions must be a string", param="response.instructions")
@@ -321,6 +343,29 @@ class CommandDecoder:
             # Not "no id" (which would cancel whatever response is active): a wrong id cancels nothing.
             raise ProtocolError("invalid_value", "response_id must be a string", param="response_id")
         return CancelResponse(rid, event_id)
+
+
+def _partial_refusals(obj: dict[str, Any], where: str) -> list[ProtocolError]:
+    """Values of partly supported fields this server cannot honour: ``parallel_tool_calls: false``
+    and a ``truncation`` other than ``"auto"``."""
+    errors = []
+    if obj.get("parallel_tool_calls") is False:
+        errors.append(
+            ProtocolError(
+                "unsupported_value",
+                f"{where}.parallel_tool_calls false is not supported: a response may make several calls",
+                param=f"{where}.parallel_tool_calls",
+            )
+        )
+    if where == "session" and obj.get("truncation", "auto") not in ("auto", None):
+        errors.append(
+            ProtocolError(
+                "unsupported_value",
+                'session.truncation: only "auto" is supported (the oldest items leave to fit the LLM\'s window)',
+                param="session.truncation",
+            )
+        )
+    return errors
 
 
 def _tools(value: Any, param: str) -> tuple[Tool, ...]:
