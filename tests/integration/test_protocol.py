@@ -114,9 +114,13 @@ def test_every_server_event_of_a_session_validates_against_the_openai_types(engi
             await ws.send("{not json")
             await _send(ws, type="no.such.event", event_id="evt_bad")
             await _send(ws, type="conversation.item.retrieve", item_id="item_nope")
+            note = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "x"}]}
+            await _send(ws, type="conversation.item.create", event_id="evt_prev", previous_item_id="item_nope", item=note)
             await _send(ws, type="conversation.item.retrieve", item_id=spoken["response"]["output"][0]["id"])
             await rec.wait_for("conversation.item.retrieved", 10, start=mark)
-            assert len(rec.of("error")) >= 3
+            assert len(rec.of("error")) >= 4
+            prev = [e["error"] for e in rec.of("error") if e["error"]["event_id"] == "evt_prev"]
+            assert [(e["code"], e["param"]) for e in prev] == [("unsupported_value", "previous_item_id")]
             await ws.close()
             await task
 

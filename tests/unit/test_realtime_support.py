@@ -20,7 +20,7 @@ from voiceagent.config import Config
 from voiceagent.errors import ProtocolError
 from voiceagent.settings import settings_from_config
 from voiceagent.transports.realtime_codec import RealtimeCodec
-from voiceagent.transports.realtime_commands import _DECODERS, UpdateSession
+from voiceagent.transports.realtime_commands import _DECODERS, CreateItem, UpdateSession
 from voiceagent.transports.realtime_support import (
     CLIENT_EVENTS,
     RESPONSE_FIELDS,
@@ -183,3 +183,13 @@ def test_a_response_create_with_supported_fields_is_accepted() -> None:
             }
         )
     )
+
+
+def test_conversation_item_create_carries_previous_item_id() -> None:
+    """The connection refuses one that is not the last item's (items go at the end only)."""
+    item = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]}
+    cmd = codec().decode(json.dumps({"type": "conversation.item.create", "previous_item_id": "item_7", "item": item}))
+    assert isinstance(cmd, CreateItem) and cmd.previous_item_id == "item_7"
+    with pytest.raises(ProtocolError) as info:
+        codec().decode(json.dumps({"type": "conversation.item.create", "previous_item_id": 7, "item": item}))
+    assert (info.value.code, info.value.param) == ("invalid_value", "previous_item_id")

@@ -90,6 +90,8 @@ class CreateItem:
     role: str
     text: str
     event_id: str | None = None
+    previous_item_id: str | None = None
+    """Where the client wants it (None: at the end)."""
 
 
 @dataclass(frozen=True)
@@ -99,6 +101,7 @@ class CreateToolOutput:
     call_id: str
     output: str
     event_id: str | None = None
+    previous_item_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -283,10 +286,13 @@ class CommandDecoder:
 
     def _item_create(self, msg: dict[str, Any], event_id: str | None) -> CreateItem | CreateToolOutput:
         item = _obj(msg, "item", "item", required=True)
+        previous = msg.get("previous_item_id")
+        if previous is not None and not isinstance(previous, str):
+            raise ProtocolError("invalid_value", "previous_item_id must be a string or null", param="previous_item_id")
         if item.get("type") == "function_call_output":
             call_id = require_str(item, "call_id", "item.call_id")
             output = require_str(item, "output", "item.output")
-            return CreateToolOutput(call_id, output, event_id)
+            return CreateToolOutput(call_id, output, event_id, previous)
         if item.get("type", "message") != "message":
             raise ProtocolError("unsupported_item_type", f"item type {excerpt(item.get('type'))} is not supported", param="item.type")
         role = item.get("role")
@@ -306,7 +312,7 @@ class CommandDecoder:
                     "invalid_value", "only text content parts are supported in conversation.item.create", param="item.content"
                 )
             texts.append(part["text"])
-        return CreateItem(str(role), " ".join(texts), event_id)
+        return CreateItem(str(role), " ".join(texts), event_id, previous)
 
     def _truncate(self, msg: dict[str, Any], event_id: str | None) -> TruncateItem:
         ms = _finite(msg.get("audio_end_ms"))

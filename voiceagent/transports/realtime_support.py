@@ -56,7 +56,9 @@ CLIENT_EVENTS: tuple[Support, ...] = (
     Support("input_audio_buffer.commit", S, "with `turn_detection: null`"),
     Support("input_audio_buffer.clear", S),
     Support("output_audio_buffer.clear", S, "a barge-in without speech: the reply stops, the history keeps what was heard"),
-    Support("conversation.item.create", P, "`message` (text parts) and `function_call_output`; `previous_item_id` is not honoured"),
+    Support(
+        "conversation.item.create", P, "`message` (text parts), `function_call_output`; at the end only (`previous_item_id`: the last)"
+    ),
     Support("conversation.item.truncate", S, "an item still being paced out stops at once (its response ends `cancelled`)"),
     Support("conversation.item.delete", S),
     Support("conversation.item.retrieve", S),
