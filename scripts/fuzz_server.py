@@ -556,7 +556,7 @@ class RealtimeGen:
             (
                 {"type": "input_audio_buffer.append", "audio": bad_b64},
                 {"type": "input_audio_buffer.append", "audio": b64(os.urandom(2 * r.randint(0, 200) + 1))},  # odd length
-                {"type": "session.update", "session": {"audio": {"input": {"format": r.choice(("audio/pcma", "audio/wav", "pcm24", ""))}}}},
+                {"type": "session.update", "session": {"audio": {"input": {"format": r.choice(("audio/opus", "audio/wav", "pcm24", ""))}}}},
                 {
                     "type": "session.update",
                     "session": {"audio": {"input": {"format": {"type": "audio/pcm", "rate": r.choice((8000, 16000, 0, -1))}}}},

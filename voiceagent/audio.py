@@ -1,4 +1,4 @@
-"""Pure PCM helpers: sample formats, resampling, G.711 μ-law, framing, WAV files.
+"""Pure PCM helpers: sample formats, resampling, G.711 μ-law and A-law, framing, WAV files.
 
 All functions are free of I/O except :func:`read_wav` / :func:`write_wav`.  Inside the pipeline,
 audio is mono **int16 at 16 kHz** (``PIPELINE_RATE``) on the way in; TTS output keeps the voice's
@@ -19,6 +19,8 @@ __all__ = [
     "Int16Array",
     "Float32Array",
     "StreamResampler",
+    "alaw_decode",
+    "alaw_encode",
     "duration_ms",
     "float_to_int16",
     "int16_to_float",
@@ -126,6 +128,39 @@ def mulaw_encode(pcm: Int16Array) -> bytes:
     mantissa = (mag >> (exponent + 3)) & 0x0F
     byte = ~(sign | (exponent << 4) | mantissa) & 0xFF
     out: bytes = byte.astype(np.uint8).tobytes()
+    return out
+
+
+# G.711 A-law (ITU-T G.711, as the reference implementation and the old ``audioop`` compute
+# it): 13-bit magnitudes in eight segments, even bits inverted on the wire (the XOR with 0x55).
+_ALAW_SEG_END = np.array([0x1F, 0x3F, 0x7F, 0xFF, 0x1FF, 0x3FF, 0x7FF, 0xFFF], dtype=np.int32)
+
+
+def _build_alaw_decode_table() -> Int16Array:
+    a = np.arange(256, dtype=np.int32) ^ 0x55
+    seg = (a & 0x70) >> 4
+    t = ((a & 0x0F) << 4) + np.where(seg == 0, 8, 0x108)
+    t = np.where(seg > 1, t << np.maximum(seg - 1, 0), t)
+    return np.where(a & 0x80, t, -t).astype(np.int16)
+
+
+_ALAW_DECODE = _build_alaw_decode_table()
+
+
+def alaw_decode(data: bytes) -> Int16Array:
+    """G.711 A-law bytes to int16 samples."""
+    return _ALAW_DECODE[np.frombuffer(data, dtype=np.uint8)]
+
+
+def alaw_encode(pcm: Int16Array) -> bytes:
+    """int16 samples to G.711 A-law bytes."""
+    x = pcm.astype(np.int32) >> 3  # 13 bits, rounding toward minus infinity as G.711 does
+    mask = np.where(x >= 0, 0xD5, 0x55)
+    mag = np.where(x >= 0, x, -x - 1)
+    seg = np.searchsorted(_ALAW_SEG_END, mag, side="left").astype(np.int32)  # 0..7: int16 >> 3 fits 0xFFF
+    quant = np.where(seg < 2, mag >> 1, mag >> np.maximum(seg, 1)) & 0x0F
+    aval = (seg << 4) | quant
+    out: bytes = (aval ^ mask).astype(np.uint8).tobytes()
     return out
 
 

@@ -43,6 +43,7 @@ __all__ = [
     "InputSpeechStopped",
     "InputTranscriptDelta",
     "InputTranscriptDone",
+    "InputTranscriptFailed",
     "Mark",
     "OutputTranscriptDelta",
     "PlaybackCleared",
@@ -346,8 +347,21 @@ class ItemsDropped(Event):
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class InputTranscriptDone(Event):
+    """The final transcript of user item ``item_id``; ``audio_s``: the seconds of input audio it
+    was transcribed from (what the transcription cost, as ``usage`` reports it)."""
+
     item_id: str
     text: str
+    audio_s: float = 0.0
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class InputTranscriptFailed(Event):
+    """The speech of user item ``item_id`` could not be transcribed (the STT raised): ``message``
+    says why.  No turn is made of it; the next speech is a new item."""
+
+    item_id: str
+    message: str
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -41,6 +41,7 @@ from voiceagent.events import (
     InputClear,
     InputCleared,
     InputCommit,
+    InputTranscriptFailed,
     ItemsDropped,
     ItemTruncated,
     TextItemAdded,
@@ -314,7 +315,9 @@ class Session:
         return await self.replies.add_tool_output(call_id, output)
 
     async def truncate(self, item_id: str, audio_end_ms: float) -> None:
-        """The client played only ``audio_end_ms`` of assistant item ``item_id``."""
+        """The client played only ``audio_end_ms`` of assistant item ``item_id``: the history
+        keeps that much.  If the item's reply is still being paced out, it stops now (no more of
+        its audio is sent; it ends ``cancelled``: :meth:`ReplyController.stop_item`)."""
         item = self.history.find(item_id)
         if item is None:
             raise ProtocolError("item_not_found", f"no item {excerpt(item_id)}", param="item_id")
@@ -327,11 +330,18 @@ class Session:
                 param="audio_end_ms",
             )
         item.cut(audio_end_ms, by_client=True)
+        # The item may still be being paced out: what the client declared unheard is not sent.
+        await self.replies.stop_item(item_id)
         await self._emit(
             ItemTruncated(
                 t=self.clock.now(), gen=self.scope.current, session=self.id, item_id=item_id, audio_end_ms=audio_end_ms, text=item.text
             )
         )
+
+    async def clear_output(self) -> None:
+        """The client dropped its buffered playback (``output_audio_buffer.clear``): a barge-in
+        without speech (:meth:`ReplyController.clear_output`)."""
+        await self.replies.clear_output()
 
     def delete_item(self, item_id: str) -> None:
         if not self.history.delete(item_id):
@@ -352,6 +362,10 @@ class Session:
         await self._outbox.put(event)
 
     async def _on_stage_error(self, err: StageError, gen: int) -> None:
+        if err.stage == "stt":
+            item_id = self.replies.transcription_failed()
+            if item_id is not None:
+                await self._emit(InputTranscriptFailed(t=self.clock.now(), gen=gen, session=self.id, item_id=item_id, message=err.message))
         await self._emit(
             ErrorEvent(t=self.clock.now(), gen=gen, session=self.id, code=f"{err.stage}_failed", message=err.message, kind="server_error")
         )

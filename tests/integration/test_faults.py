@@ -13,6 +13,7 @@ from websockets.asyncio.client import connect
 from tests.faults import Faults, inject
 from tests.integration.rt_client import Recorder, send_paced, wire_audio
 from tests.profile import profile_config
+from tests.strict import check_server_event
 from voiceagent.transports.server import VoiceAgentServer
 
 pytestmark = pytest.mark.models
@@ -40,6 +41,14 @@ def test_a_backend_failing_mid_turn_is_reported_and_the_next_turn_works(
             error = await rec.wait_for("error", 60)
             assert error["error"]["code"] == f"{kind}_failed", error
             assert faults.fired[kind] == 1
+            if kind == "stt":
+                # The item whose transcription failed is named (before the error), and validates
+                # as the openai package's type.
+                failed_stt = rec.of("conversation.item.input_audio_transcription.failed")
+                assert len(failed_stt) == 1, [e["type"] for e in rec.events]
+                assert failed_stt[0]["item_id"] in {e["item_id"] for e in rec.of("input_audio_buffer.speech_started")}
+                assert failed_stt[0]["error"]["code"] == "stt_failed"
+                assert check_server_event(failed_stt[0]) is None
             # A fault in one VAD window or one decode may leave the turn itself answered: let any
             # reply of the first turn end, so the second question does not barge in on it.
             while len(rec.of("response.done")) < len(rec.of("response.created")):

@@ -12,6 +12,8 @@ from tests.unit.signals import peak_hz, sine
 from voiceagent.audio import (
     Int16Array,
     StreamResampler,
+    alaw_decode,
+    alaw_encode,
     duration_ms,
     float_to_int16,
     int16_to_float,
@@ -70,6 +72,45 @@ def test_mulaw_round_trip_error_is_bounded() -> None:
     # The sign is kept and the mapping is monotonic.
     assert np.all(np.sign(decoded[np.abs(x) >= 8]) == np.sign(x[np.abs(x) >= 8]))
     assert np.all(np.diff(decoded) >= 0)
+
+
+# --------------------------------------------------------------------------- A-law
+
+
+def test_alaw_known_values() -> None:
+    # G.711 A-law: zero is 0xD5 (positive) and 0x55 (negative), decoded to the middle of the first
+    # step (±8); full scale is 0xAA / 0x2A (±32256); even bits are inverted on the wire.
+    assert alaw_encode(np.array([0, -1, 32767, -32768], dtype=np.int16)) == b"\xd5\x55\xaa\x2a"
+    assert alaw_decode(b"\xd5\x55\xaa\x2a").tolist() == [8, -8, 32256, -32256]
+    assert alaw_decode(b"\x80").tolist() == [5504]  # sign set, segment 5 after the XOR with 0x55
+
+
+def test_alaw_matches_the_reference_implementation_exactly() -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        audioop = pytest.importorskip("audioop")  # the standard library's G.711, until Python 3.13
+    every_byte = bytes(range(256))
+    np.testing.assert_array_equal(alaw_decode(every_byte), np.frombuffer(audioop.alaw2lin(every_byte, 2), dtype="<i2"))
+    assert alaw_encode(ALL_INT16) == audioop.lin2alaw(ALL_INT16.astype("<i2").tobytes(), 2)
+
+
+def test_alaw_round_trip_error_is_bounded() -> None:
+    decoded = alaw_decode(alaw_encode(ALL_INT16)).astype(np.int64)
+    x = ALL_INT16.astype(np.int64)
+    mid = np.abs(x) >= 1000
+    rel = np.abs(decoded[mid] - x[mid]) / np.abs(x[mid])
+    assert rel.max() <= 0.035
+    assert np.abs(decoded[~mid] - x[~mid]).max() <= 32  # the first segments' step is 16: half a step, plus rounding
+    assert np.all(np.diff(decoded) >= 0)  # monotonic
+    # Every code decodes to a value that encodes back to the same code.
+    codes = bytes(range(256))
+    assert alaw_encode(alaw_decode(codes)) == codes
+
+
+def test_alaw_differs_from_mulaw() -> None:
+    pcm = sine(440, 8000, 0.1)
+    assert len(alaw_encode(pcm)) == len(pcm)
+    assert alaw_encode(pcm) != mulaw_encode(pcm)
 
 
 def test_mulaw_encode_is_one_byte_per_sample() -> None:

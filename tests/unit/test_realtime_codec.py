@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from tests.unit.signals import peak_hz, sine
-from voiceagent.audio import Int16Array, mulaw_decode, mulaw_encode
+from voiceagent.audio import Int16Array, alaw_decode, alaw_encode, mulaw_decode, mulaw_encode
 from voiceagent.config import Config
 from voiceagent.errors import ProtocolError
 from voiceagent.events import (
@@ -26,6 +26,7 @@ from voiceagent.events import (
     ItemsDropped,
     ItemTruncated,
     OutputTranscriptDelta,
+    PlaybackCleared,
     ResponseCreated,
     ResponseDone,
     ResponseStatus,
@@ -38,6 +39,7 @@ from voiceagent.transports.realtime_commands import (
     AppendAudio,
     CancelResponse,
     ClearInput,
+    ClearOutput,
     CommitInput,
     CreateItem,
     CreateResponse,
@@ -285,10 +287,46 @@ def test_pcmu_input_path() -> None:
     assert np.abs(pcm16).max() > 5000  # μ-law decoded, not raw bytes as samples
 
 
+def test_output_audio_buffer_clear_decodes() -> None:
+    cmd = codec().decode(json.dumps({"type": "output_audio_buffer.clear", "event_id": "evt_c"}))
+    assert cmd == ClearOutput("evt_c")
+
+
+def test_a_cleared_response_is_not_also_stopped() -> None:
+    c = codec(voice_rate=24000)
+    c.encode(created())
+    started = c.encode(delta(sine(300, 24000, 0.2), 24000))
+    assert types(started)[0] == "output_audio_buffer.started"
+    cleared = c.encode(PlaybackCleared(t=0.0, gen=1, response_id="resp_1", item_id="item_1", heard_ms=100.0))
+    assert [(m["type"], m["response_id"]) for m in cleared] == [("output_audio_buffer.cleared", "resp_1")]
+    end = c.encode(done(ResponseStatus.CANCELLED, "client_cancelled"))
+    assert "output_audio_buffer.stopped" not in types(end)
+    assert c.pending()["streaming"] == 0
+
+
+def test_pcma_input_path() -> None:
+    c = codec()
+    c.decode(update_msg({"audio": {"input": {"format": {"type": "audio/pcma"}}}}))
+    assert c.audio.input_format == "audio/pcma"
+    pcm8 = sine(440, 8000, 1.0)
+    out = []
+    for i in range(0, len(pcm8), 160):
+        decoded = c.decode(append_msg(alaw_encode(pcm8[i : i + 160])))
+        assert isinstance(decoded, AppendAudio)
+        out.append(decoded.pcm)
+    pcm16 = np.concatenate(out)
+    assert 16000 - 1600 <= len(pcm16) <= 16000
+    assert peak_hz(pcm16, 16000) == pytest.approx(440, abs=3)
+    # A-law decoded: the sine's amplitude, not μ-law's reading of A-law bytes.
+    assert abs(np.abs(pcm16).max() - np.abs(pcm8).max()) < 0.1 * np.abs(pcm8).max()
+
+
 def test_beta_format_names_are_accepted() -> None:
     c = codec()
     c.decode(update_msg({"audio": {"input": {"format": "g711_ulaw"}, "output": {"format": "g711_ulaw"}}}))
     assert (c.audio.input_format, c.audio.output_format) == ("audio/pcmu", "audio/pcmu")
+    c.decode(update_msg({"audio": {"input": {"format": "g711_alaw"}, "output": {"format": "g711_alaw"}}}))
+    assert (c.audio.input_format, c.audio.output_format) == ("audio/pcma", "audio/pcma")
     c.decode(update_msg({"audio": {"input": {"format": "pcm16"}, "output": {"format": {"type": "audio/pcm", "rate": 24000}}}}))
     assert (c.audio.input_format, c.audio.output_format) == ("audio/pcm", "audio/pcm")
 
@@ -371,6 +409,12 @@ def test_decode_commands(msg: dict[str, Any], expected: object) -> None:
 # --------------------------------------------------------------------------- encode
 
 
+def last(messages: list[dict[str, Any]], kind: str) -> dict[str, Any]:
+    """The last message of type ``kind`` (response.done is followed by output_audio_buffer.stopped
+    and rate_limits.updated)."""
+    return [m for m in messages if m["type"] == kind][-1]
+
+
 def types(messages: list[dict[str, Any]]) -> list[str]:
     return [m["type"] for m in messages]
 
@@ -405,7 +449,10 @@ def test_encode_a_completed_response() -> None:
     assert types(transcript) == ["response.output_audio_transcript.delta"]
     assert transcript[0]["delta"] == "Hello there. "
     audio = c.encode(delta(pcm[:2400], 24000)) + c.encode(delta(pcm[2400:], 24000))
-    assert types(audio) == ["response.output_audio.delta"] * 2
+    # The first audio of a response is announced (output_audio_buffer.started), once.
+    assert types(audio) == ["output_audio_buffer.started"] + ["response.output_audio.delta"] * 2
+    assert audio[0]["response_id"] == "resp_1"
+    audio = audio[1:]
     assert all(m["response_id"] == "resp_1" and m["item_id"] == "item_1" for m in audio)
     assert audio_of(audio) == pcm.astype("<i2").tobytes()  # 24 kHz voice, 24 kHz wire: byte-exact
     end = c.encode(done(ResponseStatus.COMPLETED))
@@ -416,9 +463,16 @@ def test_encode_a_completed_response() -> None:
         "response.output_item.done",
         "conversation.item.done",
         "response.done",
+        "output_audio_buffer.stopped",
+        "rate_limits.updated",
     ]
     assert end[1]["transcript"] == "Hello there."
-    response = end[-1]["response"]
+    assert end[-2]["response_id"] == "resp_1"
+    assert {r["name"]: (r["limit"], r["remaining"]) for r in end[-1]["rate_limits"]} == {
+        "requests": (1, 1),
+        "tokens": (c.settings.max_output_tokens, c.settings.max_output_tokens),
+    }
+    response = end[-3]["response"]
     assert response["id"] == "resp_1"
     assert response["status"] == "completed"
     assert response["status_details"] is None
@@ -442,7 +496,7 @@ def test_encode_resamples_the_voice_to_24khz_and_flushes_at_the_end() -> None:
     wire = np.frombuffer(audio_of(messages), dtype="<i2")
     assert abs(len(wire) - 24000) <= 2  # the flush at response.done releases the resampler's tail
     assert peak_hz(wire, 24000) == pytest.approx(300, abs=2)
-    assert types(messages)[-6:] == [
+    assert types(messages)[-8:-2] == [
         "response.output_audio.done",
         "response.output_audio_transcript.done",
         "response.content_part.done",
@@ -463,13 +517,26 @@ def test_encode_pcmu_output() -> None:
     assert peak_hz(wire, 8000) == pytest.approx(300, abs=3)
 
 
+def test_encode_pcma_output() -> None:
+    c = codec(voice_rate=22050)
+    c.decode(update_msg({"audio": {"output": {"format": {"type": "audio/pcma"}}}}))
+    assert c.session_object()["audio"]["output"]["format"] == {"type": "audio/pcma"}
+    c.encode(created())
+    pcm = sine(300, 22050, 0.5)
+    messages = c.encode(delta(pcm, 22050)) + c.encode(done(ResponseStatus.COMPLETED))
+    wire = alaw_decode(audio_of(messages))
+    assert abs(len(wire) - 4000) <= 2  # 8 kHz, one byte a sample
+    assert peak_hz(wire, 8000) == pytest.approx(300, abs=3)
+    assert abs(np.abs(wire).max() - np.abs(pcm).max()) < 0.1 * np.abs(pcm).max()
+
+
 def test_encode_a_cancelled_response() -> None:
     c = codec(voice_rate=22050)
     c.encode(created())
     c.encode(delta(sine(300, 22050, 0.5), 22050))
     end = c.encode(done(ResponseStatus.CANCELLED, "turn_detected", text="Hello"))
     assert "response.output_audio.delta" not in types(end)  # no tail after a cancel: the client cleared its buffer
-    response = end[-1]["response"]
+    response = last(end, "response.done")["response"]
     assert response["status"] == "cancelled"
     assert response["status_details"] == {"type": "cancelled", "reason": "turn_detected"}
     assert response["output"][0]["status"] == "incomplete"
@@ -480,15 +547,15 @@ def test_encode_a_cancelled_response_without_reason_defaults_to_client_cancelled
     c = codec()
     c.encode(created())
     end = c.encode(done(ResponseStatus.CANCELLED))
-    assert end[-1]["response"]["status_details"] == {"type": "cancelled", "reason": "client_cancelled"}
+    assert last(end, "response.done")["response"]["status_details"] == {"type": "cancelled", "reason": "client_cancelled"}
 
 
 def test_encode_a_failed_response() -> None:
     c = codec()
     c.encode(created())
     end = c.encode(done(ResponseStatus.FAILED, "RuntimeError: boom"))
-    details = end[-1]["response"]["status_details"]
-    assert end[-1]["response"]["status"] == "failed"
+    details = last(end, "response.done")["response"]["status_details"]
+    assert last(end, "response.done")["response"]["status"] == "failed"
     assert details["type"] == "failed"
     assert details["error"]["message"] == "RuntimeError: boom"
 

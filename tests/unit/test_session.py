@@ -33,6 +33,7 @@ from voiceagent.events import (
     InputSpeechStopped,
     InputTranscriptDelta,
     InputTranscriptDone,
+    InputTranscriptFailed,
     ItemTruncated,
     OutputTranscriptDelta,
     PlaybackCleared,
@@ -604,11 +605,19 @@ def test_stt_failure_is_reported_and_makes_no_turn(run: Run, make_fakes: MakeFak
     async def main() -> None:
         async with running(fakes, make_config()) as (session, log):
             await say_turn(session)
-            _, error = await log.wait_type(ErrorEvent)
+            i_error, error = await log.wait_type(ErrorEvent)
             assert error.code == "stt_failed"
             assert "decoder crashed" in error.message
+            # The client learns which item's transcription failed (before the session-level error).
+            _, started = await log.wait_type(InputSpeechStarted)
+            i_failed, failed = await log.wait_type(InputTranscriptFailed)
+            assert i_failed < i_error
+            assert failed.item_id == started.item_id and "decoder crashed" in failed.message
             await say_turn(session)
             _, done = await log.wait_type(ResponseDone)
+            # The next speech is a new item, announced as such.
+            assert [s.item_id for s in log.of_type(InputSpeechStarted)][1] != failed.item_id
+            assert log.of_type(InputTranscriptDone)[0].item_id != failed.item_id
             assert done.text == "Hi."
             assert len(log.of_type(ResponseCreated)) == 1
             assert [c.user_text for c in fakes.llm.calls.items] == ["hello again"]
@@ -853,6 +862,72 @@ def test_truncate_cuts_the_item_and_never_grows_it(run: Run, make_fakes: MakeFak
             with pytest.raises(ProtocolError):
                 await session.truncate(done.item_id, -1.0)
             assert session.history.messages("sys")[-1] == Message("assistant", "It is")
+
+    run(main(), 20)
+
+
+def test_truncate_of_the_item_being_paced_out_stops_its_audio_at_once(run: Run, make_fakes: MakeFakes) -> None:
+    """The client declares the rest unheard while the server still holds it: nothing more of it
+    is sent, the reply ends cancelled with what the client heard, and the next answer starts at
+    once (not after the rest of the reply's playing time)."""
+    fakes = make_fakes(stt=FakeStt(["tell me a story", "and then"]), llm=FakeLlm([tokens(REPLY), ["Next", "."]]))
+    clock = VirtualClock()
+
+    async def main() -> None:
+        async with running(fakes, make_config(lead_ms=125), clock) as (session, log):
+            await say_turn(session)
+            _, created = await log.wait_type(ResponseCreated)
+            await log.wait_type(AudioDelta, offset_ms=125.0)
+            clock.advance(CHUNK_S)
+            await log.wait_type(AudioDelta, offset_ms=250.0)
+            await session.truncate(created.item_id, 125.0)
+            i_done, done = await log.wait_type(ResponseDone, response_id=created.response_id)
+            i_truncated, truncated = await log.wait_type(ItemTruncated)
+            assert i_done < i_truncated  # the stop is acknowledged before the truncation
+            assert done.status is ResponseStatus.CANCELLED and done.reason == "client_cancelled"
+            assert done.text == truncated.text == "Alpha"  # 125 ms of a 125 ms-a-word reply
+            assert session.active_response_id is None
+            # Time passes: no more of that reply's audio, nor of its transcript, is sent.
+            for _ in range(8):
+                clock.advance(CHUNK_S)
+                await asyncio.sleep(0)
+            late = [e for e in log.events[i_done:] if isinstance(e, AudioDelta | OutputTranscriptDelta) and e.gen == created.gen]
+            assert late == []
+            assert max(d.offset_ms for d in log.of_type(AudioDelta) if d.response_id == created.response_id) == 250.0
+            # The next turn is answered without waiting for the rest of the story to play.
+            await say_turn(session)
+            _, second = await log.wait_type(ResponseDone, after=i_done + 1)
+            assert second.status is ResponseStatus.COMPLETED and second.text == "Next."
+            assert fakes.llm.calls.items[1].messages[-2] == Message("assistant", "Alpha")
+
+    run(main(), 20)
+
+
+def test_output_audio_buffer_clear_is_a_barge_in_without_speech(run: Run, make_fakes: MakeFakes) -> None:
+    fakes = make_fakes(stt=FakeStt(["tell me a story"]), llm=FakeLlm([tokens(REPLY)]))
+    clock = VirtualClock()
+
+    async def main() -> None:
+        async with running(fakes, make_config(lead_ms=125), clock) as (session, log):
+            # Nothing playing: acknowledged all the same, and nothing else happens.
+            await session.clear_output()
+            _, idle = await log.wait_type(PlaybackCleared)
+            assert (idle.response_id, idle.heard_ms) == ("", 0.0)
+            await say_turn(session)
+            _, created = await log.wait_type(ResponseCreated)
+            await log.wait_type(AudioDelta, offset_ms=125.0)
+            clock.advance(CHUNK_S)
+            await log.wait_type(AudioDelta, offset_ms=250.0)
+            await session.clear_output()
+            i_cleared, cleared = await log.wait_type(PlaybackCleared, response_id=created.response_id)
+            _, done = await log.wait_type(ResponseDone)
+            assert cleared.heard_ms == 125.0  # the heard clock: what was played by now
+            assert (done.status, done.reason, done.text) == (ResponseStatus.CANCELLED, "client_cancelled", "Alpha")
+            for _ in range(8):
+                clock.advance(CHUNK_S)
+                await asyncio.sleep(0)
+            assert not [e for e in log.events[i_cleared:] if isinstance(e, AudioDelta) and e.gen == created.gen]
+            assert session.history.messages("sys")[-1] == Message("assistant", "Alpha")
 
     run(main(), 20)
 

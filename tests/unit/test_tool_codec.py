@@ -22,6 +22,12 @@ CHAT_TOOL = {"type": "function", "function": {"name": "get_time", "description":
 WEATHER = Tool("get_weather", "The weather in a city.", PARAMS)
 
 
+def last(messages: list[dict[str, Any]], kind: str) -> dict[str, Any]:
+    """The last message of type ``kind`` (response.done is followed by output_audio_buffer.stopped
+    and rate_limits.updated)."""
+    return [m for m in messages if m["type"] == kind][-1]
+
+
 def codec(tools: tuple[Tool, ...] = (), tool_choice: str = "auto") -> RealtimeCodec:
     settings = dataclasses.replace(settings_from_config(Config()), tools=tools, tool_choice=tool_choice)
     return RealtimeCodec(settings, 22050)
@@ -340,7 +346,7 @@ def test_response_done_lists_calls_after_the_message() -> None:
         text="Let me check.",
         calls=calls,
     )
-    done = codec().encode(ev)[-1]
+    done = last(codec().encode(ev), "response.done")
     assert done["type"] == "response.done"
     output = done["response"]["output"]
     assert [o["type"] for o in output] == ["message", "function_call", "function_call"]
@@ -365,7 +371,7 @@ def test_response_done_lists_calls_after_the_message() -> None:
 
 def test_response_done_without_calls_has_only_the_message() -> None:
     ev = ResponseDone(t=0.0, gen=0, session="s", response_id="resp_1", item_id="item_m", status=ResponseStatus.COMPLETED, text="Hi.")
-    output = codec().encode(ev)[-1]["response"]["output"]
+    output = last(codec().encode(ev), "response.done")["response"]["output"]
     assert [o["type"] for o in output] == ["message"]
 
 
@@ -424,4 +430,4 @@ def test_text_only_responses_render_output_text_events() -> None:
     )
     types = [m["type"] for m in done]
     assert "response.output_text.done" in types and "response.output_audio.done" not in types
-    assert done[-1]["response"]["output"][0]["content"] == [{"type": "output_text", "text": "Paris."}]
+    assert last(done, "response.done")["response"]["output"][0]["content"] == [{"type": "output_text", "text": "Paris."}]

@@ -122,6 +122,8 @@ class ReplyController:
         self._replies: dict[int, Reply] = {}
         self._playing: Reply | None = None
         self._user_item: str | None = None
+        self._user_start_ms: float | None = None  # where the user item's speech began (input-stream ms)
+        self._input_end_ms = 0.0  # where the last user turn's audio ended
         self._llm_in: Channel[Event] | None = None
         self._play_in: Channel[Event] | None = None
         self._heard: Callable[[str], None] | None = None
@@ -216,6 +218,49 @@ class ReplyController:
             return False
         await self._interrupt(reason)
         return True
+
+    async def stop_item(self, item_id: str) -> bool:
+        """The client has declared the rest of item ``item_id`` unheard
+        (``conversation.item.truncate``) while its reply is still being paced out: its audio
+        stops now (nothing more of it is sent), its generation is cancelled and it ends
+        ``cancelled`` (``client_cancelled``).  The caller cuts the item to what the client heard.
+        False (nothing done) when ``item_id`` is not the active reply's message."""
+        reply = self._playing
+        if reply is None or reply.done or reply.item_id != item_id:
+            return False
+        self._move_on()
+        self._playing = None
+        self._note_activity()
+        await self._finish(reply, ResponseStatus.CANCELLED, "client_cancelled")
+        return True
+
+    async def clear_output(self) -> None:
+        """``output_audio_buffer.clear``: the client dropped the audio it had buffered.  As a
+        barge-in: a reply still being generated or heard stops, its item keeps what the listener
+        heard by now (the heard clock) and it ends ``cancelled``; the client is told
+        (:class:`PlaybackCleared`) in every case, also when nothing was playing."""
+        reply = self._playing
+        now = self._clock.now()
+        if reply is not None and reply.item is not None and reply.audible(now):
+            await self._interrupt("client_cancelled")  # tells the client PlaybackCleared itself
+            return
+        await self._emit(
+            PlaybackCleared(
+                t=now,
+                gen=self._scope.current,
+                session=self._id,
+                response_id=reply.id if reply is not None else "",
+                item_id=reply.item_id if reply is not None else "",
+                heard_ms=0.0,
+            )
+        )
+
+    def transcription_failed(self) -> str | None:
+        """The STT failed on the user's speech: the id of the user item it was for (None when no
+        speech was under way), which is forgotten, so the next speech starts a new item."""
+        item_id = self._user_item
+        self._user_item, self._user_start_ms = None, None
+        return item_id
 
     async def add_tool_output(self, call_id: str, output: str) -> str:
         """The client's result of call ``call_id`` (a ``function_call_output`` item); returns the
@@ -319,6 +364,7 @@ class ReplyController:
             # speech_started goes first, then the interrupted response's done (OpenAI's order).
             if self._user_item is None:
                 self._user_item = new_id("item")
+                self._user_start_ms = ev.audio_ms
                 await self._emit(InputSpeechStarted(t=now, gen=ev.gen, session=self._id, item_id=self._user_item, audio_ms=ev.audio_ms))
             detection = self._settings().turn_detection
             if self.agent_audible() and (detection is None or detection.interrupt_response):
@@ -335,12 +381,13 @@ class ReplyController:
                 await self._on_generation_note(ev)
         elif isinstance(ev, OutputTranscriptDelta):
             reply = self._replies.get(ev.gen)
-            if reply is not None and reply.item is not None:
+            # Stale: the reply was stopped (truncated, cleared, barged in): not one more word or chunk.
+            if reply is not None and reply.item is not None and not self._scope.is_stale(ev.gen):
                 reply.item.add_clause(ev.text, ev.clause_ms)
                 await self._emit(ev)
         elif isinstance(ev, AudioDelta):
             reply = self._replies.get(ev.gen)
-            if reply is not None and reply.item is not None:
+            if reply is not None and reply.item is not None and not self._scope.is_stale(ev.gen):
                 reply.item.add_audio(len(ev.pcm) * 1000.0 / ev.rate)
                 reply.timeline.mark("first_audio_sent", now)
                 await self._emit(ev)
@@ -575,13 +622,18 @@ class ReplyController:
     async def _confirm(self, ev: TurnConfirmed) -> None:
         now = self._clock.now()
         item_id = self._user_item or new_id("item")
-        self._user_item = None
+        # The turn's audio: from its speech start, or (a manual commit, no VAD) from the end of
+        # the turn before.
+        start_ms = self._user_start_ms if self._user_start_ms is not None else self._input_end_ms
+        audio_s = max(0.0, ev.audio_end_ms - start_ms) / 1000.0
+        self._input_end_ms = max(self._input_end_ms, ev.audio_end_ms)
+        self._user_item, self._user_start_ms = None, None
         prev = self._history.last_id
         if self._settings().turn_detection is not None:
             await self._emit(InputSpeechStopped(t=now, gen=ev.gen, session=self._id, item_id=item_id, audio_ms=ev.audio_end_ms))
         self._history.add_user(ev.text, ev.gen if ev.respond else -1, item_id)
         await self._emit(InputCommitted(t=now, gen=ev.gen, session=self._id, item_id=item_id, previous_item_id=prev))
-        await self._emit(InputTranscriptDone(t=now, gen=ev.gen, session=self._id, item_id=item_id, text=ev.text))
+        await self._emit(InputTranscriptDone(t=now, gen=ev.gen, session=self._id, item_id=item_id, text=ev.text, audio_s=audio_s))
         await self._trim_history()
         if not ev.respond or self._scope.is_stale(ev.gen):
             return

@@ -22,6 +22,7 @@ from voiceagent.transports.realtime_commands import (
     AppendAudio,
     CancelResponse,
     ClearInput,
+    ClearOutput,
     Command,
     CommitInput,
     CreateItem,
@@ -79,6 +80,28 @@ class RealtimeConnection(SessionConnection):
             for message in self.codec.encode(event):
                 await self.send(message)
 
+    def _appends_at_the_end(self, previous_item_id: str | None) -> None:
+        """Items are added at the end of the history only: a ``previous_item_id`` other than the
+        last item's is refused (``unsupported_value``), not ignored."""
+        last = self.session.history.last_id
+        if previous_item_id is not None and previous_item_id != last:
+            raise ProtocolError(
+                "unsupported_value",
+                f"items are added at the end only: previous_item_id must be null or the last item's id ({last})",
+                param="previous_item_id",
+            )
+
+    async def _update_session(self, cmd: UpdateSession) -> None:
+        """Apply ``cmd`` and answer ``session.updated`` (the session as it runs now), then one
+        ``error`` for each field it asked for that this server does not honour."""
+        s = self.session
+        await s.check_update(**cmd.changes)  # instructions too long for the LLM's window: refused, settings kept
+        self.codec.settings = s.update(**cmd.changes)
+        await self.send(self.codec.session_message("session.updated", s.id))
+        for refused in cmd.refused:
+            refused.event_id = cmd.event_id
+            await self._error(refused)
+
     async def _apply(self, cmd: Command) -> None:
         s = self.session
         if isinstance(cmd, AppendAudio):
@@ -91,9 +114,7 @@ class RealtimeConnection(SessionConnection):
                 )
             await s.append_audio(cmd.pcm)
         elif isinstance(cmd, UpdateSession):
-            await s.check_update(**cmd.changes)  # instructions too long for the LLM's window: refused, settings kept
-            self.codec.settings = s.update(**cmd.changes)
-            await self.send(self.codec.session_message("session.updated", s.id))
+            await self._update_session(cmd)
         elif isinstance(cmd, CommitInput):
             if s.settings.turn_detection is not None:
                 raise ProtocolError(
@@ -112,7 +133,10 @@ class RealtimeConnection(SessionConnection):
         elif isinstance(cmd, ClearInput):
             self._committed_ms = s.input_ms
             await s.clear_input()
+        elif isinstance(cmd, ClearOutput):
+            await s.clear_output()
         elif isinstance(cmd, CreateItem):
+            self._appends_at_the_end(cmd.previous_item_id)
             if cmd.role == "system":
                 raise ProtocolError(
                     "unsupported_role",
@@ -122,6 +146,7 @@ class RealtimeConnection(SessionConnection):
                 )
             await s.add_text(cmd.text, cmd.role)
         elif isinstance(cmd, CreateToolOutput):
+            self._appends_at_the_end(cmd.previous_item_id)
             await s.add_tool_output(cmd.call_id, cmd.output)
         elif isinstance(cmd, TruncateItem):
             await s.truncate(cmd.item_id, cmd.audio_end_ms)

@@ -1,13 +1,23 @@
 """The audio of one Realtime connection: its formats and the conversions between wire and session.
 
-In: ``audio/pcm`` (24 kHz) or ``audio/pcmu`` (8 kHz μ-law) to the session's 16 kHz.  Out: the
+In: ``audio/pcm`` (24 kHz), ``audio/pcmu`` (8 kHz μ-law) or ``audio/pcma`` (8 kHz A-law) to the
+session's 16 kHz.  Out: the
 voice's rate to the output format, through one soxr stream per response (so no click between
 chunks), opened when the response starts and closed when it ends.  Pure: no I/O.
 """
 
 from __future__ import annotations
 
-from voiceagent.audio import PIPELINE_RATE, Int16Array, StreamResampler, mulaw_decode, mulaw_encode, pcm16_from_bytes
+from voiceagent.audio import (
+    PIPELINE_RATE,
+    Int16Array,
+    StreamResampler,
+    alaw_decode,
+    alaw_encode,
+    mulaw_decode,
+    mulaw_encode,
+    pcm16_from_bytes,
+)
 from voiceagent.transports.realtime_wire import FORMATS
 
 __all__ = ["WireAudio"]
@@ -30,7 +40,12 @@ class WireAudio:
 
     def to_session(self, raw: bytes) -> Int16Array:
         """Input bytes in the input format (a whole number of samples) → 16 kHz samples."""
-        pcm = mulaw_decode(raw) if self.input_format == "audio/pcmu" else pcm16_from_bytes(raw)
+        if self.input_format == "audio/pcmu":
+            pcm = mulaw_decode(raw)
+        elif self.input_format == "audio/pcma":
+            pcm = alaw_decode(raw)
+        else:
+            pcm = pcm16_from_bytes(raw)
         return self._in.process(pcm)
 
     def open(self, response_id: str) -> None:
@@ -54,4 +69,8 @@ class WireAudio:
     def _bytes(self, pcm: Int16Array) -> bytes:
         if len(pcm) == 0:
             return b""
-        return mulaw_encode(pcm) if self.output_format == "audio/pcmu" else pcm.astype("<i2").tobytes()
+        if self.output_format == "audio/pcmu":
+            return mulaw_encode(pcm)
+        if self.output_format == "audio/pcma":
+            return alaw_encode(pcm)
+        return pcm.astype("<i2").tobytes()

@@ -29,9 +29,11 @@ from voiceagent.events import (
     InputSpeechStopped,
     InputTranscriptDelta,
     InputTranscriptDone,
+    InputTranscriptFailed,
     ItemsDropped,
     ItemTruncated,
     OutputTranscriptDelta,
+    PlaybackCleared,
     ResponseCreated,
     ResponseDone,
     ResponseStatus,
@@ -45,7 +47,20 @@ from voiceagent.transports.realtime_commands import Command, CommandDecoder
 from voiceagent.transports.realtime_settings import session_object
 from voiceagent.transports.realtime_wire import AUDIO_DELTA, call_object, item_object, message, output_object
 
-__all__ = ["RealtimeCodec"]
+__all__ = ["RealtimeCodec", "rate_limits"]
+
+
+def rate_limits(settings: SessionSettings) -> list[dict[str, Any]]:
+    """What ``rate_limits.updated`` says after each response: the limits this server really has.
+
+    It keeps no quota over time (nothing accrues, nothing resets), so both are per-response
+    limits, and once a response is done all of each remains: ``requests``, one response at a
+    time in a conversation (a second ``response.create`` while one is active is refused);
+    ``tokens``, the session's ``max_output_tokens`` per response."""
+    return [
+        {"name": "requests", "limit": 1, "remaining": 1, "reset_seconds": 0.0},
+        {"name": "tokens", "limit": settings.max_output_tokens, "remaining": settings.max_output_tokens, "reset_seconds": 0.0},
+    ]
 
 
 class RealtimeCodec:
@@ -58,6 +73,7 @@ class RealtimeCodec:
         self.send_metrics = send_metrics
         self._text_only: set[str] = set()  # response ids of text-only responses in progress
         self._partials: dict[str, str] = {}
+        self._streaming: set[str] = set()  # responses whose audio started and has not stopped nor been cleared
 
     @property
     def settings(self) -> SessionSettings:
@@ -70,7 +86,12 @@ class RealtimeCodec:
 
     def pending(self) -> dict[str, int]:
         """Per-response state held now (for tests and diagnostics)."""
-        return {"audio_streams": len(self.audio.open_responses()), "text_only": len(self._text_only), "partials": len(self._partials)}
+        return {
+            "audio_streams": len(self.audio.open_responses()),
+            "text_only": len(self._text_only),
+            "partials": len(self._partials),
+            "streaming": len(self._streaming),
+        }
 
     # ------------------------------------------------------------------ client → server
 
@@ -150,15 +171,31 @@ class RealtimeCodec:
         if isinstance(ev, InputTranscriptDone):
             self._partials.pop(ev.item_id, None)
             return [
-                message("conversation.item.input_audio_transcription.completed", item_id=ev.item_id, content_index=0, transcript=ev.text)
+                message(
+                    "conversation.item.input_audio_transcription.completed",
+                    item_id=ev.item_id,
+                    content_index=0,
+                    transcript=ev.text,
+                    # Required by the GA types (strict clients drop the event without it).
+                    usage={"type": "duration", "seconds": round(ev.audio_s, 3)},
+                )
+            ]
+        if isinstance(ev, InputTranscriptFailed):
+            self._partials.pop(ev.item_id, None)
+            return [
+                message(
+                    "conversation.item.input_audio_transcription.failed",
+                    item_id=ev.item_id,
+                    content_index=0,
+                    error={"type": "server_error", "code": "stt_failed", "message": bounded(ev.message, MAX_MESSAGE_CHARS), "param": None},
+                )
             ]
         if isinstance(ev, InputCleared):
             return [message("input_audio_buffer.cleared")]
         if isinstance(ev, ResponseCreated | OutputTranscriptDelta):
             return self._response_text(ev)
-        if isinstance(ev, AudioDelta):
-            raw = self.audio.out(ev.response_id, ev.pcm)
-            return [self._audio_delta(ev.response_id, ev.item_id, raw)] if raw else []
+        if isinstance(ev, AudioDelta | PlaybackCleared):
+            return self._playback(ev)
         if isinstance(ev, ResponseDone):
             return self._response_done(ev)
         if isinstance(ev, ItemTruncated):
@@ -226,6 +263,22 @@ class RealtimeCodec:
         if ev.response_id in self._text_only:
             return [message("response.output_text.delta", **ids, delta=ev.text)]
         return [message("response.output_audio_transcript.delta", **ids, delta=ev.text)]
+
+    def _playback(self, ev: AudioDelta | PlaybackCleared) -> list[dict[str, Any]]:
+        """Reply audio (its first chunk announced by ``output_audio_buffer.started``), or the
+        listener's buffer cleared (``output_audio_buffer.cleared``: a barge-in,
+        ``output_audio_buffer.clear``; no ``stopped`` follows for that response)."""
+        if isinstance(ev, PlaybackCleared):
+            self._streaming.discard(ev.response_id)
+            return [message("output_audio_buffer.cleared", response_id=ev.response_id)]
+        raw = self.audio.out(ev.response_id, ev.pcm)
+        if not raw:
+            return []
+        out = []
+        if ev.response_id not in self._streaming:
+            self._streaming.add(ev.response_id)
+            out.append(message("output_audio_buffer.started", response_id=ev.response_id))
+        return [*out, self._audio_delta(ev.response_id, ev.item_id, raw)]
 
     def _audio_delta(self, response_id: str, item_id: str, raw: bytes) -> dict[str, Any]:
         return message(
@@ -307,4 +360,9 @@ class RealtimeCodec:
                 },
             ),
         ]
+        if ev.response_id in self._streaming:
+            # The server has sent the last of this response's audio (the client may still be playing it).
+            self._streaming.discard(ev.response_id)
+            out.append(message("output_audio_buffer.stopped", response_id=ev.response_id))
+        out.append(message("rate_limits.updated", rate_limits=rate_limits(self.settings)))
         return out

@@ -23,6 +23,7 @@ from voiceagent.settings import SessionSettings, TurnDetection
 from voiceagent.tools.spec import Tool
 from voiceagent.transports.fields import parse_object, require_str
 from voiceagent.transports.realtime_audio import WireAudio
+from voiceagent.transports.realtime_support import RESPONSE_FIELDS, SESSION_FIELDS, refusals
 from voiceagent.transports.realtime_wire import FORMATS, WIRE_RATE
 
 __all__ = [
@@ -31,6 +32,7 @@ __all__ = [
     "AppendAudio",
     "CancelResponse",
     "ClearInput",
+    "ClearOutput",
     "Command",
     "CommandDecoder",
     "CommitInput",
@@ -52,8 +54,12 @@ _TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 @dataclass(frozen=True)
 class UpdateSession:
+    """``changes`` to apply; ``refused``: the errors of fields this server does not honour (the
+    rest of the update applies, and each of these is sent as an ``error``)."""
+
     changes: dict[str, Any]
     event_id: str | None = None
+    refused: tuple[ProtocolError, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -73,10 +79,19 @@ class ClearInput:
 
 
 @dataclass(frozen=True)
+class ClearOutput:
+    """``output_audio_buffer.clear``: the client dropped the reply audio it had buffered."""
+
+    event_id: str | None = None
+
+
+@dataclass(frozen=True)
 class CreateItem:
     role: str
     text: str
     event_id: str | None = None
+    previous_item_id: str | None = None
+    """Where the client wants it (None: at the end)."""
 
 
 @dataclass(frozen=True)
@@ -86,6 +101,7 @@ class CreateToolOutput:
     call_id: str
     output: str
     event_id: str | None = None
+    previous_item_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -129,6 +145,7 @@ Command = (
     | AppendAudio
     | CommitInput
     | ClearInput
+    | ClearOutput
     | CreateItem
     | CreateToolOutput
     | TruncateItem
@@ -166,6 +183,12 @@ class CommandDecoder:
 
     def _session_update(self, msg: dict[str, Any], event_id: str | None) -> UpdateSession:
         sess = _obj(msg, "session", "session", required=True)
+        kind = sess.get("type", "realtime")
+        if kind not in ("realtime", None):
+            # Another kind of session (a transcription session) would not be a variant of this one.
+            raise ProtocolError("unsupported_value", f"session.type {excerpt(kind)} is not supported (realtime only)", param="session.type")
+        refused = refusals(sess, "session", SESSION_FIELDS)
+        refused += _partial_refusals(sess, "session")
         changes: dict[str, Any] = {}
         if "instructions" in sess:
             changes["instructions"] = require_str(sess, "instructions", "session.instructions")
@@ -215,7 +238,7 @@ class CommandDecoder:
             self.audio.set_input_format(in_format)
         if out_format is not None:
             self.audio.output_format = out_format
-        return UpdateSession(changes, event_id)
+        return UpdateSession(changes, event_id, tuple(refused))
 
     def _turn_detection(self, td: Any) -> TurnDetection | None:
         if td is None:
@@ -263,10 +286,13 @@ class CommandDecoder:
 
     def _item_create(self, msg: dict[str, Any], event_id: str | None) -> CreateItem | CreateToolOutput:
         item = _obj(msg, "item", "item", required=True)
+        previous = msg.get("previous_item_id")
+        if previous is not None and not isinstance(previous, str):
+            raise ProtocolError("invalid_value", "previous_item_id must be a string or null", param="previous_item_id")
         if item.get("type") == "function_call_output":
             call_id = require_str(item, "call_id", "item.call_id")
             output = require_str(item, "output", "item.output")
-            return CreateToolOutput(call_id, output, event_id)
+            return CreateToolOutput(call_id, output, event_id, previous)
         if item.get("type", "message") != "message":
             raise ProtocolError("unsupported_item_type", f"item type {excerpt(item.get('type'))} is not supported", param="item.type")
         role = item.get("role")
@@ -286,7 +312,7 @@ class CommandDecoder:
                     "invalid_value", "only text content parts are supported in conversation.item.create", param="item.content"
                 )
             texts.append(part["text"])
-        return CreateItem(str(role), " ".join(texts), event_id)
+        return CreateItem(str(role), " ".join(texts), event_id, previous)
 
     def _truncate(self, msg: dict[str, Any], event_id: str | None) -> TruncateItem:
         ms = _finite(msg.get("audio_end_ms"))
@@ -296,6 +322,17 @@ class CommandDecoder:
 
     def _response_create(self, msg: dict[str, Any], event_id: str | None) -> CreateResponse:
         resp = _obj(msg, "response", "response")
+        refused = refusals(resp, "response", RESPONSE_FIELDS) + _partial_refusals(resp, "response")
+        if resp.get("conversation", "auto") not in ("auto", None):
+            refused.append(
+                ProtocolError(
+                    "unsupported_value",
+                    f'response.conversation {excerpt(resp["conversation"])} is not supported (only "auto": out-of-band responses are not)',
+                    param="response.conversation",
+                )
+            )
+        if refused:
+            raise refused[0]  # a response other than the one asked for would be worse than none
         instr = resp.get("instructions")
         if instr is not None and not isinstance(instr, str):
             raise ProtocolError("invalid_value", "response.instructions must be a string", param="response.instructions")
@@ -312,6 +349,29 @@ class CommandDecoder:
             # Not "no id" (which would cancel whatever response is active): a wrong id cancels nothing.
             raise ProtocolError("invalid_value", "response_id must be a string", param="response_id")
         return CancelResponse(rid, event_id)
+
+
+def _partial_refusals(obj: dict[str, Any], where: str) -> list[ProtocolError]:
+    """Values of partly supported fields this server cannot honour: ``parallel_tool_calls: false``
+    and a ``truncation`` other than ``"auto"``."""
+    errors = []
+    if obj.get("parallel_tool_calls") is False:
+        errors.append(
+            ProtocolError(
+                "unsupported_value",
+                f"{where}.parallel_tool_calls false is not supported: a response may make several calls",
+                param=f"{where}.parallel_tool_calls",
+            )
+        )
+    if where == "session" and obj.get("truncation", "auto") not in ("auto", None):
+        errors.append(
+            ProtocolError(
+                "unsupported_value",
+                'session.truncation: only "auto" is supported (the oldest items leave to fit the LLM\'s window)',
+                param="session.truncation",
+            )
+        )
+    return errors
 
 
 def _tools(value: Any, param: str) -> tuple[Tool, ...]:
@@ -419,11 +479,12 @@ def _format(obj: dict[str, Any], param: str) -> str:
     kind = fmt.get("type") if isinstance(fmt, dict) else fmt
     if kind == "pcm16":  # beta name
         kind = "audio/pcm"
-    if kind == "g711_ulaw":
-        kind = "audio/pcmu"
+    kind = {"g711_ulaw": "audio/pcmu", "g711_alaw": "audio/pcma"}.get(kind, kind) if isinstance(kind, str) else kind
     if not isinstance(kind, str) or kind not in FORMATS:  # a list or object is not a format (nor hashable)
         raise ProtocolError(
-            "unsupported_format", f"audio format {excerpt(kind)} is not supported (audio/pcm at {WIRE_RATE} Hz or audio/pcmu)", param=param
+            "unsupported_format",
+            f"audio format {excerpt(kind)} is not supported (audio/pcm at {WIRE_RATE} Hz, audio/pcmu or audio/pcma)",
+            param=param,
         )
     if kind == "audio/pcm" and isinstance(fmt, dict) and fmt.get("rate", WIRE_RATE) != WIRE_RATE:
         raise ProtocolError("unsupported_format", f"audio/pcm is {WIRE_RATE} Hz in this protocol", param=f"{param}.rate")
@@ -435,6 +496,7 @@ _DECODERS: dict[str, Any] = {
     "input_audio_buffer.append": CommandDecoder._append,
     "input_audio_buffer.commit": lambda self, msg, eid: CommitInput(eid),
     "input_audio_buffer.clear": lambda self, msg, eid: ClearInput(eid),
+    "output_audio_buffer.clear": lambda self, msg, eid: ClearOutput(eid),
     "conversation.item.create": CommandDecoder._item_create,
     "conversation.item.truncate": CommandDecoder._truncate,
     "conversation.item.delete": lambda self, msg, eid: DeleteItem(require_str(msg, "item_id", "item_id"), eid),

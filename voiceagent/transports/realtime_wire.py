@@ -6,7 +6,7 @@ and items with it, and so does the project's one client (:mod:`voiceagent.client
 protocol, and the wire rate lives here only.
 
 Audio on this wire is base64 of little-endian 16-bit mono PCM at 24 kHz (``audio/pcm``), or of
-8 kHz μ-law bytes (``audio/pcmu``).
+8 kHz G.711 bytes: μ-law (``audio/pcmu``) or A-law (``audio/pcma``).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ __all__ = [
 
 WIRE_RATE = 24000
 """The rate of ``audio/pcm`` in this protocol."""
-FORMATS = {"audio/pcm": WIRE_RATE, "audio/pcmu": 8000}
+FORMATS = {"audio/pcm": WIRE_RATE, "audio/pcmu": 8000, "audio/pcma": 8000}
 """Audio formats and their sample rates."""
 
 AUDIO_DELTA = ("response.output_audio.delta", "response.audio.delta")

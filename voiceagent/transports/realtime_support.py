@@ -1,0 +1,207 @@
+"""What this server does with each part of the OpenAI Realtime protocol (GA): the one table.
+
+Every GA client event, server event, ``session`` field and ``response.create`` field has one row:
+``supported``, ``partial`` (the note says what is missing) or ``refused`` (a client event or a
+field with a value: an ``error`` event; a server event: never sent).  docs/protocol.md holds the
+table :func:`markdown` renders (tests/unit/test_realtime_support.py checks it is the same, and
+that the rows cover every name the installed ``openai`` package declares).
+
+The decoder uses the field rows (:func:`refusals`): a field this server does not know is
+``unknown_parameter``, a refused field given a value (anything but null) is
+``unsupported_field``; partial fields are checked where they are decoded
+(:mod:`.realtime_commands`).  One row per line, so a feature that lands changes one line.
+
+Pure data and pure functions: no I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from voiceagent.errors import ProtocolError, excerpt
+
+__all__ = [
+    "CLIENT_EVENTS",
+    "RESPONSE_FIELDS",
+    "SERVER_EVENTS",
+    "SESSION_FIELDS",
+    "Status",
+    "Support",
+    "markdown",
+    "refusals",
+]
+
+
+class Status(StrEnum):
+    SUPPORTED = "supported"
+    PARTIAL = "partial"
+    REFUSED = "refused"
+
+
+S, P, R = Status.SUPPORTED, Status.PARTIAL, Status.REFUSED
+
+
+@dataclass(frozen=True)
+class Support:
+    name: str
+    status: Status
+    note: str = ""
+
+
+CLIENT_EVENTS: tuple[Support, ...] = (
+    Support("session.update", P, "field by field: see the session fields below"),
+    Support("input_audio_buffer.append", S, "faster than real time past `server.audio_burst_s` is refused"),
+    Support("input_audio_buffer.commit", S, "with `turn_detection: null`"),
+    Support("input_audio_buffer.clear", S),
+    Support("output_audio_buffer.clear", S, "a barge-in without speech: the reply stops, the history keeps what was heard"),
+    Support(
+        "conversation.item.create", P, "`message` (text parts), `function_call_output`; at the end only (`previous_item_id`: the last)"
+    ),
+    Support("conversation.item.truncate", S, "an item still being paced out stops at once (its response ends `cancelled`)"),
+    Support("conversation.item.delete", S),
+    Support("conversation.item.retrieve", S),
+    Support("response.create", P, "field by field: see the response fields below"),
+    Support("response.cancel", S),
+)
+"""Every GA client event.  Any other type is ``unknown_event_type``."""
+
+SERVER_EVENTS: tuple[Support, ...] = (
+    Support("session.created", S),
+    Support("session.updated", S, "the session as it really runs"),
+    Support("error", S, "a stable `code`, the offending `param`, the client's `event_id`"),
+    Support("conversation.created", R, "a conversation is implicit in the session"),
+    Support("conversation.item.created", R, "beta name: `conversation.item.added` / `.done` are sent"),
+    Support("conversation.item.added", S),
+    Support("conversation.item.done", S),
+    Support("conversation.item.deleted", S, "also when the history limit drops items"),
+    Support("conversation.item.retrieved", S),
+    Support("conversation.item.truncated", S),
+    Support("conversation.item.input_audio_transcription.delta", S),
+    Support("conversation.item.input_audio_transcription.completed", S, "`usage`: the seconds of audio transcribed"),
+    Support("conversation.item.input_audio_transcription.failed", S, "the STT failed on that item's speech"),
+    Support("conversation.item.input_audio_transcription.segment", R),
+    Support("input_audio_buffer.committed", S),
+    Support("input_audio_buffer.cleared", S),
+    Support("input_audio_buffer.speech_started", S),
+    Support("input_audio_buffer.speech_stopped", S),
+    Support("input_audio_buffer.timeout_triggered", R, "`idle_timeout_ms` is not honoured"),
+    Support("input_audio_buffer.dtmf_event_received", R, "SIP only"),
+    Support("output_audio_buffer.started", S, "before a response's first audio"),
+    Support("output_audio_buffer.stopped", P, "when the server has sent a response's last audio, not when the client has played it"),
+    Support("output_audio_buffer.cleared", S, "barge-in, `response.cancel` while audible, `output_audio_buffer.clear`"),
+    Support("rate_limits.updated", P, "after each response: one response at a time, `max_output_tokens` a response; no quota"),
+    Support("response.created", S),
+    Support("response.done", P, "`usage` is null"),
+    Support("response.output_item.added", S),
+    Support("response.output_item.done", S),
+    Support("response.content_part.added", S),
+    Support("response.content_part.done", S),
+    Support("response.output_audio.delta", S),
+    Support("response.output_audio.done", S),
+    Support("response.output_audio_transcript.delta", S, "one delta a clause, as its audio starts"),
+    Support("response.output_audio_transcript.done", S),
+    Support("response.output_text.delta", S),
+    Support("response.output_text.done", S),
+    Support("response.function_call_arguments.delta", S, "the arguments in one delta, once checked"),
+    Support("response.function_call_arguments.done", S),
+    Support("mcp_list_tools.in_progress", R, "`mcp` tools are refused"),
+    Support("mcp_list_tools.completed", R, "`mcp` tools are refused"),
+    Support("mcp_list_tools.failed", R, "`mcp` tools are refused"),
+    Support("response.mcp_call_arguments.delta", R, "`mcp` tools are refused"),
+    Support("response.mcp_call_arguments.done", R, "`mcp` tools are refused"),
+    Support("response.mcp_call.in_progress", R, "`mcp` tools are refused"),
+    Support("response.mcp_call.completed", R, "`mcp` tools are refused"),
+    Support("response.mcp_call.failed", R, "`mcp` tools are refused"),
+)
+"""Every GA server event (refused: never sent).  ``voiceagent.turn_metrics`` is this server's own,
+sent only on opt-in (``?voiceagent_metrics=1``)."""
+
+SESSION_FIELDS: tuple[Support, ...] = (
+    Support("type", P, '`"realtime"`; `"transcription"` is refused'),
+    Support("model", P, "accepted; the server runs its configured models (`session.updated` says `voiceagent`)"),
+    Support("instructions", S),
+    Support("output_modalities", S, '`["audio"]` or `["text"]`'),
+    Support("max_output_tokens", S, "1..4096 or `inf` (4096)"),
+    Support("tools", P, "`function` tools; `mcp` is refused"),
+    Support("tool_choice", S, "`auto`, `none`, `required` or a function"),
+    Support("parallel_tool_calls", P, "`true` (a response may make several calls); `false` is refused"),
+    Support("truncation", P, '`"auto"`: the oldest items leave to fit the LLM\'s window; others are refused'),
+    Support("audio.input.format", S, "`audio/pcm` (24 kHz), `audio/pcmu`, `audio/pcma`"),
+    Support("audio.input.transcription", P, "`language` and `prompt`; `model` is shown as `whisper`"),
+    Support("audio.input.turn_detection", P, "`server_vad` with all its fields but `idle_timeout_ms`; `semantic_vad` runs as `server_vad`"),
+    Support("audio.input.noise_reduction", R),
+    Support("audio.output.format", S, "`audio/pcm` (24 kHz), `audio/pcmu`, `audio/pcma`"),
+    Support("audio.output.voice", P, "recorded, not applied: one voice is installed"),
+    Support("audio.output.speed", S, "0.25..4"),
+    Support("include", R),
+    Support("prompt", R, "stored prompts live at OpenAI"),
+    Support("reasoning", R),
+    Support("tracing", R),
+)
+"""Every field of the GA ``session`` object a client sends (dotted below ``audio``)."""
+
+RESPONSE_FIELDS: tuple[Support, ...] = (
+    Support("instructions", S, "this response only"),
+    Support("output_modalities", S, "this response only"),
+    Support("tools", P, "this response only; `function` tools"),
+    Support("tool_choice", S, "this response only"),
+    Support("parallel_tool_calls", P, "`true`; `false` is refused"),
+    Support("conversation", P, '`"auto"`; out-of-band (`"none"`) is refused'),
+    Support("input", R),
+    Support("metadata", R),
+    Support("max_output_tokens", R, "the session's applies"),
+    Support("audio.output.format", R, "the session's applies"),
+    Support("audio.output.voice", R, "the session's applies"),
+    Support("prompt", R),
+    Support("reasoning", R),
+)
+"""Every field of ``response.create``'s ``response``.  A refused field given a value refuses the
+whole ``response.create`` (no response starts that would not be what was asked)."""
+
+_CONTAINERS = frozenset({"audio", "audio.input", "audio.output"})
+
+
+def refusals(obj: dict[str, Any], where: str, rows: tuple[Support, ...]) -> list[ProtocolError]:
+    """The errors ``obj`` (a ``session`` or a ``response``, named ``where``) earns by its fields:
+    ``unknown_parameter`` for a field not in ``rows``, ``unsupported_field`` for a refused one
+    with a value other than null.  Nested objects (``audio``, ``audio.input``,
+    ``audio.output``) are walked; what is not an object there is left to the decoder."""
+    table = {row.name: row for row in rows}
+    errors: list[ProtocolError] = []
+
+    def walk(node: dict[str, Any], prefix: str) -> None:
+        for key, value in node.items():
+            name = f"{prefix}{key}"
+            param = f"{where}.{name}"
+            if name in _CONTAINERS:
+                if isinstance(value, dict):
+                    walk(value, f"{name}.")
+                continue
+            row = table.get(name)
+            if row is None:
+                errors.append(ProtocolError("unknown_parameter", f"unknown parameter {excerpt(param)}", param=param))
+            elif row.status is Status.REFUSED and value is not None:
+                why = f" ({row.note})" if row.note else ""
+                errors.append(ProtocolError("unsupported_field", f"{param} is not supported by this server{why}", param=param))
+
+    walk(obj, "")
+    return errors
+
+
+def _table(title: str, rows: tuple[Support, ...]) -> list[str]:
+    lines = [f"| {title} | status | notes |", "|---|---|---|"]
+    lines += [f"| `{row.name}` | {row.status.value} | {row.note} |" for row in rows]
+    return lines
+
+
+def markdown() -> str:
+    """The four tables as docs/protocol.md shows them."""
+    parts = [
+        _table("client event", CLIENT_EVENTS),
+        _table("server event", SERVER_EVENTS),
+        _table("`session` field (`session.update`)", SESSION_FIELDS),
+        _table("`response` field (`response.create`)", RESPONSE_FIELDS),
+    ]
+    return "\n\n".join("\n".join(p) for p in parts) + "\n"
