@@ -14,6 +14,7 @@ Two families:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -357,6 +358,10 @@ class ResponseCreated(Event):
     previous_item_id: str | None = None
     audio: bool = True
     """False: a text-only response (``output_modalities: ["text"]``): text deltas, no audio."""
+    in_conversation: bool = True
+    """False: an out-of-band response (``conversation: "none"``): its items stay out of the history."""
+    metadata: Mapping[str, str] | None = None
+    """The client's ``metadata`` of ``response.create``, carried back as given."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -391,6 +396,8 @@ class FunctionCallAdded(Event):
     call_id: str
     name: str
     arguments: str
+    in_conversation: bool = True
+    """False: the call of an out-of-band response, not in the history."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -427,6 +434,8 @@ class ResponseDone(Event):
     reason: str | None = None
     audio_ms: float = 0.0
     calls: tuple[CallSummary, ...] = ()
+    metadata: Mapping[str, str] | None = None
+    """The client's ``metadata`` of ``response.create``, carried back as given."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -48,7 +48,7 @@ from voiceagent.events import (
 from voiceagent.observability.metrics import Metrics
 from voiceagent.pipeline import Channel, Generations, StageContext
 from voiceagent.pipeline.gate import GenerationGate
-from voiceagent.settings import SessionSettings, settings_from_config
+from voiceagent.settings import InputItem, SessionSettings, settings_from_config
 from voiceagent.stages.llm import LlmOptions, LlmPorts, LlmStage
 from voiceagent.stages.playout import PlayoutStage
 from voiceagent.stages.stt import SttOptions, SttPorts, SttStage
@@ -260,9 +260,13 @@ class Session:
         await self._vad_in.put(InputClear(t=self.clock.now(), gen=self.scope.current, session=self.id))
         await self._emit(InputCleared(t=self.clock.now(), gen=self.scope.current, session=self.id))
 
-    async def add_text(self, text: str, role: str = "user") -> str:
-        """Add a text item to the history (``conversation.item.create``); returns its id."""
-        prev = self.history.last_id
+    async def add_text(self, text: str, role: str = "user", previous_item_id: str | None = None) -> str:
+        """Add a text item to the history (``conversation.item.create``); returns its id.
+
+        ``previous_item_id``: put it right after that item (``"root"``: first) instead of at the
+        end; an id not in the history is refused (``item_not_found``) and nothing is added."""
+        if previous_item_id not in (None, "root") and self.history.find(previous_item_id) is None:
+            raise ProtocolError("item_not_found", f"no item {excerpt(previous_item_id)} to insert after", param="previous_item_id")
         if role == "assistant":
             item = self.history.add_assistant(-1, new_id("item"))
             item.add_clause(text)
@@ -270,9 +274,17 @@ class Session:
             item_id = item.id
         else:
             item_id = self.history.add_user(text).id
+        if previous_item_id is not None:
+            self.history.move_after(item_id, None if previous_item_id == "root" else previous_item_id)
         await self._emit(
             TextItemAdded(
-                t=self.clock.now(), gen=self.scope.current, session=self.id, item_id=item_id, previous_item_id=prev, role=role, text=text
+                t=self.clock.now(),
+                gen=self.scope.current,
+                session=self.id,
+                item_id=item_id,
+                previous_item_id=self.history.previous_id(item_id),
+                role=role,
+                text=text,
             )
         )
         await self._trim_history()
@@ -291,10 +303,23 @@ class Session:
         tools: tuple[Tool, ...] | None = None,
         tool_choice: str | None = None,
         audio: bool | None = None,
+        out_of_band: bool = False,
+        input: tuple[InputItem, ...] | None = None,
+        metadata: dict[str, str] | None = None,
+        max_output_tokens: int | None = None,
     ) -> str:
         """Answer now from the history (``response.create``): see
         :meth:`ReplyController.create_response`."""
-        return await self.replies.create_response(instructions, tools=tools, tool_choice=tool_choice, audio=audio)
+        return await self.replies.create_response(
+            instructions,
+            tools=tools,
+            tool_choice=tool_choice,
+            audio=audio,
+            out_of_band=out_of_band,
+            input=input,
+            metadata=metadata,
+            max_output_tokens=max_output_tokens,
+        )
 
     @property
     def active_response_id(self) -> str | None:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from voiceagent.config import Config
 from voiceagent.tools.spec import Tool
 
-__all__ = ["SessionSettings", "TurnDetection", "settings_from_config"]
+__all__ = ["InputItem", "SessionSettings", "TurnDetection", "settings_from_config"]
 
 
 @dataclass(frozen=True)
@@ -23,6 +23,16 @@ class TurnDetection:
     silence_duration_ms: int
     create_response: bool = True
     interrupt_response: bool = True
+
+
+@dataclass(frozen=True)
+class InputItem:
+    """One item of ``response.create``'s ``input``: a message's text, or a reference to an item
+    of the conversation (``item_reference``, ``ref`` its id; ``role`` and ``text`` then empty)."""
+
+    role: str = ""
+    text: str = ""
+    ref: str | None = None
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ from collections.abc import Awaitable, Callable
 
 from voiceagent.clock import Clock
 from voiceagent.config import Config
-from voiceagent.conversation.history import CANCELLED_OUTPUT, History, new_id
+from voiceagent.conversation.history import CANCELLED_OUTPUT, AssistantItem, History, input_messages, new_id
 from voiceagent.conversation.prompt_fit import PromptFitter
 from voiceagent.conversation.reply import Reply, turn_record
 from voiceagent.errors import ProtocolError, excerpt
@@ -69,7 +69,7 @@ from voiceagent.events import (
 from voiceagent.observability import tracing
 from voiceagent.observability.metrics import Metrics
 from voiceagent.pipeline import Channel, Generations, GenerationScope
-from voiceagent.settings import SessionSettings
+from voiceagent.settings import InputItem, SessionSettings
 from voiceagent.stages.llm import LlmPrompt
 from voiceagent.tools.builtin import BuiltinTools, TimerRequest
 from voiceagent.tools.spec import Message, Tool, with_tools
@@ -192,20 +192,34 @@ class ReplyController:
         tools: tuple[Tool, ...] | None = None,
         tool_choice: str | None = None,
         audio: bool | None = None,
+        out_of_band: bool = False,
+        input: tuple[InputItem, ...] | None = None,
+        metadata: dict[str, str] | None = None,
+        max_output_tokens: int | None = None,
     ) -> str:
-        """Answer now from the history (``response.create``); returns the response id.  ``tools``,
-        ``tool_choice`` and ``audio`` (False: text only) replace the session's for this response.
+        """Answer now from the history (``response.create``); returns the response id.
+        ``instructions``, ``tools``, ``tool_choice``, ``audio`` (False: text only) and
+        ``max_output_tokens`` replace the session's for this response only.  ``out_of_band``
+        (``conversation: "none"``): its message and calls stay out of the history (a summary, a
+        classification).  ``input``: the items it reads instead of the conversation (an
+        ``item_reference`` names one of the history's; an unknown one is refused with
+        ``item_not_found`` before anything starts).  ``metadata`` comes back on its
+        ``response.created`` and ``response.done``.
         Refused with ``conversation_already_has_active_response`` while one is active."""
         if self._playing is not None and not self._playing.done:
             raise ProtocolError(
                 "conversation_already_has_active_response",
                 f"response {self._playing.id} is still in progress; cancel it first",
             )
+        for n, entry in enumerate(input or ()):
+            if entry.ref is not None and self._history.find(entry.ref) is None:
+                raise ProtocolError("item_not_found", f"no item {excerpt(entry.ref)} to reference", param=f"response.input[{n}].id")
         assert self._llm_in is not None, "connect() first"
         gen = self.begin()
         reply = self._reply(gen)
         reply.instructions = instructions
         reply.tools, reply.tool_choice, reply.audio = tools, tool_choice, audio
+        reply.out_of_band, reply.input, reply.metadata, reply.max_tokens = out_of_band, input, metadata, max_output_tokens
         await self._release(reply)
         await self._llm_in.put(UserTurn(t=self._clock.now(), gen=gen, session=self._id, text=None, speculative=False))
         return reply.id
@@ -264,6 +278,11 @@ class ReplyController:
         # stays the one of the turns before; the engine's grammar keeps that reply from calling.
         instructions = with_tools(instructions, tools)
 
+        max_tokens = reply.max_tokens if reply is not None else None
+        if reply is not None and reply.input is not None:
+            # The client's own context for this response: read as given, not cut to the window.
+            return LlmPrompt(input_messages(instructions, reply.input, self._history), tools, choice, max_tokens)
+
         def render() -> list[Message]:
             messages = self._history.messages(instructions, pending_user=turn.text, gen=turn.gen, examples=examples)
             if messages and messages[-1].role == "tool":
@@ -275,12 +294,12 @@ class ReplyController:
             return messages
 
         if self._fitter is None:
-            return LlmPrompt(render(), tools, choice)
+            return LlmPrompt(render(), tools, choice, max_tokens)
         async with self._fitting:  # a prefill and a turn may ask at once: one cut at a time
             fitted = await self._fitter.fit(self._history, render, tools)
         if fitted.dropped:
             await self._announce_cut(fitted.dropped, fitted.tokens)
-        return LlmPrompt(fitted.messages, tools, choice)
+        return LlmPrompt(fitted.messages, tools, choice, max_tokens)
 
     def offered_tools(self, client_tools: tuple[Tool, ...]) -> tuple[Tool, ...]:
         """``client_tools`` and the server's built-in tools whose names the client does not use."""
@@ -383,10 +402,13 @@ class ReplyController:
     async def _release(self, reply: Reply) -> None:
         """``reply`` is the turn's answer: into the history, to the client, and audible."""
         assert self._play_in is not None, "connect() first"
-        prev_id = self._history.last_id
+        prev_id = None if reply.out_of_band else self._history.last_id
         reply.released = True
-        reply.item = self._history.add_assistant(reply.gen, reply.item_id)
-        await self._trim_history()
+        if reply.out_of_band:
+            reply.item = AssistantItem(id=reply.item_id, gen=reply.gen)  # kept for the reply only
+        else:
+            reply.item = self._history.add_assistant(reply.gen, reply.item_id)
+            await self._trim_history()
         self._playing = reply
         self._note_activity()
         await self._emit(
@@ -398,6 +420,8 @@ class ReplyController:
                 item_id=reply.item_id,
                 previous_item_id=prev_id,
                 audio=self.speaks(reply.gen),
+                in_conversation=not reply.out_of_band,
+                metadata=reply.metadata,
             )
         )
         await self._play_in.put(
@@ -424,6 +448,27 @@ class ReplyController:
                     code="invalid_tool_call",
                     message=f"the model's call of {ev.name!r} was not usable and was not sent ({ev.problem})",
                     kind="server_error",
+                )
+            )
+            return
+        if reply.out_of_band:
+            # Reported with the response only: the conversation never sees it, so no output is
+            # expected for it and no built-in tool runs.
+            call = CallSummary(new_id("item"), ev.call_id, ev.name, ev.arguments)
+            reply.calls.append(call)
+            await self._emit(
+                FunctionCallAdded(
+                    t=now,
+                    gen=ev.gen,
+                    session=self._id,
+                    response_id=reply.id,
+                    item_id=call.item_id,
+                    previous_item_id=None,
+                    output_index=len(reply.calls),
+                    call_id=ev.call_id,
+                    name=ev.name,
+                    arguments=ev.arguments,
+                    in_conversation=False,
                 )
             )
             return
@@ -515,6 +560,7 @@ class ReplyController:
                 reason=reason,
                 audio_ms=item.audio_ms if item else 0.0,
                 calls=tuple(reply.calls),
+                metadata=reply.metadata,
             )
         )
         self._replies.pop(reply.gen, None)

@@ -57,6 +57,7 @@ class RealtimeCodec:
         self._decoder = CommandDecoder(settings, self.audio)
         self.send_metrics = send_metrics
         self._text_only: set[str] = set()  # response ids of text-only responses in progress
+        self._out_of_band: set[str] = set()  # response ids of out-of-band responses in progress
         self._partials: dict[str, str] = {}
 
     @property
@@ -70,7 +71,12 @@ class RealtimeCodec:
 
     def pending(self) -> dict[str, int]:
         """Per-response state held now (for tests and diagnostics)."""
-        return {"audio_streams": len(self.audio.open_responses()), "text_only": len(self._text_only), "partials": len(self._partials)}
+        return {
+            "audio_streams": len(self.audio.open_responses()),
+            "text_only": len(self._text_only),
+            "out_of_band": len(self._out_of_band),
+            "partials": len(self._partials),
+        }
 
     # ------------------------------------------------------------------ client → server
 
@@ -209,13 +215,21 @@ class RealtimeCodec:
                 "content": [],
             }
             ids = {"response_id": ev.response_id, "item_id": ev.item_id, "output_index": 0, "content_index": 0}
+            if not ev.in_conversation:
+                self._out_of_band.add(ev.response_id)
+            response: dict[str, Any] = {
+                "id": ev.response_id,
+                "object": "realtime.response",
+                "status": "in_progress",
+                "output": [],
+                "conversation_id": None if not ev.in_conversation else "conv_default",
+                "metadata": dict(ev.metadata) if ev.metadata is not None else None,
+            }
+            added = [message("conversation.item.added", previous_item_id=ev.previous_item_id, item=item)] if ev.in_conversation else []
             return [
-                message(
-                    "response.created",
-                    response={"id": ev.response_id, "object": "realtime.response", "status": "in_progress", "output": []},
-                ),
+                message("response.created", response=response),
                 message("response.output_item.added", response_id=ev.response_id, output_index=0, item=item),
-                message("conversation.item.added", previous_item_id=ev.previous_item_id, item=item),
+                *added,
                 message(
                     "response.content_part.added",
                     **ids,
@@ -249,13 +263,16 @@ class RealtimeCodec:
         item["arguments"] = ""
         done = call_object(CallSummary(ev.item_id, ev.call_id, ev.name, ev.arguments), "completed")
         ids = {"response_id": ev.response_id, "item_id": ev.item_id, "output_index": ev.output_index, "call_id": ev.call_id}
+        # An out-of-band response's call is not in the conversation: no conversation.item.* for it.
+        added = [message("conversation.item.added", previous_item_id=ev.previous_item_id, item=item)] if ev.in_conversation else []
+        item_done = [message("conversation.item.done", previous_item_id=ev.previous_item_id, item=done)] if ev.in_conversation else []
         return [
             message("response.output_item.added", response_id=ev.response_id, output_index=ev.output_index, item=item),
-            message("conversation.item.added", previous_item_id=ev.previous_item_id, item=item),
+            *added,
             message("response.function_call_arguments.delta", **ids, delta=ev.arguments),
             message("response.function_call_arguments.done", **ids, name=ev.name, arguments=ev.arguments),
             message("response.output_item.done", response_id=ev.response_id, output_index=ev.output_index, item=done),
-            message("conversation.item.done", previous_item_id=ev.previous_item_id, item=done),
+            *item_done,
         ]
 
     def _response_done(self, ev: ResponseDone) -> list[dict[str, Any]]:
@@ -267,6 +284,8 @@ class RealtimeCodec:
         item_status = "completed" if ev.status is ResponseStatus.COMPLETED else "incomplete"
         text_only = ev.response_id in self._text_only
         self._text_only.discard(ev.response_id)
+        in_conversation = ev.response_id not in self._out_of_band
+        self._out_of_band.discard(ev.response_id)
         item = {
             "id": ev.item_id,
             "object": "realtime.item",
@@ -293,7 +312,7 @@ class RealtimeCodec:
             ]
         out += [
             message("response.output_item.done", response_id=ev.response_id, output_index=0, item=item),
-            message("conversation.item.done", item=item),
+            *([message("conversation.item.done", item=item)] if in_conversation else []),
             message(
                 "response.done",
                 response={
@@ -302,6 +321,8 @@ class RealtimeCodec:
                     "status": ev.status.value,
                     "status_details": details,
                     "output": [item, *(call_object(c, "completed") for c in ev.calls)],
+                    "conversation_id": "conv_default" if in_conversation else None,
+                    "metadata": dict(ev.metadata) if ev.metadata is not None else None,
                     "usage": None,
                     "audio_ms": round(ev.audio_ms, 1),
                 },

@@ -19,7 +19,7 @@ from typing import Any
 
 from voiceagent.audio import Int16Array
 from voiceagent.errors import ProtocolError, excerpt
-from voiceagent.settings import SessionSettings, TurnDetection
+from voiceagent.settings import InputItem, SessionSettings, TurnDetection
 from voiceagent.tools.spec import Tool
 from voiceagent.transports.fields import parse_object, require_str
 from voiceagent.transports.realtime_audio import WireAudio
@@ -77,6 +77,8 @@ class CreateItem:
     role: str
     text: str
     event_id: str | None = None
+    previous_item_id: str | None = None
+    """Insert after this item (None: at the end); an id not in the history is refused."""
 
 
 @dataclass(frozen=True)
@@ -116,6 +118,14 @@ class CreateResponse:
     tool_choice: str | None = None
     audio: bool | None = None
     """``output_modalities`` of this response (False: text only; None: the session's)."""
+    out_of_band: bool = False
+    """``conversation: "none"``: the reply is not added to the conversation."""
+    input: tuple[InputItem, ...] | None = None
+    """What the response reads instead of the conversation (None: the conversation)."""
+    metadata: dict[str, str] | None = None
+    """Carried back on ``response.created`` and ``response.done``."""
+    max_output_tokens: int | None = None
+    """For this response only (None: the session's)."""
 
 
 @dataclass(frozen=True)
@@ -170,14 +180,7 @@ class CommandDecoder:
         if "instructions" in sess:
             changes["instructions"] = require_str(sess, "instructions", "session.instructions")
         if "max_output_tokens" in sess:
-            mot = sess["max_output_tokens"]
-            if mot == "inf":
-                mot = 4096
-            if not isinstance(mot, int) or isinstance(mot, bool) or not 1 <= mot <= 4096:
-                raise ProtocolError(
-                    "invalid_value", "max_output_tokens must be an integer 1..4096 or 'inf'", param="session.max_output_tokens"
-                )
-            changes["max_output_tokens"] = mot
+            changes["max_output_tokens"] = _max_tokens(sess["max_output_tokens"], "session.max_output_tokens")
         audio = _obj(sess, "audio", "session.audio")
         inp = _obj(audio, "input", "session.audio.input")
         out = _obj(audio, "output", "session.audio.output")
@@ -272,21 +275,10 @@ class CommandDecoder:
         role = item.get("role")
         if role not in ("user", "assistant", "system"):
             raise ProtocolError("invalid_value", "item.role must be user, assistant or system", param="item.role")
-        content = item.get("content")
-        if not isinstance(content, list) or not content:
-            raise ProtocolError("invalid_value", "item.content must be a non-empty list", param="item.content")
-        texts = []
-        for part in content:
-            if (
-                not isinstance(part, dict)
-                or part.get("type") not in ("input_text", "text", "output_text")
-                or not isinstance(part.get("text"), str)
-            ):
-                raise ProtocolError(
-                    "invalid_value", "only text content parts are supported in conversation.item.create", param="item.content"
-                )
-            texts.append(part["text"])
-        return CreateItem(str(role), " ".join(texts), event_id)
+        previous = msg.get("previous_item_id")
+        if previous is not None and not isinstance(previous, str):
+            raise ProtocolError("invalid_value", "previous_item_id must be a string", param="previous_item_id")
+        return CreateItem(str(role), _text_parts(item.get("content"), "item.content"), event_id, previous)
 
     def _truncate(self, msg: dict[str, Any], event_id: str | None) -> TruncateItem:
         ms = _finite(msg.get("audio_end_ms"))
@@ -304,7 +296,26 @@ class CommandDecoder:
         if "tool_choice" in resp:
             choice = _tool_choice(resp["tool_choice"], tools if tools is not None else self.settings.tools, "response.tool_choice")
         audio = _modalities(resp["output_modalities"], "response.output_modalities") if "output_modalities" in resp else None
-        return CreateResponse(instr, event_id, tools, choice, audio)
+        conversation = resp.get("conversation", "auto")
+        if conversation not in ("auto", "none", None):
+            raise ProtocolError(
+                "invalid_value",
+                f"response.conversation {excerpt(conversation)} is not supported (auto or none)",
+                param="response.conversation",
+            )
+        items = _input_items(resp["input"], "response.input") if resp.get("input") is not None else None
+        mot = _max_tokens(resp["max_output_tokens"], "response.max_output_tokens") if resp.get("max_output_tokens") is not None else None
+        return CreateResponse(
+            instr,
+            event_id,
+            tools,
+            choice,
+            audio,
+            out_of_band=conversation == "none",
+            input=items,
+            metadata=_metadata(resp.get("metadata"), "response.metadata"),
+            max_output_tokens=mot,
+        )
 
     def _response_cancel(self, msg: dict[str, Any], event_id: str | None) -> CancelResponse:
         rid = msg.get("response_id")
@@ -342,6 +353,71 @@ def _tools(value: Any, param: str) -> tuple[Tool, ...]:
             raise ProtocolError("invalid_value", f"'{where}.parameters' is too large", param=f"{where}.parameters")
         tools.append(Tool(name, desc, params))
     return tuple(tools)
+
+
+def _max_tokens(value: Any, param: str) -> int:
+    """``max_output_tokens``: 1..4096, or ``"inf"`` (4096)."""
+    if value == "inf":
+        value = 4096
+    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= 4096:
+        raise ProtocolError("invalid_value", "max_output_tokens must be an integer 1..4096 or 'inf'", param=param)
+    return value
+
+
+_METADATA_KEYS = 16
+
+
+def _metadata(value: Any, param: str) -> dict[str, str] | None:
+    """``metadata``: at most 16 string pairs, keys up to 64 characters, values up to 512 (OpenAI's
+    limits); null is none."""
+    if value is None:
+        return None
+    if (
+        not isinstance(value, dict)
+        or len(value) > _METADATA_KEYS
+        or not all(isinstance(k, str) and len(k) <= 64 and isinstance(v, str) and len(v) <= 512 for k, v in value.items())
+    ):
+        raise ProtocolError(
+            "invalid_value", "metadata must be at most 16 string pairs (keys up to 64 characters, values up to 512)", param=param
+        )
+    return dict(value)
+
+
+def _text_parts(content: Any, param: str) -> str:
+    """The text of a message item's ``content``: text parts only, joined by spaces."""
+    if not isinstance(content, list) or not content:
+        raise ProtocolError("invalid_value", f"'{param}' must be a non-empty list", param=param)
+    texts = []
+    for part in content:
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind not in ("input_text", "text", "output_text") or not isinstance(part.get("text"), str):
+            raise ProtocolError("invalid_value", "only text content parts are supported", param=param)
+        texts.append(part["text"])
+    return " ".join(texts)
+
+
+def _input_items(value: Any, param: str) -> tuple[InputItem, ...]:
+    """``response.input``: messages (user, assistant or system text) and ``item_reference``s."""
+    if not isinstance(value, list) or len(value) > 256:
+        raise ProtocolError("invalid_value", f"'{param}' must be a list of at most 256 items", param=param)
+    items: list[InputItem] = []
+    for n, raw in enumerate(value):
+        where = f"{param}[{n}]"
+        if not isinstance(raw, dict):
+            raise ProtocolError("invalid_value", f"'{where}' must be an object", param=where)
+        kind = raw.get("type", "message")
+        if kind == "item_reference":
+            items.append(InputItem(ref=require_str(raw, "id", f"{where}.id")))
+            continue
+        if kind != "message":
+            raise ProtocolError(
+                "unsupported_item_type", f"'{where}.type' {excerpt(kind)} is not supported (message or item_reference)", param=where
+            )
+        role = raw.get("role")
+        if role not in ("user", "assistant", "system"):
+            raise ProtocolError("invalid_value", f"'{where}.role' must be user, assistant or system", param=f"{where}.role")
+        items.append(InputItem(str(role), _text_parts(raw.get("content"), f"{where}.content")))
+    return tuple(items)
 
 
 def _modalities(value: Any, param: str) -> bool:
