@@ -42,6 +42,7 @@ __all__ = [
     "ItemsDropped",
     "InputSpeechStarted",
     "InputSpeechStopped",
+    "InputTimeoutTriggered",
     "InputTranscriptDelta",
     "InputTranscriptDone",
     "Mark",
@@ -299,6 +300,17 @@ class InputSpeechStarted(Event):
 
     item_id: str
     audio_ms: float
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class InputTimeoutTriggered(Event):
+    """No speech for ``idle_timeout_ms`` after the agent's last reply finished playing: the
+    silent input from ``audio_start_ms`` to ``audio_end_ms`` becomes item ``item_id`` and a
+    response follows."""
+
+    item_id: str
+    audio_start_ms: float
+    audio_end_ms: float
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -112,6 +112,7 @@ class Session:
             self._arrival_time,
             wall_clock,
             self._fitter,
+            lambda: self._audio_ms,
         )
         self.scope: Generations = self.replies.generations
 

@@ -11,18 +11,31 @@ from dataclasses import dataclass
 from voiceagent.config import Config
 from voiceagent.tools.spec import Tool
 
-__all__ = ["InputItem", "SessionSettings", "TurnDetection", "settings_from_config"]
+__all__ = ["EAGERNESS_LEVELS", "InputItem", "SessionSettings", "TurnDetection", "settings_from_config"]
+
+
+EAGERNESS_LEVELS = ("low", "medium", "high", "auto")
+"""``semantic_vad``'s ``eagerness`` values (their endpointing: :data:`voiceagent.stages.turn.EAGERNESS`)."""
 
 
 @dataclass(frozen=True)
 class TurnDetection:
-    """Server VAD settings (OpenAI ``turn_detection`` of type ``server_vad``)."""
+    """Turn detection (OpenAI ``turn_detection``): ``server_vad``, or ``semantic_vad`` whose
+    ``eagerness`` picks the endpointing instead of ``silence_duration_ms``.  ``threshold`` and
+    ``prefix_padding_ms`` drive the VAD in both modes."""
 
     threshold: float
     prefix_padding_ms: int
     silence_duration_ms: int
     create_response: bool = True
     interrupt_response: bool = True
+    type: str = "server_vad"
+    """``server_vad`` or ``semantic_vad``."""
+    eagerness: str = "auto"
+    """``semantic_vad`` only: one of :data:`EAGERNESS_LEVELS`."""
+    idle_timeout_ms: int | None = None
+    """``server_vad`` only: silence after the agent finished speaking that triggers
+    ``input_audio_buffer.timeout_triggered`` and a response (None: never)."""
 
 
 @dataclass(frozen=True)

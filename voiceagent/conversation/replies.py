@@ -45,6 +45,7 @@ from voiceagent.events import (
     InputCommitted,
     InputSpeechStarted,
     InputSpeechStopped,
+    InputTimeoutTriggered,
     InputTranscriptDelta,
     InputTranscriptDone,
     ItemsDropped,
@@ -74,11 +75,14 @@ from voiceagent.stages.llm import LlmPrompt
 from voiceagent.tools.builtin import BuiltinTools, TimerRequest
 from voiceagent.tools.spec import Message, Tool, with_tools
 
-__all__ = ["ANSWER_FROM_TOOLS", "ReplyController"]
+__all__ = ["ANSWER_FROM_TOOLS", "IDLE_PROMPT", "ReplyController"]
 
 log = logging.getLogger(__name__)
 
 ANSWER_FROM_TOOLS = "Answer the user now, in one short spoken sentence, from the tool result above."
+IDLE_PROMPT = " The user has said nothing for a while: in one short sentence, ask whether they are still there or invite them to go on."
+"""Added to the instructions of the response an idle timeout starts (``idle_timeout_ms``): the
+item it answers is silence, and without a word on it a small model answers the silence itself."""
 """Closes a prompt that ends with tool outputs (see :meth:`ReplyController.prompt`)."""
 turn_log = logging.getLogger("voiceagent.session")
 """The per-turn log line keeps the logger name that dashboards and log filters already select."""
@@ -107,8 +111,10 @@ class ReplyController:
         arrival_time: Callable[[float], float],
         wall_clock: Callable[[], dt.datetime] | None = None,
         fitter: PromptFitter | None = None,
+        input_ms: Callable[[], float] | None = None,
     ) -> None:
-        """``fitter``: cuts the history to the LLM's window before each prompt (None: never cut)."""
+        """``fitter``: cuts the history to the LLM's window before each prompt (None: never cut).
+        ``input_ms``: the user audio received so far (the idle timeout's event reports it)."""
         self._id = session_id
         self._clock = clock
         self._config = config
@@ -131,6 +137,8 @@ class ReplyController:
         self._timers: set[asyncio.Task[None]] = set()
         self._fitter = fitter
         self._fitting = asyncio.Lock()
+        self._input_ms = input_ms or (lambda: 0.0)
+        self._idle: asyncio.Task[None] | None = None
 
     # ------------------------------------------------------------------ wiring
 
@@ -146,10 +154,11 @@ class ReplyController:
         self._heard = heard
 
     async def aclose(self) -> None:
-        """Cancel the built-in tools' timers and wait for them."""
-        for task in self._timers:
+        """Cancel the built-in tools' timers and the idle timeout, and wait for them."""
+        idle = [self._idle] if self._idle is not None else []
+        for task in [*self._timers, *idle]:
             task.cancel()
-        await asyncio.gather(*self._timers, return_exceptions=True)
+        await asyncio.gather(*self._timers, *idle, return_exceptions=True)
 
     def live(self) -> dict[int, Reply]:
         """The replies kept now, by generation (for tests and diagnostics)."""
@@ -215,6 +224,7 @@ class ReplyController:
             if entry.ref is not None and self._history.find(entry.ref) is None:
                 raise ProtocolError("item_not_found", f"no item {excerpt(entry.ref)} to reference", param=f"response.input[{n}].id")
         assert self._llm_in is not None, "connect() first"
+        self._disarm_idle()
         gen = self.begin()
         reply = self._reply(gen)
         reply.instructions = instructions
@@ -335,6 +345,7 @@ class ReplyController:
         """What a stage notifies: turns, transcripts, timeline marks, calls, audio, ends."""
         now = self._clock.now()
         if isinstance(ev, SpeechStarted):
+            self._disarm_idle()
             # speech_started goes first, then the interrupted response's done (OpenAI's order).
             if self._user_item is None:
                 self._user_item = new_id("item")
@@ -522,6 +533,59 @@ class ReplyController:
                 await self.create_response(self._settings().instructions + note, tool_choice="none")
                 return
 
+    # ------------------------------------------------------------------ the idle timeout
+
+    @property
+    def idle_armed(self) -> bool:
+        """Whether an idle timeout is waiting to trigger (for tests and diagnostics)."""
+        return self._idle is not None
+
+    def _disarm_idle(self) -> None:
+        if self._idle is not None:
+            self._idle.cancel()
+            self._idle = None
+
+    def _arm_idle(self, reply: Reply) -> None:
+        """With ``server_vad``'s ``idle_timeout_ms``: once ``reply``'s audio has finished playing
+        (its heard clock's end), that much more silence triggers the timeout.  Speech, a new
+        response or another reply's end disarms it first."""
+        self._disarm_idle()
+        td = self._settings().turn_detection
+        if td is None or td.type != "server_vad" or td.idle_timeout_ms is None:
+            return
+        end = max(self._clock.now(), reply.listener.end_t or 0.0)
+        self._idle = asyncio.create_task(self._idle_timeout(end + td.idle_timeout_ms / 1000.0), name=f"{self._id}.idle")
+
+    async def _idle_timeout(self, deadline: float) -> None:
+        """At ``deadline`` (the session's clock): ``input_audio_buffer.timeout_triggered``, the
+        silence committed as an empty user item, and a response that asks the user to go on
+        (as OpenAI's documentation describes).  Nothing when the user is speaking, a response
+        is active, or idle_timeout_ms was turned off meanwhile."""
+        await self._clock.sleep_until(deadline)
+        self._idle = None  # this task is finishing: nothing left to cancel
+        td = self._settings().turn_detection
+        if td is None or td.idle_timeout_ms is None or self._user_item is not None or self.active_response_id is not None:
+            return
+        now = self._clock.now()
+        end_ms = self._input_ms()
+        item_id = new_id("item")
+        prev = self._history.last_id
+        await self._emit(
+            InputTimeoutTriggered(
+                t=now,
+                gen=self._scope.current,
+                session=self._id,
+                item_id=item_id,
+                audio_start_ms=max(0.0, end_ms - td.idle_timeout_ms),
+                audio_end_ms=end_ms,
+            )
+        )
+        self._history.add_user("", -1, item_id)
+        await self._emit(InputCommitted(t=now, gen=self._scope.current, session=self._id, item_id=item_id, previous_item_id=prev))
+        await self._trim_history()
+        with contextlib.suppress(ProtocolError):  # a response started in between: it answers instead
+            await self.create_response(self._settings().instructions + IDLE_PROMPT)
+
     async def _interrupt(self, reason: str) -> None:
         reply = self._playing
         self._move_on()
@@ -565,6 +629,8 @@ class ReplyController:
         )
         self._replies.pop(reply.gen, None)
         await self._observe(reply, status, reason, now)
+        if status is ResponseStatus.COMPLETED and not reply.out_of_band:
+            self._arm_idle(reply)
         if reply.answer_after and status is ResponseStatus.COMPLETED and self.active_response_id is None:
             # A built-in tool has answered: say what it found (as a client would ask, response.create).
             # No further calls in that answer: a small model may call the same tool again and again.

@@ -27,6 +27,7 @@ from voiceagent.events import (
     InputCommitted,
     InputSpeechStarted,
     InputSpeechStopped,
+    InputTimeoutTriggered,
     InputTranscriptDelta,
     InputTranscriptDone,
     ItemsDropped,
@@ -111,6 +112,15 @@ class RealtimeCodec:
     def encode(self, ev: Event) -> list[dict[str, Any]]:
         if isinstance(ev, InputSpeechStarted):
             return [message("input_audio_buffer.speech_started", audio_start_ms=int(ev.audio_ms), item_id=ev.item_id)]
+        if isinstance(ev, InputTimeoutTriggered):
+            return [
+                message(
+                    "input_audio_buffer.timeout_triggered",
+                    item_id=ev.item_id,
+                    audio_start_ms=int(ev.audio_start_ms),
+                    audio_end_ms=int(ev.audio_end_ms),
+                )
+            ]
         if isinstance(ev, InputSpeechStopped):
             return [message("input_audio_buffer.speech_stopped", audio_end_ms=int(ev.audio_ms), item_id=ev.item_id)]
         if isinstance(ev, InputCommitted):

@@ -19,7 +19,7 @@ from typing import Any
 
 from voiceagent.audio import Int16Array
 from voiceagent.errors import ProtocolError, excerpt
-from voiceagent.settings import InputItem, SessionSettings, TurnDetection
+from voiceagent.settings import EAGERNESS_LEVELS, InputItem, SessionSettings, TurnDetection
 from voiceagent.tools.spec import Tool
 from voiceagent.transports.fields import parse_object, require_str
 from voiceagent.transports.realtime_audio import WireAudio
@@ -48,6 +48,10 @@ MAX_TRANSCRIPTION_PROMPT = 2000
 """Characters of ``audio.input.transcription.prompt``; Whisper reads only its last
 :data:`voiceagent.backends.whisper.MAX_PROMPT_TOKENS` tokens."""
 _TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+_SERVER_FIELDS = frozenset(
+    {"type", "threshold", "prefix_padding_ms", "silence_duration_ms", "create_response", "interrupt_response", "idle_timeout_ms"}
+)
+_SEMANTIC_FIELDS = frozenset({"type", "eagerness", "create_response", "interrupt_response"})
 
 
 @dataclass(frozen=True)
@@ -231,6 +235,16 @@ class CommandDecoder:
                 "invalid_value", f"unsupported turn_detection type {excerpt(kind)}", param="session.audio.input.turn_detection.type"
             )
         cur = self.settings.turn_detection or TurnDetection(0.5, 300, 500)
+        # Each mode takes only its own fields (the GA types'): a server_vad field sent with
+        # semantic_vad, or eagerness with server_vad, is refused rather than silently dropped.
+        own = _SEMANTIC_FIELDS if kind == "semantic_vad" else _SERVER_FIELDS
+        for key in td:
+            if key not in own:
+                raise ProtocolError(
+                    "invalid_value",
+                    f"{excerpt(key)} is not a field of {kind} turn detection",
+                    param=f"session.audio.input.turn_detection.{key}",
+                )
         threshold = td.get("threshold", cur.threshold)
         if not isinstance(threshold, int | float) or isinstance(threshold, bool) or not 0.0 < threshold < 1.0:
             raise ProtocolError("invalid_value", "threshold must be between 0 and 1", param="session.audio.input.turn_detection.threshold")
@@ -248,8 +262,29 @@ class CommandDecoder:
             if not isinstance(value, bool):
                 raise ProtocolError("invalid_value", f"{key} must be a boolean", param=f"session.audio.input.turn_detection.{key}")
             bools[key] = value
+        eagerness = td.get("eagerness", "auto")
+        if eagerness not in EAGERNESS_LEVELS:
+            raise ProtocolError(
+                "invalid_value",
+                f"eagerness must be one of {', '.join(EAGERNESS_LEVELS)}",
+                param="session.audio.input.turn_detection.eagerness",
+            )
+        idle = td.get("idle_timeout_ms")
+        if idle is not None and (not isinstance(idle, int) or isinstance(idle, bool) or not 1_000 <= idle <= 300_000):
+            raise ProtocolError(
+                "invalid_value",
+                "idle_timeout_ms must be an integer 1000..300000 or null",
+                param="session.audio.input.turn_detection.idle_timeout_ms",
+            )
         return TurnDetection(
-            float(threshold), ints["prefix_padding_ms"], ints["silence_duration_ms"], bools["create_response"], bools["interrupt_response"]
+            float(threshold),
+            ints["prefix_padding_ms"],
+            ints["silence_duration_ms"],
+            bools["create_response"],
+            bools["interrupt_response"],
+            type=str(kind),
+            eagerness=str(eagerness),
+            idle_timeout_ms=idle,
         )
 
     def _append(self, msg: dict[str, Any], event_id: str | None) -> AppendAudio:
