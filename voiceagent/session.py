@@ -179,7 +179,12 @@ class Session:
             LlmOptions.from_config(cfg.llm),
         )
         replies.connect(llm_in, play_in, self.llm.prefill)
-        self.tts = TtsStage(ctx, tts_in, play_in, TtsPorts(self._engines.tts, settings, first_audio=first_audio, speaks=replies.speaks))
+        self.tts = TtsStage(
+            ctx,
+            tts_in,
+            play_in,
+            TtsPorts(self._engines.tts, settings, first_audio=first_audio, speaks=replies.speaks, voices=self._engines.voice),
+        )
         self.playout = PlayoutStage(ctx, play_in, cfg.playout.lead_ms, cfg.playout.chunk_ms)
         for stage in (self.vad, self.stt, self.turn, self.llm, self.tts, self.playout):
             self._tasks.append(asyncio.create_task(stage.run(), name=f"{self.id}.{stage.name}"))
@@ -230,10 +235,31 @@ class Session:
             self.llm.warm()
         return self.settings
 
+    @property
+    def voice_names(self) -> list[str]:
+        """The voices a client may pick (``tts.voices``, the default first)."""
+        return list(self._engines.voices) or [self.config.tts.model]
+
     async def check_update(self, **changes: Any) -> None:
-        """Refuse (``ProtocolError`` ``context_length_exceeded``) changes whose instructions and
-        tools would leave the LLM's window no room for a turn; the settings are not touched.
-        Call it before :meth:`update` with the same changes."""
+        """Refuse changes the session cannot honour, leaving the settings untouched: a voice not
+        in the table (``invalid_value``, the names listed), a new voice once the session has
+        spoken (``cannot_update_voice``, as OpenAI), and instructions and tools that would leave
+        the LLM's window no room for a turn (``context_length_exceeded``).  Call it before
+        :meth:`update` with the same changes."""
+        voice = changes.get("voice")
+        if voice is not None and voice != self.settings.voice:
+            if voice not in self.voice_names:
+                raise ProtocolError(
+                    "invalid_value",
+                    f"unknown voice {excerpt(voice)}; the voices are: {', '.join(self.voice_names)}",
+                    param="session.audio.output.voice",
+                )
+            if self.replies.spoke:
+                raise ProtocolError(
+                    "cannot_update_voice",
+                    "cannot update a conversation's voice once assistant audio is present",
+                    param="session.audio.output.voice",
+                )
         if not changes.keys() & {"instructions", "tools"}:
             return
         settings = dataclasses.replace(self.settings, **changes)

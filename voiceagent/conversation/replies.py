@@ -138,6 +138,8 @@ class ReplyController:
         self._fitter = fitter
         self._fitting = asyncio.Lock()
         self._input_ms = input_ms or (lambda: 0.0)
+        self.spoke = False
+        """True once any reply's audio went to the client (the voice is fixed from then on)."""
         self._idle: asyncio.Task[None] | None = None
 
     # ------------------------------------------------------------------ wiring
@@ -372,6 +374,7 @@ class ReplyController:
             reply = self._replies.get(ev.gen)
             if reply is not None and reply.item is not None:
                 reply.item.add_audio(len(ev.pcm) * 1000.0 / ev.rate)
+                self.spoke = self.spoke or len(ev.pcm) > 0
                 reply.timeline.mark("first_audio_sent", now)
                 await self._emit(ev)
         elif isinstance(ev, GenerationEnd):

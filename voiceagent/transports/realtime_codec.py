@@ -173,7 +173,7 @@ class RealtimeCodec:
         if isinstance(ev, ResponseCreated | OutputTranscriptDelta):
             return self._response_text(ev)
         if isinstance(ev, AudioDelta):
-            raw = self.audio.out(ev.response_id, ev.pcm)
+            raw = self.audio.out(ev.response_id, ev.pcm, ev.rate)
             return [self._audio_delta(ev.response_id, ev.item_id, raw)] if raw else []
         if isinstance(ev, ResponseDone):
             return self._response_done(ev)

@@ -212,7 +212,7 @@ class CommandDecoder:
                 raise ProtocolError(
                     "invalid_value", "voice must be a non-empty name of at most 64 characters", param="session.audio.output.voice"
                 )
-            changes["voice"] = voice  # one voice is installed; the name is recorded, not applied
+            changes["voice"] = voice  # checked against the voice table by the session
         if "speed" in out:
             speed = out["speed"]
             if not isinstance(speed, int | float) or isinstance(speed, bool) or not 0.25 <= speed <= 4.0:
