@@ -66,6 +66,9 @@ class SessionSettings:
     """Text Whisper reads as if it came just before the speech (Realtime
     ``audio.input.transcription.prompt``): names and words the user is likely to say, in the
     spelling wanted.  "" for none."""
+    kind: str = "realtime"
+    """``session.type``: ``realtime`` (a conversation) or ``transcription`` (VAD and STT only:
+    transcripts per turn, no LLM, no voice, no responses)."""
     examples: tuple[tuple[str, str], ...] = ()
     """(user, assistant) exchanges shown after the system message (``llm.examples``).  They belong
     to the server's instructions: :meth:`voiceagent.session.Session.update` drops them when a

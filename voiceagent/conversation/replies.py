@@ -217,6 +217,8 @@ class ReplyController:
         ``item_not_found`` before anything starts).  ``metadata`` comes back on its
         ``response.created`` and ``response.done``.
         Refused with ``conversation_already_has_active_response`` while one is active."""
+        if self._settings().kind != "realtime":
+            raise ProtocolError("invalid_state", "a transcription session does not create responses (session.type is transcription)")
         if self._playing is not None and not self._playing.done:
             raise ProtocolError(
                 "conversation_already_has_active_response",
@@ -358,8 +360,9 @@ class ReplyController:
         elif isinstance(ev, TranscriptDelta):
             if self._user_item is not None:
                 await self._emit(InputTranscriptDelta(t=now, gen=ev.gen, session=self._id, item_id=self._user_item, text=ev.text))
-            if self._heard is not None and self._settings().turn_detection is not None:
-                self._heard(ev.text)
+            settings = self._settings()
+            if self._heard is not None and settings.turn_detection is not None and settings.kind == "realtime":
+                self._heard(ev.text)  # a prefill for the answer: a transcription session has none
         elif isinstance(ev, TurnConfirmed):
             await self._confirm(ev)
         elif isinstance(ev, Mark | LlmRoute | LlmUsage | ToolCallMade | ToolCallRejected):

@@ -448,8 +448,10 @@ class TurnStage(Stage):
         return float(self.endpointing().silence_ms)
 
     def _respond(self) -> bool:
-        td = self._settings().turn_detection
-        return td is not None and td.create_response
+        """Whether a confirmed turn is answered (never in a transcription session)."""
+        settings = self._settings()
+        td = settings.turn_detection
+        return td is not None and td.create_response and settings.kind == "realtime"
 
     async def handle(self, event: Event) -> None:
         ep = self.endpointer

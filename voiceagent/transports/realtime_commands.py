@@ -181,6 +181,20 @@ class CommandDecoder:
     def _session_update(self, msg: dict[str, Any], event_id: str | None) -> UpdateSession:
         sess = _obj(msg, "session", "session", required=True)
         changes: dict[str, Any] = {}
+        kind = sess.get("type", self.settings.kind)
+        if kind not in ("realtime", "transcription"):
+            raise ProtocolError(
+                "invalid_value", f"session.type {excerpt(kind)} is not supported (realtime or transcription)", param="session.type"
+            )
+        if kind == "transcription":
+            # The GA transcription session's fields only: what it has no use for is refused, not dropped.
+            extra = sorted(set(sess) - {"type", "audio", "include", "object", "id"}) + (
+                ["audio.output"] if isinstance(sess.get("audio"), dict) and "output" in sess["audio"] else []
+            )
+            if extra:
+                raise ProtocolError("invalid_value", f"a transcription session has no {excerpt(extra[0])}", param=f"session.{extra[0]}")
+        if kind != self.settings.kind:
+            changes["kind"] = str(kind)
         if "instructions" in sess:
             changes["instructions"] = require_str(sess, "instructions", "session.instructions")
         if "max_output_tokens" in sess:

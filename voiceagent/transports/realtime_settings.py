@@ -36,6 +36,21 @@ def session_object(settings: SessionSettings, audio: WireAudio, session_id: str 
     """The ``session`` object of ``settings`` on a connection with ``audio``'s formats."""
     s = settings
     td = turn_detection_object(s.turn_detection)
+    transcription = {"model": "whisper", "language": s.language, "prompt": s.transcription_prompt}
+    if s.kind == "transcription":
+        return {
+            "type": "transcription",
+            "id": session_id,
+            "audio": {
+                "input": {
+                    "format": format_object(audio.input_format),
+                    "transcription": transcription,
+                    "turn_detection": td,
+                    "noise_reduction": None,
+                }
+            },
+            "include": None,
+        }
     return {
         "type": "realtime",
         "object": "realtime.session",
@@ -49,7 +64,7 @@ def session_object(settings: SessionSettings, audio: WireAudio, session_id: str 
         "audio": {
             "input": {
                 "format": format_object(audio.input_format),
-                "transcription": {"model": "whisper", "language": s.language, "prompt": s.transcription_prompt},
+                "transcription": transcription,
                 "turn_detection": td,
             },
             "output": {"format": format_object(audio.output_format), "voice": s.voice, "speed": s.speed},
