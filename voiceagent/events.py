@@ -14,6 +14,7 @@ Two families:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -41,6 +42,7 @@ __all__ = [
     "ItemsDropped",
     "InputSpeechStarted",
     "InputSpeechStopped",
+    "InputTimeoutTriggered",
     "InputTranscriptDelta",
     "InputTranscriptDone",
     "InputTranscriptFailed",
@@ -302,6 +304,17 @@ class InputSpeechStarted(Event):
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class InputTimeoutTriggered(Event):
+    """No speech for ``idle_timeout_ms`` after the agent's last reply finished playing: the
+    silent input from ``audio_start_ms`` to ``audio_end_ms`` becomes item ``item_id`` and a
+    response follows."""
+
+    item_id: str
+    audio_start_ms: float
+    audio_end_ms: float
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class InputSpeechStopped(Event):
     item_id: str
     audio_ms: float
@@ -371,6 +384,10 @@ class ResponseCreated(Event):
     previous_item_id: str | None = None
     audio: bool = True
     """False: a text-only response (``output_modalities: ["text"]``): text deltas, no audio."""
+    in_conversation: bool = True
+    """False: an out-of-band response (``conversation: "none"``): its items stay out of the history."""
+    metadata: Mapping[str, str] | None = None
+    """The client's ``metadata`` of ``response.create``, carried back as given."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -405,6 +422,8 @@ class FunctionCallAdded(Event):
     call_id: str
     name: str
     arguments: str
+    in_conversation: bool = True
+    """False: the call of an out-of-band response, not in the history."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -441,6 +460,8 @@ class ResponseDone(Event):
     reason: str | None = None
     audio_ms: float = 0.0
     calls: tuple[CallSummary, ...] = ()
+    metadata: Mapping[str, str] | None = None
+    """The client's ``metadata`` of ``response.create``, carried back as given."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -49,7 +49,7 @@ from voiceagent.events import (
 from voiceagent.observability.metrics import Metrics
 from voiceagent.pipeline import Channel, Generations, StageContext
 from voiceagent.pipeline.gate import GenerationGate
-from voiceagent.settings import SessionSettings, settings_from_config
+from voiceagent.settings import InputItem, SessionSettings, settings_from_config
 from voiceagent.stages.llm import LlmOptions, LlmPorts, LlmStage
 from voiceagent.stages.playout import PlayoutStage
 from voiceagent.stages.stt import SttOptions, SttPorts, SttStage
@@ -113,6 +113,7 @@ class Session:
             self._arrival_time,
             wall_clock,
             self._fitter,
+            lambda: self._audio_ms,
         )
         self.scope: Generations = self.replies.generations
 
@@ -179,7 +180,12 @@ class Session:
             LlmOptions.from_config(cfg.llm),
         )
         replies.connect(llm_in, play_in, self.llm.prefill)
-        self.tts = TtsStage(ctx, tts_in, play_in, TtsPorts(self._engines.tts, settings, first_audio=first_audio, speaks=replies.speaks))
+        self.tts = TtsStage(
+            ctx,
+            tts_in,
+            play_in,
+            TtsPorts(self._engines.tts, settings, first_audio=first_audio, speaks=replies.speaks, voices=self._engines.voice),
+        )
         self.playout = PlayoutStage(ctx, play_in, cfg.playout.lead_ms, cfg.playout.chunk_ms)
         for stage in (self.vad, self.stt, self.turn, self.llm, self.tts, self.playout):
             self._tasks.append(asyncio.create_task(stage.run(), name=f"{self.id}.{stage.name}"))
@@ -230,10 +236,31 @@ class Session:
             self.llm.warm()
         return self.settings
 
+    @property
+    def voice_names(self) -> list[str]:
+        """The voices a client may pick (``tts.voices``, the default first)."""
+        return list(self._engines.voices) or [self.config.tts.model]
+
     async def check_update(self, **changes: Any) -> None:
-        """Refuse (``ProtocolError`` ``context_length_exceeded``) changes whose instructions and
-        tools would leave the LLM's window no room for a turn; the settings are not touched.
-        Call it before :meth:`update` with the same changes."""
+        """Refuse changes the session cannot honour, leaving the settings untouched: a voice not
+        in the table (``invalid_value``, the names listed), a new voice once the session has
+        spoken (``cannot_update_voice``, as OpenAI), and instructions and tools that would leave
+        the LLM's window no room for a turn (``context_length_exceeded``).  Call it before
+        :meth:`update` with the same changes."""
+        voice = changes.get("voice")
+        if voice is not None and voice != self.settings.voice:
+            if voice not in self.voice_names:
+                raise ProtocolError(
+                    "invalid_value",
+                    f"unknown voice {excerpt(voice)}; the voices are: {', '.join(self.voice_names)}",
+                    param="session.audio.output.voice",
+                )
+            if self.replies.spoke:
+                raise ProtocolError(
+                    "cannot_update_voice",
+                    "cannot update a conversation's voice once assistant audio is present",
+                    param="session.audio.output.voice",
+                )
         if not changes.keys() & {"instructions", "tools"}:
             return
         settings = dataclasses.replace(self.settings, **changes)
@@ -261,9 +288,13 @@ class Session:
         await self._vad_in.put(InputClear(t=self.clock.now(), gen=self.scope.current, session=self.id))
         await self._emit(InputCleared(t=self.clock.now(), gen=self.scope.current, session=self.id))
 
-    async def add_text(self, text: str, role: str = "user") -> str:
-        """Add a text item to the history (``conversation.item.create``); returns its id."""
-        prev = self.history.last_id
+    async def add_text(self, text: str, role: str = "user", previous_item_id: str | None = None) -> str:
+        """Add a text item to the history (``conversation.item.create``); returns its id.
+
+        ``previous_item_id``: put it right after that item (``"root"``: first) instead of at the
+        end; an id not in the history is refused (``item_not_found``) and nothing is added."""
+        if previous_item_id not in (None, "root") and self.history.find(previous_item_id) is None:
+            raise ProtocolError("item_not_found", f"no item {excerpt(previous_item_id)} to insert after", param="previous_item_id")
         if role == "assistant":
             item = self.history.add_assistant(-1, new_id("item"))
             item.add_clause(text)
@@ -271,9 +302,17 @@ class Session:
             item_id = item.id
         else:
             item_id = self.history.add_user(text).id
+        if previous_item_id is not None:
+            self.history.move_after(item_id, None if previous_item_id == "root" else previous_item_id)
         await self._emit(
             TextItemAdded(
-                t=self.clock.now(), gen=self.scope.current, session=self.id, item_id=item_id, previous_item_id=prev, role=role, text=text
+                t=self.clock.now(),
+                gen=self.scope.current,
+                session=self.id,
+                item_id=item_id,
+                previous_item_id=self.history.previous_id(item_id),
+                role=role,
+                text=text,
             )
         )
         await self._trim_history()
@@ -292,10 +331,23 @@ class Session:
         tools: tuple[Tool, ...] | None = None,
         tool_choice: str | None = None,
         audio: bool | None = None,
+        out_of_band: bool = False,
+        input: tuple[InputItem, ...] | None = None,
+        metadata: dict[str, str] | None = None,
+        max_output_tokens: int | None = None,
     ) -> str:
         """Answer now from the history (``response.create``): see
         :meth:`ReplyController.create_response`."""
-        return await self.replies.create_response(instructions, tools=tools, tool_choice=tool_choice, audio=audio)
+        return await self.replies.create_response(
+            instructions,
+            tools=tools,
+            tool_choice=tool_choice,
+            audio=audio,
+            out_of_band=out_of_band,
+            input=input,
+            metadata=metadata,
+            max_output_tokens=max_output_tokens,
+        )
 
     @property
     def active_response_id(self) -> str | None:

@@ -11,18 +11,41 @@ from dataclasses import dataclass
 from voiceagent.config import Config
 from voiceagent.tools.spec import Tool
 
-__all__ = ["SessionSettings", "TurnDetection", "settings_from_config"]
+__all__ = ["EAGERNESS_LEVELS", "InputItem", "SessionSettings", "TurnDetection", "settings_from_config"]
+
+
+EAGERNESS_LEVELS = ("low", "medium", "high", "auto")
+"""``semantic_vad``'s ``eagerness`` values (their endpointing: :data:`voiceagent.stages.turn.EAGERNESS`)."""
 
 
 @dataclass(frozen=True)
 class TurnDetection:
-    """Server VAD settings (OpenAI ``turn_detection`` of type ``server_vad``)."""
+    """Turn detection (OpenAI ``turn_detection``): ``server_vad``, or ``semantic_vad`` whose
+    ``eagerness`` picks the endpointing instead of ``silence_duration_ms``.  ``threshold`` and
+    ``prefix_padding_ms`` drive the VAD in both modes."""
 
     threshold: float
     prefix_padding_ms: int
     silence_duration_ms: int
     create_response: bool = True
     interrupt_response: bool = True
+    type: str = "server_vad"
+    """``server_vad`` or ``semantic_vad``."""
+    eagerness: str = "auto"
+    """``semantic_vad`` only: one of :data:`EAGERNESS_LEVELS`."""
+    idle_timeout_ms: int | None = None
+    """``server_vad`` only: silence after the agent finished speaking that triggers
+    ``input_audio_buffer.timeout_triggered`` and a response (None: never)."""
+
+
+@dataclass(frozen=True)
+class InputItem:
+    """One item of ``response.create``'s ``input``: a message's text, or a reference to an item
+    of the conversation (``item_reference``, ``ref`` its id; ``role`` and ``text`` then empty)."""
+
+    role: str = ""
+    text: str = ""
+    ref: str | None = None
 
 
 @dataclass(frozen=True)
@@ -43,6 +66,9 @@ class SessionSettings:
     """Text Whisper reads as if it came just before the speech (Realtime
     ``audio.input.transcription.prompt``): names and words the user is likely to say, in the
     spelling wanted.  "" for none."""
+    kind: str = "realtime"
+    """``session.type``: ``realtime`` (a conversation) or ``transcription`` (VAD and STT only:
+    transcripts per turn, no LLM, no voice, no responses)."""
     examples: tuple[tuple[str, str], ...] = ()
     """(user, assistant) exchanges shown after the system message (``llm.examples``).  They belong
     to the server's instructions: :meth:`voiceagent.session.Session.update` drops them when a

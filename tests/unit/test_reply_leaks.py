@@ -99,6 +99,6 @@ def test_after_many_turns_no_per_reply_structure_holds_more_than_the_live_reply(
             codec = RealtimeCodec(settings_from_config(config), 24000)
             for ev in log.events:
                 codec.encode(ev)
-            assert codec.pending() == {"audio_streams": 0, "text_only": 0, "partials": 0, "streaming": 0}
+            assert codec.pending() == {"audio_streams": 0, "text_only": 0, "out_of_band": 0, "partials": 0, "streaming": 0}
 
     run(main(), 120)

@@ -77,9 +77,18 @@ class Engines:
     load_seconds: dict[str, float] = field(default_factory=dict)
     turn_cost: TurnCost | None = None
     """One turn's critical-path work on this machine, measured by :func:`warm_up` (capacity)."""
+    voices: dict[str, TtsBackend] = field(default_factory=dict)
+    """The voice table (``tts.voices``): name → its loaded voice, ``tts`` under the default's name.
+    Empty: ``tts`` is the only voice.  One object per model, shared by every session that picks
+    it; each is confined to its own executor, so two sessions never run one voice at once."""
+
+    def voice(self, name: str) -> TtsBackend:
+        """The voice named ``name``; ``tts`` for a name not in the table."""
+        return self.voices.get(name, self.tts)
 
     def close(self) -> None:
-        for backend in (self.vad, self.stt, self.turn, self.tts):
+        extra = [v for v in {id(v): v for v in self.voices.values()}.values() if v is not self.tts]
+        for backend in (self.vad, self.stt, self.turn, self.tts, *extra):
             if backend is not None:
                 backend.executor.shutdown(wait=False, cancel_futures=True)
         self.llm.close()
@@ -140,8 +149,15 @@ def load_engines(config: Config) -> Engines:
     turn = None if config.turn.model == "none" else timed("turn", _import(*_TURN), config.turn.device, config.turn.model, cache)
     llm, pools = load_llm(config, timed)
     tts = timed("tts", _import(*_TTS), config.tts.model, config.tts.threads, config.tts.device, cache)
+    by_model: dict[str, Any] = {config.tts.model: tts}
+    for name, model in config.tts.voice_table.items():
+        if model not in by_model:  # each model once per process, whatever the names it has
+            models[f"tts_{name}"] = (f"tts.voices ({name})", model)
+            by_model[model] = timed(f"tts_{name}", _import(*_TTS), model, config.tts.threads, config.tts.device, cache)
+    voices = {name: by_model[model] for name, model in config.tts.voice_table.items()}
     # Models that adapt their threads to contention learn whether the others are busy.
-    backends: list[tuple[str, object]] = [("stt", stt), ("turn", turn), ("tts", tts)] + [("llm", p) for p in pools]
+    backends: list[tuple[str, object]] = [("stt", stt), ("turn", turn)]
+    backends += [("tts", v) for v in by_model.values()] + [("llm", p) for p in pools]
     # A backend is busy while its executor is (the batched LLM, which has none: while it steps).
     executors = [(k, ex) for k, b in backends if isinstance(ex := getattr(b, "executor", b), PriorityExecutor | BatchedEngine)]
 
@@ -152,9 +168,10 @@ def load_engines(config: Config) -> Engines:
 
     for pool in pools:
         pool.contended = busy_besides("llm")
-    if hasattr(tts, "contended"):
-        tts.contended = busy_besides("tts")
-    return Engines(vad=vad, stt=stt, turn=turn, llm=llm, tts=tts, load_seconds=timings)
+    for voice in by_model.values():
+        if hasattr(voice, "contended"):
+            voice.contended = busy_besides("tts")
+    return Engines(vad=vad, stt=stt, turn=turn, llm=llm, tts=tts, load_seconds=timings, voices=voices)
 
 
 def load_llm(config: Config, timed: Callable[..., Any] | None = None) -> tuple[LlmEngine, list[LlmPool | BatchedEngine]]:

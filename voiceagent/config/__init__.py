@@ -15,6 +15,7 @@ import dataclasses
 import difflib
 import json
 import os
+import re
 import tomllib
 import types
 import typing
@@ -66,6 +67,9 @@ DEFAULT_EXAMPLES = (
     "User: Remind me to call the bank tomorrow.\n"
     "Assistant: I can't set reminders yet, but don't forget to call the bank tomorrow.\n"
 )
+
+
+_VOICE_NAME = re.compile(r"[A-Za-z0-9._-]{1,64}")
 
 
 def parse_examples(text: str) -> tuple[tuple[str, str], ...]:
@@ -416,6 +420,12 @@ class LlmConfig:
 @dataclass(frozen=True)
 class TtsConfig:
     model: str = "joe"
+    """The default voice, and its name in the voice table (``session.update``'s ``voice``)."""
+    voices: str = ""
+    """More voices a client may pick by name: ``name=model`` pairs separated by commas
+    (``calm=en_US-lessac-medium, mine=/voices/me.onnx``), each model a catalog name, a Piper
+    voice name, an ``.onnx`` path or a hub id, as ``model``.  Each is loaded once per process at
+    start-up and shared by the sessions that pick it."""
     speed: float = 1.0
     threads: int = 2
     device: str = "cpu"
@@ -426,6 +436,25 @@ class TtsConfig:
         _check(self.device in DEVICES, "tts.device", "must be cpu or cuda")
         _check(0.25 <= self.speed <= 4.0, "tts.speed", "must be 0.25..4")
         _check(self.threads >= 1, "tts.threads", "must be >= 1")
+        try:
+            self.voice_table  # noqa: B018 - parsed here so that a bad table fails at start-up
+        except ValueError as exc:
+            _check(False, "tts.voices", str(exc))
+
+    @property
+    def voice_table(self) -> dict[str, str]:
+        """Voice name → model: ``model`` under its own name first, then ``voices``."""
+        table = {self.model: self.model}
+        for entry in (e.strip() for e in self.voices.split(",")):
+            if not entry:
+                continue
+            name, sep, model = (x.strip() for x in entry.partition("="))
+            if not sep or not _VOICE_NAME.fullmatch(name) or not model:
+                raise ValueError(f"{entry!r} is not name=model (a name of 1-64 letters, digits, '.', '_' or '-')")
+            if name in table:
+                raise ValueError(f"voice {name!r} is named twice")
+            table[name] = model
+        return table
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from voiceagent.backends.protocols import example_messages
+from voiceagent.settings import InputItem
 from voiceagent.text.clauses import cut_to_fraction
 from voiceagent.tools.spec import Message, ToolCall
 
@@ -32,6 +33,7 @@ __all__ = [
     "History",
     "SpokenClause",
     "UserItem",
+    "input_messages",
     "new_id",
 ]
 
@@ -198,6 +200,15 @@ class History:
                 return before.id if before is not None else None
         return None
 
+    def move_after(self, item_id: str, previous_id: str | None) -> None:
+        """Put item ``item_id`` right after ``previous_id`` (None: first in the history).  The
+        caller checks that both are here (``conversation.item.create``'s ``previous_item_id``)."""
+        item = self.find(item_id)
+        assert item is not None
+        self.items.remove(item)
+        at = 0 if previous_id is None else next(n for n, i in enumerate(self.items) if i.id == previous_id) + 1
+        self.items.insert(at, item)
+
     def find(self, item_id: str) -> Item | None:
         return next((i for i in self.items if i.id == item_id), None)
 
@@ -290,3 +301,24 @@ class History:
                 out.insert(0, item.call_id)
             n -= 1
         return out
+
+
+def input_messages(instructions: str, items: Sequence[InputItem], history: History) -> list[Message]:
+    """The prompt of a response that reads ``items`` (``response.create``'s ``input``) instead of
+    the conversation: the system message, then each item in order, a reference (``ref``) as the
+    history's item of that id reads (the caller checked they exist; one gone since is skipped)."""
+    msgs = [Message("system", instructions)]
+    for entry in items:
+        if entry.ref is None:
+            msgs.append(Message("system" if entry.role == "system" else "assistant" if entry.role == "assistant" else "user", entry.text))
+            continue
+        item = history.find(entry.ref)
+        if isinstance(item, UserItem):
+            msgs.append(Message("user", item.text))
+        elif isinstance(item, AssistantItem) and item.text:
+            msgs.append(Message("assistant", item.text))
+        elif isinstance(item, FunctionCallItem):
+            msgs.append(Message("assistant", "", (ToolCall(item.call_id, item.name, item.arguments),)))
+        elif isinstance(item, FunctionCallOutputItem):
+            msgs.append(Message("tool", item.output, tool_call_id=item.call_id))
+    return msgs

@@ -31,7 +31,7 @@ from collections.abc import Awaitable, Callable
 
 from voiceagent.clock import Clock
 from voiceagent.config import Config
-from voiceagent.conversation.history import CANCELLED_OUTPUT, History, new_id
+from voiceagent.conversation.history import CANCELLED_OUTPUT, AssistantItem, History, input_messages, new_id
 from voiceagent.conversation.prompt_fit import PromptFitter
 from voiceagent.conversation.reply import Reply, turn_record
 from voiceagent.errors import ProtocolError, excerpt
@@ -45,6 +45,7 @@ from voiceagent.events import (
     InputCommitted,
     InputSpeechStarted,
     InputSpeechStopped,
+    InputTimeoutTriggered,
     InputTranscriptDelta,
     InputTranscriptDone,
     ItemsDropped,
@@ -69,16 +70,19 @@ from voiceagent.events import (
 from voiceagent.observability import tracing
 from voiceagent.observability.metrics import Metrics
 from voiceagent.pipeline import Channel, Generations, GenerationScope
-from voiceagent.settings import SessionSettings
+from voiceagent.settings import InputItem, SessionSettings
 from voiceagent.stages.llm import LlmPrompt
 from voiceagent.tools.builtin import BuiltinTools, TimerRequest
 from voiceagent.tools.spec import Message, Tool, with_tools
 
-__all__ = ["ANSWER_FROM_TOOLS", "ReplyController"]
+__all__ = ["ANSWER_FROM_TOOLS", "IDLE_PROMPT", "ReplyController"]
 
 log = logging.getLogger(__name__)
 
 ANSWER_FROM_TOOLS = "Answer the user now, in one short spoken sentence, from the tool result above."
+IDLE_PROMPT = " The user has said nothing for a while: in one short sentence, ask whether they are still there or invite them to go on."
+"""Added to the instructions of the response an idle timeout starts (``idle_timeout_ms``): the
+item it answers is silence, and without a word on it a small model answers the silence itself."""
 """Closes a prompt that ends with tool outputs (see :meth:`ReplyController.prompt`)."""
 turn_log = logging.getLogger("voiceagent.session")
 """The per-turn log line keeps the logger name that dashboards and log filters already select."""
@@ -107,8 +111,10 @@ class ReplyController:
         arrival_time: Callable[[float], float],
         wall_clock: Callable[[], dt.datetime] | None = None,
         fitter: PromptFitter | None = None,
+        input_ms: Callable[[], float] | None = None,
     ) -> None:
-        """``fitter``: cuts the history to the LLM's window before each prompt (None: never cut)."""
+        """``fitter``: cuts the history to the LLM's window before each prompt (None: never cut).
+        ``input_ms``: the user audio received so far (the idle timeout's event reports it)."""
         self._id = session_id
         self._clock = clock
         self._config = config
@@ -133,6 +139,10 @@ class ReplyController:
         self._timers: set[asyncio.Task[None]] = set()
         self._fitter = fitter
         self._fitting = asyncio.Lock()
+        self._input_ms = input_ms or (lambda: 0.0)
+        self.spoke = False
+        """True once any reply's audio went to the client (the voice is fixed from then on)."""
+        self._idle: asyncio.Task[None] | None = None
 
     # ------------------------------------------------------------------ wiring
 
@@ -148,10 +158,11 @@ class ReplyController:
         self._heard = heard
 
     async def aclose(self) -> None:
-        """Cancel the built-in tools' timers and wait for them."""
-        for task in self._timers:
+        """Cancel the built-in tools' timers and the idle timeout, and wait for them."""
+        idle = [self._idle] if self._idle is not None else []
+        for task in [*self._timers, *idle]:
             task.cancel()
-        await asyncio.gather(*self._timers, return_exceptions=True)
+        await asyncio.gather(*self._timers, *idle, return_exceptions=True)
 
     def live(self) -> dict[int, Reply]:
         """The replies kept now, by generation (for tests and diagnostics)."""
@@ -194,20 +205,37 @@ class ReplyController:
         tools: tuple[Tool, ...] | None = None,
         tool_choice: str | None = None,
         audio: bool | None = None,
+        out_of_band: bool = False,
+        input: tuple[InputItem, ...] | None = None,
+        metadata: dict[str, str] | None = None,
+        max_output_tokens: int | None = None,
     ) -> str:
-        """Answer now from the history (``response.create``); returns the response id.  ``tools``,
-        ``tool_choice`` and ``audio`` (False: text only) replace the session's for this response.
+        """Answer now from the history (``response.create``); returns the response id.
+        ``instructions``, ``tools``, ``tool_choice``, ``audio`` (False: text only) and
+        ``max_output_tokens`` replace the session's for this response only.  ``out_of_band``
+        (``conversation: "none"``): its message and calls stay out of the history (a summary, a
+        classification).  ``input``: the items it reads instead of the conversation (an
+        ``item_reference`` names one of the history's; an unknown one is refused with
+        ``item_not_found`` before anything starts).  ``metadata`` comes back on its
+        ``response.created`` and ``response.done``.
         Refused with ``conversation_already_has_active_response`` while one is active."""
+        if self._settings().kind != "realtime":
+            raise ProtocolError("invalid_state", "a transcription session does not create responses (session.type is transcription)")
         if self._playing is not None and not self._playing.done:
             raise ProtocolError(
                 "conversation_already_has_active_response",
                 f"response {self._playing.id} is still in progress; cancel it first",
             )
+        for n, entry in enumerate(input or ()):
+            if entry.ref is not None and self._history.find(entry.ref) is None:
+                raise ProtocolError("item_not_found", f"no item {excerpt(entry.ref)} to reference", param=f"response.input[{n}].id")
         assert self._llm_in is not None, "connect() first"
+        self._disarm_idle()
         gen = self.begin()
         reply = self._reply(gen)
         reply.instructions = instructions
         reply.tools, reply.tool_choice, reply.audio = tools, tool_choice, audio
+        reply.out_of_band, reply.input, reply.metadata, reply.max_tokens = out_of_band, input, metadata, max_output_tokens
         await self._release(reply)
         await self._llm_in.put(UserTurn(t=self._clock.now(), gen=gen, session=self._id, text=None, speculative=False))
         return reply.id
@@ -309,6 +337,11 @@ class ReplyController:
         # stays the one of the turns before; the engine's grammar keeps that reply from calling.
         instructions = with_tools(instructions, tools)
 
+        max_tokens = reply.max_tokens if reply is not None else None
+        if reply is not None and reply.input is not None:
+            # The client's own context for this response: read as given, not cut to the window.
+            return LlmPrompt(input_messages(instructions, reply.input, self._history), tools, choice, max_tokens)
+
         def render() -> list[Message]:
             messages = self._history.messages(instructions, pending_user=turn.text, gen=turn.gen, examples=examples)
             if messages and messages[-1].role == "tool":
@@ -320,12 +353,12 @@ class ReplyController:
             return messages
 
         if self._fitter is None:
-            return LlmPrompt(render(), tools, choice)
+            return LlmPrompt(render(), tools, choice, max_tokens)
         async with self._fitting:  # a prefill and a turn may ask at once: one cut at a time
             fitted = await self._fitter.fit(self._history, render, tools)
         if fitted.dropped:
             await self._announce_cut(fitted.dropped, fitted.tokens)
-        return LlmPrompt(fitted.messages, tools, choice)
+        return LlmPrompt(fitted.messages, tools, choice, max_tokens)
 
     def offered_tools(self, client_tools: tuple[Tool, ...]) -> tuple[Tool, ...]:
         """``client_tools`` and the server's built-in tools whose names the client does not use."""
@@ -361,6 +394,7 @@ class ReplyController:
         """What a stage notifies: turns, transcripts, timeline marks, calls, audio, ends."""
         now = self._clock.now()
         if isinstance(ev, SpeechStarted):
+            self._disarm_idle()
             # speech_started goes first, then the interrupted response's done (OpenAI's order).
             if self._user_item is None:
                 self._user_item = new_id("item")
@@ -372,8 +406,9 @@ class ReplyController:
         elif isinstance(ev, TranscriptDelta):
             if self._user_item is not None:
                 await self._emit(InputTranscriptDelta(t=now, gen=ev.gen, session=self._id, item_id=self._user_item, text=ev.text))
-            if self._heard is not None and self._settings().turn_detection is not None:
-                self._heard(ev.text)
+            settings = self._settings()
+            if self._heard is not None and settings.turn_detection is not None and settings.kind == "realtime":
+                self._heard(ev.text)  # a prefill for the answer: a transcription session has none
         elif isinstance(ev, TurnConfirmed):
             await self._confirm(ev)
         elif isinstance(ev, Mark | LlmRoute | LlmUsage | ToolCallMade | ToolCallRejected):
@@ -389,6 +424,7 @@ class ReplyController:
             reply = self._replies.get(ev.gen)
             if reply is not None and reply.item is not None and not self._scope.is_stale(ev.gen):
                 reply.item.add_audio(len(ev.pcm) * 1000.0 / ev.rate)
+                self.spoke = self.spoke or len(ev.pcm) > 0
                 reply.timeline.mark("first_audio_sent", now)
                 await self._emit(ev)
         elif isinstance(ev, GenerationEnd):
@@ -430,10 +466,13 @@ class ReplyController:
     async def _release(self, reply: Reply) -> None:
         """``reply`` is the turn's answer: into the history, to the client, and audible."""
         assert self._play_in is not None, "connect() first"
-        prev_id = self._history.last_id
+        prev_id = None if reply.out_of_band else self._history.last_id
         reply.released = True
-        reply.item = self._history.add_assistant(reply.gen, reply.item_id)
-        await self._trim_history()
+        if reply.out_of_band:
+            reply.item = AssistantItem(id=reply.item_id, gen=reply.gen)  # kept for the reply only
+        else:
+            reply.item = self._history.add_assistant(reply.gen, reply.item_id)
+            await self._trim_history()
         self._playing = reply
         self._note_activity()
         await self._emit(
@@ -445,6 +484,8 @@ class ReplyController:
                 item_id=reply.item_id,
                 previous_item_id=prev_id,
                 audio=self.speaks(reply.gen),
+                in_conversation=not reply.out_of_band,
+                metadata=reply.metadata,
             )
         )
         await self._play_in.put(
@@ -471,6 +512,27 @@ class ReplyController:
                     code="invalid_tool_call",
                     message=f"the model's call of {ev.name!r} was not usable and was not sent ({ev.problem})",
                     kind="server_error",
+                )
+            )
+            return
+        if reply.out_of_band:
+            # Reported with the response only: the conversation never sees it, so no output is
+            # expected for it and no built-in tool runs.
+            call = CallSummary(new_id("item"), ev.call_id, ev.name, ev.arguments)
+            reply.calls.append(call)
+            await self._emit(
+                FunctionCallAdded(
+                    t=now,
+                    gen=ev.gen,
+                    session=self._id,
+                    response_id=reply.id,
+                    item_id=call.item_id,
+                    previous_item_id=None,
+                    output_index=len(reply.calls),
+                    call_id=ev.call_id,
+                    name=ev.name,
+                    arguments=ev.arguments,
+                    in_conversation=False,
                 )
             )
             return
@@ -524,6 +586,59 @@ class ReplyController:
                 await self.create_response(self._settings().instructions + note, tool_choice="none")
                 return
 
+    # ------------------------------------------------------------------ the idle timeout
+
+    @property
+    def idle_armed(self) -> bool:
+        """Whether an idle timeout is waiting to trigger (for tests and diagnostics)."""
+        return self._idle is not None
+
+    def _disarm_idle(self) -> None:
+        if self._idle is not None:
+            self._idle.cancel()
+            self._idle = None
+
+    def _arm_idle(self, reply: Reply) -> None:
+        """With ``server_vad``'s ``idle_timeout_ms``: once ``reply``'s audio has finished playing
+        (its heard clock's end), that much more silence triggers the timeout.  Speech, a new
+        response or another reply's end disarms it first."""
+        self._disarm_idle()
+        td = self._settings().turn_detection
+        if td is None or td.type != "server_vad" or td.idle_timeout_ms is None:
+            return
+        end = max(self._clock.now(), reply.listener.end_t or 0.0)
+        self._idle = asyncio.create_task(self._idle_timeout(end + td.idle_timeout_ms / 1000.0), name=f"{self._id}.idle")
+
+    async def _idle_timeout(self, deadline: float) -> None:
+        """At ``deadline`` (the session's clock): ``input_audio_buffer.timeout_triggered``, the
+        silence committed as an empty user item, and a response that asks the user to go on
+        (as OpenAI's documentation describes).  Nothing when the user is speaking, a response
+        is active, or idle_timeout_ms was turned off meanwhile."""
+        await self._clock.sleep_until(deadline)
+        self._idle = None  # this task is finishing: nothing left to cancel
+        td = self._settings().turn_detection
+        if td is None or td.idle_timeout_ms is None or self._user_item is not None or self.active_response_id is not None:
+            return
+        now = self._clock.now()
+        end_ms = self._input_ms()
+        item_id = new_id("item")
+        prev = self._history.last_id
+        await self._emit(
+            InputTimeoutTriggered(
+                t=now,
+                gen=self._scope.current,
+                session=self._id,
+                item_id=item_id,
+                audio_start_ms=max(0.0, end_ms - td.idle_timeout_ms),
+                audio_end_ms=end_ms,
+            )
+        )
+        self._history.add_user("", -1, item_id)
+        await self._emit(InputCommitted(t=now, gen=self._scope.current, session=self._id, item_id=item_id, previous_item_id=prev))
+        await self._trim_history()
+        with contextlib.suppress(ProtocolError):  # a response started in between: it answers instead
+            await self.create_response(self._settings().instructions + IDLE_PROMPT)
+
     async def _interrupt(self, reason: str) -> None:
         reply = self._playing
         self._move_on()
@@ -562,10 +677,13 @@ class ReplyController:
                 reason=reason,
                 audio_ms=item.audio_ms if item else 0.0,
                 calls=tuple(reply.calls),
+                metadata=reply.metadata,
             )
         )
         self._replies.pop(reply.gen, None)
         await self._observe(reply, status, reason, now)
+        if status is ResponseStatus.COMPLETED and not reply.out_of_band:
+            self._arm_idle(reply)
         if reply.answer_after and status is ResponseStatus.COMPLETED and self.active_response_id is None:
             # A built-in tool has answered: say what it found (as a client would ask, response.create).
             # No further calls in that answer: a small model may call the same tool again and again.

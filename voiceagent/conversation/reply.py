@@ -17,6 +17,7 @@ from voiceagent.conversation.history import AssistantItem, new_id
 from voiceagent.events import CallSummary, LlmUsage, ResponseStatus, ToolCallMade, ToolCallRejected
 from voiceagent.observability.metrics import TurnTimeline
 from voiceagent.playback import ListenerTimeline
+from voiceagent.settings import InputItem
 from voiceagent.tools.spec import Tool
 
 __all__ = ["AUDIBLE_EPS_MS", "Reply", "turn_record"]
@@ -55,6 +56,14 @@ class Reply:
     """This reply's output modality (``response.create``); None: the session's."""
     answer_after: bool = False
     """A built-in tool answered one of its calls: answer again with the result once it ends."""
+    out_of_band: bool = False
+    """``conversation: "none"``: neither its message nor its calls enter the history."""
+    input: tuple[InputItem, ...] | None = None
+    """What it reads instead of the conversation (``response.create``'s ``input``)."""
+    metadata: dict[str, str] | None = None
+    """The client's ``metadata``, carried back on ``response.created`` and ``response.done``."""
+    max_tokens: int | None = None
+    """This reply's ``max_output_tokens``; None: the session's."""
 
     def audible(self, now: float) -> bool:
         """Whether the listener may still be hearing (or about to hear) this reply."""

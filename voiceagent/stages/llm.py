@@ -79,6 +79,8 @@ class LlmPrompt:
     messages: Sequence[Message]
     tools: tuple[Tool, ...] = ()
     tool_choice: str = "auto"
+    max_tokens: int | None = None
+    """This answer's ``max_output_tokens`` (``response.create``); None: the session's."""
 
 
 SentenceEnd = Callable[[int, float | None], None]
@@ -197,7 +199,7 @@ class LlmStage(Stage):
         request = LlmRequest(
             key=self.ctx.session_id,
             messages=messages,
-            max_tokens=settings.max_output_tokens,
+            max_tokens=prompt.max_tokens or settings.max_output_tokens,
             temperature=settings.temperature,
             on_admitted=lambda: admitted.append(self.ctx.clock.now()),
             # The first clause is what the listener waits for; a bound in case it never ends.

@@ -34,6 +34,8 @@ class TtsPorts:
     """Opened here at a reply's first audio (the LLM stage yields the CPU until then)."""
     speaks: Callable[[int], bool] | None = None
     """``speaks(gen)``: False for a text-only response, whose clauses pass on without audio."""
+    voices: Callable[[str], TtsBackend] | None = None
+    """The voice of a name (the session's ``voice``); None: ``backend`` always."""
 
 
 class TtsStage(Stage):
@@ -43,6 +45,7 @@ class TtsStage(Stage):
         super().__init__(ctx, inbox, out)
         self._speaks = ports.speaks or (lambda gen: True)
         self._backend = ports.backend
+        self._voices = ports.voices or (lambda name: ports.backend)
         self._settings = ports.settings
         self._gate = ports.first_audio or GenerationGate(enabled=False)
         self._failed_gen: int | None = None
@@ -56,18 +59,20 @@ class TtsStage(Stage):
         if event.gen == self._failed_gen:
             return
         speech = clean_for_speech(event.text) if self._speaks(event.gen) else ""
-        rate = self._backend.sample_rate
+        settings = self._settings()
+        voice = self._voices(settings.voice)  # the session cannot change it once it has spoken
+        rate = voice.sample_rate
         first = True
-        speed = self._settings().speed
+        speed = settings.speed
 
         def make() -> Iterator[Int16Array]:
-            return self._backend.synthesize(speech, speed)
+            return voice.synthesize(speech, speed)
 
         try:
             if speech:
                 # Shared voice: every session's first clause (its first audio) goes ahead of the
                 # later clauses of other replies, which are needed only at speaking pace.
-                async with contextlib.aclosing(iterate_in(self._backend.executor, make, priority=min(event.index, 1))) as chunks:
+                async with contextlib.aclosing(iterate_in(voice.executor, make, priority=min(event.index, 1))) as chunks:
                     async for pcm in chunks:
                         if first and event.index == 0:
                             self._gate.open(event.gen)

@@ -52,7 +52,9 @@ from voiceagent.settings import SessionSettings
 from voiceagent.text.turn_words import ends_unfinished
 
 __all__ = [
+    "EAGERNESS",
     "Confirm",
+    "Endpointing",
     "Endpointer",
     "Rejoin",
     "Retract",
@@ -67,6 +69,37 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 _TURN_AUDIO_S = 8  # the turn model looks at the last 8 s
+
+
+@dataclass(frozen=True, slots=True)
+class Endpointing:
+    """The waits and the threshold that end a turn (see the module docstring for each rule)."""
+
+    silence_ms: int
+    """The fallback: this much silence ends the turn whatever the turn model says."""
+    complete_ms: int
+    """Silence that ends the turn once the turn model judges it complete."""
+    threshold: float
+    """The turn model's probability from which the turn counts as complete."""
+    incomplete_ms: int
+    """Silence that ends a turn whose words stop where a sentence cannot end (the end-of-sentence rule)."""
+    doubt_ms: int
+    """Silence that ends a turn whose words the LLM doubts end a sentence (with ``turn.text_threshold``)."""
+
+
+EAGERNESS: dict[str, Endpointing] = {
+    # Sooner: a shorter fallback, the turn model trusted from a lower probability and after a
+    # shorter silence, and unfinished words waited for 1 s at most (OpenAI's high: 2 s at most).
+    "high": Endpointing(silence_ms=350, complete_ms=240, threshold=0.35, incomplete_ms=1000, doubt_ms=600),
+    # The server's defaults (TurnConfig's), measured on the spoken eval (docs/decisions/turn-complete-ms.md).
+    "medium": Endpointing(silence_ms=500, complete_ms=400, threshold=0.5, incomplete_ms=1500, doubt_ms=1000),
+    # Patient: the user takes their time; an unfinished sentence waits 3 s (OpenAI's low: 8 s at most).
+    "low": Endpointing(silence_ms=900, complete_ms=700, threshold=0.7, incomplete_ms=3000, doubt_ms=2000),
+}
+"""``semantic_vad``'s ``eagerness`` → the endpointing it runs with (``auto`` is ``medium``, as
+OpenAI's).  ``server_vad`` runs with the server's ``turn`` settings and the client's
+``silence_duration_ms`` instead.  Measured per level by ``scripts/bench_eagerness.py``."""
+EAGERNESS["auto"] = EAGERNESS["medium"]
 _REJOIN_MAX_S = 20  # a longer turn is not transcribed again as one clip
 
 
@@ -354,6 +387,8 @@ class TurnStage(Stage):
         self._settings = ports.settings
         self._complete_ms = options.complete_ms
         self._threshold = options.threshold
+        self._incomplete_ms = options.incomplete_ms
+        self._doubt_ms = options.doubt_ms
         self.endpointer = Endpointer(
             speculative=options.speculative,
             use_model=ports.backend is not None,
@@ -393,17 +428,37 @@ class TurnStage(Stage):
         silence = self._stop_silence_ms + (self.ctx.clock.now() - stopped) * 1000.0
         return silence + self._min_audio_ms >= self._silence_ms()
 
-    def _silence_ms(self) -> float:
+    def endpointing(self) -> Endpointing:
+        """The endpointing the session's turn detection asks for now: ``semantic_vad``'s level
+        (:data:`EAGERNESS`), else the server's settings with the client's ``silence_duration_ms``."""
         td = self._settings().turn_detection
-        return float(td.silence_duration_ms) if td is not None else float("inf")
+        if td is not None and td.type == "semantic_vad":
+            return EAGERNESS[td.eagerness]
+        return Endpointing(
+            silence_ms=td.silence_duration_ms if td is not None else 0,
+            complete_ms=self._complete_ms,
+            threshold=self._threshold,
+            incomplete_ms=self._incomplete_ms,
+            doubt_ms=self._doubt_ms,
+        )
+
+    def _silence_ms(self) -> float:
+        if self._settings().turn_detection is None:
+            return float("inf")
+        return float(self.endpointing().silence_ms)
 
     def _respond(self) -> bool:
-        td = self._settings().turn_detection
-        return td is not None and td.create_response
+        """Whether a confirmed turn is answered (never in a transcription session)."""
+        settings = self._settings()
+        td = settings.turn_detection
+        return td is not None and td.create_response and settings.kind == "realtime"
 
     async def handle(self, event: Event) -> None:
         ep = self.endpointer
-        args = (float(self._complete_ms), self._silence_ms(), self._threshold)
+        ends = self.endpointing()
+        # Read at each event: a session.update (a new eagerness) applies from the next one.
+        ep.incomplete_ms, ep.doubt_ms = float(ends.incomplete_ms), float(ends.doubt_ms)
+        args = (float(ends.complete_ms), self._silence_ms(), ends.threshold)
         if isinstance(event, SpeechStarted):
             actions = ep.on_speech_started()
         elif isinstance(event, SpeechStopped):
@@ -450,7 +505,8 @@ class TurnStage(Stage):
                     self.model_skipped += 1
                     continue
                 prob = await run_in(self._backend.executor, self._backend.completion_probability, action.audio)
-                await self._apply(self.endpointer.on_probability(prob, float(self._complete_ms), self._silence_ms(), self._threshold))
+                ends = self.endpointing()
+                await self._apply(self.endpointer.on_probability(prob, float(ends.complete_ms), self._silence_ms(), ends.threshold))
             elif isinstance(action, Speculate):
                 gen = self._turns.begin()
                 self._spec_gen = gen

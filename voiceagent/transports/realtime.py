@@ -81,8 +81,8 @@ class RealtimeConnection(SessionConnection):
                 await self.send(message)
 
     def _appends_at_the_end(self, previous_item_id: str | None) -> None:
-        """Items are added at the end of the history only: a ``previous_item_id`` other than the
-        last item's is refused (``unsupported_value``), not ignored."""
+        """Tool outputs are added at the end of the history only: a ``previous_item_id`` other than
+        the last item's is refused (``unsupported_value``), not ignored (messages may go anywhere)."""
         last = self.session.history.last_id
         if previous_item_id is not None and previous_item_id != last:
             raise ProtocolError(
@@ -136,7 +136,6 @@ class RealtimeConnection(SessionConnection):
         elif isinstance(cmd, ClearOutput):
             await s.clear_output()
         elif isinstance(cmd, CreateItem):
-            self._appends_at_the_end(cmd.previous_item_id)
             if cmd.role == "system":
                 raise ProtocolError(
                     "unsupported_role",
@@ -144,7 +143,7 @@ class RealtimeConnection(SessionConnection):
                     param="item.role",
                     event_id=cmd.event_id,
                 )
-            await s.add_text(cmd.text, cmd.role)
+            await s.add_text(cmd.text, cmd.role, cmd.previous_item_id)
         elif isinstance(cmd, CreateToolOutput):
             self._appends_at_the_end(cmd.previous_item_id)
             await s.add_tool_output(cmd.call_id, cmd.output)
@@ -159,7 +158,16 @@ class RealtimeConnection(SessionConnection):
                 raise ProtocolError("item_not_found", f"no item {excerpt(cmd.item_id)}", param="item_id", event_id=cmd.event_id)
             await self.send(self.codec.item_retrieved(item, cmd.event_id))
         elif isinstance(cmd, CreateResponse):
-            await s.create_response(cmd.instructions, tools=cmd.tools, tool_choice=cmd.tool_choice, audio=cmd.audio)
+            await s.create_response(
+                cmd.instructions,
+                tools=cmd.tools,
+                tool_choice=cmd.tool_choice,
+                audio=cmd.audio,
+                out_of_band=cmd.out_of_band,
+                input=cmd.input,
+                metadata=cmd.metadata,
+                max_output_tokens=cmd.max_output_tokens,
+            )
         elif isinstance(cmd, CancelResponse):
             active = s.active_response_id
             if active is None:

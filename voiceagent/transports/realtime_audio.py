@@ -31,7 +31,7 @@ class WireAudio:
         self.input_format = "audio/pcm"
         self.output_format = "audio/pcm"
         self._in = StreamResampler(FORMATS[self.input_format], PIPELINE_RATE, quality="LQ")
-        self._out: dict[str, StreamResampler] = {}
+        self._out: dict[str, StreamResampler | None] = {}  # None: opened, no audio yet
 
     def set_input_format(self, kind: str) -> None:
         if kind != self.input_format:
@@ -50,12 +50,17 @@ class WireAudio:
 
     def open(self, response_id: str) -> None:
         """Response ``response_id`` starts speaking."""
-        self._out[response_id] = StreamResampler(self.voice_rate, FORMATS[self.output_format])
+        self._out[response_id] = None
 
-    def out(self, response_id: str, pcm: Int16Array) -> bytes:
-        """Voice samples of a response → output bytes (b'' while the resampler fills)."""
-        rs = self._out.get(response_id)
-        return self._bytes(rs.process(pcm) if rs is not None else pcm)
+    def out(self, response_id: str, pcm: Int16Array, rate: int | None = None) -> bytes:
+        """Voice samples of a response at ``rate`` (None: ``voice_rate``; each session's voice
+        has its own) → output bytes (b'' while the resampler fills)."""
+        if response_id not in self._out:
+            return self._bytes(pcm)
+        rs = self._out[response_id]
+        if rs is None:
+            rs = self._out[response_id] = StreamResampler(rate or self.voice_rate, FORMATS[self.output_format])
+        return self._bytes(rs.process(pcm))
 
     def close(self, response_id: str, *, flush: bool) -> bytes:
         """The response ended; with ``flush`` its resampler's tail, else nothing."""

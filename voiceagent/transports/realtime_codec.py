@@ -27,6 +27,7 @@ from voiceagent.events import (
     InputCommitted,
     InputSpeechStarted,
     InputSpeechStopped,
+    InputTimeoutTriggered,
     InputTranscriptDelta,
     InputTranscriptDone,
     InputTranscriptFailed,
@@ -72,6 +73,7 @@ class RealtimeCodec:
         self._decoder = CommandDecoder(settings, self.audio)
         self.send_metrics = send_metrics
         self._text_only: set[str] = set()  # response ids of text-only responses in progress
+        self._out_of_band: set[str] = set()  # response ids of out-of-band responses in progress
         self._partials: dict[str, str] = {}
         self._streaming: set[str] = set()  # responses whose audio started and has not stopped nor been cleared
 
@@ -89,6 +91,7 @@ class RealtimeCodec:
         return {
             "audio_streams": len(self.audio.open_responses()),
             "text_only": len(self._text_only),
+            "out_of_band": len(self._out_of_band),
             "partials": len(self._partials),
             "streaming": len(self._streaming),
         }
@@ -126,6 +129,15 @@ class RealtimeCodec:
     def encode(self, ev: Event) -> list[dict[str, Any]]:
         if isinstance(ev, InputSpeechStarted):
             return [message("input_audio_buffer.speech_started", audio_start_ms=int(ev.audio_ms), item_id=ev.item_id)]
+        if isinstance(ev, InputTimeoutTriggered):
+            return [
+                message(
+                    "input_audio_buffer.timeout_triggered",
+                    item_id=ev.item_id,
+                    audio_start_ms=int(ev.audio_start_ms),
+                    audio_end_ms=int(ev.audio_end_ms),
+                )
+            ]
         if isinstance(ev, InputSpeechStopped):
             return [message("input_audio_buffer.speech_stopped", audio_end_ms=int(ev.audio_ms), item_id=ev.item_id)]
         if isinstance(ev, InputCommitted):
@@ -246,13 +258,21 @@ class RealtimeCodec:
                 "content": [],
             }
             ids = {"response_id": ev.response_id, "item_id": ev.item_id, "output_index": 0, "content_index": 0}
+            if not ev.in_conversation:
+                self._out_of_band.add(ev.response_id)
+            response: dict[str, Any] = {
+                "id": ev.response_id,
+                "object": "realtime.response",
+                "status": "in_progress",
+                "output": [],
+                "conversation_id": None if not ev.in_conversation else "conv_default",
+                "metadata": dict(ev.metadata) if ev.metadata is not None else None,
+            }
+            added = [message("conversation.item.added", previous_item_id=ev.previous_item_id, item=item)] if ev.in_conversation else []
             return [
-                message(
-                    "response.created",
-                    response={"id": ev.response_id, "object": "realtime.response", "status": "in_progress", "output": []},
-                ),
+                message("response.created", response=response),
                 message("response.output_item.added", response_id=ev.response_id, output_index=0, item=item),
-                message("conversation.item.added", previous_item_id=ev.previous_item_id, item=item),
+                *added,
                 message(
                     "response.content_part.added",
                     **ids,
@@ -271,7 +291,7 @@ class RealtimeCodec:
         if isinstance(ev, PlaybackCleared):
             self._streaming.discard(ev.response_id)
             return [message("output_audio_buffer.cleared", response_id=ev.response_id)]
-        raw = self.audio.out(ev.response_id, ev.pcm)
+        raw = self.audio.out(ev.response_id, ev.pcm, ev.rate)
         if not raw:
             return []
         out = []
@@ -302,13 +322,16 @@ class RealtimeCodec:
         item["arguments"] = ""
         done = call_object(CallSummary(ev.item_id, ev.call_id, ev.name, ev.arguments), "completed")
         ids = {"response_id": ev.response_id, "item_id": ev.item_id, "output_index": ev.output_index, "call_id": ev.call_id}
+        # An out-of-band response's call is not in the conversation: no conversation.item.* for it.
+        added = [message("conversation.item.added", previous_item_id=ev.previous_item_id, item=item)] if ev.in_conversation else []
+        item_done = [message("conversation.item.done", previous_item_id=ev.previous_item_id, item=done)] if ev.in_conversation else []
         return [
             message("response.output_item.added", response_id=ev.response_id, output_index=ev.output_index, item=item),
-            message("conversation.item.added", previous_item_id=ev.previous_item_id, item=item),
+            *added,
             message("response.function_call_arguments.delta", **ids, delta=ev.arguments),
             message("response.function_call_arguments.done", **ids, name=ev.name, arguments=ev.arguments),
             message("response.output_item.done", response_id=ev.response_id, output_index=ev.output_index, item=done),
-            message("conversation.item.done", previous_item_id=ev.previous_item_id, item=done),
+            *item_done,
         ]
 
     def _response_done(self, ev: ResponseDone) -> list[dict[str, Any]]:
@@ -320,6 +343,8 @@ class RealtimeCodec:
         item_status = "completed" if ev.status is ResponseStatus.COMPLETED else "incomplete"
         text_only = ev.response_id in self._text_only
         self._text_only.discard(ev.response_id)
+        in_conversation = ev.response_id not in self._out_of_band
+        self._out_of_band.discard(ev.response_id)
         item = {
             "id": ev.item_id,
             "object": "realtime.item",
@@ -346,7 +371,7 @@ class RealtimeCodec:
             ]
         out += [
             message("response.output_item.done", response_id=ev.response_id, output_index=0, item=item),
-            message("conversation.item.done", item=item),
+            *([message("conversation.item.done", item=item)] if in_conversation else []),
             message(
                 "response.done",
                 response={
@@ -355,6 +380,8 @@ class RealtimeCodec:
                     "status": ev.status.value,
                     "status_details": details,
                     "output": [item, *(call_object(c, "completed") for c in ev.calls)],
+                    "conversation_id": "conv_default" if in_conversation else None,
+                    "metadata": dict(ev.metadata) if ev.metadata is not None else None,
                     "usage": None,
                     "audio_ms": round(ev.audio_ms, 1),
                 },

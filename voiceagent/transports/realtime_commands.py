@@ -19,7 +19,7 @@ from typing import Any
 
 from voiceagent.audio import Int16Array
 from voiceagent.errors import ProtocolError, excerpt
-from voiceagent.settings import SessionSettings, TurnDetection
+from voiceagent.settings import EAGERNESS_LEVELS, InputItem, SessionSettings, TurnDetection
 from voiceagent.tools.spec import Tool
 from voiceagent.transports.fields import parse_object, require_str
 from voiceagent.transports.realtime_audio import WireAudio
@@ -50,6 +50,10 @@ MAX_TRANSCRIPTION_PROMPT = 2000
 """Characters of ``audio.input.transcription.prompt``; Whisper reads only its last
 :data:`voiceagent.backends.whisper.MAX_PROMPT_TOKENS` tokens."""
 _TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+_SERVER_FIELDS = frozenset(
+    {"type", "threshold", "prefix_padding_ms", "silence_duration_ms", "create_response", "interrupt_response", "idle_timeout_ms"}
+)
+_SEMANTIC_FIELDS = frozenset({"type", "eagerness", "create_response", "interrupt_response"})
 
 
 @dataclass(frozen=True)
@@ -91,7 +95,7 @@ class CreateItem:
     text: str
     event_id: str | None = None
     previous_item_id: str | None = None
-    """Where the client wants it (None: at the end)."""
+    """Insert after this item (None: at the end); an id not in the history is refused."""
 
 
 @dataclass(frozen=True)
@@ -132,6 +136,14 @@ class CreateResponse:
     tool_choice: str | None = None
     audio: bool | None = None
     """``output_modalities`` of this response (False: text only; None: the session's)."""
+    out_of_band: bool = False
+    """``conversation: "none"``: the reply is not added to the conversation."""
+    input: tuple[InputItem, ...] | None = None
+    """What the response reads instead of the conversation (None: the conversation)."""
+    metadata: dict[str, str] | None = None
+    """Carried back on ``response.created`` and ``response.done``."""
+    max_output_tokens: int | None = None
+    """For this response only (None: the session's)."""
 
 
 @dataclass(frozen=True)
@@ -183,24 +195,28 @@ class CommandDecoder:
 
     def _session_update(self, msg: dict[str, Any], event_id: str | None) -> UpdateSession:
         sess = _obj(msg, "session", "session", required=True)
-        kind = sess.get("type", "realtime")
-        if kind not in ("realtime", None):
-            # Another kind of session (a transcription session) would not be a variant of this one.
-            raise ProtocolError("unsupported_value", f"session.type {excerpt(kind)} is not supported (realtime only)", param="session.type")
-        refused = refusals(sess, "session", SESSION_FIELDS)
-        refused += _partial_refusals(sess, "session")
         changes: dict[str, Any] = {}
+        kind = sess.get("type", self.settings.kind)
+        if kind not in ("realtime", "transcription"):
+            raise ProtocolError(
+                "invalid_value", f"session.type {excerpt(kind)} is not supported (realtime or transcription)", param="session.type"
+            )
+        refused: list[ProtocolError] = []
+        if kind == "realtime":
+            refused = refusals(sess, "session", SESSION_FIELDS) + _partial_refusals(sess, "session")
+        if kind == "transcription":
+            # The GA transcription session's fields only: what it has no use for is refused, not dropped.
+            extra = sorted(set(sess) - {"type", "audio", "include", "object", "id"}) + (
+                ["audio.output"] if isinstance(sess.get("audio"), dict) and "output" in sess["audio"] else []
+            )
+            if extra:
+                raise ProtocolError("invalid_value", f"a transcription session has no {excerpt(extra[0])}", param=f"session.{extra[0]}")
+        if kind != self.settings.kind:
+            changes["kind"] = str(kind)
         if "instructions" in sess:
             changes["instructions"] = require_str(sess, "instructions", "session.instructions")
         if "max_output_tokens" in sess:
-            mot = sess["max_output_tokens"]
-            if mot == "inf":
-                mot = 4096
-            if not isinstance(mot, int) or isinstance(mot, bool) or not 1 <= mot <= 4096:
-                raise ProtocolError(
-                    "invalid_value", "max_output_tokens must be an integer 1..4096 or 'inf'", param="session.max_output_tokens"
-                )
-            changes["max_output_tokens"] = mot
+            changes["max_output_tokens"] = _max_tokens(sess["max_output_tokens"], "session.max_output_tokens")
         audio = _obj(sess, "audio", "session.audio")
         inp = _obj(audio, "input", "session.audio.input")
         out = _obj(audio, "output", "session.audio.output")
@@ -228,7 +244,7 @@ class CommandDecoder:
                 raise ProtocolError(
                     "invalid_value", "voice must be a non-empty name of at most 64 characters", param="session.audio.output.voice"
                 )
-            changes["voice"] = voice  # one voice is installed; the name is recorded, not applied
+            changes["voice"] = voice  # checked against the voice table by the session
         if "speed" in out:
             speed = out["speed"]
             if not isinstance(speed, int | float) or isinstance(speed, bool) or not 0.25 <= speed <= 4.0:
@@ -251,6 +267,16 @@ class CommandDecoder:
                 "invalid_value", f"unsupported turn_detection type {excerpt(kind)}", param="session.audio.input.turn_detection.type"
             )
         cur = self.settings.turn_detection or TurnDetection(0.5, 300, 500)
+        # Each mode takes only its own fields (the GA types'): a server_vad field sent with
+        # semantic_vad, or eagerness with server_vad, is refused rather than silently dropped.
+        own = _SEMANTIC_FIELDS if kind == "semantic_vad" else _SERVER_FIELDS
+        for key in td:
+            if key not in own:
+                raise ProtocolError(
+                    "invalid_value",
+                    f"{excerpt(key)} is not a field of {kind} turn detection",
+                    param=f"session.audio.input.turn_detection.{key}",
+                )
         threshold = td.get("threshold", cur.threshold)
         if not isinstance(threshold, int | float) or isinstance(threshold, bool) or not 0.0 < threshold < 1.0:
             raise ProtocolError("invalid_value", "threshold must be between 0 and 1", param="session.audio.input.turn_detection.threshold")
@@ -268,8 +294,29 @@ class CommandDecoder:
             if not isinstance(value, bool):
                 raise ProtocolError("invalid_value", f"{key} must be a boolean", param=f"session.audio.input.turn_detection.{key}")
             bools[key] = value
+        eagerness = td.get("eagerness", "auto")
+        if eagerness not in EAGERNESS_LEVELS:
+            raise ProtocolError(
+                "invalid_value",
+                f"eagerness must be one of {', '.join(EAGERNESS_LEVELS)}",
+                param="session.audio.input.turn_detection.eagerness",
+            )
+        idle = td.get("idle_timeout_ms")
+        if idle is not None and (not isinstance(idle, int) or isinstance(idle, bool) or not 1_000 <= idle <= 300_000):
+            raise ProtocolError(
+                "invalid_value",
+                "idle_timeout_ms must be an integer 1000..300000 or null",
+                param="session.audio.input.turn_detection.idle_timeout_ms",
+            )
         return TurnDetection(
-            float(threshold), ints["prefix_padding_ms"], ints["silence_duration_ms"], bools["create_response"], bools["interrupt_response"]
+            float(threshold),
+            ints["prefix_padding_ms"],
+            ints["silence_duration_ms"],
+            bools["create_response"],
+            bools["interrupt_response"],
+            type=str(kind),
+            eagerness=str(eagerness),
+            idle_timeout_ms=idle,
         )
 
     def _append(self, msg: dict[str, Any], event_id: str | None) -> AppendAudio:
@@ -298,21 +345,7 @@ class CommandDecoder:
         role = item.get("role")
         if role not in ("user", "assistant", "system"):
             raise ProtocolError("invalid_value", "item.role must be user, assistant or system", param="item.role")
-        content = item.get("content")
-        if not isinstance(content, list) or not content:
-            raise ProtocolError("invalid_value", "item.content must be a non-empty list", param="item.content")
-        texts = []
-        for part in content:
-            if (
-                not isinstance(part, dict)
-                or part.get("type") not in ("input_text", "text", "output_text")
-                or not isinstance(part.get("text"), str)
-            ):
-                raise ProtocolError(
-                    "invalid_value", "only text content parts are supported in conversation.item.create", param="item.content"
-                )
-            texts.append(part["text"])
-        return CreateItem(str(role), " ".join(texts), event_id, previous)
+        return CreateItem(str(role), _text_parts(item.get("content"), "item.content"), event_id, previous)
 
     def _truncate(self, msg: dict[str, Any], event_id: str | None) -> TruncateItem:
         ms = _finite(msg.get("audio_end_ms"))
@@ -323,14 +356,6 @@ class CommandDecoder:
     def _response_create(self, msg: dict[str, Any], event_id: str | None) -> CreateResponse:
         resp = _obj(msg, "response", "response")
         refused = refusals(resp, "response", RESPONSE_FIELDS) + _partial_refusals(resp, "response")
-        if resp.get("conversation", "auto") not in ("auto", None):
-            refused.append(
-                ProtocolError(
-                    "unsupported_value",
-                    f'response.conversation {excerpt(resp["conversation"])} is not supported (only "auto": out-of-band responses are not)',
-                    param="response.conversation",
-                )
-            )
         if refused:
             raise refused[0]  # a response other than the one asked for would be worse than none
         instr = resp.get("instructions")
@@ -341,7 +366,26 @@ class CommandDecoder:
         if "tool_choice" in resp:
             choice = _tool_choice(resp["tool_choice"], tools if tools is not None else self.settings.tools, "response.tool_choice")
         audio = _modalities(resp["output_modalities"], "response.output_modalities") if "output_modalities" in resp else None
-        return CreateResponse(instr, event_id, tools, choice, audio)
+        conversation = resp.get("conversation", "auto")
+        if conversation not in ("auto", "none", None):
+            raise ProtocolError(
+                "invalid_value",
+                f"response.conversation {excerpt(conversation)} is not supported (auto or none)",
+                param="response.conversation",
+            )
+        items = _input_items(resp["input"], "response.input") if resp.get("input") is not None else None
+        mot = _max_tokens(resp["max_output_tokens"], "response.max_output_tokens") if resp.get("max_output_tokens") is not None else None
+        return CreateResponse(
+            instr,
+            event_id,
+            tools,
+            choice,
+            audio,
+            out_of_band=conversation == "none",
+            input=items,
+            metadata=_metadata(resp.get("metadata"), "response.metadata"),
+            max_output_tokens=mot,
+        )
 
     def _response_cancel(self, msg: dict[str, Any], event_id: str | None) -> CancelResponse:
         rid = msg.get("response_id")
@@ -402,6 +446,71 @@ def _tools(value: Any, param: str) -> tuple[Tool, ...]:
             raise ProtocolError("invalid_value", f"'{where}.parameters' is too large", param=f"{where}.parameters")
         tools.append(Tool(name, desc, params))
     return tuple(tools)
+
+
+def _max_tokens(value: Any, param: str) -> int:
+    """``max_output_tokens``: 1..4096, or ``"inf"`` (4096)."""
+    if value == "inf":
+        value = 4096
+    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= 4096:
+        raise ProtocolError("invalid_value", "max_output_tokens must be an integer 1..4096 or 'inf'", param=param)
+    return value
+
+
+_METADATA_KEYS = 16
+
+
+def _metadata(value: Any, param: str) -> dict[str, str] | None:
+    """``metadata``: at most 16 string pairs, keys up to 64 characters, values up to 512 (OpenAI's
+    limits); null is none."""
+    if value is None:
+        return None
+    if (
+        not isinstance(value, dict)
+        or len(value) > _METADATA_KEYS
+        or not all(isinstance(k, str) and len(k) <= 64 and isinstance(v, str) and len(v) <= 512 for k, v in value.items())
+    ):
+        raise ProtocolError(
+            "invalid_value", "metadata must be at most 16 string pairs (keys up to 64 characters, values up to 512)", param=param
+        )
+    return dict(value)
+
+
+def _text_parts(content: Any, param: str) -> str:
+    """The text of a message item's ``content``: text parts only, joined by spaces."""
+    if not isinstance(content, list) or not content:
+        raise ProtocolError("invalid_value", f"'{param}' must be a non-empty list", param=param)
+    texts = []
+    for part in content:
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind not in ("input_text", "text", "output_text") or not isinstance(part.get("text"), str):
+            raise ProtocolError("invalid_value", "only text content parts are supported", param=param)
+        texts.append(part["text"])
+    return " ".join(texts)
+
+
+def _input_items(value: Any, param: str) -> tuple[InputItem, ...]:
+    """``response.input``: messages (user, assistant or system text) and ``item_reference``s."""
+    if not isinstance(value, list) or len(value) > 256:
+        raise ProtocolError("invalid_value", f"'{param}' must be a list of at most 256 items", param=param)
+    items: list[InputItem] = []
+    for n, raw in enumerate(value):
+        where = f"{param}[{n}]"
+        if not isinstance(raw, dict):
+            raise ProtocolError("invalid_value", f"'{where}' must be an object", param=where)
+        kind = raw.get("type", "message")
+        if kind == "item_reference":
+            items.append(InputItem(ref=require_str(raw, "id", f"{where}.id")))
+            continue
+        if kind != "message":
+            raise ProtocolError(
+                "unsupported_item_type", f"'{where}.type' {excerpt(kind)} is not supported (message or item_reference)", param=where
+            )
+        role = raw.get("role")
+        if role not in ("user", "assistant", "system"):
+            raise ProtocolError("invalid_value", f"'{where}.role' must be user, assistant or system", param=f"{where}.role")
+        items.append(InputItem(str(role), _text_parts(raw.get("content"), f"{where}.content")))
+    return tuple(items)
 
 
 def _modalities(value: Any, param: str) -> bool:

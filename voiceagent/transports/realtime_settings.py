@@ -7,22 +7,50 @@ Pure: no I/O.
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
-from voiceagent.settings import SessionSettings
+from voiceagent.settings import SessionSettings, TurnDetection
 from voiceagent.transports.realtime_audio import WireAudio
 from voiceagent.transports.realtime_wire import format_object, tool_object
 
-__all__ = ["session_object"]
+__all__ = ["session_object", "turn_detection_object"]
+
+
+def turn_detection_object(td: TurnDetection | None) -> dict[str, Any] | None:
+    """``turn_detection`` as the session runs it: each mode with its own fields (the GA types')."""
+    if td is None:
+        return None
+    common = {"type": td.type, "create_response": td.create_response, "interrupt_response": td.interrupt_response}
+    if td.type == "semantic_vad":
+        return {**common, "eagerness": td.eagerness}
+    return {
+        **common,
+        "threshold": td.threshold,
+        "prefix_padding_ms": td.prefix_padding_ms,
+        "silence_duration_ms": td.silence_duration_ms,
+        "idle_timeout_ms": td.idle_timeout_ms,
+    }
 
 
 def session_object(settings: SessionSettings, audio: WireAudio, session_id: str = "") -> dict[str, Any]:
     """The ``session`` object of ``settings`` on a connection with ``audio``'s formats."""
     s = settings
-    td: dict[str, Any] | None = None
-    if s.turn_detection is not None:
-        td = {"type": "server_vad", **dataclasses.asdict(s.turn_detection)}
+    td = turn_detection_object(s.turn_detection)
+    transcription = {"model": "whisper", "language": s.language, "prompt": s.transcription_prompt}
+    if s.kind == "transcription":
+        return {
+            "type": "transcription",
+            "id": session_id,
+            "audio": {
+                "input": {
+                    "format": format_object(audio.input_format),
+                    "transcription": transcription,
+                    "turn_detection": td,
+                    "noise_reduction": None,
+                }
+            },
+            "include": None,
+        }
     return {
         "type": "realtime",
         "object": "realtime.session",
@@ -36,7 +64,7 @@ def session_object(settings: SessionSettings, audio: WireAudio, session_id: str 
         "audio": {
             "input": {
                 "format": format_object(audio.input_format),
-                "transcription": {"model": "whisper", "language": s.language, "prompt": s.transcription_prompt},
+                "transcription": transcription,
                 "turn_detection": td,
             },
             "output": {"format": format_object(audio.output_format), "voice": s.voice, "speed": s.speed},

@@ -57,7 +57,9 @@ CLIENT_EVENTS: tuple[Support, ...] = (
     Support("input_audio_buffer.clear", S),
     Support("output_audio_buffer.clear", S, "a barge-in without speech: the reply stops, the history keeps what was heard"),
     Support(
-        "conversation.item.create", P, "`message` (text parts), `function_call_output`; at the end only (`previous_item_id`: the last)"
+        "conversation.item.create",
+        P,
+        "`message` (text parts; `previous_item_id` places it, `root` first), `function_call_output` (at the end only)",
     ),
     Support("conversation.item.truncate", S, "an item still being paced out stops at once (its response ends `cancelled`)"),
     Support("conversation.item.delete", S),
@@ -86,7 +88,7 @@ SERVER_EVENTS: tuple[Support, ...] = (
     Support("input_audio_buffer.cleared", S),
     Support("input_audio_buffer.speech_started", S),
     Support("input_audio_buffer.speech_stopped", S),
-    Support("input_audio_buffer.timeout_triggered", R, "`idle_timeout_ms` is not honoured"),
+    Support("input_audio_buffer.timeout_triggered", S, "`server_vad`'s `idle_timeout_ms` after the last reply played; a response follows"),
     Support("input_audio_buffer.dtmf_event_received", R, "SIP only"),
     Support("output_audio_buffer.started", S, "before a response's first audio"),
     Support("output_audio_buffer.stopped", P, "when the server has sent a response's last audio, not when the client has played it"),
@@ -119,7 +121,7 @@ SERVER_EVENTS: tuple[Support, ...] = (
 sent only on opt-in (``?voiceagent_metrics=1``)."""
 
 SESSION_FIELDS: tuple[Support, ...] = (
-    Support("type", P, '`"realtime"`; `"transcription"` is refused'),
+    Support("type", S, '`"realtime"`, or `"transcription"` (VAD and STT only)'),
     Support("model", P, "accepted; the server runs its configured models (`session.updated` says `voiceagent`)"),
     Support("instructions", S),
     Support("output_modalities", S, '`["audio"]` or `["text"]`'),
@@ -130,10 +132,12 @@ SESSION_FIELDS: tuple[Support, ...] = (
     Support("truncation", P, '`"auto"`: the oldest items leave to fit the LLM\'s window; others are refused'),
     Support("audio.input.format", S, "`audio/pcm` (24 kHz), `audio/pcmu`, `audio/pcma`"),
     Support("audio.input.transcription", P, "`language` and `prompt`; `model` is shown as `whisper`"),
-    Support("audio.input.turn_detection", P, "`server_vad` with all its fields but `idle_timeout_ms`; `semantic_vad` runs as `server_vad`"),
+    Support(
+        "audio.input.turn_detection", S, "`server_vad` (all its fields), `semantic_vad` with `eagerness` (its own endpointing a level)"
+    ),
     Support("audio.input.noise_reduction", R),
     Support("audio.output.format", S, "`audio/pcm` (24 kHz), `audio/pcmu`, `audio/pcma`"),
-    Support("audio.output.voice", P, "recorded, not applied: one voice is installed"),
+    Support("audio.output.voice", S, "a name of the `tts.voices` table; unknown: an error listing them; no change once the session spoke"),
     Support("audio.output.speed", S, "0.25..4"),
     Support("include", R),
     Support("prompt", R, "stored prompts live at OpenAI"),
@@ -148,10 +152,10 @@ RESPONSE_FIELDS: tuple[Support, ...] = (
     Support("tools", P, "this response only; `function` tools"),
     Support("tool_choice", S, "this response only"),
     Support("parallel_tool_calls", P, "`true`; `false` is refused"),
-    Support("conversation", P, '`"auto"`; out-of-band (`"none"`) is refused'),
-    Support("input", R),
-    Support("metadata", R),
-    Support("max_output_tokens", R, "the session's applies"),
+    Support("conversation", S, '`"auto"`, or `"none"`: out-of-band, the conversation untouched'),
+    Support("input", S, "messages and `item_reference`s read instead of the conversation"),
+    Support("metadata", S, "back on `response.created` and `response.done`"),
+    Support("max_output_tokens", S, "this response only"),
     Support("audio.output.format", R, "the session's applies"),
     Support("audio.output.voice", R, "the session's applies"),
     Support("prompt", R),

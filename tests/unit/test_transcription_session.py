@@ -1,0 +1,73 @@
+"""``session.type = "transcription"``: VAD and STT only (scripted fakes, no models)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+import pytest
+
+from voiceagent.config import Config
+from voiceagent.errors import ProtocolError
+from voiceagent.events import InputCommitted, InputSpeechStopped, InputTranscriptDone
+from voiceagent.settings import settings_from_config
+from voiceagent.transports.realtime_codec import RealtimeCodec
+from voiceagent.transports.realtime_commands import UpdateSession
+
+from .fakes import FakeStt, FakeTurn
+from .test_session import MakeFakes, Run, make_config, make_fakes, running, say_turn
+
+__all__ = ["make_fakes"]  # the fixture, imported for pytest
+
+
+def decode(codec: RealtimeCodec, session: dict[str, Any]) -> Any:
+    return codec.decode(json.dumps({"type": "session.update", "session": session}))
+
+
+def test_a_transcription_update_is_decoded_and_echoed_in_the_ga_shape() -> None:
+    from openai.types.realtime.realtime_transcription_session_create_request import RealtimeTranscriptionSessionCreateRequest
+
+    codec = RealtimeCodec(settings_from_config(Config()), 22050)
+    cmd = decode(codec, {"type": "transcription", "audio": {"input": {"transcription": {"model": "whisper-1", "language": "en"}}}})
+    assert isinstance(cmd, UpdateSession) and cmd.changes == {"kind": "transcription", "language": "en"}
+    codec.settings = dataclasses.replace(codec.settings, **cmd.changes)
+    obj = codec.session_object()
+    assert obj["type"] == "transcription" and "instructions" not in obj and "output" not in obj["audio"]
+    RealtimeTranscriptionSessionCreateRequest.model_validate(obj)
+
+
+@pytest.mark.parametrize(
+    ("session", "param"),
+    [
+        ({"type": "transcription", "instructions": "Be brief."}, "session.instructions"),
+        ({"type": "transcription", "audio": {"output": {"voice": "joe"}}}, "session.audio.output"),
+        ({"type": "translation"}, "session.type"),
+    ],
+)
+def test_what_a_transcription_session_has_no_use_for_is_refused(session: dict[str, Any], param: str) -> None:
+    with pytest.raises(ProtocolError) as info:
+        decode(RealtimeCodec(settings_from_config(Config()), 22050), session)
+    assert info.value.param == param
+
+
+def test_a_transcription_session_transcribes_each_turn_and_never_answers(run: Run, make_fakes: MakeFakes) -> None:
+    fakes = make_fakes(stt=FakeStt(["first words", "second words"]), turn=FakeTurn(0.9))
+
+    async def main() -> None:
+        async with running(fakes, make_config()) as (session, log):
+            session.update(kind="transcription")
+            await say_turn(session)
+            i_first, first = await log.wait_type(InputTranscriptDone)
+            await say_turn(session)
+            _, second = await log.wait_type(InputTranscriptDone, after=i_first + 1)
+            assert (first.text, second.text) == ("first words", "second words")
+            assert len(log.of_type(InputSpeechStopped)) == 2 and len(log.of_type(InputCommitted)) == 2
+            assert fakes.llm.calls.items == []  # no answer, no speculation, no prefill
+            assert fakes.tts.calls.items == []
+            assert session.active_response_id is None
+            with pytest.raises(ProtocolError) as info:
+                await session.create_response()
+            assert info.value.code == "invalid_state"
+
+    run(main(), 20)

@@ -1,0 +1,199 @@
+"""``semantic_vad`` (its eagerness table) and ``server_vad``'s ``idle_timeout_ms``: decoded and
+echoed by the codec, run by the turn stage and the session (scripted fakes, a virtual clock)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+import pytest
+
+from voiceagent.clock import VirtualClock
+from voiceagent.config import Config, TurnConfig
+from voiceagent.conversation.replies import IDLE_PROMPT
+from voiceagent.errors import ProtocolError
+from voiceagent.events import InputCommitted, InputSpeechStarted, InputTimeoutTriggered, ResponseCreated, ResponseDone
+from voiceagent.settings import TurnDetection, settings_from_config
+from voiceagent.stages.turn import EAGERNESS, Confirm, Endpointer, Endpointing
+from voiceagent.transports.realtime_codec import RealtimeCodec
+from voiceagent.transports.realtime_commands import UpdateSession
+
+from .fakes import FakeLlm, FakeTurn, speak
+from .test_endpointer import segment
+from .test_session import MakeFakes, Run, make_config, make_fakes, running, tokens
+
+__all__ = ["make_fakes"]  # the fixture, imported for pytest
+
+TD = "session.audio.input.turn_detection"
+
+
+def update(codec: RealtimeCodec, td: Any) -> dict[str, Any]:
+    cmd = codec.decode(json.dumps({"type": "session.update", "session": {"audio": {"input": {"turn_detection": td}}}}))
+    assert isinstance(cmd, UpdateSession)
+    return cmd.changes
+
+
+# --------------------------------------------------------------------------- the wire
+
+
+def test_semantic_vad_is_run_and_echoed_as_itself() -> None:
+    codec = RealtimeCodec(settings_from_config(Config()), 22050)
+    changes = update(codec, {"type": "semantic_vad", "eagerness": "high", "interrupt_response": False})
+    td = changes["turn_detection"]
+    assert (td.type, td.eagerness, td.interrupt_response) == ("semantic_vad", "high", False)
+    codec.settings = dataclasses.replace(codec.settings, turn_detection=td)
+    echoed = codec.session_object()["audio"]["input"]["turn_detection"]
+    assert echoed == {"type": "semantic_vad", "eagerness": "high", "create_response": True, "interrupt_response": False}
+    # The GA type of session.updated accepts it as semantic_vad.
+    from openai.types.realtime.realtime_audio_input_turn_detection import SemanticVad
+
+    SemanticVad.model_validate(echoed)
+
+
+def test_server_vad_carries_idle_timeout_ms() -> None:
+    codec = RealtimeCodec(settings_from_config(Config()), 22050)
+    td = update(codec, {"type": "server_vad", "idle_timeout_ms": 6000})["turn_detection"]
+    assert (td.type, td.idle_timeout_ms) == ("server_vad", 6000)
+    codec.settings = dataclasses.replace(codec.settings, turn_detection=td)
+    echoed = codec.session_object()["audio"]["input"]["turn_detection"]
+    assert echoed["type"] == "server_vad" and echoed["idle_timeout_ms"] == 6000 and "eagerness" not in echoed
+
+
+@pytest.mark.parametrize(
+    ("td", "param"),
+    [
+        ({"type": "semantic_vad", "eagerness": "eager"}, f"{TD}.eagerness"),
+        ({"type": "semantic_vad", "silence_duration_ms": 500}, f"{TD}.silence_duration_ms"),
+        ({"type": "semantic_vad", "idle_timeout_ms": 5000}, f"{TD}.idle_timeout_ms"),
+        ({"type": "server_vad", "eagerness": "high"}, f"{TD}.eagerness"),
+        ({"type": "server_vad", "idle_timeout_ms": 10}, f"{TD}.idle_timeout_ms"),
+        ({"type": "server_vad", "idle_timeout_ms": "5000"}, f"{TD}.idle_timeout_ms"),
+    ],
+)
+def test_fields_of_the_other_mode_or_bad_values_are_refused(td: dict[str, Any], param: str) -> None:
+    with pytest.raises(ProtocolError) as info:
+        update(RealtimeCodec(settings_from_config(Config()), 22050), td)
+    assert (info.value.code, info.value.param) == ("invalid_value", param)
+
+
+# --------------------------------------------------------------------------- the eagerness table
+
+
+def test_medium_and_auto_are_the_servers_defaults() -> None:
+    d = TurnConfig()
+    assert EAGERNESS["medium"] == Endpointing(d.silence_ms, d.complete_ms, d.threshold, d.incomplete_ms, d.doubt_ms)
+    assert EAGERNESS["auto"] == EAGERNESS["medium"]
+
+
+def test_each_level_waits_less_than_the_one_below_it_on_every_rule() -> None:
+    low, medium, high = EAGERNESS["low"], EAGERNESS["medium"], EAGERNESS["high"]
+    for name in ("silence_ms", "complete_ms", "threshold", "incomplete_ms", "doubt_ms"):
+        assert getattr(high, name) < getattr(medium, name) < getattr(low, name), name
+
+
+@pytest.mark.parametrize(("level", "confirmed"), [("high", True), ("medium", False), ("low", False)])
+def test_the_same_pause_ends_the_turn_at_high_eagerness_only(level: str, confirmed: bool) -> None:
+    """400 ms of silence after a whole sentence the turn model doubts (0.4): the fallback of high
+    (350 ms) ends the turn; medium and low wait on."""
+    ends = EAGERNESS[level]
+    ep = Endpointer(speculative=False, use_model=True, incomplete_ms=float(ends.incomplete_ms), doubt_ms=float(ends.doubt_ms))
+    ep.on_speech_started()
+    ep.on_speech_stopped(1000.0)
+    ep.on_segment(segment("what is the weather today"), respond=True)
+    args = (float(ends.complete_ms), float(ends.silence_ms), ends.threshold)
+    ep.on_probability(0.4, *args)
+    actions = ep.on_silence(400.0, *args)
+    assert (actions == [Confirm("what is the weather today", 1000.0)]) is confirmed
+
+
+def test_unfinished_words_wait_by_level() -> None:
+    """'the capital of' waits incomplete_ms: 1 s at high, 3 s at low."""
+    for level, waits in (("high", 1000.0), ("low", 3000.0)):
+        ends = EAGERNESS[level]
+        ep = Endpointer(speculative=False, use_model=False, incomplete_ms=float(ends.incomplete_ms))
+        ep.on_speech_started()
+        ep.on_speech_stopped(500.0)
+        ep.on_segment(segment("tell me the capital of"), respond=True)
+        args = (float(ends.complete_ms), float(ends.silence_ms), ends.threshold)
+        assert ep.on_silence(waits - 50.0, *args) == []
+        assert ep.on_silence(waits, *args) != []
+
+
+def test_the_turn_stage_follows_the_sessions_mode(run: Run, make_fakes: MakeFakes) -> None:
+    fakes = make_fakes()
+
+    async def main() -> None:
+        async with running(fakes, make_config()) as (session, _log):
+            server = session.turn.endpointing()
+            assert server.silence_ms == session.settings.turn_detection.silence_duration_ms  # type: ignore[union-attr]
+            for level in ("low", "high"):
+                session.update(turn_detection=TurnDetection(0.5, 96, 320, type="semantic_vad", eagerness=level))
+                assert session.turn.endpointing() == EAGERNESS[level]
+
+    run(main(), 20)
+
+
+# --------------------------------------------------------------------------- idle timeout
+
+
+def idle_config(ms: int) -> dict[str, Any]:
+    return {"turn_detection": TurnDetection(0.5, 96, 320, idle_timeout_ms=ms)}
+
+
+def test_the_idle_timeout_triggers_after_the_reply_has_played_and_answers(run: Run, make_fakes: MakeFakes) -> None:
+    fakes = make_fakes(llm=FakeLlm([tokens("It is noon."), tokens("Are you still there?")]))
+    clock = VirtualClock()
+
+    async def main() -> None:
+        async with running(fakes, make_config(), clock) as (session, log):
+            session.update(**idle_config(2000))
+            await session.add_text("What time is it?")
+            i_done, _ = await log.wait_type(ResponseDone, response_id=await session.create_response())
+            assert session.replies.idle_armed
+            clock.advance(30.0)  # past the reply's last audio plus 2 s
+            i_timeout, timeout = await log.wait_type(InputTimeoutTriggered, after=i_done)
+            i_committed, committed = await log.wait_type(InputCommitted, after=i_timeout)
+            assert committed.item_id == timeout.item_id
+            assert timeout.audio_end_ms - timeout.audio_start_ms <= 2000.0
+            _, created = await log.wait_type(ResponseCreated, after=i_committed)
+            _, nudge = await log.wait_type(ResponseDone, response_id=created.response_id)
+            assert nudge.text == "Are you still there?"
+            prompt = fakes.llm.calls.items[1]
+            assert prompt.messages[0].content.endswith(IDLE_PROMPT)
+            assert session.history.find(timeout.item_id) is not None
+
+    run(main(), 20)
+
+
+def test_speech_before_the_idle_timeout_disarms_it(run: Run, make_fakes: MakeFakes) -> None:
+    fakes = make_fakes(llm=FakeLlm([tokens("It is noon.")]), turn=FakeTurn(0.9))
+    clock = VirtualClock()
+
+    async def main() -> None:
+        async with running(fakes, make_config(), clock) as (session, log):
+            session.update(**idle_config(2000))
+            await session.add_text("What time is it?")
+            i_done, _ = await log.wait_type(ResponseDone, response_id=await session.create_response())
+            assert session.replies.idle_armed
+            await speak(session, 320)
+            await log.wait_type(InputSpeechStarted, after=i_done)
+            assert not session.replies.idle_armed
+            assert log.of_type(InputTimeoutTriggered) == []
+
+    run(main(), 20)
+
+
+def test_no_idle_timeout_without_the_setting_or_with_semantic_vad(run: Run, make_fakes: MakeFakes) -> None:
+    fakes = make_fakes(llm=FakeLlm([tokens("One."), tokens("Two.")]))
+
+    async def main() -> None:
+        async with running(fakes, make_config()) as (session, log):
+            await session.add_text("Count")
+            await log.wait_type(ResponseDone, response_id=await session.create_response())
+            assert not session.replies.idle_armed
+            session.update(turn_detection=TurnDetection(0.5, 96, 320, type="semantic_vad", idle_timeout_ms=2000))
+            await log.wait_type(ResponseDone, response_id=await session.create_response())
+            assert not session.replies.idle_armed
+
+    run(main(), 20)
