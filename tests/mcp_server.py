@@ -6,18 +6,18 @@ loopback, in its own process (``python -m tests.mcp_server``), with a few tools:
 * ``slow_lookup(query)``: answers after a minute (a timeout, or a call to cancel).
 * ``broken_tool()``: raises (the tool's error reaches the client as ``is_error``).
 
-The process prints its port once it listens; :class:`McpTestServer` starts and stops it.  It
-also counts the calls that reached each tool (``GET /calls``), so a test can tell that a call it
-cancelled really was made."""
+The process prints its port once it listens, then a line ``call NAME`` as each call reaches a
+tool; :class:`McpTestServer` starts and stops it and counts those lines, so a test can wait until
+the server really has a call it is about to cancel."""
 
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -29,44 +29,38 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def build_app() -> Any:
     from mcp.server.mcpserver import MCPServer
-    from starlette.requests import Request
-    from starlette.responses import JSONResponse
-    from starlette.routing import Route
 
-    calls: Counter[str] = Counter()
     server = MCPServer("weather-test")
+
+    def called(name: str) -> None:
+        print(f"call {name}", flush=True)
 
     @server.tool()
     def get_weather(city: str) -> str:
         """Get the current weather in a city."""
-        calls["get_weather"] += 1
+        called("get_weather")
         return WEATHER.format(city=city)
 
     @server.tool()
     def get_secret() -> str:
         """Get the secret code."""
-        calls["get_secret"] += 1
+        called("get_secret")
         return "the secret is 42"
 
     @server.tool()
     async def slow_lookup(query: str) -> str:
         """Look something up in the archive."""
-        calls["slow_lookup"] += 1
+        called("slow_lookup")
         await asyncio.sleep(60)
         return f"found {query}"
 
     @server.tool()
     def broken_tool() -> str:
         """Read the weather station."""
-        calls["broken_tool"] += 1
+        called("broken_tool")
         raise RuntimeError("the weather station is offline")
 
-    async def count(request: Request) -> JSONResponse:
-        return JSONResponse(dict(calls))
-
-    app = server.streamable_http_app()
-    app.router.routes.append(Route("/calls", count))
-    return app
+    return server.streamable_http_app()
 
 
 async def _serve() -> None:
@@ -86,6 +80,8 @@ class McpTestServer:
     def __init__(self) -> None:
         self.proc: subprocess.Popen[str] | None = None
         self.port = 0
+        self._calls: Counter[str] = Counter()
+        self._seen = threading.Condition()
 
     @property
     def url(self) -> str:
@@ -108,13 +104,29 @@ class McpTestServer:
             self.stop()
             raise RuntimeError(f"the MCP test server did not start (it printed {line!r})")
         self.port = int(line)
+        threading.Thread(target=self._read, args=(stdout,), daemon=True).start()
         return self
 
-    def calls(self) -> dict[str, int]:
-        import urllib.request
+    def _read(self, stdout: IO[str]) -> None:
+        for line in stdout:
+            if line.startswith("call "):
+                with self._seen:
+                    self._calls[line.split()[1]] += 1
+                    self._seen.notify_all()
 
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/calls", timeout=5) as r:
-            return dict(json.loads(r.read()))
+    def calls(self, name: str) -> int:
+        """How many calls of tool ``name`` reached the server so far."""
+        with self._seen:
+            return self._calls[name]
+
+    async def wait_calls(self, name: str, n: int, timeout: float = 10.0) -> None:
+        """Return once ``n`` calls of ``name`` have reached the server (AssertionError after ``timeout``)."""
+
+        def wait() -> bool:
+            with self._seen:
+                return self._seen.wait_for(lambda: self._calls[name] >= n, timeout)
+
+        assert await asyncio.to_thread(wait), f"{n} calls of {name} never reached the MCP server"
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -124,8 +136,6 @@ class McpTestServer:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
-        if self.proc is not None and self.proc.stdout is not None:
-            self.proc.stdout.close()
 
 
 def unused_url() -> str:

@@ -121,12 +121,9 @@ def test_cancelling_a_call_cancels_it_and_the_connection_stays_usable(mcp_server
     async def main() -> None:
         client = McpClient(McpServer("weather", mcp_server.url), timeout_s=30.0)
         try:
-            before = mcp_server.calls().get("slow_lookup", 0)
+            before = mcp_server.calls("slow_lookup")
             task = asyncio.create_task(client.call("slow_lookup", {"query": "x"}))
-            deadline = time.monotonic() + 10
-            while mcp_server.calls().get("slow_lookup", 0) == before:  # the server has the call
-                assert time.monotonic() < deadline, "the call never reached the server"
-                await asyncio.sleep(0.05)
+            await mcp_server.wait_calls("slow_lookup", before + 1)  # the server has the call
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await task

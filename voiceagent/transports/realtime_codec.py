@@ -31,6 +31,9 @@ from voiceagent.events import (
     InputTranscriptDone,
     ItemsDropped,
     ItemTruncated,
+    McpCallAdded,
+    McpCallDone,
+    McpToolsListed,
     OutputTranscriptDelta,
     ResponseCreated,
     ResponseDone,
@@ -42,6 +45,7 @@ from voiceagent.events import (
 from voiceagent.settings import SessionSettings
 from voiceagent.transports.realtime_audio import WireAudio
 from voiceagent.transports.realtime_commands import Command, CommandDecoder
+from voiceagent.transports.realtime_mcp import encode_mcp, summary_object
 from voiceagent.transports.realtime_settings import session_object
 from voiceagent.transports.realtime_wire import AUDIO_DELTA, call_object, item_object, message, output_object
 
@@ -135,6 +139,8 @@ class RealtimeCodec:
             ]
         if isinstance(ev, FunctionCallAdded | ToolOutputAdded):
             return self._tool_item(ev)
+        if isinstance(ev, McpToolsListed | McpCallAdded | McpCallDone):
+            return encode_mcp(ev)
         if isinstance(ev, ItemsDropped):
             return [message("conversation.item.deleted", item_id=item_id) for item_id in ev.item_ids]
         if isinstance(ev, InputTranscriptDelta):
@@ -301,7 +307,7 @@ class RealtimeCodec:
                     "object": "realtime.response",
                     "status": ev.status.value,
                     "status_details": details,
-                    "output": [item, *(call_object(c, "completed") for c in ev.calls)],
+                    "output": [item, *(call_object(c, "completed") if c.server_label is None else summary_object(c) for c in ev.calls)],
                     "usage": None,
                     "audio_ms": round(ev.audio_ms, 1),
                 },
