@@ -82,6 +82,7 @@ class McpTestServer:
         self.port = 0
         self._calls: Counter[str] = Counter()
         self._seen = threading.Condition()
+        self._reader: threading.Thread | None = None
 
     @property
     def url(self) -> str:
@@ -104,7 +105,8 @@ class McpTestServer:
             self.stop()
             raise RuntimeError(f"the MCP test server did not start (it printed {line!r})")
         self.port = int(line)
-        threading.Thread(target=self._read, args=(stdout,), daemon=True).start()
+        self._reader = threading.Thread(target=self._read, args=(stdout,), daemon=True)
+        self._reader.start()
         return self
 
     def _read(self, stdout: IO[str]) -> None:
@@ -136,6 +138,10 @@ class McpTestServer:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        if self._reader is not None:
+            self._reader.join(timeout=10)  # it ends at the pipe's end, with the process
+        if self.proc is not None and self.proc.stdout is not None:
+            self.proc.stdout.close()
 
 
 def unused_url() -> str:

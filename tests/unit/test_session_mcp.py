@@ -85,6 +85,7 @@ def test_tools_are_listed_offered_called_and_answered_from(run: Run, make_fakes:
             _, listed = await log.wait_type(McpToolsListed, status="completed")
             assert listed.item_id == started.item_id and listed.server_label == "weather"
             assert [t.tool.name for t in listed.tools] == ["get_weather", "broken_tool"]  # allowed_tools
+            session.update(mcp_servers=(server,))  # the same server again: kept, not listed again
 
             await say_turn(session)
             i_first, first = await log.wait_type(ResponseDone)
@@ -113,6 +114,7 @@ def test_tools_are_listed_offered_called_and_answered_from(run: Run, make_fakes:
             item = session.history.find(added.item_id)
             assert isinstance(item, McpCallItem) and item.output == WEATHER.format(city="Paris")
             assert not log.of_type(ErrorEvent)
+            assert len(log.of_type(McpToolsListed)) == 2
             await mcp_server.wait_calls("get_weather", 1)
 
         messages = wire(log.events)
@@ -196,9 +198,13 @@ def test_a_server_that_is_down_is_an_error_and_the_turn_is_still_answered(run: R
             _, error = await log.wait_type(ErrorEvent, code="mcp_list_tools_failed")
             assert "'gone'" in error.message and "unreachable" in error.message
             await say_turn(session)
-            _, done = await log.wait_type(ResponseDone)
+            i_done, done = await log.wait_type(ResponseDone)
             assert done.status is ResponseStatus.COMPLETED and done.text == "I cannot check the weather."
             assert fakes.llm.calls.items[0].tools == ()  # nothing offered from a server that is down
+            # Named again, it is tried again (still down: failed again); named again unchanged
+            # after a listing that worked, it would not be listed twice (the first test).
+            session.update(mcp_servers=session.settings.mcp_servers)
+            await log.wait_type(ErrorEvent, code="mcp_list_tools_failed", after=i_done + 1)
 
         kinds = [m["type"] for m in wire(log.events)]
         assert "mcp_list_tools.failed" in kinds

@@ -45,8 +45,9 @@ class McpServers:
         self._closing: set[asyncio.Task[None]] = set()
 
     def configure(self, servers: tuple[McpServer, ...]) -> None:
-        """The session's servers are now ``servers``: list the new ones (in the background),
-        close those no longer named.  A server is the same only if nothing about it changed."""
+        """The session's servers are now ``servers``: list the new ones, and those whose listing
+        failed, in the background; close those no longer named.  A server is the same only if
+        nothing about it changed."""
         for server in [s for s in self._clients if s not in servers]:
             client = self._clients.pop(server)
             self._tools.pop(server, None)
@@ -59,6 +60,9 @@ class McpServers:
         for server in servers:
             if server not in self._clients:
                 self._clients[server] = McpClient(server, self._timeout_s)
+            listing = self._listing.get(server)
+            if server not in self._tools and (listing is None or listing.done()):
+                # New, or named again after its listing failed: (try to) list it now.
                 self._listing[server] = asyncio.create_task(self._list(server), name=f"{self._id}.mcp.list")
 
     async def ready(self) -> None:

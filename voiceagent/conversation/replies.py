@@ -148,6 +148,7 @@ class ReplyController:
         self._quiet.set()
         self._builtin = BuiltinTools(wall_clock) if config.tools.builtin else None
         self._timers: set[asyncio.Task[None]] = set()
+        self._mcp_tasks: set[asyncio.Task[None]] = set()  # every MCP call's task, until it ends
         self._fitter = fitter
         self._fitting = asyncio.Lock()
         self.mcp = McpServers(session_id, clock, lambda: self._scope.current, emit, config.tools.mcp_timeout_s)
@@ -169,10 +170,12 @@ class ReplyController:
     async def aclose(self) -> None:
         """Cancel the built-in tools' timers and the MCP calls, wait for them, and close the
         MCP connections."""
-        calls = [task for reply in self._replies.values() for task, _, _ in reply.mcp_calls.values()]
-        for task in (*self._timers, *calls):
+        # Every MCP task, not only those of live replies: one that has its result may be
+        # finishing its reply (and starting the answer) right now.
+        tasks = (*self._timers, *self._mcp_tasks)
+        for task in tasks:
             task.cancel()
-        await asyncio.gather(*self._timers, *calls, return_exceptions=True)
+        await asyncio.gather(*tasks, return_exceptions=True)
         await self.mcp.aclose()
 
     def live(self) -> dict[int, Reply]:
@@ -515,6 +518,8 @@ class ReplyController:
         )
         await self._trim_history()
         task = asyncio.create_task(self._run_mcp_call(reply, item, tool), name=f"{self._id}.mcp.call")
+        self._mcp_tasks.add(task)
+        task.add_done_callback(self._mcp_tasks.discard)
         reply.mcp_calls[item.id] = (task, item, index)
 
     async def _run_mcp_call(self, reply: Reply, item: McpCallItem, tool: McpTool) -> None:
