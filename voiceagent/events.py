@@ -22,6 +22,7 @@ import numpy as np
 
 from voiceagent.audio import Float32Array, Int16Array
 from voiceagent.playback import ListenerTimeline
+from voiceagent.tools.mcp import McpTool
 
 __all__ = [
     "AudioDelta",
@@ -47,6 +48,9 @@ __all__ = [
     "InputTranscriptDone",
     "InputTranscriptFailed",
     "Mark",
+    "McpCallAdded",
+    "McpCallDone",
+    "McpToolsListed",
     "OutputTranscriptDelta",
     "PlaybackCleared",
     "ReleaseReply",
@@ -438,14 +442,58 @@ class ToolOutputAdded(Event):
     synthetic: bool = False
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class McpToolsListed(Event):
+    """The listing of MCP server ``server_label``'s tools (an ``mcp_list_tools`` item): begun
+    (``in_progress``), ``completed`` with its ``tools``, or ``failed``."""
+
+    item_id: str
+    server_label: str
+    status: str
+    tools: tuple[McpTool, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class McpCallAdded(Event):
+    """A response called an MCP tool: the server runs the call now (an ``mcp_call`` item)."""
+
+    response_id: str
+    item_id: str
+    previous_item_id: str | None
+    output_index: int
+    server_label: str
+    name: str
+    arguments: str
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class McpCallDone(Event):
+    """An MCP call ended: ``output`` (completed) or ``error`` (the Realtime error object: failed,
+    timed out, or cancelled by a barge-in)."""
+
+    response_id: str
+    item_id: str
+    previous_item_id: str | None
+    output_index: int
+    server_label: str
+    name: str
+    arguments: str
+    output: str | None
+    error: dict[str, object] | None
+
+
 @dataclass(frozen=True, slots=True)
 class CallSummary:
-    """A function call a response made, as ``response.done`` lists it."""
+    """A call a response made, as ``response.done`` lists it: a ``function_call`` the client
+    runs, or with ``server_label`` an ``mcp_call`` the server ran (its ``output`` or ``error``)."""
 
     item_id: str
     call_id: str
     name: str
     arguments: str
+    server_label: str | None = None
+    output: str | None = None
+    error: dict[str, object] | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -232,6 +232,8 @@ class Session:
         if "instructions" in changes and changes["instructions"] != self.settings.instructions:
             changes.setdefault("examples", ())
         self.settings = dataclasses.replace(self.settings, **changes)
+        if "mcp_servers" in changes:
+            self.replies.mcp.configure(self.settings.mcp_servers)
         if changes.keys() & {"tools", "instructions", "examples"}:
             self.llm.warm()
         return self.settings

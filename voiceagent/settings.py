@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from voiceagent.config import Config
+from voiceagent.tools.mcp import McpServer
 from voiceagent.tools.spec import Tool
 
 __all__ = ["EAGERNESS_LEVELS", "InputItem", "SessionSettings", "TurnDetection", "settings_from_config"]
@@ -59,7 +60,10 @@ class SessionSettings:
     voice: str
     tools: tuple[Tool, ...] = ()
     tool_choice: str = "auto"
-    """``auto``, ``none``, ``required`` or the name of one of ``tools``."""
+    """``auto``, ``none``, ``required`` or the name of one of ``tools`` (or of an MCP server's tool)."""
+    mcp_servers: tuple[McpServer, ...] = ()
+    """The session's ``{"type": "mcp"}`` tools: servers whose tools the model is offered and the
+    server calls itself (:mod:`voiceagent.conversation.mcp_servers`)."""
     audio: bool = True
     """``output_modalities``: ["audio"] (speech, with its transcript) or ["text"] (False)."""
     transcription_prompt: str = ""

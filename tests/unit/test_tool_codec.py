@@ -88,7 +88,7 @@ def test_session_update_empty_tools() -> None:
         ("get_weather", "session.tools"),
         ([{"name": f"t{n}"} for n in range(129)], "session.tools"),
         ([5], "session.tools[0]"),
-        ([GA_TOOL, {"type": "mcp", "name": "x"}], "session.tools[1]"),
+        ([GA_TOOL, {"type": "mcp", "server_url": "http://127.0.0.1:1/mcp", "require_approval": "never"}], "session.tools[1].server_label"),
         ([{"type": "file_search"}], "session.tools[0]"),
         ([{"type": "function"}], "session.tools[0].name"),
         ([{"type": "function", "name": "has space"}], "session.tools[0].name"),

@@ -473,6 +473,13 @@ class ToolsConfig:
     builtin: bool = False
     """Offer the server's own tools (voiceagent/tools/builtin.py: the time and date, timers) in
     every session, run them in the server and answer with their result (``--tools``)."""
+    mcp_timeout_s: float = 5.0
+    """How long connecting to an MCP server and listing its tools, or one call of its tools (a
+    session's ``{"type": "mcp"}`` tool), may take before it counts as failed: the agent then
+    apologises instead of leaving the listener in silence."""
+
+    def __post_init__(self) -> None:
+        _check(0 < self.mcp_timeout_s <= 300, "tools.mcp_timeout_s", "must be > 0 and <= 300")
 
 
 @dataclass(frozen=True)

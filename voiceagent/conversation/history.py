@@ -11,6 +11,9 @@ exactly one output item, placed right after the call (and its siblings), wheneve
 the client's, or a synthetic "cancelled" one when the next answer starts before the client's
 came (:meth:`History.answer_unanswered`), so the model's chat template never sees a call without
 its result.
+
+MCP calls (the server runs them: :class:`McpCallItem`) carry their own result or error; the
+prompt shows each as a call followed by its result, like a function call and its output.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ __all__ = [
     "FunctionCallItem",
     "FunctionCallOutputItem",
     "History",
+    "McpCallItem",
     "SpokenClause",
     "UserItem",
     "input_messages",
@@ -151,7 +155,33 @@ class FunctionCallOutputItem:
     role: str = "tool"
 
 
-Item = UserItem | AssistantItem | FunctionCallItem | FunctionCallOutputItem
+@dataclass
+class McpCallItem:
+    """A call of a tool on MCP server ``server_label`` that the server itself runs: ``output``
+    once it answered, ``error`` (the Realtime error object) once it failed; neither while it runs."""
+
+    id: str
+    call_id: str
+    name: str
+    arguments: str
+    server_label: str
+    gen: int = -1
+    output: str | None = None
+    error: dict[str, object] | None = None
+    cancelled: bool = False
+    """Its response ended before it did (its ``error`` says so; no apology is due)."""
+    role: str = "assistant"
+
+    def result(self) -> str:
+        """What the model reads as the call's result."""
+        if self.output is not None:
+            return self.output
+        if self.error is not None:
+            return json.dumps({"error": self.error.get("message", "the tool failed")})
+        return CANCELLED_OUTPUT
+
+
+Item = UserItem | AssistantItem | FunctionCallItem | FunctionCallOutputItem | McpCallItem
 
 
 class History:
@@ -170,6 +200,11 @@ class History:
 
     def add_call(self, gen: int, call_id: str, name: str, arguments: str, item_id: str | None = None) -> FunctionCallItem:
         item = FunctionCallItem(id=item_id or new_id("item"), call_id=call_id, name=name, arguments=arguments, gen=gen)
+        self.items.append(item)
+        return item
+
+    def add_mcp_call(self, gen: int, call_id: str, name: str, arguments: str, server_label: str) -> McpCallItem:
+        item = McpCallItem(id=new_id("item"), call_id=call_id, name=name, arguments=arguments, server_label=server_label, gen=gen)
         self.items.append(item)
         return item
 
@@ -268,6 +303,14 @@ class History:
                 text = item.text
                 if text:
                     msgs.append(Message("assistant", text))
+            elif isinstance(item, McpCallItem):
+                call = ToolCall(item.call_id, item.name, item.arguments)
+                last = msgs[-1] if msgs else None
+                if last is not None and last.role == "assistant" and not last.tool_calls and self._same_turn(n, item):
+                    msgs[-1] = Message("assistant", last.content, (call,))
+                else:
+                    msgs.append(Message("assistant", "", (call,)))
+                msgs.append(Message("tool", item.result(), tool_call_id=item.call_id))
             elif isinstance(item, FunctionCallItem):
                 call = ToolCall(item.call_id, item.name, item.arguments)
                 last = msgs[-1] if msgs else None
@@ -287,9 +330,9 @@ class History:
             msgs.append(Message("user", pending_user))
         return [Message("system", instructions), *example_messages(examples), *msgs]
 
-    def _same_turn(self, n: int, item: FunctionCallItem) -> bool:
+    def _same_turn(self, n: int, item: FunctionCallItem | McpCallItem) -> bool:
         before = self.items[n - 1] if n > 0 else None
-        return isinstance(before, AssistantItem | FunctionCallItem) and before.gen == item.gen
+        return isinstance(before, AssistantItem | FunctionCallItem | McpCallItem) and before.gen == item.gen
 
     def _unanswered_block(self, n: int, answered: set[str]) -> list[str]:
         """Call ids without output in the run of calls that ends at item ``n``."""

@@ -16,14 +16,22 @@ TTS and playout work in flight; the assistant item is cut to the audio the liste
 client is told to clear its playback buffer (:class:`~voiceagent.events.PlaybackCleared`) and the
 response ends ``cancelled``.
 
-Cancellation: :meth:`aclose` cancels the built-in tools' timers and waits for them; every other
-method either finishes its bookkeeping or lets ``CancelledError`` through untouched.
+MCP tools (:mod:`voiceagent.conversation.mcp_servers`): a call of one is run here, in a task of
+its own, while its response stays open (``mcp_call`` events); the response ends when its last
+call does, and an answer from the results follows (an apology for a call that failed or timed
+out, with an ``error`` event).  A response that ends otherwise (barge-in, ``response.cancel``, a
+new turn) cancels its calls and waits for them first.
+
+Cancellation: :meth:`aclose` cancels the built-in tools' timers and the MCP calls, waits for
+them and closes the MCP connections; every other method either finishes its bookkeeping or lets
+``CancelledError`` through untouched.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import datetime as dt
 import json
 import logging
@@ -31,7 +39,8 @@ from collections.abc import Awaitable, Callable
 
 from voiceagent.clock import Clock
 from voiceagent.config import Config
-from voiceagent.conversation.history import CANCELLED_OUTPUT, AssistantItem, History, input_messages, new_id
+from voiceagent.conversation.history import CANCELLED_OUTPUT, AssistantItem, History, McpCallItem, input_messages, new_id
+from voiceagent.conversation.mcp_servers import McpServers
 from voiceagent.conversation.prompt_fit import PromptFitter
 from voiceagent.conversation.reply import Reply, turn_record
 from voiceagent.errors import ProtocolError, excerpt
@@ -52,6 +61,8 @@ from voiceagent.events import (
     LlmRoute,
     LlmUsage,
     Mark,
+    McpCallAdded,
+    McpCallDone,
     OutputTranscriptDelta,
     PlaybackCleared,
     ReleaseReply,
@@ -72,7 +83,9 @@ from voiceagent.observability.metrics import Metrics
 from voiceagent.pipeline import Channel, Generations, GenerationScope
 from voiceagent.settings import InputItem, SessionSettings
 from voiceagent.stages.llm import LlmPrompt
+from voiceagent.tools.args import loads_lenient
 from voiceagent.tools.builtin import BuiltinTools, TimerRequest
+from voiceagent.tools.mcp import McpError, McpTool
 from voiceagent.tools.spec import Message, Tool, with_tools
 
 __all__ = ["ANSWER_FROM_TOOLS", "IDLE_PROMPT", "ReplyController"]
@@ -84,6 +97,12 @@ IDLE_PROMPT = " The user has said nothing for a while: in one short sentence, as
 """Added to the instructions of the response an idle timeout starts (``idle_timeout_ms``): the
 item it answers is silence, and without a word on it a small model answers the silence itself."""
 """Closes a prompt that ends with tool outputs (see :meth:`ReplyController.prompt`)."""
+MCP_APOLOGY = (
+    " The tool you called ({tools}) failed; its error is above."
+    " Apologise to the user in one short spoken sentence: you could not get that information right now."
+)
+"""Ends the instructions of the answer after a failed MCP call: a small model given only the
+error tends to recite it, or to call again."""
 turn_log = logging.getLogger("voiceagent.session")
 """The per-turn log line keeps the logger name that dashboards and log filters already select."""
 
@@ -137,12 +156,15 @@ class ReplyController:
         self._quiet.set()
         self._builtin = BuiltinTools(wall_clock) if config.tools.builtin else None
         self._timers: set[asyncio.Task[None]] = set()
+        self._mcp_tasks: set[asyncio.Task[None]] = set()  # every MCP call's task, until it ends
         self._fitter = fitter
         self._fitting = asyncio.Lock()
         self._input_ms = input_ms or (lambda: 0.0)
         self.spoke = False
         """True once any reply's audio went to the client (the voice is fixed from then on)."""
         self._idle: asyncio.Task[None] | None = None
+        self.mcp = McpServers(session_id, clock, lambda: self._scope.current, emit, config.tools.mcp_timeout_s)
+        """The session's MCP servers (``session.update`` names them)."""
 
     # ------------------------------------------------------------------ wiring
 
@@ -158,11 +180,16 @@ class ReplyController:
         self._heard = heard
 
     async def aclose(self) -> None:
-        """Cancel the built-in tools' timers and the idle timeout, and wait for them."""
+        """Cancel the built-in tools' timers, the idle timeout and the MCP calls, wait for them,
+        and close the MCP connections."""
+        # Every MCP task, not only those of live replies: one that has its result may be
+        # finishing its reply (and starting the answer) right now.
         idle = [self._idle] if self._idle is not None else []
-        for task in [*self._timers, *idle]:
+        tasks = (*self._timers, *self._mcp_tasks, *idle)
+        for task in tasks:
             task.cancel()
-        await asyncio.gather(*self._timers, *idle, return_exceptions=True)
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await self.mcp.aclose()
 
     def live(self) -> dict[int, Reply]:
         """The replies kept now, by generation (for tests and diagnostics)."""
@@ -310,6 +337,7 @@ class ReplyController:
 
     async def prompt(self, turn: UserTurn) -> LlmPrompt:
         """The messages, tools and tool choice of the answer of ``turn`` (the LLM stage asks)."""
+        await self.mcp.ready()  # an MCP server named just now: offer its tools (bounded by the timeout)
         reply = self._replies.get(turn.gen)
         settings = self._settings()
         instructions = (reply.instructions if reply and reply.instructions else None) or settings.instructions
@@ -361,8 +389,10 @@ class ReplyController:
         return LlmPrompt(fitted.messages, tools, choice, max_tokens)
 
     def offered_tools(self, client_tools: tuple[Tool, ...]) -> tuple[Tool, ...]:
-        """``client_tools`` and the server's built-in tools whose names the client does not use."""
-        return client_tools if self._builtin is None else self._builtin.offered_with(client_tools)
+        """``client_tools``, the tools of the session's MCP servers, then the server's built-in
+        tools: a name already offered is not offered again (the client's own tool wins)."""
+        tools = (*client_tools, *(t.tool for t in self.mcp.tools() if all(c.name != t.tool.name for c in client_tools)))
+        return tools if self._builtin is None else self._builtin.offered_with(tools)
 
     async def _announce_cut(self, dropped: list[str], tokens: int) -> None:
         """Tell the client which items left the history to fit the LLM's window; count and log it."""
@@ -430,7 +460,10 @@ class ReplyController:
         elif isinstance(ev, GenerationEnd):
             reply = self._replies.get(ev.gen)
             if reply is not None and not reply.done:
-                await self._finish(reply, ev.status, ev.error)
+                if reply.mcp_calls and ev.status is ResponseStatus.COMPLETED:
+                    reply.ended = (ev.status, ev.error)  # the last MCP call to end finishes it
+                else:
+                    await self._finish(reply, ev.status, ev.error)
         else:  # pragma: no cover - every notified type is handled above
             log.debug("unhandled event %s", type(ev).__name__)
 
@@ -536,6 +569,10 @@ class ReplyController:
                 )
             )
             return
+        mcp_tool = self._mcp_tool(reply, ev.name)
+        if mcp_tool is not None:
+            await self._start_mcp_call(reply, ev, mcp_tool)
+            return
         prev = self._history.last_id
         item = self._history.add_call(ev.gen, ev.call_id, ev.name, ev.arguments)
         reply.calls.append(CallSummary(item.id, ev.call_id, ev.name, ev.arguments))
@@ -560,6 +597,100 @@ class ReplyController:
     def _client_tools(self, reply: Reply | None) -> tuple[Tool, ...]:
         """The tools the client offers for ``reply``: its own (``response.create``), else the session's."""
         return reply.tools if reply is not None and reply.tools is not None else self._settings().tools
+
+    def _mcp_tool(self, reply: Reply, name: str) -> McpTool | None:
+        """The MCP tool a call of ``name`` is for: one the client did not define a function of."""
+        if any(t.name == name for t in self._client_tools(reply)):
+            return None
+        return self.mcp.find(name)
+
+    async def _start_mcp_call(self, reply: Reply, ev: ToolCallMade, tool: McpTool) -> None:
+        """Into the history and to the client, then run it in a task of its own."""
+        prev = self._history.last_id
+        item = self._history.add_mcp_call(ev.gen, ev.call_id, ev.name, ev.arguments, tool.server_label)
+        reply.calls.append(CallSummary(item.id, ev.call_id, ev.name, ev.arguments, tool.server_label))
+        index = len(reply.calls)
+        reply.mcp_items.append(item)
+        await self._emit(
+            McpCallAdded(
+                t=self._clock.now(),
+                gen=ev.gen,
+                session=self._id,
+                response_id=reply.id,
+                item_id=item.id,
+                previous_item_id=prev,
+                output_index=index,
+                server_label=tool.server_label,
+                name=ev.name,
+                arguments=ev.arguments,
+            )
+        )
+        await self._trim_history()
+        task = asyncio.create_task(self._run_mcp_call(reply, item, tool), name=f"{self._id}.mcp.call")
+        self._mcp_tasks.add(task)
+        task.add_done_callback(self._mcp_tasks.discard)
+        reply.mcp_calls[item.id] = (task, item, index)
+
+    async def _run_mcp_call(self, reply: Reply, item: McpCallItem, tool: McpTool) -> None:
+        """Call ``tool``; then, once it is the reply's last call and its generation has ended,
+        finish the reply (which answers from the results)."""
+        arguments = loads_lenient(item.arguments) if item.arguments.strip() else {}
+        try:
+            item.output = await self.mcp.call(tool, arguments if isinstance(arguments, dict) else {})
+        except McpError as exc:
+            item.error = exc.error_object()
+        entry = reply.mcp_calls.pop(item.id, None)
+        if entry is None:
+            return  # the reply was closed meanwhile; whoever closed it told the client
+        await self._mcp_call_done(reply, item, entry[2])
+        if not reply.mcp_calls and reply.ended is not None and not reply.done:
+            await self._finish(reply, *reply.ended)
+
+    async def _mcp_call_done(self, reply: Reply, item: McpCallItem, index: int) -> None:
+        """Tell the client how MCP call ``item`` ended; a failure is an ``error`` too, and the
+        answer after the reply apologises."""
+        now = self._clock.now()
+        reply.answer_after = True
+        if item.error is not None and not item.cancelled:
+            reply.mcp_failed.append(item.name)
+            await self._emit(
+                ErrorEvent(
+                    t=now,
+                    gen=item.gen,
+                    session=self._id,
+                    code="mcp_call_failed",
+                    message=f"MCP tool {item.name!r} on server {item.server_label!r} failed: {item.error.get('message')}",
+                    kind="server_error",
+                )
+            )
+        await self._emit(
+            McpCallDone(
+                t=now,
+                gen=item.gen,
+                session=self._id,
+                response_id=reply.id,
+                item_id=item.id,
+                previous_item_id=self._history.previous_id(item.id),
+                output_index=index,
+                server_label=item.server_label,
+                name=item.name,
+                arguments=item.arguments,
+                output=item.output,
+                error=item.error,
+            )
+        )
+
+    async def _cancel_mcp_calls(self, reply: Reply) -> None:
+        """Cancel ``reply``'s MCP calls still running, wait for them, and close their items."""
+        calls, reply.mcp_calls = reply.mcp_calls, {}
+        for task, _, _ in calls.values():
+            task.cancel()
+        await asyncio.wait([task for task, _, _ in calls.values()])
+        for _, item, index in calls.values():
+            if item.output is None and item.error is None:
+                item.error = {"type": "tool_execution_error", "message": "cancelled: the response ended first"}
+                item.cancelled = True
+            await self._mcp_call_done(reply, item, index)
 
     def _runs_here(self, reply: Reply, name: str) -> bool:
         """Whether the server itself runs tool ``name`` (a built-in the client did not define)."""
@@ -658,9 +789,12 @@ class ReplyController:
             await self._finish(reply, ResponseStatus.CANCELLED, reason)
 
     async def _finish(self, reply: Reply, status: ResponseStatus, reason: str | None) -> None:
-        """Close ``reply`` (exactly once): ``response.done``, metrics, the turn's log line."""
+        """Close ``reply`` (exactly once): ``response.done``, metrics, the turn's log line.  Its MCP
+        calls still running are cancelled first (their items closed before ``response.done``)."""
         reply.done = True
         self._note_activity()
+        if reply.mcp_calls:
+            await self._cancel_mcp_calls(reply)
         item = reply.item
         if item is not None:
             item.status = "completed" if status is ResponseStatus.COMPLETED else "incomplete"
@@ -676,7 +810,7 @@ class ReplyController:
                 text=item.text if item else "",
                 reason=reason,
                 audio_ms=item.audio_ms if item else 0.0,
-                calls=tuple(reply.calls),
+                calls=tuple(self._summary(c, reply) for c in reply.calls),
                 metadata=reply.metadata,
             )
         )
@@ -685,9 +819,22 @@ class ReplyController:
         if status is ResponseStatus.COMPLETED and not reply.out_of_band:
             self._arm_idle(reply)
         if reply.answer_after and status is ResponseStatus.COMPLETED and self.active_response_id is None:
-            # A built-in tool has answered: say what it found (as a client would ask, response.create).
-            # No further calls in that answer: a small model may call the same tool again and again.
-            await self.create_response(reply.instructions, tools=reply.tools, tool_choice="none", audio=reply.audio)
+            # A built-in or MCP tool has answered: say what it found (as a client would ask,
+            # response.create).  No further calls in that answer: a small model may call the same
+            # tool again and again.
+            instructions = reply.instructions
+            if reply.mcp_failed:
+                apology = MCP_APOLOGY.format(tools=", ".join(dict.fromkeys(reply.mcp_failed)))
+                instructions = (instructions or self._settings().instructions) + apology
+            await self.create_response(instructions, tools=reply.tools, tool_choice="none", audio=reply.audio)
+
+    @staticmethod
+    def _summary(call: CallSummary, reply: Reply) -> CallSummary:
+        """``call`` as ``response.done`` lists it: an MCP call with its result."""
+        item = next((i for i in reply.mcp_items if i.id == call.item_id), None)
+        if item is None:
+            return call
+        return dataclasses.replace(call, output=item.output, error=item.error)
 
     async def _observe(self, reply: Reply, status: ResponseStatus, reason: str | None, now: float) -> None:
         """Metrics, the client's ``TurnMetrics``, the log line and the trace of a closed reply."""

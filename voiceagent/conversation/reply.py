@@ -9,11 +9,12 @@ nothing else keeps per-reply state in the session.
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
 from voiceagent.config import Config
-from voiceagent.conversation.history import AssistantItem, new_id
+from voiceagent.conversation.history import AssistantItem, McpCallItem, new_id
 from voiceagent.events import CallSummary, LlmUsage, ResponseStatus, ToolCallMade, ToolCallRejected
 from voiceagent.observability.metrics import TurnTimeline
 from voiceagent.playback import ListenerTimeline
@@ -64,6 +65,14 @@ class Reply:
     """The client's ``metadata``, carried back on ``response.created`` and ``response.done``."""
     max_tokens: int | None = None
     """This reply's ``max_output_tokens``; None: the session's."""
+    mcp_calls: dict[str, tuple[asyncio.Task[None], McpCallItem, int]] = field(default_factory=dict)
+    """Its MCP calls still running, by item id: the task, the item, the output index."""
+    mcp_items: list[McpCallItem] = field(default_factory=list)
+    """Every MCP call it made (``response.done`` lists them with their result)."""
+    mcp_failed: list[str] = field(default_factory=list)
+    """The MCP tools whose calls failed: the answer after them is an apology."""
+    ended: tuple[ResponseStatus, str | None] | None = None
+    """The generation ended while MCP calls still ran: the response ends with the last of them."""
 
     def audible(self, now: float) -> bool:
         """Whether the listener may still be hearing (or about to hear) this reply."""

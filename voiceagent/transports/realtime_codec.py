@@ -33,6 +33,9 @@ from voiceagent.events import (
     InputTranscriptFailed,
     ItemsDropped,
     ItemTruncated,
+    McpCallAdded,
+    McpCallDone,
+    McpToolsListed,
     OutputTranscriptDelta,
     PlaybackCleared,
     ResponseCreated,
@@ -45,6 +48,7 @@ from voiceagent.events import (
 from voiceagent.settings import SessionSettings
 from voiceagent.transports.realtime_audio import WireAudio
 from voiceagent.transports.realtime_commands import Command, CommandDecoder
+from voiceagent.transports.realtime_mcp import encode_mcp, summary_object
 from voiceagent.transports.realtime_settings import session_object
 from voiceagent.transports.realtime_wire import AUDIO_DELTA, call_object, item_object, message, output_object
 
@@ -168,40 +172,12 @@ class RealtimeCodec:
             ]
         if isinstance(ev, FunctionCallAdded | ToolOutputAdded):
             return self._tool_item(ev)
+        if isinstance(ev, McpToolsListed | McpCallAdded | McpCallDone):
+            return encode_mcp(ev)
         if isinstance(ev, ItemsDropped):
             return [message("conversation.item.deleted", item_id=item_id) for item_id in ev.item_ids]
-        if isinstance(ev, InputTranscriptDelta):
-            prev = self._partials.get(ev.item_id, "")
-            self._partials[ev.item_id] = ev.text
-            if not ev.text.startswith(prev) or ev.text == prev:
-                return []  # Whisper revised earlier words: deltas cannot retract; the final corrects
-            return [
-                message(
-                    "conversation.item.input_audio_transcription.delta", item_id=ev.item_id, content_index=0, delta=ev.text[len(prev) :]
-                )
-            ]
-        if isinstance(ev, InputTranscriptDone):
-            self._partials.pop(ev.item_id, None)
-            return [
-                message(
-                    "conversation.item.input_audio_transcription.completed",
-                    item_id=ev.item_id,
-                    content_index=0,
-                    transcript=ev.text,
-                    # Required by the GA types (strict clients drop the event without it).
-                    usage={"type": "duration", "seconds": round(ev.audio_s, 3)},
-                )
-            ]
-        if isinstance(ev, InputTranscriptFailed):
-            self._partials.pop(ev.item_id, None)
-            return [
-                message(
-                    "conversation.item.input_audio_transcription.failed",
-                    item_id=ev.item_id,
-                    content_index=0,
-                    error={"type": "server_error", "code": "stt_failed", "message": bounded(ev.message, MAX_MESSAGE_CHARS), "param": None},
-                )
-            ]
+        if isinstance(ev, InputTranscriptDelta | InputTranscriptDone | InputTranscriptFailed):
+            return self._transcription(ev)
         if isinstance(ev, InputCleared):
             return [message("input_audio_buffer.cleared")]
         if isinstance(ev, ResponseCreated | OutputTranscriptDelta):
@@ -283,6 +259,40 @@ class RealtimeCodec:
         if ev.response_id in self._text_only:
             return [message("response.output_text.delta", **ids, delta=ev.text)]
         return [message("response.output_audio_transcript.delta", **ids, delta=ev.text)]
+
+    def _transcription(self, ev: InputTranscriptDelta | InputTranscriptDone | InputTranscriptFailed) -> list[dict[str, Any]]:
+        """The user's words: partial deltas, the final transcript (with its ``usage``), or the STT's failure."""
+        if isinstance(ev, InputTranscriptDelta):
+            prev = self._partials.get(ev.item_id, "")
+            self._partials[ev.item_id] = ev.text
+            if not ev.text.startswith(prev) or ev.text == prev:
+                return []  # Whisper revised earlier words: deltas cannot retract; the final corrects
+            return [
+                message(
+                    "conversation.item.input_audio_transcription.delta", item_id=ev.item_id, content_index=0, delta=ev.text[len(prev) :]
+                )
+            ]
+        if isinstance(ev, InputTranscriptDone):
+            self._partials.pop(ev.item_id, None)
+            return [
+                message(
+                    "conversation.item.input_audio_transcription.completed",
+                    item_id=ev.item_id,
+                    content_index=0,
+                    transcript=ev.text,
+                    # Required by the GA types (strict clients drop the event without it).
+                    usage={"type": "duration", "seconds": round(ev.audio_s, 3)},
+                )
+            ]
+        self._partials.pop(ev.item_id, None)
+        return [
+            message(
+                "conversation.item.input_audio_transcription.failed",
+                item_id=ev.item_id,
+                content_index=0,
+                error={"type": "server_error", "code": "stt_failed", "message": bounded(ev.message, MAX_MESSAGE_CHARS), "param": None},
+            )
+        ]
 
     def _playback(self, ev: AudioDelta | PlaybackCleared) -> list[dict[str, Any]]:
         """Reply audio (its first chunk announced by ``output_audio_buffer.started``), or the
@@ -379,7 +389,7 @@ class RealtimeCodec:
                     "object": "realtime.response",
                     "status": ev.status.value,
                     "status_details": details,
-                    "output": [item, *(call_object(c, "completed") for c in ev.calls)],
+                    "output": [item, *(call_object(c, "completed") if c.server_label is None else summary_object(c) for c in ev.calls)],
                     "conversation_id": "conv_default" if in_conversation else None,
                     "metadata": dict(ev.metadata) if ev.metadata is not None else None,
                     "usage": None,

@@ -20,9 +20,11 @@ from typing import Any
 from voiceagent.audio import Int16Array
 from voiceagent.errors import ProtocolError, excerpt
 from voiceagent.settings import EAGERNESS_LEVELS, InputItem, SessionSettings, TurnDetection
+from voiceagent.tools.mcp import McpServer
 from voiceagent.tools.spec import Tool
 from voiceagent.transports.fields import parse_object, require_str
 from voiceagent.transports.realtime_audio import WireAudio
+from voiceagent.transports.realtime_mcp import mcp_server
 from voiceagent.transports.realtime_support import RESPONSE_FIELDS, SESSION_FIELDS, refusals
 from voiceagent.transports.realtime_wire import FORMATS, WIRE_RATE
 
@@ -229,12 +231,16 @@ class CommandDecoder:
             changes["turn_detection"] = self._turn_detection(inp["turn_detection"])
         if "output_modalities" in sess:
             changes["audio"] = _modalities(sess["output_modalities"], "session.output_modalities")
-        tools = _tools(sess["tools"], "session.tools") if "tools" in sess else None
-        if tools is not None:
+        tools: tuple[Tool, ...] | None = None
+        servers = self.settings.mcp_servers
+        if "tools" in sess:
+            found: list[McpServer] = []
+            tools = _tools(sess["tools"], "session.tools", mcp=found)
             changes["tools"] = tools
+            changes["mcp_servers"] = servers = tuple(found)
         if "tool_choice" in sess:
             changes["tool_choice"] = _tool_choice(
-                sess["tool_choice"], tools if tools is not None else self.settings.tools, "session.tool_choice"
+                sess["tool_choice"], tools if tools is not None else self.settings.tools, "session.tool_choice", servers
             )
         elif tools is not None and self.settings.tool_choice not in ("auto", "none", "required", *(t.name for t in tools)):
             changes["tool_choice"] = "auto"  # the named tool is gone
@@ -364,7 +370,9 @@ class CommandDecoder:
         tools = _tools(resp["tools"], "response.tools") if "tools" in resp else None
         choice = None
         if "tool_choice" in resp:
-            choice = _tool_choice(resp["tool_choice"], tools if tools is not None else self.settings.tools, "response.tool_choice")
+            choice = _tool_choice(
+                resp["tool_choice"], tools if tools is not None else self.settings.tools, "response.tool_choice", self.settings.mcp_servers
+            )
         audio = _modalities(resp["output_modalities"], "response.output_modalities") if "output_modalities" in resp else None
         conversation = resp.get("conversation", "auto")
         if conversation not in ("auto", "none", None):
@@ -418,8 +426,9 @@ def _partial_refusals(obj: dict[str, Any], where: str) -> list[ProtocolError]:
     return errors
 
 
-def _tools(value: Any, param: str) -> tuple[Tool, ...]:
-    """A ``tools`` list: function tools only, unique names, an object schema each."""
+def _tools(value: Any, param: str, *, mcp: list[McpServer] | None = None) -> tuple[Tool, ...]:
+    """A ``tools`` list: function tools (unique names, an object schema each), and where ``mcp``
+    is given (the session's tools) ``mcp`` tools, collected there (unique labels)."""
     if not isinstance(value, list) or len(value) > MAX_TOOLS:
         raise ProtocolError("invalid_value", f"'{param}' must be a list of at most {MAX_TOOLS} tools", param=param)
     tools: list[Tool] = []
@@ -427,8 +436,20 @@ def _tools(value: Any, param: str) -> tuple[Tool, ...]:
         where = f"{param}[{n}]"
         if not isinstance(raw, dict):
             raise ProtocolError("invalid_value", f"'{where}' must be an object", param=where)
+        if raw.get("type") == "mcp":
+            if mcp is None:
+                raise ProtocolError(
+                    "unsupported_value", f"'{where}': mcp tools are set for the session (session.update), not per response", param=where
+                )
+            server = mcp_server(raw, where)
+            if any(s.label == server.label for s in mcp):
+                raise ProtocolError("invalid_value", f"server_label {excerpt(server.label)} is used twice", param=f"{where}.server_label")
+            mcp.append(server)
+            continue
         if raw.get("type", "function") != "function":
-            raise ProtocolError("invalid_value", f"'{where}.type' {excerpt(raw.get('type'))} is not supported (function only)", param=where)
+            raise ProtocolError(
+                "invalid_value", f"'{where}.type' {excerpt(raw.get('type'))} is not supported (function or mcp)", param=where
+            )
         inner = raw.get("function")
         fn: dict[str, Any] = inner if isinstance(inner, dict) else raw  # the Chat Completions shape too
         name = fn.get("name")
@@ -520,9 +541,20 @@ def _modalities(value: Any, param: str) -> bool:
     return "audio" in value
 
 
-def _tool_choice(value: Any, tools: tuple[Tool, ...], param: str) -> str:
+def _tool_choice(value: Any, tools: tuple[Tool, ...], param: str, servers: tuple[McpServer, ...] = ()) -> str:
     if value in ("auto", "none", "required"):
         return str(value)
+    if isinstance(value, dict) and value.get("type") == "mcp":
+        # An MCP tool is known once its server is listed: the name is checked when a prompt is
+        # made (a name not offered then counts as "auto").
+        label, name = value.get("server_label"), value.get("name")
+        if all(s.label != label for s in servers):
+            raise ProtocolError(
+                "invalid_value", f"tool_choice names MCP server {excerpt(label)}, which is not among the tools", param=param
+            )
+        if not isinstance(name, str) or not _TOOL_NAME.fullmatch(name):
+            raise ProtocolError("invalid_value", "an mcp tool_choice needs the tool's 'name'", param=f"{param}.name")
+        return name
     name = value.get("name") if isinstance(value, dict) and value.get("type") == "function" else None
     if isinstance(value, dict) and isinstance(value.get("function"), dict):
         name = value["function"].get("name")  # the Chat Completions shape

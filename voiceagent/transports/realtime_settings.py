@@ -11,6 +11,7 @@ from typing import Any
 
 from voiceagent.settings import SessionSettings, TurnDetection
 from voiceagent.transports.realtime_audio import WireAudio
+from voiceagent.transports.realtime_mcp import mcp_tool_object
 from voiceagent.transports.realtime_wire import format_object, tool_object
 
 __all__ = ["session_object", "turn_detection_object"]
@@ -59,8 +60,8 @@ def session_object(settings: SessionSettings, audio: WireAudio, session_id: str 
         "output_modalities": ["audio"] if s.audio else ["text"],
         "instructions": s.instructions,
         "max_output_tokens": s.max_output_tokens,
-        "tools": [tool_object(t) for t in s.tools],
-        "tool_choice": s.tool_choice if s.tool_choice in ("auto", "none", "required") else {"type": "function", "name": s.tool_choice},
+        "tools": [*(tool_object(t) for t in s.tools), *(mcp_tool_object(m) for m in s.mcp_servers)],
+        "tool_choice": _choice(s),
         "audio": {
             "input": {
                 "format": format_object(audio.input_format),
@@ -70,3 +71,13 @@ def session_object(settings: SessionSettings, audio: WireAudio, session_id: str 
             "output": {"format": format_object(audio.output_format), "voice": s.voice, "speed": s.speed},
         },
     }
+
+
+def _choice(s: SessionSettings) -> str | dict[str, Any]:
+    """``tool_choice``: a mode, a function tool, or else (a name no function has) an MCP tool,
+    shown as the first MCP server's: the settings keep the name only."""
+    if s.tool_choice in ("auto", "none", "required"):
+        return s.tool_choice
+    if s.mcp_servers and all(t.name != s.tool_choice for t in s.tools):
+        return {"type": "mcp", "server_label": s.mcp_servers[0].label, "name": s.tool_choice}
+    return {"type": "function", "name": s.tool_choice}

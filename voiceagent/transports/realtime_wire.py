@@ -15,7 +15,7 @@ import base64
 from typing import Any
 
 from voiceagent.audio import Int16Array
-from voiceagent.conversation.history import AssistantItem, FunctionCallItem, FunctionCallOutputItem, Item, UserItem, new_id
+from voiceagent.conversation.history import AssistantItem, FunctionCallItem, FunctionCallOutputItem, Item, McpCallItem, UserItem, new_id
 from voiceagent.events import CallSummary
 from voiceagent.tools.spec import Tool
 
@@ -28,6 +28,7 @@ __all__ = [
     "call_object",
     "format_object",
     "item_object",
+    "mcp_call_object",
     "message",
     "output_object",
     "tool_object",
@@ -87,8 +88,25 @@ def output_object(item_id: str, call_id: str, output: str) -> dict[str, Any]:
     }
 
 
+def mcp_call_object(
+    item_id: str, server_label: str, name: str, arguments: str, output: str | None = None, error: dict[str, object] | None = None
+) -> dict[str, Any]:
+    """An ``mcp_call`` item."""
+    return {
+        "id": item_id,
+        "type": "mcp_call",
+        "server_label": server_label,
+        "name": name,
+        "arguments": arguments,
+        "output": output,
+        "error": error,
+    }
+
+
 def item_object(item: Item) -> dict[str, Any]:
     """A history item as a Realtime ``item`` object."""
+    if isinstance(item, McpCallItem):
+        return mcp_call_object(item.id, item.server_label, item.name, item.arguments, item.output, item.error)
     if isinstance(item, FunctionCallItem):
         return call_object(CallSummary(item.id, item.call_id, item.name, item.arguments), "completed")
     if isinstance(item, FunctionCallOutputItem):
