@@ -206,6 +206,10 @@ def main() -> int:
         "answered": len(lat),
         "lost": lost,
         "client_errors": errors[:5],
+        # What each unanswered turn was: heard (a transcript) or not, and the server's reply, if any.
+        "lost_turns": [
+            {"file": Path(t.file).name, "turn": t.turn, "heard": t.transcript, "reply": t.reply} for t in turns if t.latency_ms is None
+        ][:20],
         "server_responses": by_status,
         "latency_ms": percentiles(lat) | {"max": round(max(lat), 1) if lat else None},
         "cutoffs": sum(t.cutoffs for t in turns),

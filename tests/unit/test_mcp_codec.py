@@ -170,5 +170,5 @@ def test_a_call_renders_as_openai_does() -> None:
         "error": None,
     }
     assert out[9]["item"]["error"] == error
-    response = out[-1]["response"]
+    response = next(m for m in out if m["type"] == "response.done")["response"]
     assert response["output"][1]["type"] == "mcp_call" and response["output"][1]["output"] == "Sunny."

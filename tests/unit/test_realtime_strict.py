@@ -24,11 +24,15 @@ from voiceagent.events import (
     InputCommitted,
     InputSpeechStarted,
     InputSpeechStopped,
+    InputTimeoutTriggered,
     InputTranscriptDelta,
     InputTranscriptDone,
     InputTranscriptFailed,
     ItemsDropped,
     ItemTruncated,
+    McpCallAdded,
+    McpCallDone,
+    McpToolsListed,
     OutputTranscriptDelta,
     PlaybackCleared,
     ResponseCreated,
@@ -39,6 +43,8 @@ from voiceagent.events import (
     TurnMetrics,
 )
 from voiceagent.settings import settings_from_config
+from voiceagent.tools.mcp import McpTool
+from voiceagent.tools.spec import Tool
 from voiceagent.transports.realtime_codec import RealtimeCodec
 
 K: dict[str, Any] = {"t": 0.0, "gen": 1, "session": "sess_1"}
@@ -88,7 +94,35 @@ def _events() -> list[Event]:
         InputCleared(**K),
         ItemsDropped(**K, item_ids=("item_u", "item_a")),
         ErrorEvent(**K, code="llm_failed", message="the LLM failed", kind="server_error"),
+        InputTimeoutTriggered(**K, item_id="item_i", audio_start_ms=5000.0, audio_end_ms=11000.0),
+        *_mcp_events(),
         TurnMetrics(**K, response_id="resp_1", spans={"first_audio": 420.0}),
+    ]
+
+
+def _mcp_events() -> list[Event]:
+    """An MCP server's listing (in progress, completed; another's failed) and a call that
+    succeeds and one that fails, in a response."""
+    tool = McpTool("weather", Tool("get_weather", "Weather.", {"type": "object"}), {"type": "object"}, {"readOnlyHint": True})
+    ids: dict[str, Any] = {"t": 0, "gen": 1, "response_id": "resp_5", "item_id": "item_m1", "previous_item_id": "item_m", "output_index": 1}
+    args = '{"city": "Paris"}'
+    error = {"type": "http_error", "code": 504, "message": "too slow"}
+    return [
+        McpToolsListed(t=0, gen=0, item_id="item_l", server_label="weather", status="in_progress"),
+        McpToolsListed(t=0, gen=0, item_id="item_l", server_label="weather", status="completed", tools=(tool,)),
+        McpToolsListed(t=0, gen=0, item_id="item_l2", server_label="gone", status="failed"),
+        ResponseCreated(**K, response_id="resp_5", item_id="item_m"),
+        McpCallAdded(**ids, server_label="weather", name="get_weather", arguments=args),
+        McpCallDone(**ids, server_label="weather", name="get_weather", arguments=args, output="Sunny.", error=None),
+        McpCallDone(**ids, server_label="weather", name="get_weather", arguments=args, output=None, error=error),
+        ResponseDone(
+            **K,
+            response_id="resp_5",
+            item_id="item_m",
+            status=ResponseStatus.COMPLETED,
+            text="",
+            calls=(CallSummary("item_m1", "call_9", "get_weather", args, "weather", "Sunny.", None),),
+        ),
     ]
 
 

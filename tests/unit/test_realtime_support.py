@@ -150,19 +150,18 @@ def test_supported_values_of_partial_fields_are_accepted_without_error() -> None
     assert cmd.refused == ()
 
 
-def test_a_transcription_session_is_refused_whole() -> None:
+def test_a_session_of_another_type_is_refused_whole() -> None:
     with pytest.raises(ProtocolError) as info:
-        update({"type": "transcription", "instructions": "x"})
-    assert (info.value.code, info.value.param) == ("unsupported_value", "session.type")
+        update({"type": "translation", "instructions": "x"})
+    assert (info.value.code, info.value.param) == ("invalid_value", "session.type")
 
 
 @pytest.mark.parametrize(
     ("response", "code", "param"),
     [
-        ({"conversation": "none"}, "unsupported_value", "response.conversation"),
-        ({"metadata": {"topic": "x"}}, "unsupported_field", "response.metadata"),
-        ({"input": []}, "unsupported_field", "response.input"),
-        ({"max_output_tokens": 20}, "unsupported_field", "response.max_output_tokens"),
+        ({"conversation": "conv_other"}, "invalid_value", "response.conversation"),
+        ({"prompt": {"id": "pmpt_1"}}, "unsupported_field", "response.prompt"),
+        ({"reasoning": {"effort": "low"}}, "unsupported_field", "response.reasoning"),
         ({"audio": {"output": {"voice": "alloy"}}}, "unsupported_field", "response.audio.output.voice"),
         ({"modalities": ["text"]}, "unknown_parameter", "response.modalities"),
         ({"parallel_tool_calls": False}, "unsupported_value", "response.parallel_tool_calls"),
