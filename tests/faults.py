@@ -161,12 +161,17 @@ class FaultyLlm:
 
 
 def inject(engines: Any, faults: Faults) -> Any:
-    """A copy of ``engines`` whose every backend goes through ``faults`` (the models are shared)."""
+    """A copy of ``engines`` whose every backend goes through ``faults`` (the models are shared);
+    every voice of the voice table too (sessions speak through ``engines.voice(name)``)."""
+    tts = FaultyTts(engines.tts, faults)
+    wrapped = {id(engines.tts): tts}
+    voices = {name: wrapped.setdefault(id(v), FaultyTts(v, faults)) for name, v in engines.voices.items()}
     return dataclasses.replace(
         engines,
         vad=FaultyVad(engines.vad, faults),
         stt=FaultySTT(engines.stt, faults),
         turn=FaultyTurn(engines.turn, faults) if engines.turn is not None else None,
         llm=FaultyLlm(engines.llm, faults),
-        tts=FaultyTts(engines.tts, faults),
+        tts=tts,
+        voices=voices,
     )

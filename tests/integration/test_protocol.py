@@ -120,7 +120,7 @@ def test_every_server_event_of_a_session_validates_against_the_openai_types(engi
             await rec.wait_for("conversation.item.retrieved", 10, start=mark)
             assert len(rec.of("error")) >= 4
             prev = [e["error"] for e in rec.of("error") if e["error"]["event_id"] == "evt_prev"]
-            assert [(e["code"], e["param"]) for e in prev] == [("unsupported_value", "previous_item_id")]
+            assert [(e["code"], e["param"]) for e in prev] == [("item_not_found", "previous_item_id")]
             await ws.close()
             await task
 
