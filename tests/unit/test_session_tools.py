@@ -8,6 +8,7 @@ goes on first), and build every prompt so that no call is left without its resul
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 from typing import Any
@@ -449,6 +450,42 @@ def test_a_builtin_timer_speaks_up_when_due_on_the_session_clock(run: Run, make_
             assert due.text == "Time to stretch."
             prompt = fakes.llm.calls.items[2]
             assert "stretch" in prompt.messages[0].content and prompt.tool_choice == "none"
+
+    run(main(), 20)
+
+
+def test_a_timer_due_in_a_transcription_session_gives_up_instead_of_spinning(run: Run, make_fakes: MakeFakes) -> None:
+    fakes = make_fakes(
+        stt=FakeStt(["remind me in a minute to stretch"]),
+        llm=FakeLlm([[ToolCall("call_r", "set_timer", '{"seconds": 60, "label": "stretch"}')], tokens("Okay.")]),
+        turn=FakeTurn(0.9),
+    )
+    clock = VirtualClock()
+
+    async def main() -> None:
+        async with running(fakes, builtin_config(), clock) as (session, log):
+            replies = session.replies
+            waits = 0
+            quiet = replies.quiet
+
+            async def counted() -> None:
+                # A bound on the waits: a timer that retries without end fails here instead of
+                # freezing the event loop (quiet() returns without yielding).
+                nonlocal waits
+                waits += 1
+                assert waits < 50, "the timer keeps retrying"
+                await quiet()
+
+            replies.quiet = counted  # type: ignore[method-assign]
+            await say_turn(session, speech_ms=1200)
+            await log.wait_type(ResponseDone, text="Okay.")
+            session.update(kind="transcription")
+            [timer] = replies._timers
+            clock.advance(60.0)
+            await asyncio.wait_for(asyncio.shield(timer), 5)
+            assert timer.exception() is None and waits == 1
+            assert not replies._timers and session.active_response_id is None
+            assert len(fakes.llm.calls.items) == 2  # no announcement
 
     run(main(), 20)
 

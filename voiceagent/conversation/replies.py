@@ -708,14 +708,26 @@ class ReplyController:
             task.add_done_callback(self._timers.discard)
 
     async def _timer(self, timer: TimerRequest) -> None:
-        """Speak up when ``timer`` is due (on the session's clock), once no answer is under way."""
+        """Speak up when ``timer`` is due (on the session's clock), once no answer is under way.
+        Given up (logged) when the session can no longer answer: it became a transcription
+        session, or the response is refused for any reason but another one being active."""
         await self._clock.sleep_until(self._clock.now() + timer.seconds)
         note = f" A timer the user set ({timer.label}, {timer.seconds} s) has just gone off: tell them so now, in one short sentence."
         while True:
             await self.quiet()
-            with contextlib.suppress(ProtocolError):  # an answer started in between: wait for it
+            if self._settings().kind != "realtime":
+                log.info("session %s: timer %r went off in a transcription session: not announced", self._id, timer.label)
+                return
+            try:
                 await self.create_response(self._settings().instructions + note, tool_choice="none")
                 return
+            except ProtocolError as exc:
+                if exc.code != "conversation_already_has_active_response":
+                    log.warning("session %s: timer %r not announced: %s (%s)", self._id, timer.label, exc, exc.code)
+                    return
+            # An answer started in between: wait for it.  quiet() returns without yielding when
+            # the session looks quiet, so yield here: never a loop that starves the event loop.
+            await asyncio.sleep(0)
 
     # ------------------------------------------------------------------ the idle timeout
 
