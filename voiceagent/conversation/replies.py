@@ -341,7 +341,11 @@ class ReplyController:
         reply = self._replies.get(turn.gen)
         settings = self._settings()
         instructions = (reply.instructions if reply and reply.instructions else None) or settings.instructions
-        if not turn.speculative:
+        # An out-of-band response, or one that reads its own ``input``, leaves the conversation
+        # as it is: no closing outputs added (its prompt shows placeholders, as
+        # History.messages does for any call without output) and no items cut to fit.
+        keeps_conversation = reply is not None and (reply.out_of_band or reply.input is not None)
+        if not turn.speculative and not keeps_conversation:
             # This answer goes ahead whatever the client sends now: a call still without its
             # output is closed as cancelled, in the history and for the client (exactly once).
             for call in self._history.unanswered_calls():
@@ -383,7 +387,7 @@ class ReplyController:
         if self._fitter is None:
             return LlmPrompt(render(), tools, choice, max_tokens)
         async with self._fitting:  # a prefill and a turn may ask at once: one cut at a time
-            fitted = await self._fitter.fit(self._history, render, tools)
+            fitted = await self._fitter.fit(self._history, render, tools, may_cut=not keeps_conversation)
         if fitted.dropped:
             await self._announce_cut(fitted.dropped, fitted.tokens)
         return LlmPrompt(fitted.messages, tools, choice, max_tokens)
