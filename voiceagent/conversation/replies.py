@@ -162,7 +162,8 @@ class ReplyController:
         self._input_ms = input_ms or (lambda: 0.0)
         self.spoke = False
         """True once any reply's audio went to the client (the voice is fixed from then on)."""
-        self._idle: asyncio.Task[None] | None = None
+        self._idle: asyncio.Task[None] | None = None  # the idle timeout armed now (still waiting)
+        self._idle_tasks: set[asyncio.Task[None]] = set()  # every idle timeout's task, until it ends
         self.mcp = McpServers(session_id, clock, lambda: self._scope.current, emit, config.tools.mcp_timeout_s)
         """The session's MCP servers (``session.update`` names them)."""
 
@@ -184,8 +185,8 @@ class ReplyController:
         and close the MCP connections."""
         # Every MCP task, not only those of live replies: one that has its result may be
         # finishing its reply (and starting the answer) right now.
-        idle = [self._idle] if self._idle is not None else []
-        tasks = (*self._timers, *self._mcp_tasks, *idle)
+        # Every idle timeout's task too: one that fired may be emitting or starting its response.
+        tasks = (*self._timers, *self._mcp_tasks, *self._idle_tasks)
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -741,6 +742,8 @@ class ReplyController:
         return self._idle is not None
 
     def _disarm_idle(self) -> None:
+        """Cancel the idle timeout still waiting, if any.  One that has fired is no longer armed
+        (it may be the caller: its own response disarms): it finishes, tracked until it ends."""
         if self._idle is not None:
             self._idle.cancel()
             self._idle = None
@@ -754,17 +757,31 @@ class ReplyController:
         if td is None or td.type != "server_vad" or td.idle_timeout_ms is None:
             return
         end = max(self._clock.now(), reply.listener.end_t or 0.0)
-        self._idle = asyncio.create_task(self._idle_timeout(end + td.idle_timeout_ms / 1000.0), name=f"{self._id}.idle")
+        task = asyncio.create_task(self._idle_timeout(end + td.idle_timeout_ms / 1000.0), name=f"{self._id}.idle")
+        self._idle = task
+        self._idle_tasks.add(task)
+        task.add_done_callback(self._idle_tasks.discard)
 
     async def _idle_timeout(self, deadline: float) -> None:
         """At ``deadline`` (the session's clock): ``input_audio_buffer.timeout_triggered``, the
         silence committed as an empty user item, and a response that asks the user to go on
         (as OpenAI's documentation describes).  Nothing when the user is speaking, a response
-        is active, or idle_timeout_ms was turned off meanwhile."""
+        is active, or the session no longer asks for it (idle_timeout_ms or server_vad turned
+        off, or it became a transcription session) meanwhile.  Once fired it is no longer armed
+        (:meth:`_disarm_idle` leaves it alone) but stays in the set :meth:`aclose` cancels."""
         await self._clock.sleep_until(deadline)
-        self._idle = None  # this task is finishing: nothing left to cancel
-        td = self._settings().turn_detection
-        if td is None or td.idle_timeout_ms is None or self._user_item is not None or self.active_response_id is not None:
+        if self._idle is asyncio.current_task():
+            self._idle = None  # fired: no longer armed
+        settings = self._settings()
+        td = settings.turn_detection
+        if (
+            settings.kind != "realtime"
+            or td is None
+            or td.type != "server_vad"
+            or td.idle_timeout_ms is None
+            or self._user_item is not None
+            or self.active_response_id is not None
+        ):
             return
         now = self._clock.now()
         end_ms = self._input_ms()
