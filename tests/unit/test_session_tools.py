@@ -31,6 +31,7 @@ from voiceagent.events import (
     ResponseStatus,
     ToolOutputAdded,
 )
+from voiceagent.settings import InputItem
 from voiceagent.tools.spec import CALL_TOOLS, Message, Tool, ToolCall
 
 from .fakes import FakeEngines, FakeLlm, FakeStt, FakeTts, FakeTurn, LlmCall, SequenceCheckingLlm, pause, speak
@@ -385,6 +386,47 @@ def test_builtin_time_tool_runs_in_the_server_and_the_answer_uses_its_output(run
             # The same system message for the answer that may not call: its cached prefix holds.
             assert offered.messages[0].content == answer.messages[0].content == f"{INSTRUCTIONS} {CALL_TOOLS}"
             assert ANSWER_FROM_TOOLS not in [m.content for m in session.history.messages("system")]
+
+    run(main(), 20)
+
+
+def test_the_answer_after_a_builtin_tool_keeps_the_responses_own_fields(run: Run, make_fakes: MakeFakes) -> None:
+    fakes = make_fakes(llm=FakeLlm([[ToolCall("call_t", "get_time", "{}")], tokens("It is two.")]))
+
+    async def main() -> None:
+        async with running(fakes, builtin_config()) as (session, log):
+            asked = await session.create_response(
+                input=(InputItem("user", "What time is it?"),), metadata={"job": "clock"}, max_output_tokens=24
+            )
+            i_first, _ = await log.wait_type(ResponseDone, response_id=asked)
+            _, out = await log.wait_type(ToolOutputAdded)
+            _, answer = await log.wait_type(ResponseDone, after=i_first + 1)
+            assert (answer.text, answer.metadata) == ("It is two.", {"job": "clock"})
+            [created] = [c for c in log.of_type(ResponseCreated) if c.response_id == answer.response_id]
+            assert created.metadata == {"job": "clock"}
+            first, second = fakes.llm.calls.items
+            assert first.max_tokens == second.max_tokens == 24
+            # The sequel reads the response's input with the call and its result, not the conversation.
+            assert second.messages[1:] == (
+                Message("user", "What time is it?"),
+                Message("assistant", "", (ToolCall("call_t", "get_time", "{}"),)),
+                Message("tool", out.output, tool_call_id="call_t"),
+                Message("system", ANSWER_FROM_TOOLS),
+            )
+
+    run(main(), 20)
+
+
+def test_an_out_of_band_response_is_offered_the_clients_tools_only(run: Run, make_fakes: MakeFakes) -> None:
+    fakes = make_fakes(llm=FakeLlm([tokens("Happy.")]))
+
+    async def main() -> None:
+        async with running(fakes, builtin_config()) as (session, log):
+            session.update(tools=(WEATHER,))
+            await session.add_text("Classify my mood: I am happy")
+            await log.wait_type(ResponseDone, response_id=await session.create_response(out_of_band=True))
+            [call] = fakes.llm.calls.items
+            assert call.tools == (WEATHER,)  # no built-in tool it would never run
 
     run(main(), 20)
 

@@ -352,7 +352,9 @@ class ReplyController:
             for call in self._history.unanswered_calls():
                 item = self._history.add_output(call.call_id, CANCELLED_OUTPUT, synthetic=True)
                 await self._emit_output(item.id, call.call_id, CANCELLED_OUTPUT, synthetic=True)
-        tools = self.offered_tools(self._client_tools(reply))
+        # An out-of-band response only reports its calls (none runs here): it is offered the
+        # client's tools alone, not the MCP servers' or the built-in ones it would never run.
+        tools = self._client_tools(reply) if reply is not None and reply.out_of_band else self.offered_tools(self._client_tools(reply))
         choice = reply.tool_choice if reply is not None and reply.tool_choice is not None else settings.tool_choice
         if choice not in ("auto", "none", "required") and all(t.name != choice for t in tools):
             choice = "auto"
@@ -373,7 +375,10 @@ class ReplyController:
         max_tokens = reply.max_tokens if reply is not None else None
         if reply is not None and reply.input is not None:
             # The client's own context for this response: read as given, not cut to the window.
-            return LlmPrompt(input_messages(instructions, reply.input, self._history), tools, choice, max_tokens)
+            given = input_messages(instructions, reply.input, self._history)
+            if given[-1].role == "tool":
+                given.append(Message("system", ANSWER_FROM_TOOLS))  # the answer after a tool (render() says why)
+            return LlmPrompt(given, tools, choice, max_tokens)
 
         def render() -> list[Message]:
             messages = self._history.messages(instructions, pending_user=turn.text, gen=turn.gen, examples=examples)
@@ -859,7 +864,29 @@ class ReplyController:
             if reply.mcp_failed:
                 apology = MCP_APOLOGY.format(tools=", ".join(dict.fromkeys(reply.mcp_failed)))
                 instructions = (instructions or self._settings().instructions) + apology
-            await self.create_response(instructions, tools=reply.tools, tool_choice="none", audio=reply.audio)
+            # The answer is the same response's sequel: its metadata and token limit, and (a
+            # response with its own ``input``) that input with the calls and results it made.
+            await self.create_response(
+                instructions,
+                tools=reply.tools,
+                tool_choice="none",
+                audio=reply.audio,
+                input=None if reply.input is None else (*reply.input, *self._made_items(reply)),
+                metadata=reply.metadata,
+                max_output_tokens=reply.max_tokens,
+            )
+
+    def _made_items(self, reply: Reply) -> tuple[InputItem, ...]:
+        """References to the calls ``reply`` made and their outputs, as they stand in the history."""
+        refs: list[InputItem] = []
+        for call in reply.calls:
+            if self._history.find(call.item_id) is None:
+                continue  # trimmed away since
+            refs.append(InputItem(ref=call.item_id))
+            output = self._history.output_of(call.call_id)
+            if output is not None:
+                refs.append(InputItem(ref=output.id))
+        return tuple(refs)
 
     @staticmethod
     def _summary(call: CallSummary, reply: Reply) -> CallSummary:
