@@ -294,22 +294,19 @@ class ReplyController:
         """``output_audio_buffer.clear``: the client dropped the audio it had buffered.  As a
         barge-in: a reply still being generated or heard stops, its item keeps what the listener
         heard by now (the heard clock) and it ends ``cancelled``; the client is told
-        (:class:`PlaybackCleared`) in every case, also when nothing was playing."""
+        (:class:`PlaybackCleared`) in every case, also when nothing was playing (then with an
+        empty ``response_id``).  Only a reply that speaks is cut: a text-only one has no audio
+        to clear and goes on."""
         reply = self._playing
         now = self._clock.now()
-        if reply is not None and reply.item is not None and reply.audible(now):
+        if reply is not None and reply.item is not None and self._speaks_reply(reply) and reply.audible(now):
             await self._interrupt("client_cancelled")  # tells the client PlaybackCleared itself
             return
-        await self._emit(
-            PlaybackCleared(
-                t=now,
-                gen=self._scope.current,
-                session=self._id,
-                response_id=reply.id if reply is not None else "",
-                item_id=reply.item_id if reply is not None else "",
-                heard_ms=0.0,
-            )
-        )
+        await self._emit(PlaybackCleared(t=now, gen=self._scope.current, session=self._id, response_id="", item_id="", heard_ms=0.0))
+
+    def _speaks_reply(self, reply: Reply) -> bool:
+        """Whether ``reply`` is spoken (also once it is no longer kept by generation)."""
+        return reply.audio if reply.audio is not None else self._settings().audio
 
     def transcription_failed(self) -> str | None:
         """The STT failed on the user's speech: the id of the user item it was for (None when no
