@@ -52,6 +52,20 @@ def test_semantic_vad_is_run_and_echoed_as_itself() -> None:
     SemanticVad.model_validate(echoed)
 
 
+def test_a_partial_turn_detection_update_keeps_eagerness_and_idle_timeout() -> None:
+    codec = RealtimeCodec(settings_from_config(Config()), 22050)
+    for first, then, kept in (
+        ({"type": "semantic_vad", "eagerness": "high"}, {"type": "semantic_vad", "interrupt_response": False}, ("eagerness", "high")),
+        ({"type": "server_vad", "idle_timeout_ms": 6000}, {"type": "server_vad", "threshold": 0.7}, ("idle_timeout_ms", 6000)),
+    ):
+        codec.settings = dataclasses.replace(codec.settings, turn_detection=update(codec, first)["turn_detection"])
+        td = update(codec, then)["turn_detection"]
+        assert getattr(td, kept[0]) == kept[1], td
+    # An explicit null still turns the idle timeout off; a change of mode starts from its defaults.
+    assert update(codec, {"type": "server_vad", "idle_timeout_ms": None})["turn_detection"].idle_timeout_ms is None
+    assert update(codec, {"type": "semantic_vad"})["turn_detection"].eagerness == "auto"
+
+
 def test_server_vad_carries_idle_timeout_ms() -> None:
     codec = RealtimeCodec(settings_from_config(Config()), 22050)
     td = update(codec, {"type": "server_vad", "idle_timeout_ms": 6000})["turn_detection"]
