@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from voiceagent.conversation.history import AssistantItem, History, UserItem, new_id
-from voiceagent.tools.spec import Message
+from voiceagent.conversation.history import AssistantItem, History, UserItem, input_messages, new_id
+from voiceagent.settings import InputItem
+from voiceagent.tools.spec import Message, ToolCall
 
 
 def spoken(*clauses: tuple[str, float]) -> AssistantItem:
@@ -205,3 +206,15 @@ def test_trim_drops_the_oldest_items_and_says_which() -> None:
     assert h.trim(5) == []
     assert h.trim(3) == ids[:2]
     assert [i.id for i in h.items] == ids[2:]
+
+
+def test_an_input_reference_to_an_mcp_call_reads_as_the_call_and_its_result() -> None:
+    h = History()
+    item = h.add_mcp_call(0, "call_m", "lookup", '{"q": "x"}', "docs")
+    item.output = "found x"
+    msgs = input_messages("sys", (InputItem(ref=item.id),), h)
+    assert msgs == [
+        Message("system", "sys"),
+        Message("assistant", "", (ToolCall("call_m", "lookup", '{"q": "x"}'),)),
+        Message("tool", "found x", tool_call_id="call_m"),
+    ]

@@ -9,15 +9,19 @@ from typing import Any
 
 import pytest
 
-from voiceagent.config import Config
+from voiceagent.clock import VirtualClock
+from voiceagent.config import Config, LlmConfig
+from voiceagent.conversation.history import CANCELLED_OUTPUT
 from voiceagent.errors import ProtocolError
-from voiceagent.events import ResponseCreated, ResponseDone, ResponseStatus, TextItemAdded
+from voiceagent.events import ErrorEvent, ItemsDropped, ResponseCreated, ResponseDone, ResponseStatus, TextItemAdded, ToolOutputAdded
+from voiceagent.session import Session
 from voiceagent.settings import InputItem, settings_from_config
 from voiceagent.tools.spec import Message, Tool, ToolCall
 from voiceagent.transports.realtime_codec import RealtimeCodec
 from voiceagent.transports.realtime_commands import CreateItem, CreateResponse
 
-from .fakes import FakeLlm
+from .fakes import EventLog, FakeEngines, FakeLlm
+from .test_prompt_fit import words
 from .test_session import PROMPT_HEAD, MakeFakes, Run, make_config, make_fakes, running, tokens
 
 __all__ = ["make_fakes"]  # the fixture, imported for pytest
@@ -185,3 +189,64 @@ def test_the_codec_keeps_out_of_band_responses_out_of_the_conversation_events() 
     in_band = codec.encode(ResponseCreated(**{**r, "response_id": "resp_2"}, audio=False))
     assert "conversation.item.added" in [m["type"] for m in in_band]
     assert codec.pending()["out_of_band"] == 0
+
+
+# --------------------------------------------------------------------------- out of band leaves the history alone
+
+
+def test_an_out_of_band_response_does_not_close_open_calls_in_the_conversation(run: Run, make_fakes: MakeFakes) -> None:
+    tool = Tool("lookup", "Look something up.", {"type": "object", "properties": {}})
+    fakes = make_fakes(llm=FakeLlm([[ToolCall("call_1", "lookup", "{}")], tokens("A summary."), tokens("Still open.")]))
+
+    async def main() -> None:
+        async with running(fakes, make_config()) as (session, log):
+            session.update(tools=(tool,))
+            await session.add_text("Look it up")
+            _, done = await log.wait_type(ResponseDone, response_id=await session.create_response())
+            assert [c.call_id for c in done.calls] == ["call_1"]
+            before = list(session.history.items)
+            for kwargs in ({"out_of_band": True}, {"input": (InputItem("user", "Summarise."),)}):
+                rid = await session.create_response(**kwargs)  # type: ignore[arg-type]
+                _, done = await log.wait_type(ResponseDone, response_id=rid)
+                assert done.status is ResponseStatus.COMPLETED
+            # The call is still open: the client may still send its output.
+            assert session.history.items[: len(before)] == before and session.history.output_of("call_1") is None
+            assert log.of_type(ToolOutputAdded) == []
+            # The out-of-band prompt showed the call closed, in that prompt only.
+            assert Message("tool", CANCELLED_OUTPUT, tool_call_id="call_1") in fakes.llm.calls.items[1].messages
+            await session.add_tool_output("call_1", "found it")
+
+    run(main(), 20)
+
+
+def test_an_out_of_band_response_that_does_not_fit_fails_and_cuts_nothing(run: Run) -> None:
+    fakes = FakeEngines(llm=FakeLlm(default=["Fine."]), window=200, count=words)
+
+    async def main() -> None:
+        session = Session(fakes.engines, Config(llm=LlmConfig(max_tokens=40)), clock=VirtualClock())
+        await session.start()
+        log = EventLog(session)
+        log.start()
+        try:
+            for turn in range(8):
+                await session.add_text(" ".join([f"t{turn}"] * 12))
+            before = [i.id for i in session.history.items]
+            rid = await session.create_response(out_of_band=True)
+            _, done = await log.wait_type(ResponseDone, response_id=rid)
+            _, error = await log.wait_type(ErrorEvent)
+            assert done.status is ResponseStatus.FAILED
+            assert "does not cut" in error.message
+            assert [i.id for i in session.history.items] == before
+            assert log.of_type(ItemsDropped) == []
+            assert fakes.llm.calls.items == []
+            # An in-band response cuts as usual.
+            _, done = await log.wait_type(ResponseDone, response_id=await session.create_response())
+            assert done.status is ResponseStatus.COMPLETED and log.of_type(ItemsDropped)
+        finally:
+            await session.aclose()
+            await log.finished()
+
+    try:
+        run(main(), 20)
+    finally:
+        fakes.close()

@@ -932,6 +932,33 @@ def test_output_audio_buffer_clear_is_a_barge_in_without_speech(run: Run, make_f
     run(main(), 20)
 
 
+def test_output_audio_buffer_clear_leaves_a_text_reply_and_names_no_finished_one(run: Run, make_fakes: MakeFakes) -> None:
+    fakes = make_fakes(llm=FakeLlm([tokens("Just text."), tokens("Spoken.")]))
+    clock = VirtualClock()
+
+    async def main() -> None:
+        async with running(fakes, make_config(lead_ms=125), clock) as (session, log):
+            await session.add_text("hello")
+            text_only = await session.create_response(audio=False)
+            await session.clear_output()  # the text reply is still being generated
+            _, cleared = await log.wait_type(PlaybackCleared)
+            _, done = await log.wait_type(ResponseDone, response_id=text_only)
+            assert (cleared.response_id, cleared.item_id) == ("", "")
+            assert (done.status, done.text) == (ResponseStatus.COMPLETED, "Just text.")
+            # A spoken reply, done and heard to its end: nothing is playing any more.
+            spoken = await session.create_response()
+            i_done, _ = await log.wait_type(ResponseDone, response_id=spoken)
+            for _ in range(8):
+                clock.advance(CHUNK_S)
+                await asyncio.sleep(0)
+            assert session.replies.agent_audible() is False
+            await session.clear_output()
+            _, cleared = await log.wait_type(PlaybackCleared, after=i_done)
+            assert cleared.response_id == ""
+
+    run(main(), 20)
+
+
 def test_close_ends_events_and_stops_every_stage(run: Run, make_fakes: MakeFakes) -> None:
     fakes = make_fakes()
 

@@ -8,6 +8,7 @@ goes on first), and build every prompt so that no call is left without its resul
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 from typing import Any
@@ -30,6 +31,7 @@ from voiceagent.events import (
     ResponseStatus,
     ToolOutputAdded,
 )
+from voiceagent.settings import InputItem
 from voiceagent.tools.spec import CALL_TOOLS, Message, Tool, ToolCall
 
 from .fakes import FakeEngines, FakeLlm, FakeStt, FakeTts, FakeTurn, LlmCall, SequenceCheckingLlm, pause, speak
@@ -388,6 +390,47 @@ def test_builtin_time_tool_runs_in_the_server_and_the_answer_uses_its_output(run
     run(main(), 20)
 
 
+def test_the_answer_after_a_builtin_tool_keeps_the_responses_own_fields(run: Run, make_fakes: MakeFakes) -> None:
+    fakes = make_fakes(llm=FakeLlm([[ToolCall("call_t", "get_time", "{}")], tokens("It is two.")]))
+
+    async def main() -> None:
+        async with running(fakes, builtin_config()) as (session, log):
+            asked = await session.create_response(
+                input=(InputItem("user", "What time is it?"),), metadata={"job": "clock"}, max_output_tokens=24
+            )
+            i_first, _ = await log.wait_type(ResponseDone, response_id=asked)
+            _, out = await log.wait_type(ToolOutputAdded)
+            _, answer = await log.wait_type(ResponseDone, after=i_first + 1)
+            assert (answer.text, answer.metadata) == ("It is two.", {"job": "clock"})
+            [created] = [c for c in log.of_type(ResponseCreated) if c.response_id == answer.response_id]
+            assert created.metadata == {"job": "clock"}
+            first, second = fakes.llm.calls.items
+            assert first.max_tokens == second.max_tokens == 24
+            # The sequel reads the response's input with the call and its result, not the conversation.
+            assert second.messages[1:] == (
+                Message("user", "What time is it?"),
+                Message("assistant", "", (ToolCall("call_t", "get_time", "{}"),)),
+                Message("tool", out.output, tool_call_id="call_t"),
+                Message("system", ANSWER_FROM_TOOLS),
+            )
+
+    run(main(), 20)
+
+
+def test_an_out_of_band_response_is_offered_the_clients_tools_only(run: Run, make_fakes: MakeFakes) -> None:
+    fakes = make_fakes(llm=FakeLlm([tokens("Happy.")]))
+
+    async def main() -> None:
+        async with running(fakes, builtin_config()) as (session, log):
+            session.update(tools=(WEATHER,))
+            await session.add_text("Classify my mood: I am happy")
+            await log.wait_type(ResponseDone, response_id=await session.create_response(out_of_band=True))
+            [call] = fakes.llm.calls.items
+            assert call.tools == (WEATHER,)  # no built-in tool it would never run
+
+    run(main(), 20)
+
+
 def test_start_up_primes_the_prefix_a_session_with_the_builtin_tools_asks_for(run: Run, make_fakes: MakeFakes) -> None:
     # The built-in tools' listing is a few hundred tokens at the start of every prompt: warm_up
     # must render it as the session does, or each context's first turn pays for it again.
@@ -449,6 +492,42 @@ def test_a_builtin_timer_speaks_up_when_due_on_the_session_clock(run: Run, make_
             assert due.text == "Time to stretch."
             prompt = fakes.llm.calls.items[2]
             assert "stretch" in prompt.messages[0].content and prompt.tool_choice == "none"
+
+    run(main(), 20)
+
+
+def test_a_timer_due_in_a_transcription_session_gives_up_instead_of_spinning(run: Run, make_fakes: MakeFakes) -> None:
+    fakes = make_fakes(
+        stt=FakeStt(["remind me in a minute to stretch"]),
+        llm=FakeLlm([[ToolCall("call_r", "set_timer", '{"seconds": 60, "label": "stretch"}')], tokens("Okay.")]),
+        turn=FakeTurn(0.9),
+    )
+    clock = VirtualClock()
+
+    async def main() -> None:
+        async with running(fakes, builtin_config(), clock) as (session, log):
+            replies = session.replies
+            waits = 0
+            quiet = replies.quiet
+
+            async def counted() -> None:
+                # A bound on the waits: a timer that retries without end fails here instead of
+                # freezing the event loop (quiet() returns without yielding).
+                nonlocal waits
+                waits += 1
+                assert waits < 50, "the timer keeps retrying"
+                await quiet()
+
+            replies.quiet = counted  # type: ignore[method-assign]
+            await say_turn(session, speech_ms=1200)
+            await log.wait_type(ResponseDone, text="Okay.")
+            session.update(kind="transcription")
+            [timer] = replies._timers
+            clock.advance(60.0)
+            await asyncio.wait_for(asyncio.shield(timer), 5)
+            assert timer.exception() is None and waits == 1
+            assert not replies._timers and session.active_response_id is None
+            assert len(fakes.llm.calls.items) == 2  # no announcement
 
     run(main(), 20)
 

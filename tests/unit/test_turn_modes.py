@@ -3,6 +3,7 @@ echoed by the codec, run by the turn stage and the session (scripted fakes, a vi
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 from typing import Any
@@ -49,6 +50,20 @@ def test_semantic_vad_is_run_and_echoed_as_itself() -> None:
     from openai.types.realtime.realtime_audio_input_turn_detection import SemanticVad
 
     SemanticVad.model_validate(echoed)
+
+
+def test_a_partial_turn_detection_update_keeps_eagerness_and_idle_timeout() -> None:
+    codec = RealtimeCodec(settings_from_config(Config()), 22050)
+    for first, then, kept in (
+        ({"type": "semantic_vad", "eagerness": "high"}, {"type": "semantic_vad", "interrupt_response": False}, ("eagerness", "high")),
+        ({"type": "server_vad", "idle_timeout_ms": 6000}, {"type": "server_vad", "threshold": 0.7}, ("idle_timeout_ms", 6000)),
+    ):
+        codec.settings = dataclasses.replace(codec.settings, turn_detection=update(codec, first)["turn_detection"])
+        td = update(codec, then)["turn_detection"]
+        assert getattr(td, kept[0]) == kept[1], td
+    # An explicit null still turns the idle timeout off; a change of mode starts from its defaults.
+    assert update(codec, {"type": "server_vad", "idle_timeout_ms": None})["turn_detection"].idle_timeout_ms is None
+    assert update(codec, {"type": "semantic_vad"})["turn_detection"].eagerness == "auto"
 
 
 def test_server_vad_carries_idle_timeout_ms() -> None:
@@ -195,5 +210,54 @@ def test_no_idle_timeout_without_the_setting_or_with_semantic_vad(run: Run, make
             session.update(turn_detection=TurnDetection(0.5, 96, 320, type="semantic_vad", idle_timeout_ms=2000))
             await log.wait_type(ResponseDone, response_id=await session.create_response())
             assert not session.replies.idle_armed
+
+    run(main(), 20)
+
+
+def test_an_idle_timeout_due_in_a_transcription_session_does_nothing(run: Run, make_fakes: MakeFakes) -> None:
+    fakes = make_fakes(llm=FakeLlm([tokens("It is noon.")]))
+    clock = VirtualClock()
+
+    async def main() -> None:
+        async with running(fakes, make_config(), clock) as (session, log):
+            session.update(**idle_config(2000))
+            await session.add_text("What time is it?")
+            await log.wait_type(ResponseDone, response_id=await session.create_response())
+            task = session.replies._idle
+            assert task is not None
+            # The settings alone (not through update(), which disarms): the check at fire time.
+            session.settings = dataclasses.replace(session.settings, kind="transcription")
+            clock.advance(30.0)
+            await asyncio.wait_for(asyncio.shield(task), 5)
+            assert log.of_type(InputTimeoutTriggered) == [] and log.of_type(InputCommitted) == []
+            assert len(session.history.items) == 2
+
+    run(main(), 20)
+
+
+def test_an_idle_timeout_that_has_fired_is_still_cancelled_by_close(run: Run, make_fakes: MakeFakes) -> None:
+    fakes = make_fakes(llm=FakeLlm([tokens("It is noon.")]))
+    clock = VirtualClock()
+    stuck = asyncio.Event()
+
+    async def main() -> None:
+        async with running(fakes, make_config(), clock) as (session, log):
+            session.update(**idle_config(2000))
+            await session.add_text("What time is it?")
+            await log.wait_type(ResponseDone, response_id=await session.create_response())
+            task = session.replies._idle
+            assert task is not None
+
+            async def blocked() -> None:
+                stuck.set()
+                await asyncio.Event().wait()  # never set: the fired timeout waits here until cancelled
+
+            session.replies._trim_history = blocked  # type: ignore[method-assign]
+            clock.advance(30.0)
+            await log.wait_type(InputTimeoutTriggered)
+            await asyncio.wait_for(stuck.wait(), 5)
+            assert not session.replies.idle_armed and not task.done()
+        # aclose() has returned: the fired timeout was cancelled and awaited, not left behind.
+        assert task.cancelled()
 
     run(main(), 20)

@@ -362,6 +362,10 @@ def input_messages(instructions: str, items: Sequence[InputItem], history: Histo
             msgs.append(Message("assistant", item.text))
         elif isinstance(item, FunctionCallItem):
             msgs.append(Message("assistant", "", (ToolCall(item.call_id, item.name, item.arguments),)))
+        elif isinstance(item, McpCallItem):
+            # As messages() renders it: the call, then its result (an MCP call carries both).
+            msgs.append(Message("assistant", "", (ToolCall(item.call_id, item.name, item.arguments),)))
+            msgs.append(Message("tool", item.result(), tool_call_id=item.call_id))
         elif isinstance(item, FunctionCallOutputItem):
             msgs.append(Message("tool", item.output, tool_call_id=item.call_id))
     return msgs

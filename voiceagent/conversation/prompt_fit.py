@@ -134,9 +134,13 @@ class PromptFitter:
             )
         return n
 
-    async def fit(self, history: History, render: Callable[[], list[Message]], tools: Sequence[Tool]) -> Fitted:
+    async def fit(self, history: History, render: Callable[[], list[Message]], tools: Sequence[Tool], *, may_cut: bool = True) -> Fitted:
         """The prompt ``render()`` makes of ``history`` now, cut to fit (module docstring).
-        ``render`` is called again after each cut; the history loses the dropped items."""
+        ``render`` is called again after each cut; the history loses the dropped items.
+
+        ``may_cut=False`` (a response that must leave the conversation as it is: out of band):
+        nothing is dropped or shortened; a prompt that does not fit raises a ``ProtocolError``
+        (``context_length_exceeded``) and the history is untouched."""
         messages = render()
         budget = self.budget
         bound = upper_bound(messages, tools)
@@ -145,6 +149,12 @@ class PromptFitter:
         n = await self.measure(messages, tools)
         if n <= budget:
             return Fitted(messages, n)
+        if not may_cut:
+            raise ProtocolError(
+                "context_length_exceeded",
+                f"the prompt takes {n} tokens, more than the {budget} the context window of {self.window} leaves; a response "
+                "outside the conversation does not cut it (give it a shorter `input`, or delete items first)",
+            )
         dropped: list[str] = []
         # Tokens per character of this prompt, to judge how much each turn is worth.
         per_char = n / max(1, sum(len(m.content) for m in messages))

@@ -162,7 +162,8 @@ class ReplyController:
         self._input_ms = input_ms or (lambda: 0.0)
         self.spoke = False
         """True once any reply's audio went to the client (the voice is fixed from then on)."""
-        self._idle: asyncio.Task[None] | None = None
+        self._idle: asyncio.Task[None] | None = None  # the idle timeout armed now (still waiting)
+        self._idle_tasks: set[asyncio.Task[None]] = set()  # every idle timeout's task, until it ends
         self.mcp = McpServers(session_id, clock, lambda: self._scope.current, emit, config.tools.mcp_timeout_s)
         """The session's MCP servers (``session.update`` names them)."""
 
@@ -184,8 +185,8 @@ class ReplyController:
         and close the MCP connections."""
         # Every MCP task, not only those of live replies: one that has its result may be
         # finishing its reply (and starting the answer) right now.
-        idle = [self._idle] if self._idle is not None else []
-        tasks = (*self._timers, *self._mcp_tasks, *idle)
+        # Every idle timeout's task too: one that fired may be emitting or starting its response.
+        tasks = (*self._timers, *self._mcp_tasks, *self._idle_tasks)
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -293,22 +294,19 @@ class ReplyController:
         """``output_audio_buffer.clear``: the client dropped the audio it had buffered.  As a
         barge-in: a reply still being generated or heard stops, its item keeps what the listener
         heard by now (the heard clock) and it ends ``cancelled``; the client is told
-        (:class:`PlaybackCleared`) in every case, also when nothing was playing."""
+        (:class:`PlaybackCleared`) in every case, also when nothing was playing (then with an
+        empty ``response_id``).  Only a reply that speaks is cut: a text-only one has no audio
+        to clear and goes on."""
         reply = self._playing
         now = self._clock.now()
-        if reply is not None and reply.item is not None and reply.audible(now):
+        if reply is not None and reply.item is not None and self._speaks_reply(reply) and reply.audible(now):
             await self._interrupt("client_cancelled")  # tells the client PlaybackCleared itself
             return
-        await self._emit(
-            PlaybackCleared(
-                t=now,
-                gen=self._scope.current,
-                session=self._id,
-                response_id=reply.id if reply is not None else "",
-                item_id=reply.item_id if reply is not None else "",
-                heard_ms=0.0,
-            )
-        )
+        await self._emit(PlaybackCleared(t=now, gen=self._scope.current, session=self._id, response_id="", item_id="", heard_ms=0.0))
+
+    def _speaks_reply(self, reply: Reply) -> bool:
+        """Whether ``reply`` is spoken (also once it is no longer kept by generation)."""
+        return reply.audio if reply.audio is not None else self._settings().audio
 
     def transcription_failed(self) -> str | None:
         """The STT failed on the user's speech: the id of the user item it was for (None when no
@@ -341,13 +339,19 @@ class ReplyController:
         reply = self._replies.get(turn.gen)
         settings = self._settings()
         instructions = (reply.instructions if reply and reply.instructions else None) or settings.instructions
-        if not turn.speculative:
+        # An out-of-band response, or one that reads its own ``input``, leaves the conversation
+        # as it is: no closing outputs added (its prompt shows placeholders, as
+        # History.messages does for any call without output) and no items cut to fit.
+        keeps_conversation = reply is not None and (reply.out_of_band or reply.input is not None)
+        if not turn.speculative and not keeps_conversation:
             # This answer goes ahead whatever the client sends now: a call still without its
             # output is closed as cancelled, in the history and for the client (exactly once).
             for call in self._history.unanswered_calls():
                 item = self._history.add_output(call.call_id, CANCELLED_OUTPUT, synthetic=True)
                 await self._emit_output(item.id, call.call_id, CANCELLED_OUTPUT, synthetic=True)
-        tools = self.offered_tools(self._client_tools(reply))
+        # An out-of-band response only reports its calls (none runs here): it is offered the
+        # client's tools alone, not the MCP servers' or the built-in ones it would never run.
+        tools = self._client_tools(reply) if reply is not None and reply.out_of_band else self.offered_tools(self._client_tools(reply))
         choice = reply.tool_choice if reply is not None and reply.tool_choice is not None else settings.tool_choice
         if choice not in ("auto", "none", "required") and all(t.name != choice for t in tools):
             choice = "auto"
@@ -368,7 +372,10 @@ class ReplyController:
         max_tokens = reply.max_tokens if reply is not None else None
         if reply is not None and reply.input is not None:
             # The client's own context for this response: read as given, not cut to the window.
-            return LlmPrompt(input_messages(instructions, reply.input, self._history), tools, choice, max_tokens)
+            given = input_messages(instructions, reply.input, self._history)
+            if given[-1].role == "tool":
+                given.append(Message("system", ANSWER_FROM_TOOLS))  # the answer after a tool (render() says why)
+            return LlmPrompt(given, tools, choice, max_tokens)
 
         def render() -> list[Message]:
             messages = self._history.messages(instructions, pending_user=turn.text, gen=turn.gen, examples=examples)
@@ -383,7 +390,7 @@ class ReplyController:
         if self._fitter is None:
             return LlmPrompt(render(), tools, choice, max_tokens)
         async with self._fitting:  # a prefill and a turn may ask at once: one cut at a time
-            fitted = await self._fitter.fit(self._history, render, tools)
+            fitted = await self._fitter.fit(self._history, render, tools, may_cut=not keeps_conversation)
         if fitted.dropped:
             await self._announce_cut(fitted.dropped, fitted.tokens)
         return LlmPrompt(fitted.messages, tools, choice, max_tokens)
@@ -708,14 +715,26 @@ class ReplyController:
             task.add_done_callback(self._timers.discard)
 
     async def _timer(self, timer: TimerRequest) -> None:
-        """Speak up when ``timer`` is due (on the session's clock), once no answer is under way."""
+        """Speak up when ``timer`` is due (on the session's clock), once no answer is under way.
+        Given up (logged) when the session can no longer answer: it became a transcription
+        session, or the response is refused for any reason but another one being active."""
         await self._clock.sleep_until(self._clock.now() + timer.seconds)
         note = f" A timer the user set ({timer.label}, {timer.seconds} s) has just gone off: tell them so now, in one short sentence."
         while True:
             await self.quiet()
-            with contextlib.suppress(ProtocolError):  # an answer started in between: wait for it
+            if self._settings().kind != "realtime":
+                log.info("session %s: timer %r went off in a transcription session: not announced", self._id, timer.label)
+                return
+            try:
                 await self.create_response(self._settings().instructions + note, tool_choice="none")
                 return
+            except ProtocolError as exc:
+                if exc.code != "conversation_already_has_active_response":
+                    log.warning("session %s: timer %r not announced: %s (%s)", self._id, timer.label, exc, exc.code)
+                    return
+            # An answer started in between: wait for it.  quiet() returns without yielding when
+            # the session looks quiet, so yield here: never a loop that starves the event loop.
+            await asyncio.sleep(0)
 
     # ------------------------------------------------------------------ the idle timeout
 
@@ -725,6 +744,8 @@ class ReplyController:
         return self._idle is not None
 
     def _disarm_idle(self) -> None:
+        """Cancel the idle timeout still waiting, if any.  One that has fired is no longer armed
+        (it may be the caller: its own response disarms): it finishes, tracked until it ends."""
         if self._idle is not None:
             self._idle.cancel()
             self._idle = None
@@ -738,17 +759,31 @@ class ReplyController:
         if td is None or td.type != "server_vad" or td.idle_timeout_ms is None:
             return
         end = max(self._clock.now(), reply.listener.end_t or 0.0)
-        self._idle = asyncio.create_task(self._idle_timeout(end + td.idle_timeout_ms / 1000.0), name=f"{self._id}.idle")
+        task = asyncio.create_task(self._idle_timeout(end + td.idle_timeout_ms / 1000.0), name=f"{self._id}.idle")
+        self._idle = task
+        self._idle_tasks.add(task)
+        task.add_done_callback(self._idle_tasks.discard)
 
     async def _idle_timeout(self, deadline: float) -> None:
         """At ``deadline`` (the session's clock): ``input_audio_buffer.timeout_triggered``, the
         silence committed as an empty user item, and a response that asks the user to go on
         (as OpenAI's documentation describes).  Nothing when the user is speaking, a response
-        is active, or idle_timeout_ms was turned off meanwhile."""
+        is active, or the session no longer asks for it (idle_timeout_ms or server_vad turned
+        off, or it became a transcription session) meanwhile.  Once fired it is no longer armed
+        (:meth:`_disarm_idle` leaves it alone) but stays in the set :meth:`aclose` cancels."""
         await self._clock.sleep_until(deadline)
-        self._idle = None  # this task is finishing: nothing left to cancel
-        td = self._settings().turn_detection
-        if td is None or td.idle_timeout_ms is None or self._user_item is not None or self.active_response_id is not None:
+        if self._idle is asyncio.current_task():
+            self._idle = None  # fired: no longer armed
+        settings = self._settings()
+        td = settings.turn_detection
+        if (
+            settings.kind != "realtime"
+            or td is None
+            or td.type != "server_vad"
+            or td.idle_timeout_ms is None
+            or self._user_item is not None
+            or self.active_response_id is not None
+        ):
             return
         now = self._clock.now()
         end_ms = self._input_ms()
@@ -826,7 +861,29 @@ class ReplyController:
             if reply.mcp_failed:
                 apology = MCP_APOLOGY.format(tools=", ".join(dict.fromkeys(reply.mcp_failed)))
                 instructions = (instructions or self._settings().instructions) + apology
-            await self.create_response(instructions, tools=reply.tools, tool_choice="none", audio=reply.audio)
+            # The answer is the same response's sequel: its metadata and token limit, and (a
+            # response with its own ``input``) that input with the calls and results it made.
+            await self.create_response(
+                instructions,
+                tools=reply.tools,
+                tool_choice="none",
+                audio=reply.audio,
+                input=None if reply.input is None else (*reply.input, *self._made_items(reply)),
+                metadata=reply.metadata,
+                max_output_tokens=reply.max_tokens,
+            )
+
+    def _made_items(self, reply: Reply) -> tuple[InputItem, ...]:
+        """References to the calls ``reply`` made and their outputs, as they stand in the history."""
+        refs: list[InputItem] = []
+        for call in reply.calls:
+            if self._history.find(call.item_id) is None:
+                continue  # trimmed away since
+            refs.append(InputItem(ref=call.item_id))
+            output = self._history.output_of(call.call_id)
+            if output is not None:
+                refs.append(InputItem(ref=output.id))
+        return tuple(refs)
 
     @staticmethod
     def _summary(call: CallSummary, reply: Reply) -> CallSummary:

@@ -174,7 +174,23 @@ class LlmStage(Stage):
             await self.emit(event)
             return
         gen = event.gen
-        prompt = await self._prompt(event)
+        try:
+            prompt = await self._prompt(event)
+        except Exception as exc:
+            # A prompt that cannot be made (an out-of-band one that does not fit the window)
+            # fails its response like a failed generation: never a response left open.
+            self._first_token.open(gen)
+            await self.emit(
+                GenerationEnd(
+                    t=self.ctx.clock.now(),
+                    gen=gen,
+                    session=self.ctx.session_id,
+                    text="",
+                    status=ResponseStatus.FAILED,
+                    error=f"{type(exc).__name__}: {exc}",
+                )
+            )
+            raise StageError(self.name, f"{type(exc).__name__}: {exc}") from exc
         messages = list(prompt.messages)
         settings = self._settings()
         splitter = ClauseSplitter(first_max_words=self._first_clause_words)

@@ -300,14 +300,17 @@ class CommandDecoder:
             if not isinstance(value, bool):
                 raise ProtocolError("invalid_value", f"{key} must be a boolean", param=f"session.audio.input.turn_detection.{key}")
             bools[key] = value
-        eagerness = td.get("eagerness", "auto")
+        # A partial update of the same mode keeps the fields it does not name (as for the
+        # others above); a change of mode starts from that mode's defaults.
+        same = self.settings.turn_detection is not None and cur.type == kind
+        eagerness = td.get("eagerness", cur.eagerness if same else "auto")
         if eagerness not in EAGERNESS_LEVELS:
             raise ProtocolError(
                 "invalid_value",
                 f"eagerness must be one of {', '.join(EAGERNESS_LEVELS)}",
                 param="session.audio.input.turn_detection.eagerness",
             )
-        idle = td.get("idle_timeout_ms")
+        idle = td.get("idle_timeout_ms", cur.idle_timeout_ms if same else None)  # an explicit null turns it off
         if idle is not None and (not isinstance(idle, int) or isinstance(idle, bool) or not 1_000 <= idle <= 300_000):
             raise ProtocolError(
                 "invalid_value",
