@@ -13,6 +13,7 @@ Every server event the SDK receives about MCP (and every ``response.done``) vali
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,8 +22,10 @@ import pytest
 from openai.types.realtime import RealtimeServerEvent
 from pydantic import TypeAdapter
 
-from tests.integration.test_tools import _config, _say, _until_done
+from tests.integration.test_tools import _config as _tools_config
+from tests.integration.test_tools import _say, _until_done
 from tests.mcp_server import McpTestServer, unused_url
+from voiceagent.config import Config
 
 pytestmark = pytest.mark.models
 
@@ -47,6 +50,12 @@ def checked(events: list[Any]) -> list[Any]:
         if "mcp" in str(raw) or event.type == "response.done":
             SERVER_EVENT.validate_python(raw)
     return events
+
+
+def _config() -> Config:
+    """The tool tests' configuration, the loopback MCP server allowed (tools.mcp_hosts)."""
+    base = _tools_config()
+    return dataclasses.replace(base, tools=dataclasses.replace(base.tools, mcp_hosts="127.0.0.1"))
 
 
 async def _until_listed(conn: Any, seen: list[Any]) -> Any:

@@ -54,7 +54,7 @@ def weather_call(name: str = "get_weather", arguments: str = '{"city": "Paris"}'
 
 
 def config(timeout_s: float = 5.0) -> Config:
-    return dataclasses.replace(make_config(), tools=ToolsConfig(mcp_timeout_s=timeout_s))
+    return dataclasses.replace(make_config(), tools=ToolsConfig(mcp_timeout_s=timeout_s, mcp_hosts="127.0.0.1"))
 
 
 def wire(events: list[Event]) -> list[dict[str, Any]]:
@@ -208,6 +208,25 @@ def test_a_server_that_is_down_is_an_error_and_the_turn_is_still_answered(run: R
 
         kinds = [m["type"] for m in wire(log.events)]
         assert "mcp_list_tools.failed" in kinds
+
+    run(main(), 30)
+
+
+def test_an_internal_server_not_allowed_by_the_operator_is_refused(run: Run, make_fakes: MakeFakes, mcp_server: McpTestServer) -> None:
+    """A client cannot make the server reach its own network: the loopback MCP server, without
+    ``tools.mcp_hosts``, is refused before any connection and offers nothing."""
+    fakes = make_fakes(stt=FakeStt(["what is the weather in Paris"]), llm=FakeLlm([tokens("I cannot check.")]), turn=FakeTurn(0.9))
+    closed = dataclasses.replace(make_config(), tools=ToolsConfig(mcp_timeout_s=5.0))
+
+    async def main() -> None:
+        async with running(fakes, closed) as (session, log):
+            session.update(mcp_servers=(McpServer("local", mcp_server.url),))
+            await log.wait_type(McpToolsListed, status="failed")
+            _, error = await log.wait_type(ErrorEvent, code="mcp_list_tools_failed")
+            assert "internal address" in error.message and "tools.mcp_hosts" in error.message
+            await say_turn(session)
+            await log.wait_type(ResponseDone)
+            assert fakes.llm.calls.items[0].tools == ()
 
     run(main(), 30)
 

@@ -477,9 +477,18 @@ class ToolsConfig:
     """How long connecting to an MCP server and listing its tools, or one call of its tools (a
     session's ``{"type": "mcp"}`` tool), may take before it counts as failed: the agent then
     apologises instead of leaving the listener in silence."""
+    mcp_hosts: str = ""
+    """Internal hosts a client's MCP tool may name (``host`` or ``host:port``, comma-separated).
+    Any other host that is, or resolves to, a loopback, private or link-local address is refused:
+    a client must not make the server reach its own network.  Empty: public hosts only."""
 
     def __post_init__(self) -> None:
         _check(0 < self.mcp_timeout_s <= 300, "tools.mcp_timeout_s", "must be > 0 and <= 300")
+
+    @property
+    def mcp_allowed(self) -> frozenset[str]:
+        """``mcp_hosts`` as a set of lower-case ``host`` / ``host:port`` entries."""
+        return frozenset(h.strip().lower() for h in self.mcp_hosts.split(",") if h.strip())
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from typing import Any
 from voiceagent.clock import Clock
 from voiceagent.conversation.history import new_id
 from voiceagent.events import ErrorEvent, Event, McpToolsListed
-from voiceagent.tools.mcp import McpClient, McpError, McpServer, McpTool
+from voiceagent.tools.mcp import McpClient, McpError, McpServer, McpTool, check_host
 
 __all__ = ["McpServers"]
 
@@ -29,16 +29,24 @@ log = logging.getLogger(__name__)
 
 
 class McpServers:
-    """The MCP servers of one session (``timeout_s``: ``tools.mcp_timeout_s``)."""
+    """The MCP servers of one session (``timeout_s``: ``tools.mcp_timeout_s``; ``allowed_hosts``:
+    ``tools.mcp_hosts``, the internal hosts a client may name, see :func:`check_host`)."""
 
     def __init__(
-        self, session_id: str, clock: Clock, gen: Callable[[], int], emit: Callable[[Event], Awaitable[None]], timeout_s: float
+        self,
+        session_id: str,
+        clock: Clock,
+        gen: Callable[[], int],
+        emit: Callable[[Event], Awaitable[None]],
+        timeout_s: float,
+        allowed_hosts: frozenset[str] = frozenset(),
     ) -> None:
         self._id = session_id
         self._clock = clock
         self._gen = gen
         self._emit = emit
         self._timeout_s = timeout_s
+        self._allowed = allowed_hosts
         self._clients: dict[McpServer, McpClient] = {}
         self._tools: dict[McpServer, tuple[McpTool, ...]] = {}
         self._listing: dict[McpServer, asyncio.Task[None]] = {}
@@ -88,6 +96,7 @@ class McpServers:
         client = next((c for s, c in self._clients.items() if s.label == tool.server_label), None)
         if client is None:
             raise McpError("http_error", 503, f"{tool.server_label}: the server was removed from the session")
+        await check_host(client.server.url, self._allowed)  # again: the name may resolve elsewhere now
         return await client.call(tool.tool.name, arguments)
 
     async def aclose(self) -> None:
@@ -108,6 +117,7 @@ class McpServers:
         await self._listed(item_id, server, "in_progress")
         client = self._clients[server]
         try:
+            await check_host(server.url, self._allowed)
             tools = await client.list_tools()
         except McpError as exc:
             log.info("session %s: MCP server %s: listing failed: %s", self._id, server.label, exc.message)

@@ -164,7 +164,7 @@ class ReplyController:
         """True once any reply's audio went to the client (the voice is fixed from then on)."""
         self._idle: asyncio.Task[None] | None = None  # the idle timeout armed now (still waiting)
         self._idle_tasks: set[asyncio.Task[None]] = set()  # every idle timeout's task, until it ends
-        self.mcp = McpServers(session_id, clock, lambda: self._scope.current, emit, config.tools.mcp_timeout_s)
+        self.mcp = McpServers(session_id, clock, lambda: self._scope.current, emit, config.tools.mcp_timeout_s, config.tools.mcp_allowed)
         """The session's MCP servers (``session.update`` names them)."""
 
     # ------------------------------------------------------------------ wiring

@@ -17,11 +17,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import json
 import logging
+import socket
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 import httpx2
 from mcp import Client
@@ -52,6 +55,40 @@ class McpServer:
     allowed_tools: tuple[str, ...] | None = None
     headers: tuple[tuple[str, str], ...] = ()
     description: str = ""
+
+
+def _internal(address: str) -> bool:
+    """True for an address a server should not be sent to on a client's word: loopback, private,
+    link-local, unspecified, multicast or reserved (the cloud metadata service is link-local)."""
+    ip = ipaddress.ip_address(address.split("%", 1)[0])
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return ip.is_loopback or ip.is_private or ip.is_link_local or ip.is_unspecified or ip.is_multicast or ip.is_reserved
+
+
+async def check_host(url: str, allowed: frozenset[str]) -> None:
+    """Refuse (:class:`McpError`, ``http_error`` 403) an MCP server whose host is, or resolves
+    to, an internal address, unless ``host`` or ``host:port`` is in ``allowed`` (lower case):
+    a client must not make the server reach its own network (SSRF).  The name is resolved with
+    the event loop's resolver (not blocking); a name that does not resolve is refused as 503.
+    Cancellation passes through."""
+    parts = urlsplit(url)
+    host = (parts.hostname or "").lower()
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    if host in allowed or f"{host}:{port}" in allowed:
+        return
+    try:
+        infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError as exc:
+        raise McpError("http_error", 503, f"{host}: the name does not resolve ({exc})") from exc
+    internal = sorted({str(info[4][0]) for info in infos if _internal(str(info[4][0]))})
+    if host == "localhost" or internal:
+        raise McpError(
+            "http_error",
+            403,
+            f"{host} is an internal address ({', '.join(internal) or 'localhost'}): not reached on a client's word; "
+            "an operator allows it with tools.mcp_hosts",
+        )
 
 
 @dataclass(frozen=True, slots=True)
