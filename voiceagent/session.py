@@ -231,6 +231,8 @@ class Session:
         instructions) unless ``examples`` is given too."""
         if "instructions" in changes and changes["instructions"] != self.settings.instructions:
             changes.setdefault("examples", ())
+        if changes.get("kind", self.settings.kind) == "transcription":
+            changes["mcp_servers"] = ()  # a transcription session calls no tools: its connections close
         self.settings = dataclasses.replace(self.settings, **changes)
         if "mcp_servers" in changes:
             self.replies.mcp.configure(self.settings.mcp_servers)
@@ -246,9 +248,16 @@ class Session:
     async def check_update(self, **changes: Any) -> None:
         """Refuse changes the session cannot honour, leaving the settings untouched: a voice not
         in the table (``invalid_value``, the names listed), a new voice once the session has
-        spoken (``cannot_update_voice``, as OpenAI), and instructions and tools that would leave
+        spoken (``cannot_update_voice``, as OpenAI), a switch to a transcription session while a
+        response is active (``invalid_state``), and instructions and tools that would leave
         the LLM's window no room for a turn (``context_length_exceeded``).  Call it before
         :meth:`update` with the same changes."""
+        if changes.get("kind") == "transcription" and self.settings.kind != "transcription" and self.replies.active_response_id:
+            raise ProtocolError(
+                "invalid_state",
+                "cannot become a transcription session while a response is active; cancel it first (response.cancel)",
+                param="session.type",
+            )
         voice = changes.get("voice")
         if voice is not None and voice != self.settings.voice:
             if voice not in self.voice_names:

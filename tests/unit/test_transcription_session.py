@@ -15,8 +15,8 @@ from voiceagent.settings import settings_from_config
 from voiceagent.transports.realtime_codec import RealtimeCodec
 from voiceagent.transports.realtime_commands import UpdateSession
 
-from .fakes import FakeStt, FakeTurn
-from .test_session import MakeFakes, Run, make_config, make_fakes, running, say_turn
+from .fakes import FakeLlm, FakeStt, FakeTurn
+from .test_session import MakeFakes, Run, make_config, make_fakes, running, say_turn, tokens
 
 __all__ = ["make_fakes"]  # the fixture, imported for pytest
 
@@ -51,6 +51,31 @@ def test_what_a_transcription_session_has_no_use_for_is_refused(session: dict[st
     assert info.value.param == param
 
 
+@pytest.mark.parametrize(
+    ("session", "code", "param"),
+    [
+        ({"type": "transcription", "include": ["item.input_audio_transcription.logprobs"]}, "unsupported_field", "session.include"),
+        (
+            {"type": "transcription", "audio": {"input": {"noise_reduction": {"type": "near_field"}}}},
+            "unsupported_field",
+            "session.audio.input.noise_reduction",
+        ),
+        ({"type": "transcription", "audio": {"input": {"loudness": 3}}}, "unknown_parameter", "session.audio.input.loudness"),
+        (
+            {"type": "transcription", "audio": {"input": {"turn_detection": {"type": "server_vad", "idle_timeout_ms": 5000}}}},
+            "unsupported_value",
+            "session.audio.input.turn_detection.idle_timeout_ms",
+        ),
+    ],
+)
+def test_a_transcription_sessions_fields_go_through_the_support_table(session: dict[str, Any], code: str, param: str) -> None:
+    """Refused or unknown fields are named in an error (after session.updated), as in a realtime
+    session: never silently accepted."""
+    cmd = decode(RealtimeCodec(settings_from_config(Config()), 22050), session)
+    assert isinstance(cmd, UpdateSession)
+    assert [(e.code, e.param) for e in cmd.refused] == [(code, param)]
+
+
 def test_a_transcription_session_transcribes_each_turn_and_never_answers(run: Run, make_fakes: MakeFakes) -> None:
     fakes = make_fakes(stt=FakeStt(["first words", "second words"]), turn=FakeTurn(0.9))
 
@@ -71,3 +96,20 @@ def test_a_transcription_session_transcribes_each_turn_and_never_answers(run: Ru
             assert info.value.code == "invalid_state"
 
     run(main(), 20)
+
+
+def test_no_switch_to_transcription_while_a_response_is_active(run: Run, make_fakes: MakeFakes) -> None:
+    """A response under way would go on speaking in a session that no longer answers: the switch
+    is refused until it is cancelled, and the settings stay as they were."""
+    fakes = make_fakes(llm=FakeLlm([tokens("A long answer that is still being spoken.")]), turn=FakeTurn(0.9))
+
+    async def main() -> None:
+        async with running(fakes, make_config()) as (session, _log):
+            await session.create_response()
+            assert session.replies.active_response_id is not None
+            with pytest.raises(ProtocolError) as info:
+                await session.check_update(kind="transcription")
+            assert (info.value.code, info.value.param) == ("invalid_state", "session.type")
+            assert session.settings.kind == "realtime"
+
+    run(main(), 30)

@@ -213,6 +213,18 @@ class CommandDecoder:
             )
             if extra:
                 raise ProtocolError("invalid_value", f"a transcription session has no {excerpt(extra[0])}", param=f"session.{extra[0]}")
+            # Its fields go through the same table as a realtime session's: unknown or refused ones
+            # (include, noise_reduction) are errors, not silently accepted.
+            refused = refusals({k: v for k, v in sess.items() if k not in ("object", "id")}, "session", SESSION_FIELDS)
+            td = _nested(sess, "audio", "input", "turn_detection")
+            if isinstance(td, dict) and td.get("idle_timeout_ms") is not None:
+                refused.append(
+                    ProtocolError(
+                        "unsupported_value",
+                        "idle_timeout_ms is for a conversation (it starts a response); a transcription session has none",
+                        param="session.audio.input.turn_detection.idle_timeout_ms",
+                    )
+                )
         if kind != self.settings.kind:
             changes["kind"] = str(kind)
         if "instructions" in sess:
@@ -404,6 +416,15 @@ class CommandDecoder:
             # Not "no id" (which would cancel whatever response is active): a wrong id cancels nothing.
             raise ProtocolError("invalid_value", "response_id must be a string", param="response_id")
         return CancelResponse(rid, event_id)
+
+
+def _nested(obj: dict[str, Any], *keys: str) -> Any:
+    """``obj[k1][k2]...``, or None where a level is missing or not an object."""
+    for key in keys:
+        if not isinstance(obj, dict):
+            return None
+        obj = obj.get(key)  # type: ignore[assignment]
+    return obj
 
 
 def _partial_refusals(obj: dict[str, Any], where: str) -> list[ProtocolError]:

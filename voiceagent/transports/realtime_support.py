@@ -121,7 +121,7 @@ SERVER_EVENTS: tuple[Support, ...] = (
 sent only on opt-in (``?voiceagent_metrics=1``)."""
 
 SESSION_FIELDS: tuple[Support, ...] = (
-    Support("type", S, '`"realtime"`, or `"transcription"` (VAD and STT only)'),
+    Support("type", S, '`"realtime"`, or `"transcription"` (VAD and STT only; not while a response is active)'),
     Support("model", P, "accepted; the server runs its configured models (`session.updated` says `voiceagent`)"),
     Support("instructions", S),
     Support("output_modalities", S, '`["audio"]` or `["text"]`'),
