@@ -560,21 +560,7 @@ class ReplyController:
             # expected for it and no built-in tool runs.
             call = CallSummary(new_id("item"), ev.call_id, ev.name, ev.arguments)
             reply.calls.append(call)
-            await self._emit(
-                FunctionCallAdded(
-                    t=now,
-                    gen=ev.gen,
-                    session=self._id,
-                    response_id=reply.id,
-                    item_id=call.item_id,
-                    previous_item_id=None,
-                    output_index=len(reply.calls),
-                    call_id=ev.call_id,
-                    name=ev.name,
-                    arguments=ev.arguments,
-                    in_conversation=False,
-                )
-            )
+            await self._call_added(reply, ev, now, call.item_id, None, in_conversation=False)
             return
         mcp_tool = self._mcp_tool(reply, ev.name)
         if mcp_tool is not None:
@@ -583,20 +569,7 @@ class ReplyController:
         prev = self._history.last_id
         item = self._history.add_call(ev.gen, ev.call_id, ev.name, ev.arguments)
         reply.calls.append(CallSummary(item.id, ev.call_id, ev.name, ev.arguments))
-        await self._emit(
-            FunctionCallAdded(
-                t=now,
-                gen=ev.gen,
-                session=self._id,
-                response_id=reply.id,
-                item_id=item.id,
-                previous_item_id=prev,
-                output_index=len(reply.calls),
-                call_id=ev.call_id,
-                name=ev.name,
-                arguments=ev.arguments,
-            )
-        )
+        await self._call_added(reply, ev, now, item.id, prev)
         await self._trim_history()
         if self._runs_here(reply, ev.name):
             await self._run_builtin(reply, ev)
@@ -610,6 +583,26 @@ class ReplyController:
         if any(t.name == name for t in self._client_tools(reply)):
             return None
         return self.mcp.find(name)
+
+    async def _call_added(
+        self, reply: Reply, ev: ToolCallMade, now: float, item_id: str, previous: str | None, *, in_conversation: bool = True
+    ) -> None:
+        """Announce the model's call ``ev`` (the reply's latest) as item ``item_id``."""
+        await self._emit(
+            FunctionCallAdded(
+                t=now,
+                gen=ev.gen,
+                session=self._id,
+                response_id=reply.id,
+                item_id=item_id,
+                previous_item_id=previous,
+                output_index=len(reply.calls),
+                call_id=ev.call_id,
+                name=ev.name,
+                arguments=ev.arguments,
+                in_conversation=in_conversation,
+            )
+        )
 
     async def _start_mcp_call(self, reply: Reply, ev: ToolCallMade, tool: McpTool) -> None:
         """Into the history and to the client, then run it in a task of its own."""
