@@ -231,7 +231,7 @@ class Session:
         instructions) unless ``examples`` is given too."""
         if "instructions" in changes and changes["instructions"] != self.settings.instructions:
             changes.setdefault("examples", ())
-        if changes.get("kind", self.settings.kind) == "transcription":
+        if changes.get("kind") == "transcription" and self.settings.kind != "transcription":
             changes["mcp_servers"] = ()  # a transcription session calls no tools: its connections close
         self.settings = dataclasses.replace(self.settings, **changes)
         if "mcp_servers" in changes:

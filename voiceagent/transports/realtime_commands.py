@@ -216,7 +216,7 @@ class CommandDecoder:
             # Its fields go through the same table as a realtime session's: unknown or refused ones
             # (include, noise_reduction) are errors, not silently accepted.
             refused = refusals({k: v for k, v in sess.items() if k not in ("object", "id")}, "session", SESSION_FIELDS)
-            td = _nested(sess, "audio", "input", "turn_detection")
+            td = _obj(_obj(sess, "audio", "session.audio"), "input", "session.audio.input").get("turn_detection")
             if isinstance(td, dict) and td.get("idle_timeout_ms") is not None:
                 refused.append(
                     ProtocolError(
@@ -416,15 +416,6 @@ class CommandDecoder:
             # Not "no id" (which would cancel whatever response is active): a wrong id cancels nothing.
             raise ProtocolError("invalid_value", "response_id must be a string", param="response_id")
         return CancelResponse(rid, event_id)
-
-
-def _nested(obj: dict[str, Any], *keys: str) -> Any:
-    """``obj[k1][k2]...``, or None where a level is missing or not an object."""
-    for key in keys:
-        if not isinstance(obj, dict):
-            return None
-        obj = obj.get(key)  # type: ignore[assignment]
-    return obj
 
 
 def _partial_refusals(obj: dict[str, Any], where: str) -> list[ProtocolError]:
