@@ -14,6 +14,7 @@ from piper.config import PiperConfig
 
 from voiceagent.audio import Int16Array
 from voiceagent.backends.gpu import onnx_providers
+from voiceagent.backends.heap import HeapTrimmer
 from voiceagent.models.source import resolve
 from voiceagent.pipeline.scheduler import PriorityExecutor
 
@@ -27,6 +28,11 @@ def _session(path: str, threads: int, device: str = "cpu") -> ort.InferenceSessi
     # Idle worker threads sleep instead of spinning: with several sessions the cores are shared
     # with STT and the LLM, and a spinning pool steals the time they need.
     opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    # No memory arena on the CPU: the arena kept growing with every longer clause and never gave
+    # anything back (+350 MB over a few clauses of up to 160 characters), which read as a leak over
+    # a long conversation.  Synthesis is no slower without it; the glibc heap it uses instead is
+    # trimmed (PiperTts.heap; scripts/bench_tts_memory.py, docs/reports/memory-2026-11-26.md).
+    opts.enable_cpu_mem_arena = device != "cpu"
     return ort.InferenceSession(path, sess_options=opts, providers=onnx_providers(device))
 
 
@@ -51,6 +57,7 @@ class PiperTts:
         self._voice = PiperVoice(config=config, session=self._sessions[threads])
         self.executor = PriorityExecutor("tts")
         self.contended: Callable[[], bool] = lambda: False
+        self.heap = HeapTrimmer()
 
     @property
     def sample_rate(self) -> int:
@@ -63,3 +70,5 @@ class PiperTts:
         self._voice.session = self._sessions[1 if self.contended() else self._threads]
         for chunk in self._voice.synthesize(text, syn_config=cfg):
             yield np.asarray(chunk.audio_int16_array, dtype=np.int16).reshape(-1)
+        # What the synthesis freed goes back to the system when it is much (voiceagent.backends.heap).
+        self.heap.maybe_trim()

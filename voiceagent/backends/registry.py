@@ -226,8 +226,8 @@ def warm_up(engines: Engines, config: Config) -> dict[str, float]:
     for _ in engines.tts.synthesize("Hello.", 1.0):
         pass
     timings["tts"] = time.perf_counter() - t0
-    # One clause as long as a reply can make: the voice's memory arena grows to its size now, not
-    # in the middle of serving (where it reads as memory growth, though bounded).
+    # One clause longer than a reply can make: the heap grows to what synthesis needs now, not in
+    # the middle of serving (where it reads as memory growth, though bounded).
     for _ in engines.tts.synthesize(_LONGEST_CLAUSE, 1.0):
         pass
     engines.turn_cost = measure_turn_cost(engines, config)
