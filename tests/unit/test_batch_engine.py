@@ -173,6 +173,71 @@ def test_first_clauses_go_first_in_admission_order_when_the_batch_is_full() -> N
         engine.close()
 
 
+def test_while_a_first_clause_is_urgent_its_steps_carry_no_other_generation() -> None:
+    # At long contexts every sequence in a step adds to its cost, and a first clause waits for
+    # each of its steps: the rest of another reply (non-urgent) waits for it instead.
+    core = FakeBatch()
+    engine = BatchedEngine(core, model="fake", ahead=64)  # type: ignore[arg-type]
+    gate = threading.Event()
+    core.gate = gate
+    try:
+
+        async def main() -> list[str]:
+            hold = asyncio.ensure_future(engine.prefill("other", [SYSTEM, Message("user", "Hm")]))
+            await until(lambda: engine.stats().busy > 0)
+            tasks = [
+                asyncio.ensure_future(ask(engine, "calm", messages("Q0?"), urgent_tokens=0)),
+                asyncio.ensure_future(ask(engine, "urgent", messages("Q1?"), urgent_tokens=4)),
+            ]
+            await until(lambda: engine.stats().waiting == 2)
+            gate.set()
+            await hold
+            return list(await asyncio.gather(*tasks))
+
+        assert asyncio.run(main()) == [reply_for(messages("Q0?")), reply_for(messages("Q1?"))]
+        seq_of = dict(engine.seq_history)
+        plen = len(core.render.prompt_tokens(messages("Q0?"), ()))
+        urgent_steps = [b for b in core.batches if any(seq == seq_of["urgent"] and plen <= pos < plen + 3 for _, pos, seq, _ in b)]
+        assert len(urgent_steps) == 3
+        for batch in urgent_steps:
+            assert all(seq != seq_of["calm"] for _, _, seq, _ in batch), batch
+        assert any(seq == seq_of["calm"] and pos >= plen for b in core.batches for _, pos, seq, _ in b)
+    finally:
+        engine.close()
+
+
+def test_a_speculative_prefill_never_shares_a_step_with_a_generation() -> None:
+    # On a CPU the model is compute-bound: a speculation's tokens in a step would slow the reply
+    # being decoded, so it only fills steps that carry nothing else.
+    core = FakeBatch()
+    engine = BatchedEngine(core, model="fake", ahead=64, prefill_chunk=4)  # type: ignore[arg-type]
+    gate = threading.Event()
+    core.gate = gate
+    try:
+
+        async def main() -> tuple[str, int]:
+            hold = asyncio.ensure_future(engine.prefill("other", [SYSTEM, Message("user", "Hm")]))
+            await until(lambda: engine.stats().busy > 0)
+            talk = asyncio.ensure_future(ask(engine, "talk", messages("Q0?"), urgent_tokens=0))
+            await until(lambda: engine.stats().waiting == 1)
+            spec = asyncio.ensure_future(engine.prefill("spec", [SYSTEM, Message("user", "Something else entirely, at length")]))
+            gate.set()
+            await hold
+            return await talk, await spec
+
+        answer_, _ = asyncio.run(main())
+        assert answer_ == reply_for(messages("Q0?"))
+        talk_seq = dict(engine.seq_history)["talk"]
+        plen = len(core.render.prompt_tokens(messages("Q0?"), ()))
+        replying = [b for b in core.batches if any(seq == talk_seq and pos >= plen for _, pos, seq, _ in b)]
+        mixed = [b for b in replying if len({seq for _, _, seq, _ in b}) > 1]
+        assert mixed == []
+        others = [b for b in core.batches if all(seq != talk_seq for _, _, seq, _ in b)]
+        assert others and max(len(b) for b in others[1:]) <= 4  # the speculation, 4 tokens a step
+    finally:
+        engine.close()
+
+
 def test_a_consumer_that_stops_reading_stops_its_decoding() -> None:
     core = FakeBatch()
     ahead = 1

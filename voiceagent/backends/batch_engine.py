@@ -16,15 +16,15 @@ only the rest.  When the KV cache is full, idle sequences are dropped least rece
 
 **Steps.**  One thread runs the steps.  Each step decodes, in one batch of at most ``batch``
 tokens: the pending token of every generating sequence that is not too far ahead of its
-consumer (urgent ones first: a generation whose first clause someone waits for, in admission
-order; then the least served), and then prompt tokens (chunked prefill: real turns in admission
-order, then the start-up prime, then speculative prefills, which run only while no turn's prompt
-is pending and no first clause is being decoded).  While an urgent generation is decoding, a
-step carries at most ``chunk`` prompt tokens, so a long new prompt does not stall first clauses
-(a step of 64 prompt tokens of the 1.5B took ~200 ms: a first clause of 6 tokens took 4 times
-as long as on the pool in the concurrency benchmark).  A generation decodes at most
-``ahead`` tokens past what its consumer has taken (``urgent_tokens`` while urgent): a consumer
-that pauses pauses its decoding too.
+consumer (while any generation is urgent, one whose first clause someone waits for, only the
+urgent ones, in admission order; otherwise the least served first), and then prompt tokens
+(chunked prefill: real turns in admission order, then the start-up prime, then speculative
+prefills, which run only in a step that carries nothing else, at most ``prefill_chunk`` tokens
+of them).  While an urgent generation is decoding, a step carries at most ``chunk`` prompt
+tokens, so a long new prompt does not stall first clauses (a step of 64 prompt tokens of the
+1.5B took ~200 ms: a first clause of 6 tokens took 4 times as long as on the pool in the
+concurrency benchmark).  A generation decodes at most ``ahead`` tokens past what its consumer
+has taken (``urgent_tokens`` while urgent): a consumer that pauses pauses its decoding too.
 
 **End of sentence.**  With ``on_end_probability``, the logits at the end of the user's words
 (final punctuation left out) are taken in the same pass as the prompt, when those words'
@@ -165,6 +165,7 @@ class BatchedEngine:
         call_bias: float = 0.0,
         ahead: int = 8,
         chunk: int = 16,
+        prefill_chunk: int = 64,
     ) -> None:
         self.core = core
         self.name = name
@@ -176,6 +177,7 @@ class BatchedEngine:
         self._call_bias = call_bias
         self._ahead = ahead
         self._chunk = chunk
+        self._prefill_chunk = prefill_chunk
         self._render = core.render
         self._seqs = [_Seq(i) for i in range(core.sequences)]
         self._cond = threading.Condition()
@@ -576,12 +578,16 @@ class BatchedEngine:
             if job.produced - job.consumed < ahead:
                 decoding.append((not urgent, job.order if urgent else job.produced, job))
         decoding.sort(key=lambda t: (t[0], t[1]))
+        urgent_now = any(not later for later, _, _ in decoding)
+        if urgent_now:
+            # Only the urgent ones: on two cores the model is compute-bound (each token of a step
+            # cost ~22 ms in the long soak), and a first clause waits for each of its steps.
+            decoding = [d for d in decoding if not d[0]]
         plan: list[tuple[Entry, _Job, int]] = []
         for _, _, job in decoding[:size]:
             assert job.seq is not None and job.token is not None
             plan.append((Entry(job.token, len(job.seq.tokens), job.seq.id, True), job, _NEXT))
         budget = size - len(plan)
-        urgent_now = any(not later for later, _, _ in decoding)
         if urgent_now:
             budget = min(budget, self._chunk)
         prompts = sorted(
@@ -589,8 +595,14 @@ class BatchedEngine:
         )
         turn_waits = any(j.kind == _TURN for j in prompts)
         for job in prompts:
-            if budget <= 0 or (job.kind == _PREFILL and (turn_waits or urgent_now) and not job.promoted):
+            speculative = job.kind == _PREFILL and not job.promoted
+            # A speculation only fills an otherwise idle engine, a few tokens a step: on a CPU the
+            # model is compute-bound, so its tokens would slow every other step, and a turn that
+            # arrives meanwhile waits for the step in progress.
+            if budget <= 0 or (speculative and (turn_waits or plan)):
                 break
+            if speculative:
+                budget = min(budget, self._prefill_chunk)
             assert job.seq is not None
             start = len(job.seq.tokens)
             end = min(len(job.prompt), start + budget)
