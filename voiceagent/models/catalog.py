@@ -42,7 +42,7 @@ __all__ = [
     "unpack",
 ]
 
-_KINDS = ("vad", "stt", "turn", "llm", "tts")
+_KINDS = ("vad", "stt", "turn", "llm", "tts", "embed")
 
 
 @dataclass(frozen=True)

@@ -54,7 +54,7 @@ ONNX_INPUTS = {
 
 def check(kind: str, path: Path, label: str) -> None:
     """Raise a one-line :class:`ModelError` unless ``path`` is the kind of model ``kind``'s
-    backend loads (``vad``, ``stt``, ``turn``, ``llm`` or ``tts``)."""
+    backend loads (``vad``, ``stt``, ``turn``, ``llm``, ``tts`` or ``embed``)."""
     if not path.exists():
         raise ModelError(f"{label}: {path} does not exist")
     if kind == "stt":
@@ -64,8 +64,19 @@ def check(kind: str, path: Path, label: str) -> None:
     elif kind == "tts":
         _check_onnx(path, label, "tts", "a Piper voice (.onnx with its .onnx.json beside it)")
         _check_piper_json(path, label)
+    elif kind == "embed":
+        _check_embedder(path, label)
     else:
         _check_onnx(path, label, kind, "an ONNX model (.onnx)")
+
+
+def _check_embedder(path: Path, label: str) -> None:
+    want = "a sentence-transformers BERT folder (config.json, tokenizer.json, model.safetensors, sentence_bert_config.json)"
+    if not path.is_dir():
+        raise ModelError(f"{label}: {path} is a file; the embedding model needs {want}")
+    missing = {"config.json", "tokenizer.json", "model.safetensors", "sentence_bert_config.json"} - {p.name for p in path.iterdir()}
+    if missing:
+        raise ModelError(f"{label}: {path} lacks {', '.join(sorted(missing))}; the embedding model needs {want}")
 
 
 def _check_whisper(path: Path, label: str) -> None:

@@ -62,7 +62,14 @@ __all__ = [
 
 Origin = Literal["catalog", "path", "hub"]
 
-SETTINGS = {"vad": "vad.model", "stt": "stt.model", "turn": "turn.model", "llm": "llm.model", "tts": "tts.model"}
+SETTINGS = {
+    "vad": "vad.model",
+    "stt": "stt.model",
+    "turn": "turn.model",
+    "llm": "llm.model",
+    "tts": "tts.model",
+    "embed": "the semantic cache's embedding model",
+}
 """The setting that names each kind's model (the fallback LLM's is ``llm.fallback_model``)."""
 
 PIPER_VOICES = "rhasspy/piper-voices"
@@ -135,6 +142,7 @@ def origin_of(kind: str, value: str) -> Origin:
         "stt": "a faster-whisper name (tiny.en, small, large-v3-turbo...) or ORG/REPO",
         "llm": "ORG/REPO:FILE.gguf or ORG/REPO:QUANT",
         "tts": "a Piper voice name (en_US-lessac-medium) or ORG/REPO:FILE.onnx",
+        "embed": "ORG/REPO of a sentence-transformers BERT model",
     }.get(kind, "ORG/REPO:FILE.onnx")
     raise ModelError(f"unknown {kind} model {value!r}: not a catalog name ({', '.join(names)}), an existing path, or a hub id ({forms})")
 

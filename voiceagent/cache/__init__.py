@@ -1,0 +1,1 @@
+"""The semantic reply cache: answers reused across the conversations of one deployment."""
