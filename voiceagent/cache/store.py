@@ -1,7 +1,7 @@
 """A semantic reply cache's entries: question embeddings, their replies, LRU and time-to-live.
 
 An entry holds the user's question (its transcript and its unit-length embedding), the reply's
-text and its audio at the pipeline rate, and the *scope* it was made in: a hash of everything
+text and its clauses with their synthesized audio, and the *scope* it was made in: a hash of everything
 besides the question that decides the answer (the instructions, the tools, the LLM model, the
 voice).  A lookup only considers entries of its own scope, so two deployments (or two sessions
 with different instructions) never share answers.
@@ -30,16 +30,7 @@ import numpy.typing as npt
 
 from voiceagent.text.question_match import mismatch
 
-__all__ = ["EMBED_MODEL", "THRESHOLD", "CacheEntry", "Lookup", "ReplyStore", "scope_of"]
-
-EMBED_MODEL = "all-minilm-l6-v2"
-"""The catalog's sentence-embedding model that keys the cache."""
-
-THRESHOLD = 0.58
-"""The cosine similarity a hit needs besides the lexical guards: the highest that loses none of
-the paraphrases of scripts/eval_cache_pairs.toml that the guards let through ("Thank you." /
-"Thanks a lot." score 0.586); the guards alone refuse all 48 near misses there
-(scripts/eval_cache.py, docs/bench/cache/cache_eval.json)."""
+__all__ = ["CacheEntry", "CachedClause", "Lookup", "ReplyStore", "scope_of"]
 
 
 def scope_of(**parts: Any) -> str:
@@ -49,14 +40,22 @@ def scope_of(**parts: Any) -> str:
     return hashlib.sha256(blob).hexdigest()[:24]
 
 
+@dataclass(frozen=True)
+class CachedClause:
+    """One clause of a stored reply: its text and its audio (mono int16 at ``rate``)."""
+
+    text: str
+    pcm: npt.NDArray[np.int16]
+    rate: int
+
+
 @dataclass
 class CacheEntry:
     scope: str
     question: str
     vector: npt.NDArray[np.float32]
     reply: str
-    audio: npt.NDArray[np.int16]
-    """The reply's audio at the pipeline rate (mono int16)."""
+    clauses: tuple[CachedClause, ...]
     created: float
     hits: int = 0
 
@@ -113,10 +112,12 @@ class ReplyStore:
             first_reason = first_reason or reason
         return Lookup(None, top, first_reason, best.question)
 
-    def add(self, scope: str, question: str, vector: npt.NDArray[np.float32], reply: str, audio: npt.NDArray[np.int16]) -> CacheEntry:
+    def add(
+        self, scope: str, question: str, vector: npt.NDArray[np.float32], reply: str, clauses: Sequence[CachedClause] = ()
+    ) -> CacheEntry:
         """Store a reply; the least recently used entries go past ``max_entries``."""
         self._expire()
-        entry = CacheEntry(scope, question, np.asarray(vector, dtype=np.float32), reply, audio, self.clock())
+        entry = CacheEntry(scope, question, np.asarray(vector, dtype=np.float32), reply, tuple(clauses), self.clock())
         self._ids += 1
         self._entries[self._ids] = entry
         while len(self._entries) > self.max_entries:
