@@ -182,6 +182,8 @@ class Session:
             LlmOptions.from_config(cfg.llm),
         )
         replies.connect(llm_in, play_in, self.llm.prefill)
+        if self._engines.cache is not None:
+            replies.on_completed = self.llm.completed
         self.tts = TtsStage(
             ctx,
             tts_in,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from voiceagent.cache.store import ReplyStore, scope_of
+from voiceagent.cache.store import CachedClause, ReplyStore, scope_of
 
 
 def unit(*xs: float) -> npt.NDArray[np.float32]:
@@ -87,3 +87,12 @@ def test_the_scope_hash_covers_every_part() -> None:
     assert scope_of(**base) == scope_of(**dict(reversed(list(base.items()))))
     for key, other in (("instructions", "Be long."), ("tools", ["get_time"]), ("model", "qwen2.5-1.5b"), ("voice", "amy")):
         assert scope_of(**(base | {key: other})) != scope_of(**base)
+
+
+def test_stored_audio_is_bounded_in_bytes() -> None:
+    s = ReplyStore(threshold=0.9, ttl_s=60.0, max_entries=10, max_bytes=3000)
+    second = CachedClause("x", np.zeros(1000, dtype=np.int16), 16000)  # 2000 bytes each
+    s.add("A", "Hello.", unit(1, 0, 0), "Hi!", [second])
+    s.add("A", "Where is the exit?", unit(0, 1, 0), "Behind you.", [second])
+    assert len(s) == 1 and s.nbytes == 2000
+    assert s.lookup("A", "Where is the exit?", unit(0, 1, 0)).entry is not None

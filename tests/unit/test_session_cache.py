@@ -20,7 +20,7 @@ from voiceagent.pipeline.scheduler import PriorityExecutor
 from voiceagent.tools.spec import ToolCall
 
 from .fakes import FakeEngines, FakeLlm, FakeStt, FakeTurn
-from .test_session import MakeFakes, Run, make_config, running, say_turn, tokens
+from .test_session import MakeFakes, Run, barge_in_fakes, barge_in_scenario, make_config, running, say_turn, tokens
 
 
 def embed(texts: Sequence[str]) -> npt.NDArray[np.float32]:
@@ -106,5 +106,27 @@ def test_a_reply_that_called_a_tool_is_not_stored(run: Run, make_fakes: MakeFake
             await say_turn(a)
             await log_a.wait_type(ResponseDone)
         assert len(cache.store) == 0
+
+    run(main(), 20)
+
+
+def test_a_reply_cut_by_a_barge_in_is_not_stored(run: Run, make_fakes: MakeFakes, cache: SemanticCache) -> None:
+    # The first reply is cut after 750 ms of playback (its synthesis had finished long before).
+    fakes = with_cache(barge_in_fakes(make_fakes), cache)
+    r = run(barge_in_scenario(fakes), 20)
+    assert r.cancelled.status.value == "cancelled"
+    assert cache.lookups == {"empty": 1}  # the first question only; "stop please" is not a first question
+    assert len(cache.store) == 0
+
+
+def test_a_failing_lookup_is_a_miss_and_the_engine_answers(run: Run, make_fakes: MakeFakes, cache: SemanticCache) -> None:
+    cache.executor.shutdown(wait=True)  # every embedding now raises RuntimeError
+    fakes = with_cache(make_fakes(stt=FakeStt(default="when do you close"), llm=FakeLlm([tokens("At six.")]), turn=FakeTurn(0.9)), cache)
+
+    async def main() -> None:
+        async with running(fakes, make_config(), session_id="sess_a") as (a, log_a):
+            await say_turn(a)
+            _, done = await log_a.wait_type(ResponseDone)
+            assert done.status.value == "completed" and done.text == "At six."
 
     run(main(), 20)

@@ -187,7 +187,12 @@ def _semantic_cache(config: Config) -> SemanticCache:
 
     model = MiniLm(resolve("embed", config.cache.embed_model, config.cache_path, setting="cache.embed_model").path)
     model.embed(["Hello."])  # the first call pays for numpy's buffers: not a caller's turn
-    store = ReplyStore(threshold=config.cache.threshold, ttl_s=config.cache.ttl_s, max_entries=config.cache.max_entries)
+    store = ReplyStore(
+        threshold=config.cache.threshold,
+        ttl_s=config.cache.ttl_s,
+        max_entries=config.cache.max_entries,
+        max_bytes=config.cache.max_mb * 2**20,
+    )
     return SemanticCache(model.embed, model.executor, store, config.cache.max_temperature)
 
 

@@ -9,7 +9,8 @@ with different instructions) never share answers.
 A lookup hits when the best entry of the scope has a cosine similarity of at least
 ``threshold`` with the question **and** the two questions pass the lexical guards of
 :mod:`voiceagent.text.question_match` (the same numbers, negation, names, content words).
-Expired entries are dropped when met; past ``max_entries`` the least recently used goes.
+Expired entries are dropped when met; past ``max_entries``, or past ``max_bytes`` of audio, the
+least recently used go.
 
 Not thread-safe: one owner (the event loop) calls it; lookups are a matrix-vector product over
 the scope's entries (a few thousand at most: well under a millisecond).
@@ -59,6 +60,10 @@ class CacheEntry:
     created: float
     hits: int = 0
 
+    @property
+    def nbytes(self) -> int:
+        return sum(c.pcm.nbytes for c in self.clauses)
+
 
 @dataclass(frozen=True)
 class Lookup:
@@ -76,9 +81,11 @@ class ReplyStore:
     threshold: float
     ttl_s: float
     max_entries: int
+    max_bytes: int = 128 * 2**20
     clock: Callable[[], float] = time.monotonic
     _entries: OrderedDict[int, CacheEntry] = field(default_factory=OrderedDict)
     _ids: int = 0
+    _bytes: int = 0
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -115,14 +122,20 @@ class ReplyStore:
     def add(
         self, scope: str, question: str, vector: npt.NDArray[np.float32], reply: str, clauses: Sequence[CachedClause] = ()
     ) -> CacheEntry:
-        """Store a reply; the least recently used entries go past ``max_entries``."""
+        """Store a reply; the least recently used entries go past ``max_entries`` or ``max_bytes``."""
         self._expire()
         entry = CacheEntry(scope, question, np.asarray(vector, dtype=np.float32), reply, tuple(clauses), self.clock())
         self._ids += 1
         self._entries[self._ids] = entry
-        while len(self._entries) > self.max_entries:
-            self._entries.popitem(last=False)
+        self._bytes += entry.nbytes
+        while len(self._entries) > self.max_entries or (self._bytes > self.max_bytes and len(self._entries) > 1):
+            self._bytes -= self._entries.popitem(last=False)[1].nbytes
         return entry
+
+    @property
+    def nbytes(self) -> int:
+        """The audio held, in bytes."""
+        return self._bytes
 
     def questions(self, scope: str) -> Sequence[str]:
         return [e.question for e in self._entries.values() if e.scope == scope]
@@ -130,4 +143,4 @@ class ReplyStore:
     def _expire(self) -> None:
         now = self.clock()
         for key in [k for k, e in self._entries.items() if now - e.created > self.ttl_s]:
-            del self._entries[key]
+            self._bytes -= self._entries.pop(key).nbytes

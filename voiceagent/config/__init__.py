@@ -510,6 +510,9 @@ class CacheConfig:
     """How long a reply stays reusable."""
     max_entries: int = 2000
     """Past this many replies, the least recently used goes."""
+    max_mb: int = 128
+    """Past this much stored audio (MiB), the least recently used replies go: a reply of 5 s at
+    22,050 Hz holds about 220 KB, so the default keeps about 600 of them."""
     max_temperature: float = 0.7
     """Replies sampled hotter than this are not stored: the deployment wants variety."""
 
@@ -517,6 +520,7 @@ class CacheConfig:
         _check(0.0 < self.threshold <= 1.0, "cache.threshold", "must be > 0 and <= 1")
         _check(self.ttl_s > 0, "cache.ttl_s", "must be > 0")
         _check(self.max_entries >= 1, "cache.max_entries", "must be >= 1")
+        _check(self.max_mb >= 1, "cache.max_mb", "must be >= 1")
         _check(0.0 <= self.max_temperature <= 2.0, "cache.max_temperature", "must be 0..2")
 
 
