@@ -3,7 +3,7 @@
 
 The pairs (``scripts/eval_cache_pairs.toml``): ``hit`` pairs ask the same thing in other words,
 ``miss`` pairs are near misses that want another answer.  Each pair is embedded with the catalog's
-embedding model (``voiceagent.cache.store.EMBED_MODEL``, run by
+embedding model (``cache.embed_model``, run by
 :class:`voiceagent.backends.minilm.MiniLm`), and for thresholds from 0.30 to 0.99 the script
 counts the pairs that would hit: with the cosine alone, and with the cosine and the lexical
 guards (:mod:`voiceagent.text.question_match`), as the cache decides.  ``precision`` = right
@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from voiceagent.backends.minilm import MiniLm  # noqa: E402
-from voiceagent.cache.store import EMBED_MODEL  # noqa: E402
+from voiceagent.config import CacheConfig  # noqa: E402
 from voiceagent.models.source import resolve  # noqa: E402
 from voiceagent.text.question_match import mismatch  # noqa: E402
 
@@ -60,7 +60,7 @@ def main() -> int:
     args = ap.parse_args()
     sets = tomllib.loads(PAIRS.read_text())
     pairs = [(a, b, True) for a, b in sets["hit"]] + [(a, b, False) for a, b in sets["miss"]]
-    model = MiniLm(resolve("embed", EMBED_MODEL).path)
+    model = MiniLm(resolve("embed", CacheConfig().embed_model).path)
     texts = sorted({t for a, b, _ in pairs for t in (a, b)})
     vectors = dict(zip(texts, model.embed(texts), strict=True))
     truth = [same for _, _, same in pairs]
@@ -82,7 +82,7 @@ def main() -> int:
         model.embed([text])
         samples.append(time.perf_counter() - t0)
     report: dict[str, Any] = {
-        "model": EMBED_MODEL,
+        "model": CacheConfig().embed_model,
         "pairs": {"hit": len(sets["hit"]), "miss": len(sets["miss"])},
         "lowest_safe_threshold": min(s["threshold"] for s in safe),
         "chosen_threshold": chosen,

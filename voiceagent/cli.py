@@ -89,6 +89,8 @@ def _configured_models(config: Config) -> dict[str, str]:
     if config.llm.fallback_backend == "llama_cpp":
         keys.setdefault(f"llm.{config.llm.fallback_model}", "llm.fallback_model")
     keys[f"tts.{config.tts.model}"] = "tts.model"
+    if config.cache.semantic:
+        keys[f"embed.{config.cache.embed_model}"] = "cache.embed_model"
     return keys
 
 
@@ -104,6 +106,8 @@ def _model_settings(config: Config) -> dict[str, tuple[str, str]]:
     if config.llm.fallback_backend == "llama_cpp":
         settings["llm.fallback_model"] = ("llm", config.llm.fallback_model)
     settings["tts.model"] = ("tts", config.tts.model)
+    if config.cache.semantic:
+        settings["cache.embed_model"] = ("embed", config.cache.embed_model)
     return settings
 
 

@@ -231,10 +231,14 @@ class LlmUsage(ResponseEvent):
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Clause(ResponseEvent):
-    """LLM → TTS: a speakable piece of the reply, in order; ``index`` counts from 0."""
+    """LLM → TTS: a speakable piece of the reply, in order; ``index`` counts from 0.  ``audio``
+    (mono int16 at ``rate``): the clause already spoken, from the semantic cache; the TTS stage
+    passes it on instead of synthesizing."""
 
     text: str
     index: int
+    audio: Int16Array | None = None
+    rate: int = 0
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -176,15 +176,26 @@ class Session:
                 tts_first_audio=first_audio,
                 first_token=first_token,
                 sentence_end=self.turn.sentence_end if cfg.turn.text_threshold > 0 else None,
+                cache=self._engines.cache,
+                on_cache=self.metrics.observe_cache,
             ),
             LlmOptions.from_config(cfg.llm),
         )
         replies.connect(llm_in, play_in, self.llm.prefill)
+        if self._engines.cache is not None:
+            replies.on_completed = self.llm.completed
         self.tts = TtsStage(
             ctx,
             tts_in,
             play_in,
-            TtsPorts(self._engines.tts, settings, first_audio=first_audio, speaks=replies.speaks, voices=self._engines.voice),
+            TtsPorts(
+                self._engines.tts,
+                settings,
+                first_audio=first_audio,
+                speaks=replies.speaks,
+                voices=self._engines.voice,
+                spoken=self.llm.spoken if self._engines.cache is not None else None,
+            ),
         )
         self.playout = PlayoutStage(ctx, play_in, cfg.playout.lead_ms, cfg.playout.chunk_ms)
         for stage in (self.vad, self.stt, self.turn, self.llm, self.tts, self.playout):

@@ -1,21 +1,33 @@
-"""The semantic cache's key with the real embedding model: all-MiniLM-L6-v2 as the catalog ships
-it, run by voiceagent.backends.minilm, against sentence-transformers' own output, and near-miss
-questions against the shipped threshold."""
+"""The semantic cache with the real embedding model: all-MiniLM-L6-v2 as the catalog ships it, run
+by voiceagent.backends.minilm, against sentence-transformers' own output; near-miss questions
+against the shipped threshold; and two conversations through the real server, where the second
+asks what the first asked."""
 
 from __future__ import annotations
 
+import asyncio
+import base64
+import dataclasses
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
+from websockets.asyncio.client import connect
 
+from tests.integration.rt_client import Recorder, scrape, send_paced, wire_audio
+from tests.profile import profile_config
 from voiceagent.backends.minilm import MiniLm
-from voiceagent.cache.store import EMBED_MODEL, THRESHOLD, ReplyStore
+from voiceagent.cache.semantic import SemanticCache
+from voiceagent.cache.store import ReplyStore
+from voiceagent.config import CacheConfig
 from voiceagent.models.source import resolve
+from voiceagent.transports.server import VoiceAgentServer
+
+pytestmark = pytest.mark.models
 
 REFERENCE = Path(__file__).resolve().parent.parent / "data" / "minilm_reference.json"
-AUDIO = np.zeros(160, dtype=np.int16)
 
 NEAR_MISSES = [
     ("What is the capital of Austria?", "What is the capital of Australia?"),
@@ -38,7 +50,7 @@ PARAPHRASES = [
 
 @pytest.fixture(scope="module")
 def model() -> MiniLm:
-    return MiniLm(resolve("embed", EMBED_MODEL).path)
+    return MiniLm(resolve("embed", CacheConfig().embed_model).path)
 
 
 def test_embeddings_match_sentence_transformers(model: MiniLm) -> None:
@@ -58,11 +70,48 @@ def test_one_at_a_time_is_the_same_as_a_batch(model: MiniLm) -> None:
 
 
 def test_near_misses_never_hit_at_the_shipped_threshold_and_paraphrases_do(model: MiniLm) -> None:
-    store = ReplyStore(threshold=THRESHOLD, ttl_s=60.0, max_entries=100)
+    store = ReplyStore(threshold=CacheConfig().threshold, ttl_s=60.0, max_entries=100)
     for i, (a, _) in enumerate(NEAR_MISSES + PARAPHRASES):
-        store.add("scope", a, model.embed([a])[0], f"reply {i}", AUDIO)
+        store.add("scope", a, model.embed([a])[0], f"reply {i}")
     for _, b in NEAR_MISSES:
         found = store.lookup("scope", b, model.embed([b])[0])
         assert found.entry is None, f"{b!r} hit {found.entry.question!r} at {found.similarity:.3f}"
     hits = [store.lookup("scope", b, model.embed([b])[0]) for _, b in PARAPHRASES]
     assert [h.entry.question if h.entry else None for h in hits] == [a for a, _ in PARAPHRASES]
+
+
+def test_a_second_conversation_asking_the_same_is_answered_from_the_cache_by_the_server(
+    engines: Any, model: MiniLm, speech: dict[str, Path], run: Any
+) -> None:
+    cfg = CacheConfig()
+    cache = SemanticCache(model.embed, model.executor, ReplyStore(cfg.threshold, 600.0, 100), cfg.max_temperature)
+    with_cache = dataclasses.replace(engines, cache=cache)
+    config = profile_config({"server.port": "0", "server.max_sessions": "2"})
+
+    async def conversation(url: str) -> tuple[str, str, bytes]:
+        async with connect(url, max_size=None) as ws:
+            rec = Recorder(ws)
+            pump = asyncio.create_task(rec.pump())
+            await rec.wait_for("session.created", 10)
+            await send_paced(ws, wire_audio(speech["weather"], tail_s=1.0))
+            done = await rec.wait_for("response.done", 60)
+            assert done["response"]["status"] == "completed", done
+            heard = (await rec.wait_for("conversation.item.input_audio_transcription.completed", 10))["transcript"]
+            audio = b"".join(base64.b64decode(e["delta"]) for e in rec.of("response.output_audio.delta"))
+            await ws.close()
+            await pump
+            return heard, rec.done(done).text, audio
+
+    async def main() -> tuple[list[tuple[str, str, bytes]], dict[str, float]]:
+        async with VoiceAgentServer(config, with_cache) as server:
+            first = await conversation(server.url)
+            second = await conversation(server.url)
+            return [first, second], await asyncio.to_thread(scrape, server.port)
+
+    (first, second), metrics = run(main(), 180)
+    assert first[0] == second[0], "the same recording, transcribed the same"
+    assert first[1] == second[1] and first[1].strip()
+    assert first[2] == second[2] and len(first[2]) > 0, "the stored audio, not a new synthesis"
+    assert metrics['voiceagent_cache_lookups_total{result="hit"}'] == 1
+    assert metrics['voiceagent_llm_answers_total{engine="cache",reason="hit"}'] == 1
+    assert len(cache.store) == 1

@@ -24,6 +24,8 @@ from voiceagent.backends.fallback import FallbackLlm
 from voiceagent.backends.gpu import check_gpu
 from voiceagent.backends.llm_pool import LlmPool
 from voiceagent.backends.protocols import LlmEngine, LlmRequest, SttBackend, TtsBackend, TurnBackend, VadBackend, example_messages
+from voiceagent.cache.semantic import SemanticCache
+from voiceagent.cache.store import ReplyStore
 from voiceagent.capacity import TurnCost
 from voiceagent.config import Config
 from voiceagent.errors import ConfigError, MissingDependencyError, ModelError, VoiceAgentError
@@ -77,6 +79,8 @@ class Engines:
     load_seconds: dict[str, float] = field(default_factory=dict)
     turn_cost: TurnCost | None = None
     """One turn's critical-path work on this machine, measured by :func:`warm_up` (capacity)."""
+    cache: SemanticCache | None = None
+    """The semantic reply cache (``cache.semantic``), shared by every session; None: off."""
     voices: dict[str, TtsBackend] = field(default_factory=dict)
     """The voice table (``tts.voices``): name → its loaded voice, ``tts`` under the default's name.
     Empty: ``tts`` is the only voice.  One object per model, shared by every session that picks
@@ -88,7 +92,7 @@ class Engines:
 
     def close(self) -> None:
         extra = [v for v in {id(v): v for v in self.voices.values()}.values() if v is not self.tts]
-        for backend in (self.vad, self.stt, self.turn, self.tts, *extra):
+        for backend in (self.vad, self.stt, self.turn, self.tts, self.cache, *extra):
             if backend is not None:
                 backend.executor.shutdown(wait=False, cancel_futures=True)
         self.llm.close()
@@ -106,6 +110,7 @@ def load_engines(config: Config) -> Engines:
         "llm": ("llm.model", config.llm.model),
         "llm_fallback": ("llm.fallback_model", config.llm.fallback_model),
         "tts": ("tts.model", config.tts.model),
+        "embed": ("cache.embed_model", config.cache.embed_model),
     }
 
     def timed(name: str, factory: Any, *args: Any) -> Any:
@@ -171,7 +176,24 @@ def load_engines(config: Config) -> Engines:
     for voice in by_model.values():
         if hasattr(voice, "contended"):
             voice.contended = busy_besides("tts")
-    return Engines(vad=vad, stt=stt, turn=turn, llm=llm, tts=tts, load_seconds=timings, voices=voices)
+    cache_ = timed("embed", _semantic_cache, config) if config.cache.semantic else None
+    return Engines(vad=vad, stt=stt, turn=turn, llm=llm, tts=tts, load_seconds=timings, voices=voices, cache=cache_)
+
+
+def _semantic_cache(config: Config) -> SemanticCache:
+    """The semantic reply cache of ``config.cache``, its embedding model loaded and run once."""
+    from voiceagent.backends.minilm import MiniLm
+    from voiceagent.models.source import resolve
+
+    model = MiniLm(resolve("embed", config.cache.embed_model, config.cache_path, setting="cache.embed_model").path)
+    model.embed(["Hello."])  # the first call pays for numpy's buffers: not a caller's turn
+    store = ReplyStore(
+        threshold=config.cache.threshold,
+        ttl_s=config.cache.ttl_s,
+        max_entries=config.cache.max_entries,
+        max_bytes=config.cache.max_mb * 2**20,
+    )
+    return SemanticCache(model.embed, model.executor, store, config.cache.max_temperature)
 
 
 def load_llm(config: Config, timed: Callable[..., Any] | None = None) -> tuple[LlmEngine, list[LlmPool | BatchedEngine]]:

@@ -1,7 +1,7 @@
 """A semantic reply cache's entries: question embeddings, their replies, LRU and time-to-live.
 
 An entry holds the user's question (its transcript and its unit-length embedding), the reply's
-text and its audio at the pipeline rate, and the *scope* it was made in: a hash of everything
+text and its clauses with their synthesized audio, and the *scope* it was made in: a hash of everything
 besides the question that decides the answer (the instructions, the tools, the LLM model, the
 voice).  A lookup only considers entries of its own scope, so two deployments (or two sessions
 with different instructions) never share answers.
@@ -9,7 +9,8 @@ with different instructions) never share answers.
 A lookup hits when the best entry of the scope has a cosine similarity of at least
 ``threshold`` with the question **and** the two questions pass the lexical guards of
 :mod:`voiceagent.text.question_match` (the same numbers, negation, names, content words).
-Expired entries are dropped when met; past ``max_entries`` the least recently used goes.
+Expired entries are dropped when met; past ``max_entries``, or past ``max_bytes`` of audio, the
+least recently used go.
 
 Not thread-safe: one owner (the event loop) calls it; lookups are a matrix-vector product over
 the scope's entries (a few thousand at most: well under a millisecond).
@@ -30,16 +31,7 @@ import numpy.typing as npt
 
 from voiceagent.text.question_match import mismatch
 
-__all__ = ["EMBED_MODEL", "THRESHOLD", "CacheEntry", "Lookup", "ReplyStore", "scope_of"]
-
-EMBED_MODEL = "all-minilm-l6-v2"
-"""The catalog's sentence-embedding model that keys the cache."""
-
-THRESHOLD = 0.58
-"""The cosine similarity a hit needs besides the lexical guards: the highest that loses none of
-the paraphrases of scripts/eval_cache_pairs.toml that the guards let through ("Thank you." /
-"Thanks a lot." score 0.586); the guards alone refuse all 48 near misses there
-(scripts/eval_cache.py, docs/bench/cache/cache_eval.json)."""
+__all__ = ["CacheEntry", "CachedClause", "Lookup", "ReplyStore", "scope_of"]
 
 
 def scope_of(**parts: Any) -> str:
@@ -49,16 +41,28 @@ def scope_of(**parts: Any) -> str:
     return hashlib.sha256(blob).hexdigest()[:24]
 
 
+@dataclass(frozen=True)
+class CachedClause:
+    """One clause of a stored reply: its text and its audio (mono int16 at ``rate``)."""
+
+    text: str
+    pcm: npt.NDArray[np.int16]
+    rate: int
+
+
 @dataclass
 class CacheEntry:
     scope: str
     question: str
     vector: npt.NDArray[np.float32]
     reply: str
-    audio: npt.NDArray[np.int16]
-    """The reply's audio at the pipeline rate (mono int16)."""
+    clauses: tuple[CachedClause, ...]
     created: float
     hits: int = 0
+
+    @property
+    def nbytes(self) -> int:
+        return sum(c.pcm.nbytes for c in self.clauses)
 
 
 @dataclass(frozen=True)
@@ -77,9 +81,11 @@ class ReplyStore:
     threshold: float
     ttl_s: float
     max_entries: int
+    max_bytes: int = 128 * 2**20
     clock: Callable[[], float] = time.monotonic
     _entries: OrderedDict[int, CacheEntry] = field(default_factory=OrderedDict)
     _ids: int = 0
+    _bytes: int = 0
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -113,15 +119,23 @@ class ReplyStore:
             first_reason = first_reason or reason
         return Lookup(None, top, first_reason, best.question)
 
-    def add(self, scope: str, question: str, vector: npt.NDArray[np.float32], reply: str, audio: npt.NDArray[np.int16]) -> CacheEntry:
-        """Store a reply; the least recently used entries go past ``max_entries``."""
+    def add(
+        self, scope: str, question: str, vector: npt.NDArray[np.float32], reply: str, clauses: Sequence[CachedClause] = ()
+    ) -> CacheEntry:
+        """Store a reply; the least recently used entries go past ``max_entries`` or ``max_bytes``."""
         self._expire()
-        entry = CacheEntry(scope, question, np.asarray(vector, dtype=np.float32), reply, audio, self.clock())
+        entry = CacheEntry(scope, question, np.asarray(vector, dtype=np.float32), reply, tuple(clauses), self.clock())
         self._ids += 1
         self._entries[self._ids] = entry
-        while len(self._entries) > self.max_entries:
-            self._entries.popitem(last=False)
+        self._bytes += entry.nbytes
+        while len(self._entries) > self.max_entries or (self._bytes > self.max_bytes and len(self._entries) > 1):
+            self._bytes -= self._entries.popitem(last=False)[1].nbytes
         return entry
+
+    @property
+    def nbytes(self) -> int:
+        """The audio held, in bytes."""
+        return self._bytes
 
     def questions(self, scope: str) -> Sequence[str]:
         return [e.question for e in self._entries.values() if e.scope == scope]
@@ -129,4 +143,4 @@ class ReplyStore:
     def _expire(self) -> None:
         now = self.clock()
         for key in [k for k, e in self._entries.items() if now - e.created > self.ttl_s]:
-            del self._entries[key]
+            self._bytes -= self._entries.pop(key).nbytes

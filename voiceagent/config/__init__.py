@@ -30,6 +30,7 @@ __all__ = [
     "DEFAULT_EXAMPLES",
     "DEFAULT_INSTRUCTIONS",
     "GpuConfig",
+    "CacheConfig",
     "Config",
     "LLM_QUANTS",
     "LlmConfig",
@@ -492,6 +493,38 @@ class ToolsConfig:
 
 
 @dataclass(frozen=True)
+class CacheConfig:
+    semantic: bool = False
+    """The semantic reply cache (voiceagent/cache): a conversation's first question, close in
+    meaning to one already answered in the same deployment (the same instructions, tools, model
+    and voice), is answered with that reply's text and audio, without the LLM or the TTS.  Off by
+    default (``--set cache.semantic=true``)."""
+    embed_model: str = "all-minilm-l6-v2"
+    """The sentence-embedding model that keys the cache (a catalog name or a folder)."""
+    threshold: float = 0.58
+    """The cosine similarity a hit needs besides the lexical guards (voiceagent/text/
+    question_match.py): the highest that loses none of the paraphrases of
+    scripts/eval_cache_pairs.toml that the guards let through; the guards alone refuse all its
+    near misses (scripts/eval_cache.py, docs/reports/semantic-cache-2026-11-26.md)."""
+    ttl_s: float = 3600.0
+    """How long a reply stays reusable."""
+    max_entries: int = 2000
+    """Past this many replies, the least recently used goes."""
+    max_mb: int = 128
+    """Past this much stored audio (MiB), the least recently used replies go: a reply of 5 s at
+    22,050 Hz holds about 220 KB, so the default keeps about 600 of them."""
+    max_temperature: float = 0.7
+    """Replies sampled hotter than this are not stored: the deployment wants variety."""
+
+    def __post_init__(self) -> None:
+        _check(0.0 < self.threshold <= 1.0, "cache.threshold", "must be > 0 and <= 1")
+        _check(self.ttl_s > 0, "cache.ttl_s", "must be > 0")
+        _check(self.max_entries >= 1, "cache.max_entries", "must be >= 1")
+        _check(self.max_mb >= 1, "cache.max_mb", "must be >= 1")
+        _check(0.0 <= self.max_temperature <= 2.0, "cache.max_temperature", "must be 0..2")
+
+
+@dataclass(frozen=True)
 class GpuConfig:
     speech_vram_mb: int = 3072
     """GPU memory kept for the speech models on the device (Whisper, turn, TTS, their CUDA
@@ -513,6 +546,7 @@ class Config:
     playout: PlayoutConfig = field(default_factory=PlayoutConfig)
     gpu: GpuConfig = field(default_factory=GpuConfig)
     tools: ToolsConfig = field(default_factory=ToolsConfig)
+    cache: CacheConfig = field(default_factory=CacheConfig)
     profile: str = "auto"
     """A named set of settings (voiceagent.config.profiles): ``fast``, ``balanced`` or ``quality`` (the
     CPU stack's models, from quickest to best answers) or ``gpu``.  ``auto``: at start-up, the most

@@ -152,6 +152,9 @@ class ReplyController:
         self._llm_in: Channel[Event] | None = None
         self._play_in: Channel[Event] | None = None
         self._heard: Callable[[str], None] | None = None
+        self.on_completed: Callable[[int], None] | None = None
+        """Told the generation of each reply that ended ``completed`` (heard to its end), not
+        out of band (the semantic cache stores only those)."""
         self._quiet = asyncio.Event()  # set while no response is active
         self._quiet.set()
         self._builtin = BuiltinTools(wall_clock) if config.tools.builtin else None
@@ -846,6 +849,8 @@ class ReplyController:
         await self._observe(reply, status, reason, now)
         if status is ResponseStatus.COMPLETED and not reply.out_of_band:
             self._arm_idle(reply)
+            if self.on_completed is not None:
+                self.on_completed(reply.gen)
         if reply.answer_after and status is ResponseStatus.COMPLETED and self.active_response_id is None:
             # A built-in or MCP tool has answered: say what it found (as a client would ask,
             # response.create).  No further calls in that answer: a small model may call the same

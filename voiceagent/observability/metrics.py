@@ -110,6 +110,12 @@ class Metrics:
             ["engine", "reason"],
             registry=r,
         )
+        self._cache = Counter(
+            "voiceagent_cache_lookups",
+            "semantic cache lookups by result: hit, or why not (empty, below_threshold, or the lexical guard that refused)",
+            ["result"],
+            registry=r,
+        )
         self._tokens = Counter(
             "voiceagent_llm_turn_tokens",
             "tokens of the replies, by engine and kind (prompt, reused, generated)",
@@ -165,6 +171,10 @@ class Metrics:
                 self._spans.labels(name).observe(ms / 1000.0)
         if llm_queue_ms is not None:
             self._llm_queue.observe(llm_queue_ms / 1000.0)
+
+    def observe_cache(self, result: str) -> None:
+        """Count one semantic cache lookup by its result."""
+        self._cache.labels(result).inc()
 
     def observe_llm_route(self, route: tuple[str, str]) -> None:
         """Count one reply by (the LLM engine that answered it, why)."""

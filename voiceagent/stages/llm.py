@@ -23,6 +23,15 @@ likely the user's sentence is to end where their words end
 engine or fails: with None when the first piece (or the end) comes first, as from an engine that
 cannot tell.  A cancelled answer is told nothing (its turn was retracted).
 
+Semantic cache (``ports.cache``): a conversation's first question (no assistant message in its
+prompt), at a temperature no hotter than the cache's limit, is looked up before the engine is
+asked.  A hit answers from the cache: its clauses go on with their audio (the TTS stage passes
+them through), routed as ``cache``/``hit``, and the engine is never asked.  A miss is answered by
+the engine (a lookup that fails is logged and counts as a miss); a reply of the primary engine
+that completes without tool calls is stored with its clauses' audio once the TTS stage has
+reported them (:meth:`LlmStage.spoken`) and the listener has heard it to its end
+(:meth:`LlmStage.completed`): never a retracted speculation or a reply cut by a barge-in.
+
 Tools: the prompt (:class:`LlmPrompt`) may offer tools.  Each call the engine yields is checked
 against its tool's schema (:func:`~voiceagent.tools.args.check_arguments`, which repairs a small
 model's usual slips) and notified as :class:`~voiceagent.events.ToolCallMade`.  A call that
@@ -41,6 +50,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from voiceagent.backends.protocols import LlmEngine, LlmRequest, Usage
+from voiceagent.cache.semantic import CacheKey, SemanticCache
+from voiceagent.cache.store import CachedClause, CacheEntry
 from voiceagent.config import LlmConfig
 from voiceagent.errors import StageError
 from voiceagent.events import (
@@ -104,6 +115,10 @@ class LlmPorts:
     """Opened here at a generation's first token (the turn stage waits on it)."""
     sentence_end: SentenceEnd | None = None
     """The turn stage's ``sentence_end`` (module docstring); None: not asked."""
+    cache: SemanticCache | None = None
+    """The process's semantic reply cache (module docstring); None: off."""
+    on_cache: Callable[[str], None] | None = None
+    """Told each cache lookup's result (``hit``, or why not), for the metrics."""
 
 
 @dataclass(frozen=True)
@@ -134,6 +149,12 @@ class LlmStage(Stage):
         self._gate = ports.tts_first_audio or GenerationGate(enabled=False)
         self._first_token = ports.first_token or GenerationGate(enabled=False)
         self._first_clause_words = options.first_clause_words
+        self._cache = ports.cache
+        self._on_cache = ports.on_cache or (lambda result: None)
+        self._storable: dict[int, tuple[CacheKey, str]] = {}
+        """Replies that may be stored, by generation (see ``_may_store``)."""
+        self._voiced: dict[int, list[CachedClause]] = {}
+        """Their clauses' audio, as the TTS stage reported it, until the listener has heard them."""
 
     def prefill(self, heard: str) -> None:
         """The user's words so far (a partial transcript): have the engine evaluate the coming
@@ -193,6 +214,9 @@ class LlmStage(Stage):
             raise StageError(self.name, f"{type(exc).__name__}: {exc}") from exc
         messages = list(prompt.messages)
         settings = self._settings()
+        key, cached = await self._from_cache(event, prompt, settings)
+        if cached:
+            return
         splitter = ClauseSplitter(first_max_words=self._first_clause_words)
         text = ""
         index = 0
@@ -307,8 +331,96 @@ class LlmStage(Stage):
                 decode_s=max(0.0, done.t - first_token_t) if not first else 0.0,
             )
         )
+        self._may_store(gen, key, text, calls == 0 and not retry and (not routes or routes[-1][1] == "primary"))
         await self.emit(
             GenerationEnd(t=self.ctx.clock.now(), gen=gen, session=self.ctx.session_id, text=text, status=ResponseStatus.COMPLETED)
+        )
+
+    def _may_store(self, gen: int, key: CacheKey | None, text: str, reusable: bool) -> None:
+        """A completed reply of the primary engine without tool calls may be stored (``spoken``
+        and ``completed`` decide when)."""
+        if key is not None and reusable and text.strip():
+            # Replies that never complete (retracted, cut, failed) are forgotten a few turns on.
+            self._storable = {g: v for g, v in self._storable.items() if g > gen - 4}
+            self._voiced = {g: v for g, v in self._voiced.items() if g > gen - 4}
+            self._storable[gen] = (key, text)
+
+    def spoken(self, gen: int, clauses: Sequence[CachedClause]) -> None:
+        """The TTS stage has synthesized every clause of generation ``gen`` (on the event loop)."""
+        if gen in self._storable and clauses:
+            self._voiced[gen] = list(clauses)
+
+    def completed(self, gen: int) -> None:
+        """The listener has heard generation ``gen`` to its end (its ``response.done`` is
+        ``completed``): store it if it may be reused and its audio is known."""
+        stored, clauses = self._storable.pop(gen, None), self._voiced.pop(gen, None)
+        if stored is not None and clauses and self._cache is not None:
+            self._cache.add(stored[0], stored[1], clauses)
+
+    async def _from_cache(self, turn: UserTurn, prompt: LlmPrompt, settings: SessionSettings) -> tuple[CacheKey | None, bool]:
+        """(the turn's cache key or None, whether the cache answered it: see ``_replay``)."""
+        try:
+            key = await self._cache_key(turn, prompt, settings)
+            found = self._cache.lookup(key) if key is not None and self._cache is not None else None
+        except Exception as exc:  # the cache is an optimisation: the engine answers instead
+            log.warning("session %s: semantic cache lookup failed: %r", self.ctx.session_id, exc)
+            self._on_cache("error")
+            return None, False
+        if found is None or found.entry is None:
+            if found is not None:
+                self._on_cache(found.reason)
+            return key, False
+        self._on_cache("hit")
+        await self._replay(turn.gen, found.entry, turn.speculative)
+        return key, True
+
+    async def _cache_key(self, turn: UserTurn, prompt: LlmPrompt, settings: SessionSettings) -> CacheKey | None:
+        """The turn's key in the semantic cache, or None when its answer may not be reused: no
+        cache, no words, not the conversation's first question (example exchanges in the prompt
+        count as earlier turns), a tool the reply must call, or sampled too hot."""
+        cache = self._cache
+        question = (turn.text or "").strip()
+        if cache is None or not question or settings.temperature > cache.max_temperature:
+            return None
+        if any(m.role != "system" for m in prompt.messages[:-1]) or prompt.tool_choice not in ("auto", "none"):
+            return None
+        scope = cache.scope(
+            system=[m.content for m in prompt.messages if m.role == "system"],
+            tools=[(t.name, t.description, t.parameters) for t in prompt.tools],
+            tool_choice=prompt.tool_choice,
+            model=getattr(self._engine, "model", self._engine.name),
+            voice=settings.voice,
+            speed=settings.speed,
+            max_tokens=prompt.max_tokens or settings.max_output_tokens,
+        )
+        return await cache.key(scope, question)
+
+    async def _replay(self, gen: int, entry: CacheEntry, speculative: bool) -> None:
+        """Answer generation ``gen`` with a stored reply: its clauses with their audio."""
+        await self.ctx.notify(self._mark(gen, "llm_request"))
+        self._first_token.open(gen)
+        now = self.ctx.clock.now()
+        await self.ctx.notify(LlmRoute(t=now, gen=gen, session=self.ctx.session_id, engine="cache", reason="hit"))
+        await self.ctx.notify(self._mark(gen, "llm_first_token"))
+        if speculative and self._sentence_end is not None:
+            self._sentence_end(gen, None)  # the engine was not asked: it cannot tell
+        for index, clause in enumerate(entry.clauses):
+            if index == 0:
+                await self.ctx.notify(self._mark(gen, "first_clause"))
+            await self.emit(
+                Clause(
+                    t=self.ctx.clock.now(),
+                    gen=gen,
+                    session=self.ctx.session_id,
+                    text=clause.text,
+                    index=index,
+                    audio=clause.pcm,
+                    rate=clause.rate,
+                )
+            )
+        await self.ctx.notify(self._mark(gen, "llm_done"))
+        await self.emit(
+            GenerationEnd(t=self.ctx.clock.now(), gen=gen, session=self.ctx.session_id, text=entry.reply, status=ResponseStatus.COMPLETED)
         )
 
     async def _tool_call(self, gen: int, call: ToolCall, tools: Sequence[Tool], *, final: bool) -> bool:

@@ -1,5 +1,9 @@
 """TTS stage: speaks each clause as it arrives; hands each audio chunk on at once.
 
+A clause that comes with its audio (from the semantic cache) is passed on as it is.  With
+``spoken``, the clauses of each generation and their audio are kept until it ends, and a
+completed one is reported (the LLM stage stores it in the cache).
+
 Cancellation: a stale generation cancels the synthesis task; the voice's generator is closed in
 the TTS executor after the chunk in flight.  A failing voice ends the generation as failed.
 """
@@ -10,8 +14,11 @@ import contextlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+import numpy as np
+
 from voiceagent.audio import Int16Array
 from voiceagent.backends.protocols import TtsBackend
+from voiceagent.cache.store import CachedClause
 from voiceagent.errors import StageError
 from voiceagent.events import Clause, Event, GenerationEnd, Mark, ResponseAudio, ResponseStatus, empty_pcm
 from voiceagent.pipeline import Channel, Stage, StageContext, iterate_in
@@ -36,6 +43,8 @@ class TtsPorts:
     """``speaks(gen)``: False for a text-only response, whose clauses pass on without audio."""
     voices: Callable[[str], TtsBackend] | None = None
     """The voice of a name (the session's ``voice``); None: ``backend`` always."""
+    spoken: Callable[[int, list[CachedClause]], None] | None = None
+    """Told each completed generation's clauses with their audio (module docstring); None: not kept."""
 
 
 class TtsStage(Stage):
@@ -49,14 +58,23 @@ class TtsStage(Stage):
         self._settings = ports.settings
         self._gate = ports.first_audio or GenerationGate(enabled=False)
         self._failed_gen: int | None = None
+        self._spoken = ports.spoken
+        self._kept: tuple[int, list[CachedClause]] | None = None
 
     async def handle(self, event: Event) -> None:
         if isinstance(event, GenerationEnd) and event.gen == self._failed_gen:
             return  # already ended as failed below
+        if isinstance(event, GenerationEnd):
+            kept, self._kept = self._kept, None
+            if self._spoken is not None and kept is not None and kept[0] == event.gen and event.status == ResponseStatus.COMPLETED:
+                self._spoken(event.gen, kept[1])
         if not isinstance(event, Clause):
             await self.emit(event)
             return
         if event.gen == self._failed_gen:
+            return
+        if event.audio is not None:
+            await self._pass_on(event, event.audio)
             return
         speech = clean_for_speech(event.text) if self._speaks(event.gen) else ""
         settings = self._settings()
@@ -64,6 +82,7 @@ class TtsStage(Stage):
         rate = voice.sample_rate
         first = True
         speed = settings.speed
+        chunks_of_clause: list[Int16Array] = []
 
         def make() -> Iterator[Int16Array]:
             return voice.synthesize(speech, speed)
@@ -79,6 +98,7 @@ class TtsStage(Stage):
                             mark = Mark(t=self.ctx.clock.now(), gen=event.gen, session=self.ctx.session_id, name="tts_first_audio")
                             await self.ctx.notify(mark)
                         await self.emit(self._audio(event, pcm, rate, first))
+                        chunks_of_clause.append(pcm)
                         first = False
         except Exception as exc:
             self._gate.open(event.gen)
@@ -98,6 +118,23 @@ class TtsStage(Stage):
         if first:
             # Nothing speakable (only symbols), or a text-only response: the text still goes on.
             await self.emit(self._audio(event, empty_pcm(), rate, True))
+        self._keep(event, np.concatenate(chunks_of_clause) if chunks_of_clause else empty_pcm(), rate)
+
+    async def _pass_on(self, clause: Clause, pcm: Int16Array) -> None:
+        """A clause with its audio already made (the semantic cache)."""
+        if clause.index == 0:
+            self._gate.open(clause.gen)
+            await self.ctx.notify(Mark(t=self.ctx.clock.now(), gen=clause.gen, session=self.ctx.session_id, name="tts_first_audio"))
+        await self.emit(self._audio(clause, pcm if self._speaks(clause.gen) else empty_pcm(), clause.rate, True))
+
+    def _keep(self, clause: Clause, pcm: Int16Array, rate: int) -> None:
+        """Keep a synthesized clause for ``spoken`` (a text-only reply is not kept: it has no audio)."""
+        if self._spoken is None or not self._speaks(clause.gen):
+            self._kept = None
+            return
+        if self._kept is None or self._kept[0] != clause.gen:
+            self._kept = (clause.gen, [])
+        self._kept[1].append(CachedClause(clause.text, pcm, rate))
 
     def _audio(self, clause: Clause, pcm: Int16Array, rate: int, first: bool) -> ResponseAudio:
         return ResponseAudio(

@@ -1,0 +1,132 @@
+"""The semantic cache in a session (fakes for the models; the cache's own store and guards are
+real, its embedding is a stand-in: the same words give the same unit vector).
+
+The real embedding model and the real server: tests/integration/test_semantic_cache.py.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator, Sequence
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+
+from voiceagent.cache.semantic import SemanticCache
+from voiceagent.cache.store import ReplyStore
+from voiceagent.events import AudioDelta, ResponseDone
+from voiceagent.pipeline.scheduler import PriorityExecutor
+from voiceagent.tools.spec import ToolCall
+
+from .fakes import FakeEngines, FakeLlm, FakeStt, FakeTurn
+from .test_session import MakeFakes, Run, barge_in_fakes, barge_in_scenario, make_config, running, say_turn, tokens
+
+
+def embed(texts: Sequence[str]) -> npt.NDArray[np.float32]:
+    rows = []
+    for text in texts:
+        seed = int.from_bytes(hashlib.sha256(" ".join(text.lower().split()).encode()).digest()[:8], "little")
+        v = np.random.default_rng(seed).standard_normal(16).astype(np.float32)
+        rows.append(v / np.linalg.norm(v))
+    return np.stack(rows)
+
+
+@pytest.fixture
+def make_fakes() -> Iterator[MakeFakes]:
+    made: list[FakeEngines] = []
+
+    def make(**kwargs: object) -> FakeEngines:
+        made.append(FakeEngines(**kwargs))  # type: ignore[arg-type]
+        return made[-1]
+
+    yield make
+    for fakes in made:
+        fakes.close()
+
+
+@pytest.fixture
+def cache() -> Iterator[SemanticCache]:
+    executor = PriorityExecutor("fake-embed")
+    yield SemanticCache(embed, executor, ReplyStore(threshold=0.9, ttl_s=60.0, max_entries=10), max_temperature=0.7)
+    executor.shutdown(wait=True)
+
+
+def with_cache(fakes: FakeEngines, cache: SemanticCache) -> FakeEngines:
+    fakes.engines.cache = cache
+    return fakes
+
+
+def test_a_second_conversation_asking_the_same_is_answered_from_the_cache(run: Run, make_fakes: MakeFakes, cache: SemanticCache) -> None:
+    reply = "We close at six. See you soon."
+    fakes = with_cache(make_fakes(stt=FakeStt(default="when do you close"), llm=FakeLlm([tokens(reply)]), turn=FakeTurn(0.9)), cache)
+
+    async def main() -> None:
+        async with running(fakes, make_config(), session_id="sess_a") as (a, log_a):
+            await say_turn(a)
+            _, done_a = await log_a.wait_type(ResponseDone)
+        assert len(cache.store) == 1
+        async with running(fakes, make_config(), session_id="sess_b") as (b, log_b):
+            await say_turn(b)
+            _, done_b = await log_b.wait_type(ResponseDone)
+            heard_b = np.concatenate([d.pcm for d in log_b.of_type(AudioDelta)])
+        heard_a = np.concatenate([d.pcm for d in log_a.of_type(AudioDelta)])
+        assert done_a.text == done_b.text == reply
+        assert np.array_equal(heard_a, heard_b)  # the same audio, not synthesized again
+        assert len(fakes.llm.calls.items) == 1  # the engine answered once
+        assert fakes.tts.calls.items == ["We close at six.", "See you soon."]
+        assert b.history.items[-1].text == reply  # the history holds what was said
+        assert cache.lookups == {"empty": 1, "hit": 1}
+
+    run(main(), 20)
+
+
+def test_a_later_question_of_a_conversation_is_neither_looked_up_nor_stored(run: Run, make_fakes: MakeFakes, cache: SemanticCache) -> None:
+    llm = FakeLlm(default=tokens("At six."))
+    fakes = with_cache(make_fakes(stt=FakeStt(default="when do you close"), llm=llm, turn=FakeTurn(0.9)), cache)
+
+    async def main() -> None:
+        async with running(fakes, make_config(), session_id="sess_a") as (a, log_a):
+            await say_turn(a)
+            i, _ = await log_a.wait_type(ResponseDone)
+            await say_turn(a)
+            await log_a.wait_type(ResponseDone, after=i + 1)
+        assert len(fakes.llm.calls.items) == 2  # the second answer came from the engine
+        assert sum(cache.lookups.values()) == 1 and len(cache.store) == 1
+
+    run(main(), 20)
+
+
+def test_a_reply_that_called_a_tool_is_not_stored(run: Run, make_fakes: MakeFakes, cache: SemanticCache) -> None:
+    call = ToolCall("call_1", "get_weather", '{"city": "Paris"}')
+    fakes = with_cache(make_fakes(stt=FakeStt(default="weather in paris"), llm=FakeLlm([[call]]), turn=FakeTurn(0.9)), cache)
+
+    async def main() -> None:
+        async with running(fakes, make_config(), session_id="sess_a") as (a, log_a):
+            await say_turn(a)
+            await log_a.wait_type(ResponseDone)
+        assert len(cache.store) == 0
+
+    run(main(), 20)
+
+
+def test_a_reply_cut_by_a_barge_in_is_not_stored(run: Run, make_fakes: MakeFakes, cache: SemanticCache) -> None:
+    # The first reply is cut after 750 ms of playback (its synthesis had finished long before).
+    fakes = with_cache(barge_in_fakes(make_fakes), cache)
+    r = run(barge_in_scenario(fakes), 20)
+    assert r.cancelled.status.value == "cancelled"
+    assert cache.lookups == {"empty": 1}  # the first question only; "stop please" is not a first question
+    assert len(cache.store) == 0
+
+
+def test_a_failing_lookup_is_a_miss_and_the_engine_answers(run: Run, make_fakes: MakeFakes, cache: SemanticCache) -> None:
+    cache.executor.shutdown(wait=True)  # every embedding now raises RuntimeError
+    fakes = with_cache(make_fakes(stt=FakeStt(default="when do you close"), llm=FakeLlm([tokens("At six.")]), turn=FakeTurn(0.9)), cache)
+
+    async def main() -> None:
+        async with running(fakes, make_config(), session_id="sess_a") as (a, log_a):
+            await say_turn(a)
+            _, done = await log_a.wait_type(ResponseDone)
+            assert done.status.value == "completed" and done.text == "At six."
+
+    run(main(), 20)
