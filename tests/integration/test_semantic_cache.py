@@ -111,7 +111,11 @@ def test_a_second_conversation_asking_the_same_is_answered_from_the_cache_by_the
     (first, second), metrics = run(main(), 180)
     assert first[0] == second[0], "the same recording, transcribed the same"
     assert first[1] == second[1] and first[1].strip()
-    assert first[2] == second[2] and len(first[2]) > 0, "the stored audio, not a new synthesis"
+    a, b = np.frombuffer(first[2], dtype="<i2"), np.frombuffer(second[2], dtype="<i2")
+    # The stored audio, resampled to the wire rate in other chunks: the same to a few steps.
+    assert len(a) > 0 and abs(len(a) - len(b)) <= 2, (len(a), len(b))
+    n = min(len(a), len(b))
+    assert np.abs(a[:n].astype(np.int32) - b[:n]).max() <= 64, "not the stored audio"
     assert metrics['voiceagent_cache_lookups_total{result="hit"}'] == 1
     assert metrics['voiceagent_llm_answers_total{engine="cache",reason="hit"}'] == 1
     assert len(cache.store) == 1
