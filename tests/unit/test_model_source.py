@@ -90,6 +90,9 @@ def test_hub_ids_name_the_repository_and_file_they_stand_for() -> None:
         hub_ref("stt", "Systran/faster-whisper-tiny:model.bin")
     with pytest.raises(ModelError, match=r"name a \.onnx file"):
         hub_ref("vad", "org/vad:model.bin")
+    assert hub_ref("embed", "sentence-transformers/all-MiniLM-L12-v2").folder
+    with pytest.raises(ModelError, match=r"cache\.embed_model .*a whole repository"):
+        hub_ref("embed", "sentence-transformers/all-MiniLM-L12-v2:model.safetensors")
 
 
 def test_the_hub_cache_follows_huggingface_hubs_variables(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -185,7 +185,7 @@ def _semantic_cache(config: Config) -> SemanticCache:
     from voiceagent.backends.minilm import MiniLm
     from voiceagent.models.source import resolve
 
-    model = MiniLm(resolve("embed", config.cache.embed_model, config.cache_path, setting="cache.embed_model").path)
+    model = MiniLm(resolve("embed", config.cache.embed_model, config.cache_path).path)
     model.embed(["Hello."])  # the first call pays for numpy's buffers: not a caller's turn
     store = ReplyStore(
         threshold=config.cache.threshold,

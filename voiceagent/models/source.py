@@ -68,7 +68,7 @@ SETTINGS = {
     "turn": "turn.model",
     "llm": "llm.model",
     "tts": "tts.model",
-    "embed": "the semantic cache's embedding model",
+    "embed": "cache.embed_model",
 }
 """The setting that names each kind's model (the fallback LLM's is ``llm.fallback_model``)."""
 
@@ -149,12 +149,13 @@ def origin_of(kind: str, value: str) -> Origin:
 
 def hub_ref(kind: str, value: str) -> HubRef:
     """The repository and file a ``kind`` hub id names (see the module docstring)."""
-    if kind == "stt":
-        names = whisper_names()
+    if kind in ("stt", "embed"):  # models that are a whole repository's folder
+        names = whisper_names() if kind == "stt" else {}
         if value in names:
             return HubRef(names[value])
         if ":" in value:
-            raise ModelError(f"stt.model {value!r}: a Whisper model is a whole repository (ORG/REPO), not a file in one")
+            what = "a Whisper model" if kind == "stt" else "a sentence-transformers model"
+            raise ModelError(f"{SETTINGS[kind]} {value!r}: {what} is a whole repository (ORG/REPO), not a file in one")
         return HubRef(value)
     if kind == "tts" and (m := _PIPER_NAME.fullmatch(value)):
         return HubRef(PIPER_VOICES, piper_voice_file(value, m))
