@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import hashlib
 import json
 import random
@@ -532,6 +533,8 @@ class TurnRecord:
     """The reply (estimated at Piper's pace) was still playing when the next question began."""
     failure: str | None
     error: str | None = None
+    llm_route: str | None = None
+    """``ENGINE/REASON`` of the answer, as the server's turn metrics told it (llm.route's decision)."""
 
 
 def score_turn(
@@ -568,6 +571,7 @@ def score_turn(
         answered=answered,
         correct=correct,
         speakable=answered and not problems,
+        llm_route=getattr(result, "llm_route", None),
         problems=problems,
         unfinished=answered and unfinished(reply),
         latency_ms=result.latency_ms if result is not None else None,
@@ -731,7 +735,13 @@ def run_profile(spec: str, overrides: dict[str, str], convs: list[Conversation],
 
 def scores(records: list[TurnRecord]) -> dict[str, Any]:
     """A profile's scores, its failed questions and every turn, from its records."""
+    routes = collections.Counter(r.llm_route for r in records if r.llm_route)
+    # Per answering engine and reason (llm.route's decision): how many, and how many right.
+    by_route = {
+        route: {"turns": n, "correct": sum(1 for r in records if r.llm_route == route and r.correct)} for route, n in sorted(routes.items())
+    }
     return breakdown(records) | {
+        "routes": by_route,
         "failures": [
             {k: getattr(r, k) for k in ("question", "voice", "category", "said", "transcript", "wer", "reply", "failure", "error")}
             for r in records
@@ -830,6 +840,9 @@ def markdown(report: dict[str, Any]) -> str:
             "",
             f"Server ready in {e['startup']['process_to_ready_s']} s; replay {e['wall_s']} s; CPU steal {e['cpu_steal_pct']} %; "
             f"{s['unfinished']} replies stopped mid-sentence; {s['overruns']} replies estimated still playing at the next question.",
+            "",
+            "Answered by (engine/reason: right of turns): "
+            + ("; ".join(f"`{r}` {v['correct']}/{v['turns']}" for r, v in e.get("routes", {}).items()) or "not told"),
             "",
             f"Guess: `stt` when the transcript's WER is above {STT_FAIL_WER}, else `llm`.",
             "",

@@ -88,6 +88,8 @@ def _configured_models(config: Config) -> dict[str, str]:
         keys[f"llm.{config.llm.model}"] = "llm.model"
     if config.llm.fallback_backend == "llama_cpp":
         keys.setdefault(f"llm.{config.llm.fallback_model}", "llm.fallback_model")
+    if config.llm.route != "off":
+        keys.setdefault(f"llm.{config.llm.route_model}", "llm.route_model")
     keys[f"tts.{config.tts.model}"] = "tts.model"
     if config.cache.semantic:
         keys[f"embed.{config.cache.embed_model}"] = "cache.embed_model"
@@ -105,6 +107,8 @@ def _model_settings(config: Config) -> dict[str, tuple[str, str]]:
         settings["llm.model"] = ("llm", config.llm.model)
     if config.llm.fallback_backend == "llama_cpp":
         settings["llm.fallback_model"] = ("llm", config.llm.fallback_model)
+    if config.llm.route != "off":
+        settings["llm.route_model"] = ("llm", config.llm.route_model)
     settings["tts.model"] = ("tts", config.tts.model)
     if config.cache.semantic:
         settings["cache.embed_model"] = ("embed", config.cache.embed_model)
@@ -116,6 +120,8 @@ def _llama_cpp_models(config: Config) -> set[str]:
     keys = {f"llm.{config.llm.model}"} if config.llm.backend == "llama_cpp" else set()
     if config.llm.fallback_backend == "llama_cpp":
         keys.add(f"llm.{config.llm.fallback_model}")
+    if config.llm.route != "off":
+        keys.add(f"llm.{config.llm.route_model}")
     return keys
 
 

@@ -50,6 +50,8 @@ class TurnResult:
     spans_ms: dict[str, float] = field(default_factory=dict)
     cutoffs: int = 0
     """Answers whose audio began while this turn was still being spoken (false cut-offs)."""
+    llm_route: str | None = None
+    """``ENGINE/REASON`` of the answer (the server's turn metrics; None: not told)."""
 
 
 @dataclass
@@ -98,6 +100,7 @@ class _Response:
     text: str = ""
     status: str = "in_progress"
     spans: dict[str, float] = field(default_factory=dict)
+    llm_route: str | None = None
 
 
 class _Collector:
@@ -135,6 +138,7 @@ class _Collector:
                 text=r.transcript,
                 status=r.status,
                 spans=r.spans,
+                llm_route=r.llm_route,
             )
             for r in self.client.responses
         ]
@@ -217,6 +221,7 @@ def _match(
                 first_audio_s=round(resp.first_audio_s, 3) if resp and resp.first_audio_s is not None else None,
                 latency_ms=latency,
                 spans_ms=resp.spans if resp else {},
+                llm_route=resp.llm_route if resp else None,
                 cutoffs=cutoffs,
             )
         )

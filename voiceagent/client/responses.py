@@ -52,6 +52,8 @@ class Response:
     """The function calls it made, in order."""
     spans: dict[str, float] = field(default_factory=dict)
     """The server's per-turn timeline (``voiceagent.turn_metrics``, which follows ``response.done``)."""
+    llm_route: str | None = None
+    """``ENGINE/REASON``: the LLM engine that answered and why, from the same event (None: not told)."""
 
     @property
     def done(self) -> bool:
@@ -110,6 +112,8 @@ class ResponseTracker:
             r.calls = list(ev.calls) or r.calls
         elif isinstance(ev, TurnMetrics):
             r.spans = dict(ev.spans)
+            if ev.llm_engine is not None:
+                r.llm_route = f"{ev.llm_engine}/{ev.llm_route}"
 
     def _forget_old(self) -> None:
         finished = [r.id for r in self._responses.values() if r.done]

@@ -362,6 +362,16 @@ class LlmConfig:
     """Failed or late turns in a row that open the breaker: later turns go straight to the fallback."""
     breaker_reset_s: float = 30.0
     """How long the breaker stays open before one turn probes the primary again."""
+    route: str = "off"
+    """Per-turn routing (backends/router.py): ``rules`` sends social turns (greetings, thanks,
+    farewells, yes/no, names: text/turn_kind.py) to the embedded ``route_model`` and the rest to
+    ``model``; ``off``: every turn to ``model``.  Off in every profile: on the spoken eval it was
+    not as accurate as the large model alone (docs/decisions/routing.md)."""
+    route_model: str = "qwen2.5-0.5b"
+    """The small model routed turns go to (embedded llama_cpp; a catalog name, ``.gguf`` path or
+    hub id).  When it is also ``fallback_model`` the two are one engine."""
+    route_contexts: int = 4
+    """Sequences (KV contexts) of the small model's engine when it is not the fallback's."""
     max_tokens: int = 80
     temperature: float = 0.0
     call_bias: float = 1.0
@@ -400,6 +410,8 @@ class LlmConfig:
         _check(0.05 <= self.gpu_memory_utilization <= 0.98, "llm.gpu_memory_utilization", "must be 0.05..0.98")
         _check(_json_object(self.speculative_config), "llm.speculative_config", "must be empty or a JSON object")
         _check(1 <= self.fallback_contexts <= 64, "llm.fallback_contexts", "must be 1..64")
+        _check(self.route in ("off", "rules"), "llm.route", "must be off or rules")
+        _check(1 <= self.route_contexts <= 64, "llm.route_contexts", "must be 1..64")
         _check(self.first_token_budget_ms >= 50, "llm.first_token_budget_ms", "must be >= 50")
         _check(self.breaker_failures >= 1, "llm.breaker_failures", "must be >= 1")
         _check(self.breaker_reset_s >= 0, "llm.breaker_reset_s", "must be >= 0")
