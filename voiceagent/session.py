@@ -90,7 +90,9 @@ class Session:
         self.config = config
         self.clock: Clock = clock or MonotonicClock()
         self.metrics = metrics or Metrics()
-        self.settings: SessionSettings = settings_from_config(config)
+        # The semantic cache is on for a session wherever the server has one (cache.semantic); a
+        # client may turn it off for its own session (session.voiceagent.semantic_cache).
+        self.settings: SessionSettings = dataclasses.replace(settings_from_config(config), semantic_cache=engines.cache is not None)
         self.history = History()
         self._engines = engines
         self._fitter = PromptFitter(engines.llm, engines.llm.window or config.llm.context, config.llm.max_tokens)
@@ -260,7 +262,8 @@ class Session:
         """Refuse changes the session cannot honour, leaving the settings untouched: a voice not
         in the table (``invalid_value``, the names listed), a new voice once the session has
         spoken (``cannot_update_voice``, as OpenAI), a switch to a transcription session while a
-        response is active (``invalid_state``), and instructions and tools that would leave
+        response is active (``invalid_state``), the semantic cache turned on where the server has
+        none (``unsupported_value``), and instructions and tools that would leave
         the LLM's window no room for a turn (``context_length_exceeded``).  Call it before
         :meth:`update` with the same changes."""
         if changes.get("kind") == "transcription" and self.settings.kind != "transcription" and self.replies.active_response_id:
@@ -268,6 +271,12 @@ class Session:
                 "invalid_state",
                 "cannot become a transcription session while a response is active; cancel it first (response.cancel)",
                 param="session.type",
+            )
+        if changes.get("semantic_cache") and self._engines.cache is None:
+            raise ProtocolError(
+                "unsupported_value",
+                "this server runs without the semantic reply cache; its operator turns it on with cache.semantic = true",
+                param="session.voiceagent.semantic_cache",
             )
         voice = changes.get("voice")
         if voice is not None and voice != self.settings.voice:

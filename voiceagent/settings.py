@@ -73,6 +73,11 @@ class SessionSettings:
     kind: str = "realtime"
     """``session.type``: ``realtime`` (a conversation) or ``transcription`` (VAD and STT only:
     transcripts per turn, no LLM, no voice, no responses)."""
+    semantic_cache: bool = False
+    """Whether this session's first questions are looked up in (and their answers stored into)
+    the server's semantic reply cache: a session starts with it on wherever the server has the
+    cache (``cache.semantic``), and may turn it off and on again (the vendor field
+    ``session.voiceagent.semantic_cache``); it cannot be on where the server has none."""
     examples: tuple[tuple[str, str], ...] = ()
     """(user, assistant) exchanges shown after the system message (``llm.examples``).  They belong
     to the server's instructions: :meth:`voiceagent.session.Session.update` drops them when a

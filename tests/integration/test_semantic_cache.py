@@ -102,13 +102,40 @@ def test_a_second_conversation_asking_the_same_is_answered_from_the_cache_by_the
             await pump
             return heard, rec.done(done).text, audio
 
-    async def main() -> tuple[list[tuple[str, str, bytes]], dict[str, float]]:
+    async def without_the_cache(port: int) -> tuple[bool, str]:
+        """The official SDK's client turns the cache off for its session (the vendor field goes
+        through the SDK as it is) and asks the same: the engine answers."""
+        from openai import AsyncOpenAI
+
+        client = AsyncOpenAI(api_key="not-needed", base_url=f"http://127.0.0.1:{port}/v1")
+        async with client.realtime.connect(model="voiceagent") as conn:
+            session: Any = {"type": "realtime", "voiceagent": {"semantic_cache": False}}  # a field the SDK's types lack
+            await conn.session.update(session=session)
+            echoed = None
+            async for event in conn:
+                if event.type == "session.updated":
+                    echoed = (event.session.model_extra or {}).get("voiceagent")
+                    break
+            assert echoed == {"semantic_cache": False}, echoed
+            pcm = wire_audio(speech["weather"], tail_s=1.0)
+            for i in range(0, len(pcm), 480):
+                await conn.input_audio_buffer.append(audio=base64.b64encode(pcm[i : i + 480].astype("<i2").tobytes()).decode())
+                await asyncio.sleep(0.02)  # a microphone's pace
+            async for event in conn:
+                if event.type == "response.done":
+                    return event.response.status == "completed", event.response.id or ""
+        return False, ""
+
+    async def main() -> tuple[list[tuple[str, str, bytes]], tuple[bool, str], dict[str, float]]:
         async with VoiceAgentServer(config, with_cache) as server:
             first = await conversation(server.url)
+            off = await without_the_cache(server.port)
             second = await conversation(server.url)
-            return [first, second], await asyncio.to_thread(scrape, server.port)
+            return [first, second], off, await asyncio.to_thread(scrape, server.port)
 
-    (first, second), metrics = run(main(), 180)
+    (first, second), off, metrics = run(main(), 240)
+    assert off[0], "the session without the cache was answered"
+    assert metrics['voiceagent_cache_lookups_total{result="session_off"}'] == 1
     assert first[0] == second[0], "the same recording, transcribed the same"
     assert first[1] == second[1] and first[1].strip()
     a, b = np.frombuffer(first[2], dtype="<i2"), np.frombuffer(second[2], dtype="<i2")

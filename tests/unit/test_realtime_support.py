@@ -4,6 +4,7 @@ docs/protocol.md shows."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import typing
 from pathlib import Path
@@ -192,3 +193,41 @@ def test_conversation_item_create_carries_previous_item_id() -> None:
     with pytest.raises(ProtocolError) as info:
         codec().decode(json.dumps({"type": "conversation.item.create", "previous_item_id": 7, "item": item}))
     assert (info.value.code, info.value.param) == ("invalid_value", "previous_item_id")
+
+
+# --------------------------------------------------------------------------- this server's own fields
+
+
+def test_the_vendor_semantic_cache_field_is_decoded_echoed_and_passed_through_by_the_sdk() -> None:
+    from openai._utils import maybe_transform
+    from openai.types.realtime.realtime_client_event_param import RealtimeClientEventParam
+
+    event = {"type": "session.update", "session": {"type": "realtime", "voiceagent": {"semantic_cache": False}}}
+    # What the official SDK puts on the wire for conn.session.update(session=...): the object it
+    # does not know goes through as it is.
+    sent = maybe_transform(event, RealtimeClientEventParam)
+    assert sent["session"]["voiceagent"] == {"semantic_cache": False}
+    cmd = codec().decode(json.dumps(sent))
+    assert isinstance(cmd, UpdateSession) and cmd.changes == {"semantic_cache": False} and cmd.refused == ()
+    c = codec()
+    c.settings = dataclasses.replace(c.settings, semantic_cache=True)
+    assert c.session_object()["voiceagent"] == {"semantic_cache": True}
+
+
+@pytest.mark.parametrize(
+    ("vendor", "code", "param"),
+    [
+        ({"semantic_cache": "yes"}, "invalid_value", "session.voiceagent.semantic_cache"),
+        ("on", "invalid_value", "session.voiceagent"),
+    ],
+)
+def test_a_bad_vendor_field_is_an_error_naming_it(vendor: Any, code: str, param: str) -> None:
+    with pytest.raises(ProtocolError) as err:
+        update({"voiceagent": vendor})
+    assert (err.value.code, err.value.param) == (code, param)
+
+
+def test_an_unknown_vendor_field_is_refused_and_the_rest_applies() -> None:
+    cmd = update({"voiceagent": {"semantic_cache": True, "turbo": 1}})
+    assert cmd.changes == {"semantic_cache": True}
+    assert [(e.code, e.param) for e in cmd.refused] == [("unknown_parameter", "session.voiceagent.turbo")]

@@ -15,6 +15,7 @@ import pytest
 
 from voiceagent.cache.semantic import SemanticCache
 from voiceagent.cache.store import ReplyStore
+from voiceagent.errors import ProtocolError
 from voiceagent.events import AudioDelta, ResponseDone
 from voiceagent.pipeline.scheduler import PriorityExecutor
 from voiceagent.tools.spec import ToolCall
@@ -128,5 +129,47 @@ def test_a_failing_lookup_is_a_miss_and_the_engine_answers(run: Run, make_fakes:
             await say_turn(a)
             _, done = await log_a.wait_type(ResponseDone)
             assert done.status.value == "completed" and done.text == "At six."
+
+    run(main(), 20)
+
+
+def test_a_session_that_turns_the_cache_off_neither_reads_nor_fills_it(run: Run, make_fakes: MakeFakes, cache: SemanticCache) -> None:
+    llm = FakeLlm(default=tokens("We close at six."))
+    fakes = with_cache(make_fakes(stt=FakeStt(default="when do you close"), llm=llm, turn=FakeTurn(0.9)), cache)
+    refused: list[float | None] = []
+
+    async def main() -> None:
+        async with running(fakes, make_config(), session_id="sess_off") as (a, log_a):
+            assert a.settings.semantic_cache  # on by default where the server has a cache
+            a.update(semantic_cache=False)
+            await say_turn(a)
+            await log_a.wait_type(ResponseDone)
+            refused.append(a.metrics.registry.get_sample_value("voiceagent_cache_lookups_total", {"result": "session_off"}))
+        assert len(cache.store) == 0 and sum(cache.lookups.values()) == 0
+        async with running(fakes, make_config(), session_id="sess_on") as (b, log_b):
+            await say_turn(b)
+            await log_b.wait_type(ResponseDone)
+        assert len(cache.store) == 1  # the same question, from a session that keeps it on
+        async with running(fakes, make_config(), session_id="sess_off_again") as (c, log_c):
+            c.update(semantic_cache=False)
+            await say_turn(c)
+            await log_c.wait_type(ResponseDone)
+        assert cache.lookups == {"empty": 1}  # no hit for the session that turned it off
+        assert len(fakes.llm.calls.items) == 3
+
+    run(main(), 20)
+    assert refused == [1.0]
+
+
+def test_a_session_cannot_turn_on_a_cache_the_server_does_not_have(run: Run, make_fakes: MakeFakes) -> None:
+    fakes = make_fakes(stt=FakeStt(default="when do you close"), llm=FakeLlm(default=tokens("At six.")), turn=FakeTurn(0.9))
+
+    async def main() -> None:
+        async with running(fakes, make_config(), session_id="sess_a") as (a, _log):
+            assert not a.settings.semantic_cache
+            with pytest.raises(ProtocolError) as err:
+                await a.check_update(semantic_cache=True)
+            assert (err.value.code, err.value.param) == ("unsupported_value", "session.voiceagent.semantic_cache")
+            await a.check_update(semantic_cache=False)  # off is what it already is: fine
 
     run(main(), 20)

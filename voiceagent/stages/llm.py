@@ -377,12 +377,16 @@ class LlmStage(Stage):
     async def _cache_key(self, turn: UserTurn, prompt: LlmPrompt, settings: SessionSettings) -> CacheKey | None:
         """The turn's key in the semantic cache, or None when its answer may not be reused: no
         cache, no words, not the conversation's first question (example exchanges in the prompt
-        count as earlier turns), a tool the reply must call, or sampled too hot."""
+        count as earlier turns), a tool the reply must call, sampled too hot, or the session has
+        turned the cache off (``session.voiceagent.semantic_cache``)."""
         cache = self._cache
         question = (turn.text or "").strip()
         if cache is None or not question or settings.temperature > cache.max_temperature:
             return None
         if any(m.role != "system" for m in prompt.messages[:-1]) or prompt.tool_choice not in ("auto", "none"):
+            return None
+        if not settings.semantic_cache:
+            self._on_cache("session_off")  # a turn the cache could have answered: counted as refused
             return None
         scope = cache.scope(
             system=[m.content for m in prompt.messages if m.role == "system"],

@@ -25,7 +25,7 @@ from voiceagent.tools.spec import Tool
 from voiceagent.transports.fields import parse_object, require_str
 from voiceagent.transports.realtime_audio import WireAudio
 from voiceagent.transports.realtime_mcp import mcp_server
-from voiceagent.transports.realtime_support import RESPONSE_FIELDS, SESSION_FIELDS, refusals
+from voiceagent.transports.realtime_support import RESPONSE_FIELDS, SESSION_FIELDS, VENDOR_SESSION_FIELDS, refusals
 from voiceagent.transports.realtime_wire import FORMATS, WIRE_RATE
 
 __all__ = [
@@ -205,7 +205,7 @@ class CommandDecoder:
             )
         refused: list[ProtocolError] = []
         if kind == "realtime":
-            refused = refusals(sess, "session", SESSION_FIELDS) + _partial_refusals(sess, "session")
+            refused = refusals(sess, "session", SESSION_FIELDS + VENDOR_SESSION_FIELDS) + _partial_refusals(sess, "session")
         if kind == "transcription":
             # The GA transcription session's fields only: what it has no use for is refused, not dropped.
             extra = sorted(set(sess) - {"type", "audio", "include", "object", "id"}) + (
@@ -256,6 +256,7 @@ class CommandDecoder:
             )
         elif tools is not None and self.settings.tool_choice not in ("auto", "none", "required", *(t.name for t in tools)):
             changes["tool_choice"] = "auto"  # the named tool is gone
+        changes.update(_vendor(_obj(sess, "voiceagent", "session.voiceagent")))
         if "voice" in out:
             voice = require_str(out, "voice", "session.audio.output.voice")
             if not voice.strip() or len(voice) > 64:
@@ -590,6 +591,16 @@ def _finite(value: Any) -> float | None:
     except OverflowError:
         return None
     return number if math.isfinite(number) else None
+
+
+def _vendor(vendor: dict[str, Any]) -> dict[str, Any]:
+    """The changes of this server's own fields (``session.voiceagent``; unknown ones are refused
+    by the support table).  ``semantic_cache`` is checked against the server's cache by the session."""
+    if "semantic_cache" not in vendor:
+        return {}
+    if not isinstance(vendor["semantic_cache"], bool):
+        raise ProtocolError("invalid_value", "semantic_cache must be true or false", param="session.voiceagent.semantic_cache")
+    return {"semantic_cache": vendor["semantic_cache"]}
 
 
 def _transcription(transcription: dict[str, Any]) -> dict[str, Any]:

@@ -70,6 +70,7 @@ def session_object(settings: SessionSettings, audio: WireAudio, session_id: str 
             },
             "output": {"format": format_object(audio.output_format), "voice": s.voice, "speed": s.speed},
         },
+        "voiceagent": {"semantic_cache": s.semantic_cache},
     }
 
 

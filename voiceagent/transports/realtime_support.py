@@ -27,6 +27,7 @@ __all__ = [
     "RESPONSE_FIELDS",
     "SERVER_EVENTS",
     "SESSION_FIELDS",
+    "VENDOR_SESSION_FIELDS",
     "Status",
     "Support",
     "markdown",
@@ -146,6 +147,17 @@ SESSION_FIELDS: tuple[Support, ...] = (
 )
 """Every field of the GA ``session`` object a client sends (dotted below ``audio``)."""
 
+VENDOR_SESSION_FIELDS: tuple[Support, ...] = (
+    Support(
+        "voiceagent.semantic_cache",
+        S,
+        "`true`/`false`: this session's first questions use the semantic reply cache; default the server's "
+        "`cache.semantic`, `true` refused where that is off",
+    ),
+)
+"""This server's own ``session`` fields, under the ``voiceagent`` object (the official SDK passes
+an object it does not know through as it is)."""
+
 RESPONSE_FIELDS: tuple[Support, ...] = (
     Support("instructions", S, "this response only"),
     Support("output_modalities", S, "this response only"),
@@ -164,7 +176,7 @@ RESPONSE_FIELDS: tuple[Support, ...] = (
 """Every field of ``response.create``'s ``response``.  A refused field given a value refuses the
 whole ``response.create`` (no response starts that would not be what was asked)."""
 
-_CONTAINERS = frozenset({"audio", "audio.input", "audio.output"})
+_CONTAINERS = frozenset({"audio", "audio.input", "audio.output", "voiceagent"})
 
 
 def refusals(obj: dict[str, Any], where: str, rows: tuple[Support, ...]) -> list[ProtocolError]:
@@ -201,11 +213,12 @@ def _table(title: str, rows: tuple[Support, ...]) -> list[str]:
 
 
 def markdown() -> str:
-    """The four tables as docs/protocol.md shows them."""
+    """The five tables as docs/protocol.md shows them."""
     parts = [
         _table("client event", CLIENT_EVENTS),
         _table("server event", SERVER_EVENTS),
         _table("`session` field (`session.update`)", SESSION_FIELDS),
+        _table("`session.voiceagent` field (this server's own)", VENDOR_SESSION_FIELDS),
         _table("`response` field (`response.create`)", RESPONSE_FIELDS),
     ]
     return "\n\n".join("\n".join(p) for p in parts) + "\n"
