@@ -8,7 +8,10 @@ RSS is sampled every second.  Pass criteria (exit status 1 otherwise):
 * every turn answered: no lost turn, no error, and the server's own ``voiceagent_turns_total``
   shows no failed response;
 * RSS growth from the end of turn ``--warm-turns`` (default 10: caches, arenas and the KV cache
-  have filled by then) to the end under ``--max-growth-mb`` (default 50).
+  have filled by then) to the end under ``--max-growth-mb`` (default 50), as a trend: the median
+  of the samples over the ``--window-turns`` slots (default 5) after warm-up against the median
+  over the last ones (the heap is trimmed now and then: single samples wander ~150 MB).  The
+  two single samples are reported too.
 
 Writes ``soak.json`` to ``--out`` and prints it.
 
@@ -34,6 +37,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import statistics
 import sys
 import tempfile
 import threading
@@ -87,6 +91,11 @@ class RssLog:
         samples = self.anon if anon else self.samples
         return next((rss for ts, rss in samples if ts >= t), samples[-1][1])
 
+    def median(self, t0: float, t1: float) -> float:
+        """The median RSS (bytes) of the samples from ``t0`` to ``t1`` (all of them if none is)."""
+        window = [rss for ts, rss in self.samples if t0 <= ts <= t1] or [rss for _, rss in self.samples]
+        return float(statistics.median(window))
+
     def series(self, t0: float, step: float, n: int, anon: bool = False) -> list[int]:
         """RSS in whole MB at ``t0``, ``t0 + step``, … (``n`` points), then at the end."""
         samples = self.anon if anon else self.samples
@@ -137,6 +146,7 @@ def main() -> int:
     ap.add_argument("--slot", type=float, default=13.0, help="seconds per turn: question, answer and its playback")
     ap.add_argument("--warm-turns", type=int, default=10)
     ap.add_argument("--max-growth-mb", type=float, default=50.0)
+    ap.add_argument("--window-turns", type=int, default=5, help="slots whose median RSS is compared (after warm-up, at the end)")
     ap.add_argument("--seed", type=int, default=11)
     ap.add_argument("--out", default=str(ROOT / "artifacts" / "soak"))
     ap.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")
@@ -149,6 +159,8 @@ def main() -> int:
     )
     ap.add_argument("--lead-s", type=float, default=0.0, help="silence before each session's first question")
     args = ap.parse_args()
+    if args.window_turns < 1 or args.turns < args.warm_turns + 2 * args.window_turns:
+        ap.error("--turns must hold --warm-turns plus two windows of --window-turns (>= 1): the RSS medians must not overlap")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     overrides = {"server.port": "0", "server.max_sessions": str(args.sessions)}
@@ -191,9 +203,17 @@ def main() -> int:
         server.stop()
     lat = [t.latency_ms for t in turns if t.latency_ms is not None]
     start_mb = rss.at(t0) / 2**20
-    warm_mb = rss.at(t0 + args.lead_s + args.warm_turns * args.slot) / 2**20
+    warm_t = t0 + args.lead_s + args.warm_turns * args.slot
+    warm_mb = rss.at(warm_t) / 2**20
     end_mb = rss.samples[-1][1] / 2**20
-    growth = end_mb - warm_mb
+    # Growth is a trend, not two samples: the heap is trimmed back now and then, so one sample
+    # can sit ~150 MB above or below its neighbours.  The median of the RSS over the
+    # --window-turns slots after warm-up against the median over the last ones.
+    span = args.window_turns * args.slot
+    last_t = rss.samples[-1][0]
+    warm_median = rss.median(warm_t, warm_t + span) / 2**20
+    end_median = rss.median(last_t - span, last_t) / 2**20
+    growth = end_median - warm_median
     lost = expected - len(lat)
     failed = int(by_status.get("failed", 0))
     report: dict[str, Any] = {
@@ -223,6 +243,9 @@ def main() -> int:
             f"after_turn_{args.warm_turns}": round(warm_mb, 1),
             "end": round(end_mb, 1),
             "peak": round(max(r for _, r in rss.samples) / 2**20, 1),
+            "growth_from_warm_samples": round(end_mb - warm_mb, 1),
+            f"median_of_{args.window_turns}_slots_after_warm": round(warm_median, 1),
+            f"median_of_last_{args.window_turns}_slots": round(end_median, 1),
             "growth_from_warm": round(growth, 1),
             # one sample per turn slot (the start of slot k), then the end: linear or saturating
             "per_slot": rss.series(t0 + args.lead_s, args.slot, args.turns),

@@ -27,11 +27,17 @@ pytestmark = pytest.mark.models
 def test_two_conversations_at_once_are_answered_by_the_engine_their_words_call_for(engines: Any, run: Any) -> None:
     # The test profile's model is the large route here too: what is tested is the routing, with
     # a second real engine (its own weights and contexts) as the small route.
-    config = profile_config({"server.port": "0", "llm.route": "rules", "llm.fallback": "none", "llm.route_contexts": "2"})
+    # A first-token budget no turn reaches: a busy 2-core machine must not hand a turn to the
+    # other route's breaker (that is tests/unit/test_router.py's business).
+    settings = {"llm.route": "rules", "llm.fallback": "none", "llm.route_contexts": "2", "llm.first_token_budget_ms": "120000"}
+    config = profile_config({"server.port": "0", **settings})
     llm, pools = load_llm(config)
     assert isinstance(llm, RoutedLlm) and isinstance(llm.large, FallbackLlm) and isinstance(llm.small, FallbackLlm)
-    assert llm.large.fallback is llm.small.primary and len(pools) == 2  # one small engine, the large route's fallback too
-    assert (llm.large.primary.name, llm.small.primary.name) == ("llama_cpp", "llama_cpp_small")
+    assert llm.large.fallback is llm.small.primary  # one small engine, the large route's fallback too
+    assert llm.prime_also == ()  # so the large route primes it
+    large, small = llm.large.primary.name, llm.small.primary.name
+    assert small == "llama_cpp_small" if large == "llama_cpp" else small == "llama_cpp"  # vllm: the embedded model beside it
+    assert llm.small.primary in pools
     llm.prime([Message("system", config.llm.instructions), Message("user", "Hello.")])
     routed = dataclasses.replace(engines, llm=llm)
 
@@ -68,9 +74,9 @@ def test_two_conversations_at_once_are_answered_by_the_engine_their_words_call_f
     finally:
         llm.close()
     assert thanks[0]["response"]["status"] == france[0]["response"]["status"] == "completed"
-    assert (thanks[1]["llm_engine"], thanks[1]["llm_route"]) == ("llama_cpp_small", "small:thanks.primary"), thanks[1]
-    assert (france[1]["llm_engine"], france[1]["llm_route"]) == ("llama_cpp", "large.primary"), france[1]
+    assert (thanks[1]["llm_engine"], thanks[1]["llm_route"]) == (small, "small:thanks.primary"), thanks[1]
+    assert (france[1]["llm_engine"], france[1]["llm_route"]) == (large, "large.primary"), france[1]
     assert "welcome" in thanks[2] or "pleasure" in thanks[2], thanks[2]
     assert "paris" in france[2], france[2]
-    assert exposition['voiceagent_llm_answers_total{engine="llama_cpp_small",reason="small:thanks.primary"}'] == 1
-    assert exposition['voiceagent_llm_answers_total{engine="llama_cpp",reason="large.primary"}'] == 1
+    assert exposition[f'voiceagent_llm_answers_total{{engine="{small}",reason="small:thanks.primary"}}'] == 1
+    assert exposition[f'voiceagent_llm_answers_total{{engine="{large}",reason="large.primary"}}'] == 1

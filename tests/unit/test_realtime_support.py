@@ -231,3 +231,11 @@ def test_an_unknown_vendor_field_is_refused_and_the_rest_applies() -> None:
     cmd = update({"voiceagent": {"semantic_cache": True, "turbo": 1}})
     assert cmd.changes == {"semantic_cache": True}
     assert [(e.code, e.param) for e in cmd.refused] == [("unknown_parameter", "session.voiceagent.turbo")]
+
+
+def test_the_vendor_object_belongs_to_the_session_a_response_does_not_take_it() -> None:
+    from voiceagent.transports.realtime_support import refusals
+
+    assert [(e.code, e.param) for e in refusals({"voiceagent": {"semantic_cache": True}}, "response", RESPONSE_FIELDS)] == [
+        ("unknown_parameter", "response.voiceagent")
+    ]

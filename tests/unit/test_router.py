@@ -79,10 +79,19 @@ def test_a_small_model_that_fails_hands_the_turn_to_the_large_and_its_breaker_op
         ([Message("user", "Yes.")], "required"),  # a response forced to call a tool
         ([Message("user", "Yes.")], "get_time"),
         ([], "auto"),
+        # "Hello?" after a question whose reply was cancelled before its first word: it asks again.
+        ([Message("user", "What is the capital of France?"), Message("user", "Hello?")], "auto"),
     ],
 )
 def test_what_is_not_a_user_s_social_words_goes_to_the_large_model(messages: list[Message], tool_choice: str) -> None:
     assert decide(messages, tool_choice, small_talk_kind) is None
+
+
+def test_a_yes_where_tools_are_offered_goes_to_the_large_model_and_a_greeting_does_not() -> None:
+    asked = [Message("system", "Be brief."), Message("assistant", "Shall I set a timer for ten minutes?"), Message("user", "Yes, please.")]
+    assert decide(asked, "auto", small_talk_kind) == "confirmation"
+    assert decide(asked, "auto", small_talk_kind, tools=True) is None
+    assert decide([Message("user", "Hello.")], "auto", small_talk_kind, tools=True) == "greeting"
 
 
 def test_prefill_warms_the_engine_the_partial_transcript_points_to() -> None:

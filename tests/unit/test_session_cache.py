@@ -6,13 +6,16 @@ The real embedding model and the real server: tests/integration/test_semantic_ca
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
-from collections.abc import Iterator, Sequence
+from collections.abc import AsyncGenerator, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 import pytest
 
+from voiceagent.backends.protocols import LlmRequest
 from voiceagent.cache.semantic import SemanticCache
 from voiceagent.cache.store import ReplyStore
 from voiceagent.errors import ProtocolError
@@ -173,3 +176,40 @@ def test_a_session_cannot_turn_on_a_cache_the_server_does_not_have(run: Run, mak
             await a.check_update(semantic_cache=False)  # off is what it already is: fine
 
     run(main(), 20)
+
+
+class Reporting:
+    """The session's engine, telling each request the route a router would (``on_route``)."""
+
+    def __init__(self, inner: Any, reason: str) -> None:
+        self.inner, self.reason = inner, reason
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    async def generate(self, request: LlmRequest) -> AsyncGenerator[str | ToolCall, None]:
+        if request.on_route is not None:
+            request.on_route("big", self.reason)
+        async with contextlib.aclosing(self.inner.generate(request)) as pieces:
+            async for piece in pieces:
+                yield piece
+
+
+@pytest.mark.parametrize(
+    ("reason", "stored"),
+    [("primary", 1), ("large.primary", 1), ("small:greeting.primary", 1), ("large.first_token_budget", 0), ("breaker_open", 0)],
+)
+def test_a_reply_is_stored_only_when_the_engine_meant_to_answer_did(
+    run: Run, make_fakes: MakeFakes, cache: SemanticCache, reason: str, stored: int
+) -> None:
+    fakes = with_cache(make_fakes(stt=FakeStt(default="hello there"), llm=FakeLlm(default=tokens("Hi!")), turn=FakeTurn(0.9)), cache)
+    fakes.engines.llm = Reporting(fakes.engines.llm, reason)
+
+    async def main() -> None:
+        async with running(fakes, make_config(), session_id="sess_a") as (a, log_a):
+            await say_turn(a)
+            _, done = await log_a.wait_type(ResponseDone)
+            assert done.status.value == "completed"
+
+    run(main(), 20)
+    assert len(cache.store) == stored

@@ -46,6 +46,14 @@ def test_social_turns_have_a_kind(text: str, kind: str | None) -> None:
         "What is two plus two?",
         "No, I meant the other one.",
         "Um.",
+        "Call me tomorrow.",  # a request, not a name
+        "Call me at six.",
+        "Call me an ambulance.",
+        "This is an emergency.",
+        "My name is not Bob.",
+        "Yes, 42.",  # digits are content
+        "Hi! 2+2?",
+        "No thanks, \u20ac5",
         "",
         "   ",
         " ".join(["thanks"] * (MAX_WORDS + 1)),  # too long to be only glue

@@ -233,9 +233,12 @@ def load_llm(config: Config, timed: Callable[..., Any] | None = None) -> tuple[L
             if small.name in (e.name for e in engines):
                 small.name += "_small"
             engines.append(small)
-            prime_also.append(small)
+            if fallback is not None:  # else it is the large route's fallback, primed there
+                prime_also.append(small)
+        # The large route falls back to the configured fallback, or else to the small model; the
+        # small route to the large route (and so, past it, to the configured fallback).
         large = llm if fallback is not None else breaker(primary, small)
-        llm = RoutedLlm(large, breaker(small, primary), small_talk_kind, engines, prime_also)
+        llm = RoutedLlm(large, breaker(small, large if fallback is not None else primary), small_talk_kind, engines, prime_also)
     pools = [e for e in engines if isinstance(e, LlmPool | BatchedEngine)]
     return llm, pools
 

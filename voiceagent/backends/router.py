@@ -4,7 +4,9 @@
 route) and an embedded ``llm.route_model`` (the *small* route).  Before a generation starts, the
 last message decides: a user message that :func:`voiceagent.text.turn_kind.small_talk_kind` calls
 social glue (a greeting, thanks, a farewell, a yes/no, a name) goes to the small route; anything
-else — a fact, a sum, a reminder, a tool's output, a response forced to call a tool — to the large.
+else — a fact, a sum, a reminder, a tool's output, a response forced to call a tool, a second
+user message in a row, a "yes" where tools are offered (it may be agreeing to a call) — to the
+large.
 
 Each route is its own circuit breaker (:class:`~voiceagent.backends.fallback.FallbackLlm`): the
 large route falls back to the configured fallback engine, or else to the small model; the small
@@ -37,15 +39,23 @@ from voiceagent.tools.spec import Message, Tool, ToolCall
 __all__ = ["RoutedLlm", "decide"]
 
 
-def decide(messages: Sequence[Message], tool_choice: str, classify: Callable[[str], str | None]) -> str | None:
+def decide(messages: Sequence[Message], tool_choice: str, classify: Callable[[str], str | None], tools: bool = False) -> str | None:
     """The small route's kind for a prompt ending in ``messages``, or None for the large route:
-    the last message must be the user's, with text ``classify`` names, and no tool forced."""
+    the last message must be the user's, with text ``classify`` names, after the agent's reply
+    (or the system message), and no tool forced; a confirmation only where no ``tools`` are
+    offered."""
     if not messages or tool_choice not in ("auto", "none"):
         return None
     last = messages[-1]
     if last.role != "user" or not isinstance(last.content, str):
         return None
-    return classify(last.content)
+    # Two user messages in a row (a reply cancelled before its first word, or several items
+    # before one response.create): "Hello?" may be asking the question before it again.
+    if len(messages) > 1 and messages[-2].role not in ("assistant", "system"):
+        return None
+    kind = classify(last.content)
+    # "Yes, please" to "Shall I set a timer?" is a tool call to make: the large model's job.
+    return None if kind == "confirmation" and tools else kind
 
 
 class RoutedLlm:
@@ -73,7 +83,7 @@ class RoutedLlm:
 
     async def generate(self, request: LlmRequest) -> AsyncGenerator[str | ToolCall, None]:
         """Stream the reply from the route :func:`decide` picks."""
-        kind = decide(request.messages, request.tool_choice, self.classify)
+        kind = decide(request.messages, request.tool_choice, self.classify, bool(request.tools))
         engine, decision = (self.large, "large") if kind is None else (self.small, f"small:{kind}")
         told = request.on_route
         if told is not None:
@@ -84,7 +94,7 @@ class RoutedLlm:
 
     async def prefill(self, key: str, messages: Sequence[Message], tools: tuple[Tool, ...] = ()) -> int:
         """The prefill of the route the partial transcript points to."""
-        small = decide(messages, "auto", self.classify) is not None
+        small = decide(messages, "auto", self.classify, bool(tools)) is not None
         return await (self.small if small else self.large).prefill(key, messages, tools)
 
     def prime(self, messages: Sequence[Message], tools: tuple[Tool, ...] = ()) -> None:
@@ -103,9 +113,23 @@ class RoutedLlm:
         return self.large.stats()
 
     async def aclose(self) -> None:
+        """Each engine's, all of them even if one raises (the first error is raised after)."""
+        errors: list[Exception] = []
         for engine in self.engines:
-            await engine.aclose()
+            try:
+                await engine.aclose()
+            except Exception as exc:
+                errors.append(exc)
+        if errors:
+            raise errors[0]
 
     def close(self) -> None:
+        """Each engine's, all of them even if one raises (the first error is raised after)."""
+        errors: list[Exception] = []
         for engine in self.engines:
-            engine.close()
+            try:
+                engine.close()
+            except Exception as exc:
+                errors.append(exc)
+        if errors:
+            raise errors[0]

@@ -331,7 +331,10 @@ class LlmStage(Stage):
                 decode_s=max(0.0, done.t - first_token_t) if not first else 0.0,
             )
         )
-        self._may_store(gen, key, text, calls == 0 and not retry and (not routes or routes[-1][1] == "primary"))
+        # The engine that should answer did ("primary", or a router's "large.primary" /
+        # "small:KIND.primary"), not a fallback standing in for it.
+        primary = not routes or routes[-1][1].rpartition(".")[2] == "primary"
+        self._may_store(gen, key, text, calls == 0 and not retry and primary)
         await self.emit(
             GenerationEnd(t=self.ctx.clock.now(), gen=gen, session=self.ctx.session_id, text=text, status=ResponseStatus.COMPLETED)
         )
@@ -354,7 +357,8 @@ class LlmStage(Stage):
         """The listener has heard generation ``gen`` to its end (its ``response.done`` is
         ``completed``): store it if it may be reused and its audio is known."""
         stored, clauses = self._storable.pop(gen, None), self._voiced.pop(gen, None)
-        if stored is not None and clauses and self._cache is not None:
+        # A session that turned the cache off while this reply played stores nothing more.
+        if stored is not None and clauses and self._cache is not None and self._settings().semantic_cache:
             self._cache.add(stored[0], stored[1], clauses)
 
     async def _from_cache(self, turn: UserTurn, prompt: LlmPrompt, settings: SessionSettings) -> tuple[CacheKey | None, bool]:

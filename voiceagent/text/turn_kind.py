@@ -7,7 +7,8 @@ agent's.  Everything else (a fact, a sum, a reminder, a joke, advice, anything w
 in it beyond those) goes to the large model.
 
 The rule is deliberately narrow: a wrong "small" costs a worse answer, a wrong "large" only
-costs time.  The utterance is cut at its punctuation and at the joins ``and``/``but``/``then``;
+costs time.  A piece with digits or symbols only ("Yes, 42.") is content; "call me" takes one
+name, not "back", "at six" or "tomorrow".  The utterance is cut at its punctuation and at the joins ``and``/``but``/``then``;
 every piece, after leading fillers ("oh", "um", "well"), must be one of the phrases below, and the
 whole must be short (``MAX_WORDS``).  "Yes, what is the capital of France?" is large: its second
 piece is not a phrase here.
@@ -48,9 +49,12 @@ _PHRASES: dict[str, str] = {
         r"of course|great|perfect|cool|awesome|fine|good|got it|i see|understood|sounds good|that sounds good|"
         r"that's (?:right|correct|fine|great|perfect|good|all)|that is (?:right|correct|fine|all)|"
         r"no thanks|no thank you|not really|never mind|nevermind|that'll be all|that will be all|"
-        r"(?:yes|no) please|please do|go ahead|(?:i'm|i am) good|(?:i'm|i am) fine|me too)"
+        r"(?:yes|no) please|please|please do|go ahead|(?:i'm|i am) good|(?:i'm|i am) fine|me too)"
     ),
-    "introduction": r"(?:my name is|my name's|call me|this is) [a-z]+(?: [a-z]+)?|nice to meet you(?: too)?",
+    "introduction": (
+        r"(?:my name is|my name's) (?!not\b)[a-z]+(?: [a-z]+)?|nice to meet you(?: too)?|"
+        r"call me (?!(?:back|at|in|on|later|tomorrow|tonight|now|soon|when|if|a|an|the|up)\b)[a-z]+"
+    ),
     "about_you": r"(?:what(?:'s| is) your name|who are you|what are you)",
 }
 
@@ -70,6 +74,8 @@ def small_talk_kind(text: str) -> str | None:
     first: str | None = None
     for piece in _SPLIT.split(f" {lowered} "):
         words = " ".join(_CLEAN.sub(" ", piece).split())
+        if not words and piece.strip():
+            return None  # digits, symbols or another script: content ("Yes, 42.")
         if not words or not _FILLERS.sub("", f"{words} "):
             continue  # nothing, or only fillers ("um,")
         # "Hey there" is a greeting, "hey, what time is it" is not: a filler is tried both ways.

@@ -176,7 +176,8 @@ RESPONSE_FIELDS: tuple[Support, ...] = (
 """Every field of ``response.create``'s ``response``.  A refused field given a value refuses the
 whole ``response.create`` (no response starts that would not be what was asked)."""
 
-_CONTAINERS = frozenset({"audio", "audio.input", "audio.output", "voiceagent"})
+_CONTAINERS = frozenset({"audio", "audio.input", "audio.output"})
+_VENDOR = "voiceagent."
 
 
 def refusals(obj: dict[str, Any], where: str, rows: tuple[Support, ...]) -> list[ProtocolError]:
@@ -185,13 +186,15 @@ def refusals(obj: dict[str, Any], where: str, rows: tuple[Support, ...]) -> list
     with a value other than null.  Nested objects (``audio``, ``audio.input``,
     ``audio.output``) are walked; what is not an object there is left to the decoder."""
     table = {row.name: row for row in rows}
+    # This server's own objects are walked only where the table has rows under them (the session's).
+    containers = _CONTAINERS | {name.split(".")[0] for name in table if name.startswith(_VENDOR)}
     errors: list[ProtocolError] = []
 
     def walk(node: dict[str, Any], prefix: str) -> None:
         for key, value in node.items():
             name = f"{prefix}{key}"
             param = f"{where}.{name}"
-            if name in _CONTAINERS:
+            if name in containers:
                 if isinstance(value, dict):
                     walk(value, f"{name}.")
                 continue
