@@ -144,6 +144,14 @@ class _Collector:
         ]
 
 
+def _prepare(path: str | Path, tail_s: float, turn_gap_s: float) -> tuple[list[tuple[float, float]], Int16Array]:
+    """(the file's speech turns, its audio at the wire rate with ``tail_s`` of silence after)."""
+    pcm, rate = read_wav(path)
+    turns = speech_turns(pcm, rate, turn_gap_s=turn_gap_s)
+    out = resample(pcm, rate, _WIRE_RATE)
+    return turns, np.concatenate([out, np.zeros(int(tail_s * _WIRE_RATE), dtype=np.int16)])
+
+
 async def replay_file(
     url: str,
     path: str | Path,
@@ -156,10 +164,10 @@ async def replay_file(
 ) -> list[TurnResult]:
     """Stream one file over one connection and return one result per ground-truth turn.
     ``session``: more ``session.update`` fields sent before the audio (``instructions``, ``tools``…)."""
-    pcm, rate = read_wav(path)
-    turns = speech_turns(pcm, rate, turn_gap_s=turn_gap_s)
-    out = resample(pcm, rate, _WIRE_RATE)
-    out = np.concatenate([out, np.zeros(int(tail_s * _WIRE_RATE), dtype=np.int16)])
+    # Reading, segmenting and resampling a long file takes seconds of CPU: off the event loop, so
+    # that other replays' opening handshakes on the same loop are not starved past their timeout
+    # (8 soak clients with 50-minute files lost 1-3 connections that way).
+    turns, out = await asyncio.to_thread(_prepare, path, tail_s, turn_gap_s)
     sep = "&" if "?" in url else "?"
     async with connect(f"{url}{sep}voiceagent_metrics=1", max_size=None) as ws:
         client = RealtimeClient()
