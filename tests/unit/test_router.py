@@ -134,3 +134,15 @@ def test_cancelling_a_routed_turn_closes_the_small_model_s_generation_and_propag
 
     asyncio.run(main())
     assert small.closed_early == 1
+
+
+def test_closing_reaches_every_engine_even_when_one_raises() -> None:
+    llm, large, small = _routed()
+
+    def broken() -> None:
+        raise RuntimeError("close failed")
+
+    large.close = broken  # type: ignore[method-assign]
+    with pytest.raises(RuntimeError, match="close failed"):
+        llm.close()
+    assert small.closed == 1

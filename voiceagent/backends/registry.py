@@ -224,9 +224,10 @@ def load_llm(config: Config, timed: Callable[..., Any] | None = None) -> tuple[L
 
     llm: LlmEngine = primary if fallback is None else breaker(primary, fallback)
     if config.llm.route != "off":
-        small = fallback if fallback is not None and config.llm.fallback_model == config.llm.route_model else None
         prime_also: list[LlmEngine] = []
-        if small is None:
+        if fallback is not None and config.llm.fallback_model == config.llm.route_model:
+            small = fallback
+        else:
             n = config.llm.route_contexts
             small_config = replace(config.llm, backend="llama_cpp", model=config.llm.route_model, contexts=n, sequences=n)
             small = call("llm_route", _cls(_LLM, "llm", "llama_cpp"), small_config, cache)
@@ -235,10 +236,11 @@ def load_llm(config: Config, timed: Callable[..., Any] | None = None) -> tuple[L
             engines.append(small)
             if fallback is not None:  # else it is the large route's fallback, primed there
                 prime_also.append(small)
-        # The large route falls back to the configured fallback, or else to the small model; the
-        # small route to the large route (and so, past it, to the configured fallback).
+        # The small route falls back to ``llm`` as built so far: the large route with its
+        # configured fallback, or the bare primary.  The large route falls back to the configured
+        # fallback, or else to the small model.
         large = llm if fallback is not None else breaker(primary, small)
-        llm = RoutedLlm(large, breaker(small, large if fallback is not None else primary), small_talk_kind, engines, prime_also)
+        llm = RoutedLlm(large, breaker(small, llm), small_talk_kind, engines, prime_also)
     pools = [e for e in engines if isinstance(e, LlmPool | BatchedEngine)]
     return llm, pools
 

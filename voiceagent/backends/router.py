@@ -113,23 +113,13 @@ class RoutedLlm:
         return self.large.stats()
 
     async def aclose(self) -> None:
-        """Each engine's, all of them even if one raises (the first error is raised after)."""
-        errors: list[Exception] = []
-        for engine in self.engines:
-            try:
-                await engine.aclose()
-            except Exception as exc:
-                errors.append(exc)
-        if errors:
-            raise errors[0]
+        """Each engine's, all of them even if one raises (an exit stack: the error is raised after)."""
+        async with contextlib.AsyncExitStack() as stack:
+            for engine in self.engines:
+                stack.push_async_callback(engine.aclose)
 
     def close(self) -> None:
-        """Each engine's, all of them even if one raises (the first error is raised after)."""
-        errors: list[Exception] = []
-        for engine in self.engines:
-            try:
-                engine.close()
-            except Exception as exc:
-                errors.append(exc)
-        if errors:
-            raise errors[0]
+        """Each engine's, all of them even if one raises (an exit stack: the error is raised after)."""
+        with contextlib.ExitStack() as stack:
+            for engine in self.engines:
+                stack.callback(engine.close)
