@@ -436,7 +436,7 @@ def test_start_up_primes_the_prefix_a_session_with_the_builtin_tools_asks_for(ru
     # must render it as the session does, or each context's first turn pays for it again.
     fakes = make_fakes(stt=FakeStt(default="what time is it"), llm=FakeLlm(default=("Hi.",)), turn=FakeTurn(0.9))
     warm_up(fakes.engines, builtin_config())
-    primed = fakes.llm.calls.items[0]
+    primed, *probes = fakes.llm.calls.items
 
     async def main() -> LlmCall:
         async with running(fakes, builtin_config()) as (session, log):
@@ -449,6 +449,33 @@ def test_start_up_primes_the_prefix_a_session_with_the_builtin_tools_asks_for(ru
     assert primed.tools == asked.tools and {t.name for t in primed.tools} >= {"get_time", "set_timer"}
     assert primed.messages[0] == asked.messages[0] == Message("system", f"{INSTRUCTIONS} {CALL_TOOLS}")
     assert primed.messages[-1].role == asked.messages[-1].role == "user"
+    # The start-up probes ask after the same prefix: one with the bare instructions left every
+    # context holding that, and each conversation's first turn re-read the tools' listing.
+    assert probes and all(p.messages[:-1] == asked.messages[:-1] and p.tools == asked.tools for p in probes)
+
+
+def test_start_up_primes_and_probes_the_prefix_a_default_session_asks_for(run: Run, make_fakes: MakeFakes) -> None:
+    # Without tools a session's prompt starts with the instructions and the example pairs: the
+    # prime and every start-up probe must keep that prefix in the contexts.
+    base = make_config()
+    config = dataclasses.replace(base, llm=dataclasses.replace(base.llm, examples="User: Hi.\nAssistant: Hello! How can I help?"))
+    fakes = make_fakes(stt=FakeStt(default="hello there"), llm=FakeLlm(default=("Hi.",)), turn=FakeTurn(0.9))
+    warm_up(fakes.engines, config)
+    startup = list(fakes.llm.calls.items)
+
+    async def main() -> LlmCall:
+        async with running(fakes, config) as (session, log):
+            await say_turn(session)
+            await log.wait_type(ResponseDone)
+            return fakes.llm.calls.items[len(startup)]
+
+    asked = run(main(), 20)
+    assert list(asked.messages[:3]) == [
+        Message("system", INSTRUCTIONS),
+        Message("user", "Hi."),
+        Message("assistant", "Hello! How can I help?"),
+    ]
+    assert len(startup) > 1 and all(c.messages[:-1] == asked.messages[:-1] and c.tools == asked.tools == () for c in startup)
 
 
 def test_a_client_tool_of_the_same_name_wins_over_the_builtin(run: Run, make_fakes: MakeFakes) -> None:
@@ -550,6 +577,26 @@ def test_a_model_that_repeats_the_call_it_has_the_result_of_answers_instead(run:
             assert answer.text == "It is 18 degrees." and answer.calls == ()
             assert len(log.of_type(FunctionCallAdded)) == 1  # the repeat was never sent
             assert [c.tool_choice for c in fakes.llm.calls.items] == ["auto", "auto", "none"]
+
+    run(main(), 20)
+
+
+def test_a_call_of_a_tool_nobody_offered_is_dropped_and_the_question_answered_in_words(run: Run, make_fakes: MakeFakes) -> None:
+    invented = ToolCall("call_x", "get_largest_planet", '{"type": "object"}')
+    fakes = make_fakes(
+        stt=FakeStt(["which is the largest planet"]),
+        llm=FakeLlm([[invented], tokens("Jupiter is the largest planet.")]),
+        turn=FakeTurn(0.9),
+    )
+
+    async def main() -> None:
+        async with running(fakes, make_config()) as (session, log):
+            session.update(tools=(WEATHER,))
+            await say_turn(session)
+            _, done = await log.wait_type(ResponseDone)
+            assert done.status is ResponseStatus.COMPLETED and done.text == "Jupiter is the largest planet." and done.calls == ()
+            assert [c.tool_choice for c in fakes.llm.calls.items] == ["auto", "none"]
+            assert log.of_type(FunctionCallAdded) == [] and log.of_type(ErrorEvent) == []
 
     run(main(), 20)
 

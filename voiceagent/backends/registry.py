@@ -35,7 +35,7 @@ from voiceagent.pipeline.loopload import loop_load
 from voiceagent.pipeline.scheduler import PriorityExecutor
 from voiceagent.text.turn_kind import small_talk_kind
 from voiceagent.tools.builtin import builtin_tools
-from voiceagent.tools.spec import Message, with_tools
+from voiceagent.tools.spec import Message, Tool, with_tools
 
 __all__ = ["Engines", "load_engines", "load_llm", "warm_up"]
 
@@ -262,16 +262,8 @@ def warm_up(engines: Engines, config: Config) -> dict[str, float]:
         engines.turn.completion_probability(noise)
         timings["turn"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    if config.tools.builtin:
-        # Every session offers the built-in tools, so every prompt starts with their listing (a
-        # few hundred tokens): warm that prefix, as the session renders it (no examples with
-        # tools, with_tools' system text).  Primed without them, a session's first turn paid
-        # ~1.0 s more on the 0.5B and ~2.8 s on the 1.5B.
-        tools = builtin_tools()
-        engines.llm.prime([Message("system", with_tools(config.llm.instructions, tools)), Message("user", "Hello.")], tools)
-    else:
-        examples = example_messages(config.llm.example_pairs)
-        engines.llm.prime([Message("system", config.llm.instructions), *examples, Message("user", "Hello.")])
+    head, tools = session_prefix(config)
+    engines.llm.prime([*head, Message("user", "Hello.")], tools)
     timings["llm"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     for _ in engines.tts.synthesize("Hello.", 1.0):
@@ -283,6 +275,23 @@ def warm_up(engines: Engines, config: Config) -> dict[str, float]:
         pass
     engines.turn_cost = measure_turn_cost(engines, config)
     return {k: round(v, 3) for k, v in timings.items()}
+
+
+def session_prefix(config: Config) -> tuple[list[Message], tuple[Tool, ...]]:
+    """The messages every session's prompt starts with on this server, and the tools it offers.
+
+    Start-up primes this prefix on every context, and the start-up probes ask with it too: a
+    probe with another prefix (the instructions without the tools' listing) left every context
+    holding that instead, so each conversation's first turn evaluated the listing again (~280
+    tokens, 1.5-3 s on two cores), eight of them at once in a soak's first seconds.
+
+    With the built-in tools every prompt starts with their listing (a few hundred tokens), as the
+    session renders it: no examples with tools, with_tools' system text.  Primed without them, a
+    session's first turn paid ~1.0 s more on the 0.5B and ~2.8 s on the 1.5B."""
+    if config.tools.builtin:
+        tools = builtin_tools()
+        return [Message("system", with_tools(config.llm.instructions, tools))], tools
+    return [Message("system", config.llm.instructions), *example_messages(config.llm.example_pairs)], ()
 
 
 _LONGEST_CLAUSE = " ".join(["the quick brown fox jumps over the lazy dog while the moon rises"] * 5) + "."
@@ -329,8 +338,7 @@ async def _llm_step(llm: LlmEngine, config: Config, n: int, tokens: int = 12) ->
     times: list[list[float]] = [[] for _ in range(n)]
 
     async def one(i: int) -> None:
-        messages = [Message("system", config.llm.instructions), Message("user", _PROBE_QUESTION)]
-        async with contextlib.aclosing(llm.generate(LlmRequest(f"warm-up-batch-{i}", messages, tokens, 0.0))) as pieces:
+        async with contextlib.aclosing(llm.generate(_probe_request(config, f"warm-up-batch-{i}", tokens))) as pieces:
             async for _ in pieces:
                 times[i].append(time.perf_counter())
 
@@ -347,9 +355,17 @@ async def _llm_step(llm: LlmEngine, config: Config, n: int, tokens: int = 12) ->
     return float(np.median(steps)) if steps else 0.0
 
 
+def _probe_request(config: Config, key: str, tokens: int) -> LlmRequest:
+    """The probe question after the sessions' own prefix (:func:`session_prefix`), so the probes
+    reuse the primed cells and leave them as a session will want them; tool_choice "none" keeps
+    the prompt a session renders and the probe's answer free of calls."""
+    head, tools = session_prefix(config)
+    return LlmRequest(key, [*head, Message("user", _PROBE_QUESTION)], tokens, 0.0, tools=tools, tool_choice="none")
+
+
 async def _llm_cost(llm: LlmEngine, config: Config, key: str) -> tuple[float, float]:
     """(first-token seconds with the system prompt cached, mean seconds per later token)."""
-    request = LlmRequest(key, [Message("system", config.llm.instructions), Message("user", _PROBE_QUESTION)], 12, 0.0)
+    request = _probe_request(config, key, 12)
     times: list[float] = []
     t0 = time.perf_counter()
     try:
