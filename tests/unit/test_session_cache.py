@@ -21,7 +21,7 @@ from voiceagent.cache.store import ReplyStore
 from voiceagent.errors import ProtocolError
 from voiceagent.events import AudioDelta, ResponseDone
 from voiceagent.pipeline.scheduler import PriorityExecutor
-from voiceagent.tools.spec import ToolCall
+from voiceagent.tools.spec import Tool, ToolCall
 
 from .fakes import FakeEngines, FakeLlm, FakeStt, FakeTurn
 from .test_session import MakeFakes, Run, barge_in_fakes, barge_in_scenario, make_config, running, say_turn, tokens
@@ -107,8 +107,10 @@ def test_a_reply_that_called_a_tool_is_not_stored(run: Run, make_fakes: MakeFake
 
     async def main() -> None:
         async with running(fakes, make_config(), session_id="sess_a") as (a, log_a):
+            a.update(tools=(Tool("get_weather", "The weather in a city.", {"type": "object", "properties": {"city": {"type": "string"}}}),))
             await say_turn(a)
-            await log_a.wait_type(ResponseDone)
+            _, done = await log_a.wait_type(ResponseDone)
+            assert [c.name for c in done.calls] == ["get_weather"]
         assert len(cache.store) == 0
 
     run(main(), 20)

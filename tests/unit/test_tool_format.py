@@ -313,10 +313,19 @@ def test_a_bare_json_call_of_an_offered_tool_is_a_call_wherever_the_stream_split
 
 
 def test_a_bare_object_that_is_not_an_offered_call_is_spoken_as_text() -> None:
-    for text in ('{"name": "launch_rockets", "arguments": {}} ok', '{"a": 1} and so on', "{ not json at all"):
+    for text in ('{"name": "Jupiter"} ok', '{"a": 1} and so on', '{"name": "x", "size": 3}', "{ not json at all"):
         out = _run_parser(HermesToolParser(names=["get_weather"]), [text[:5], text[5:]])
         assert out and all(isinstance(o, str) for o in out)
         assert "".join(o for o in out if isinstance(o, str)) == text
+
+
+@pytest.mark.parametrize("cut", [1, 9, 30, 80])
+def test_a_bare_call_of_a_tool_not_offered_is_a_call_not_text(cut: int) -> None:
+    # As the 0.5B wrote it for "I would like to know the largest planet in our solar system": a
+    # made-up tool.  As text it was spoken, JSON and all; as a call the caller rejects it.
+    text = '{"name": "get_largest_planet", "arguments": {"type": "object", "properties": {"radius": {"type": "integer"}}}}'
+    out = _run_parser(HermesToolParser(names=["get_time", "set_timer"]), [text[:cut], text[cut:]])
+    assert [c.name for c in calls_of(out)] == ["get_largest_planet"] and text_of(out) == ""
 
 
 def test_bare_json_is_not_read_without_offered_names_nor_after_text() -> None:

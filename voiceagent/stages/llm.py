@@ -37,7 +37,10 @@ against its tool's schema (:func:`~voiceagent.tools.args.check_arguments`, which
 model's usual slips) and notified as :class:`~voiceagent.events.ToolCallMade`.  A call that
 cannot be repaired is asked for once more with the tool named (the engine then holds the
 arguments to the schema where it can); if that fails too it is notified as
-:class:`~voiceagent.events.ToolCallRejected`.  Either way the turn ends normally.
+:class:`~voiceagent.events.ToolCallRejected`.  Either way the turn ends normally.  A call (with
+``tool_choice`` "auto") of a tool that is not offered is dropped (logged, no error event: the
+client did nothing wrong) and, when nothing has been said yet, the turn is asked again with
+``tool_choice`` "none": the listener hears an answer, not silence or JSON.
 """
 
 from __future__ import annotations
@@ -274,8 +277,7 @@ class LlmStage(Stage):
                             await self.ctx.notify(LlmRoute(t=now, gen=gen, session=self.ctx.session_id, engine=engine, reason=reason))
                             await self.ctx.notify(self._mark(gen, "llm_first_token"))
                         if isinstance(piece, ToolCall):
-                            if (piece.name, canonical(piece.arguments)) in answered:
-                                # A small model asks again for the result it was just given: answer instead.
+                            if self._answer_in_words(piece, answered, prompt):
                                 repeated = True
                                 break
                             # (tool_choice "none": an engine that could not prevent the call; it is dropped)
@@ -430,6 +432,18 @@ class LlmStage(Stage):
         await self.emit(
             GenerationEnd(t=self.ctx.clock.now(), gen=gen, session=self.ctx.session_id, text=entry.reply, status=ResponseStatus.COMPLETED)
         )
+
+    def _answer_in_words(self, call: ToolCall, answered: set[tuple[str, str]], prompt: LlmPrompt) -> bool:
+        """Whether ``call`` is dropped and the turn answered in words instead (tool_choice "none"):
+        a small model asking again for the result it was just given, or (tool_choice "auto")
+        calling a tool nobody offered (the 0.5B invents get_largest_planet for a plain question;
+        no error for the client, which did nothing wrong)."""
+        if (call.name, canonical(call.arguments)) in answered:
+            return True
+        if prompt.tool_choice == "auto" and not nameless(call) and all(t.name != call.name for t in prompt.tools):
+            log.info("session %s: the model called %r, which is not offered; answering without tools", self.ctx.session_id, call.name)
+            return True
+        return False
 
     async def _tool_call(self, gen: int, call: ToolCall, tools: Sequence[Tool], *, final: bool) -> bool:
         """Check ``call`` and notify it; False when it needs another try (and ``final`` is not set)."""

@@ -166,8 +166,10 @@ class HermesToolParser:
         return out
 
     def _bare_result(self, body: str) -> str | ToolCall:
-        """A bare object: a call if it names an offered tool, else the text it was (with the
-        fence that opened it)."""
+        """A bare object: a call if it names an offered tool or has a call's shape (a name and its
+        arguments, nothing else: the 0.5B invents tools such as ``get_largest_planet``; spoken,
+        that JSON was the whole answer, so it goes to the caller as the call it is, to reject),
+        else the text it was (with the fence that opened it)."""
         fence, self._fence = self._fence, ""
         call = self._as_call(body)
         doubled = call is None and body.startswith("{{") and body.rstrip().endswith("}}")
@@ -182,8 +184,8 @@ class HermesToolParser:
 
     def _as_call(self, body: str) -> ToolCall | None:
         value = loads_lenient(body)
-        if isinstance(value, dict) and value.get("name") in self._names and set(value) <= {"name", "arguments", "parameters"}:
-            return parse_call(body)
+        if isinstance(value, dict) and isinstance(value.get("name"), str) and set(value) <= {"name", "arguments", "parameters"}:
+            return parse_call(body) if value["name"] in self._names or len(value) > 1 else None
         named = _BARE_NAME.match(body)
         if value is None and named is not None and named.group(1) in self._names:
             return parse_call(body)  # a call with broken JSON: the caller repairs or asks again
