@@ -134,12 +134,14 @@ def session_files(
     lead_s: float = 0.0,
 ) -> list[Path]:
     """One WAV per session: ``lead_s`` of silence, then ``turns`` questions (fixture names, in
-    rotation), turn k's speech ending at ``(k + 1) * slot_s - margin`` for all sessions
-    (simultaneous) or at a random point of the slot (staggered)."""
+    rotation), turn k's speech ending 6 s into slot k for all sessions (simultaneous), at a random
+    point of those first 6 s (staggered), or at such a point after session i's own phase of
+    ``i * slot_s / n`` (spread: callers who are not in step, each speaking once a slot)."""
     fixtures = make_fixtures.make_all(ROOT / ".cache" / "fixtures")
     files = []
     for i in range(n):
-        out = np.zeros(int((lead_s + turns * slot_s) * RATE), dtype=np.int16)
+        phase = i * slot_s / n if arrangement == "spread" else 0.0
+        out = np.zeros(int((lead_s + phase + turns * slot_s) * RATE), dtype=np.int16)
         for k in range(turns):
             name = questions[(i + k * 3) % len(questions)]
             pcm, rate = read_wav(fixtures[name])
@@ -147,7 +149,7 @@ def session_files(
             start_s, end_s = speech_turns(pcm, RATE)[0][0], speech_turns(pcm, RATE)[-1][1]
             speech = pcm[int(start_s * RATE) : int(end_s * RATE) + RATE // 100]
             latest = 6.0  # s into its slot: every question (at most 5 s) ends by then
-            end = lead_s + k * slot_s + (latest if arrangement == "simultaneous" else rng.uniform(len(speech) / RATE + 0.3, latest))
+            end = lead_s + phase + k * slot_s + (latest if arrangement == "simultaneous" else rng.uniform(len(speech) / RATE + 0.3, latest))
             a = int(end * RATE) - len(speech)
             out[a : a + len(speech)] = speech
         path = workdir / f"{arrangement}-n{n}-s{i}.wav"

@@ -2,7 +2,11 @@
 """Soak: N concurrent sessions × T spoken turns on one real ``voiceagent serve`` process.
 
 Each session streams one long WAV at real-time pace (``--turns`` questions, one per ``--slot``
-seconds, from the concurrency benchmark's fixtures), as ``voiceagent replay`` does.  The server's
+seconds, from the concurrency benchmark's fixtures), as ``voiceagent replay`` does.  By default
+the sessions are not in step (``--arrangement spread``: session i asks at its own phase,
+``i * slot / sessions`` into each slot), as independent callers are; ``staggered`` puts every
+session's question in the first 6 s of each slot, a burst of N turns every slot, which is the
+concurrency benchmark's load rather than a soak's (soaks before 2026-11-26's third session ran so).  The server's
 RSS is sampled every second.  Pass criteria (exit status 1 otherwise):
 
 * every turn answered: no lost turn, no error, and the server's own ``voiceagent_turns_total``
@@ -13,7 +17,7 @@ RSS is sampled every second.  Pass criteria (exit status 1 otherwise):
   over the last ones (the heap is trimmed now and then: single samples wander ~150 MB).  The
   two single samples are reported too.
 
-Writes ``soak.json`` to ``--out`` and prints it.
+Writes ``soak.json`` to ``--out`` and prints it, every turn's waterfall to ``turns.json`` and the server's log to ``server.log``.
 
     .venv/bin/python scripts/soak.py                       # 4 sessions × 50 turns (about 11 min)
     .venv/bin/python scripts/soak.py --sessions 2 --turns 12 --warm-turns 4
@@ -158,6 +162,13 @@ def main() -> int:
         help="each client sends the --instructions-chars instructions in its session.update (evaluated then), not the server",
     )
     ap.add_argument("--lead-s", type=float, default=0.0, help="silence before each session's first question")
+    ap.add_argument(
+        "--arrangement",
+        choices=("spread", "staggered", "simultaneous"),
+        default="spread",
+        help="spread: each session asks once a slot at its own phase (callers not in step); staggered: all within the "
+        "slot's first 6 s (a burst every slot); simultaneous: all at once",
+    )
     args = ap.parse_args()
     if args.window_turns < 1 or args.turns < args.warm_turns + 2 * args.window_turns:
         ap.error("--turns must hold --warm-turns plus two windows of --window-turns (>= 1): the RSS medians must not overlap")
@@ -186,7 +197,7 @@ def main() -> int:
                 args.sessions,
                 args.turns,
                 args.slot,
-                "staggered",
+                args.arrangement,
                 random.Random(args.seed),
                 Path(tmp),
                 questions,
@@ -201,6 +212,7 @@ def main() -> int:
             by_status = server_turns(metrics)
     finally:
         server.stop()
+        (out / "server.log").write_text("".join(server.log))
     lat = [t.latency_ms for t in turns if t.latency_ms is not None]
     start_mb = rss.at(t0) / 2**20
     warm_t = t0 + args.lead_s + args.warm_turns * args.slot
@@ -255,6 +267,7 @@ def main() -> int:
         "instructions_chars": len(text) if args.instructions_chars else 0,
         "instructions_from": "client session.update" if session else "server llm.instructions",
         "lead_s": args.lead_s,
+        "arrangement": args.arrangement,
         "llm_context": overrides.get("llm.context"),
         "tools": args.tools,
         "sessions_active_at_end": left,
@@ -266,6 +279,19 @@ def main() -> int:
         "pass": lost == 0 and not errors and failed == 0 and growth < args.max_growth_mb and left == 0,
     }
     (out / "soak.json").write_text(json.dumps(report, indent=1))
+    # Every turn's waterfall, for finding where the slow ones waited (not printed: 100s of rows).
+    rows = [
+        {
+            "file": Path(t.file).name,
+            "turn": t.turn,
+            "speech_end_s": round(t.speech_end_s, 2),
+            "latency_ms": t.latency_ms,
+            "heard": t.transcript,
+            "spans_ms": t.spans_ms,
+        }
+        for t in turns
+    ]
+    (out / "turns.json").write_text(json.dumps(rows, indent=0))
     print(json.dumps(report, indent=1))
     return 0 if report["pass"] else 1
 
