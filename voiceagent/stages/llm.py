@@ -245,8 +245,12 @@ class LlmStage(Stage):
             max_tokens=prompt.max_tokens or settings.max_output_tokens,
             temperature=settings.temperature,
             on_admitted=lambda: admitted.append(self.ctx.clock.now()),
-            # The first clause is what the listener waits for; a bound in case it never ends.
-            urgent_tokens=32,
+            # The first clause is what the listener waits for; a bound in case it never ends.  A
+            # call's tokens are never spoken, so until a clause the listener waits for all of
+            # them (the call, its result, the answer): get_time is ~26 tokens, and the 0.5B's
+            # made-up calls 50-75, whose tokens past a bound of 32 decoded at speaking pace
+            # (~200 ms each with 8 conversations) before the answer could start.
+            urgent_tokens=96,
             urgent=lambda: waiting_for_first_clause[0],
             on_piece=on_piece,
             on_route=lambda engine, reason: routes.append((engine, reason)),
