@@ -10,6 +10,9 @@ For N in 1, 2, 4, 8 (``--sessions``) and two arrangements:
   critical-path work of N turns lands on the cores at once);
 * ``staggered``: each session's turn k starts at a random offset (seeded) within the turn slot.
 
+(:func:`session_files` also makes ``spread``, scripts/soak.py's default: each session at its own
+phase of the slot.)
+
 Each session speaks ``--turns`` different questions (espeak-ng voices), one per slot of
 ``--slot`` seconds, so that every answer has been played before the next question.  Per N it
 reports answered turns, errors, p50/p95/max end of speech → first audio (client clock, as

@@ -601,6 +601,37 @@ def test_a_call_of_a_tool_nobody_offered_is_dropped_and_the_question_answered_in
     run(main(), 20)
 
 
+def test_an_engine_that_invents_the_call_again_under_none_is_asked_only_twice(run: Run, make_fakes: MakeFakes) -> None:
+    # vLLM's parser reads calls whatever tool_choice says: the answer in words is asked for once.
+    invented = ToolCall("call_x", "get_largest_planet", "{}")
+    fakes = make_fakes(stt=FakeStt(["which is the largest planet"]), llm=FakeLlm([[invented], [invented]]), turn=FakeTurn(0.9))
+
+    async def main() -> None:
+        async with running(fakes, make_config()) as (session, log):
+            session.update(tools=(WEATHER,))
+            await say_turn(session)
+            _, done = await log.wait_type(ResponseDone)
+            assert done.status is ResponseStatus.COMPLETED and done.calls == ()
+            assert [c.tool_choice for c in fakes.llm.calls.items] == ["auto", "none"]
+
+    run(main(), 20)
+
+
+def test_an_invented_call_beside_a_real_one_is_dropped_without_asking_again(run: Run, make_fakes: MakeFakes) -> None:
+    invented = ToolCall("call_x", "get_largest_planet", "{}")
+    fakes = make_fakes(stt=FakeStt(["what is the weather in Paris"]), llm=FakeLlm([[call(), invented]]), turn=FakeTurn(0.9))
+
+    async def main() -> None:
+        async with running(fakes, make_config()) as (session, log):
+            session.update(tools=(WEATHER,))
+            await say_turn(session)
+            _, done = await log.wait_type(ResponseDone)
+            assert [c.name for c in done.calls] == ["get_weather"]
+            assert [c.tool_choice for c in fakes.llm.calls.items] == ["auto"]
+
+    run(main(), 20)
+
+
 # --------------------------------------------------------------------------- output modalities
 
 

@@ -357,10 +357,11 @@ async def _llm_step(llm: LlmEngine, config: Config, n: int, tokens: int = 12) ->
 
 def _probe_request(config: Config, key: str, tokens: int) -> LlmRequest:
     """The probe question after the sessions' own prefix (:func:`session_prefix`), so the probes
-    reuse the primed cells and leave them as a session will want them; tool_choice "none" keeps
-    the prompt a session renders and the probe's answer free of calls."""
+    reuse the primed cells and leave them as a session will want them.  Asked as a session asks
+    (tool_choice "auto"): "none" would time decoding under the no-call grammar, which a turn
+    does not pay."""
     head, tools = session_prefix(config)
-    return LlmRequest(key, [*head, Message("user", _PROBE_QUESTION)], tokens, 0.0, tools=tools, tool_choice="none")
+    return LlmRequest(key, [*head, Message("user", _PROBE_QUESTION)], tokens, 0.0, tools=tools)
 
 
 async def _llm_cost(llm: LlmEngine, config: Config, key: str) -> tuple[float, float]:

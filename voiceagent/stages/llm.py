@@ -267,8 +267,10 @@ class LlmStage(Stage):
 
         try:
             while attempts:
-                repeated = False
-                async with contextlib.aclosing(self._engine.generate(attempts.pop(0))) as pieces:
+                current = attempts.pop(0)
+                kind = ""
+                invented = False
+                async with contextlib.aclosing(self._engine.generate(current)) as pieces:
                     async for piece in pieces:
                         if first:
                             first = False
@@ -281,11 +283,11 @@ class LlmStage(Stage):
                             await self.ctx.notify(LlmRoute(t=now, gen=gen, session=self.ctx.session_id, engine=engine, reason=reason))
                             await self.ctx.notify(self._mark(gen, "llm_first_token"))
                         if isinstance(piece, ToolCall):
-                            if self._answer_in_words(piece, answered, prompt):
-                                repeated = True
+                            kind = self._call_kind(piece, current, answered)
+                            if kind == "repeated":
                                 break
-                            # (tool_choice "none": an engine that could not prevent the call; it is dropped)
-                            if prompt.tool_choice != "none":
+                            invented = invented or kind == "invented"
+                            if kind == "call":
                                 calls += 1
                                 if not await self._tool_call(gen, piece, prompt.tools, final=False):
                                     retry.append(piece)
@@ -294,7 +296,9 @@ class LlmStage(Stage):
                         for clause in splitter.push(piece):
                             waiting_for_first_clause[0] = False
                             index = await self._clause(gen, clause, index)
-                if repeated and not text.strip():
+                # Asked again in words (at most once: the new attempt's choice is "none"), when
+                # this attempt said nothing and made no call of its own.
+                if (kind == "repeated" or (invented and calls == 0 and not retry)) and not text.strip() and current.tool_choice != "none":
                     attempts.append(
                         dataclasses.replace(request, tool_choice="none", on_admitted=None, on_route=None, on_end_probability=None)
                     )
@@ -437,17 +441,22 @@ class LlmStage(Stage):
             GenerationEnd(t=self.ctx.clock.now(), gen=gen, session=self.ctx.session_id, text=entry.reply, status=ResponseStatus.COMPLETED)
         )
 
-    def _answer_in_words(self, call: ToolCall, answered: set[tuple[str, str]], prompt: LlmPrompt) -> bool:
-        """Whether ``call`` is dropped and the turn answered in words instead (tool_choice "none"):
-        a small model asking again for the result it was just given, or (tool_choice "auto")
-        calling a tool nobody offered (the 0.5B invents get_largest_planet for a plain question;
-        no error for the client, which did nothing wrong)."""
+    def _call_kind(self, call: ToolCall, request: LlmRequest, answered: set[tuple[str, str]]) -> str:
+        """What a call the engine yielded for ``request`` is: ``"call"`` (checked, then made),
+        ``"dropped"`` (tool_choice "none": an engine that could not prevent it, such as vLLM,
+        whose parser reads calls whatever the choice), ``"repeated"`` (a small model asks again
+        for the result it was just given: the turn is answered instead) or ``"invented"``
+        (tool_choice "auto", a tool nobody offered: the 0.5B invents get_largest_planet for a
+        plain question; logged, no error for the client, which did nothing wrong, and the turn
+        is answered in words)."""
+        if request.tool_choice == "none":
+            return "dropped"
         if (call.name, canonical(call.arguments)) in answered:
-            return True
-        if prompt.tool_choice == "auto" and not nameless(call) and all(t.name != call.name for t in prompt.tools):
+            return "repeated"
+        if request.tool_choice == "auto" and not nameless(call) and all(t.name != call.name for t in request.tools):
             log.info("session %s: the model called %r, which is not offered; answering without tools", self.ctx.session_id, call.name)
-            return True
-        return False
+            return "invented"
+        return "call"
 
     async def _tool_call(self, gen: int, call: ToolCall, tools: Sequence[Tool], *, final: bool) -> bool:
         """Check ``call`` and notify it; False when it needs another try (and ``final`` is not set)."""

@@ -12,7 +12,9 @@
   read as a call too, else the JSON would be spoken.  When tools are offered, a reply that *is*
   a call without tags is read as one too: a bare ``{"name": …, "arguments": …}`` of an offered
   tool, the same inside a Markdown code fence (```` ```json ````), or with doubled braces
-  (``{{"name": …}}``, the template's placeholder copied); the 1.5B writes all three.
+  (``{{"name": …}}``, the template's placeholder copied); the 1.5B writes all three.  So is a
+  bare object of exactly that shape naming a tool nobody offered (the 0.5B invents them): the
+  caller drops it rather than have its JSON spoken.
 """
 
 from __future__ import annotations
