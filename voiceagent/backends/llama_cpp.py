@@ -128,6 +128,13 @@ class LlamaCppContext:
             n_threads_batch=threads,
             n_batch=_BATCH,
             use_mmap=True,
+            # llama-cpp-python leaves it off unless asked (llama.cpp's own default is on, and the
+            # batched engine has it).  On a 3,000-token prompt of the 0.5B on two cores, on
+            # evaluated 269-284 tokens/s against 215-243 off and decoded within 0-10 % of off (19-21
+            # ms a step), and kept 18-22 MB of attention scratch resident against 36-50 MB, which
+            # each pool context otherwise gained at its first long prompt: the pool soak's RSS
+            # growth (scripts/bench_flash_attn.py, docs/bench/memory/flash_attn_pool.json).
+            flash_attn=True,
             verbose=bool(os.environ.get("VOICEAGENT_LLAMA_VERBOSE")),
         )
         trained = int(cast(Any, self._llm)._model.n_ctx_train())
