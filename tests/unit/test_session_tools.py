@@ -581,55 +581,50 @@ def test_a_model_that_repeats_the_call_it_has_the_result_of_answers_instead(run:
     run(main(), 20)
 
 
-def test_a_call_of_a_tool_nobody_offered_is_dropped_and_the_question_answered_in_words(run: Run, make_fakes: MakeFakes) -> None:
-    invented = ToolCall("call_x", "get_largest_planet", '{"type": "object"}')
-    fakes = make_fakes(
-        stt=FakeStt(["which is the largest planet"]),
-        llm=FakeLlm([[invented], tokens("Jupiter is the largest planet.")]),
-        turn=FakeTurn(0.9),
-    )
+INVENTED = ToolCall("call_x", "get_largest_planet", '{"type": "object"}')
+"""A call of a tool nobody offered, as the 0.5B writes for a plain question."""
 
-    async def main() -> None:
+
+@dataclasses.dataclass
+class Answered:
+    done: ResponseDone
+    choices: list[str]
+    """The tool_choice of each request the engine got, in order."""
+    log: Any
+
+
+def answer_with_weather_offered(run: Run, make_fakes: MakeFakes, said: str, script: list[list[str | ToolCall]]) -> Answered:
+    """One spoken turn of a session offering get_weather, the engine answering with ``script``."""
+    fakes = make_fakes(stt=FakeStt([said]), llm=FakeLlm(script), turn=FakeTurn(0.9))
+
+    async def main() -> Answered:
         async with running(fakes, make_config()) as (session, log):
             session.update(tools=(WEATHER,))
             await say_turn(session)
             _, done = await log.wait_type(ResponseDone)
-            assert done.status is ResponseStatus.COMPLETED and done.text == "Jupiter is the largest planet." and done.calls == ()
-            assert [c.tool_choice for c in fakes.llm.calls.items] == ["auto", "none"]
-            assert log.of_type(FunctionCallAdded) == [] and log.of_type(ErrorEvent) == []
+            return Answered(done, [c.tool_choice for c in fakes.llm.calls.items], log)
 
-    run(main(), 20)
+    return run(main(), 20)
+
+
+def test_a_call_of_a_tool_nobody_offered_is_dropped_and_the_question_answered_in_words(run: Run, make_fakes: MakeFakes) -> None:
+    a = answer_with_weather_offered(run, make_fakes, "which is the largest planet", [[INVENTED], tokens("Jupiter is the largest planet.")])
+    assert a.done.status is ResponseStatus.COMPLETED and a.done.text == "Jupiter is the largest planet." and a.done.calls == ()
+    assert a.choices == ["auto", "none"]
+    assert a.log.of_type(FunctionCallAdded) == [] and a.log.of_type(ErrorEvent) == []
 
 
 def test_an_engine_that_invents_the_call_again_under_none_is_asked_only_twice(run: Run, make_fakes: MakeFakes) -> None:
     # vLLM's parser reads calls whatever tool_choice says: the answer in words is asked for once.
-    invented = ToolCall("call_x", "get_largest_planet", "{}")
-    fakes = make_fakes(stt=FakeStt(["which is the largest planet"]), llm=FakeLlm([[invented], [invented]]), turn=FakeTurn(0.9))
-
-    async def main() -> None:
-        async with running(fakes, make_config()) as (session, log):
-            session.update(tools=(WEATHER,))
-            await say_turn(session)
-            _, done = await log.wait_type(ResponseDone)
-            assert done.status is ResponseStatus.COMPLETED and done.calls == ()
-            assert [c.tool_choice for c in fakes.llm.calls.items] == ["auto", "none"]
-
-    run(main(), 20)
+    a = answer_with_weather_offered(run, make_fakes, "which is the largest planet", [[INVENTED], [INVENTED]])
+    assert a.done.status is ResponseStatus.COMPLETED and a.done.calls == ()
+    assert a.choices == ["auto", "none"]
 
 
 def test_an_invented_call_beside_a_real_one_is_dropped_without_asking_again(run: Run, make_fakes: MakeFakes) -> None:
-    invented = ToolCall("call_x", "get_largest_planet", "{}")
-    fakes = make_fakes(stt=FakeStt(["what is the weather in Paris"]), llm=FakeLlm([[call(), invented]]), turn=FakeTurn(0.9))
-
-    async def main() -> None:
-        async with running(fakes, make_config()) as (session, log):
-            session.update(tools=(WEATHER,))
-            await say_turn(session)
-            _, done = await log.wait_type(ResponseDone)
-            assert [c.name for c in done.calls] == ["get_weather"]
-            assert [c.tool_choice for c in fakes.llm.calls.items] == ["auto"]
-
-    run(main(), 20)
+    a = answer_with_weather_offered(run, make_fakes, "what is the weather in Paris", [[call(), INVENTED]])
+    assert [c.name for c in a.done.calls] == ["get_weather"]
+    assert a.choices == ["auto"]
 
 
 # --------------------------------------------------------------------------- output modalities
