@@ -82,6 +82,7 @@ class FakeBatch:
 
     ctx = object()
     eog = frozenset({EOG})
+    can_shift = True
 
     def __init__(self, sequences: int = 4, kv_tokens: int = 4096, batch_size: int = 64, window: int = 2048) -> None:
         self.sequences = sequences
@@ -98,6 +99,8 @@ class FakeBatch:
         self._next: list[int] = []
         self.gate: threading.Event | None = None
         self.fail_next = False
+        self.shifts: list[tuple[int, int, int, int]] = []
+        """(sequence, start, removed, kept) of every :meth:`close_gap`."""
         self.threads: list[int] = []
         self.samplers_open = 0
         self.closed = False
@@ -151,6 +154,16 @@ class FakeBatch:
 
     def remove(self, seq: int, start: int = 0) -> None:
         del self.cells[seq][start:]
+
+    def close_gap(self, seq: int, start: int, removed: int, kept: int) -> None:
+        cells = self.cells[seq]
+        moved = cells[start + removed : start + removed + kept]
+        assert len(moved) == kept, "a shift of cells the sequence does not hold"
+        shared = {c for s, held in self.cells.items() if s != seq for c in held}
+        # llama.cpp would move a shared cell for every sequence holding it: the others' cache breaks.
+        assert not shared & set(moved), "a shift moved cells another sequence shares"
+        self.cells[seq] = cells[:start] + moved
+        self.shifts.append((seq, start, removed, kept))
 
     def copy(self, src: int, dst: int, n: int) -> None:
         assert not self.cells[dst], "a copy goes to an empty sequence"

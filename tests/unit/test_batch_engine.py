@@ -22,7 +22,7 @@ from voiceagent.backends.protocols import LlmRequest, Usage
 from voiceagent.errors import EngineError
 from voiceagent.tools.spec import Message
 
-from .fake_batch import FakeBatch, reply_for
+from .fake_batch import FakeBatch, render, reply_for
 
 SYSTEM = Message("system", "You are terse. " * 4)
 
@@ -393,3 +393,56 @@ def test_closing_the_engine_fails_queued_generations_instead_of_hanging(core: Fa
 
     asyncio.run(main())
     assert core.closed
+
+
+def long_history(name: str, turns: int = 8) -> list[Message]:
+    msgs = [SYSTEM]
+    for i in range(turns):
+        msgs += [Message("user", f"{name} asks question {i} " + "q" * 20), Message("assistant", f"Answer {i} " + "a" * 30)]
+    return msgs
+
+
+def test_a_cut_conversation_moves_its_kept_turns_back_instead_of_reading_them_again(engine: BatchedEngine, core: FakeBatch) -> None:
+    history = long_history("Ann")
+    asyncio.run(ask(engine, "ann", [*history, Message("user", "Before the cut?")]))
+    # The fitter dropped the three oldest turns: the instructions, then turns 3 to 7.
+    cut = [SYSTEM, *history[7:], Message("user", "After the cut?")]
+    done = len(core.batches)
+    usage = Usage()
+    assert asyncio.run(ask(engine, "ann", cut, usage=usage)) == reply_for(cut)  # the cells hold exactly the cut prompt
+    prompt_len = len(core.render.prompt_tokens(cut, ()))
+    evaluated = sum(1 for batch in core.batches[done:] for _, pos, _, _ in batch if pos < prompt_len)
+    kept = len(core.render.tokenize("".join(f"<{m.role[0]}>{m.content}" for m in history[7:])))
+    assert usage.reused_tokens is not None and usage.reused_tokens >= len(SYSTEM.content) + kept - 8
+    assert evaluated == prompt_len - usage.reused_tokens
+    assert len(core.shifts) == 1 and engine.stats().shifted_tokens == core.shifts[0][3]
+
+
+def test_without_context_shift_a_cut_conversation_is_read_again(core: FakeBatch) -> None:
+    engine = BatchedEngine(core, model="fake", ahead=64, context_shift=False)  # type: ignore[arg-type]
+    try:
+        history = long_history("Ann")
+        before = [*history, Message("user", "Before the cut?")]
+        asyncio.run(ask(engine, "ann", before))
+        cut = [SYSTEM, *history[7:], Message("user", "After the cut?")]
+        usage = Usage()
+        assert asyncio.run(ask(engine, "ann", cut, usage=usage)) == reply_for(cut)
+        a, b = render(before), render(cut)
+        common = next(i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y)  # the instructions, "<u>Ann asks question "
+        assert usage.reused_tokens == common
+        assert not core.shifts and engine.stats().shifted_tokens == 0
+    finally:
+        engine.close()
+
+
+def test_cells_another_sequence_shares_are_never_moved(engine: BatchedEngine, core: FakeBatch) -> None:
+    # A second conversation with the same history (a client that reconnected and replayed it)
+    # copies the first one's cells; a cut of the first must not move them under the second.
+    history = long_history("Ann")
+    asyncio.run(ask(engine, "first", [*history, Message("user", "Before the cut?")]))
+    asyncio.run(ask(engine, "second", [*history, Message("user", "Me too?")]))
+    cut = [SYSTEM, *history[7:], Message("user", "After the cut?")]
+    assert asyncio.run(ask(engine, "first", cut)) == reply_for(cut)
+    assert not core.shifts  # read again instead (the fake fails a step that moves a shared cell)
+    again = [*history, Message("user", "Me too?"), Message("assistant", "fine"), Message("user", "Still there?")]
+    assert asyncio.run(ask(engine, "second", again)) == reply_for(again)

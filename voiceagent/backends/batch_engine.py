@@ -58,6 +58,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 import numpy.typing as npt
 
+from voiceagent.backends.kv_shift import find_gap
 from voiceagent.backends.protocols import LlmRequest, LlmStats
 from voiceagent.errors import EngineError
 from voiceagent.text.clauses import unpunctuated
@@ -166,7 +167,11 @@ class BatchedEngine:
         ahead: int = 8,
         chunk: int = 16,
         prefill_chunk: int = 64,
+        context_shift: bool = True,
     ) -> None:
+        """``context_shift``: a prompt that is a sequence's cached tokens with a run taken out (a
+        conversation cut to fit) moves the cells after the run back instead of evaluating them
+        again (:mod:`voiceagent.backends.kv_shift`)."""
         self.core = core
         self.name = name
         self.model = model
@@ -178,6 +183,9 @@ class BatchedEngine:
         self._ahead = ahead
         self._chunk = chunk
         self._prefill_chunk = prefill_chunk
+        self._context_shift = context_shift and core.can_shift
+        self.shifted_tokens = 0
+        """Cached tokens brought back by context shifts so far (not evaluated again)."""
         self._render = core.render
         self._seqs = [_Seq(i) for i in range(core.sequences)]
         self._cond = threading.Condition()
@@ -351,6 +359,7 @@ class BatchedEngine:
             decode_seconds=round(self._decode_s, 3),
             prefilled_tokens=self._prefilled,
             shared_tokens=self._shared_tokens,
+            shifted_tokens=self.shifted_tokens,
             steps=self.steps,
             step_tokens=self.batched_tokens,
         )
@@ -522,6 +531,8 @@ class BatchedEngine:
         if job.judge_at is not None:
             limit = min(limit, job.judge_at)
         own = _lcp(seq.tokens, prompt)
+        if self._context_shift and own < len(seq.tokens):
+            own = self._shift(seq, prompt, own)
         src, best = None, own
         for other in self._seqs:
             if other is not seq and other.tokens:
@@ -559,6 +570,25 @@ class BatchedEngine:
             self._emit(job, _ADMITTED)
         elif n >= len(prompt):
             self._end(job, "stop")  # a prefill with nothing left to do
+
+    def _shift(self, seq: _Seq, prompt: list[int], own: int) -> int:
+        """Close the gap a cut left between ``seq``'s tokens and ``prompt`` where one is found
+        (module kv_shift); the length of ``prompt`` that ``seq`` then holds.  Not where another
+        sequence may share the cells to move (copied from this one's history): moving them would
+        move them for it too, so this one re-reads instead."""
+        gap = find_gap(seq.tokens, prompt, own)
+        if gap is None:
+            return own
+        start, removed, kept = gap
+        # Cells are shared only as a common prefix (a copy starts at position 0), so another
+        # sequence shares a moved cell only if its tokens agree with this one's past the gap's
+        # start.  Removing shared cells is safe (the others keep theirs).
+        if any(o is not seq and _lcp(o.tokens, seq.tokens) > start + removed for o in self._seqs):
+            return own
+        self.core.close_gap(seq.id, start, removed, kept)
+        seq.tokens = seq.tokens[:start] + seq.tokens[start + removed : start + removed + kept]
+        self.shifted_tokens += kept
+        return start + kept
 
     def _urgent(self, job: _Job) -> bool:
         request = job.request

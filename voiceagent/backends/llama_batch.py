@@ -160,6 +160,21 @@ class BatchContext:
         """Drop sequence ``seq``'s cells from position ``start`` on (cells other sequences share stay)."""
         llama_cpp.llama_memory_seq_rm(self._memory, seq, start, -1)
 
+    @property
+    def can_shift(self) -> bool:
+        """Whether cells can move to other positions (:meth:`close_gap`; RoPE models can)."""
+        return bool(llama_cpp.llama_memory_can_shift(self._memory))
+
+    def close_gap(self, seq: int, start: int, removed: int, kept: int) -> None:
+        """Drop ``seq``'s cells at ``[start, start + removed)`` and after ``start + removed +
+        kept``, and move the ``kept`` cells between back by ``removed``
+        (:mod:`voiceagent.backends.kv_shift`).  The moved cells must be ``seq``'s alone: a cell
+        other sequences share would move for them too."""
+        end = start + removed + kept
+        llama_cpp.llama_memory_seq_rm(self._memory, seq, end, -1)
+        llama_cpp.llama_memory_seq_rm(self._memory, seq, start, start + removed)
+        llama_cpp.llama_memory_seq_add(self._memory, seq, start + removed, end, -removed)
+
     def copy(self, src: int, dst: int, n: int) -> None:
         """Make ``dst`` hold ``src``'s first ``n`` positions (shared cells, no evaluation); ``dst``
         must hold nothing before."""

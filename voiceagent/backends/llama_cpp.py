@@ -34,6 +34,7 @@ from llama_cpp._utils import suppress_stdout_stderr
 from llama_cpp.llama_grammar import JSON_GBNF, LlamaGrammar
 
 from voiceagent.backends.batch_engine import BatchedEngine, sentence_end_probability
+from voiceagent.backends.kv_shift import find_gap
 from voiceagent.backends.llama_batch import BatchContext
 from voiceagent.backends.llama_prefix import SharedPrefixes
 from voiceagent.backends.llama_render import SENTENCE_ENDS, ChatRenderer
@@ -117,9 +118,19 @@ def _messages(messages: Sequence[Message]) -> Any:
 class LlamaCppContext:
     """One llama.cpp context (an :class:`~voiceagent.backends.protocols.LlmContext`)."""
 
-    def __init__(self, path: Path, threads: int, context: int, call_bias: float = 0.0, shared: SharedPrefixes | None = None) -> None:
+    def __init__(
+        self,
+        path: Path,
+        threads: int,
+        context: int,
+        call_bias: float = 0.0,
+        shared: SharedPrefixes | None = None,
+        context_shift: bool = True,
+    ) -> None:
         """``shared``: the evaluated prefixes this context shares with the other contexts of its
-        model (:mod:`voiceagent.backends.llama_prefix`); None: it shares none."""
+        model (:mod:`voiceagent.backends.llama_prefix`); None: it shares none.  ``context_shift``:
+        a prompt that is the cached one with a run taken out (a conversation cut to fit) moves the
+        cells after the run back instead of evaluating them again (:mod:`voiceagent.backends.kv_shift`)."""
         self._shared = shared
         self._llm = Llama(
             model_path=str(path),
@@ -146,6 +157,9 @@ class LlamaCppContext:
         self.context = context
         self._threads = threads
         self._call_bias = call_bias
+        self._context_shift = context_shift and bool(llama_cpp.llama_memory_can_shift(cast(Any, self._llm)._ctx.memory))
+        self.shifted_tokens = 0
+        """Cached tokens brought back by context shifts so far (not evaluated again)."""
         self._render = ChatRenderer(self._llm, str(path))
         self._call_openers = self._render.call_openers
         self._ends = self._render.ends
@@ -177,7 +191,33 @@ class LlamaCppContext:
         if self._formatter is None:
             return 0, 0
         tokens = self._prompt_tokens(messages, tools)
-        return len(tokens), self._cached_prefix(tokens)
+        cached = self._cached_prefix(tokens)
+        if self._context_shift:  # what :meth:`_shift` will bring back counts as reused too
+            llm = cast(Any, self._llm)
+            gap = find_gap(llm.input_ids[: llm.n_tokens].tolist(), tokens, cached)
+            cached += gap[2] if gap is not None else 0
+        return len(tokens), cached
+
+    def _shift(self, tokens: Sequence[int]) -> None:
+        """Close the gap a cut left between the cached tokens and ``tokens`` (module kv_shift):
+        the dropped run's cells go, the cells after it move back, and the tokens they hold become
+        part of the cached prefix."""
+        if not self._context_shift:
+            return
+        llm = cast(Any, self._llm)
+        cached = llm.input_ids[: llm.n_tokens].tolist()
+        gap = find_gap(cached, tokens, self._cached_prefix(tokens))
+        if gap is None:
+            return
+        start, removed, kept = gap
+        end = start + removed + kept
+        llm._ctx.kv_cache_seq_rm(0, end, -1)
+        llm._ctx.kv_cache_seq_rm(0, start, start + removed)
+        llm._ctx.kv_cache_seq_shift(0, start + removed, end, -removed)
+        llm.input_ids[start : start + kept] = cached[start + removed : end]
+        llm.n_tokens = start + kept
+        llm._requires_eval = True  # no live logits: at least the last token is evaluated again
+        self.shifted_tokens += kept
 
     def _adopt(self, tokens: Sequence[int]) -> None:
         """Take the longest shared prefix of ``tokens`` that this context lacks (its KV cells are
@@ -231,6 +271,7 @@ class LlamaCppContext:
         tokens = self._head_tokens(messages, tools)
         if tokens is None:
             return 0
+        self._shift(tokens)
         self._adopt(tokens)
         start = keep = self._cached_prefix(tokens)
         if keep >= len(tokens):
@@ -279,6 +320,7 @@ class LlamaCppContext:
         if head is None:
             return None
         prompt = self._prompt_tokens(messages, tools)
+        self._shift(prompt)
         self._adopt(prompt)
         if prompt[: len(head)] != head or len(prompt) - len(head) >= _BATCH:
             prompt = head
@@ -351,8 +393,10 @@ class LlamaCppContext:
             "top_k": 1 if temperature == 0.0 else 40,
             "seed": 0,
         }
-        if self._shared is not None and len(self._shared):
-            self._adopt(self._prompt_tokens(messages, tools))
+        if self._formatter is not None and (self._context_shift or (self._shared is not None and len(self._shared))):
+            prompt = self._prompt_tokens(messages, tools)
+            self._shift(prompt)
+            self._adopt(prompt)
         named = next((t for t in offered if t.name == tool_choice), None)
         if named is not None:
             yield from self._named_call(messages, offered, named, sampling)
@@ -428,9 +472,14 @@ def load(config: LlmConfig, cache_dir: Path) -> LlmPool | BatchedEngine:
     if config.batching:
         kv = config.kv_tokens or max(16384, 2 * config.context)
         core = BatchContext(path, config.threads, config.context, config.sequences, kv)
-        return BatchedEngine(core, model=config.model, threads=config.threads, call_bias=config.call_bias)
+        return BatchedEngine(
+            core, model=config.model, threads=config.threads, call_bias=config.call_bias, context_shift=config.context_shift
+        )
     shared = SharedPrefixes() if config.contexts > 1 else None
-    contexts = [LlamaCppContext(path, config.threads, config.context, config.call_bias, shared) for _ in range(config.contexts)]
+    contexts = [
+        LlamaCppContext(path, config.threads, config.context, config.call_bias, shared, config.context_shift)
+        for _ in range(config.contexts)
+    ]
     for context in contexts:
         context.fill_buffers()
     return LlmPool(
@@ -443,4 +492,5 @@ def load(config: LlmConfig, cache_dir: Path) -> LlmPool | BatchedEngine:
         window=config.context,
         tokens=contexts[0].prompt_length,
         shared=(lambda: shared.adopted_tokens) if shared is not None else None,
+        shifted=lambda: sum(c.shifted_tokens for c in contexts),
     )

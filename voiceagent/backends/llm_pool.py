@@ -198,11 +198,13 @@ class LlmPool:
         window: int | None = None,
         tokens: Callable[[Sequence[Message], Sequence[Tool]], int] | None = None,
         shared: Callable[[], int] | None = None,
+        shifted: Callable[[], int] | None = None,
     ) -> None:
         """``window``: the context length of every context; ``tokens``: the length of a rendered
         prompt in the model's tokens, thread-safe and touching no context (for
         :meth:`count_tokens`, run in a worker thread); ``shared``: the prompt tokens the contexts
-        have copied from each other's evaluated prefixes so far (for :meth:`stats`)."""
+        have copied from each other's evaluated prefixes so far, ``shifted``: those context shifts
+        brought back (both for :meth:`stats`)."""
         if not contexts:
             raise ValueError("an LLM pool needs at least one context")
         self.name = name
@@ -210,6 +212,7 @@ class LlmPool:
         self.window = window
         self._tokens = tokens
         self._shared = shared
+        self._shifted = shifted
         self.executor = executor
         self._slots = [_Slot(i, c) for i, c in enumerate(contexts)]
         self._waiters: collections.deque[_Waiter] = collections.deque()
@@ -480,6 +483,7 @@ class LlmPool:
             decode_seconds=round(self._decode_s, 3),
             prefilled_tokens=self._prefilled,
             shared_tokens=self._shared() if self._shared is not None else 0,
+            shifted_tokens=self._shifted() if self._shifted is not None else 0,
         )
 
     async def aclose(self) -> None:

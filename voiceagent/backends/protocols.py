@@ -212,6 +212,9 @@ class LlmStats:
     shared_tokens: int = 0
     """Prompt tokens copied from another sequence's evaluated prefix instead of evaluated (the
     same long instructions in several conversations)."""
+    shifted_tokens: int = 0
+    """Prompt tokens a context shift brought back after a conversation was cut to fit its window
+    (:mod:`voiceagent.backends.kv_shift`) instead of evaluating them again."""
     steps: int = 0
     """Forward passes of a batched engine (each carries every decoding sequence's next token and
     any prompt chunk); 0 for an engine that does not count them."""

@@ -331,6 +331,11 @@ class LlmConfig:
     """llama_cpp without ``batching``: KV contexts over the one memory-mapped model (~25 MB each for the 0.5B at 2k).
     A conversation keeps its prefix warm in its own context while there are at least as many
     contexts as conversations; beyond that the least recently used one is re-read."""
+    context_shift: bool = True
+    """llama_cpp: when a conversation is cut to fit ``context``, the KV cells of the turns kept
+    move back over the dropped ones instead of being evaluated again (a cut then costs
+    milliseconds, not seconds of prefill).  Those cells were computed with the dropped turns in
+    view; false re-reads them, exact and slower (docs/decisions/context-shift.md)."""
     base_url: str = "http://127.0.0.1:8080/v1"
     """openai: the server's API root (``…/v1``)."""
     api_key: str = ""
