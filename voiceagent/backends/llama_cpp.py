@@ -140,11 +140,10 @@ class LlamaCppContext:
             n_batch=_BATCH,
             use_mmap=True,
             # llama-cpp-python leaves it off unless asked (llama.cpp's own default is on, and the
-            # batched engine has it).  On a 3,000-token prompt of the 0.5B on two cores, on
-            # evaluated 269-284 tokens/s against 215-243 off and decoded within 0-10 % of off (19-21
-            # ms a step), and kept 18-22 MB of attention scratch resident against 36-50 MB, which
-            # each pool context otherwise gained at its first long prompt: the pool soak's RSS
-            # growth (scripts/bench_flash_attn.py, docs/bench/memory/flash_attn_pool.json).
+            # batched engine has it).  On, a long prompt evaluates faster, decoding is no slower,
+            # and each context keeps less attention scratch resident after its first long prompt,
+            # which read as the pool soak's RSS growth (scripts/bench_flash_attn.py; figures in
+            # docs/bench/memory/flash_attn_pool.json and docs/reports/soak-2026-11-26.md).
             flash_attn=True,
             verbose=bool(os.environ.get("VOICEAGENT_LLAMA_VERBOSE")),
         )

@@ -281,13 +281,12 @@ def session_prefix(config: Config) -> tuple[list[Message], tuple[Tool, ...]]:
     """The messages every session's prompt starts with on this server, and the tools it offers.
 
     Start-up primes this prefix on every context, and the start-up probes ask with it too: a
-    probe with another prefix (the instructions without the tools' listing) left every context
-    holding that instead, so each conversation's first turn evaluated the listing again (~280
-    tokens, 1.5-3 s on two cores), eight of them at once in a soak's first seconds.
+    probe with another prefix would leave every context holding that instead, and each
+    conversation's first turn would evaluate the difference again (the tools' listing, a few
+    hundred tokens; docs/reports/soak-2026-11-26.md has the figures).
 
-    With the built-in tools every prompt starts with their listing (a few hundred tokens), as the
-    session renders it: no examples with tools, with_tools' system text.  Primed without them, a
-    session's first turn paid ~1.0 s more on the 0.5B and ~2.8 s on the 1.5B."""
+    With the built-in tools every prompt starts with their listing, as the session renders it:
+    no examples with tools, with_tools' system text."""
     if config.tools.builtin:
         tools = builtin_tools()
         return [Message("system", with_tools(config.llm.instructions, tools))], tools

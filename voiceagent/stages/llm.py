@@ -51,6 +51,7 @@ import dataclasses
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 from voiceagent.backends.protocols import LlmEngine, LlmRequest, Usage
 from voiceagent.cache.semantic import CacheKey, SemanticCache
@@ -80,6 +81,9 @@ from voiceagent.tools.spec import Message, Tool, ToolCall
 __all__ = ["LlmOptions", "LlmPorts", "LlmPrompt", "LlmStage", "SentenceEnd"]
 
 log = logging.getLogger(__name__)
+
+CallKind = Literal["call", "dropped", "repeated", "invented"]
+"""What a call the engine yielded is (:meth:`LlmStage._call_kind`)."""
 
 PREFILL_MIN_WORDS = 2
 """Words a partial transcript must keep (after its last is left out) to be worth a prefill."""
@@ -441,7 +445,7 @@ class LlmStage(Stage):
             GenerationEnd(t=self.ctx.clock.now(), gen=gen, session=self.ctx.session_id, text=entry.reply, status=ResponseStatus.COMPLETED)
         )
 
-    def _call_kind(self, call: ToolCall, request: LlmRequest, answered: set[tuple[str, str]]) -> str:
+    def _call_kind(self, call: ToolCall, request: LlmRequest, answered: set[tuple[str, str]]) -> CallKind:
         """What a call the engine yielded for ``request`` is: ``"call"`` (checked, then made),
         ``"dropped"`` (tool_choice "none": an engine that could not prevent it, such as vLLM,
         whose parser reads calls whatever the choice), ``"repeated"`` (a small model asks again
