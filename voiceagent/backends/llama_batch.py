@@ -33,7 +33,7 @@ from llama_cpp.llama_grammar import JSON_GBNF, json_schema_to_gbnf
 from voiceagent.backends.llama_render import ChatRenderer
 from voiceagent.errors import ModelError
 
-__all__ = ["BatchContext", "Entry", "Sampler"]
+__all__ = ["BatchContext", "Entry", "Sampler", "close_gap"]
 
 
 Entry = tuple[int, int, int, bool]
@@ -93,6 +93,17 @@ class Detokenizer:
             self._buf = ctypes.create_string_buffer(-n)
             n = llama_cpp.llama_token_to_piece(self._vocab, token, self._buf, len(self._buf), 0, False)
         return str(self._utf8.decode(self._buf.raw[: max(n, 0)]))
+
+
+def close_gap(memory: Any, seq: int, start: int, removed: int, kept: int) -> None:
+    """Drop sequence ``seq``'s cells at ``[start, start + removed)`` and after ``start + removed +
+    kept`` in llama.cpp's ``memory``, and move the ``kept`` cells between back by ``removed``
+    (:mod:`voiceagent.backends.kv_shift`).  The moved cells must be ``seq``'s alone: a cell
+    other sequences share would move for them too."""
+    end = start + removed + kept
+    llama_cpp.llama_memory_seq_rm(memory, seq, end, -1)
+    llama_cpp.llama_memory_seq_rm(memory, seq, start, start + removed)
+    llama_cpp.llama_memory_seq_add(memory, seq, start + removed, end, -removed)
 
 
 class BatchContext:
@@ -166,14 +177,8 @@ class BatchContext:
         return bool(llama_cpp.llama_memory_can_shift(self._memory))
 
     def close_gap(self, seq: int, start: int, removed: int, kept: int) -> None:
-        """Drop ``seq``'s cells at ``[start, start + removed)`` and after ``start + removed +
-        kept``, and move the ``kept`` cells between back by ``removed``
-        (:mod:`voiceagent.backends.kv_shift`).  The moved cells must be ``seq``'s alone: a cell
-        other sequences share would move for them too."""
-        end = start + removed + kept
-        llama_cpp.llama_memory_seq_rm(self._memory, seq, end, -1)
-        llama_cpp.llama_memory_seq_rm(self._memory, seq, start, start + removed)
-        llama_cpp.llama_memory_seq_add(self._memory, seq, start + removed, end, -removed)
+        """:func:`close_gap` on this context's KV cache."""
+        close_gap(self._memory, seq, start, removed, kept)
 
     def copy(self, src: int, dst: int, n: int) -> None:
         """Make ``dst`` hold ``src``'s first ``n`` positions (shared cells, no evaluation); ``dst``

@@ -34,8 +34,8 @@ from llama_cpp._utils import suppress_stdout_stderr
 from llama_cpp.llama_grammar import JSON_GBNF, LlamaGrammar
 
 from voiceagent.backends.batch_engine import BatchedEngine, sentence_end_probability
-from voiceagent.backends.kv_shift import find_gap
-from voiceagent.backends.llama_batch import BatchContext
+from voiceagent.backends.kv_shift import Gap, find_gap
+from voiceagent.backends.llama_batch import BatchContext, close_gap
 from voiceagent.backends.llama_prefix import SharedPrefixes
 from voiceagent.backends.llama_render import SENTENCE_ENDS, ChatRenderer
 from voiceagent.backends.llm_pool import LlmPool
@@ -190,30 +190,28 @@ class LlamaCppContext:
         if self._formatter is None:
             return 0, 0
         tokens = self._prompt_tokens(messages, tools)
-        cached = self._cached_prefix(tokens)
-        if self._context_shift:  # what :meth:`_shift` will bring back counts as reused too
-            llm = cast(Any, self._llm)
-            gap = find_gap(llm.input_ids[: llm.n_tokens].tolist(), tokens, cached)
-            cached += gap[2] if gap is not None else 0
-        return len(tokens), cached
+        gap = self._gap(tokens)  # what :meth:`_shift` will bring back counts as reused too
+        return len(tokens), gap[0] + gap[2] if gap is not None else self._cached_prefix(tokens)
+
+    def _gap(self, tokens: Sequence[int]) -> Gap | None:
+        """The gap a cut left between the cached tokens and ``tokens`` (module kv_shift), or None
+        (none, or context shift off)."""
+        llm = cast(Any, self._llm)
+        start = self._cached_prefix(tokens)
+        if not self._context_shift or start >= llm.n_tokens:
+            return None
+        return find_gap(llm.input_ids[: llm.n_tokens].tolist(), tokens, start)
 
     def _shift(self, tokens: Sequence[int]) -> None:
-        """Close the gap a cut left between the cached tokens and ``tokens`` (module kv_shift):
-        the dropped run's cells go, the cells after it move back, and the tokens they hold become
-        part of the cached prefix."""
-        if not self._context_shift:
-            return
-        llm = cast(Any, self._llm)
-        cached = llm.input_ids[: llm.n_tokens].tolist()
-        gap = find_gap(cached, tokens, self._cached_prefix(tokens))
+        """Close the gap a cut left before ``tokens`` (:meth:`_gap`): the dropped run's cells go,
+        the cells after it move back, and the tokens they hold become part of the cached prefix."""
+        gap = self._gap(tokens)
         if gap is None:
             return
+        llm = cast(Any, self._llm)
         start, removed, kept = gap
-        end = start + removed + kept
-        llm._ctx.kv_cache_seq_rm(0, end, -1)
-        llm._ctx.kv_cache_seq_rm(0, start, start + removed)
-        llm._ctx.kv_cache_seq_shift(0, start + removed, end, -removed)
-        llm.input_ids[start : start + kept] = cached[start + removed : end]
+        close_gap(llm._ctx.memory, 0, start, removed, kept)
+        llm.input_ids[start : start + kept] = llm.input_ids[start + removed : start + removed + kept].copy()
         llm.n_tokens = start + kept
         llm._requires_eval = True  # no live logits: at least the last token is evaluated again
         self.shifted_tokens += kept
