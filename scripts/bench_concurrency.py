@@ -117,6 +117,22 @@ class Sampler:
     def total_cpu_s(self) -> float:
         return sum(self.cpu_s(pid) for pid in self.pids)
 
+    def threads_cpu_s(self) -> dict[str, float]:
+        """CPU seconds so far of each thread name in the watched processes (``stt``, ``tts``,
+        ``turn``, ``vad``: the model executors; llama.cpp's and onnxruntime's worker threads
+        carry the name of the thread that started them)."""
+        out: dict[str, float] = {}
+        tick = os.sysconf("SC_CLK_TCK")
+        for pid in self.pids:
+            for task in Path(f"/proc/{pid}/task").glob("*"):
+                try:
+                    name = (task / "comm").read_text().strip()
+                    fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+                except OSError:
+                    continue  # a thread that ended between the listing and the read
+                out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+        return out
+
     def __enter__(self) -> Sampler:
         self._thread.start()
         return self
@@ -257,6 +273,20 @@ def predicted_capacity(turn_cost: dict[str, float] | None, config: Config) -> in
     return capacity(cost, config.server.latency_budget_ms, config.vad.stop_ms)
 
 
+WATERFALL = ("vad_stop", "transcript_final", "llm_admitted", "llm_first_token", "turn_confirmed", "first_clause", "tts_first_audio")
+"""The server's per-turn marks, ms after the end of speech, in the order a turn passes them."""
+
+
+def waterfall(turns: list[TurnResult]) -> dict[str, dict[str, float]]:
+    """Median and max of each mark of :data:`WATERFALL` over ``turns`` (the server's spans)."""
+    out: dict[str, dict[str, float]] = {}
+    for mark in WATERFALL:
+        values = [t.spans_ms[mark] for t in turns if mark in t.spans_ms]
+        if values:
+            out[mark] = {"p50": round(float(np.median(values)), 1), "max": round(max(values), 1)}
+    return out
+
+
 def markdown(report: dict[str, Any]) -> str:
     lines = [f"Machine: {report['machine']}.  Command: `{report['command']}`  (CPU steal {report['cpu_steal_pct']} %)", ""]
     for engine, info in report["engines"].items():
@@ -283,6 +313,13 @@ def markdown(report: dict[str, Any]) -> str:
                     f"| {engine} | {arrangement} | {n} | {r['answered']}/{r['turns']} | {r['errors']} | {lat['p50']} | {lat['p95']} "
                     f"| {lat['max']} | {q['p50']} / {q['max']} | {r['cpu_cores']} | {r['peak_rss_mb']} / {r['peak_pss_mb']} |"
                 )
+    lines += ["", "Waterfall: each mark's median (max) in ms after the end of speech; CPU seconds per turn by thread:", ""]
+    for engine, arrangements in report["results"].items():
+        for arrangement, rows in arrangements.items():
+            for n, r in rows.items():
+                marks = ", ".join(f"{k} {v['p50']:.0f} ({v['max']:.0f})" for k, v in r.get("waterfall_ms", {}).items())
+                cpu = ", ".join(f"{k} {v}" for k, v in list(r.get("cpu_s_per_turn_by_thread", {}).items())[:6])
+                lines.append(f"- {engine} {arrangement} N={n}: {marks}; CPU s/turn: {cpu}")
     if report.get("ratios"):
         lines += ["", "Ratio pool ÷ batched (above 1: the batched engine is faster), p50 / p95:", ""]
         for arrangement, rows in report["ratios"].items():
@@ -346,6 +383,13 @@ def main() -> int:
     ap.add_argument("--engines", default="batched,pool", help="in-process LLM engines to compare, each on its own server")
     ap.add_argument("--no-alone", action="store_true", help="skip timing the LLM engines alone")
     ap.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")
+    ap.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="NAME:SECTION.KEY=VALUE[,…]",
+        help="one more server on the batched engine with these settings, measured in turn with the others (an A/B)",
+    )
     ap.add_argument("--replot", metavar="JSON", help="only redraw the plot of an earlier run into --out")
     args = ap.parse_args()
     if args.replot:
@@ -371,6 +415,10 @@ def main() -> int:
             batched = name == "batched"
             how = f"{config.llm.sequences} sequences of one context" if batched else f"{config.llm.contexts} contexts"
             variants[name] = (overrides | {"llm.batching": str(batched).lower()}, f"llama_cpp in process, {how}")
+        for spec in args.variant:
+            name, _, sets = spec.partition(":")
+            extra = dict(kv.split("=", 1) for kv in sets.split(",") if kv)
+            variants[name] = (overrides | {"llm.batching": "true"} | extra, f"llama_cpp in process, batched, {sets}")
     alone = engine_alone(config, engines) if not args.llama_server and not args.no_alone else {}
     # The capacity is what the server would admit by itself (server.max_sessions = 0); the bench
     # raises the limit so that it can also measure past it.
@@ -405,10 +453,15 @@ def main() -> int:
                     for name, server in servers.items():  # the same files on each engine, in turn
                         pids = [server.proc.pid, *([proc.pid] if proc is not None else [])]
                         with Sampler(pids) as sampler:
-                            cpu0, t0 = sampler.total_cpu_s(), time.monotonic()
+                            cpu0, t0, th0 = sampler.total_cpu_s(), time.monotonic(), sampler.threads_cpu_s()
                             turns, errors = asyncio.run(run_n(server.url, files))
-                            cpu1, t1 = sampler.total_cpu_s(), time.monotonic()
+                            cpu1, t1, th1 = sampler.total_cpu_s(), time.monotonic(), sampler.threads_cpu_s()
                         row = summarize(turns, errors, n * args.turns, cpu1 - cpu0, t1 - t0, sampler)
+                        # CPU seconds per answered turn, by thread name: where the machine's time went.
+                        per_turn = {k: (v - th0.get(k, 0.0)) / max(1, row["answered"]) for k, v in th1.items()}
+                        ranked = sorted(per_turn.items(), key=lambda kv: -kv[1])
+                        row["cpu_s_per_turn_by_thread"] = {k: round(v, 3) for k, v in ranked if v >= 0.001}
+                        row["waterfall_ms"] = waterfall(turns)
                         row["turn_results"] = [asdict(t) for t in turns]
                         report["results"][name].setdefault(arrangement, {})[str(n)] = row
                         print(

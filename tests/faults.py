@@ -25,6 +25,7 @@ from typing import Any
 
 from voiceagent.backends.protocols import LlmEngine, LlmRequest, LlmStats
 from voiceagent.errors import EngineError
+from voiceagent.pipeline.coalesce import Coalescer
 from voiceagent.tools.spec import Message, Tool
 
 KINDS = ("vad", "stt", "turn", "llm", "tts")
@@ -93,6 +94,10 @@ class FaultySTT(_Delegate):
     def transcribe(self, audio: Any, language: str, prompt: str = "") -> str:
         self._faults.check("stt")
         return self._inner.transcribe(audio, language, prompt)  # type: ignore[no-any-return]
+
+    def transcribe_batch(self, requests: Any) -> list[str]:
+        self._faults.check("stt")
+        return self._inner.transcribe_batch(requests)  # type: ignore[no-any-return]
 
 
 class FaultyTurn(_Delegate):
@@ -164,12 +169,14 @@ def inject(engines: Any, faults: Faults) -> Any:
     """A copy of ``engines`` whose every backend goes through ``faults`` (the models are shared);
     every voice of the voice table too (sessions speak through ``engines.voice(name)``)."""
     tts = FaultyTts(engines.tts, faults)
+    stt = FaultySTT(engines.stt, faults)
     wrapped = {id(engines.tts): tts}
     voices = {name: wrapped.setdefault(id(v), FaultyTts(v, faults)) for name, v in engines.voices.items()}
     return dataclasses.replace(
         engines,
         vad=FaultyVad(engines.vad, faults),
-        stt=FaultySTT(engines.stt, faults),
+        stt=stt,
+        stt_finals=Coalescer(stt.executor, stt.transcribe_batch, engines.stt_finals.max_batch) if engines.stt_finals else None,
         turn=FaultyTurn(engines.turn, faults) if engines.turn is not None else None,
         llm=FaultyLlm(engines.llm, faults),
         tts=tts,

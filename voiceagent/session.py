@@ -53,7 +53,7 @@ from voiceagent.settings import InputItem, SessionSettings, settings_from_config
 from voiceagent.stages.llm import LlmOptions, LlmPorts, LlmStage
 from voiceagent.stages.playout import PlayoutStage
 from voiceagent.stages.stt import SttOptions, SttPorts, SttStage
-from voiceagent.stages.tts import TtsPorts, TtsStage
+from voiceagent.stages.tts import TtsOptions, TtsPorts, TtsStage
 from voiceagent.stages.turn import TurnOptions, TurnPorts, TurnStage
 from voiceagent.stages.vad import VadOptions, VadPorts, VadStage
 from voiceagent.tools.spec import Tool, with_tools
@@ -151,7 +151,9 @@ class Session:
         self.vad = VadStage(
             ctx, self._vad_in, stt_in, VadPorts(self._engines.vad, settings, replies.agent_audible), VadOptions.from_config(cfg.vad)
         )
-        self.stt = SttStage(ctx, stt_in, turn_in, SttPorts(self._engines.stt, settings), SttOptions.from_config(cfg.stt))
+        self.stt = SttStage(
+            ctx, stt_in, turn_in, SttPorts(self._engines.stt, settings, self._engines.stt_finals), SttOptions.from_config(cfg.stt)
+        )
         turn_cost = self._engines.turn_cost
         self.turn = TurnStage(
             ctx,
@@ -198,6 +200,7 @@ class Session:
                 voices=self._engines.voice,
                 spoken=self.llm.spoken if self._engines.cache is not None else None,
             ),
+            TtsOptions.from_config(cfg.tts),
         )
         self.playout = PlayoutStage(ctx, play_in, cfg.playout.lead_ms, cfg.playout.chunk_ms)
         for stage in (self.vad, self.stt, self.turn, self.llm, self.tts, self.playout):

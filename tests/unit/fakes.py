@@ -25,6 +25,7 @@ import numpy as np
 
 from voiceagent.audio import Float32Array, Int16Array
 from voiceagent.backends.llm_pool import LlmPool
+from voiceagent.backends.protocols import SttRequest
 from voiceagent.backends.registry import Engines
 from voiceagent.events import Event
 from voiceagent.pipeline.scheduler import PriorityExecutor
@@ -164,6 +165,8 @@ class FakeStt:
         self._respond = respond
         self._lock = threading.Lock()
         self.calls = Recorder()
+        self.batches: list[int] = []
+        """The size of each :meth:`transcribe_batch` call."""
 
     def transcribe(self, audio: Float32Array, language: str, prompt: str = "") -> str:
         self.calls.record(SttCall(len(audio), language, threading.current_thread().name, prompt))
@@ -174,6 +177,10 @@ class FakeStt:
         if isinstance(item, Exception):
             raise item
         return item
+
+    def transcribe_batch(self, requests: Sequence[SttRequest]) -> list[str]:
+        self.batches.append(len(requests))
+        return [self.transcribe(r.audio, r.language, r.prompt) for r in requests]
 
 
 class FakeTurn:

@@ -5,10 +5,11 @@ from __future__ import annotations
 import contextlib
 import threading
 from concurrent.futures import Future
+from pathlib import Path
 
 import pytest
 
-from voiceagent.pipeline.scheduler import PriorityExecutor, submit_at
+from voiceagent.pipeline.scheduler import PriorityExecutor, name_os_thread, os_thread_named, submit_at
 
 from .fakes import deadline, executor
 
@@ -133,3 +134,35 @@ def test_a_finished_call_is_not_busy_when_its_waiter_hears_of_it(fails: bool) ->
     # does, nothing is left.
     assert seen == [(True, 1), (False, 0)]
     ex.shutdown()
+
+
+def _os_name() -> str:
+    return Path(f"/proc/self/task/{threading.get_native_id()}/comm").read_text().strip()
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="needs Linux's /proc")
+def test_the_worker_thread_carries_the_executors_name_in_the_operating_system() -> None:
+    ex = PriorityExecutor("stt-worker-name-long")
+    try:
+        assert ex.submit(_os_name).result(deadline()) == "stt-worker-name"  # the kernel keeps 15 bytes
+    finally:
+        ex.shutdown()
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="needs Linux's /proc")
+def test_a_thread_named_for_a_block_gets_its_old_name_back_and_its_children_keep_the_new_one() -> None:
+    seen: dict[str, str] = {}
+
+    def body() -> None:
+        name_os_thread("loader")
+        with os_thread_named("tts"):
+            seen["inside"] = _os_name()
+            child = threading.Thread(target=lambda: seen.setdefault("child", _os_name()))
+            child.start()
+            child.join()
+        seen["after"] = _os_name()
+
+    t = threading.Thread(target=body)
+    t.start()
+    t.join()
+    assert seen == {"inside": "tts", "child": "tts", "after": "loader"}

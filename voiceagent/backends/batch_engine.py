@@ -61,6 +61,7 @@ import numpy.typing as npt
 from voiceagent.backends.kv_shift import find_gap
 from voiceagent.backends.protocols import LlmRequest, LlmStats
 from voiceagent.errors import EngineError
+from voiceagent.pipeline.scheduler import name_os_thread
 from voiceagent.text.clauses import unpunctuated
 from voiceagent.tools.format import NO_CALL_GBNF, OPEN, HermesToolParser, new_call_id
 from voiceagent.tools.spec import Message, Tool, ToolCall
@@ -390,6 +391,7 @@ class BatchedEngine:
     # ------------------------------------------------------------------ the step thread
 
     def _run(self) -> None:
+        name_os_thread("llm-batch")
         while True:
             with self._cond:
                 while True:

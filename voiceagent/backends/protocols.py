@@ -54,6 +54,7 @@ __all__ = [
     "LlmRequest",
     "LlmStats",
     "SttBackend",
+    "SttRequest",
     "TtsBackend",
     "TurnBackend",
     "Usage",
@@ -87,12 +88,27 @@ class VadBackend(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class SttRequest:
+    """One clip to transcribe: :meth:`SttBackend.transcribe`'s arguments."""
+
+    audio: Float32Array
+    language: str
+    prompt: str = ""
+
+
 class SttBackend(Protocol):
     executor: Executor
 
     def transcribe(self, audio: Float32Array, language: str, prompt: str = "") -> str:
         """Whole-clip transcription of 16 kHz float audio (the lazy segments are consumed here).
         ``prompt``: text the model reads as if it came just before the audio ("" for none)."""
+        ...
+
+    def transcribe_batch(self, requests: Sequence[SttRequest]) -> list[str]:
+        """The transcripts of several clips, in order, each what :meth:`transcribe` would give
+        for it (a backend that cannot batch decodes them one by one).  For several sessions'
+        final decodes that wait at the same time (:class:`voiceagent.pipeline.coalesce.Coalescer`)."""
         ...
 
 

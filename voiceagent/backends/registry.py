@@ -23,7 +23,16 @@ from voiceagent.backends.batch_engine import BatchedEngine
 from voiceagent.backends.fallback import FallbackLlm
 from voiceagent.backends.gpu import check_gpu
 from voiceagent.backends.llm_pool import LlmPool
-from voiceagent.backends.protocols import LlmEngine, LlmRequest, SttBackend, TtsBackend, TurnBackend, VadBackend, example_messages
+from voiceagent.backends.protocols import (
+    LlmEngine,
+    LlmRequest,
+    SttBackend,
+    SttRequest,
+    TtsBackend,
+    TurnBackend,
+    VadBackend,
+    example_messages,
+)
 from voiceagent.backends.router import RoutedLlm
 from voiceagent.cache.semantic import SemanticCache
 from voiceagent.cache.store import ReplyStore
@@ -31,8 +40,9 @@ from voiceagent.capacity import TurnCost
 from voiceagent.config import Config
 from voiceagent.errors import ConfigError, MissingDependencyError, ModelError, VoiceAgentError
 from voiceagent.models.catalog import load_catalog
+from voiceagent.pipeline.coalesce import Coalescer
 from voiceagent.pipeline.loopload import loop_load
-from voiceagent.pipeline.scheduler import PriorityExecutor
+from voiceagent.pipeline.scheduler import PriorityExecutor, os_thread_named
 from voiceagent.text.turn_kind import small_talk_kind
 from voiceagent.tools.builtin import builtin_tools
 from voiceagent.tools.spec import Message, Tool, with_tools
@@ -81,6 +91,9 @@ class Engines:
     load_seconds: dict[str, float] = field(default_factory=dict)
     turn_cost: TurnCost | None = None
     """One turn's critical-path work on this machine, measured by :func:`warm_up` (capacity)."""
+    stt_finals: Coalescer[SttRequest, str] | None = None
+    """Joins the final decodes that wait for ``stt`` at the same time into batches (``stt.batch``);
+    None: one by one."""
     cache: SemanticCache | None = None
     """The semantic reply cache (``cache.semantic``), shared by every session; None: off."""
     voices: dict[str, TtsBackend] = field(default_factory=dict)
@@ -119,7 +132,8 @@ def load_engines(config: Config) -> Engines:
     def timed(name: str, factory: Any, *args: Any) -> Any:
         t0 = time.perf_counter()
         try:
-            obj = factory(*args)
+            with os_thread_named(name):  # the library's worker threads, started now, carry the name
+                obj = factory(*args)
         except VoiceAgentError:
             raise  # already says what is wrong and what to do
         except Exception as exc:
@@ -180,7 +194,8 @@ def load_engines(config: Config) -> Engines:
         if hasattr(voice, "contended"):
             voice.contended = busy_besides("tts")
     cache_ = timed("embed", _semantic_cache, config) if config.cache.semantic else None
-    return Engines(vad=vad, stt=stt, turn=turn, llm=llm, tts=tts, load_seconds=timings, voices=voices, cache=cache_)
+    finals = Coalescer(stt.executor, stt.transcribe_batch, config.stt.batch) if config.stt.batch > 1 else None
+    return Engines(vad=vad, stt=stt, turn=turn, llm=llm, tts=tts, load_seconds=timings, voices=voices, cache=cache_, stt_finals=finals)
 
 
 def _semantic_cache(config: Config) -> SemanticCache:

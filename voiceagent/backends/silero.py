@@ -12,6 +12,7 @@ import onnxruntime as ort
 from voiceagent.audio import Float32Array
 from voiceagent.backends.gpu import onnx_providers
 from voiceagent.models.source import resolve
+from voiceagent.pipeline.scheduler import name_os_thread
 
 __all__ = ["SileroStream", "SileroVad"]
 
@@ -58,7 +59,7 @@ class SileroVad:
         opts.intra_op_num_threads = 1
         opts.inter_op_num_threads = 1
         self._session = ort.InferenceSession(str(path), sess_options=opts, providers=onnx_providers(device))
-        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="vad")
+        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="vad", initializer=name_os_thread, initargs=("vad",))
 
     def stream(self) -> SileroStream:
         return SileroStream(self._session)

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import ctranslate2
@@ -36,6 +36,7 @@ from faster_whisper import WhisperModel
 from faster_whisper.feature_extractor import FeatureExtractor
 
 from voiceagent.audio import Float32Array
+from voiceagent.backends.protocols import SttRequest
 from voiceagent.models.checks import check_language
 from voiceagent.models.source import resolve
 from voiceagent.pipeline.scheduler import PriorityExecutor
@@ -198,19 +199,35 @@ class WhisperStt:
         return " ".join(texts).strip(), tokens
 
     def _encode(self, audio: Float32Array, frames: int) -> ctranslate2.StorageView:
-        padded = np.zeros(frames * _HOP, dtype=np.float32)
-        n = min(len(audio), len(padded))
-        padded[:n] = audio[:n]
-        feats = np.ascontiguousarray(self._features(padded, padding=0)[:, :frames][np.newaxis])
+        return self._encode_many([audio], frames)
+
+    def _encode_many(self, clips: Sequence[Float32Array], frames: int) -> ctranslate2.StorageView:
+        """One encoder pass over ``clips``, each padded with silence to ``frames``."""
+        feats = np.empty((len(clips), self._features.mel_filters.shape[0], frames), dtype=np.float32)
+        for row, audio in zip(feats, clips, strict=True):
+            padded = np.zeros(frames * _HOP, dtype=np.float32)
+            n = min(len(audio), len(padded))
+            padded[:n] = audio[:n]
+            row[:] = self._features(padded, padding=0)[:, :frames]
         return self._model.model.encode(ctranslate2.StorageView.from_array(feats), to_cpu=False)
 
-    def _generate(
-        self, encoded: ctranslate2.StorageView, language: str, repetition_penalty: float, seconds: float, prefix: list[int]
-    ) -> tuple[str, int]:
+    def _decoder_prompt(self, prefix: list[int], language: str) -> list[int]:
         prompt = [*prefix, *self._sot]
         if self._multilingual:
             prompt += [self._tokenizer.token_to_id(f"<|{language}|>"), self._task]
         prompt.append(self._no_ts)
+        return prompt
+
+    def _text(self, result: ctranslate2.models.WhisperGenerationResult) -> tuple[str, int]:
+        if result.no_speech_prob > _NO_SPEECH:
+            return "", 0
+        ids = result.sequences_ids[0]
+        return str(self._tokenizer.decode(ids)).strip(), len(ids)
+
+    def _generate(
+        self, encoded: ctranslate2.StorageView, language: str, repetition_penalty: float, seconds: float, prefix: list[int]
+    ) -> tuple[str, int]:
+        prompt = self._decoder_prompt(prefix, language)
         (result,) = self._model.model.generate(
             encoded,
             [prompt],
@@ -220,7 +237,47 @@ class WhisperStt:
             suppress_blank=True,
             repetition_penalty=repetition_penalty,
         )
-        if result.no_speech_prob > _NO_SPEECH:
-            return "", 0
-        ids = result.sequences_ids[0]
-        return str(self._tokenizer.decode(ids)).strip(), len(ids)
+        return self._text(result)
+
+    def transcribe_batch(self, requests: Sequence[SttRequest]) -> list[str]:
+        """Each request's :meth:`transcribe`, several at once where CTranslate2 can.
+
+        Clips on the short-window path whose text prompts have the same length (CTranslate2's
+        Whisper needs ``<|startoftranscript|>`` at one position across a batch) are encoded and
+        decoded as one batch, padded with silence to the longest clip's window (on the spoken
+        fixtures the transcripts were the same as one by one; docs/decisions/whisper-batch.md).
+        A clip the loop guard judges looping in the batch is decoded again alone, through
+        :meth:`transcribe` and its retry.  The rest (the 30 s path, a prompt length no other clip
+        shares) are decoded one by one."""
+        out: dict[int, str] = {}
+        groups: dict[int, list[tuple[int, list[int], int]]] = {}
+        for i, req in enumerate(requests):
+            frames = window_frames(len(req.audio), self._window_s)
+            if frames >= 3000:
+                out[i] = self.transcribe(req.audio, req.language, req.prompt)
+                continue
+            prefix = self._prompt_tokens(req.prompt)
+            groups.setdefault(len(prefix), []).append((i, prefix, frames))
+        for group in groups.values():
+            if len(group) == 1:
+                i = group[0][0]
+                out[i] = self.transcribe(requests[i].audio, requests[i].language, requests[i].prompt)
+                continue
+            encoded = self._encode_many([requests[i].audio for i, _, _ in group], max(f for _, _, f in group))
+            prompts = [self._decoder_prompt(prefix, requests[i].language) for i, prefix, _ in group]
+            seconds = [len(requests[i].audio) / _RATE for i, _, _ in group]
+            new_tokens = max(min(_MAX_NEW_TOKENS, max_tokens(s)) for s in seconds)
+            results = self._model.model.generate(
+                encoded,
+                prompts,
+                beam_size=self._beam_size,
+                max_length=_max_length(new_tokens, len(prompts[0])),
+                return_no_speech_prob=True,
+                suppress_blank=True,
+            )
+            for (i, _, _), secs, result in zip(group, seconds, results, strict=True):
+                text, tokens = self._text(result)
+                if check(text, secs, tokens).looped:
+                    text = self.transcribe(requests[i].audio, requests[i].language, requests[i].prompt)
+                out[i] = text
+        return [out[i] for i in range(len(requests))]

@@ -226,6 +226,12 @@ class SttConfig:
     rejoin: bool = True
     """Transcribe a turn of several segments (a pause mid-sentence) again as one clip: Whisper
     hears a half sentence worse than a whole one.  One more decode, on those turns only."""
+    batch: int = 1
+    """Final decodes of several sessions that wait for Whisper at the same time are decoded as
+    one batch of up to this many (1: one by one, the default).  Nothing waits to fill a batch: a
+    decode that finds Whisper idle runs alone.  Off by default: on 2 cores a batch was cheaper
+    than its decodes one by one but the server's turns were no faster, because one by one lets
+    the first caller's LLM start on the other core (docs/decisions/whisper-batch.md)."""
     tools_prompt: bool = False
     """Where the client set no transcription prompt, give Whisper the descriptions of the
     session's tools as the text before the speech (:mod:`voiceagent.text.stt_prompt`).  On in the
@@ -245,6 +251,7 @@ class SttConfig:
         )
         _check(0 <= self.window_s <= 30, "stt.window_s", "must be 0..30")
         _check(self.beam_size >= 1, "stt.beam_size", "must be >= 1")
+        _check(1 <= self.batch <= 64, "stt.batch", "must be 1..64")
         _check(self.partial_interval_ms >= 200, "stt.partial_interval_ms", "must be >= 200")
 
 
@@ -446,6 +453,10 @@ class TtsConfig:
     start-up and shared by the sessions that pick it."""
     speed: float = 1.0
     threads: int = 2
+    ahead_ms: int = 1500
+    """A reply's later clauses are synthesized once its audio not yet played falls under this
+    (0: each as soon as it arrives).  Speech is needed only at speaking pace, and synthesis
+    made earlier takes the CPU from other sessions' first audio (docs/decisions/tts-pacing.md)."""
     device: str = "cpu"
     """``cpu`` or ``cuda`` (onnxruntime-gpu, with cuDNN's heuristic convolution search: every reply
     has a new length, and the exhaustive search costs ~850 ms per new length)."""
@@ -454,6 +465,7 @@ class TtsConfig:
         _check(self.device in DEVICES, "tts.device", "must be cpu or cuda")
         _check(0.25 <= self.speed <= 4.0, "tts.speed", "must be 0.25..4")
         _check(self.threads >= 1, "tts.threads", "must be >= 1")
+        _check(self.ahead_ms >= 0, "tts.ahead_ms", "must be >= 0")
         try:
             self.voice_table  # noqa: B018 - parsed here so that a bad table fails at start-up
         except ValueError as exc:

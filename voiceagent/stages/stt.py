@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from voiceagent.audio import PIPELINE_RATE, Float32Array, Int16Array, int16_to_float
-from voiceagent.backends.protocols import SttBackend
+from voiceagent.backends.protocols import SttBackend, SttRequest
 from voiceagent.config import SttConfig
 from voiceagent.errors import StageError
 from voiceagent.events import (
@@ -45,6 +45,7 @@ from voiceagent.events import (
     TranscriptSegment,
 )
 from voiceagent.pipeline import Channel, Stage, StageContext
+from voiceagent.pipeline.coalesce import Coalescer
 from voiceagent.pipeline.offload import run_at
 from voiceagent.pipeline.scheduler import PriorityExecutor
 from voiceagent.settings import SessionSettings
@@ -67,6 +68,9 @@ class SttPorts:
     """The shared Whisper model (its executor orders every session's decodes)."""
     settings: Callable[[], SessionSettings]
     """The session's settings as they are now (language, prompt, tools, turn detection)."""
+    finals: Coalescer[SttRequest, str] | None = None
+    """Where set (shared by every session on ``backend``), final decodes go through it, so that
+    several sessions' finals waiting at once are decoded as one batch; None: one by one."""
 
 
 @dataclass(frozen=True)
@@ -91,6 +95,7 @@ class SttStage(Stage):
     def __init__(self, ctx: StageContext, inbox: Channel[Event], out: Channel[Event], ports: SttPorts, options: SttOptions) -> None:
         super().__init__(ctx, inbox, out)
         self._backend = ports.backend
+        self._finals = ports.finals
         self._settings = ports.settings
         self._tools_prompt = options.tools_prompt
         self._partials = options.partials
@@ -225,7 +230,10 @@ class SttStage(Stage):
         self.decodes += 1
         try:
             language, prompt = self._language_and_prompt()
-            text = await run_at(self._backend.executor, PRIORITY_FINAL, lambda: self._backend.transcribe(audio, language, prompt))
+            if self._finals is not None:
+                text = await self._finals.submit(PRIORITY_FINAL, SttRequest(audio, language, prompt))
+            else:
+                text = await run_at(self._backend.executor, PRIORITY_FINAL, lambda: self._backend.transcribe(audio, language, prompt))
         except Exception as exc:
             return "", exc
         verdict = check(text, len(audio) / PIPELINE_RATE)

@@ -19,6 +19,7 @@ import numpy as np
 from voiceagent.audio import Int16Array
 from voiceagent.backends.protocols import TtsBackend
 from voiceagent.cache.store import CachedClause
+from voiceagent.config import TtsConfig
 from voiceagent.errors import StageError
 from voiceagent.events import Clause, Event, GenerationEnd, Mark, ResponseAudio, ResponseStatus, empty_pcm
 from voiceagent.pipeline import Channel, Stage, StageContext, iterate_in
@@ -26,7 +27,7 @@ from voiceagent.pipeline.gate import GenerationGate
 from voiceagent.settings import SessionSettings
 from voiceagent.text.clauses import clean_for_speech
 
-__all__ = ["TtsPorts", "TtsStage"]
+__all__ = ["TtsOptions", "TtsPorts", "TtsStage"]
 
 
 @dataclass(frozen=True)
@@ -47,11 +48,28 @@ class TtsPorts:
     """Told each completed generation's clauses with their audio (module docstring); None: not kept."""
 
 
+@dataclass(frozen=True)
+class TtsOptions:
+    """The server's TTS settings (``[tts]``), fixed for the session."""
+
+    ahead_ms: int = 0
+    """A later clause waits until the reply's audio not yet played is under this (0: no wait)."""
+
+    @classmethod
+    def from_config(cls, tts: TtsConfig) -> TtsOptions:
+        return cls(ahead_ms=tts.ahead_ms)
+
+
 class TtsStage(Stage):
     name = "tts"
 
-    def __init__(self, ctx: StageContext, inbox: Channel[Event], out: Channel[Event], ports: TtsPorts) -> None:
+    def __init__(
+        self, ctx: StageContext, inbox: Channel[Event], out: Channel[Event], ports: TtsPorts, options: TtsOptions | None = None
+    ) -> None:
         super().__init__(ctx, inbox, out)
+        self._ahead_s = (options or TtsOptions()).ahead_ms / 1000.0
+        self._pace: tuple[int, float, float] | None = None
+        """(generation, when its first audio went out, seconds of its audio made so far)."""
         self._speaks = ports.speaks or (lambda gen: True)
         self._backend = ports.backend
         self._voices = ports.voices or (lambda name: ports.backend)
@@ -89,6 +107,7 @@ class TtsStage(Stage):
 
         try:
             if speech:
+                await self._wait_for_room(event.gen, event.index)
                 # Shared voice: every session's first clause (its first audio) goes ahead of the
                 # later clauses of other replies, which are needed only at speaking pace.
                 async with contextlib.aclosing(iterate_in(voice.executor, make, priority=min(event.index, 1))) as chunks:
@@ -97,6 +116,7 @@ class TtsStage(Stage):
                             self._gate.open(event.gen)
                             mark = Mark(t=self.ctx.clock.now(), gen=event.gen, session=self.ctx.session_id, name="tts_first_audio")
                             await self.ctx.notify(mark)
+                        self._made(event.gen, len(pcm) / rate)
                         await self.emit(self._audio(event, pcm, rate, first))
                         chunks_of_clause.append(pcm)
                         first = False
@@ -120,11 +140,32 @@ class TtsStage(Stage):
             await self.emit(self._audio(event, empty_pcm(), rate, True))
         self._keep(event, np.concatenate(chunks_of_clause) if chunks_of_clause else empty_pcm(), rate)
 
+    async def _wait_for_room(self, gen: int, index: int) -> None:
+        """Before a later clause of ``gen``: wait until the audio made for it and not yet played is
+        under ``ahead_ms``.  Played is estimated as the time since its first audio went out, which
+        is at most what the listener has heard (a reply held until its turn is confirmed starts
+        later), so the wait errs towards synthesizing early, never towards a gap.  Cancellation:
+        a stale generation cancels the wait with the rest of the clause's handling."""
+        pace = self._pace
+        if self._ahead_s <= 0 or index == 0 or pace is None or pace[0] != gen:
+            return
+        _, first_t, made_s = pace
+        await self.ctx.clock.sleep_until(first_t + made_s - self._ahead_s)
+
+    def _made(self, gen: int, seconds: float) -> None:
+        pace = self._pace
+        if pace is None or pace[0] != gen:
+            self._pace = (gen, self.ctx.clock.now(), seconds)
+        else:
+            self._pace = (gen, pace[1], pace[2] + seconds)
+
     async def _pass_on(self, clause: Clause, pcm: Int16Array) -> None:
         """A clause with its audio already made (the semantic cache)."""
         if clause.index == 0:
             self._gate.open(clause.gen)
             await self.ctx.notify(Mark(t=self.ctx.clock.now(), gen=clause.gen, session=self.ctx.session_id, name="tts_first_audio"))
+        if self._speaks(clause.gen):
+            self._made(clause.gen, len(pcm) / clause.rate)
         await self.emit(self._audio(clause, pcm if self._speaks(clause.gen) else empty_pcm(), clause.rate, True))
 
     def _keep(self, clause: Clause, pcm: Int16Array, rate: int) -> None:
