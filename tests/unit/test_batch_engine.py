@@ -271,6 +271,40 @@ def test_a_consumer_that_stops_reading_stops_its_decoding() -> None:
         engine.close()
 
 
+def test_a_paused_generation_decodes_nothing_while_others_do_and_goes_on_when_its_reader_reads(
+    engine: BatchedEngine, core: FakeBatch
+) -> None:
+    held, other = messages("A long one?"), messages("Another long one?")
+    paused = [False]
+    pieces = [0]
+    paused_at = [0]
+
+    def on_piece(piece: object) -> None:  # the step thread, before it plans the next step
+        pieces[0] += 1
+        if pieces[0] == 2:
+            paused[0] = True  # as the LLM stage does once its first clause is out (LlmRequest.paused)
+            paused_at[0] = len(core.batches)
+
+    async def main() -> tuple[str, str, int]:
+        request = LlmRequest("held", held, 64, 0.0, paused=lambda: paused[0], on_piece=on_piece)
+        gen = engine.generate(request)
+        text = await anext(gen) + await anext(gen)
+        seq = next(s for key, s in engine.seq_history if key == "held")
+        answer = await ask(engine, "other", other)  # steps run meanwhile, 64 tokens ahead allowed
+        await until(lambda: len(engine._cond._waiters) == 1)  # type: ignore[attr-defined]  # the step thread sleeps
+        during = sum(1 for batch in core.batches[paused_at[0] :] for _, _, s, _ in batch if s == seq)
+        paused[0] = False
+        # The reader has taken all there was: only its wait for the next token wakes the step thread.
+        async for piece in gen:
+            text += str(piece)
+        return text, answer, during
+
+    text, answer, during = asyncio.run(asyncio.wait_for(main(), 30))
+    assert answer == reply_for(other)
+    assert text == reply_for(held) and len(text) > 4
+    assert during == 0
+
+
 def test_a_turn_takes_its_sequence_from_its_own_prefill_and_answers(engine: BatchedEngine, core: FakeBatch) -> None:
     gate = threading.Event()
     core.gate = gate

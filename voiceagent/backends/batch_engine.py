@@ -295,6 +295,11 @@ class BatchedEngine:
         finished = False
         try:
             while True:
+                if job.queue.empty():
+                    # The reader waits for a token: wake the scheduler, which leaves a paused
+                    # generation (LlmRequest.paused) out of its steps and sleeps when nothing else runs.
+                    with self._cond:
+                        self._cond.notify()
                 item = await job.queue.get()
                 if item is _ADMITTED:
                     if request.on_admitted is not None:
@@ -605,6 +610,8 @@ class BatchedEngine:
         for job in self._active:
             if job.token is None or job.cancelled or job.done:
                 continue
+            if job.request is not None and job.request.paused is not None and job.request.paused():
+                continue  # its reader leaves the cores to TTS for now (LlmRequest.paused)
             urgent = self._urgent(job)
             ahead = max(self._ahead, job.request.urgent_tokens) if urgent and job.request is not None else self._ahead
             if job.produced - job.consumed < ahead:

@@ -194,6 +194,10 @@ class LlmRequest:
     probability that the user's sentence ends where the last (user) message's text ends, its
     final punctuation aside: that the next token would be ".", "?", "!" or the end of the turn.
     It must be fast and must not block.  An engine that cannot tell (a remote server) never calls it.
+    ``paused``: true while the caller takes no tokens and wants none decoded meanwhile (it has its
+    first clause and leaves the cores to TTS until that clause's audio exists); an engine that
+    decodes ahead of its reader decodes nothing more for this generation until it is false
+    again.  Read from the engine's thread: it must only read a flag.
     """
 
     key: str
@@ -203,6 +207,7 @@ class LlmRequest:
     on_admitted: Callable[[], None] | None = None
     urgent_tokens: int = 0
     urgent: Callable[[], bool] | None = None
+    paused: Callable[[], bool] | None = None
     on_piece: Callable[[str | ToolCall], None] | None = None
     on_route: Callable[[str, str], None] | None = None
     usage: Usage | None = None

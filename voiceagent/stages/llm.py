@@ -154,6 +154,9 @@ class LlmStage(Stage):
         self._prompt = ports.prompt
         self._settings = ports.settings
         self._gate = ports.tts_first_audio or GenerationGate(enabled=False)
+        self._holding = [False]
+        """True while the reply being generated waits for its first audio (read by the engine's
+        thread through ``LlmRequest.paused``: a flag, nothing more)."""
         self._first_token = ports.first_token or GenerationGate(enabled=False)
         self._first_clause_words = options.first_clause_words
         self._cache = ports.cache
@@ -229,6 +232,7 @@ class LlmStage(Stage):
         index = 0
         first = True
         waiting_for_first_clause = [True]  # read by the engine's thread: a flag, nothing more
+        holding = self._holding = [False]
         # The same cut, judged in the engine's thread as each token is decoded: urgency ends with
         # the token that completes the first clause (by the time that token reaches this task the
         # engine would already have decoded one more ahead of other sessions' first clauses).
@@ -256,6 +260,7 @@ class LlmStage(Stage):
             # (~200 ms each with 8 conversations) before the answer could start.
             urgent_tokens=96,
             urgent=lambda: waiting_for_first_clause[0],
+            paused=lambda: holding[0],
             on_piece=on_piece,
             on_route=lambda engine, reason: routes.append((engine, reason)),
             usage=usage,
@@ -521,8 +526,14 @@ class LlmStage(Stage):
             await self.ctx.notify(self._mark(gen, "first_clause"))
         await self.emit(Clause(t=self.ctx.clock.now(), gen=gen, session=self.ctx.session_id, text=text, index=index))
         if index == 0:
-            # Leave the cores to TTS until the first audio exists (see pipeline/gate.py).
-            await self._gate.wait(gen)
+            # Leave the cores to TTS until the first audio exists (see pipeline/gate.py): this task
+            # stops taking tokens, and an engine that decodes ahead of its reader stops too.
+            holding = self._holding
+            holding[0] = self._gate.enabled
+            try:
+                await self._gate.wait(gen)
+            finally:
+                holding[0] = False
         return index + 1
 
     def _mark(self, gen: int, name: str) -> Mark:
