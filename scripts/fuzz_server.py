@@ -1566,7 +1566,7 @@ class FuzzedServer(ServeProcess):
     def problems(self) -> list[str]:
         """Log lines that show an unhandled exception."""
         pattern = re.compile(r"Traceback|connection handler failed|Task exception was never retrieved|Exception in callback|ERROR")
-        return [line.rstrip()[:300] for line in self.log if pattern.search(line)]
+        return [line.rstrip()[:300] for line in self.lines() if pattern.search(line)]
 
 
 def metric(base: str, name: str, timeout: float = 10.0) -> float | None:

@@ -43,6 +43,7 @@ class ServeProcess:
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env)
         self.log: collections.deque[str] = collections.deque(maxlen=log_lines)
+        """The server's output so far; a thread appends to it, so read it through :meth:`lines`."""
         self.ready: dict[str, Any] = {}
         self.url = ""
         assert self.proc.stdout is not None and self.proc.stderr is not None
@@ -55,7 +56,7 @@ class ServeProcess:
         if not self.url:
             code = self.proc.wait()
             self._reader.join(5)
-            raise ServeFailed(f"voiceagent {' '.join(cmd[3:])} did not start (exit {code}):\n{''.join(list(self.log)[-30:])}")
+            raise ServeFailed(f"voiceagent {' '.join(cmd[3:])} did not start (exit {code}):\n{''.join(self.lines()[-30:])}")
         threading.Thread(target=self.proc.stdout.read, daemon=True).start()
         deadline = time.monotonic() + 10
         while wait_ready and not self.ready and time.monotonic() < deadline:
@@ -67,6 +68,11 @@ class ServeProcess:
             self.log.append(line)
             if '"event": "ready"' in line:
                 self.ready = json.loads(line[line.index("{") :])
+
+    def lines(self) -> list[str]:
+        """A snapshot of :attr:`log`: ``deque.copy`` runs without letting the reader thread in,
+        where iterating the deque while the server writes raises "deque mutated during iteration"."""
+        return list(self.log.copy())
 
     def alive(self) -> bool:
         return self.proc.poll() is None

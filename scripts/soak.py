@@ -212,7 +212,7 @@ def main() -> int:
             by_status = server_turns(metrics)
     finally:
         server.stop()
-        (out / "server.log").write_text("".join(server.log))
+        (out / "server.log").write_text("".join(server.lines()))
     lat = [t.latency_ms for t in turns if t.latency_ms is not None]
     start_mb = rss.at(t0) / 2**20
     warm_t = t0 + args.lead_s + args.warm_turns * args.slot
