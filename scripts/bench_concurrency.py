@@ -208,6 +208,9 @@ def summarize(turns: list[TurnResult], errors: list[str], expected: int, cpu_s: 
         "peak_rss_mb": round(sampler.peak_rss / 2**20),
         "peak_pss_mb": round(sampler.peak_pss / 2**20),
         "cutoffs": sum(t.cutoffs for t in turns),
+        # Silence inside the answers (their audio was not ready in time): total, and the turns with any.
+        "playback_gap_ms": round(sum(t.playback_gap_ms for t in turns), 1),
+        "turns_with_gaps": sum(1 for t in turns if t.playback_gap_ms > 0),
     }
 
 
@@ -467,6 +470,7 @@ def main() -> int:
                         print(
                             f"{name:8s} {arrangement:12s} N={n}: answered {row['answered']}/{row['turns']} errors {row['errors']} "
                             f"latency {row['latency_ms']} queue {row['llm_queue_ms']} cpu {row['cpu_cores']} "
+                            f"gaps {row['playback_gap_ms']} ms in {row['turns_with_gaps']} turns "
                             f"rss/pss {row['peak_rss_mb']}/{row['peak_pss_mb']} MB",
                             flush=True,
                         )

@@ -544,6 +544,8 @@ class TurnMetrics(Event):
     llm_queue_ms: float | None = None
     llm_engine: str | None = None
     llm_route: str | None = None
+    playback_gap_ms: float = 0.0
+    """Silence inside the reply's audio: chunks that were not ready when the one before them ended."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

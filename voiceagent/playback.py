@@ -19,9 +19,14 @@ class ListenerTimeline:
     segments: list[tuple[float, float]] = field(default_factory=list)  # (start s, duration s)
     end_t: float | None = None
     sent_ms: float = 0.0
+    gaps_ms: float = 0.0
+    """Silence inside the reply: each chunk that was sent after the one before it had finished
+    playing adds the wait (the reply's audio was not ready in time)."""
 
     def schedule(self, now: float, dur_s: float) -> float:
         """Chunk of ``dur_s`` seconds sent at ``now``; returns when the listener starts it."""
+        if self.end_t is not None and now > self.end_t:
+            self.gaps_ms += (now - self.end_t) * 1000.0
         start = now if self.end_t is None else max(now, self.end_t)
         self.segments.append((start, dur_s))
         self.end_t = start + dur_s

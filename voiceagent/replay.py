@@ -52,6 +52,9 @@ class TurnResult:
     """Answers whose audio began while this turn was still being spoken (false cut-offs)."""
     llm_route: str | None = None
     """``ENGINE/REASON`` of the answer (the server's turn metrics; None: not told)."""
+    playback_gap_ms: float = 0.0
+    """Silence inside the answer's audio: chunks not ready when the one before them ended (the
+    server's turn metrics)."""
 
 
 @dataclass
@@ -101,6 +104,7 @@ class _Response:
     status: str = "in_progress"
     spans: dict[str, float] = field(default_factory=dict)
     llm_route: str | None = None
+    playback_gap_ms: float = 0.0
 
 
 class _Collector:
@@ -139,6 +143,7 @@ class _Collector:
                 status=r.status,
                 spans=r.spans,
                 llm_route=r.llm_route,
+                playback_gap_ms=r.playback_gap_ms,
             )
             for r in self.client.responses
         ]
@@ -230,6 +235,7 @@ def _match(
                 latency_ms=latency,
                 spans_ms=resp.spans if resp else {},
                 llm_route=resp.llm_route if resp else None,
+                playback_gap_ms=resp.playback_gap_ms if resp else 0.0,
                 cutoffs=cutoffs,
             )
         )

@@ -92,8 +92,9 @@ def test_a_response_is_tracked_from_created_to_done() -> None:
     assert (r.status, r.item_id, r.transcript, r.done) == ("completed", "m1", "Paris is the capital.", True)
     assert (r.audio_samples, r.audio_ms) == (7200, 300.0)
     assert [(c.call_id, c.name) for c in r.calls] == [("c1", "clock")]
-    client.feed({"type": "voiceagent.turn_metrics", "response_id": "r1", "spans_ms": {"first_audio_sent": 410}})
+    client.feed({"type": "voiceagent.turn_metrics", "response_id": "r1", "spans_ms": {"first_audio_sent": 410}, "playback_gap_ms": 35})
     assert r.spans == {"first_audio_sent": 410.0}
+    assert r.playback_gap_ms == 35.0
     assert client.responses.current is None
 
 

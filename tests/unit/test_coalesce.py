@@ -31,8 +31,8 @@ class Upper:
 
 
 async def queued(ex: PriorityExecutor, count: int) -> None:
-    """Let the tasks just created run to their first await (each queues its drain there, before
-    awaiting), then check that ``count`` calls wait in ``ex``'s queue."""
+    """Let the tasks just created run to their first await (the first queues the drain there,
+    before awaiting), then check that ``count`` calls wait in ``ex``'s queue."""
     await asyncio.sleep(0)  # one turn of the loop: the tasks created before it run first
     assert ex.depth == count
 
@@ -61,7 +61,7 @@ def test_requests_queued_together_are_one_batch_each_with_its_own_result_in_orde
         try:
             gate, blocker = occupy(ex)
             tasks = [asyncio.create_task(co.submit(0, word)) for word in ("a", "b", "c", "d", "e")]
-            await queued(ex, 5)
+            await queued(ex, 1)  # one drain for all of them
             gate.set()
             results = await asyncio.wait_for(asyncio.gather(*tasks), deadline())
             blocker.result(deadline())
@@ -88,7 +88,7 @@ def test_batches_keep_their_priority_against_the_models_other_work(run: Callable
             gate, blocker = occupy(ex)
             partial = ex.submit_at(1, order.append, "partial")
             finals = [asyncio.create_task(co.submit(0, w)) for w in ("x", "y")]
-            await queued(ex, 3)
+            await queued(ex, 2)
             gate.set()
             await asyncio.wait_for(asyncio.gather(*finals), deadline())
             partial.result(deadline())
@@ -109,7 +109,7 @@ def test_a_request_cancelled_while_it_waits_is_never_run_and_the_others_are(run:
             gate, blocker = occupy(ex)
             keep = asyncio.create_task(co.submit(0, "keep"))
             drop = asyncio.create_task(co.submit(0, "drop"))
-            await queued(ex, 2)
+            await queued(ex, 1)
             drop.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await drop
@@ -131,7 +131,7 @@ def test_a_request_the_model_refuses_fails_only_its_own_caller(run: Callable[...
         try:
             gate, blocker = occupy(ex)
             tasks = [asyncio.create_task(co.submit(0, w)) for w in ("one", "poison", "two")]
-            await queued(ex, 3)
+            await queued(ex, 1)
             gate.set()
             results = await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), deadline())
             blocker.result(deadline())
@@ -191,5 +191,52 @@ def test_batches_run_in_the_executors_one_thread(run: Callable[..., Any]) -> Non
         finally:
             ex.shutdown()
         assert set(names) == {"whisper-thread"}
+
+    run(main())
+
+
+def test_a_caller_woken_by_its_result_finds_the_executor_idle(run: Callable[..., Any]) -> None:
+    # The STT stage's rejoin asks whether the decoder is busy as soon as its final arrives; a
+    # drain left queued, or a result handed out while the executor still counts the call as
+    # running, would make it skip the rejoin for nothing.
+    async def main() -> None:
+        ex = PriorityExecutor("stt")
+        co = Coalescer(ex, Upper(), max_batch=4)
+        busy: list[bool] = []
+
+        async def final(word: str) -> str:
+            result = await co.submit(0, word)
+            busy.append(ex.busy)
+            return result
+
+        try:
+            gate, blocker = occupy(ex)
+            tasks = [asyncio.create_task(final(w)) for w in ("a", "b", "c", "d")]
+            await queued(ex, 1)
+            gate.set()
+            assert await asyncio.wait_for(asyncio.gather(*tasks), deadline()) == ["A", "B", "C", "D"]
+            blocker.result(deadline())
+            assert await asyncio.wait_for(final("e"), deadline()) == "E"  # alone, on an idle executor
+        finally:
+            ex.shutdown()
+        assert busy == [False] * 5
+
+    run(main())
+
+
+def test_requests_waiting_when_the_executor_is_shut_down_are_cancelled_not_left_hanging(run: Callable[..., Any]) -> None:
+    async def main() -> None:
+        ex = PriorityExecutor("stt")
+        model = Upper()
+        co = Coalescer(ex, model, max_batch=4)
+        gate, blocker = occupy(ex)
+        tasks = [asyncio.create_task(co.submit(0, w)) for w in ("a", "b")]
+        await queued(ex, 1)
+        ex.shutdown(wait=False, cancel_futures=True)
+        gate.set()
+        results = await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), deadline())
+        blocker.result(deadline())
+        assert all(isinstance(r, asyncio.CancelledError) for r in results), results
+        assert model.batches == []
 
     run(main())

@@ -603,11 +603,12 @@ def test_input_transcript_deltas_are_suffixes() -> None:
 
 
 def test_turn_metrics_only_when_enabled() -> None:
-    ev = TurnMetrics(t=0.0, gen=1, response_id="resp_1", spans={"first_audio_sent": 420.0})
+    ev = TurnMetrics(t=0.0, gen=1, response_id="resp_1", spans={"first_audio_sent": 420.0}, playback_gap_ms=12.5)
     assert codec().encode(ev) == []
     [msg] = codec(send_metrics=True).encode(ev)
     assert msg["type"] == "voiceagent.turn_metrics"
     assert msg["spans_ms"] == {"first_audio_sent": 420.0}
+    assert msg["playback_gap_ms"] == 12.5
     assert msg["response_id"] == "resp_1"
 
 

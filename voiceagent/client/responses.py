@@ -54,6 +54,8 @@ class Response:
     """The server's per-turn timeline (``voiceagent.turn_metrics``, which follows ``response.done``)."""
     llm_route: str | None = None
     """``ENGINE/REASON``: the LLM engine that answered and why, from the same event (None: not told)."""
+    playback_gap_ms: float = 0.0
+    """Silence inside the reply's audio, from the same event (the server's heard clock)."""
 
     @property
     def done(self) -> bool:
@@ -112,6 +114,7 @@ class ResponseTracker:
             r.calls = list(ev.calls) or r.calls
         elif isinstance(ev, TurnMetrics):
             r.spans = dict(ev.spans)
+            r.playback_gap_ms = ev.playback_gap_ms
             if ev.llm_engine is not None:
                 r.llm_route = f"{ev.llm_engine}/{ev.llm_route}"
 

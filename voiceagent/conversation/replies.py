@@ -915,6 +915,7 @@ class ReplyController:
                     llm_queue_ms=queue_ms,
                     llm_engine=engine,
                     llm_route=route,
+                    playback_gap_ms=round(reply.listener.gaps_ms, 1),
                 )
             )
         record = turn_record(self._config, self._id, self._settings().voice, reply, status, reason, spans, queue_ms, active)

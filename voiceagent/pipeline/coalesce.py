@@ -4,19 +4,23 @@ A shared model runs one call at a time in its single-thread executor.  When seve
 calls are queued together (four users stop talking at the same instant and four final decodes
 wait for Whisper), a model that takes a batch does them in less time as one call than one after
 another.  A :class:`Coalescer` does that without a timer: each :meth:`Coalescer.submit` puts its
-request in a shared list and queues one *drain* call on the executor; the first drain to run
-takes every request waiting (up to ``max_batch``) and hands them to ``run_batch`` at once; the
-drains after it find the list empty and return.  So a request that finds the executor idle runs
-at once, alone, exactly as an unbatched call would; only requests that would have waited in line
+request in a shared list, and where no *drain* call is queued on the executor yet, queues one;
+the drain takes every request waiting (up to ``max_batch``; more left waiting queue the next
+drain) and hands them to ``run_batch`` at once.  So a request that finds the executor idle runs at
+once, alone, exactly as an unbatched call would; only requests that would have waited in line
 anyway are joined.
 
-The drain is queued at the request's ``priority`` on a
+The drain is queued at the ``priority`` of the request that queued it on a
 :class:`~voiceagent.pipeline.scheduler.PriorityExecutor`, so batched calls keep their place
-against the model's other work (a final decode still runs before a queued partial).
+against the model's other work (a final decode still runs before a queued partial); give every
+request of one coalescer the same priority.  Results are handed out once the drain has returned,
+as the executor hands out a call's result: a caller woken by its result that asks whether the
+executor is busy sees it idle if nothing else waits.
 
 Cancellation: cancelling :meth:`Coalescer.submit` before its batch starts takes the request out
 (it is never decoded); once its batch is running, the batch finishes (Python cannot stop a
-thread) and the result is dropped.  ``CancelledError`` propagates.
+thread) and the result is dropped.  ``CancelledError`` propagates.  An executor shut down with
+its queue cancelled cancels the requests still waiting.
 
 Failure: where ``run_batch`` raises on a batch of several, each request is run again alone, so
 one request the model cannot take fails only its own caller; a request that raises alone gets
@@ -55,6 +59,8 @@ class Coalescer(Generic[Req, Res]):
         self._run_batch = run_batch
         self._lock = threading.Lock()
         self._pending: list[tuple[Req, Future[Res]]] = []
+        self._queued = False  # a drain is queued and has not started
+        self._priority = 0
         self.batches = 0
         self.batched = 0
 
@@ -63,47 +69,80 @@ class Coalescer(Generic[Req, Res]):
         fut: Future[Res] = Future()
         with self._lock:
             self._pending.append((request, fut))
-        try:
-            submit_at(self.executor, priority, self._drain)
-        except BaseException:
-            with self._lock:
-                self._pending = [(r, f) for r, f in self._pending if f is not fut]
-            raise
+            queue, self._queued = not self._queued, True
+        if queue:
+            try:
+                self._queue(priority)
+            except BaseException:
+                with self._lock:
+                    self._queued = False
+                    self._pending = [(r, f) for r, f in self._pending if f is not fut]
+                raise
         return await asyncio.wrap_future(fut)
 
-    def _drain(self) -> None:
-        """In the executor: run the waiting requests (up to ``max_batch``) as one batch."""
+    def _queue(self, priority: int) -> None:
+        self._priority = priority
+        drain = submit_at(self.executor, priority, self._drain)
+        drain.add_done_callback(self._deliver)
+
+    def _drain(self) -> list[tuple[Future[Res], Res | BaseException]]:
+        """In the executor: run the waiting requests (up to ``max_batch``) as one batch; the
+        outcomes go to their callers from :meth:`_deliver`, once the executor has the result."""
         with self._lock:
-            take, self._pending = self._pending[: self.max_batch], self._pending[self.max_batch :]
-        # A request cancelled while it waited is dropped here, never run.
-        live = [(r, f) for r, f in take if f.set_running_or_notify_cancel()]
+            self._queued = False
+            live: list[tuple[Req, Future[Res]]] = []
+            while self._pending and len(live) < self.max_batch:
+                request, fut = self._pending.pop(0)
+                if fut.set_running_or_notify_cancel():  # one cancelled while it waited is never run
+                    live.append((request, fut))
+            more = bool(self._pending) and not self._queued
+            self._queued = self._queued or more
+        if more:
+            try:
+                self._queue(self._priority)
+            except RuntimeError:  # shut down meanwhile: the requests left will never run
+                with self._lock:
+                    waiting, self._pending, self._queued = self._pending, [], False
+                for _, fut in waiting:
+                    fut.cancel()
         if not live:
-            return
-        self.batches += 1
-        self.batched += len(live)
+            return []
         try:
             results = self._run([r for r, _ in live])
         except Exception as exc:
             if len(live) == 1:
-                live[0][1].set_exception(exc)
-                return
+                return [(live[0][1], exc)]
             # Which request does the model refuse?  Each alone: the others still get their results.
+            outcomes: list[tuple[Future[Res], Res | BaseException]] = []
             for request, fut in live:
                 try:
                     (result,) = self._run([request])
                 except Exception as one_exc:
-                    fut.set_exception(one_exc)
+                    outcomes.append((fut, one_exc))
                 else:
-                    fut.set_result(result)
-            return
+                    outcomes.append((fut, result))
+            return outcomes
         except BaseException as exc:  # KeyboardInterrupt and the like: every waiter hears of it
-            for _, f in live:
-                f.set_exception(exc)
-            raise
-        for (_, f), result in zip(live, results, strict=True):
-            f.set_result(result)
+            return [(f, exc) for _, f in live]
+        return [(f, result) for (_, f), result in zip(live, results, strict=True)]
+
+    def _deliver(self, drain: Future[list[tuple[Future[Res], Res | BaseException]]]) -> None:
+        """The drain's future is done (the executor no longer counts it as running)."""
+        if drain.cancelled():  # the executor was shut down with its queue: nobody will run these
+            with self._lock:
+                waiting, self._pending, self._queued = self._pending, [], False
+            for _, fut in waiting:
+                fut.cancel()
+            return
+        for fut, outcome in drain.result():
+            if isinstance(outcome, BaseException):
+                fut.set_exception(outcome)
+            else:
+                fut.set_result(outcome)
 
     def _run(self, requests: list[Req]) -> list[Res]:
+        self.batches += 1
+        self.batched += len(requests)
         results = self._run_batch(requests)
         if len(results) != len(requests):
             raise RuntimeError(f"a batch of {len(requests)} returned {len(results)} results")

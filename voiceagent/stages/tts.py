@@ -52,8 +52,9 @@ class TtsPorts:
 class TtsOptions:
     """The server's TTS settings (``[tts]``), fixed for the session."""
 
-    ahead_ms: int = 0
-    """A later clause waits until the reply's audio not yet played is under this (0: no wait)."""
+    ahead_ms: int = 1500
+    """A later clause waits until the reply's audio not yet played is under this (0: no wait);
+    ``tts.ahead_ms``."""
 
     @classmethod
     def from_config(cls, tts: TtsConfig) -> TtsOptions:
@@ -107,10 +108,12 @@ class TtsStage(Stage):
 
         try:
             if speech:
-                await self._wait_for_room(event.gen, event.index)
+                due = await self._wait_for_room(event.gen, event.index)
                 # Shared voice: every session's first clause (its first audio) goes ahead of the
-                # later clauses of other replies, which are needed only at speaking pace.
-                async with contextlib.aclosing(iterate_in(voice.executor, make, priority=min(event.index, 1))) as chunks:
+                # later clauses of other replies, which are needed only at speaking pace; a later
+                # clause paced until its audio is due is as urgent as a first one (a gap otherwise).
+                priority = 0 if event.index == 0 or due else 1
+                async with contextlib.aclosing(iterate_in(voice.executor, make, priority=priority)) as chunks:
                     async for pcm in chunks:
                         if first and event.index == 0:
                             self._gate.open(event.gen)
@@ -140,17 +143,19 @@ class TtsStage(Stage):
             await self.emit(self._audio(event, empty_pcm(), rate, True))
         self._keep(event, np.concatenate(chunks_of_clause) if chunks_of_clause else empty_pcm(), rate)
 
-    async def _wait_for_room(self, gen: int, index: int) -> None:
+    async def _wait_for_room(self, gen: int, index: int) -> bool:
         """Before a later clause of ``gen``: wait until the audio made for it and not yet played is
         under ``ahead_ms``.  Played is estimated as the time since its first audio went out, which
         is at most what the listener has heard (a reply held until its turn is confirmed starts
         later), so the wait errs towards synthesizing early, never towards a gap.  Cancellation:
-        a stale generation cancels the wait with the rest of the clause's handling."""
+        a stale generation cancels the wait with the rest of the clause's handling.  Returns whether
+        the clause was paced: its audio is now due within ``ahead_ms``."""
         pace = self._pace
         if self._ahead_s <= 0 or index == 0 or pace is None or pace[0] != gen:
-            return
+            return False
         _, first_t, made_s = pace
         await self.ctx.clock.sleep_until(first_t + made_s - self._ahead_s)
+        return True
 
     def _made(self, gen: int, seconds: float) -> None:
         pace = self._pace

@@ -214,6 +214,7 @@ class RealtimeCodec:
                     llm_queue_ms=ev.llm_queue_ms,
                     llm_engine=ev.llm_engine,
                     llm_route=ev.llm_route,
+                    playback_gap_ms=ev.playback_gap_ms,
                 )
             ]
         return []
