@@ -2,8 +2,8 @@
 
 ``WhisperStt.transcribe_batch`` pads the clips of a batch to the longest one's window and decodes
 them together; each transcript must be the one the clip gets alone, whichever clips share the
-batch, including clips whose transcription prompts differ in length (CTranslate2 cannot put those
-in one batch, so they are grouped).  Through the :class:`Coalescer`, four finals submitted while
+batch, including clips with a transcription prompt (clips whose prompts differ in length cannot
+share a CTranslate2 batch, so they are grouped).  Through the :class:`Coalescer`, four finals submitted while
 Whisper is busy become one batch, and each caller gets its own clip's words.
 """
 
@@ -49,7 +49,8 @@ def whisper(request: pytest.FixtureRequest) -> Iterator[WhisperStt]:
 
 def test_a_batch_writes_what_each_clip_gets_alone(whisper: WhisperStt) -> None:
     clips = _clips()
-    prompts = ["", "Get the current weather in a city.", "", "Count things."]  # two prompt lengths, and none
+    # Two clips with no prompt and two with the same prompt: two batches, one of them prompted.
+    prompts = ["", "Get the current weather in a city.", "", "Get the current weather in a city."]
     requests = [SttRequest(audio, "en", prompt) for audio, prompt in zip(clips.values(), prompts, strict=True)]
     alone = [whisper.transcribe(r.audio, r.language, r.prompt) for r in requests]
     batched = whisper.transcribe_batch(requests)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import _thread
 import contextlib
 import threading
 from concurrent.futures import Future
@@ -157,9 +158,10 @@ def test_a_thread_named_for_a_block_gets_its_old_name_back_and_its_children_keep
         name_os_thread("loader")
         with os_thread_named("tts"):
             seen["inside"] = _os_name()
-            child = threading.Thread(target=lambda: seen.setdefault("child", _os_name()))
-            child.start()
-            child.join()
+            # A bare thread, as a library starts its workers (Python 3.14's Thread names its own).
+            done = threading.Event()
+            _thread.start_new_thread(lambda: (seen.setdefault("child", _os_name()), done.set()), ())
+            assert done.wait(deadline())
         seen["after"] = _os_name()
 
     t = threading.Thread(target=body)

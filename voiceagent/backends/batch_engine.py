@@ -24,7 +24,9 @@ of them).  While an urgent generation is decoding, a step carries at most ``chun
 tokens, so a long new prompt does not stall first clauses (a step of 64 prompt tokens of the
 1.5B took ~200 ms: a first clause of 6 tokens took 4 times as long as on the pool in the
 concurrency benchmark).  A generation decodes at most ``ahead`` tokens past what its consumer
-has taken (``urgent_tokens`` while urgent): a consumer that pauses pauses its decoding too.
+has taken (``urgent_tokens`` while urgent): a consumer that pauses pauses its decoding too, and
+one that says it is paused (``LlmRequest.paused``: it waits for TTS's first audio) is left out
+of the steps until a read of it wakes the thread again.
 
 **End of sentence.**  With ``on_end_probability``, the logits at the end of the user's words
 (final punctuation left out) are taken in the same pass as the prompt, when those words'

@@ -88,7 +88,7 @@ class VadBackend(Protocol):
         ...
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class SttRequest:
     """One clip to transcribe: :meth:`SttBackend.transcribe`'s arguments."""
 
@@ -197,7 +197,8 @@ class LlmRequest:
     ``paused``: true while the caller takes no tokens and wants none decoded meanwhile (it has its
     first clause and leaves the cores to TTS until that clause's audio exists); an engine that
     decodes ahead of its reader decodes nothing more for this generation until it is false
-    again.  Read from the engine's thread: it must only read a flag.
+    again, which it sees when the reader next takes or waits for a token.  Read from the
+    engine's thread: it must only read a flag.
     """
 
     key: str

@@ -243,27 +243,28 @@ class WhisperStt:
         """Each request's :meth:`transcribe`, several at once where CTranslate2 can.
 
         Clips on the short-window path whose text prompts have the same length (CTranslate2's
-        Whisper needs ``<|startoftranscript|>`` at one position across a batch) are encoded and
-        decoded as one batch, padded with silence to the longest clip's window (on the spoken
-        fixtures the transcripts were the same as one by one; docs/decisions/whisper-batch.md).
+        Whisper needs ``<|startoftranscript|>`` at one position across a batch) and whose windows
+        are the same (no clip is padded with more silence than it would be alone) are encoded
+        and decoded as one batch (on the spoken fixtures the transcripts were the same as one by
+        one; docs/decisions/whisper-batch.md).
         A clip the loop guard judges looping in the batch is decoded again alone, through
         :meth:`transcribe` and its retry.  The rest (the 30 s path, a prompt length no other clip
         shares) are decoded one by one."""
         out: dict[int, str] = {}
-        groups: dict[int, list[tuple[int, list[int], int]]] = {}
+        groups: dict[tuple[int, int], list[tuple[int, list[int], int]]] = {}
         for i, req in enumerate(requests):
             frames = window_frames(len(req.audio), self._window_s)
             if frames >= 3000:
                 out[i] = self.transcribe(req.audio, req.language, req.prompt)
                 continue
             prefix = self._prompt_tokens(req.prompt)
-            groups.setdefault(len(prefix), []).append((i, prefix, frames))
+            groups.setdefault((len(prefix), frames), []).append((i, prefix, frames))
         for group in groups.values():
             if len(group) == 1:
                 i = group[0][0]
                 out[i] = self.transcribe(requests[i].audio, requests[i].language, requests[i].prompt)
                 continue
-            encoded = self._encode_many([requests[i].audio for i, _, _ in group], max(f for _, _, f in group))
+            encoded = self._encode_many([requests[i].audio for i, _, _ in group], group[0][2])
             prompts = [self._decoder_prompt(prefix, requests[i].language) for i, prefix, _ in group]
             seconds = [len(requests[i].audio) / _RATE for i, _, _ in group]
             new_tokens = max(min(_MAX_NEW_TOKENS, max_tokens(s)) for s in seconds)

@@ -453,10 +453,11 @@ class TtsConfig:
     start-up and shared by the sessions that pick it."""
     speed: float = 1.0
     threads: int = 2
-    ahead_ms: int = 1500
+    ahead_ms: int = 0
     """A reply's later clauses are synthesized once its audio not yet played falls under this
-    (0: each as soon as it arrives).  Speech is needed only at speaking pace, and synthesis
-    made earlier takes the CPU from other sessions' first audio (docs/decisions/tts-pacing.md)."""
+    (0, the default: each as soon as it arrives).  Off: on 2 cores it brought other sessions'
+    first audio forward a little but left longer silences inside replies under load
+    (docs/decisions/tts-pacing.md)."""
     device: str = "cpu"
     """``cpu`` or ``cuda`` (onnxruntime-gpu, with cuDNN's heuristic convolution search: every reply
     has a new length, and the exhaustive search costs ~850 ms per new length)."""

@@ -17,6 +17,7 @@ import contextlib
 import ctypes
 import heapq
 import itertools
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -32,9 +33,11 @@ _PR_SET_NAME, _PR_GET_NAME = 15, 16
 
 
 def _prctl(option: int, buf: ctypes.Array[ctypes.c_char] | bytes) -> bool:
+    if not sys.platform.startswith("linux"):
+        return False
     try:
         return int(ctypes.CDLL(None).prctl(option, buf, 0, 0, 0)) == 0
-    except (OSError, AttributeError):  # not Linux
+    except (OSError, AttributeError, TypeError):  # no prctl in this libc: names stay Python's
         return False
 
 

@@ -507,6 +507,7 @@ class LlmStage(Stage):
             on_admitted=None,
             urgent_tokens=0,
             urgent=None,
+            paused=None,
             on_piece=None,
             on_route=None,
             usage=None,

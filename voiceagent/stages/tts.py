@@ -52,7 +52,7 @@ class TtsPorts:
 class TtsOptions:
     """The server's TTS settings (``[tts]``), fixed for the session."""
 
-    ahead_ms: int = 1500
+    ahead_ms: int = 0
     """A later clause waits until the reply's audio not yet played is under this (0: no wait);
     ``tts.ahead_ms``."""
 
