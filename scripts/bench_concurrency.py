@@ -99,12 +99,17 @@ class Sampler:
 
     @staticmethod
     def cpu_s(pid: int | str) -> float:
+        return Sampler._stat_cpu_s(Path(f"/proc/{pid}/stat")) or 0.0
+
+    @staticmethod
+    def _stat_cpu_s(stat: Path) -> float | None:
+        """User + system CPU seconds from a ``/proc/…/stat`` file; None when it cannot be read
+        (a process or thread that has ended)."""
         try:
-            with open(f"/proc/{pid}/stat") as fh:
-                fields = fh.read().rsplit(")", 1)[1].split()
+            fields = stat.read_text().rsplit(")", 1)[1].split()
             return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
         except (OSError, IndexError, ValueError):
-            return 0.0
+            return None
 
     def _run(self) -> None:
         while not self._stop.wait(self.period):
@@ -122,15 +127,15 @@ class Sampler:
         ``turn``, ``vad``: the model executors; llama.cpp's and onnxruntime's worker threads
         carry the name of the thread that started them)."""
         out: dict[str, float] = {}
-        tick = os.sysconf("SC_CLK_TCK")
         for pid in self.pids:
             for task in Path(f"/proc/{pid}/task").glob("*"):
                 try:
                     name = (task / "comm").read_text().strip()
-                    fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
                 except OSError:
                     continue  # a thread that ended between the listing and the read
-                out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+                cpu = self._stat_cpu_s(task / "stat")
+                if cpu is not None:
+                    out[name] = out.get(name, 0.0) + cpu
         return out
 
     def __enter__(self) -> Sampler:

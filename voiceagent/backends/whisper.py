@@ -251,22 +251,22 @@ class WhisperStt:
         :meth:`transcribe` and its retry.  The rest (the 30 s path, a prompt length no other clip
         shares) are decoded one by one."""
         out: dict[int, str] = {}
-        groups: dict[tuple[int, int], list[tuple[int, list[int], int]]] = {}
+        groups: dict[tuple[int, int], list[tuple[int, list[int]]]] = {}  # (prompt length, window) -> clips
         for i, req in enumerate(requests):
             frames = window_frames(len(req.audio), self._window_s)
             if frames >= 3000:
                 out[i] = self.transcribe(req.audio, req.language, req.prompt)
                 continue
             prefix = self._prompt_tokens(req.prompt)
-            groups.setdefault((len(prefix), frames), []).append((i, prefix, frames))
-        for group in groups.values():
+            groups.setdefault((len(prefix), frames), []).append((i, prefix))
+        for (_, frames), group in groups.items():
             if len(group) == 1:
                 i = group[0][0]
                 out[i] = self.transcribe(requests[i].audio, requests[i].language, requests[i].prompt)
                 continue
-            encoded = self._encode_many([requests[i].audio for i, _, _ in group], group[0][2])
-            prompts = [self._decoder_prompt(prefix, requests[i].language) for i, prefix, _ in group]
-            seconds = [len(requests[i].audio) / _RATE for i, _, _ in group]
+            encoded = self._encode_many([requests[i].audio for i, _ in group], frames)
+            prompts = [self._decoder_prompt(prefix, requests[i].language) for i, prefix in group]
+            seconds = [len(requests[i].audio) / _RATE for i, _ in group]
             new_tokens = max(min(_MAX_NEW_TOKENS, max_tokens(s)) for s in seconds)
             results = self._model.model.generate(
                 encoded,
@@ -276,7 +276,7 @@ class WhisperStt:
                 return_no_speech_prob=True,
                 suppress_blank=True,
             )
-            for (i, _, _), secs, result in zip(group, seconds, results, strict=True):
+            for (i, _), secs, result in zip(group, seconds, results, strict=True):
                 text, tokens = self._text(result)
                 if check(text, secs, tokens).looped:
                     text = self.transcribe(requests[i].audio, requests[i].language, requests[i].prompt)

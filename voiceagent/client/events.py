@@ -289,7 +289,6 @@ class EventDecoder:
         if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in spans.values()):
             raise _FieldError("'spans_ms' holds a value that is not a number")
         queue = msg.get("llm_queue_ms")
-        gap = msg.get("playback_gap_ms")
         return [
             TurnMetrics(
                 t=now,
@@ -300,7 +299,7 @@ class EventDecoder:
                 llm_queue_ms=float(queue) if isinstance(queue, int | float) and not isinstance(queue, bool) else None,
                 llm_engine=_get(msg, "llm_engine", str, None),
                 llm_route=_get(msg, "llm_route", str, None),
-                playback_gap_ms=float(gap) if isinstance(gap, int | float) and not isinstance(gap, bool) else 0.0,
+                playback_gap_ms=_number(msg, "playback_gap_ms"),
             )
         ]
 

@@ -147,7 +147,8 @@ class TtsStage(Stage):
         """Before a later clause of ``gen``: wait until the audio made for it and not yet played is
         under ``ahead_ms``.  Played is estimated as the time since its first audio went out, which
         is at most what the listener has heard (a reply held until its turn is confirmed starts
-        later), so the wait errs towards synthesizing early, never towards a gap.  Cancellation:
+        later), so the estimate errs towards synthesizing early; the synthesis itself may still
+        come late under load (docs/decisions/tts-pacing.md measured the gaps).  Cancellation:
         a stale generation cancels the wait with the rest of the clause's handling.  Returns whether
         the clause was paced: its audio is now due within ``ahead_ms``."""
         pace = self._pace
@@ -169,9 +170,10 @@ class TtsStage(Stage):
         if clause.index == 0:
             self._gate.open(clause.gen)
             await self.ctx.notify(Mark(t=self.ctx.clock.now(), gen=clause.gen, session=self.ctx.session_id, name="tts_first_audio"))
-        if self._speaks(clause.gen):
+        speaks = self._speaks(clause.gen)
+        if speaks:
             self._made(clause.gen, len(pcm) / clause.rate)
-        await self.emit(self._audio(clause, pcm if self._speaks(clause.gen) else empty_pcm(), clause.rate, True))
+        await self.emit(self._audio(clause, pcm if speaks else empty_pcm(), clause.rate, True))
 
     def _keep(self, clause: Clause, pcm: Int16Array, rate: int) -> None:
         """Keep a synthesized clause for ``spoken`` (a text-only reply is not kept: it has no audio)."""
