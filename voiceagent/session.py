@@ -29,7 +29,7 @@ from typing import Any
 from voiceagent.audio import PIPELINE_RATE, Int16Array
 from voiceagent.backends.registry import Engines
 from voiceagent.clock import Clock, MonotonicClock
-from voiceagent.config import Config
+from voiceagent.config import OPENAI_VOICES, Config
 from voiceagent.conversation.history import AssistantItem, History, new_id
 from voiceagent.conversation.prompt_fit import PromptFitter
 from voiceagent.conversation.replies import ReplyController
@@ -245,6 +245,8 @@ class Session:
 
         New ``instructions`` drop the server's reply examples (they were written for its own
         instructions) unless ``examples`` is given too."""
+        if "voice" in changes:
+            changes["voice"] = self.resolve_voice(changes["voice"]) or changes["voice"]
         if "instructions" in changes and changes["instructions"] != self.settings.instructions:
             changes.setdefault("examples", ())
         if changes.get("kind") == "transcription" and self.settings.kind != "transcription":
@@ -261,9 +263,16 @@ class Session:
         """The voices a client may pick (``tts.voices``, the default first)."""
         return list(self._engines.voices) or [self.config.tts.model]
 
+    def resolve_voice(self, name: str) -> str | None:
+        """The voice of the table a client's voice ``name`` speaks with (an OpenAI voice name
+        maps through ``tts.openai_voices``); None when the name is neither."""
+        names = self.voice_names
+        voice = name if name in names else self.config.tts.openai_voice_map.get(name)
+        return voice if voice in names else None
+
     async def check_update(self, **changes: Any) -> None:
-        """Refuse changes the session cannot honour, leaving the settings untouched: a voice not
-        in the table (``invalid_value``, the names listed), a new voice once the session has
+        """Refuse changes the session cannot honour, leaving the settings untouched: a voice
+        neither in the table nor OpenAI's (``invalid_value``, the names listed), a new voice once the session has
         spoken (``cannot_update_voice``, as OpenAI), a switch to a transcription session while a
         response is active (``invalid_state``), the semantic cache turned on where the server has
         none (``unsupported_value``), and instructions and tools that would leave
@@ -281,20 +290,21 @@ class Session:
                 "this server runs without the semantic reply cache; its operator turns it on with cache.semantic = true",
                 param="session.voiceagent.semantic_cache",
             )
-        voice = changes.get("voice")
-        if voice is not None and voice != self.settings.voice:
-            if voice not in self.voice_names:
-                raise ProtocolError(
-                    "invalid_value",
-                    f"unknown voice {excerpt(voice)}; the voices are: {', '.join(self.voice_names)}",
-                    param="session.audio.output.voice",
-                )
-            if self.replies.spoke:
-                raise ProtocolError(
-                    "cannot_update_voice",
-                    "cannot update a conversation's voice once assistant audio is present",
-                    param="session.audio.output.voice",
-                )
+        asked = changes.get("voice")
+        voice = None if asked is None else self.resolve_voice(asked)
+        if asked is not None and voice is None:
+            raise ProtocolError(
+                "invalid_value",
+                f"unknown voice {excerpt(asked)}; the voices are: {', '.join(self.voice_names)} "
+                f"(and OpenAI's names: {', '.join(OPENAI_VOICES)})",
+                param="session.audio.output.voice",
+            )
+        if voice is not None and voice != self.settings.voice and self.replies.spoke:
+            raise ProtocolError(
+                "cannot_update_voice",
+                "cannot update a conversation's voice once assistant audio is present",
+                param="session.audio.output.voice",
+            )
         if not changes.keys() & {"instructions", "tools"}:
             return
         settings = dataclasses.replace(self.settings, **changes)

@@ -12,7 +12,7 @@ from voiceagent.config import Config
 from voiceagent.tools.mcp import McpServer
 from voiceagent.tools.spec import Tool
 
-__all__ = ["EAGERNESS_LEVELS", "InputItem", "SessionSettings", "TurnDetection", "settings_from_config"]
+__all__ = ["EAGERNESS_LEVELS", "InputItem", "SessionSettings", "Tracing", "TurnDetection", "settings_from_config"]
 
 
 EAGERNESS_LEVELS = ("low", "medium", "high", "auto")
@@ -37,6 +37,31 @@ class TurnDetection:
     idle_timeout_ms: int | None = None
     """``server_vad`` only: silence after the agent finished speaking that triggers
     ``input_audio_buffer.timeout_triggered`` and a response (None: never)."""
+
+
+@dataclass(frozen=True)
+class Tracing:
+    """The session's ``tracing`` (Realtime ``session.tracing``): ``"auto"`` (``auto`` True, the
+    names unset) or a configuration naming the workflow, its group and metadata.  It labels the
+    session's turns (their OpenTelemetry spans and the JSON turn log); nothing is sent anywhere
+    because of it."""
+
+    auto: bool = True
+    workflow_name: str | None = None
+    group_id: str | None = None
+    metadata: tuple[tuple[str, str], ...] = ()
+    """String keys and values, in the client's order."""
+
+    def attributes(self) -> dict[str, str]:
+        """Flat attributes for a span or a log line: ``tracing`` (``auto`` or ``configured``),
+        ``tracing.workflow_name``, ``tracing.group_id``, ``tracing.metadata.KEY`` where set."""
+        out = {"tracing": "auto" if self.auto else "configured"}
+        if self.workflow_name is not None:
+            out["tracing.workflow_name"] = self.workflow_name
+        if self.group_id is not None:
+            out["tracing.group_id"] = self.group_id
+        out.update({f"tracing.metadata.{k}": v for k, v in self.metadata})
+        return out
 
 
 @dataclass(frozen=True)
@@ -78,6 +103,8 @@ class SessionSettings:
     the server's semantic reply cache: a session starts with it on wherever the server has the
     cache (``cache.semantic``), and may turn it off and on again (the vendor field
     ``session.voiceagent.semantic_cache``); it cannot be on where the server has none."""
+    tracing: Tracing | None = None
+    """``session.tracing``: None (off, the default) or how the session's turns are labelled."""
     examples: tuple[tuple[str, str], ...] = ()
     """(user, assistant) exchanges shown after the system message (``llm.examples``).  They belong
     to the server's instructions: :meth:`voiceagent.session.Session.update` drops them when a

@@ -32,6 +32,7 @@ from voiceagent.transports.server import VoiceAgentServer
 pytestmark = pytest.mark.models
 
 TOKEN = "observability-token"
+TRACING = {"workflow_name": "support line", "group_id": "call-42", "metadata": {"caller": "+15550100"}}
 
 
 @pytest.fixture(scope="module")
@@ -59,6 +60,10 @@ def test_metrics_turn_log_and_spans_describe_a_good_turn_a_failed_one_and_a_refu
             rec = Recorder(ws)
             pump = asyncio.create_task(rec.pump())
             await rec.wait_for("session.created", 10)
+            # session.tracing labels the turns' log lines and spans (and goes nowhere else).
+            await ws.send(json.dumps({"type": "session.update", "session": {"type": "realtime", "tracing": TRACING}}))
+            updated = await rec.wait_for("session.updated", 10)
+            assert updated["session"]["tracing"] == TRACING
             await send_paced(ws, wire_audio(speech["weather"], tail_s=1.0))
             done = await rec.wait_for("response.done", 60)
             assert done["response"]["status"] == "completed", done
@@ -114,12 +119,17 @@ def test_metrics_turn_log_and_spans_describe_a_good_turn_a_failed_one_and_a_refu
     assert good["llm_engine"] == engine and good["llm_route"] == "primary"
     assert isinstance(good["generation"], int) and turns[1]["generation"] > good["generation"]
     assert "text" not in good  # transcripts stay out of logs by default
+    assert [t["tracing"] for t in turns] == [{"auto": False, **TRACING}] * 2
 
     # OpenTelemetry: a span per turn, marks as events, a child span per stage.
     finished = spans.get_finished_spans()
     turn_spans = [s for s in finished if s.name == "voiceagent.turn"]
     assert [s.attributes["voiceagent.status"] for s in turn_spans] == ["completed", "failed"]  # type: ignore[index]
     spoken = turn_spans[0]
+    assert spoken.attributes is not None
+    assert spoken.attributes["voiceagent.tracing.workflow_name"] == "support line"
+    assert spoken.attributes["voiceagent.tracing.group_id"] == "call-42"
+    assert spoken.attributes["voiceagent.tracing.metadata.caller"] == "+15550100"
     assert "first_audio_sent" in [e.name for e in spoken.events]
     children = {s.name for s in finished if s.parent is not None and s.parent.span_id == spoken.context.span_id}
     assert {"voiceagent.stt", "voiceagent.llm", "voiceagent.tts"} <= children

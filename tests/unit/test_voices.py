@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from voiceagent.backends.registry import Engines
-from voiceagent.config import Config, ConfigError, TtsConfig
+from voiceagent.config import OPENAI_VOICES, Config, ConfigError, TtsConfig
 from voiceagent.errors import ProtocolError
 from voiceagent.events import AudioDelta, ResponseDone
 from voiceagent.transports.realtime_audio import WireAudio
@@ -30,6 +30,67 @@ def test_the_table_has_the_default_voice_first_then_the_named_ones() -> None:
 def test_a_bad_table_fails_at_start_up(voices: str) -> None:
     with pytest.raises(ConfigError, match=r"tts\.voices"):
         TtsConfig(voices=voices)
+
+
+def test_every_openai_voice_name_speaks_with_the_default_voice_unless_mapped() -> None:
+    assert TtsConfig().openai_voice_map == dict.fromkeys(OPENAI_VOICES, "joe")
+    tts = TtsConfig(voices="calm=en_US-lessac-medium", openai_voices="ash=calm, marin = calm")
+    assert tts.openai_voice_map == {**dict.fromkeys(OPENAI_VOICES, "joe"), "ash": "calm", "marin": "calm"}
+    assert [tts.resolve_voice(n) for n in ("ash", "alloy", "calm", "joe", "bogus")] == ["calm", "joe", "calm", "joe", None]
+    # A voice of the table named like an OpenAI voice is that voice, not the mapping.
+    assert TtsConfig(voices="ash=en_US-lessac-medium", openai_voices="ash=joe").resolve_voice("ash") == "ash"
+
+
+def test_the_openai_names_match_the_openai_packages_voice_literal() -> None:
+    import typing
+
+    from openai.types.realtime.realtime_audio_config_output import RealtimeAudioConfigOutput
+
+    declared = {
+        name
+        for arg in typing.get_args(RealtimeAudioConfigOutput.model_fields["voice"].annotation)
+        for member in typing.get_args(arg)
+        for name in typing.get_args(member) or ([member] if isinstance(member, str) else [])
+    }
+    assert set(OPENAI_VOICES) == declared
+
+
+@pytest.mark.parametrize("mapping", ["ash", "bogus=joe", "ash=nobody", "ash=joe, ash=joe"])
+def test_a_bad_openai_voice_mapping_fails_at_start_up(mapping: str) -> None:
+    with pytest.raises(ConfigError, match=r"tts\.openai_voices"):
+        TtsConfig(openai_voices=mapping)
+
+
+def test_an_openai_voice_name_is_accepted_and_the_session_shows_the_voice_it_speaks_with(run: Run, make_fakes: MakeFakes) -> None:
+    fakes = make_fakes(llm=FakeLlm([tokens("Hello.")]))
+    engines = with_voices(fakes, calm=fakes.tts)
+    config = dataclasses.replace(make_config(), tts=TtsConfig(voices="calm=en_US-lessac-medium", openai_voices="marin=calm"))
+
+    async def main() -> None:
+        from voiceagent.session import Session
+
+        from .fakes import EventLog
+
+        session = Session(engines, config, session_id="sess_voice3")
+        await session.start()
+        log = EventLog(session)
+        log.start()
+        try:
+            await session.check_update(voice="ash")
+            assert session.update(voice="ash").voice == "joe"
+            await session.check_update(voice="marin")
+            assert session.update(voice="marin").voice == "calm"
+            await session.add_text("Hi")
+            await log.wait_type(ResponseDone, response_id=await session.create_response())
+            await session.check_update(voice="marin")  # the voice it already speaks with: no change
+            with pytest.raises(ProtocolError) as info:
+                await session.check_update(voice="ash")  # joe: a change after the session spoke
+            assert info.value.code == "cannot_update_voice"
+        finally:
+            await session.aclose()
+            await log.finished()
+
+    run(main(), 20)
 
 
 def with_voices(fakes: FakeEngines, **voices: FakeTts) -> Engines:
@@ -73,9 +134,9 @@ def test_an_unknown_voice_is_refused_with_the_names(run: Run, make_fakes: MakeFa
     async def main() -> None:
         async with running(fakes, make_config()) as (session, _log):
             with pytest.raises(ProtocolError) as info:
-                await session.check_update(voice="alloy")
+                await session.check_update(voice="bogus")
             assert info.value.param == "session.audio.output.voice"
-            assert "alloy" in info.value.message and "joe" in info.value.message
+            assert "bogus" in info.value.message and "joe" in info.value.message and "ash" in info.value.message
             assert session.settings.voice == Config().tts.model
 
     run(main(), 20)

@@ -34,6 +34,7 @@ __all__ = [
     "Config",
     "LLM_QUANTS",
     "LlmConfig",
+    "OPENAI_VOICES",
     "PlayoutConfig",
     "ServerConfig",
     "SttConfig",
@@ -71,6 +72,10 @@ DEFAULT_EXAMPLES = (
 
 
 _VOICE_NAME = re.compile(r"[A-Za-z0-9._-]{1,64}")
+
+OPENAI_VOICES = ("alloy", "ash", "ballad", "coral", "echo", "sage", "shimmer", "verse", "marin", "cedar")
+"""The voice names of OpenAI's Realtime API: what a client written for it sends (the Agents SDK's
+default is ``ash``).  Each speaks as a voice of this server's table (``tts.openai_voices``)."""
 
 
 def parse_examples(text: str) -> tuple[tuple[str, str], ...]:
@@ -451,6 +456,11 @@ class TtsConfig:
     (``calm=en_US-lessac-medium, mine=/voices/me.onnx``), each model a catalog name, a Piper
     voice name, an ``.onnx`` path or a hub id, as ``model``.  Each is loaded once per process at
     start-up and shared by the sessions that pick it."""
+    openai_voices: str = ""
+    """Which voice of the table each OpenAI voice name (:data:`OPENAI_VOICES`) speaks with:
+    ``name=voice`` pairs separated by commas (``ash=calm, marin=mine``); a name not given speaks
+    with ``model``.  A table name (``model`` or ``voices``) that is also an OpenAI name is that
+    voice of the table, not this mapping."""
     speed: float = 1.0
     threads: int = 2
     ahead_ms: int = 0
@@ -471,6 +481,10 @@ class TtsConfig:
             self.voice_table  # noqa: B018 - parsed here so that a bad table fails at start-up
         except ValueError as exc:
             _check(False, "tts.voices", str(exc))
+        try:
+            self.openai_voice_map  # noqa: B018 - as above
+        except ValueError as exc:
+            _check(False, "tts.openai_voices", str(exc))
 
     @property
     def voice_table(self) -> dict[str, str]:
@@ -486,6 +500,33 @@ class TtsConfig:
                 raise ValueError(f"voice {name!r} is named twice")
             table[name] = model
         return table
+
+    @property
+    def openai_voice_map(self) -> dict[str, str]:
+        """OpenAI voice name → the name of the table's voice it speaks with (every OpenAI name)."""
+        table = self.voice_table
+        mapping = dict.fromkeys(OPENAI_VOICES, self.model)
+        given: set[str] = set()
+        for entry in (e.strip() for e in self.openai_voices.split(",")):
+            if not entry:
+                continue
+            name, sep, voice = (x.strip() for x in entry.partition("="))
+            if not sep or name not in OPENAI_VOICES:
+                raise ValueError(f"{entry!r} is not name=voice with name one of OpenAI's voices ({', '.join(OPENAI_VOICES)})")
+            if voice not in table:
+                raise ValueError(f"{entry!r}: {voice!r} is not a voice of the table ({', '.join(table)}; add it to tts.voices)")
+            if name in given:
+                raise ValueError(f"OpenAI voice {name!r} is mapped twice")
+            given.add(name)
+            mapping[name] = voice
+        return mapping
+
+    def resolve_voice(self, name: str) -> str | None:
+        """The table's voice that a client's ``voice`` ``name`` speaks with: a table name as it
+        is, an OpenAI voice name as :attr:`openai_voice_map` maps it; None for any other name."""
+        if name in self.voice_table:
+            return name
+        return self.openai_voice_map.get(name)
 
 
 @dataclass(frozen=True)

@@ -918,14 +918,16 @@ class ReplyController:
                     playback_gap_ms=round(reply.listener.gaps_ms, 1),
                 )
             )
-        record = turn_record(self._config, self._id, self._settings().voice, reply, status, reason, spans, queue_ms, active)
+        settings = self._settings()
+        record = turn_record(self._config, self._id, settings.voice, reply, status, reason, spans, queue_ms, active, settings.tracing)
         turn_log.info(json.dumps(record))
         tracing.record_turn(
             reply.timeline.marks,
             now,
             {k: v for k, v in record.items() if isinstance(v, str | int | float) and k != "event"}
             | ({f"tokens_{k}": v for k, v in record["tokens"].items()} if record["tokens"] else {})
-            | {f"model_{k}": v for k, v in record["models"].items()},
+            | {f"model_{k}": v for k, v in record["models"].items()}
+            | (settings.tracing.attributes() if settings.tracing is not None else {}),
         )
 
     async def _on_generation_note(self, ev: Mark | LlmRoute | LlmUsage | ToolCallMade | ToolCallRejected) -> None:

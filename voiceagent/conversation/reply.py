@@ -18,7 +18,7 @@ from voiceagent.conversation.history import AssistantItem, McpCallItem, new_id
 from voiceagent.events import CallSummary, LlmUsage, ResponseStatus, ToolCallMade, ToolCallRejected
 from voiceagent.observability.metrics import TurnTimeline
 from voiceagent.playback import ListenerTimeline
-from voiceagent.settings import InputItem
+from voiceagent.settings import InputItem, Tracing
 from voiceagent.tools.spec import Tool
 
 __all__ = ["AUDIBLE_EPS_MS", "Reply", "turn_record"]
@@ -89,9 +89,10 @@ def turn_record(
     spans: dict[str, float],
     queue_ms: float | None,
     active: int,
+    tracing: Tracing | None = None,
 ) -> dict[str, Any]:
     """The per-turn log line: what a dashboard or an incident needs, no transcript unless
-    ``log_transcripts`` is on."""
+    ``log_transcripts`` is on; the session's ``tracing`` labels (``session.tracing``) where set."""
     usage = reply.usage
     engine, route = reply.llm_route or (None, None)
     record: dict[str, Any] = {
@@ -121,6 +122,13 @@ def turn_record(
         },
         "audio_ms": round(reply.item.audio_ms, 1) if reply.item is not None else 0.0,
     }
+    if tracing is not None:
+        record["tracing"] = {
+            "auto": tracing.auto,
+            "workflow_name": tracing.workflow_name,
+            "group_id": tracing.group_id,
+            "metadata": dict(tracing.metadata),
+        }
     if config.log_transcripts and reply.item is not None:
         record["text"] = reply.item.text
     return record

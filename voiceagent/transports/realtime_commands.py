@@ -19,7 +19,7 @@ from typing import Any
 
 from voiceagent.audio import Int16Array
 from voiceagent.errors import ProtocolError, excerpt
-from voiceagent.settings import EAGERNESS_LEVELS, InputItem, SessionSettings, TurnDetection
+from voiceagent.settings import EAGERNESS_LEVELS, InputItem, SessionSettings, Tracing, TurnDetection
 from voiceagent.tools.mcp import McpServer
 from voiceagent.tools.spec import Tool
 from voiceagent.transports.fields import parse_object, require_str
@@ -257,18 +257,9 @@ class CommandDecoder:
         elif tools is not None and self.settings.tool_choice not in ("auto", "none", "required", *(t.name for t in tools)):
             changes["tool_choice"] = "auto"  # the named tool is gone
         changes.update(_vendor(_obj(sess, "voiceagent", "session.voiceagent")))
-        if "voice" in out:
-            voice = require_str(out, "voice", "session.audio.output.voice")
-            if not voice.strip() or len(voice) > 64:
-                raise ProtocolError(
-                    "invalid_value", "voice must be a non-empty name of at most 64 characters", param="session.audio.output.voice"
-                )
-            changes["voice"] = voice  # checked against the voice table by the session
-        if "speed" in out:
-            speed = out["speed"]
-            if not isinstance(speed, int | float) or isinstance(speed, bool) or not 0.25 <= speed <= 4.0:
-                raise ProtocolError("invalid_value", "speed must be a number 0.25..4", param="session.audio.output.speed")
-            changes["speed"] = float(speed)
+        if "tracing" in sess and kind == "realtime":
+            changes["tracing"] = _tracing(sess["tracing"])
+        changes.update(_voice(out))
         if in_format is not None:
             self.audio.set_input_format(in_format)
         if out_format is not None:
@@ -601,6 +592,67 @@ def _vendor(vendor: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(vendor["semantic_cache"], bool):
         raise ProtocolError("invalid_value", "semantic_cache must be true or false", param="session.voiceagent.semantic_cache")
     return {"semantic_cache": vendor["semantic_cache"]}
+
+
+def _voice(out: dict[str, Any]) -> dict[str, Any]:
+    """Session changes from ``audio.output``: ``voice`` (a name, checked against the voice table
+    and OpenAI's names by the session) and ``speed``."""
+    changes: dict[str, Any] = {}
+    if "voice" in out:
+        voice = require_str(out, "voice", "session.audio.output.voice")
+        if not voice.strip() or len(voice) > 64:
+            raise ProtocolError(
+                "invalid_value", "voice must be a non-empty name of at most 64 characters", param="session.audio.output.voice"
+            )
+        changes["voice"] = voice
+    if "speed" in out:
+        speed = out["speed"]
+        if not isinstance(speed, int | float) or isinstance(speed, bool) or not 0.25 <= speed <= 4.0:
+            raise ProtocolError("invalid_value", "speed must be a number 0.25..4", param="session.audio.output.speed")
+        changes["speed"] = float(speed)
+    return changes
+
+
+_TRACING_TEXT = 512
+_TRACING_KEYS = 16
+_TRACING_KEY = 64
+
+
+def _tracing(value: Any) -> Tracing | None:
+    """``session.tracing``: null (off), ``"auto"``, or ``{workflow_name, group_id, metadata}``
+    (names: strings; metadata: at most 16 keys of at most 64 characters, OpenAI's limits, each
+    value kept as a string, a non-string as its JSON).  Anything else is ``invalid_value``."""
+    param = "session.tracing"
+    if value is None:
+        return None
+    if value == "auto":
+        return Tracing()
+    if not isinstance(value, dict):
+        raise ProtocolError("invalid_value", 'tracing must be "auto", an object or null', param=param)
+    unknown = sorted(set(value) - {"workflow_name", "group_id", "metadata"})
+    if unknown:
+        raise ProtocolError("unknown_parameter", f"unknown parameter {excerpt(f'{param}.{unknown[0]}')}", param=f"{param}.{unknown[0]}")
+    names: dict[str, str | None] = {}
+    for key in ("workflow_name", "group_id"):
+        text = value.get(key)
+        if text is not None and (not isinstance(text, str) or len(text) > _TRACING_TEXT):
+            raise ProtocolError("invalid_value", f"{key} must be a string of at most {_TRACING_TEXT} characters", param=f"{param}.{key}")
+        names[key] = text
+    metadata = value.get("metadata") or {}
+    if not isinstance(metadata, dict) or len(metadata) > _TRACING_KEYS:
+        raise ProtocolError("invalid_value", f"metadata must be an object of at most {_TRACING_KEYS} keys", param=f"{param}.metadata")
+    pairs: list[tuple[str, str]] = []
+    for key, item in metadata.items():
+        # A value that is not a string is kept as its JSON text (an attribute is a string).
+        text = item if isinstance(item, str) else json.dumps(item)
+        if len(key) > _TRACING_KEY or len(text) > _TRACING_TEXT:
+            raise ProtocolError(
+                "invalid_value",
+                f"metadata keys are at most {_TRACING_KEY} characters and values at most {_TRACING_TEXT}",
+                param=f"{param}.metadata",
+            )
+        pairs.append((key, text))
+    return Tracing(auto=False, workflow_name=names["workflow_name"], group_id=names["group_id"], metadata=tuple(pairs))
 
 
 def _transcription(transcription: dict[str, Any]) -> dict[str, Any]:

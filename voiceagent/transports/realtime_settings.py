@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from voiceagent.settings import SessionSettings, TurnDetection
+from voiceagent.settings import SessionSettings, Tracing, TurnDetection
 from voiceagent.transports.realtime_audio import WireAudio
 from voiceagent.transports.realtime_mcp import mcp_tool_object
 from voiceagent.transports.realtime_wire import format_object, tool_object
 
-__all__ = ["session_object", "turn_detection_object"]
+__all__ = ["session_object", "tracing_object", "turn_detection_object"]
 
 
 def turn_detection_object(td: TurnDetection | None) -> dict[str, Any] | None:
@@ -70,8 +70,18 @@ def session_object(settings: SessionSettings, audio: WireAudio, session_id: str 
             },
             "output": {"format": format_object(audio.output_format), "voice": s.voice, "speed": s.speed},
         },
+        "tracing": tracing_object(s.tracing),
         "voiceagent": {"semantic_cache": s.semantic_cache},
     }
+
+
+def tracing_object(tracing: Tracing | None) -> str | dict[str, Any] | None:
+    """``tracing`` as the client set it: null, ``"auto"`` or the configuration object."""
+    if tracing is None:
+        return None
+    if tracing.auto:
+        return "auto"
+    return {"workflow_name": tracing.workflow_name, "group_id": tracing.group_id, "metadata": dict(tracing.metadata)}
 
 
 def _choice(s: SessionSettings) -> str | dict[str, Any]:

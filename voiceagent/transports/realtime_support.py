@@ -138,12 +138,23 @@ SESSION_FIELDS: tuple[Support, ...] = (
     ),
     Support("audio.input.noise_reduction", R),
     Support("audio.output.format", S, "`audio/pcm` (24 kHz), `audio/pcmu`, `audio/pcma`"),
-    Support("audio.output.voice", S, "a name of the `tts.voices` table; unknown: an error listing them; no change once the session spoke"),
+    Support(
+        "audio.output.voice",
+        S,
+        "a name of the `tts.voices` table, or an OpenAI voice name (`ash`, `marin`…: the voice `tts.openai_voices` maps it to, "
+        "by default the default voice); `session.updated` names the voice spoken; unknown: an error listing them; "
+        "no change once the session spoke",
+    ),
     Support("audio.output.speed", S, "0.25..4"),
     Support("include", R),
     Support("prompt", R, "stored prompts live at OpenAI"),
     Support("reasoning", R),
-    Support("tracing", R),
+    Support(
+        "tracing",
+        S,
+        '`"auto"` or `{workflow_name, group_id, metadata}`: attributes of the turns\' OpenTelemetry spans and JSON log lines; '
+        "nothing is sent anywhere because of it",
+    ),
 )
 """Every field of the GA ``session`` object a client sends (dotted below ``audio``)."""
 
