@@ -252,6 +252,7 @@ class Session:
         if changes.get("kind") == "transcription" and self.settings.kind != "transcription":
             changes["mcp_servers"] = ()  # a transcription session calls no tools: its connections close
         self.settings = dataclasses.replace(self.settings, **changes)
+        self.replies.settings_changed()
         if "mcp_servers" in changes:
             self.replies.mcp.configure(self.settings.mcp_servers)
         if changes.keys() & {"tools", "instructions", "examples"}:

@@ -285,3 +285,72 @@ def test_wait_idle_returns_once_every_session_is_torn_down(engines: Any, run: An
             assert not server.sessions
 
     run(scenario(), 30)
+
+
+def test_a_session_update_is_applied_before_the_events_sent_after_it(engines: Any, run: Any) -> None:
+    """A client that sends its update and its request back to back (as the Agents SDK does) gets
+    ``session.updated`` first, and the response runs under the whole update (here: text only)."""
+
+    async def scenario() -> None:
+        async with VoiceAgentServer(_config(), engines) as server:
+            ws, rec, task = await _connected(server)
+            session = {"type": "realtime", "output_modalities": ["text"], "audio": {"output": {"voice": "ash"}}, "tracing": "auto"}
+            for msg in (
+                {"type": "session.update", "session": session},
+                {
+                    "type": "conversation.item.create",
+                    "item": {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Say hello."}]},
+                },
+                {"type": "response.create"},
+            ):
+                await ws.send(json.dumps(msg))  # no wait in between
+            await rec.wait_for("response.done", 60)
+            kinds = [e["type"] for e in rec.events]
+            assert not rec.of("error"), rec.of("error")
+            assert kinds.index("session.updated") < kinds.index("conversation.item.added") < kinds.index("response.created")
+            assert not rec.of("response.output_audio.delta") and rec.of("response.output_text.delta")
+            await ws.close()
+            await task
+
+    run(scenario(), 60)
+
+
+def test_idle_timeout_nudges_a_raw_client_that_says_nothing_and_again_after_a_reply(
+    engines: Any, speech: dict[str, Path], run: Any
+) -> None:
+    """``server_vad``'s ``idle_timeout_ms`` as OpenAI documents it, for a client that streams its
+    microphone: silence after the update (no reply yet) and silence after a reply has played each
+    trigger ``input_audio_buffer.timeout_triggered``, an empty committed item and a response."""
+
+    async def scenario() -> None:
+        async with VoiceAgentServer(_config(), engines) as server:
+            ws, rec, task = await _connected(server)
+            td = {"type": "server_vad", "idle_timeout_ms": 1500}
+            await ws.send(json.dumps({"type": "session.update", "session": {"audio": {"input": {"turn_detection": td}}}}))
+            assert (await rec.wait_for("session.updated", 10))["session"]["audio"]["input"]["turn_detection"]["idle_timeout_ms"] == 1500
+            mic = asyncio.create_task(send_paced(ws, np.zeros(WIRE_RATE * 4, dtype=np.int16)))  # a quiet room
+            first = await rec.wait_for("input_audio_buffer.timeout_triggered", 10)
+            assert abs(first["audio_end_ms"] - first["audio_start_ms"] - 1500) <= 100, first
+            await rec.wait_for("input_audio_buffer.committed", 5, item_id=first["item_id"])
+            nudge = await rec.wait_for("response.done", 30)
+            assert nudge["response"]["status"] == "completed" and rec.done(nudge).text.strip()
+            await mic
+            # A longer timeout applies at once; then a question, answered; then silence again.
+            td["idle_timeout_ms"] = 5000
+            mark = len(rec.events)
+            await ws.send(json.dumps({"type": "session.update", "session": {"audio": {"input": {"turn_detection": td}}}}))
+            await rec.wait_for("session.updated", 10, start=mark)
+            await send_paced(ws, wire_audio(speech["capital"], tail_s=1.0))
+            await rec.wait_for("conversation.item.input_audio_transcription.completed", 30, start=mark)
+            answer = await rec.wait_for("response.done", 30, start=mark)
+            assert answer["response"]["status"] == "completed"
+            mark = len(rec.events)
+            mic = asyncio.create_task(send_paced(ws, np.zeros(WIRE_RATE * 10, dtype=np.int16)))
+            again = await rec.wait_for("input_audio_buffer.timeout_triggered", 15, start=mark)
+            assert abs(again["audio_end_ms"] - again["audio_start_ms"] - 5000) <= 100, again
+            assert again["item_id"] != first["item_id"]
+            mic.cancel()
+            await ws.close()
+            await task
+
+    run(scenario(), 120)

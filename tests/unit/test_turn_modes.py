@@ -261,3 +261,66 @@ def test_an_idle_timeout_that_has_fired_is_still_cancelled_by_close(run: Run, ma
         assert task.cancelled()
 
     run(main(), 20)
+
+
+def test_an_idle_timeout_set_on_a_session_that_never_spoke_counts_from_the_update(run: Run, make_fakes: MakeFakes) -> None:
+    """A caller who connects, asks for ``idle_timeout_ms`` and says nothing is nudged: the count
+    does not wait for a first reply that never comes."""
+    fakes = make_fakes(llm=FakeLlm([tokens("Are you still there?")]))
+    clock = VirtualClock()
+
+    async def main() -> None:
+        async with running(fakes, make_config(), clock) as (session, log):
+            session.update(**idle_config(2000))
+            assert session.replies.idle_armed
+            clock.advance(1.9)
+            await asyncio.sleep(0)
+            assert log.of_type(InputTimeoutTriggered) == []
+            clock.advance(0.2)
+            i_timeout, _ = await log.wait_type(InputTimeoutTriggered)
+            _, created = await log.wait_type(ResponseCreated, after=i_timeout)
+            _, nudge = await log.wait_type(ResponseDone, response_id=created.response_id)
+            assert nudge.text == "Are you still there?"
+            # Turned off again: disarmed at once.
+            assert session.replies.idle_armed  # re-armed after the nudge played
+            session.update(turn_detection=TurnDetection(0.5, 96, 320))
+            assert not session.replies.idle_armed
+
+    run(main(), 20)
+
+
+def test_a_cancelled_reply_starts_the_idle_count_too(run: Run, make_fakes: MakeFakes) -> None:
+    fakes = make_fakes(llm=FakeLlm([tokens("A long story begins here and goes on for a very long time.")]))
+    clock = VirtualClock()
+
+    async def main() -> None:
+        async with running(fakes, make_config(), clock) as (session, log):
+            session.update(**idle_config(2000))
+            await session.add_text("Tell me a story.")
+            response_id = await session.create_response()
+            assert not session.replies.idle_armed  # a response is under way
+            await session.cancel_response()
+            _, done = await log.wait_type(ResponseDone, response_id=response_id)
+            assert done.status.value == "cancelled"
+            assert session.replies.idle_armed
+            clock.advance(30.0)
+            await log.wait_type(InputTimeoutTriggered)
+
+    run(main(), 20)
+
+
+def test_a_barge_in_does_not_arm_the_idle_timeout(run: Run, make_fakes: MakeFakes) -> None:
+    fakes = make_fakes(llm=FakeLlm([tokens("A long story begins here and goes on for a very long time.")]), turn=FakeTurn(0.1))
+    clock = VirtualClock()
+
+    async def main() -> None:
+        async with running(fakes, make_config(), clock) as (session, log):
+            session.update(**idle_config(2000))
+            await session.add_text("Tell me a story.")
+            response_id = await session.create_response()
+            await speak(session, 320)
+            _, done = await log.wait_type(ResponseDone, response_id=response_id)
+            assert done.status.value == "cancelled"
+            assert not session.replies.idle_armed  # the user is speaking
+
+    run(main(), 20)

@@ -166,6 +166,8 @@ class ReplyController:
         self.spoke = False
         """True once any reply's audio went to the client (the voice is fixed from then on)."""
         self._idle: asyncio.Task[None] | None = None  # the idle timeout armed now (still waiting)
+        self._heard_end = 0.0  # when the last reply's audio finished playing (session clock)
+        self._idle_ms: int | None = None  # the idle_timeout_ms the armed timeout counts
         self._idle_tasks: set[asyncio.Task[None]] = set()  # every idle timeout's task, until it ends
         self.mcp = McpServers(session_id, clock, lambda: self._scope.current, emit, config.tools.mcp_timeout_s, config.tools.mcp_allowed)
         """The session's MCP servers (``session.update`` names them)."""
@@ -746,15 +748,31 @@ class ReplyController:
             self._idle.cancel()
             self._idle = None
 
-    def _arm_idle(self, reply: Reply) -> None:
-        """With ``server_vad``'s ``idle_timeout_ms``: once ``reply``'s audio has finished playing
-        (its heard clock's end), that much more silence triggers the timeout.  Speech, a new
-        response or another reply's end disarms it first."""
+    def settings_changed(self) -> None:
+        """The session's settings changed: an ``idle_timeout_ms`` set while the conversation is
+        quiet (no response, no user speech) starts counting at once, from the end of the last
+        reply's audio (a session that has not spoken yet: from now); one turned off is disarmed."""
+        td = self._settings().turn_detection
+        if not self._idle_wanted() or td is None:
+            self._disarm_idle()
+        elif (self._idle is None or td.idle_timeout_ms != self._idle_ms) and self.active_response_id is None and self._user_item is None:
+            self._arm_idle()  # a new value counts at once, from the same start
+
+    def _idle_wanted(self) -> bool:
+        settings = self._settings()
+        td = settings.turn_detection
+        return settings.kind == "realtime" and td is not None and td.type == "server_vad" and td.idle_timeout_ms is not None
+
+    def _arm_idle(self) -> None:
+        """With ``server_vad``'s ``idle_timeout_ms``: once the last reply's audio has finished
+        playing (its heard clock's end), that much more silence triggers the timeout.  Speech, a
+        new response or another reply's end disarms it first."""
         self._disarm_idle()
         td = self._settings().turn_detection
-        if td is None or td.type != "server_vad" or td.idle_timeout_ms is None:
+        if not self._idle_wanted() or td is None or td.idle_timeout_ms is None:
             return
-        end = max(self._clock.now(), reply.listener.end_t or 0.0)
+        end = max(self._clock.now(), self._heard_end)
+        self._idle_ms = td.idle_timeout_ms
         task = asyncio.create_task(self._idle_timeout(end + td.idle_timeout_ms / 1000.0), name=f"{self._id}.idle")
         self._idle = task
         self._idle_tasks.add(task)
@@ -847,10 +865,16 @@ class ReplyController:
         )
         self._replies.pop(reply.gen, None)
         await self._observe(reply, status, reason, now)
-        if status is ResponseStatus.COMPLETED and not reply.out_of_band:
-            self._arm_idle(reply)
-            if self.on_completed is not None:
-                self.on_completed(reply.gen)
+        if not reply.out_of_band:
+            end = reply.listener.end_t or 0.0
+            # A reply that did not complete was cut (or never sent the rest): nothing plays past now.
+            self._heard_end = max(self._heard_end, end if status is ResponseStatus.COMPLETED else min(end, now))
+            # Any end of a reply the conversation kept (cancelled or failed too) starts the idle
+            # count, unless the user is speaking (a barge-in) or another response is under way.
+            if self._user_item is None and self.active_response_id is None:
+                self._arm_idle()
+        if status is ResponseStatus.COMPLETED and not reply.out_of_band and self.on_completed is not None:
+            self.on_completed(reply.gen)
         if reply.answer_after and status is ResponseStatus.COMPLETED and self.active_response_id is None:
             # A built-in or MCP tool has answered: say what it found (as a client would ask,
             # response.create).  No further calls in that answer: a small model may call the same

@@ -89,7 +89,11 @@ SERVER_EVENTS: tuple[Support, ...] = (
     Support("input_audio_buffer.cleared", S),
     Support("input_audio_buffer.speech_started", S),
     Support("input_audio_buffer.speech_stopped", S),
-    Support("input_audio_buffer.timeout_triggered", S, "`server_vad`'s `idle_timeout_ms` after the last reply played; a response follows"),
+    Support(
+        "input_audio_buffer.timeout_triggered",
+        S,
+        "`server_vad`'s `idle_timeout_ms` of silence after the last reply played (or after the update, before any); a response follows",
+    ),
     Support("input_audio_buffer.dtmf_event_received", R, "SIP only"),
     Support("output_audio_buffer.started", S, "before a response's first audio"),
     Support("output_audio_buffer.stopped", P, "when the server has sent a response's last audio, not when the client has played it"),
