@@ -92,6 +92,19 @@ case "${VOICEAGENT_PROFILE:-}" in
     ;;
 esac
 
+# --- third-party clients the tests run -------------------------------------------------------
+# The OpenAI Agents SDK pins websockets below 17, which the server needs: it gets an environment of
+# its own (tests/integration/test_agents_sdk.py runs its client there, against the real server).
+AGENTS_VENV=${VOICEAGENT_AGENTS_VENV:-$ROOT/.venv-agents}
+AGENTS_REQ="openai-agents==0.24.0"
+if [ "$SERVE_ONLY" != 1 ] && [ "$(cat "$AGENTS_VENV/.voiceagent-setup" 2>/dev/null)" != "$AGENTS_REQ" ]; then
+  say "installing the OpenAI Agents SDK ($AGENTS_REQ) into $AGENTS_VENV for its tests"
+  [ -x "$AGENTS_VENV/bin/python" ] || "$PY" -m venv "$AGENTS_VENV"
+  "$AGENTS_VENV/bin/python" -m pip install -q "$AGENTS_REQ"
+  "$AGENTS_VENV/bin/python" -c "import agents.realtime" || { say "the Agents SDK did not install"; exit 1; }
+  echo "$AGENTS_REQ" > "$AGENTS_VENV/.voiceagent-setup"
+fi
+
 # --- models and fixtures ---------------------------------------------------------------------
 "$VENV/bin/voiceagent" models prepare | sed 's/^/[setup] /'
 [ "$SERVE_ONLY" = 1 ] || "$VENV/bin/python" scripts/make_fixtures.py .cache/fixtures >/dev/null

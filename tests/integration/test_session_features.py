@@ -53,9 +53,12 @@ def test_out_of_band_response_previous_item_id_and_voice_through_the_sdk(engines
         async with VoiceAgentServer(cfg, eng) as server:
             client = AsyncOpenAI(api_key="not-needed", base_url=f"http://127.0.0.1:{server.port}/v1")
             async with client.realtime.connect(model="voiceagent") as conn:
-                await conn.session.update(session={"type": "realtime", "audio": {"output": {"voice": "alloy"}}})
+                await conn.session.update(session={"type": "realtime", "audio": {"output": {"voice": "robot"}}})
                 error = (await _until(conn, "error"))[-1]  # after session.created
                 assert "narrator" in error.error.message and "joe" in error.error.message
+                # An OpenAI voice name speaks with the default voice, and says so.
+                await conn.session.update(session={"type": "realtime", "audio": {"output": {"voice": "alloy"}}})
+                assert (await _until(conn, "session.updated"))[-1].session.audio.output.voice == "joe"
                 await conn.session.update(session={"type": "realtime", "audio": {"output": {"voice": "narrator"}}})
                 updated = (await _until(conn, "session.updated"))[-1]
                 assert updated.session.audio.output.voice == "narrator"

@@ -97,21 +97,6 @@ FINISH_S = 1.5
 cancelled, and then to end after the cancel."""
 
 
-def _handler_tasks(server: WsServer) -> set[asyncio.Future[None]]:
-    """The server's connection handler tasks.  websockets 17 keeps them in ``handler_tasks``, 16 as
-    the values of ``handlers``; both are supported (the OpenAI Agents SDK, which the tests run,
-    requires websockets below 17)."""
-    tasks = getattr(server, "handler_tasks", None)
-    return set(tasks if tasks is not None else server.__dict__.get("handlers", {}).values())
-
-
-def _all_connections(server: WsServer) -> list[ServerConnection]:
-    """Every connection the server holds, open or not (websockets 17: ``all_connections``; 16: the
-    keys of ``handlers``)."""
-    conns = getattr(server, "all_connections", None)
-    return list(conns if conns is not None else server.__dict__.get("handlers", {}).keys())
-
-
 async def _close_connection(conn: ServerConnection, timeout: float) -> None:
     """Close ``conn`` with 1001 (going away), dropping it if the handshake takes over ``timeout``;
     a connection still in its opening handshake is dropped at once."""
@@ -191,7 +176,7 @@ class VoiceAgentServer:
         none is).  Each closed session's stages have been cancelled and awaited by then; a model
         call already handed to an executor may still be finishing there."""
         await self._idle.wait()
-        pending = set(self._watchers) | (_handler_tasks(self._server) if self._server is not None else set())
+        pending = set(self._watchers) | (set(self._server.handler_tasks) if self._server is not None else set())
         pending.discard(asyncio.current_task())
         if pending:
             await asyncio.wait(pending)
@@ -269,8 +254,8 @@ class VoiceAgentServer:
             # The listener stops at once; the connections are closed here, each with a bound:
             # websockets' own close waits for a full send buffer to drain, without a limit.
             server.close(close_connections=False)
-            await asyncio.gather(*(_close_connection(c, CLOSE_S) for c in _all_connections(server)))
-            await _finish("connection handler", _handler_tasks(server), FINISH_S)
+            await asyncio.gather(*(_close_connection(c, CLOSE_S) for c in list(server.all_connections)))
+            await _finish("connection handler", set(server.handler_tasks), FINISH_S)
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(FINISH_S):
                     await server.wait_closed()
