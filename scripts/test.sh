@@ -9,4 +9,10 @@ V=.venv/bin
 echo "[test] ruff"; $V/ruff check .
 echo "[test] ruff format --check"; $V/ruff format --check --quiet .
 echo "[test] mypy --strict voiceagent"; $V/mypy voiceagent
-echo "[test] pytest"; $V/python -m pytest -q -p no:cacheprovider "$@"
+if [ $# -gt 0 ]; then  # a selection of tests: run as asked
+  echo "[test] pytest $*"; exec $V/python -m pytest -q -p no:cacheprovider "$@"
+fi
+# Tests that measure the machine (marked serial) run alone first; the rest on 3 workers, each file
+# on one worker (its module fixtures load once): most of them wait on audio paced in real time.
+echo "[test] pytest -m serial"; $V/python -m pytest -q -p no:cacheprovider -m serial
+echo "[test] pytest -m 'not serial' -n 3"; $V/python -m pytest -q -p no:cacheprovider -m "not serial" -n 3 --dist loadfile

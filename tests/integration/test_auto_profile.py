@@ -19,7 +19,8 @@ from voiceagent import cli
 from voiceagent.backends import auto_profile
 from voiceagent.config import load_config
 
-pytestmark = pytest.mark.models
+# It measures this machine's speed: run alone, not beside other tests (scripts/test.sh).
+pytestmark = [pytest.mark.models, pytest.mark.serial]
 
 
 def test_serve_with_no_profile_chooses_an_installed_one_says_why_and_serves_on_it(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -20,7 +20,8 @@ from voiceagent.replay import replay_file, summarize
 from voiceagent.tools.spec import Message
 from voiceagent.transports.server import VoiceAgentServer
 
-pytestmark = pytest.mark.models
+# It measures this machine's speed: run alone, not beside other tests (scripts/test.sh).
+pytestmark = [pytest.mark.models, pytest.mark.serial]
 
 # Generous: the benchmark measures p50 well under a second on 2 cores; a pipeline that waits for
 # whole utterances, whole replies or whole syntheses lands well above this.  This machine's speed
