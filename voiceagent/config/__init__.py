@@ -167,6 +167,15 @@ class ServerConfig:
     finish; then every session is closed and the process exits 0."""
     max_history_items: int = 200
     """Items a conversation keeps; the oldest are dropped (``conversation.item.deleted``) past it."""
+    ice_servers: str = ""
+    """WebRTC calls (``POST /v1/realtime/calls``): STUN/TURN servers the server's side gathers
+    candidates through, comma-separated (``stun:stun.example.org:3478``,
+    ``turn:user:secret@turn.example.org:3478``); empty, the default: host candidates only (this
+    machine's addresses, loopback included), which serve a LAN.  Clients behind NAT need a TURN
+    server (docs/webrtc.md)."""
+    webrtc_media_timeout_s: float = 10.0
+    """A WebRTC call whose microphone track has sent nothing for this long has lost its peer: it
+    is ended and its session slot freed (browsers send audio, silence included, all the time)."""
 
     def __post_init__(self) -> None:
         _check(self.auth in ("auto", "on", "off"), "server.auth", "must be auto, on or off")
@@ -176,6 +185,7 @@ class ServerConfig:
         _check(self.idle_timeout_s >= 0, "server.idle_timeout_s", "must be >= 0")
         _check(self.drain_s >= 0, "server.drain_s", "must be >= 0")
         _check(self.max_history_items >= 2, "server.max_history_items", "must be >= 2")
+        _check(self.webrtc_media_timeout_s > 0, "server.webrtc_media_timeout_s", "must be > 0")
         _check(0 <= self.port <= 65535, "server.port", "must be 0..65535")
         _check(self.max_message_bytes >= 1024, "server.max_message_bytes", "must be at least 1024")
         _check(self.max_sessions >= 0, "server.max_sessions", "must be >= 0 (0: the measured capacity)")

@@ -1,15 +1,18 @@
 """The OpenAI Realtime transport: one WebSocket connection ↔ one :class:`~voiceagent.session.Session`.
 
-Reader: each text frame is decoded by :class:`RealtimeCodec` and applied to the session; a bad
-frame (non-JSON, unknown type, bad base64, odd PCM length, a binary frame, an invalid value)
-gets an ``error`` event and the connection stays open.  Oversized frames are refused by the
-WebSocket layer with close code 1009.  Writer: every session event is encoded and sent as soon
-as it exists.  When the client goes away the session is closed; nothing else is affected.
+Reader: each text frame is decoded by :class:`RealtimeCodec` and applied to the session
+(:class:`RealtimeCommands`, which the WebRTC transport shares); a bad frame (non-JSON, unknown
+type, bad base64, odd PCM length, a binary frame, an invalid value) gets an ``error`` event and
+the connection stays open.  Oversized frames are refused by the WebSocket layer with close code
+1009.  Writer: every session event is encoded and sent as soon as it exists.  When the client
+goes away the session is closed; nothing else is affected.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from websockets.asyncio.server import ServerConnection
 
@@ -34,51 +37,50 @@ from voiceagent.transports.realtime_commands import (
     UpdateSession,
 )
 
-__all__ = ["RealtimeConnection"]
+__all__ = ["RealtimeCommands", "RealtimeConnection"]
 
 log = logging.getLogger(__name__)
 
 _MIN_COMMIT_MS = 100.0
 
 
-class RealtimeConnection(SessionConnection):
-    def __init__(self, ws: ServerConnection, session: Session, voice_rate: int, *, send_metrics: bool) -> None:
-        super().__init__(ws, session)
-        self.codec = RealtimeCodec(session.settings, voice_rate, send_metrics=send_metrics)
+class RealtimeCommands:
+    """Client events → the session, whatever carries them: decoded by ``codec``, applied in order
+    (one event is applied, and answered, before the next is read), answered through ``send``.
+    ``audio_allowed`` is asked for each ``input_audio_buffer.append`` (ms of audio; False: refused
+    as faster than real time).  A bad event gets an ``error`` and changes nothing."""
+
+    def __init__(
+        self,
+        session: Session,
+        codec: RealtimeCodec,
+        send: Callable[[dict[str, Any]], Awaitable[None]],
+        audio_allowed: Callable[[float], bool] = lambda ms: True,
+    ) -> None:
+        self.session = session
+        self.codec = codec
+        self.send = send
+        self._audio_allowed = audio_allowed
         self._committed_ms = 0.0
 
-    async def serve(self) -> None:
-        await self.send(self.codec.session_message("session.created", self.session.id))
-        async for frame in self.frames():
-            if isinstance(frame, bytes):
-                await self._error(
-                    ProtocolError("binary_not_supported", "send JSON text frames; audio goes base64 in input_audio_buffer.append")
-                )
-                continue
-            try:
-                cmd = self.codec.decode(frame)
-            except ProtocolError as exc:
-                await self._error(exc)
-                continue
-            try:
-                await self._apply(cmd)
-            except ProtocolError as exc:
-                if exc.event_id is None:
-                    exc.event_id = cmd.event_id  # errors raised by the session echo the client's event too
-                await self._error(exc)
+    async def handle(self, frame: str) -> None:
+        """Decode ``frame`` and apply it; its errors are sent, never raised."""
+        try:
+            cmd = self.codec.decode(frame)
+        except ProtocolError as exc:
+            await self.error(exc)
+            return
+        try:
+            await self.apply(cmd)
+        except ProtocolError as exc:
+            if exc.event_id is None:
+                exc.event_id = cmd.event_id  # errors raised by the session echo the client's event too
+            await self.error(exc)
 
-    async def _error(self, exc: ProtocolError) -> None:
+    async def error(self, exc: ProtocolError) -> None:
         """Tell the client, and count it (``voiceagent_errors_total{code}``, as the session's own)."""
         self.session.metrics.error(exc.code)
         await self.send(self.codec.error(exc))
-
-    async def expire(self, code: str, message: str) -> None:
-        await self._error(ProtocolError(code, message))
-
-    async def write(self) -> None:
-        async for event in self.session.events():
-            for message in self.codec.encode(event):
-                await self.send(message)
 
     def _appends_at_the_end(self, previous_item_id: str | None) -> None:
         """Tool outputs are added at the end of the history only: a ``previous_item_id`` other than
@@ -100,12 +102,13 @@ class RealtimeConnection(SessionConnection):
         await self.send(self.codec.session_message("session.updated", s.id))
         for refused in cmd.refused:
             refused.event_id = cmd.event_id
-            await self._error(refused)
+            await self.error(refused)
 
-    async def _apply(self, cmd: Command) -> None:
+    async def apply(self, cmd: Command) -> None:
+        """Apply one decoded event; :class:`ProtocolError` when the session refuses it."""
         s = self.session
         if isinstance(cmd, AppendAudio):
-            if not self.audio_allowed(len(cmd.pcm) * 1000.0 / PIPELINE_RATE):
+            if not self._audio_allowed(len(cmd.pcm) * 1000.0 / PIPELINE_RATE):
                 raise ProtocolError(
                     "input_audio_rate_exceeded",
                     f"audio is arriving faster than real time (more than {self.session.config.server.audio_burst_s:g} s ahead); "
@@ -180,3 +183,28 @@ class RealtimeConnection(SessionConnection):
                     event_id=cmd.event_id,
                 )
             await s.cancel_response()
+
+
+class RealtimeConnection(SessionConnection):
+    def __init__(self, ws: ServerConnection, session: Session, voice_rate: int, *, send_metrics: bool) -> None:
+        super().__init__(ws, session)
+        self.codec = RealtimeCodec(session.settings, voice_rate, send_metrics=send_metrics)
+        self.commands = RealtimeCommands(session, self.codec, self.send, self.audio_allowed)
+
+    async def serve(self) -> None:
+        await self.send(self.codec.session_message("session.created", self.session.id))
+        async for frame in self.frames():
+            if isinstance(frame, bytes):
+                await self.commands.error(
+                    ProtocolError("binary_not_supported", "send JSON text frames; audio goes base64 in input_audio_buffer.append")
+                )
+                continue
+            await self.commands.handle(frame)
+
+    async def expire(self, code: str, message: str) -> None:
+        await self.commands.error(ProtocolError(code, message))
+
+    async def write(self) -> None:
+        async for event in self.session.events():
+            for message in self.codec.encode(event):
+                await self.send(message)

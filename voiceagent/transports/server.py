@@ -3,6 +3,11 @@
 Routes:
   ``ws://HOST:PORT/v1/realtime``  OpenAI Realtime protocol (query ``voiceagent_metrics=1`` adds
                                   ``voiceagent.turn_metrics`` events with the per-turn spans)
+  ``POST /v1/realtime/calls``     a WebRTC call: an SDP offer (``application/sdp``, or the
+                                  ``sdp`` and ``session`` fields of a multipart form) answered
+                                  ``201`` with the SDP answer (:mod:`voiceagent.transports.webrtc`);
+                                  ``POST /v1/realtime`` takes the same offer (the older form)
+  ``POST /v1/realtime/calls/ID/hangup``  ends that call
   ``ws://HOST:PORT/twilio``       Twilio Media Streams (a phone call)
   ``GET /twilio/twiml``           the TwiML that connects a call to ``/twilio``
   ``GET /``                       the browser microphone page (and its scripts)
@@ -29,9 +34,15 @@ import asyncio
 import collections
 import contextlib
 import http
+import importlib.util
+import json
 import logging
+import re
 import ssl
-from collections.abc import Iterator, Sequence
+from collections.abc import Awaitable, Iterator, Sequence
+from email import policy
+from email.message import EmailMessage
+from email.parser import BytesParser
 from urllib.parse import parse_qs, urlsplit
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -47,13 +58,16 @@ from voiceagent.backends.registry import Engines
 from voiceagent.capacity import capacity
 from voiceagent.clock import Clock, MonotonicClock
 from voiceagent.config import Config
+from voiceagent.errors import ProtocolError
 from voiceagent.observability.metrics import CONTENT_TYPE, Metrics
 from voiceagent.pipeline.loopload import loop_load
 from voiceagent.session import QUEUES, Session
 from voiceagent.transports.auth import SUBPROTOCOL, access_for, is_loopback
+from voiceagent.transports.http_post import Post, PostConnection
 from voiceagent.transports.realtime import RealtimeConnection
 from voiceagent.transports.twilio import TwilioConnection
 from voiceagent.transports.twilio_codec import stream_url, twiml
+from voiceagent.transports.webrtc import WebRtcCall, WebRtcError
 from voiceagent.web import static_file
 
 __all__ = ["VoiceAgentServer"]
@@ -63,6 +77,8 @@ log = logging.getLogger(__name__)
 REALTIME_PATH = "/v1/realtime"
 TWILIO_PATH = "/twilio"
 TWIML_PATH = "/twilio/twiml"
+CALLS_PATH = "/v1/realtime/calls"
+_HANGUP = re.compile(r"/v1/realtime/calls/([A-Za-z0-9_]{1,64})/hangup")
 
 
 def _text(status: http.HTTPStatus, body: str, content_type: str = "text/plain; charset=utf-8", **extra: str) -> Response:
@@ -135,6 +151,38 @@ async def _finish(
         log.error("shutdown: %d %s(s) did not end when cancelled and are left behind: %s", len(stuck), what, ", ".join(left))
 
 
+def _offer(content_type: str, body: bytes) -> tuple[str, dict[str, object] | None]:
+    """The SDP offer of a call request, and the ``session`` object of a multipart form (None when
+    none came): ``application/sdp`` is the offer itself; ``multipart/form-data`` has the fields
+    ``sdp`` and (optionally) ``session``, a JSON object.  ValueError says what is wrong."""
+    kind = content_type.split(";")[0].strip().lower()
+    if kind == "application/sdp":
+        return body.decode("utf-8", "replace"), None
+    if kind != "multipart/form-data":
+        raise ValueError("send the SDP offer as application/sdp, or as the field sdp of a multipart/form-data body")
+    message = BytesParser(_class=EmailMessage, policy=policy.HTTP).parsebytes(
+        b"Content-Type: " + content_type.encode("latin-1") + b"\r\n\r\n" + body
+    )
+    fields: dict[str, bytes] = {}
+    for part in message.iter_parts() if message.is_multipart() else []:
+        name = part.get_param("name", header="content-disposition")
+        payload = part.get_payload(decode=True)
+        if isinstance(name, str) and isinstance(payload, bytes):
+            fields[name] = payload
+    if "sdp" not in fields:
+        raise ValueError("the form has no sdp field")
+    session: dict[str, object] | None = None
+    if "session" in fields:
+        try:
+            parsed = json.loads(fields["session"])
+        except ValueError:
+            raise ValueError("the session field is not JSON") from None
+        if not isinstance(parsed, dict):
+            raise ValueError("the session field must be a JSON object")
+        session = parsed
+    return fields["sdp"].decode("utf-8", "replace"), session
+
+
 class VoiceAgentServer:
     """Serves every session of one process on one port, sharing ``engines``."""
 
@@ -152,6 +200,7 @@ class VoiceAgentServer:
         self._idle = asyncio.Event()
         self._idle.set()
         self._server: WsServer | None = None
+        self._calls: dict[str, tuple[WebRtcCall, asyncio.Task[None]]] = {}  # WebRTC calls by id
         self._load_watch: asyncio.Task[None] | None = None
         self.draining = False
 
@@ -176,7 +225,8 @@ class VoiceAgentServer:
         none is).  Each closed session's stages have been cancelled and awaited by then; a model
         call already handed to an executor may still be finishing there."""
         await self._idle.wait()
-        pending = set(self._watchers) | (set(self._server.handler_tasks) if self._server is not None else set())
+        pending = set(self._watchers) | {task for _, task in self._calls.values()}
+        pending |= set(self._server.handler_tasks) if self._server is not None else set()
         pending.discard(asyncio.current_task())
         if pending:
             await asyncio.wait(pending)
@@ -224,6 +274,7 @@ class VoiceAgentServer:
             cfg.host,
             cfg.port,
             process_request=self._route,
+            create_connection=PostConnection,
             select_subprotocol=_select_subprotocol,
             max_size=cfg.max_message_bytes,
             ping_interval=20,
@@ -259,6 +310,10 @@ class VoiceAgentServer:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(FINISH_S):
                     await server.wait_closed()
+        calls = dict(self._calls)
+        for call, _ in calls.values():
+            call.hang_up("server shutting down")
+        await _finish("call", {task for _, task in calls.values()}, FINISH_S)
         closing: dict[asyncio.Future[None], str] = {asyncio.ensure_future(s.aclose()): s.id for s in list(self.sessions)}
         await _finish("session", set(closing), FINISH_S, names=closing)
         try:
@@ -292,24 +347,22 @@ class VoiceAgentServer:
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
-    def _route(self, connection: ServerConnection, request: Request) -> Response | None:
+    def _route(self, connection: ServerConnection, request: Request) -> Response | Awaitable[Response] | None:
+        post = connection.post if isinstance(connection, PostConnection) else None
+        if post is not None:
+            return self._post(request, post)
         path = _route_path(request.path)
-        if path in (REALTIME_PATH, TWILIO_PATH, TWIML_PATH):
+        if path == CALLS_PATH:
+            return _text(http.HTTPStatus.METHOD_NOT_ALLOWED, "POST an SDP offer here\n", Allow="POST")
+        if path == TWIML_PATH:
             refusal = self.access.check(request.path, request.headers)
             if refusal is not None:
                 self.metrics.refused("unauthorized" if refusal.status == http.HTTPStatus.UNAUTHORIZED else "forbidden")
                 return _text(http.HTTPStatus(refusal.status), refusal.reason + "\n", WWW_Authenticate="Bearer")
         if path in (REALTIME_PATH, TWILIO_PATH):
-            if self.draining:
-                self.metrics.refused("draining")
-                return _text(http.HTTPStatus.SERVICE_UNAVAILABLE, "server is shutting down; retry later\n", Retry_After="5")
-            if len(self.sessions) + len(self._reserved) >= self.capacity:
-                self.metrics.refused("capacity")
-                return _text(
-                    http.HTTPStatus.SERVICE_UNAVAILABLE,
-                    f"server at capacity: {self.capacity} sessions ({self.capacity_source}); retry later\n",
-                    Retry_After="5",
-                )
+            refused = self._admission(request)
+            if refused is not None:
+                return refused
             # Reserve the place now (not when the session opens): a burst of handshakes must not
             # pass the limit.  It is given back when the session opens or the connection ends.
             self._reserved.add(connection)
@@ -339,6 +392,94 @@ class VoiceAgentServer:
             body, content_type = static
             return _bytes(http.HTTPStatus.OK, body, content_type)
         return _text(http.HTTPStatus.NOT_FOUND, f"no route for {path}\n")
+
+    def _admission(self, request: Request) -> Response | None:
+        """The refusal of a new session (auth, draining, capacity), or None: it may open."""
+        refusal = self.access.check(request.path, request.headers)
+        if refusal is not None:
+            self.metrics.refused("unauthorized" if refusal.status == http.HTTPStatus.UNAUTHORIZED else "forbidden")
+            return _text(http.HTTPStatus(refusal.status), refusal.reason + "\n", WWW_Authenticate="Bearer")
+        if self.draining:
+            self.metrics.refused("draining")
+            return _text(http.HTTPStatus.SERVICE_UNAVAILABLE, "server is shutting down; retry later\n", Retry_After="5")
+        if len(self.sessions) + len(self._reserved) >= self.capacity:
+            self.metrics.refused("capacity")
+            return _text(
+                http.HTTPStatus.SERVICE_UNAVAILABLE,
+                f"server at capacity: {self.capacity} sessions ({self.capacity_source}); retry later\n",
+                Retry_After="5",
+            )
+        return None
+
+    async def _post(self, request: Request, post: Post) -> Response:
+        """A plain POST: a WebRTC offer (a new call) or a call's hangup."""
+        if post.error is not None:
+            return _text(post.error[0], post.error[1] + "\n")
+        path = urlsplit(request.path).path
+        hangup = _HANGUP.fullmatch(path)
+        if hangup is not None:
+            refusal = self.access.check(request.path, request.headers)
+            if refusal is not None:
+                return _text(http.HTTPStatus(refusal.status), refusal.reason + "\n", WWW_Authenticate="Bearer")
+            found = self._calls.get(hangup.group(1))
+            if found is None:
+                return _text(http.HTTPStatus.NOT_FOUND, f"no call {hangup.group(1)}\n")
+            found[0].hang_up("hangup requested")
+            return _text(http.HTTPStatus.OK, "ok\n")
+        if path not in (CALLS_PATH, REALTIME_PATH):
+            return _text(http.HTTPStatus.NOT_FOUND, f"no route for POST {path}\n")
+        refused = self._admission(request)
+        if refused is not None:
+            return refused
+        if importlib.util.find_spec("aiortc") is None:
+            return _text(http.HTTPStatus.NOT_IMPLEMENTED, "WebRTC needs aiortc: pip install 'voiceagent[webrtc]'\n")
+        try:
+            sdp, session_update = _offer(request.headers.get("Content-Type", ""), post.body)
+        except ValueError as exc:
+            return _text(http.HTTPStatus.BAD_REQUEST, f"{exc}\n")
+        return await self._call(sdp, session_update)
+
+    async def _call(self, sdp: str, session_update: dict[str, object] | None) -> Response:
+        """Answer the offer ``sdp`` with a new call (its session configured by ``session_update``
+        first, as the multipart form's ``session``), or refuse it with 400."""
+        session = Session(self.engines, self.config, clock=self.clock, metrics=self.metrics)
+        self.sessions.add(session)
+        self._idle.clear()
+        cfg = self.config.server
+        call = WebRtcCall(session, self.engines.tts.sample_rate, ice_servers=cfg.ice_servers, media_timeout_s=cfg.webrtc_media_timeout_s)
+        try:
+            await session.start()
+            if session_update is not None:
+                cmd = call.codec.decode(json.dumps({"type": "session.update", "session": session_update}))
+                await call.commands.apply(cmd)
+            answer = await call.answer(sdp)
+        except (ProtocolError, WebRtcError) as exc:
+            await self._end_call(session)
+            self.metrics.error(exc.code if isinstance(exc, ProtocolError) else "bad_offer")
+            return _text(http.HTTPStatus.BAD_REQUEST, f"{exc}\n")
+        except BaseException:
+            await self._end_call(session)
+            raise
+        task = asyncio.create_task(self._run_call(call), name=f"{session.id}.call")
+        self._calls[session.id] = (call, task)
+        log.info("session %s opened as a WebRTC call", session.id)
+        return _bytes(http.HTTPStatus.CREATED, answer.encode(), "application/sdp", Location=f"{CALLS_PATH}/{session.id}")
+
+    async def _run_call(self, call: WebRtcCall) -> None:
+        try:
+            await call.run()
+        finally:
+            self._calls.pop(call.id, None)
+            await self._end_call(call.session)
+            log.info("session %s closed", call.id)
+
+    async def _end_call(self, session: Session) -> None:
+        try:
+            await session.aclose()
+        finally:
+            self.sessions.discard(session)
+            if not self.sessions:
+                self._idle.set()
 
     async def _unreserve_on_close(self, connection: ServerConnection) -> None:
         await connection.wait_closed()

@@ -1,0 +1,163 @@
+"""A WebRTC client of the server, as a browser page is one: aiortc, a microphone track, the
+``oai-events`` data channel, and the agent's track read frame by frame.
+
+* :class:`Microphone` plays queued 48 kHz audio in 20 ms frames at real time, silence in between
+  (a browser's microphone never stops sending);
+* :class:`RtcClient` posts the offer to ``/v1/realtime/calls``, records every server event of the
+  data channel (with the time it came) and every frame of the agent's track (its time and peak).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fractions
+import json
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
+from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
+from av import AudioFrame
+
+from voiceagent.audio import Int16Array, read_wav, resample
+from voiceagent.transports.webrtc import EVENTS_CHANNEL, FRAME_SAMPLES, TRACK_RATE, allow_loopback_candidates
+
+__all__ = ["Microphone", "RtcClient", "post_offer", "track_audio"]
+
+
+def track_audio(path: Path, tail_s: float = 0.0) -> Int16Array:
+    pcm, rate = read_wav(path)
+    out = resample(pcm, rate, TRACK_RATE)
+    return np.concatenate([out, np.zeros(int(tail_s * TRACK_RATE), dtype=np.int16)])
+
+
+class Microphone(MediaStreamTrack):
+    """What the client says: :meth:`say` queues audio; frames go out at real time."""
+
+    kind = "audio"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._queue = np.zeros(0, dtype=np.int16)
+        self._start: float | None = None
+        self._pts = 0
+        self.said = asyncio.Event()  # set when the queue runs dry after a say()
+
+    def say(self, pcm: Int16Array) -> None:
+        self._queue = np.concatenate([self._queue, pcm])
+        self.said.clear()
+
+    async def recv(self) -> AudioFrame:
+        if self.readyState != "live":
+            raise MediaStreamError
+        if self._start is None:
+            self._start = time.monotonic()
+        else:
+            await asyncio.sleep(max(0.0, self._start + self._pts / TRACK_RATE - time.monotonic()))  # a microphone's pace
+        chunk, self._queue = self._queue[:FRAME_SAMPLES], self._queue[FRAME_SAMPLES:]
+        if len(self._queue) == 0:
+            self.said.set()
+        chunk = np.concatenate([chunk, np.zeros(FRAME_SAMPLES - len(chunk), dtype=np.int16)])
+        frame = AudioFrame.from_ndarray(chunk.reshape(1, -1), format="s16", layout="mono")
+        frame.sample_rate = TRACK_RATE
+        frame.pts = self._pts
+        frame.time_base = fractions.Fraction(1, TRACK_RATE)
+        self._pts += FRAME_SAMPLES
+        return frame
+
+
+def post_offer(url: str, body: bytes, content_type: str = "application/sdp", headers: dict[str, str] | None = None) -> tuple[int, str]:
+    """POST ``body``; the status and the body (blocking: call it through ``asyncio.to_thread``)."""
+    req = urllib.request.Request(url, data=body, method="POST", headers={"Content-Type": content_type, **(headers or {})})
+    try:
+        with urllib.request.urlopen(req, timeout=20) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+@dataclass
+class RtcClient:
+    base: str
+    """``http://HOST:PORT``."""
+    mic: Microphone = field(default_factory=Microphone)
+    events: list[dict[str, Any]] = field(default_factory=list)
+    times: list[float] = field(default_factory=list)
+    frames: list[tuple[float, int]] = field(default_factory=list)
+    """Each frame of the agent's track: (arrival time, peak sample)."""
+    location: str = ""
+    _cond: asyncio.Condition = field(default_factory=asyncio.Condition)
+    _pc: Any = None
+    _channel: Any = None
+    _tasks: list[asyncio.Task[None]] = field(default_factory=list)
+
+    async def connect(self) -> None:
+        allow_loopback_candidates()
+        self._pc = pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
+        pc.addTrack(self.mic)
+        self._channel = channel = pc.createDataChannel(EVENTS_CHANNEL)
+        opened = asyncio.Event()
+        channel.on("open", opened.set)
+        channel.on("message", self._on_message)
+        pc.on("track", lambda track: self._tasks.append(asyncio.ensure_future(self._read(track))))
+        await pc.setLocalDescription(await pc.createOffer())
+        status, answer = await asyncio.to_thread(post_offer, f"{self.base}/v1/realtime/calls", pc.localDescription.sdp.encode())
+        assert status == 201, (status, answer)
+        await pc.setRemoteDescription(RTCSessionDescription(sdp=answer, type="answer"))
+        await asyncio.wait_for(opened.wait(), 15)
+
+    def _on_message(self, message: Any) -> None:
+        self.events.append(json.loads(message))
+        self.times.append(time.monotonic())
+        self._tasks.append(asyncio.ensure_future(self._notify()))
+
+    async def _notify(self) -> None:
+        async with self._cond:
+            self._cond.notify_all()
+
+    async def _read(self, track: Any) -> None:
+        while True:
+            try:
+                frame = await track.recv()
+            except MediaStreamError:
+                return
+            self.frames.append((time.monotonic(), int(np.abs(frame.to_ndarray()).max())))
+
+    def send(self, message: dict[str, Any] | str) -> None:
+        self._channel.send(message if isinstance(message, str) else json.dumps(message))
+
+    async def wait_for(self, kind: str, timeout: float = 60.0, start: int = 0, **fields: Any) -> dict[str, Any]:
+        def find() -> dict[str, Any] | None:
+            return next((e for e in self.events[start:] if e.get("type") == kind and all(e.get(k) == v for k, v in fields.items())), None)
+
+        async with asyncio.timeout(timeout), self._cond:
+            await self._cond.wait_for(lambda: find() is not None)
+        found = find()
+        assert found is not None
+        return found
+
+    def of(self, kind: str) -> list[dict[str, Any]]:
+        return [e for e in self.events if e.get("type") == kind]
+
+    def audible_frames(self, after: float = 0.0, threshold: int = 500) -> list[float]:
+        """Arrival times of the agent's frames after ``after`` that carry sound."""
+        return [t for t, peak in self.frames if t > after and peak > threshold]
+
+    async def close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        if self._pc is not None:
+            await self._pc.close()
+
+    async def vanish(self) -> None:
+        """Go away without a word: the sockets close, no DTLS close or SCTP abort is sent."""
+        for task in self._tasks:
+            task.cancel()
+        for transceiver in self._pc.getTransceivers():
+            await transceiver.sender.transport.transport.stop()
+        self.mic.stop()

@@ -1,0 +1,83 @@
+"""The pure parts of WebRTC calls: a POST's head on the WebSocket port, the offer's forms, and the
+agent's track (its pacing on a virtual clock, and a barge-in's clear)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+
+from voiceagent.clock import VirtualClock
+from voiceagent.transports.http_post import _parse_head
+from voiceagent.transports.server import _offer
+from voiceagent.transports.webrtc import FRAME_SAMPLES, TRACK_RATE, SpeakerTrack, _ice_servers
+
+SDP = "v=0\r\no=- 1 1 IN IP4 127.0.0.1\r\ns=-\r\n"
+
+
+def test_a_post_head_is_parsed_and_a_malformed_one_named() -> None:
+    path, headers, error = _parse_head(b"POST /v1/realtime/calls?x=1 HTTP/1.1\r\nContent-Type: application/sdp\r\nContent-Length: 12")
+    assert (path, headers["content-type"], headers["Content-Length"], error) == ("/v1/realtime/calls?x=1", "application/sdp", "12", None)
+    assert _parse_head(b"POST nopath HTTP/1.1")[2] == "malformed request line"
+    assert _parse_head(b"POST / HTTP/1.1\r\nno colon here")[2] == "malformed header line"
+    assert _parse_head(b"POST / SPDY/3")[2] == "malformed request line"
+
+
+def test_the_offer_comes_as_sdp_or_as_a_form_with_a_session() -> None:
+    assert _offer("application/sdp", SDP.encode()) == (SDP, None)
+    form = (
+        f'--b\r\nContent-Disposition: form-data; name="sdp"\r\n\r\n{SDP}\r\n'
+        '--b\r\nContent-Disposition: form-data; name="session"\r\n\r\n{"instructions": "Hi."}\r\n--b--\r\n'
+    ).encode()
+    sdp, session = _offer("multipart/form-data; boundary=b", form)
+    assert sdp.replace("\r\n", "\n").strip() == SDP.replace("\r\n", "\n").strip() and session == {"instructions": "Hi."}
+
+
+@pytest.mark.parametrize(
+    ("content_type", "body", "why"),
+    [
+        ("text/plain", b"v=0", "application/sdp"),
+        ("multipart/form-data; boundary=b", b'--b\r\nContent-Disposition: form-data; name="x"\r\n\r\n1\r\n--b--\r\n', "no sdp field"),
+        (
+            "multipart/form-data; boundary=b",
+            b'--b\r\nContent-Disposition: form-data; name="sdp"\r\n\r\nv=0\r\n'
+            b'--b\r\nContent-Disposition: form-data; name="session"\r\n\r\n{bad\r\n--b--\r\n',
+            "not JSON",
+        ),
+    ],
+)
+def test_a_bad_offer_request_says_what_is_wrong(content_type: str, body: bytes, why: str) -> None:
+    with pytest.raises(ValueError, match=why):
+        _offer(content_type, body)
+
+
+def test_ice_servers_are_parsed_with_their_credentials() -> None:
+    stun, turn = _ice_servers("stun:stun.example.org:3478, turn:alice:s3cret@turn.example.org:3478")
+    assert stun.urls == "stun:stun.example.org:3478" and stun.username is None
+    assert (turn.urls, turn.username, turn.credential) == ("turn:turn.example.org:3478", "alice", "s3cret")
+    assert _ice_servers("") == []
+
+
+def test_the_agents_track_paces_20_ms_frames_and_a_clear_silences_it_at_once() -> None:
+    clock = VirtualClock()
+
+    async def main() -> None:
+        track = SpeakerTrack(clock.now, clock.sleep_until)
+        track.push(np.full(24_000 // 10, 8000, dtype=np.int16))  # 100 ms at the wire's 24 kHz
+        first = await track.next_frame()
+        assert first.sample_rate == TRACK_RATE and first.samples == FRAME_SAMPLES and first.pts == 0
+        pending = asyncio.ensure_future(track.next_frame())
+        await asyncio.sleep(0)
+        assert not pending.done(), "the second frame came before its 20 ms"
+        clock.advance(0.02)
+        second = await asyncio.wait_for(pending, 5)
+        assert second.pts == FRAME_SAMPLES and np.abs(second.to_ndarray()).max() > 1000
+        track.clear()  # a barge-in: what is queued is dropped
+        assert track.queued_ms == 0
+        clock.advance(0.02)
+        third = await asyncio.wait_for(track.next_frame(), 5)
+        assert np.abs(third.to_ndarray()).max() == 0
+        assert track.sent_audio_frames == 2
+
+    asyncio.run(main())

@@ -1,0 +1,326 @@
+"""WebRTC calls: OpenAI's browser transport (``POST /v1/realtime/calls``), one peer connection ↔ one session.
+
+The client posts an SDP offer with one audio track (its microphone) and a data channel named
+``oai-events``; :meth:`WebRtcCall.answer` returns the server's SDP answer (aiortc: ICE, DTLS, SRTP,
+Opus through PyAV).  Then:
+
+* **audio in**: the microphone track's frames (48 kHz Opus, decoded) are mixed to mono, resampled
+  to 16 kHz and appended to the session, as ``input_audio_buffer.append`` would;
+* **audio out**: each response's audio goes on the server's track (:class:`SpeakerTrack`), 20 ms
+  frames at 48 kHz paced by the session's clock, never as ``response.output_audio.delta`` events;
+  a barge-in (``output_audio_buffer.cleared``) empties what the track holds at once;
+* **events**: every other server event, and every client event, is the WebSocket path's JSON on
+  the data channel, through the same codec and :class:`~voiceagent.transports.realtime.RealtimeCommands`.
+  A message that is not JSON gets an ``error`` event; the call goes on.
+
+The call ends, and its session is closed, when the peer connection fails or closes, the
+``hangup`` request comes, the microphone sends nothing for ``server.webrtc_media_timeout_s`` (a
+peer that vanished without closing), or the session reaches ``server.max_session_s``.
+
+ICE: host candidates (loopback included: aioice leaves 127.0.0.1 out, the server adds it back) plus
+``server.ice_servers``; aiortc's default public STUN server is never used.
+
+Cancellation: :meth:`WebRtcCall.run` may be cancelled; it then closes the peer connection and the
+session as when the call ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import fractions
+import json
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from voiceagent.audio import PIPELINE_RATE, Int16Array, StreamResampler
+from voiceagent.errors import ProtocolError
+from voiceagent.session import Session
+from voiceagent.transports.realtime import RealtimeCommands
+from voiceagent.transports.realtime_codec import RealtimeCodec
+from voiceagent.transports.realtime_wire import WIRE_RATE
+
+__all__ = ["EVENTS_CHANNEL", "FRAME_SAMPLES", "TRACK_RATE", "SpeakerTrack", "WebRtcCall", "WebRtcError", "allow_loopback_candidates"]
+
+log = logging.getLogger(__name__)
+
+EVENTS_CHANNEL = "oai-events"
+TRACK_RATE = 48_000
+FRAME_SAMPLES = TRACK_RATE // 50  # 20 ms: Opus's usual frame
+_AUDIO_DELTA = "response.output_audio.delta"
+_CLEARED = "output_audio_buffer.cleared"
+
+
+class WebRtcError(Exception):
+    """The offer cannot be answered (bad SDP, no audio, no data channel): a 400 for the client."""
+
+
+def allow_loopback_candidates() -> None:
+    """aioice gathers host candidates from every interface but loopback; a call between two
+    programs on one machine (and the tests, with networking off) needs 127.0.0.1 too."""
+    from aioice import ice
+
+    if getattr(ice.get_host_addresses, "_voiceagent", False):
+        return
+    original = ice.get_host_addresses
+
+    def with_loopback(use_ipv4: bool, use_ipv6: bool) -> list[str]:
+        found = list(original(use_ipv4=use_ipv4, use_ipv6=use_ipv6))
+        return [*found, "127.0.0.1"] if use_ipv4 and "127.0.0.1" not in found else found
+
+    with_loopback._voiceagent = True  # type: ignore[attr-defined]
+    ice.get_host_addresses = with_loopback
+
+
+def _ice_servers(spec: str) -> list[Any]:
+    """``server.ice_servers`` as aiortc's RTCIceServer list (``turn:user:secret@host:port``)."""
+    from aiortc import RTCIceServer
+
+    servers = []
+    for entry in (e.strip() for e in spec.split(",")):
+        if not entry:
+            continue
+        scheme, _, rest = entry.partition(":")
+        user, at, host = rest.rpartition("@")
+        if at:
+            name, _, secret = user.partition(":")
+            servers.append(RTCIceServer(f"{scheme}:{host}", username=name, credential=secret))
+        else:
+            servers.append(RTCIceServer(entry))
+    return servers
+
+
+class SpeakerTrack:
+    """The agent's voice as an aiortc audio track: 20 ms frames at 48 kHz mono, one per 20 ms of
+    the session's clock, silence when nothing is queued.  :meth:`push` queues a response's audio
+    (24 kHz, the codec's wire rate); :meth:`clear` drops what is queued (a barge-in)."""
+
+    kind = "audio"
+
+    def __init__(self, clock_now: Callable[[], float], sleep_until: Callable[[float], Any]) -> None:
+        from aiortc.mediastreams import MediaStreamTrack
+
+        self._now = clock_now
+        self._sleep_until = sleep_until
+        self._queue = np.zeros(0, dtype=np.int16)
+        self._resampler = StreamResampler(WIRE_RATE, TRACK_RATE)
+        self._start: float | None = None
+        self._pts = 0
+        self.sent_audio_frames = 0
+        """Frames that carried the agent's audio (for tests and diagnostics)."""
+        outer = self
+
+        class _Track(MediaStreamTrack):
+            kind = "audio"
+
+            async def recv(self) -> Any:
+                return await outer.next_frame()
+
+        self.track = _Track()
+
+    def push(self, pcm24k: Int16Array) -> None:
+        out = self._resampler.process(pcm24k)
+        if len(out):
+            self._queue = np.concatenate([self._queue, out])
+
+    def clear(self) -> None:
+        self._queue = np.zeros(0, dtype=np.int16)
+        self._resampler = StreamResampler(WIRE_RATE, TRACK_RATE)
+
+    @property
+    def queued_ms(self) -> float:
+        return len(self._queue) * 1000.0 / TRACK_RATE
+
+    async def next_frame(self) -> Any:
+        """The next 20 ms frame, at its time."""
+        from av import AudioFrame
+
+        now = self._now()
+        if self._start is None:
+            self._start = now
+        else:
+            await self._sleep_until(self._start + self._pts / TRACK_RATE)
+        chunk, self._queue = self._queue[:FRAME_SAMPLES], self._queue[FRAME_SAMPLES:]
+        if len(chunk):
+            self.sent_audio_frames += 1
+        if len(chunk) < FRAME_SAMPLES:
+            chunk = np.concatenate([chunk, np.zeros(FRAME_SAMPLES - len(chunk), dtype=np.int16)])
+        frame = AudioFrame.from_ndarray(chunk.reshape(1, -1), format="s16", layout="mono")
+        frame.sample_rate = TRACK_RATE
+        frame.pts = self._pts
+        frame.time_base = fractions.Fraction(1, TRACK_RATE)
+        self._pts += FRAME_SAMPLES
+        return frame
+
+
+class WebRtcCall:
+    """One call: the peer connection, its tracks and data channel, and ``session``."""
+
+    def __init__(self, session: Session, voice_rate: int, *, ice_servers: str = "", media_timeout_s: float = 10.0) -> None:
+        self.session = session
+        self.id = session.id
+        self.codec = RealtimeCodec(session.settings, voice_rate)
+        self.commands = RealtimeCommands(session, self.codec, self._send)
+        self.speaker = SpeakerTrack(session.clock.now, session.clock.sleep_until)
+        self._ice_servers = ice_servers
+        self._media_timeout_s = media_timeout_s
+        self._pc: Any = None
+        self._channel: Any = None
+        self._pending: list[str] = []  # events before the data channel opened
+        self._ended = asyncio.Event()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._last_media = session.clock.now()
+        self._in_rate = TRACK_RATE
+        self._in = StreamResampler(TRACK_RATE, PIPELINE_RATE, quality="LQ")
+
+    async def answer(self, offer_sdp: str) -> str:
+        """The SDP answer to ``offer_sdp``; :class:`WebRtcError` when it cannot be answered."""
+        from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
+
+        allow_loopback_candidates()
+        if not offer_sdp.startswith("v=0"):
+            raise WebRtcError("the body is not an SDP offer (it must start with v=0)")
+        if "m=audio" not in offer_sdp:
+            raise WebRtcError("the offer has no audio (m=audio): the microphone track is needed")
+        if "m=application" not in offer_sdp:
+            raise WebRtcError(f"the offer has no data channel (m=application): create the {EVENTS_CHANNEL!r} channel before the offer")
+        self._pc = pc = RTCPeerConnection(RTCConfiguration(iceServers=_ice_servers(self._ice_servers)))
+        pc.on("track", self._on_track)
+        pc.on("datachannel", self._on_channel)
+        pc.on("connectionstatechange", self._on_state)
+        pc.addTrack(self.speaker.track)
+        try:
+            await pc.setRemoteDescription(RTCSessionDescription(sdp=offer_sdp, type="offer"))
+            await pc.setLocalDescription(await pc.createAnswer())
+        except Exception as exc:  # aiortc raises ValueError and others for offers it cannot take
+            await pc.close()
+            raise WebRtcError(f"the SDP offer could not be answered: {exc}") from None
+        return str(pc.localDescription.sdp)
+
+    async def run(self) -> None:
+        """Serve the call until it ends (see the module docstring); the session is closed then."""
+        writer = asyncio.create_task(self._write(), name=f"{self.id}.webrtc-writer")
+        watch = asyncio.create_task(self._watch(), name=f"{self.id}.webrtc-watch")
+        try:
+            await self._ended.wait()
+        finally:
+            for task in (writer, watch, *self._tasks):
+                task.cancel()
+            await asyncio.gather(writer, watch, *self._tasks, return_exceptions=True)
+            if self._pc is not None:
+                with contextlib.suppress(Exception):
+                    await self._pc.close()
+            await self.session.aclose()
+
+    def hang_up(self, why: str) -> None:
+        if not self._ended.is_set():
+            log.info("call %s ended: %s", self.id, why)
+            self._ended.set()
+
+    # ------------------------------------------------------------------ peer callbacks
+
+    def _on_state(self) -> None:
+        if self._pc is not None and self._pc.connectionState in ("failed", "closed"):
+            self.hang_up(f"peer connection {self._pc.connectionState}")
+
+    def _on_track(self, track: Any) -> None:
+        if track.kind == "audio":
+            self._spawn(self._read_microphone(track), "microphone")
+
+    def _on_channel(self, channel: Any) -> None:
+        if channel.label != EVENTS_CHANNEL:
+            log.info("call %s: data channel %r ignored (events go on %r)", self.id, channel.label, EVENTS_CHANNEL)
+            return
+        self._channel = channel
+
+        def on_message(message: Any) -> None:
+            self._spawn(self._client_event(message), "event")
+
+        channel.on("message", on_message)
+        channel.on("close", lambda: self.hang_up("data channel closed"))
+        pending, self._pending = self._pending, []
+        for text in pending:
+            channel.send(text)
+
+    # ------------------------------------------------------------------ the work
+
+    def _spawn(self, coro: Any, what: str) -> None:
+        task = asyncio.create_task(coro, name=f"{self.id}.webrtc-{what}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _client_event(self, message: Any) -> None:
+        if not isinstance(message, str):
+            await self.commands.error(ProtocolError("binary_not_supported", "send JSON text messages on the data channel"))
+            return
+        await self.commands.handle(message)
+        # Audio travels on the tracks, whatever format a client names for the WebSocket path.
+        self.codec.audio.output_format = "audio/pcm"
+
+    async def _read_microphone(self, track: Any) -> None:
+        from aiortc.mediastreams import MediaStreamError
+
+        while True:
+            try:
+                frame = await track.recv()
+            except MediaStreamError:
+                self.hang_up("microphone track ended")
+                return
+            self._last_media = self.session.clock.now()
+            pcm = self._to_session(frame)
+            if len(pcm):
+                await self.session.append_audio(pcm)
+
+    def _to_session(self, frame: Any) -> Int16Array:
+        """One decoded frame (any rate, mono or interleaved or planar channels) → 16 kHz mono."""
+        arr = frame.to_ndarray()
+        channels = len(frame.layout.channels)
+        arr = arr.T if frame.format.is_planar else arr.reshape(-1, channels)
+        mono = arr.astype(np.int32).mean(axis=1).astype(np.int16)
+        if frame.sample_rate != self._in_rate:
+            self._in_rate = frame.sample_rate
+            self._in = StreamResampler(self._in_rate, PIPELINE_RATE, quality="LQ")
+        return self._in.process(mono)
+
+    async def _watch(self) -> None:
+        """The media time-out and ``max_session_s``, on the session's clock."""
+        clock = self.session.clock
+        started = clock.now()
+        max_s = self.session.config.server.max_session_s
+        while True:
+            deadline = self._last_media + self._media_timeout_s
+            if max_s > 0:
+                deadline = min(deadline, started + max_s)
+            await clock.sleep_until(deadline)
+            now = clock.now()
+            if max_s > 0 and now >= started + max_s:
+                await self.commands.error(ProtocolError("session_expired", f"sessions last at most {max_s:g} s"))
+                self.hang_up("session_expired")
+                return
+            if now >= self._last_media + self._media_timeout_s:
+                self.hang_up(f"no audio from the peer for {self._media_timeout_s:g} s")
+                return
+
+    async def _write(self) -> None:
+        await self._send(self.codec.session_message("session.created", self.id))
+        async for event in self.session.events():
+            for message in self.codec.encode(event):
+                await self._send(message)
+
+    async def _send(self, message: dict[str, Any]) -> None:
+        kind = message.get("type")
+        if kind == _AUDIO_DELTA:
+            self.speaker.push(np.frombuffer(base64.b64decode(message["delta"]), dtype="<i2"))
+            return
+        if kind == _CLEARED:
+            self.speaker.clear()
+        text = json.dumps(message)
+        channel = self._channel
+        if channel is None or channel.readyState != "open":
+            self._pending.append(text)
+            return
+        channel.send(text)
