@@ -76,14 +76,16 @@ def _wav(path: Path, *parts: tuple[Path, float]) -> Path:
 
 
 @asynccontextmanager
-async def _page(server: VoiceAgentServer, microphone: Path, profile: Path, query: str = "") -> AsyncIterator[Any]:
+async def _page(server: VoiceAgentServer, microphone: Path, profile: Path, query: str = "?transport=websocket") -> AsyncIterator[Any]:
     assert async_playwright is not None
     async with async_playwright() as pw:
         context = await pw.chromium.launch_persistent_context(
             str(profile),  # a fresh --user-data-dir
             executable_path=CHROMIUM,
             headless=True,
-            args=[*FLAGS, f"--use-file-for-fake-audio-capture={microphone}"],
+            # Loopback candidates: the server and the browser share this machine (and, with
+            # networking off, have no other address).
+            args=[*FLAGS, "--allow-loopback-in-peer-connection", f"--use-file-for-fake-audio-capture={microphone}"],
             viewport={"width": 860, "height": 640},
         )
         try:
@@ -209,6 +211,57 @@ def test_browser_barge_in_truncates_to_played_audio(engines: Any, speech: dict[s
     interrupted = next(a for a in stats["assistant"] if a["item_id"] == sent["item_id"])
     assert interrupted["status"] == "cancelled"
     assert "interrupted after" in r["transcript"]
+    assert stats["errors"] == [] and r["errors"] == []
+
+
+@pytest.mark.models
+@browser
+def test_browser_over_webrtc_answers_and_a_barge_in_stops_the_agents_track(
+    engines: Any, speech: dict[str, Path], run: Callable[..., Any], tmp_path: Path
+) -> None:
+    """The page's default transport: a WebRTC call (microphone track with the browser's echo
+    cancellation, the agent's voice on the server's track, events on oai-events)."""
+    mic = _wav(tmp_path / "mic.wav", (speech["long_story"], 3.0), (speech["capital"], 8.0))
+    PAGE_ERRORS.clear()
+
+    async def scenario() -> dict[str, Any]:
+        async with VoiceAgentServer(_config(long_replies=True), engines) as server, _page(server, mic, tmp_path / "profile", "") as page:
+            await page.click("#start")
+            await page.wait_for_function("() => voiceagent.state === 'connected'", timeout=20 * MS)
+            transport = await page.evaluate("() => [voiceagent.transport, voiceagent.fallback]")
+            await page.wait_for_function("() => voiceagent.cleared > 0", timeout=90 * MS)
+            session = next(iter(server.sessions))
+            stats = await page.evaluate("() => JSON.parse(JSON.stringify(voiceagent))")
+            n = len(stats["assistant"])
+            await page.wait_for_function(
+                f"() => voiceagent.assistant.filter(a => a.status === 'completed').length > 0 && voiceagent.assistant.length > {n}",
+                timeout=60 * MS,
+            )
+            stats = await page.evaluate("() => JSON.parse(JSON.stringify(voiceagent))")
+            received = await page.evaluate("() => voiceagent.received()")
+            cut = next(a for a in stats["assistant"] if a["status"] == "cancelled")
+            item = session.history.find(cut["item_id"])
+            assert isinstance(item, AssistantItem)
+            _save(await page.screenshot(full_page=True), "browser-webrtc.png")
+            return {
+                "transport": transport,
+                "stats": stats,
+                "received": received,
+                "item": {"heard_ms": item.heard_ms, "audio_ms": item.audio_ms, "text": item.text, "full": item.full_text},
+                "errors": list(PAGE_ERRORS),
+            }
+
+    r = run(scenario(), timeout=200)
+    assert r["transport"] == ["webrtc", None], r["transport"]
+    stats, item = r["stats"], r["item"]
+    # The agent's voice arrived on the track, with sound in it.
+    assert r["received"]["duration"] > 1.0 and r["received"]["energy"] > 0, r["received"]
+    # The barge-in: the server stopped the track and kept what had played.
+    assert item["heard_ms"] is not None and 0 < item["heard_ms"] < item["audio_ms"], item
+    assert len(item["text"]) < len(item["full"]), item
+    # The interruption was heard and answered; no WebSocket-only traffic, no error.
+    assert any(re.search(r"capital|france", u, re.IGNORECASE) for u in stats["user"]), stats["user"]
+    assert stats["sentMs"] == 0 and stats["truncates"] == []
     assert stats["errors"] == [] and r["errors"] == []
 
 

@@ -437,16 +437,23 @@ class VoiceAgentServer:
             sdp, session_update = _offer(request.headers.get("Content-Type", ""), post.body)
         except ValueError as exc:
             return _text(http.HTTPStatus.BAD_REQUEST, f"{exc}\n")
-        return await self._call(sdp, session_update)
+        metrics = parse_qs(urlsplit(request.path).query).get("voiceagent_metrics") == ["1"]
+        return await self._call(sdp, session_update, send_metrics=metrics)
 
-    async def _call(self, sdp: str, session_update: dict[str, object] | None) -> Response:
+    async def _call(self, sdp: str, session_update: dict[str, object] | None, *, send_metrics: bool = False) -> Response:
         """Answer the offer ``sdp`` with a new call (its session configured by ``session_update``
         first, as the multipart form's ``session``), or refuse it with 400."""
         session = Session(self.engines, self.config, clock=self.clock, metrics=self.metrics)
         self.sessions.add(session)
         self._idle.clear()
         cfg = self.config.server
-        call = WebRtcCall(session, self.engines.tts.sample_rate, ice_servers=cfg.ice_servers, media_timeout_s=cfg.webrtc_media_timeout_s)
+        call = WebRtcCall(
+            session,
+            self.engines.tts.sample_rate,
+            ice_servers=cfg.ice_servers,
+            media_timeout_s=cfg.webrtc_media_timeout_s,
+            send_metrics=send_metrics,
+        )
         try:
             await session.start()
             if session_update is not None:

@@ -160,10 +160,13 @@ class SpeakerTrack:
 class WebRtcCall:
     """One call: the peer connection, its tracks and data channel, and ``session``."""
 
-    def __init__(self, session: Session, voice_rate: int, *, ice_servers: str = "", media_timeout_s: float = 10.0) -> None:
+    def __init__(
+        self, session: Session, voice_rate: int, *, ice_servers: str = "", media_timeout_s: float = 10.0, send_metrics: bool = False
+    ) -> None:
+        """``send_metrics``: ``voiceagent.turn_metrics`` events too (``?voiceagent_metrics=1``)."""
         self.session = session
         self.id = session.id
-        self.codec = RealtimeCodec(session.settings, voice_rate)
+        self.codec = RealtimeCodec(session.settings, voice_rate, send_metrics=send_metrics)
         self.commands = RealtimeCommands(session, self.codec, self._send)
         self.speaker = SpeakerTrack(session.clock.now, session.clock.sleep_until)
         self._ice_servers = ice_servers

@@ -1,6 +1,13 @@
 // The voiceagent browser client: microphone → OpenAI Realtime protocol → speaker.
 //
-// Audio: the microphone runs through an AudioWorklet (pcm-capture) that yields 24 kHz mono int16
+// Transport: WebRTC where the browser has it (POST /v1/realtime/calls with an SDP offer, as
+// OpenAI's browser SDKs do): the microphone goes on a media track with the browser's own echo
+// cancellation, the agent's voice comes back on the server's track (the server paces it and
+// empties it on a barge-in: nothing to clear or truncate here), every other event on the
+// "oai-events" data channel.  When WebRTC cannot be set up the page falls back to the WebSocket
+// path below (?transport=websocket asks for it; ?transport=webrtc forbids the fallback).
+//
+// WebSocket audio: the microphone runs through an AudioWorklet (pcm-capture) that yields 24 kHz mono int16
 // in 20 ms chunks, sent as input_audio_buffer.append.  Reply audio (response.output_audio.delta,
 // 24 kHz int16) goes to a second worklet (pcm-player) that plays the chunks back to back, so they
 // are gapless however they arrive, and counts the samples it really played.
@@ -9,7 +16,7 @@
 // page sends conversation.item.truncate with the milliseconds of that item actually played, so
 // the server's history holds only what the user heard.
 //
-// Query parameters: ?ws=URL (another server), ?capture=native (capture at the device rate and
+// Query parameters: ?transport=webrtc|websocket, ?ws=URL (another server), ?capture=native (capture at the device rate and
 // resample in the worklet, as Firefox must).  window.voiceagent exposes counters for tests.
 
 const WIRE_RATE = 24000;
@@ -23,6 +30,8 @@ const wsUrl = params.get("ws") || defaultUrl;
 const hashToken = new URLSearchParams(location.hash.slice(1)).get("token");
 if (hashToken) localStorage.setItem("voiceagent.token", hashToken);
 const nativeCapture = params.get("capture") === "native";
+const transportParam = params.get("transport");
+const callsUrl = `${location.protocol}//${location.host}/v1/realtime/calls?voiceagent_metrics=1`;
 
 const stats = {
   state: "idle",
@@ -36,6 +45,9 @@ const stats = {
   truncated: [], // {item_id, audio_end_ms} the server confirmed (conversation.item.truncated)
   metrics: [], // voiceagent.turn_metrics spans, one per turn
   errors: [],
+  transport: null, // "webrtc" or "websocket", once connected
+  fallback: null, // why WebRTC was not used, when the page fell back to the WebSocket
+  cleared: 0, // output_audio_buffer.cleared events (barge-ins the server stopped)
 };
 window.voiceagent = stats;
 // For diagnostics (and tests): the audio contexts' state and clocks.
@@ -44,9 +56,26 @@ stats.audio = () => ({
   capture: captureCtx && { state: captureCtx.state, time: captureCtx.currentTime, rate: captureCtx.sampleRate },
   track: stream && stream.getAudioTracks().map((t) => ({ label: t.label, state: t.readyState, enabled: t.enabled, settings: t.getSettings() })),
 });
+// WebRTC: what the agent's track brought (the browser's own count of received audio).
+stats.received = async () => {
+  if (!pc) return null;
+  const out = { samples: 0, energy: 0, duration: 0 };
+  (await pc.getStats()).forEach((r) => {
+    if (r.type === "inbound-rtp" && r.kind === "audio") {
+      out.samples += r.totalSamplesReceived || 0;
+      out.energy += r.totalAudioEnergy || 0;
+      out.duration += r.totalSamplesDuration || 0;
+    }
+  });
+  return out;
+};
 
 const $ = (id) => document.getElementById(id);
 let ws = null;
+let pc = null; // WebRTC: the peer connection, its data channel and the agent's audio element
+let dc = null;
+let remoteAudio = null;
+let meterTimer = null;
 let ctx = null;
 let captureCtx = null;
 let stream = null;
@@ -140,13 +169,31 @@ function pcm16ToFloat(b64) {
   return out;
 }
 
-async function openAudio() {
+async function openMicrophone() {
   if (!navigator.mediaDevices || !navigator.mediaDevices.getUserMedia) {
     throw new Error("microphone access needs a secure page: open it over https:// or http://localhost");
   }
   stream = await navigator.mediaDevices.getUserMedia({
     audio: { channelCount: 1, echoCancellation: true, noiseSuppression: true, autoGainControl: true },
   });
+}
+
+function startMeter() {
+  // WebRTC sends the track itself: the level meter reads it through an analyser.
+  const meterCtx = new AudioContext();
+  const analyser = meterCtx.createAnalyser();
+  meterCtx.createMediaStreamSource(stream).connect(analyser);
+  const buf = new Float32Array(analyser.fftSize);
+  meterTimer = setInterval(() => {
+    analyser.getFloatTimeDomainData(buf);
+    let sum = 0;
+    for (let i = 0; i < buf.length; i += 4) sum += buf[i] ** 2;
+    $("level").style.width = `${Math.min(100, Math.sqrt(sum / (buf.length / 4)) * 400)}%`;
+  }, 50);
+  captureCtx = meterCtx;
+}
+
+async function openAudio() {
   ctx = new AudioContext({ sampleRate: WIRE_RATE, latencyHint: "interactive" });
   await ctx.audioWorklet.addModule("audio-worklets.js");
   player = new AudioWorkletNode(ctx, "pcm-player", { numberOfInputs: 0, outputChannelCount: [1] });
@@ -213,15 +260,22 @@ function onPlayer(msg) {
 }
 
 function bargeIn() {
-  // Stop at once; the player answers with how much of each dropped item it had played.
+  // Stop at once; the player answers with how much of each dropped item it had played.  (Over
+  // WebRTC the server empties its own track: there is no player here.)
+  if (transport() === "webrtc") return;
   if (audioItem) cutItems.add(audioItem);
   if (player) player.port.postMessage({ type: "clear" });
 }
 
 // --------------------------------------------------------------------------- protocol
 
+function transport() {
+  return stats.transport;
+}
+
 function send(message) {
-  if (ws && ws.readyState === WebSocket.OPEN) ws.send(JSON.stringify(message));
+  if (dc && dc.readyState === "open") dc.send(JSON.stringify(message));
+  else if (ws && ws.readyState === WebSocket.OPEN) ws.send(JSON.stringify(message));
 }
 
 function showLatency(clientMs, spans) {
@@ -270,6 +324,15 @@ function onServer(msg) {
       setText(msg.item_id, "assistant", t.text.textContent + msg.delta, false);
       break;
     }
+    case "output_audio_buffer.started":
+      if (transport() === "webrtc" && !firstAudio.has(msg.response_id)) {
+        firstAudio.add(msg.response_id);
+        if (speechStoppedAt !== null) showLatency(performance.now() - speechStoppedAt, null);
+      }
+      break;
+    case "output_audio_buffer.cleared":
+      stats.cleared += 1;
+      break;
     case "response.output_audio.delta":
     case "response.audio.delta":
       if (!firstAudio.has(msg.response_id)) {
@@ -316,7 +379,77 @@ function onServer(msg) {
   }
 }
 
+function iceGathered(peer, ms) {
+  // The server takes one offer with every candidate in it (no trickle).
+  if (peer.iceGatheringState === "complete") return Promise.resolve();
+  return new Promise((resolve) => {
+    const done = () => peer.iceGatheringState === "complete" && resolve();
+    peer.addEventListener("icegatheringstatechange", done);
+    setTimeout(resolve, ms);
+  });
+}
+
+async function connectWebRtc() {
+  const token = document.getElementById("token").value.trim();
+  if (token) localStorage.setItem("voiceagent.token", token);
+  $("server").textContent = `· ${callsUrl} (WebRTC)`;
+  pc = new RTCPeerConnection();
+  stream.getAudioTracks().forEach((t) => pc.addTrack(t, stream));
+  dc = pc.createDataChannel("oai-events");
+  remoteAudio = document.createElement("audio");
+  remoteAudio.autoplay = true;
+  pc.ontrack = (e) => {
+    remoteAudio.srcObject = e.streams[0] || new MediaStream([e.track]);
+    remoteAudio.play().catch(() => {});
+  };
+  dc.onmessage = (e) => {
+    try {
+      onServer(JSON.parse(e.data));
+    } catch (err) {
+      showError(`bad message from server: ${err.message}`);
+    }
+  };
+  const opened = new Promise((resolve, reject) => {
+    dc.onopen = resolve;
+    setTimeout(() => reject(new Error("the WebRTC connection did not open in 10 s")), 10000);
+  });
+  await pc.setLocalDescription(await pc.createOffer());
+  await iceGathered(pc, 3000);
+  const headers = { "Content-Type": "application/sdp" };
+  if (token) headers.Authorization = `Bearer ${token}`;
+  const resp = await fetch(callsUrl, { method: "POST", headers, body: pc.localDescription.sdp });
+  const body = await resp.text();
+  if (resp.status !== 201) throw new Error(`the server refused the call: ${resp.status} ${body.trim()}`);
+  await pc.setRemoteDescription({ type: "answer", sdp: body });
+  await opened;
+  stats.transport = "webrtc";
+  pc.onconnectionstatechange = () => {
+    if (!stopping && pc && (pc.connectionState === "failed" || pc.connectionState === "closed")) {
+      setState("error", `call ${pc.connectionState}`);
+      showError(`the WebRTC call ${pc.connectionState}`);
+      teardown();
+    }
+  };
+  dc.onclose = () => {
+    if (!stopping) {
+      setState("error", "call ended");
+      teardown();
+    }
+  };
+}
+
+function closeWebRtc() {
+  if (dc) dc.onclose = null;
+  if (pc) {
+    pc.onconnectionstatechange = null;
+    pc.close();
+  }
+  if (remoteAudio) remoteAudio.srcObject = null;
+  pc = dc = remoteAudio = null;
+}
+
 function connect() {
+  stats.transport = "websocket";
   return new Promise((resolve, reject) => {
     const token = document.getElementById("token").value.trim();
     if (token) localStorage.setItem("voiceagent.token", token);
@@ -358,8 +491,25 @@ async function start() {
   $("start").disabled = true;
   setState("connecting");
   try {
-    await openAudio();
-    await connect();
+    await openMicrophone();
+    let rtc = transportParam !== "websocket" && typeof RTCPeerConnection !== "undefined";
+    if (rtc) {
+      try {
+        await connectWebRtc();
+        startMeter();
+      } catch (err) {
+        closeWebRtc();
+        if (transportParam === "webrtc") throw err;
+        stats.fallback = err.message;
+        rtc = false;
+      }
+    } else if (transportParam !== "websocket") {
+      stats.fallback = "this browser has no WebRTC";
+    }
+    if (!rtc) {
+      await openAudio();
+      await connect();
+    }
   } catch (err) {
     setState("error", err.message);
     showError(`${err.name && err.name !== "Error" ? `${err.name}: ` : ""}${err.message}`);
@@ -371,11 +521,15 @@ async function start() {
 function stop() {
   stopping = true;
   if (ws) ws.close(1000, "user stopped");
+  closeWebRtc();
   teardown();
   setState("closed", "stopped");
 }
 
 function teardown() {
+  closeWebRtc();
+  if (meterTimer) clearInterval(meterTimer);
+  meterTimer = null;
   if (stream) stream.getTracks().forEach((t) => t.stop());
   if (ctx) ctx.close();
   if (captureCtx) captureCtx.close();
