@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from tests.integration.rtc_client import RtcClient, post_offer, track_audio
 from tests.profile import profile_config
 from tests.strict import check_server_event
+from voiceagent.client.webrtc import RtcClient, post_offer, track_audio
 from voiceagent.config import Config
 from voiceagent.transports.server import VoiceAgentServer
 

@@ -44,7 +44,17 @@ from voiceagent.transports.realtime import RealtimeCommands
 from voiceagent.transports.realtime_codec import RealtimeCodec
 from voiceagent.transports.realtime_wire import WIRE_RATE
 
-__all__ = ["EVENTS_CHANNEL", "FRAME_SAMPLES", "TRACK_RATE", "SpeakerTrack", "WebRtcCall", "WebRtcError", "allow_loopback_candidates"]
+__all__ = [
+    "EVENTS_CHANNEL",
+    "FRAME_SAMPLES",
+    "MIC_PREFETCH",
+    "TRACK_RATE",
+    "SpeakerTrack",
+    "WebRtcCall",
+    "WebRtcError",
+    "allow_loopback_candidates",
+    "shorten_jitter_buffer",
+]
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +84,25 @@ def allow_loopback_candidates() -> None:
 
     with_loopback._voiceagent = True  # type: ignore[attr-defined]
     ice.get_host_addresses = with_loopback
+
+
+MIC_PREFETCH = 1
+"""Packets aiortc's jitter buffer holds before it decodes the microphone (its own choice: 4, 80 ms
+added to every end of speech).  The recognizer needs no smoothing of late packets, only their
+order; one packet (20 ms) keeps that on a LAN."""
+
+
+def shorten_jitter_buffer(receiver: Any, prefetch: int) -> bool:
+    """Make ``receiver``'s (an aiortc RTCRtpReceiver for audio) jitter buffer decode after
+    ``prefetch`` packets; False when this aiortc keeps it elsewhere (nothing changed then)."""
+    from aiortc.jitterbuffer import JitterBuffer
+
+    name = "_RTCRtpReceiver__jitter_buffer"  # aiortc has no setting for it
+    current = getattr(receiver, name, None)
+    if not isinstance(current, JitterBuffer):
+        return False
+    setattr(receiver, name, JitterBuffer(capacity=current.capacity, prefetch=prefetch))
+    return True
 
 
 def _ice_servers(spec: str) -> list[Any]:
@@ -198,6 +227,9 @@ class WebRtcCall:
         pc.addTrack(self.speaker.track)
         try:
             await pc.setRemoteDescription(RTCSessionDescription(sdp=offer_sdp, type="offer"))
+            for transceiver in pc.getTransceivers():
+                if transceiver.kind == "audio" and not shorten_jitter_buffer(transceiver.receiver, MIC_PREFETCH):
+                    log.warning("call %s: aiortc's jitter buffer not found; the microphone keeps its 80 ms", self.id)
             await pc.setLocalDescription(await pc.createAnswer())
         except Exception as exc:  # aiortc raises ValueError and others for offers it cannot take
             await pc.close()

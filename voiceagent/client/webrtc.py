@@ -1,10 +1,15 @@
-"""A WebRTC client of the server, as a browser page is one: aiortc, a microphone track, the
-``oai-events`` data channel, and the agent's track read frame by frame.
+"""A WebRTC client of the server, as a browser page is one (the tests' and the benchmarks'):
+aiortc, a microphone track, the ``oai-events`` data channel, the agent's track read frame by frame.
+Needs the ``webrtc`` extra.
 
 * :class:`Microphone` plays queued 48 kHz audio in 20 ms frames at real time, silence in between
   (a browser's microphone never stops sending);
 * :class:`RtcClient` posts the offer to ``/v1/realtime/calls``, records every server event of the
-  data channel (with the time it came) and every frame of the agent's track (its time and peak).
+  data channel (with the time it came) and every frame of the agent's track (its time and peak),
+  and counts the RTP bytes it sent (:meth:`RtcClient.sent_bytes`).
+
+Cancellation: :meth:`RtcClient.close` (or :meth:`RtcClient.vanish`) ends the reading tasks; a
+cancelled :meth:`RtcClient.wait_for` leaves the client usable.
 """
 
 from __future__ import annotations
@@ -25,9 +30,12 @@ from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 from av import AudioFrame
 
 from voiceagent.audio import Int16Array, read_wav, resample
-from voiceagent.transports.webrtc import EVENTS_CHANNEL, FRAME_SAMPLES, TRACK_RATE, allow_loopback_candidates
+from voiceagent.transports.webrtc import EVENTS_CHANNEL, FRAME_SAMPLES, TRACK_RATE, allow_loopback_candidates, shorten_jitter_buffer
 
-__all__ = ["Microphone", "RtcClient", "post_offer", "track_audio"]
+__all__ = ["Microphone", "RtcClient", "post_offer", "rtp_bytes_sent", "track_audio"]
+
+
+_LOUD = int(32768 * 10 ** (-50 / 20))
 
 
 def track_audio(path: Path, tail_s: float = 0.0) -> Int16Array:
@@ -71,6 +79,11 @@ class Microphone(MediaStreamTrack):
         return frame
 
 
+async def rtp_bytes_sent(pc: Any) -> int:
+    """The RTP bytes a peer connection has sent (its outbound-rtp statistics)."""
+    return sum(int(r.bytesSent) for r in (await pc.getStats()).values() if r.type == "outbound-rtp")
+
+
 def post_offer(url: str, body: bytes, content_type: str = "application/sdp", headers: dict[str, str] | None = None) -> tuple[int, str]:
     """POST ``body``; the status and the body (blocking: call it through ``asyncio.to_thread``)."""
     req = urllib.request.Request(url, data=body, method="POST", headers={"Content-Type": content_type, **(headers or {})})
@@ -88,9 +101,13 @@ class RtcClient:
     mic: Microphone = field(default_factory=Microphone)
     events: list[dict[str, Any]] = field(default_factory=list)
     times: list[float] = field(default_factory=list)
-    frames: list[tuple[float, int]] = field(default_factory=list)
-    """Each frame of the agent's track: (arrival time, peak sample)."""
+    frames: list[tuple[float, int, float]] = field(default_factory=list)
+    """Each frame of the agent's track: (arrival time, peak sample, seconds into the frame of its
+    first sample over -50 dBFS, 0 when none is)."""
     location: str = ""
+    jitter_prefetch: int | None = None
+    """Packets the agent's track waits for before it is decoded: None keeps aiortc's (4, 80 ms, a
+    fixed buffer); a browser's adapts, and on a LAN holds one or two packets."""
     _cond: asyncio.Condition = field(default_factory=asyncio.Condition)
     _pc: Any = None
     _channel: Any = None
@@ -109,6 +126,10 @@ class RtcClient:
         status, answer = await asyncio.to_thread(post_offer, f"{self.base}/v1/realtime/calls", pc.localDescription.sdp.encode())
         assert status == 201, (status, answer)
         await pc.setRemoteDescription(RTCSessionDescription(sdp=answer, type="answer"))
+        if self.jitter_prefetch is not None:
+            for transceiver in pc.getTransceivers():
+                if transceiver.kind == "audio":
+                    shorten_jitter_buffer(transceiver.receiver, self.jitter_prefetch)
         await asyncio.wait_for(opened.wait(), 15)
 
     def _on_message(self, message: Any) -> None:
@@ -126,7 +147,10 @@ class RtcClient:
                 frame = await track.recv()
             except MediaStreamError:
                 return
-            self.frames.append((time.monotonic(), int(np.abs(frame.to_ndarray()).max())))
+            samples = np.abs(frame.to_ndarray().astype(np.int32)).ravel()
+            loud = np.flatnonzero(samples > _LOUD)
+            offset = loud[0] / len(samples) * frame.samples / frame.sample_rate if len(loud) else 0.0
+            self.frames.append((time.monotonic(), int(samples.max()), float(offset)))
 
     def send(self, message: dict[str, Any] | str) -> None:
         self._channel.send(message if isinstance(message, str) else json.dumps(message))
@@ -146,7 +170,12 @@ class RtcClient:
 
     def audible_frames(self, after: float = 0.0, threshold: int = 500) -> list[float]:
         """Arrival times of the agent's frames after ``after`` that carry sound."""
-        return [t for t, peak in self.frames if t > after and peak > threshold]
+        return [t for t, peak, _ in self.frames if t > after and peak > threshold]
+
+    async def sent_bytes(self) -> int:
+        """Bytes of RTP this client has sent so far (aiortc's statistics; it counts no received
+        bytes: the server's call counts what it sent, :func:`rtp_bytes_sent`)."""
+        return await rtp_bytes_sent(self._pc)
 
     async def close(self) -> None:
         for task in self._tasks:

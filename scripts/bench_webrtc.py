@@ -1,0 +1,180 @@
+"""End of speech → first agent audio at the client, over WebRTC and over the WebSocket, one server.
+
+One in-process server on loopback (the embedded models of the profile asked for, ``fast`` by
+default), the same spoken files, each asked over both transports in turn (WebSocket, then WebRTC,
+so neither always goes first).  The client's own clock: end of speech is when the file's last
+speech frame (by energy, :func:`voiceagent.replay.speech_turns`) was sent at real time; first
+audio is when the client would play the first sample of the answer over -50 dBFS (WebSocket: the
+deltas played back to back from their arrival; WebRTC: the agent's track frame that holds it, from
+its arrival), to the sample, so that neither transport's chunk size counts.  Bytes per second on the wire, from the start of speech to the
+answer's end: the WebSocket's text frames both ways; WebRTC's RTP both ways (aiortc's outbound
+statistics of the client and of the server's call; the data channel's events, SRTP, UDP and IP
+headers left out).
+
+    .venv/bin/python scripts/bench_webrtc.py --out docs/bench/webrtc [--rounds 3] [--set KEY=VALUE ...]
+
+Writes ``webrtc.json`` (every turn and the summary) into ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import json
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from websockets.asyncio.client import connect
+
+from voiceagent.audio import read_wav, resample
+from voiceagent.backends.registry import load_engines, warm_up
+from voiceagent.client.webrtc import RtcClient, rtp_bytes_sent
+from voiceagent.config import load_config
+from voiceagent.replay import speech_turns
+from voiceagent.transports.realtime_wire import WIRE_RATE
+from voiceagent.transports.server import VoiceAgentServer
+from voiceagent.transports.webrtc import TRACK_RATE
+
+ROOT = Path(__file__).resolve().parent.parent
+FILES = ("capital", "weather", "colour", "what_time", "paris_weather", "count")
+AUDIBLE = int(32768 * 10 ** (-50 / 20))  # -50 dBFS
+TAIL_S = 2.0
+CLIENT_PREFETCH = 1
+"""The client's jitter buffer, in packets: a browser's adapts (on loopback, one or two 20 ms
+packets); aiortc's default holds four (80 ms) whatever the network, which is aiortc's, not WebRTC's."""
+
+
+def _speech(name: str) -> tuple[np.ndarray[Any, Any], float]:
+    """The fixture at 16 kHz and where its speech ends (s)."""
+    pcm, rate = read_wav(ROOT / ".cache" / "fixtures" / f"{name}.wav")
+    turns = speech_turns(pcm, rate)
+    return resample(pcm, rate, 16_000), turns[-1][1]
+
+
+async def over_websocket(server: VoiceAgentServer, pcm16k: np.ndarray[Any, Any], end_s: float) -> dict[str, Any]:
+    wire = np.concatenate([resample(pcm16k, 16_000, WIRE_RATE), np.zeros(int(TAIL_S * WIRE_RATE), dtype=np.int16)])
+    ws = await connect(server.url, max_size=None)
+    sent = received = 0
+    first: float | None = None
+    done = asyncio.Event()
+
+    play_end = 0.0
+
+    async def read() -> None:
+        nonlocal received, first, play_end
+        async for raw in ws:
+            received += len(raw)
+            msg = json.loads(raw)
+            if msg["type"] == "response.output_audio.delta" and first is None:
+                # Played back to back from its arrival: the first loud sample is heard then.
+                samples = np.frombuffer(base64.b64decode(msg["delta"]), dtype="<i2")
+                start = max(time.monotonic(), play_end)
+                loud = np.flatnonzero(np.abs(samples.astype(np.int32)) > AUDIBLE)
+                if len(loud):
+                    first = start + loud[0] / WIRE_RATE
+                play_end = start + len(samples) / WIRE_RATE
+            elif msg["type"] == "response.done":
+                done.set()
+
+    reader = asyncio.create_task(read())
+    step = WIRE_RATE // 50
+    t0 = time.monotonic()
+    for i, at in enumerate(range(0, len(wire), step)):
+        frame = json.dumps(
+            {"type": "input_audio_buffer.append", "audio": base64.b64encode(wire[at : at + step].astype("<i2").tobytes()).decode()}
+        )
+        sent += len(frame)
+        await ws.send(frame)
+        await asyncio.sleep(max(0.0, t0 + (i + 1) * 0.02 - time.monotonic()))  # a microphone's pace
+    await asyncio.wait_for(done.wait(), 60)
+    elapsed = time.monotonic() - t0
+    await ws.close()
+    reader.cancel()
+    return {
+        "first_audio_ms": None if first is None else round((first - (t0 + end_s)) * 1000, 1),
+        "bytes_per_s": {"sent": round(sent / elapsed), "received": round(received / elapsed)},
+    }
+
+
+async def over_webrtc(server: VoiceAgentServer, pcm16k: np.ndarray[Any, Any], end_s: float) -> dict[str, Any]:
+    client = RtcClient(f"http://127.0.0.1:{server.port}", jitter_prefetch=CLIENT_PREFETCH)
+    await client.connect()
+    await client.wait_for("session.created", 10)
+    audio = np.concatenate([resample(pcm16k, 16_000, TRACK_RATE), np.zeros(int(TAIL_S * TRACK_RATE), dtype=np.int16)])
+    (call,) = [call for call, _ in server._calls.values()]
+    before = {"sent": await client.sent_bytes(), "received": await rtp_bytes_sent(call._pc)}
+    t0 = time.monotonic()
+    client.mic.say(audio)
+    await client.wait_for("response.done", 60)
+    elapsed = time.monotonic() - t0
+    after = {"sent": await client.sent_bytes(), "received": await rtp_bytes_sent(call._pc)}
+    heard = [t + offset for t, peak, offset in client.frames if t > t0 and peak > AUDIBLE]
+    await client.close()
+    return {
+        "first_audio_ms": round((heard[0] - (t0 + end_s)) * 1000, 1) if heard else None,
+        "bytes_per_s": {k: round((after[k] - before[k]) / elapsed) for k in after},
+    }
+
+
+def _p(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    return round(float(np.percentile(values, q)), 1)
+
+
+async def bench(rounds: int, overrides: dict[str, str]) -> dict[str, Any]:
+    config = load_config(env={}, overrides={"server.port": "0", "server.max_sessions": "2", **overrides})
+    engines = await asyncio.to_thread(load_engines, config)
+    await asyncio.to_thread(warm_up, engines, config)
+    turns: list[dict[str, Any]] = []
+    try:
+        async with VoiceAgentServer(config, engines) as server:
+            for r in range(rounds):
+                for n, name in enumerate(FILES):
+                    pcm, end_s = await asyncio.to_thread(_speech, name)
+                    order = ["websocket", "webrtc"] if (r + n) % 2 == 0 else ["webrtc", "websocket"]
+                    for transport in order:
+                        run = over_websocket if transport == "websocket" else over_webrtc
+                        result = await run(server, pcm, end_s)
+                        turns.append({"round": r, "file": name, "transport": transport, **result})
+                        print(json.dumps(turns[-1]), flush=True)
+                        await server.wait_idle()
+    finally:
+        engines.close()
+    summary: dict[str, Any] = {}
+    for transport in ("websocket", "webrtc"):
+        mine = [t for t in turns if t["transport"] == transport]
+        lat = [t["first_audio_ms"] for t in mine if t["first_audio_ms"] is not None]
+        summary[transport] = {
+            "turns": len(mine),
+            "answered": len(lat),
+            "p50_ms": _p(lat, 50),
+            "p95_ms": _p(lat, 95),
+            "bytes_per_s_sent": round(statistics.median(t["bytes_per_s"]["sent"] for t in mine)),
+            "bytes_per_s_received": round(statistics.median(t["bytes_per_s"]["received"] for t in mine)),
+        }
+    ws, rtc = summary["websocket"]["p50_ms"], summary["webrtc"]["p50_ms"]
+    summary["webrtc_minus_websocket_p50_ms"] = None if ws is None or rtc is None else round(rtc - ws, 1)
+    return {"profile": overrides.get("profile", "fast"), "files": list(FILES), "rounds": rounds, "summary": summary, "turns": turns}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    args = parser.parse_args()
+    overrides = {"profile": "fast", **dict(item.split("=", 1) for item in args.set)}
+    report = asyncio.run(bench(args.rounds, overrides))
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "webrtc.json").write_text(json.dumps(report, indent=2) + "\n")
+    print(json.dumps(report["summary"], indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
