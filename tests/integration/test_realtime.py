@@ -69,6 +69,7 @@ def test_spoken_question_gets_transcript_and_spoken_reply(engines: Any, speech: 
     run(scenario(), 90)
 
 
+@pytest.mark.serial  # it needs the voice faster than real time, which a parallel run's load may not leave it
 def test_barge_in_cancels_reply_and_cuts_history(engines: Any, speech: dict[str, Path], run: Any) -> None:
     """Talking over the agent stops it; the history keeps only what was heard."""
 

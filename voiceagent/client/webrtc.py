@@ -15,7 +15,6 @@ cancelled :meth:`RtcClient.wait_for` leaves the client usable.
 from __future__ import annotations
 
 import asyncio
-import fractions
 import json
 import time
 import urllib.error
@@ -27,10 +26,16 @@ from typing import Any
 import numpy as np
 from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
-from av import AudioFrame
 
 from voiceagent.audio import Int16Array, read_wav, resample
-from voiceagent.transports.webrtc import EVENTS_CHANNEL, FRAME_SAMPLES, TRACK_RATE, allow_loopback_candidates, shorten_jitter_buffer
+from voiceagent.transports.webrtc import (
+    EVENTS_CHANNEL,
+    FRAME_SAMPLES,
+    TRACK_RATE,
+    allow_loopback_candidates,
+    audio_frame,
+    shorten_jitter_buffer,
+)
 
 __all__ = ["Microphone", "RtcClient", "post_offer", "rtp_bytes_sent", "track_audio"]
 
@@ -60,7 +65,7 @@ class Microphone(MediaStreamTrack):
         self._queue = np.concatenate([self._queue, pcm])
         self.said.clear()
 
-    async def recv(self) -> AudioFrame:
+    async def recv(self) -> Any:
         if self.readyState != "live":
             raise MediaStreamError
         if self._start is None:
@@ -70,11 +75,7 @@ class Microphone(MediaStreamTrack):
         chunk, self._queue = self._queue[:FRAME_SAMPLES], self._queue[FRAME_SAMPLES:]
         if len(self._queue) == 0:
             self.said.set()
-        chunk = np.concatenate([chunk, np.zeros(FRAME_SAMPLES - len(chunk), dtype=np.int16)])
-        frame = AudioFrame.from_ndarray(chunk.reshape(1, -1), format="s16", layout="mono")
-        frame.sample_rate = TRACK_RATE
-        frame.pts = self._pts
-        frame.time_base = fractions.Fraction(1, TRACK_RATE)
+        frame = audio_frame(chunk, self._pts)
         self._pts += FRAME_SAMPLES
         return frame
 

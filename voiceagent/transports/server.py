@@ -461,11 +461,11 @@ class VoiceAgentServer:
                 await call.commands.apply(cmd)
             answer = await call.answer(sdp)
         except (ProtocolError, WebRtcError) as exc:
-            await self._end_call(session)
+            await self._end_session(session)
             self.metrics.error(exc.code if isinstance(exc, ProtocolError) else "bad_offer")
             return _text(http.HTTPStatus.BAD_REQUEST, f"{exc}\n")
         except BaseException:
-            await self._end_call(session)
+            await self._end_session(session)
             raise
         task = asyncio.create_task(self._run_call(call), name=f"{session.id}.call")
         self._calls[session.id] = (call, task)
@@ -477,10 +477,11 @@ class VoiceAgentServer:
             await call.run()
         finally:
             self._calls.pop(call.id, None)
-            await self._end_call(call.session)
+            await self._end_session(call.session)
             log.info("session %s closed", call.id)
 
-    async def _end_call(self, session: Session) -> None:
+    async def _end_session(self, session: Session) -> None:
+        """Close ``session`` and stop counting it (the server is idle once none is left)."""
         try:
             await session.aclose()
         finally:
@@ -564,10 +565,5 @@ class VoiceAgentServer:
             log.info("session %s opened on %s from %s", session.id, path, ws.remote_address)
             await conn.run()
         finally:
-            try:
-                await session.aclose()
-            finally:
-                self.sessions.discard(session)
-                if not self.sessions:
-                    self._idle.set()
+            await self._end_session(session)
             log.info("session %s closed", session.id)

@@ -53,6 +53,7 @@ __all__ = [
     "WebRtcCall",
     "WebRtcError",
     "allow_loopback_candidates",
+    "audio_frame",
     "shorten_jitter_buffer",
 ]
 
@@ -166,8 +167,6 @@ class SpeakerTrack:
 
     async def next_frame(self) -> Any:
         """The next 20 ms frame, at its time."""
-        from av import AudioFrame
-
         now = self._now()
         if self._start is None:
             self._start = now
@@ -176,14 +175,23 @@ class SpeakerTrack:
         chunk, self._queue = self._queue[:FRAME_SAMPLES], self._queue[FRAME_SAMPLES:]
         if len(chunk):
             self.sent_audio_frames += 1
-        if len(chunk) < FRAME_SAMPLES:
-            chunk = np.concatenate([chunk, np.zeros(FRAME_SAMPLES - len(chunk), dtype=np.int16)])
-        frame = AudioFrame.from_ndarray(chunk.reshape(1, -1), format="s16", layout="mono")
-        frame.sample_rate = TRACK_RATE
-        frame.pts = self._pts
-        frame.time_base = fractions.Fraction(1, TRACK_RATE)
+        frame = audio_frame(chunk, self._pts)
         self._pts += FRAME_SAMPLES
         return frame
+
+
+def audio_frame(chunk: Int16Array, pts: int) -> Any:
+    """A 20 ms mono frame at 48 kHz (an ``av.AudioFrame``) of ``chunk``, padded with silence, at
+    ``pts`` (in samples)."""
+    from av import AudioFrame
+
+    if len(chunk) < FRAME_SAMPLES:
+        chunk = np.concatenate([chunk, np.zeros(FRAME_SAMPLES - len(chunk), dtype=np.int16)])
+    frame = AudioFrame.from_ndarray(chunk.reshape(1, -1), format="s16", layout="mono")
+    frame.sample_rate = TRACK_RATE
+    frame.pts = pts
+    frame.time_base = fractions.Fraction(1, TRACK_RATE)
+    return frame
 
 
 class WebRtcCall:
