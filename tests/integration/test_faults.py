@@ -26,8 +26,10 @@ def test_a_backend_failing_mid_turn_is_reported_and_the_next_turn_works(
     faults = Faults()
     faulty = inject(engines, faults)
     # The turn model runs only when its answer could come before the silence fallback's: with
-    # the default 500 ms fallback this machine skips it, so its case waits longer for silence.
-    silence = {"turn.silence_ms": "2000"} if kind == "turn" else {}
+    # the default 500 ms fallback this machine skips it, so its case waits longer for silence
+    # (4 s: under a parallel test run the measured time to a first audio is longer, and 2 s once
+    # left the model skipped and the fault never reached).
+    silence = {"turn.silence_ms": "4000"} if kind == "turn" else {}
     config = profile_config({"server.port": "0", **silence})
 
     async def main() -> list[dict[str, Any]]:
@@ -57,7 +59,7 @@ def test_a_backend_failing_mid_turn_is_reported_and_the_next_turn_works(
             failed = [e for e in rec.of("response.done") if e["response"]["status"] == "failed"]
             mark = len(rec.events)
             # Silence is audio time: enough of it must follow for the fallback to end the turn.
-            await send_paced(ws, wire_audio(speech["weather"], tail_s=2.5 if silence else 0.5))
+            await send_paced(ws, wire_audio(speech["weather"], tail_s=4.5 if silence else 0.5))
             done = await rec.wait_for("response.done", 60, start=mark)
             assert done["response"]["status"] == "completed", done
             assert (

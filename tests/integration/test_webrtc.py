@@ -40,6 +40,8 @@ def test_a_spoken_question_over_webrtc_is_answered_on_the_agents_track(engines: 
             await client.connect()
             created = await client.wait_for("session.created", 10)
             assert created["session"]["id"] in client_location(server)
+            # The call's id is not the (counting) session id: nobody hangs up a call by guessing.
+            assert all(c.call_id.startswith("rtc_") and len(c.call_id) == 36 for c, _ in server._calls.values())
             client.mic.say(track_audio(speech["capital"], tail_s=1.0))
             done = await client.wait_for("response.done", 60)
             assert done["response"]["status"] == "completed", done
@@ -120,6 +122,10 @@ def test_bad_offers_are_refused_with_400_and_free_their_slot(engines: Any, run: 
             assert status == 400 and "application/sdp" in body, (status, body)
             status, body = await asyncio.to_thread(post_offer, url, b"x" * 300_000)
             assert status == 413, (status, body)
+            status, body = await asyncio.to_thread(_raw_post, server.port, b"Content-Length: 3\r\nContent-Length: 3\r\n\r\nv=0")
+            assert status == 411, (status, body)
+            status, body = await asyncio.to_thread(_raw_post, server.port, b"X-Bad: \x01\r\nContent-Length: 3\r\n\r\nv=0")
+            assert status == 400, (status, body)
             assert not server.sessions
             # The server still answers a good call.
             client = RtcClient(_base(server))
@@ -136,6 +142,19 @@ def test_bad_offers_are_refused_with_400_and_free_their_slot(engines: Any, run: 
             await asyncio.wait_for(server.wait_idle(), 10)
 
     run(scenario(), 60)
+
+
+def _raw_post(port: int, rest: bytes) -> tuple[int, str]:
+    """A hand-written POST (headers no HTTP library would send); the status and body."""
+    import socket
+
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(b"POST /v1/realtime/calls HTTP/1.1\r\nHost: x\r\nContent-Type: application/sdp\r\n" + rest)
+        data = b""
+        while chunk := sock.recv(65536):
+            data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    return int(head.split(b" ")[1]), body.decode()
 
 
 def test_a_peer_that_vanishes_is_ended_and_its_slot_freed(engines: Any, run: Any) -> None:
@@ -183,7 +202,7 @@ def test_the_sdp_form_and_multipart_with_a_session_are_taken(engines: Any, run: 
             status, answer = await asyncio.to_thread(post_offer, f"{_base(server)}/v1/realtime?model=gpt-realtime", sdp.encode())
             assert status == 201 and answer.startswith("v=0"), (status, answer)
             for c in [c for c, _ in server._calls.values()]:
-                status, _ = await asyncio.to_thread(post_offer, f"{_base(server)}/v1/realtime/calls/{c.id}/hangup", b"")
+                status, _ = await asyncio.to_thread(post_offer, f"{_base(server)}/v1/realtime/calls/{c.call_id}/hangup", b"")
                 assert status == 200
             await pc.close()
             await asyncio.wait_for(server.wait_idle(), 10)

@@ -666,3 +666,28 @@ def test_new_client_tools_are_prefilled_before_the_next_turn(run: Run) -> None:
         run(main(), 20)
     finally:
         fakes.close()
+
+
+def test_no_idle_timeout_while_the_client_runs_a_tool(run: Run, make_fakes: MakeFakes) -> None:
+    """A reply that ends with a call waits for the client's tool, however long it takes: the idle
+    timeout neither arms nor fires over it (it would answer the call's silence and close the call)."""
+    from voiceagent.events import InputTimeoutTriggered
+    from voiceagent.settings import TurnDetection
+
+    fakes = make_fakes(llm=FakeLlm([[*tokens("Let me check."), call()], tokens("It is 18 degrees.")]))
+    clock = VirtualClock()
+
+    async def main() -> None:
+        async with running(fakes, make_config(), clock) as (session, log):
+            session.update(tools=(WEATHER,), turn_detection=TurnDetection(0.5, 96, 320, idle_timeout_ms=2000))
+            await session.add_text("What is the weather in Paris?")
+            i_done, _ = await log.wait_type(ResponseDone, response_id=await session.create_response())
+            assert not session.replies.idle_armed
+            clock.advance(30.0)
+            await asyncio.sleep(0)
+            assert log.of_type(InputTimeoutTriggered) == []
+            await session.add_tool_output("call_1", '{"temperature_c": 18}')
+            await log.wait_type(ResponseDone, after=i_done + 1, response_id=await session.create_response())
+            assert session.replies.idle_armed  # the answer ended: now the count starts
+
+    run(main(), 20)

@@ -22,6 +22,8 @@ def test_a_post_head_is_parsed_and_a_malformed_one_named() -> None:
     assert _parse_head(b"POST nopath HTTP/1.1")[2] == "malformed request line"
     assert _parse_head(b"POST / HTTP/1.1\r\nno colon here")[2] == "malformed header line"
     assert _parse_head(b"POST / SPDY/3")[2] == "malformed request line"
+    assert _parse_head(b"POST / HTTP/1.1\r\nX-Evil: a\x01b")[2] == "malformed header line"
+    assert _parse_head(b"POST /\xff HTTP/1.1")[2] == "malformed request line"
 
 
 def test_the_offer_comes_as_sdp_or_as_a_form_with_a_session() -> None:

@@ -771,6 +771,8 @@ class ReplyController:
         td = self._settings().turn_detection
         if not self._idle_wanted() or td is None or td.idle_timeout_ms is None:
             return
+        if self._history.unanswered_calls():
+            return  # the client is running a tool: its output, then its response.create, come next
         end = max(self._clock.now(), self._heard_end)
         self._idle_ms = td.idle_timeout_ms
         task = asyncio.create_task(self._idle_timeout(end + td.idle_timeout_ms / 1000.0), name=f"{self._id}.idle")
@@ -797,6 +799,7 @@ class ReplyController:
             or td.idle_timeout_ms is None
             or self._user_item is not None
             or self.active_response_id is not None
+            or self._history.unanswered_calls()
         ):
             return
         now = self._clock.now()
@@ -869,10 +872,11 @@ class ReplyController:
             end = reply.listener.end_t or 0.0
             # A reply that did not complete was cut (or never sent the rest): nothing plays past now.
             self._heard_end = max(self._heard_end, end if status is ResponseStatus.COMPLETED else min(end, now))
-            # Any end of a reply the conversation kept (cancelled or failed too) starts the idle
-            # count, unless the user is speaking (a barge-in) or another response is under way.
-            if self._user_item is None and self.active_response_id is None:
-                self._arm_idle()
+        # Any end of a reply (cancelled or failed too; an out-of-band one counts from the last
+        # reply heard) starts the idle count again, unless the user is speaking (a barge-in) or
+        # another response is under way.
+        if self._user_item is None and self.active_response_id is None:
+            self._arm_idle()
         if status is ResponseStatus.COMPLETED and not reply.out_of_band and self.on_completed is not None:
             self.on_completed(reply.gen)
         if reply.answer_after and status is ResponseStatus.COMPLETED and self.active_response_id is None:

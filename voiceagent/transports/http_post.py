@@ -8,8 +8,10 @@ set.  The server's ``process_request`` then answers it like any plain HTTP reque
 :class:`~websockets.http11.Response`, awaited if it is a coroutine) and the connection closes after
 the response.  Anything else goes to ``websockets`` untouched.
 
-Limits: a head over :data:`MAX_HEAD` bytes or a body over :data:`MAX_BODY` bytes is answered 413
-at once; a body that does not arrive is the server's open timeout, as a slow handshake.
+Limits: a head over :data:`MAX_HEAD` bytes is answered 431, a body over :data:`MAX_BODY` bytes 413,
+a malformed head 400, a body without exactly one ``Content-Length`` 411, all at once;
+``Expect: 100-continue`` is answered; a body that does not arrive is the server's open timeout, as
+a slow handshake.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ class PostConnection(ServerConnection):
     """Set when the request was a POST (the server answers it instead of a WebSocket handshake)."""
 
     _sniffed = False
+    _continued = False
     _buffer = b""
 
     def data_received(self, data: bytes) -> None:
@@ -69,18 +72,20 @@ class PostConnection(ServerConnection):
         if error is not None:
             self._deliver(path, headers, Post(b"", (http.HTTPStatus.BAD_REQUEST, error)))
             return
-        try:
-            length = int(headers.get("Content-Length", "0"))
-        except ValueError:
-            length = -1
-        if length < 0:
-            self._deliver(path, headers, Post(b"", (http.HTTPStatus.BAD_REQUEST, "a POST needs a valid Content-Length")))
+        lengths = headers.get_all("Content-Length")
+        if len(lengths) != 1 or not lengths[0].isdigit():
+            why = "a POST needs one Content-Length (a chunked body is not taken)"
+            self._deliver(path, headers, Post(b"", (http.HTTPStatus.LENGTH_REQUIRED, why)))
             return
+        length = int(lengths[0])
         if length > MAX_BODY:
             self._deliver(path, headers, Post(b"", (http.HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"body over {MAX_BODY} bytes")))
             return
         body = self._buffer[head_end + 4 :]
         if len(body) < length:
+            if headers.get("Expect", "").lower() == "100-continue" and not self._continued:
+                self._continued = True
+                self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
             return  # the rest of the body is on its way
         self._deliver(path, headers, Post(body[:length]))
 
@@ -104,11 +109,11 @@ def _parse_head(head: bytes) -> tuple[str, Headers, str | None]:
         return "/", headers, "malformed request line"
     try:
         path = parts[1].decode("ascii")
-        for line in lines[1:]:
-            name, sep, value = line.decode("latin-1").partition(":")
-            if not sep or not name or name != name.strip():
-                return path, headers, "malformed header line"
-            headers[name] = value.strip()
     except UnicodeDecodeError:
         return "/", headers, "malformed request line"
+    for line in lines[1:]:
+        name, sep, value = line.decode("latin-1").partition(":")
+        if not sep or not name or name != name.strip() or any(ord(c) < 32 and c != "\t" for c in name + value):
+            return path, headers, "malformed header line"
+        headers[name] = value.strip()
     return path, headers, None

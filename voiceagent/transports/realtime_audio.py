@@ -30,6 +30,9 @@ class WireAudio:
         self.voice_rate = voice_rate
         self.input_format = "audio/pcm"
         self.output_format = "audio/pcm"
+        self.fixed = False
+        """True where the audio does not travel as events (a WebRTC call's tracks): the formats a
+        client names are then left as they are (``audio/pcm``)."""
         self._in = StreamResampler(FORMATS[self.input_format], PIPELINE_RATE, quality="LQ")
         self._out: dict[str, StreamResampler | None] = {}  # None: opened, no audio yet
 

@@ -260,9 +260,9 @@ class CommandDecoder:
         if "tracing" in sess and kind == "realtime":
             changes["tracing"] = _tracing(sess["tracing"])
         changes.update(_voice(out))
-        if in_format is not None:
+        if in_format is not None and not self.audio.fixed:
             self.audio.set_input_format(in_format)
-        if out_format is not None:
+        if out_format is not None and not self.audio.fixed:
             self.audio.output_format = out_format
         return UpdateSession(changes, event_id, tuple(refused))
 

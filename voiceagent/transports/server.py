@@ -468,15 +468,15 @@ class VoiceAgentServer:
             await self._end_session(session)
             raise
         task = asyncio.create_task(self._run_call(call), name=f"{session.id}.call")
-        self._calls[session.id] = (call, task)
+        self._calls[call.call_id] = (call, task)
         log.info("session %s opened as a WebRTC call", session.id)
-        return _bytes(http.HTTPStatus.CREATED, answer.encode(), "application/sdp", Location=f"{CALLS_PATH}/{session.id}")
+        return _bytes(http.HTTPStatus.CREATED, answer.encode(), "application/sdp", Location=f"{CALLS_PATH}/{call.call_id}")
 
     async def _run_call(self, call: WebRtcCall) -> None:
         try:
             await call.run()
         finally:
-            self._calls.pop(call.id, None)
+            self._calls.pop(call.call_id, None)
             await self._end_session(call.session)
             log.info("session %s closed", call.id)
 

@@ -32,6 +32,7 @@ import contextlib
 import fractions
 import json
 import logging
+import secrets
 from collections.abc import Callable
 from typing import Any
 
@@ -203,15 +204,25 @@ class WebRtcCall:
         """``send_metrics``: ``voiceagent.turn_metrics`` events too (``?voiceagent_metrics=1``)."""
         self.session = session
         self.id = session.id
+        self.call_id = f"rtc_{secrets.token_hex(16)}"
+        """The call's id in ``/v1/realtime/calls/ID``: random, so that no client can hang up a
+        call it did not make by guessing (session ids count up)."""
         self.codec = RealtimeCodec(session.settings, voice_rate, send_metrics=send_metrics)
-        self.commands = RealtimeCommands(session, self.codec, self._send)
+        self.codec.audio.fixed = True  # the tracks carry the audio: formats named for the WebSocket are left as they are
+        self.commands = RealtimeCommands(session, self.codec, self._send, self._audio_allowed)
+        self._audio_ms = 0.0  # audio appended through the data channel (input_audio_buffer.append)
+        self._started = session.clock.now()
         self.speaker = SpeakerTrack(session.clock.now, session.clock.sleep_until)
         self._ice_servers = ice_servers
         self._media_timeout_s = media_timeout_s
         self._pc: Any = None
         self._channel: Any = None
-        self._pending: list[str] = []  # events before the data channel opened
+        self._pending: list[str] = [json.dumps(self.codec.session_message("session.created", self.id))]
+        """Events before the data channel opened, ``session.created`` first (a multipart form's
+        ``session`` is applied before the call runs: its ``session.updated`` comes after)."""
+        self._inbox: asyncio.Queue[Any] = asyncio.Queue()  # client events, applied one at a time in order
         self._ended = asyncio.Event()
+        self._closing = False
         self._tasks: set[asyncio.Task[None]] = set()
         self._last_media = session.clock.now()
         self._in_rate = TRACK_RATE
@@ -240,23 +251,35 @@ class WebRtcCall:
                     log.warning("call %s: aiortc's jitter buffer not found; the microphone keeps its 80 ms", self.id)
             await pc.setLocalDescription(await pc.createAnswer())
         except Exception as exc:  # aiortc raises ValueError and others for offers it cannot take
-            await pc.close()
+            await self.close()
             raise WebRtcError(f"the SDP offer could not be answered: {exc}") from None
+        except BaseException:  # cancelled (the handshake's time-out, a shutdown): nothing left behind
+            await asyncio.shield(self.close())
+            raise
         return str(pc.localDescription.sdp)
+
+    async def close(self) -> None:
+        """Stop the call's tasks and close the peer connection (not the session); idempotent."""
+        self._closing = True
+        if self._pc is not None:
+            with contextlib.suppress(Exception):
+                await self._pc.close()
+        while self._tasks:  # a task may have been started while the others ended
+            tasks = set(self._tasks)
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            self._tasks -= tasks
 
     async def run(self) -> None:
         """Serve the call until it ends (see the module docstring); the session is closed then."""
-        writer = asyncio.create_task(self._write(), name=f"{self.id}.webrtc-writer")
-        watch = asyncio.create_task(self._watch(), name=f"{self.id}.webrtc-watch")
+        self._spawn(self._write(), "writer")
+        self._spawn(self._watch(), "watch")
+        self._spawn(self._read_events(), "events")
         try:
             await self._ended.wait()
         finally:
-            for task in (writer, watch, *self._tasks):
-                task.cancel()
-            await asyncio.gather(writer, watch, *self._tasks, return_exceptions=True)
-            if self._pc is not None:
-                with contextlib.suppress(Exception):
-                    await self._pc.close()
+            await self.close()
             await self.session.aclose()
 
     def hang_up(self, why: str) -> None:
@@ -281,7 +304,7 @@ class WebRtcCall:
         self._channel = channel
 
         def on_message(message: Any) -> None:
-            self._spawn(self._client_event(message), "event")
+            self._inbox.put_nowait(message)  # applied in order by _read_events
 
         channel.on("message", on_message)
         channel.on("close", lambda: self.hang_up("data channel closed"))
@@ -292,17 +315,32 @@ class WebRtcCall:
     # ------------------------------------------------------------------ the work
 
     def _spawn(self, coro: Any, what: str) -> None:
+        if self._closing:
+            coro.close()
+            return
         task = asyncio.create_task(coro, name=f"{self.id}.webrtc-{what}")
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _client_event(self, message: Any) -> None:
-        if not isinstance(message, str):
-            await self.commands.error(ProtocolError("binary_not_supported", "send JSON text messages on the data channel"))
-            return
-        await self.commands.handle(message)
-        # Audio travels on the tracks, whatever format a client names for the WebSocket path.
-        self.codec.audio.output_format = "audio/pcm"
+    def _audio_allowed(self, ms: float) -> bool:
+        """``input_audio_buffer.append`` on the data channel: no further ahead of real time than
+        ``server.audio_burst_s`` (as on the WebSocket)."""
+        burst_ms = self.session.config.server.audio_burst_s * 1000.0
+        elapsed_ms = (self.session.clock.now() - self._started) * 1000.0
+        if burst_ms > 0 and self._audio_ms + ms > elapsed_ms + burst_ms:
+            return False
+        self._audio_ms += ms
+        return True
+
+    async def _read_events(self) -> None:
+        """The client's events, one at a time in their order (an update is applied, and answered,
+        before the event after it is read), as on the WebSocket path."""
+        while True:
+            message = await self._inbox.get()
+            if not isinstance(message, str):
+                await self.commands.error(ProtocolError("binary_not_supported", "send JSON text messages on the data channel"))
+                continue
+            await self.commands.handle(message)
 
     async def _read_microphone(self, track: Any) -> None:
         from aiortc.mediastreams import MediaStreamError
@@ -349,7 +387,6 @@ class WebRtcCall:
                 return
 
     async def _write(self) -> None:
-        await self._send(self.codec.session_message("session.created", self.id))
         async for event in self.session.events():
             for message in self.codec.encode(event):
                 await self._send(message)
