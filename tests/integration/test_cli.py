@@ -77,13 +77,16 @@ def test_models_lists_sources_and_prepare_is_idempotent(tmp_path: Path) -> None:
     ):
         assert needle in listing
     assert "unprepared" in listing  # nothing joined yet in this cache
-    first = subprocess.run([*CLI, "models", "prepare"], capture_output=True, text=True, env=env, timeout=120, check=True).stdout
+    # The packaged GGUF as shipped: the conversion (llm.quant) adds a minute and is not this test's
+    # subject (tests/unit/test_llm_weights.py; every set-up runs it for real).
+    shipped = ["--set", "llm.quant=shipped"]
+    first = subprocess.run([*CLI, "models", "prepare", *shipped], capture_output=True, text=True, env=env, timeout=120, check=True).stdout
     assert "prepared llm.qwen2.5-0.5b" in first and "sha256 ok" in first
     joined = tmp_path / "models" / "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
     mtime = joined.stat().st_mtime_ns
-    subprocess.run([*CLI, "models", "prepare"], capture_output=True, text=True, env=env, timeout=120, check=True)
+    subprocess.run([*CLI, "models", "prepare", *shipped], capture_output=True, text=True, env=env, timeout=120, check=True)
     assert joined.stat().st_mtime_ns == mtime, "a prepared model was joined again"
-    verify = subprocess.run([*CLI, "models", "verify"], capture_output=True, text=True, env=env, timeout=120, check=True).stdout
+    verify = subprocess.run([*CLI, "models", "verify", *shipped], capture_output=True, text=True, env=env, timeout=120, check=True).stdout
     assert "qwen2.5-0.5b: sha256 1d9614638d18" in verify
 
 

@@ -175,6 +175,7 @@ def _check_cut(result: TalkResult, item: Any) -> None:
 
 
 @models
+@pytest.mark.serial  # the answer must be speaking when the interruption comes: a loaded run once had sent nothing yet
 def test_talk_barge_in_in_process(engines: Any, speech: dict[str, Path], run: Callable[..., Any], tmp_path: Path) -> None:
     mic_file = _barge_in_file(speech, tmp_path / "mic.wav")
     printed = io.StringIO()
