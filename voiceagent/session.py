@@ -42,7 +42,6 @@ from voiceagent.events import (
     InputCleared,
     InputCommit,
     InputTranscriptFailed,
-    ItemsDropped,
     ItemTruncated,
     TextItemAdded,
 )
@@ -103,20 +102,7 @@ class Session:
         self._arrivals: deque[tuple[float, float]] = deque(maxlen=3000)  # (end_ms, clock time)
         self._started = False
         self._closed = False
-        self.replies = ReplyController(
-            self.id,
-            self.clock,
-            config,
-            self.metrics,
-            self.history,
-            lambda: self.settings,
-            self._emit,
-            self._trim_history,
-            self._arrival_time,
-            wall_clock,
-            self._fitter,
-            lambda: self._audio_ms,
-        )
+        self.replies = ReplyController(self.id, self.clock, config, self.metrics, self.history, self, wall_clock, self._fitter)
         self.scope: Generations = self.replies.generations
 
     # ------------------------------------------------------------------ lifecycle
@@ -147,7 +133,7 @@ class Session:
         # LLM stage tells the turn stage how likely the user's sentence is to end.
         first_audio = GenerationGate(enabled=cfg.llm.yield_to_tts, scope=self.scope)
         first_token = GenerationGate(enabled=cfg.llm.yield_to_tts, timeout_s=0.5, scope=self.scope)
-        settings = lambda: self.settings  # noqa: E731 - stages read the settings current at each use
+        settings = self.current_settings  # stages read the settings current at each use
         self.vad = VadStage(
             ctx, self._vad_in, stt_in, VadPorts(self._engines.vad, settings, replies.agent_audible), VadOptions.from_config(cfg.vad)
         )
@@ -160,7 +146,7 @@ class Session:
             turn_in,
             llm_in,
             TurnPorts(
-                turns=replies,
+                turns=replies.core,
                 backend=self._engines.turn if cfg.turn.model != "none" else None,
                 settings=settings,
                 llm_started=first_token,
@@ -185,9 +171,7 @@ class Session:
             ),
             LlmOptions.from_config(cfg.llm),
         )
-        replies.connect(llm_in, play_in, self.llm.prefill)
-        if self._engines.cache is not None:
-            replies.on_completed = self.llm.completed
+        replies.connect(llm_in, play_in, self.llm.prefill, self.llm.completed if self._engines.cache is not None else None)
         self.tts = TtsStage(
             ctx,
             tts_in,
@@ -320,6 +304,10 @@ class Session:
         self._arrivals.append((self._audio_ms, now))
         await self._vad_in.put(frame)
 
+    def current_settings(self) -> SessionSettings:
+        """The settings as they are now (what stages read at each use)."""
+        return self.settings
+
     @property
     def input_ms(self) -> float:
         """Milliseconds of user audio received so far."""
@@ -331,7 +319,7 @@ class Session:
 
     async def clear_input(self) -> None:
         await self._vad_in.put(InputClear(t=self.clock.now(), gen=self.scope.current, session=self.id))
-        await self._emit(InputCleared(t=self.clock.now(), gen=self.scope.current, session=self.id))
+        await self.emit(InputCleared(t=self.clock.now(), gen=self.scope.current, session=self.id))
 
     async def add_text(self, text: str, role: str = "user", previous_item_id: str | None = None) -> str:
         """Add a text item to the history (``conversation.item.create``); returns its id.
@@ -349,7 +337,7 @@ class Session:
             item_id = self.history.add_user(text).id
         if previous_item_id is not None:
             self.history.move_after(item_id, None if previous_item_id == "root" else previous_item_id)
-        await self._emit(
+        await self.emit(
             TextItemAdded(
                 t=self.clock.now(),
                 gen=self.scope.current,
@@ -360,14 +348,8 @@ class Session:
                 text=text,
             )
         )
-        await self._trim_history()
+        await self.replies.trim_history()
         return item_id
-
-    async def _trim_history(self) -> None:
-        """Keep at most ``server.max_history_items`` items; the client is told which left."""
-        dropped = self.history.trim(self.config.server.max_history_items)
-        if dropped:
-            await self._emit(ItemsDropped(t=self.clock.now(), gen=self.scope.current, session=self.id, item_ids=tuple(dropped)))
 
     async def create_response(
         self,
@@ -429,7 +411,7 @@ class Session:
         item.cut(audio_end_ms, by_client=True)
         # The item may still be being paced out: what the client declared unheard is not sent.
         await self.replies.stop_item(item_id)
-        await self._emit(
+        await self.emit(
             ItemTruncated(
                 t=self.clock.now(), gen=self.scope.current, session=self.id, item_id=item_id, audio_end_ms=audio_end_ms, text=item.text
             )
@@ -446,14 +428,14 @@ class Session:
 
     # ------------------------------------------------------------------ internals
 
-    def _arrival_time(self, audio_ms: float) -> float:
+    def arrival_time(self, audio_ms: float) -> float:
         """When the input audio up to ``audio_ms`` arrived (the end of speech, for the timeline)."""
         for end_ms, t in self._arrivals:
             if end_ms >= audio_ms:
                 return t
         return self.clock.now()
 
-    async def _emit(self, event: Event) -> None:
+    async def emit(self, event: Event) -> None:
         if isinstance(event, ErrorEvent):
             self.metrics.error(event.code)
         await self._outbox.put(event)
@@ -462,7 +444,7 @@ class Session:
         if err.stage == "stt":
             item_id = self.replies.transcription_failed()
             if item_id is not None:
-                await self._emit(InputTranscriptFailed(t=self.clock.now(), gen=gen, session=self.id, item_id=item_id, message=err.message))
-        await self._emit(
+                await self.emit(InputTranscriptFailed(t=self.clock.now(), gen=gen, session=self.id, item_id=item_id, message=err.message))
+        await self.emit(
             ErrorEvent(t=self.clock.now(), gen=gen, session=self.id, code=f"{err.stage}_failed", message=err.message, kind="server_error")
         )

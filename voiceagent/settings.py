@@ -7,12 +7,13 @@ that read the settings at the start of a turn sees one consistent view.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 from voiceagent.config import Config
 from voiceagent.tools.mcp import McpServer
 from voiceagent.tools.spec import Tool
 
-__all__ = ["EAGERNESS_LEVELS", "InputItem", "SessionSettings", "Tracing", "TurnDetection", "settings_from_config"]
+__all__ = ["EAGERNESS_LEVELS", "InputItem", "SessionSettings", "SettingsSource", "Tracing", "TurnDetection", "settings_from_config"]
 
 
 EAGERNESS_LEVELS = ("low", "medium", "high", "auto")
@@ -126,3 +127,11 @@ def settings_from_config(config: Config) -> SessionSettings:
         voice=config.tts.model,
         examples=config.llm.example_pairs,
     )
+
+
+class SettingsSource(Protocol):
+    """Whoever holds a session's settings as they are now (the session): read at each use,
+    since ``session.update`` replaces them."""
+
+    @property
+    def settings(self) -> SessionSettings: ...

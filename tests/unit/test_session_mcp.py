@@ -18,7 +18,7 @@ from pydantic import TypeAdapter
 from tests.mcp_server import WEATHER, McpTestServer, unused_url
 from voiceagent.config import Config, ToolsConfig
 from voiceagent.conversation.history import McpCallItem
-from voiceagent.conversation.replies import ANSWER_FROM_TOOLS, MCP_APOLOGY
+from voiceagent.conversation.prompts import ANSWER_FROM_TOOLS, MCP_APOLOGY
 from voiceagent.events import (
     ErrorEvent,
     Event,
@@ -255,8 +255,8 @@ def test_barge_in_during_a_call_cancels_it(run: Run, make_fakes: MakeFakes, mcp_
             assert done.error is not None and done.error["message"].startswith("cancelled")
             assert [c.error for c in cancelled.calls] == [done.error]
             assert not log.of_type(ErrorEvent)  # a cancelled call is no failure
-            reply_tasks = [t for r in session.replies.live().values() for t, _, _ in r.mcp_calls.values()]
-            assert reply_tasks == []
+            reply_tasks = session.replies.running("mcp.call")
+            assert reply_tasks == ()
             # the session goes on: the next turn is answered, with no apology
             await say_turn(session, speech_ms=0)
             _, answer = await log.wait_type(ResponseDone, after=i_cancelled + 1, status=ResponseStatus.COMPLETED)
@@ -276,7 +276,7 @@ def test_closing_the_session_cancels_a_call_under_way(run: Run, make_fakes: Make
             session.update(mcp_servers=(McpServer("weather", mcp_server.url),))
             await say_turn(session)
             await log.wait_type(McpCallAdded)
-            tasks = [t for r in session.replies.live().values() for t, _, _ in r.mcp_calls.values()]
+            tasks = session.replies.running("mcp.call")
             assert len(tasks) == 1
         assert tasks[0].cancelled()  # cancelled and awaited by aclose, not left running
 

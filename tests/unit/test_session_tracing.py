@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from voiceagent.config import Config
-from voiceagent.conversation.reply import Reply, turn_record
+from voiceagent.conversation.reply import Reply
+from voiceagent.conversation.report import turn_record
 from voiceagent.errors import ProtocolError
 from voiceagent.events import ResponseStatus
 from voiceagent.settings import Tracing, settings_from_config

@@ -12,9 +12,9 @@ import pytest
 
 from voiceagent.clock import VirtualClock
 from voiceagent.config import Config, TurnConfig
-from voiceagent.conversation.replies import IDLE_PROMPT
+from voiceagent.conversation.prompts import IDLE_PROMPT
 from voiceagent.errors import ProtocolError
-from voiceagent.events import InputCommitted, InputSpeechStarted, InputTimeoutTriggered, ResponseCreated, ResponseDone
+from voiceagent.events import Event, InputCommitted, InputSpeechStarted, InputTimeoutTriggered, ResponseCreated, ResponseDone
 from voiceagent.settings import TurnDetection, settings_from_config
 from voiceagent.stages.turn import EAGERNESS, Confirm, Endpointer, Endpointing
 from voiceagent.transports.realtime_codec import RealtimeCodec
@@ -223,7 +223,7 @@ def test_an_idle_timeout_due_in_a_transcription_session_does_nothing(run: Run, m
             session.update(**idle_config(2000))
             await session.add_text("What time is it?")
             await log.wait_type(ResponseDone, response_id=await session.create_response())
-            task = session.replies._idle
+            [task] = session.replies.running("idle")
             assert task is not None
             # The settings alone (not through update(), which disarms): the check at fire time.
             session.settings = dataclasses.replace(session.settings, kind="transcription")
@@ -245,14 +245,18 @@ def test_an_idle_timeout_that_has_fired_is_still_cancelled_by_close(run: Run, ma
             session.update(**idle_config(2000))
             await session.add_text("What time is it?")
             await log.wait_type(ResponseDone, response_id=await session.create_response())
-            task = session.replies._idle
+            [task] = session.replies.running("idle")
             assert task is not None
 
-            async def blocked() -> None:
-                stuck.set()
-                await asyncio.Event().wait()  # never set: the fired timeout waits here until cancelled
+            emit = session.emit
 
-            session.replies._trim_history = blocked  # type: ignore[method-assign]
+            async def blocked(event: Event) -> None:
+                if isinstance(event, InputCommitted):
+                    stuck.set()
+                    await asyncio.Event().wait()  # never set: the fired timeout waits here until cancelled
+                await emit(event)
+
+            session.emit = blocked  # type: ignore[method-assign]
             clock.advance(30.0)
             await log.wait_type(InputTimeoutTriggered)
             await asyncio.wait_for(stuck.wait(), 5)

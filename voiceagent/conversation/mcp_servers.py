@@ -21,6 +21,7 @@ from typing import Any
 from voiceagent.clock import Clock
 from voiceagent.conversation.history import new_id
 from voiceagent.events import ErrorEvent, Event, McpToolsListed
+from voiceagent.pipeline import Generations
 from voiceagent.tools.mcp import McpClient, McpError, McpServer, McpTool, check_host
 
 __all__ = ["McpServers"]
@@ -36,14 +37,14 @@ class McpServers:
         self,
         session_id: str,
         clock: Clock,
-        gen: Callable[[], int],
+        scope: Generations,
         emit: Callable[[Event], Awaitable[None]],
         timeout_s: float,
         allowed_hosts: frozenset[str] = frozenset(),
     ) -> None:
         self._id = session_id
         self._clock = clock
-        self._gen = gen
+        self._scope = scope
         self._emit = emit
         self._timeout_s = timeout_s
         self._allowed = allowed_hosts
@@ -125,7 +126,7 @@ class McpServers:
             await self._emit(
                 ErrorEvent(
                     t=self._clock.now(),
-                    gen=self._gen(),
+                    gen=self._scope.current,
                     session=self._id,
                     code="mcp_list_tools_failed",
                     message=f"the tools of MCP server {server.label!r} could not be listed, so none are offered: {exc.message}",
@@ -140,7 +141,7 @@ class McpServers:
         await self._emit(
             McpToolsListed(
                 t=self._clock.now(),
-                gen=self._gen(),
+                gen=self._scope.current,
                 session=self._id,
                 item_id=item_id,
                 server_label=server.label,

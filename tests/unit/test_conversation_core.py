@@ -1,0 +1,395 @@
+"""The conversation core as a table: inputs in, effects out; no event loop, no threads, a virtual clock.
+
+Each effect is written as a short string (:func:`show`): ``emit:EventName``, ``release``,
+``answer``, ``arm``/``disarm`` (the idle timeout), ``mcp:TOOL``, ``cancel_mcp``, ``timer``,
+``report:STATUS``, ``completed``, ``barge_in``, ``prefill:TEXT``."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pytest
+
+from voiceagent.clock import VirtualClock
+from voiceagent.config import Config
+from voiceagent.conversation.catalog import ToolBox
+from voiceagent.conversation.core import ConversationCore
+from voiceagent.conversation.effects import (
+    ArmIdle,
+    CancelMcpCalls,
+    Completed,
+    CountBargeIn,
+    DisarmIdle,
+    Effect,
+    Emit,
+    Prefill,
+    Release,
+    Report,
+    RunMcpCall,
+    StartAnswer,
+    StartTimer,
+    TurnEnded,
+)
+from voiceagent.conversation.history import History
+from voiceagent.conversation.reply import ReplyState, ResponseOptions
+from voiceagent.errors import ProtocolError
+from voiceagent.events import (
+    AudioDelta,
+    GenerationEnd,
+    Mark,
+    McpCallDone,
+    PlaybackCleared,
+    ResponseCreated,
+    ResponseDone,
+    ResponseStatus,
+    SpeechStarted,
+    ToolCallMade,
+    TranscriptDelta,
+    TurnConfirmed,
+)
+from voiceagent.pipeline import GenerationScope
+from voiceagent.settings import SessionSettings, TurnDetection, settings_from_config
+from voiceagent.tools.builtin import BuiltinTools
+from voiceagent.tools.mcp import McpTool
+from voiceagent.tools.spec import Tool
+
+
+def show(effects: Sequence[Effect]) -> list[str]:
+    out: list[str] = []
+    for fx in effects:
+        if isinstance(fx, Emit):
+            out.append(f"emit:{type(fx.event).__name__}")
+        elif isinstance(fx, Release):
+            out.append("release")
+        elif isinstance(fx, StartAnswer):
+            out.append("answer")
+        elif isinstance(fx, ArmIdle):
+            out.append("arm")
+        elif isinstance(fx, DisarmIdle):
+            out.append("disarm")
+        elif isinstance(fx, RunMcpCall):
+            out.append(f"mcp:{fx.tool.tool.name}")
+        elif isinstance(fx, CancelMcpCalls):
+            out.append("cancel_mcp")
+        elif isinstance(fx, StartTimer):
+            out.append("timer")
+        elif isinstance(fx, Report):
+            out.append(f"report:{fx.status.value}")
+        elif isinstance(fx, Completed):
+            out.append("completed")
+        elif isinstance(fx, CountBargeIn):
+            out.append("barge_in")
+        elif isinstance(fx, Prefill):
+            out.append(f"prefill:{fx.text}")
+        else:  # pragma: no cover - every effect is named above
+            raise AssertionError(fx)
+    return out
+
+
+def emitted(effects: Sequence[Effect], kind: type[Any]) -> list[Any]:
+    return [fx.event for fx in effects if isinstance(fx, Emit) and isinstance(fx.event, kind)]
+
+
+class FakeMcp:
+    """The MCP servers' lookup: one tool, ``lookup``, on server ``docs``."""
+
+    def __init__(self) -> None:
+        self.tool = McpTool("docs", Tool("lookup"), {"type": "object"})
+
+    def tools(self) -> tuple[McpTool, ...]:
+        return (self.tool,)
+
+    def find(self, name: str) -> McpTool | None:
+        return self.tool if name == "lookup" else None
+
+
+@dataclasses.dataclass
+class Host:
+    settings: SessionSettings
+
+
+class World:
+    """One core with its history, settings and clock."""
+
+    def __init__(self, *, idle_ms: int | None = None, interrupt: bool = True, mcp: bool = False) -> None:
+        config = Config()
+        self.clock = VirtualClock(100.0)
+        detection = TurnDetection(0.5, 96, 320, interrupt_response=interrupt, idle_timeout_ms=idle_ms)
+        self.host = Host(dataclasses.replace(settings_from_config(config), turn_detection=detection))
+        self.history = History()
+        builtin = BuiltinTools(lambda: dt.datetime(2026, 11, 27, 12, 0, tzinfo=dt.UTC))
+        toolbox = ToolBox(FakeMcp() if mcp else _NoMcp(), builtin)  # type: ignore[arg-type]
+        self.core = ConversationCore("sess_t", self.clock, config, self.history, self.host, toolbox, GenerationScope())
+
+    def ev(self, cls: type[Any], **fields: Any) -> Any:
+        return cls(t=self.clock.now(), gen=fields.pop("gen", self.core.generations.current), session="sess_t", **fields)
+
+    def turn(self, text: str = "hello", *, respond: bool = True) -> list[Effect]:
+        """The user speaks and the turn stage confirms the turn (a new generation answers it)."""
+        effects = self.core.handle(self.ev(SpeechStarted, audio_ms=0.0))
+        gen = self.core.begin() if respond else 0
+        confirmed = self.ev(TurnConfirmed, gen=gen, text=text, audio_end_ms=800.0, respond=respond, marks={})
+        return effects + self.core.handle(TurnEnded(confirmed, speech_end_t=self.clock.now()))
+
+    def end(self, status: ResponseStatus = ResponseStatus.COMPLETED) -> list[Effect]:
+        return self.core.handle(self.ev(GenerationEnd, text="", status=status))
+
+    def audio(self, ms: float) -> list[Effect]:
+        pcm = np.zeros(int(24 * ms), dtype=np.int16)
+        return self.core.handle(self.ev(AudioDelta, response_id="r", item_id="i", pcm=pcm, rate=24000, offset_ms=0.0))
+
+    def call(self, name: str, arguments: str = "{}") -> list[Effect]:
+        return self.core.handle(self.ev(ToolCallMade, call_id=f"call_{name}", name=name, arguments=arguments))
+
+
+class _NoMcp:
+    def tools(self) -> tuple[McpTool, ...]:
+        return ()
+
+    def find(self, name: str) -> McpTool | None:
+        return None
+
+
+def test_a_confirmed_turn_commits_the_user_item_and_releases_its_answer() -> None:
+    w = World()
+    assert show(w.turn()) == [
+        "emit:InputSpeechStarted",
+        "emit:InputSpeechStopped",
+        "emit:InputCommitted",
+        "emit:InputTranscriptDone",
+        "emit:ResponseCreated",
+        "release",
+    ]
+    assert w.core.active_response_id is not None and w.core.agent_audible()
+    assert [i.role for i in w.history.items] == ["user", "assistant"]
+
+
+def test_a_turn_that_is_not_answered_commits_only() -> None:
+    w = World()
+    assert show(w.turn(respond=False)) == [
+        "emit:InputSpeechStarted",
+        "emit:InputSpeechStopped",
+        "emit:InputCommitted",
+        "emit:InputTranscriptDone",
+    ]
+    assert w.core.active_response_id is None
+
+
+def test_a_partial_transcript_goes_to_the_client_and_prefills_the_answer() -> None:
+    w = World()
+    w.core.handle(w.ev(SpeechStarted, audio_ms=0.0))
+    assert show(w.core.handle(w.ev(TranscriptDelta, text="what is"))) == ["emit:InputTranscriptDelta", "prefill:what is"]
+    w.host.settings = dataclasses.replace(w.host.settings, kind="transcription")
+    assert show(w.core.handle(w.ev(TranscriptDelta, text="the time"))) == ["emit:InputTranscriptDelta"]
+
+
+@pytest.mark.parametrize(
+    ("interrupt", "expected"),
+    [
+        (True, ["emit:InputSpeechStarted", "barge_in", "emit:PlaybackCleared"]),  # already done: cut, not ended again
+        (False, ["emit:InputSpeechStarted"]),
+    ],
+)
+def test_speech_over_an_audible_reply_barges_in_unless_interrupt_response_is_off(interrupt: bool, expected: list[str]) -> None:
+    w = World(interrupt=interrupt)
+    w.turn()
+    [reply] = w.core.live().values()
+    reply.listener.schedule(w.clock.now(), 1.0)  # playout sent a second of audio: heard until 101.0
+    w.audio(1000.0)
+    w.end()  # all sent: the response is done, the listener still hears it
+    w.clock.advance(0.5)
+    effects = w.core.handle(w.ev(SpeechStarted, audio_ms=2000.0))
+    assert show(effects) == expected
+    if interrupt:
+        [cleared] = emitted(effects, PlaybackCleared)
+        assert cleared.heard_ms == pytest.approx(500.0) and reply.item is not None and reply.item.heard_ms == pytest.approx(500.0)
+
+
+def test_a_reply_heard_to_its_end_is_not_barged_in() -> None:
+    w = World()
+    w.turn()
+    w.end()
+    # Nothing was sent: nothing is audible once the generation ended.
+    assert show(w.core.handle(w.ev(SpeechStarted, audio_ms=2000.0))) == ["emit:InputSpeechStarted"]
+
+
+def test_a_completed_reply_reports_arms_the_idle_timeout_and_feeds_the_cache() -> None:
+    w = World(idle_ms=2000)
+    w.turn()
+    w.audio(500.0)
+    effects = w.end()
+    assert show(effects) == ["emit:ResponseDone", "report:completed", "arm", "completed"]
+    assert w.core.active_response_id is None and w.core.idle_armed
+
+
+def test_audio_of_a_stale_generation_is_dropped() -> None:
+    w = World()
+    w.turn()
+    stale = w.core.generations.current
+    w.core.begin()
+    assert (
+        w.core.handle(w.ev(AudioDelta, gen=stale, response_id="r", item_id="i", pcm=np.zeros(240, np.int16), rate=24000, offset_ms=0)) == []
+    )
+    assert not w.core.spoke
+
+
+def test_a_withdrawn_speculation_leaves_nothing_behind() -> None:
+    w = World()
+    gen = w.core.begin()
+    w.core.handle(w.ev(Mark, gen=gen, name="llm_first_token"))
+    assert list(w.core.live()) == [gen]
+    w.core.retract(gen)
+    assert w.core.live() == {}
+
+
+def test_response_create_is_refused_while_one_is_active_and_in_a_transcription_session() -> None:
+    w = World()
+    _, effects = w.core.create_response(ResponseOptions())
+    assert show(effects) == ["emit:ResponseCreated", "release", "answer"]
+    with pytest.raises(ProtocolError) as busy:
+        w.core.create_response(ResponseOptions())
+    assert busy.value.code == "conversation_already_has_active_response"
+    w.end()
+    w.host.settings = dataclasses.replace(w.host.settings, kind="transcription")
+    with pytest.raises(ProtocolError) as transcribing:
+        w.core.create_response(ResponseOptions())
+    assert transcribing.value.code == "invalid_state"
+    assert w.core.active_response_id is None
+
+
+def test_an_out_of_band_response_stays_out_of_the_history() -> None:
+    w = World(idle_ms=2000)
+    _, effects = w.core.create_response(ResponseOptions(out_of_band=True, metadata={"k": "v"}))
+    [created] = emitted(effects, ResponseCreated)
+    assert not created.in_conversation and created.metadata == {"k": "v"} and w.history.items == []
+    assert show(w.end()) == ["emit:ResponseDone", "report:completed", "arm"]  # not cached
+
+
+def test_cancel_stop_and_clear_end_the_active_response_once() -> None:
+    w = World()
+    assert w.core.cancel_response() == (False, [])
+    w.core.create_response(ResponseOptions())
+    stopped, effects = w.core.cancel_response()
+    assert stopped and show(effects) == ["barge_in", "emit:PlaybackCleared", "emit:ResponseDone", "report:cancelled"]
+    assert w.core.cancel_response() == (False, [])
+    [cleared] = emitted(w.core.clear_output(), PlaybackCleared)
+    assert cleared.response_id == ""  # nothing was playing
+    reply_id, _ = w.core.create_response(ResponseOptions())
+    item_id = w.core.live()[w.core.generations.current].item_id
+    assert w.core.stop_item("item_other") == (False, [])
+    stopped, effects = w.core.stop_item(item_id)
+    assert stopped and show(effects) == ["emit:ResponseDone", "report:cancelled"]
+    assert emitted(effects, ResponseDone)[0].response_id == reply_id
+
+
+def test_the_idle_timeout_commits_silence_and_asks_the_user_to_go_on() -> None:
+    w = World(idle_ms=2000)
+    [arm] = w.core.settings_changed()
+    assert isinstance(arm, ArmIdle) and arm.deadline == pytest.approx(102.0)
+    w.clock.advance(2.0)
+    assert w.core.idle_due(arm.token - 1, 2000.0) == []  # an older timeout: stale
+    effects = w.core.idle_due(arm.token, 2000.0)
+    assert show(effects) == ["emit:InputTimeoutTriggered", "emit:InputCommitted", "emit:ResponseCreated", "release", "answer"]
+    assert w.history.items[0].role == "user" and not w.core.idle_armed
+    assert w.core.idle_due(arm.token, 2000.0) == []  # fired once
+
+
+def test_speech_disarms_the_idle_timeout_and_its_due_does_nothing() -> None:
+    w = World(idle_ms=2000)
+    [arm] = w.core.settings_changed()
+    assert show(w.core.handle(w.ev(SpeechStarted, audio_ms=0.0))) == ["disarm", "emit:InputSpeechStarted"]
+    assert isinstance(arm, ArmIdle) and w.core.idle_due(arm.token, 0.0) == []
+
+
+def test_a_built_in_tool_runs_here_and_its_answer_follows_the_reply() -> None:
+    w = World()
+    w.turn("what time is it")
+    assert show(w.call("get_time")) == ["emit:FunctionCallAdded", "emit:ToolOutputAdded"]
+    first = w.core.active_response_id
+    effects = w.end()
+    assert show(effects) == ["emit:ResponseDone", "report:completed", "completed", "emit:ResponseCreated", "release", "answer"]
+    [sequel] = [w.core.options(g) for g in w.core.live()]
+    assert sequel is not None and sequel.tool_choice == "none"
+    assert w.core.active_response_id not in (None, first)
+
+
+def test_a_timer_due_during_a_response_is_announced_after_it() -> None:
+    w = World()
+    w.turn("remind me in a minute")
+    [timer] = [fx for fx in w.call("set_timer", '{"seconds": 60, "label": "tea"}') if isinstance(fx, StartTimer)]
+    w.end()  # the answer from the tool is now active
+    assert w.core.timer_due(timer.timer) == []
+    effects = w.end()
+    assert show(effects)[-3:] == ["emit:ResponseCreated", "release", "answer"]
+    options = w.core.options(w.core.generations.current)
+    assert options is not None and options.instructions is not None and "tea" in options.instructions
+
+
+def test_a_speculative_answers_call_is_held_until_release() -> None:
+    w = World()
+    gen = w.core.begin()
+    assert w.core.handle(w.ev(ToolCallMade, gen=gen, call_id="c1", name="get_weather", arguments="{}")) == []
+    confirmed = w.ev(TurnConfirmed, gen=gen, text="weather?", audio_end_ms=800.0, respond=True, marks={})
+    assert show(w.core.handle(TurnEnded(confirmed, w.clock.now())))[-2:] == ["release", "emit:FunctionCallAdded"]
+    assert not w.core.may_speculate()  # the client runs it: its output comes next
+    item_id, effects = w.core.add_tool_output("c1", '{"t": 18}')
+    assert show(effects) == ["emit:ToolOutputAdded"] and w.core.may_speculate() and w.history.find(item_id) is not None
+    with pytest.raises(ProtocolError) as again:
+        w.core.add_tool_output("c1", "{}")
+    assert again.value.code == "tool_output_already_received"
+
+
+def test_an_mcp_call_keeps_its_response_open_until_its_result() -> None:
+    w = World(mcp=True)
+    w.turn("look it up")
+    assert show(w.call("lookup", '{"q": "x"}')) == ["emit:McpCallAdded", "mcp:lookup"]
+    assert w.end() == []  # the generation ended; the response waits for its call
+    [reply] = w.core.live().values()
+    assert reply.state is ReplyState.ENDING and w.core.active_response_id == reply.id
+    effects = w.core.mcp_call_ended(reply.mcp_items[0].id, "found it", None)
+    assert show(effects) == [
+        "emit:McpCallDone",
+        "emit:ResponseDone",
+        "report:completed",
+        "completed",
+        "emit:ResponseCreated",
+        "release",
+        "answer",
+    ]
+    assert w.core.mcp_call_ended(reply.mcp_items[0].id, "again", None) == []  # told once
+
+
+def test_a_barge_in_cancels_a_running_mcp_call_before_its_response_ends() -> None:
+    w = World(mcp=True)
+    w.turn("look it up")
+    w.call("lookup")
+    [reply] = w.core.live().values()
+    effects = w.core.handle(w.ev(SpeechStarted, audio_ms=2000.0))
+    assert show(effects) == [
+        "emit:InputSpeechStarted",
+        "barge_in",
+        "emit:PlaybackCleared",
+        "cancel_mcp",
+        "emit:McpCallDone",
+        "emit:ResponseDone",
+        "report:cancelled",
+    ]
+    [done] = emitted(effects, McpCallDone)
+    assert done.error is not None and str(done.error["message"]).startswith("cancelled")
+    assert w.core.mcp_call_ended(reply.mcp_items[0].id, "late", None) == []  # the late result is dropped
+
+
+def test_a_failed_mcp_call_is_an_error_and_its_answer_apologises() -> None:
+    w = World(mcp=True)
+    w.turn("look it up")
+    w.call("lookup")
+    w.end()
+    [reply] = w.core.live().values()
+    effects = w.core.mcp_call_ended(reply.mcp_items[0].id, None, {"type": "tool_execution_error", "message": "down"})
+    assert show(effects)[:2] == ["emit:ErrorEvent", "emit:McpCallDone"]
+    options = w.core.options(w.core.generations.current)
+    assert options is not None and options.instructions is not None and "lookup" in options.instructions

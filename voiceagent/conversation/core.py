@@ -1,0 +1,400 @@
+"""The conversation's control, sans I/O: one session's generation, replies, user items and idle timeout.
+
+:class:`ConversationCore` is told what happens (stage events through :meth:`~ConversationCore.handle`,
+the client's requests through their own methods, the shell's timers and MCP results) and answers
+with :mod:`effects <voiceagent.conversation.effects>` in the order they must happen.  It never
+awaits, starts a task or sleeps; it reads only its injected clock.  Its shell,
+:class:`~voiceagent.conversation.replies.ReplyController`, carries the effects out.
+
+Every move of the generation goes through the core: a speculative answer or a confirmed turn
+(:meth:`~ConversationCore.begin`), a withdrawn speculation (:meth:`~ConversationCore.retract`),
+``response.create``, barge-in and ``response.cancel``.  Each generation that answers has one
+:class:`~voiceagent.conversation.reply.Reply`, made when a stage first notes something about it
+and dropped exactly once: at its ``response.done``, when its speculation is withdrawn, or when a
+newer generation supersedes it before release.
+
+Barge-in: speech that starts while a reply is audible moves the generation on (which cancels
+LLM, TTS and playout work in flight); the assistant item is cut to the audio the listener heard,
+the client is told to clear its playback (:class:`~voiceagent.events.PlaybackCleared`) and the
+response ends ``cancelled``.
+
+Errors: a client's request the conversation cannot honour raises
+:class:`~voiceagent.errors.ProtocolError` before any state changes.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from voiceagent.clock import Clock
+from voiceagent.config import Config
+from voiceagent.conversation.calls import ToolCalls
+from voiceagent.conversation.catalog import ToolBox
+from voiceagent.conversation.effects import Completed, Effect, Sink, StartAnswer, TurnEnded
+from voiceagent.conversation.history import History
+from voiceagent.conversation.idle import IdleTimeout
+from voiceagent.conversation.lifecycle import Replies
+from voiceagent.conversation.prompts import IDLE_PROMPT, timer_note
+from voiceagent.conversation.reply import Reply, ReplyState, ResponseOptions
+from voiceagent.conversation.user import UserInput
+from voiceagent.errors import ProtocolError, excerpt
+from voiceagent.events import (
+    AudioDelta,
+    Event,
+    GenerationEnd,
+    ItemsDropped,
+    LlmRoute,
+    LlmUsage,
+    Mark,
+    OutputTranscriptDelta,
+    PlaybackCleared,
+    ResponseStatus,
+    SpeechStarted,
+    ToolCallMade,
+    ToolCallRejected,
+    TranscriptDelta,
+    UserTurn,
+)
+from voiceagent.pipeline import Generations, GenerationScope
+from voiceagent.settings import SettingsSource
+from voiceagent.tools.builtin import TimerRequest
+
+__all__ = ["ConversationCore"]
+
+log = logging.getLogger(__name__)
+
+
+class ConversationCore:
+    """The control of one conversation: inputs in, effects out (see the module's docstring).
+
+    ``host`` holds the session's settings as they are now; ``toolbox`` names the MCP and
+    built-in tools that run on the server; ``scope`` is the generation counter the core alone moves."""
+
+    def __init__(
+        self,
+        session_id: str,
+        clock: Clock,
+        config: Config,
+        history: History,
+        host: SettingsSource,
+        toolbox: ToolBox,
+        scope: GenerationScope,
+    ) -> None:
+        self._id = session_id
+        self._clock = clock
+        self._max_items = config.server.max_history_items
+        self._history = history
+        self._host = host
+        self._scope = scope
+        self._sink = Sink()
+        self.calls = ToolCalls(session_id, clock, self._scope, history, toolbox, host, self._sink, self._trim)
+        self._replies = Replies(session_id, clock, history, self.calls, self._sink, self._trim)
+        self._user = UserInput(session_id, clock, self._scope, history, host, self._sink, self._trim)
+        self._idle = IdleTimeout(clock, host, self._sink)
+        self._timers_due: list[TimerRequest] = []  # built-in timers that went off while a response was active
+
+    # ------------------------------------------------------------------ queries
+
+    @property
+    def generations(self) -> Generations:
+        """The counter, read-only: what stages, channels and gates get."""
+        return self._scope
+
+    @property
+    def active_response_id(self) -> str | None:
+        """The response being generated or spoken, if any."""
+        active = self._replies.active
+        return active.id if active is not None else None
+
+    @property
+    def idle_armed(self) -> bool:
+        """Whether an idle timeout is counting."""
+        return self._idle.armed
+
+    @property
+    def spoke(self) -> bool:
+        """True once any reply's audio went to the client (the voice is fixed from then on)."""
+        return self._replies.spoke
+
+    def live(self) -> dict[int, Reply]:
+        """The replies kept now, by generation (for tests and diagnostics)."""
+        return self._replies.live()
+
+    def options(self, gen: int) -> ResponseOptions | None:
+        """What generation ``gen``'s response was asked with; None: no reply is kept for it."""
+        reply = self._replies.get(gen)
+        return None if reply is None else reply.options
+
+    def speaks(self, gen: int) -> bool:
+        """Whether generation ``gen`` is spoken (else its text goes to the client as text)."""
+        reply = self._replies.get(gen)
+        return self._speaks(reply) if reply is not None else self._host.settings.audio
+
+    def agent_audible(self) -> bool:
+        """Whether the listener may be hearing the agent now (the VAD asks, for barge-in)."""
+        playing = self._replies.playing
+        return playing is not None and playing.audible(self._clock.now())
+
+    def may_speculate(self) -> bool:
+        """No speculative answer while a call waits for its output: its prompt is not known yet."""
+        return not self._history.unanswered_calls()
+
+    # ------------------------------------------------------------------ the generation
+
+    def begin(self) -> int:
+        """Open a new generation for an answer; every earlier one goes stale (turn stage)."""
+        return self._move_on()
+
+    def retract(self, gen: int) -> None:
+        """Speculative answer ``gen`` is withdrawn: it goes stale and its reply is dropped."""
+        self._move_on()
+
+    def _move_on(self) -> int:
+        """The one place the generation moves: every earlier one goes stale, and a reply of theirs
+        that was never released (nobody will see it) is dropped with it.  Released replies stay
+        until their ``response.done``."""
+        gen = self._scope.next()
+        self._replies.drop_unreleased(gen)
+        return gen
+
+    # ------------------------------------------------------------------ what stages observe
+
+    def handle(self, ev: Event | TurnEnded) -> list[Effect]:
+        """What a stage observed: speech, transcripts, a confirmed turn, timeline marks, the
+        engine, calls, the reply's words and audio, the end of a generation."""
+        if isinstance(ev, SpeechStarted):
+            self._idle.disarm()
+            self._user.speech_started(ev)  # speech_started first, then the interrupted response's done (OpenAI's order)
+            detection = self._host.settings.turn_detection
+            if self.agent_audible() and (detection is None or detection.interrupt_response):
+                self._interrupt("turn_detected")
+        elif isinstance(ev, TranscriptDelta):
+            self._user.transcript(ev)
+        elif isinstance(ev, TurnEnded):
+            self._confirm(ev)
+        elif isinstance(ev, Mark | LlmRoute | LlmUsage | ToolCallMade | ToolCallRejected):
+            if not self._scope.is_stale(ev.gen):
+                self._note(ev)
+        elif isinstance(ev, OutputTranscriptDelta | AudioDelta):
+            if not self._scope.is_stale(ev.gen):  # stopped (truncated, cleared, barged in): not one more word
+                self._replies.content(ev)
+        elif isinstance(ev, GenerationEnd):
+            reply = self._replies.get(ev.gen)
+            if reply is not None and not reply.done:
+                if reply.mcp_running and ev.status is ResponseStatus.COMPLETED:
+                    reply.state, reply.ended = ReplyState.ENDING, (ev.status, ev.error)  # its last MCP call finishes it
+                else:
+                    self._finish(reply, ev.status, ev.error)
+        else:  # pragma: no cover - every notified type is handled above
+            log.debug("unhandled event %s", type(ev).__name__)
+        return self._sink.take()
+
+    def _note(self, ev: Mark | LlmRoute | LlmUsage | ToolCallMade | ToolCallRejected) -> None:
+        reply = self._replies.of(ev.gen)
+        if isinstance(ev, ToolCallMade | ToolCallRejected):
+            self.calls.on_call(reply, ev)
+        else:
+            self._replies.note(reply, ev)
+
+    def _confirm(self, ended: TurnEnded) -> None:
+        ev = ended.turn
+        self._user.commit(ended)
+        if not ev.respond or self._scope.is_stale(ev.gen):
+            return
+        previous = self._replies.active
+        if previous is not None:
+            # Already stale (this turn's generation superseded it); close it for the client.
+            self._finish(previous, ResponseStatus.CANCELLED, "turn_detected")
+        reply = self._replies.of(ev.gen)
+        reply.timeline.mark("speech_end", ended.speech_end_t)
+        for name, t in ev.marks.items():
+            reply.timeline.mark(name, t)
+        reply.timeline.mark("turn_confirmed", ev.t)
+        self._release(reply)
+
+    # ------------------------------------------------------------------ the client's requests
+
+    def create_response(self, options: ResponseOptions) -> tuple[str, list[Effect]]:
+        """Answer now from the history (``response.create``): the response's id and effects.
+        ``options`` replace the session's for this response only; an ``item_reference`` in its
+        ``input`` must name an item of the history (``item_not_found``).  Refused with
+        ``conversation_already_has_active_response`` while one is active, and in a
+        transcription session (``invalid_state``)."""
+        reply = self._start_response(options)
+        return reply.id, self._sink.take()
+
+    def _start_response(self, options: ResponseOptions) -> Reply:
+        if self._host.settings.kind != "realtime":
+            raise ProtocolError("invalid_state", "a transcription session does not create responses (session.type is transcription)")
+        if self.active_response_id is not None:
+            raise ProtocolError(
+                "conversation_already_has_active_response", f"response {self.active_response_id} is still in progress; cancel it first"
+            )
+        for n, entry in enumerate(options.input or ()):
+            if entry.ref is not None and self._history.find(entry.ref) is None:
+                raise ProtocolError("item_not_found", f"no item {excerpt(entry.ref)} to reference", param=f"response.input[{n}].id")
+        self._idle.disarm()
+        gen = self.begin()
+        reply = self._replies.of(gen)
+        reply.options = options
+        self._release(reply)
+        self._sink.add(StartAnswer(UserTurn(t=self._clock.now(), gen=gen, session=self._id, text=None, speculative=False)))
+        return reply
+
+    def cancel_response(self, reason: str = "client_cancelled") -> tuple[bool, list[Effect]]:
+        """Stop the response being generated or spoken (``response.cancel``); False: none is."""
+        if self._replies.active is None:
+            return False, []
+        self._interrupt(reason)
+        return True, self._sink.take()
+
+    def stop_item(self, item_id: str) -> tuple[bool, list[Effect]]:
+        """The client declared the rest of item ``item_id`` unheard (``conversation.item.truncate``)
+        while its reply is still paced out: nothing more of it is sent, and it ends ``cancelled``
+        (``client_cancelled``); the caller cuts the item.  False: not the active reply's item."""
+        reply = self._replies.active
+        if reply is None or reply.item_id != item_id:
+            return False, []
+        self._move_on()
+        self._replies.playing = None
+        self._finish(reply, ResponseStatus.CANCELLED, "client_cancelled")
+        return True, self._sink.take()
+
+    def clear_output(self) -> list[Effect]:
+        """``output_audio_buffer.clear``: as a barge-in, a spoken reply still generated or heard
+        stops, keeping what the listener heard; the client is told (:class:`PlaybackCleared`) in
+        every case, with an empty ``response_id`` when nothing was cut.  A text-only reply goes on."""
+        reply, now = self._replies.playing, self._clock.now()
+        if reply is not None and reply.item is not None and self._speaks(reply) and reply.audible(now):
+            self._interrupt("client_cancelled")  # tells the client PlaybackCleared itself
+        else:
+            self._sink.emit(PlaybackCleared(t=now, gen=self._scope.current, session=self._id, response_id="", item_id="", heard_ms=0.0))
+        return self._sink.take()
+
+    def add_tool_output(self, call_id: str, output: str) -> tuple[str, list[Effect]]:
+        """The client's result of call ``call_id`` (see :meth:`ToolCalls.add_output`): its item id.
+        It starts no response (the client asks with ``response.create``)."""
+        item_id = self.calls.add_output(call_id, output)
+        return item_id, self._sink.take()
+
+    def close_unanswered_calls(self) -> list[Effect]:
+        """An answer goes ahead: calls still without output are closed as cancelled."""
+        self.calls.close_unanswered()
+        return self._sink.take()
+
+    def transcription_failed(self) -> str | None:
+        """The STT failed on the user's speech: the id of the user item it was for (None when no
+        speech was under way), which is forgotten, so the next speech starts a new item."""
+        return self._user.forget()
+
+    def trim(self) -> list[Effect]:
+        """Keep at most ``server.max_history_items`` items (after the session added one)."""
+        self._trim()
+        return self._sink.take()
+
+    # ------------------------------------------------------------------ what the shell's tasks report
+
+    def mcp_call_ended(self, item_id: str, output: str | None, error: dict[str, object] | None) -> list[Effect]:
+        """An MCP call returned or failed; its reply ends if it was its last and its generation ended."""
+        reply = self.calls.mcp_ended(item_id, output, error)
+        if reply is not None and reply.ended is not None:
+            self._finish(reply, *reply.ended)
+        return self._sink.take()
+
+    def timer_due(self, timer: TimerRequest) -> list[Effect]:
+        """A built-in timer went off: announced now, or once the active response has ended.
+        Given up (logged) when the session can no longer answer (a transcription session, or a
+        refusal for another reason than an active response)."""
+        self._timers_due.append(timer)
+        self._announce_timers()
+        return self._sink.take()
+
+    def _announce_timers(self) -> None:
+        while self._timers_due and self.active_response_id is None:
+            timer = self._timers_due.pop(0)
+            settings = self._host.settings
+            if settings.kind != "realtime":
+                log.info("session %s: timer %r went off in a transcription session: not announced", self._id, timer.label)
+                continue
+            try:
+                self._start_response(
+                    ResponseOptions(instructions=settings.instructions + timer_note(timer.label, timer.seconds), tool_choice="none")
+                )
+            except ProtocolError as exc:
+                log.warning("session %s: timer %r not announced: %s (%s)", self._id, timer.label, exc, exc.code)
+
+    def idle_due(self, token: int, input_ms: float) -> list[Effect]:
+        """Idle timeout ``token`` is due (``input_ms``: the user audio received so far):
+        ``input_audio_buffer.timeout_triggered``, the silence committed as an empty user item,
+        and a response that asks the user to go on (as OpenAI describes).  Nothing when it was
+        disarmed or re-armed since, the user is speaking, a response is active, a client tool
+        call waits for its output, or the session no longer asks for it."""
+        td = self._idle.fire(token)
+        if td is None or td.idle_timeout_ms is None:
+            return []
+        if self._user.speaking or self.active_response_id is not None or self._history.unanswered_calls():
+            return []
+        self._user.commit_silence(input_ms, td.idle_timeout_ms)
+        self._start_response(ResponseOptions(instructions=self._host.settings.instructions + IDLE_PROMPT))
+        return self._sink.take()
+
+    def settings_changed(self) -> list[Effect]:
+        """The session's settings changed: an ``idle_timeout_ms`` set while the conversation is
+        quiet (no response, no user speech) starts counting at once, from the end of the last
+        reply's audio (or from now); one turned off is disarmed."""
+        quiet = self.active_response_id is None and not self._user.speaking
+        self._idle.changed(quiet=quiet, blocked=bool(self._history.unanswered_calls()))
+        return self._sink.take()
+
+    # ------------------------------------------------------------------ internals
+
+    def _speaks(self, reply: Reply) -> bool:
+        return reply.options.audio if reply.options.audio is not None else self._host.settings.audio
+
+    def _trim(self) -> None:
+        dropped = self._history.trim(self._max_items)
+        if dropped:
+            self._sink.emit(ItemsDropped(t=self._clock.now(), gen=self._scope.current, session=self._id, item_ids=tuple(dropped)))
+
+    def _release(self, reply: Reply) -> None:
+        self._replies.release(reply, audio=self._speaks(reply))
+
+    def _interrupt(self, reason: str) -> None:
+        """A barge-in or a cancel: the generation moves on, the reply playing is cut to what was
+        heard and, unless it was done, ends ``cancelled`` for ``reason``."""
+        reply = self._replies.playing
+        self._move_on()
+        self._replies.playing = None
+        if reply is None or reply.item is None:
+            return
+        self._replies.cut(reply)
+        if not reply.done:
+            self._finish(reply, ResponseStatus.CANCELLED, reason)
+
+    def _finish(self, reply: Reply, status: ResponseStatus, reason: str | None) -> None:
+        """Close ``reply`` (exactly once): its MCP calls still running are cancelled first, then
+        ``response.done``, the report; then the idle count, the cache, and the answer after a
+        tool it ran or a timer that went off meanwhile."""
+        self._replies.close(reply, status, reason)
+        now = self._clock.now()
+        if not reply.options.out_of_band:
+            end = reply.listener.end_t or 0.0
+            # A reply that did not complete was cut (or never sent the rest): nothing plays past now.
+            self._idle.heard_end = max(self._idle.heard_end, end if status is ResponseStatus.COMPLETED else min(end, now))
+        # Any end of a reply (cancelled or failed too; an out-of-band one counts from the last
+        # reply heard) starts the idle count again, unless the user is speaking (a barge-in) or
+        # another response is under way.
+        if not self._user.speaking and self.active_response_id is None:
+            self._idle.arm(blocked=bool(self._history.unanswered_calls()))
+        if status is ResponseStatus.COMPLETED and not reply.options.out_of_band:
+            self._sink.add(Completed(reply.gen))
+        if reply.answer_after and status is ResponseStatus.COMPLETED and self.active_response_id is None:
+            self._answer_from_tools(reply)
+        self._announce_timers()
+
+    def _answer_from_tools(self, reply: Reply) -> None:
+        """A built-in or MCP tool has answered: say what it found (:meth:`ToolCalls.sequel`)."""
+        try:
+            self._start_response(self.calls.sequel(reply))
+        except ProtocolError as exc:  # the session became a transcription one, or an item it read is gone
+            log.warning("session %s: no answer after the tools of %s: %s (%s)", self._id, reply.id, exc, exc.code)

@@ -1,0 +1,126 @@
+"""The replies of one conversation, kept by generation, from their start to their ``response.done``.
+
+Sans I/O, like the core that owns it: each step changes the replies' state and adds its events
+and effects to the core's :class:`~voiceagent.conversation.effects.Sink`.  Which step happens when
+(a barge-in, a new turn, an answer after tools) is the core's decision."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from voiceagent.clock import Clock
+from voiceagent.conversation.calls import ToolCalls
+from voiceagent.conversation.effects import CountBargeIn, Release, Report, Sink
+from voiceagent.conversation.history import AssistantItem, History
+from voiceagent.conversation.reply import Reply, ReplyState
+from voiceagent.events import AudioDelta, LlmRoute, LlmUsage, Mark, OutputTranscriptDelta, PlaybackCleared, ResponseStatus
+
+__all__ = ["Replies"]
+
+
+class Replies:
+    """Every live :class:`Reply` of one session and the one the client sees now (``playing``)."""
+
+    def __init__(self, session_id: str, clock: Clock, history: History, calls: ToolCalls, sink: Sink, trim: Callable[[], None]) -> None:
+        self._id = session_id
+        self._clock = clock
+        self._history = history
+        self._calls = calls
+        self._sink = sink
+        self._trim = trim
+        self._by_gen: dict[int, Reply] = {}
+        self.playing: Reply | None = None
+        """The reply released last: generated, spoken or still heard (None after a barge-in)."""
+        self.spoke = False
+        """True once any reply's audio went to the client (the voice is fixed from then on)."""
+
+    @property
+    def active(self) -> Reply | None:
+        """The response being generated or spoken, if any."""
+        return self.playing if self.playing is not None and not self.playing.done else None
+
+    def get(self, gen: int) -> Reply | None:
+        return self._by_gen.get(gen)
+
+    def of(self, gen: int) -> Reply:
+        """Generation ``gen``'s reply, made when first asked for."""
+        reply = self._by_gen.get(gen)
+        if reply is None:
+            reply = self._by_gen[gen] = Reply(gen)
+        return reply
+
+    def live(self) -> dict[int, Reply]:
+        return dict(self._by_gen)
+
+    def drop_unreleased(self, below: int) -> None:
+        """Replies of generations below ``below`` that were never released (superseded or
+        withdrawn speculations, which nobody will see) are dropped."""
+        for old in [g for g, r in self._by_gen.items() if g < below and not r.released]:
+            del self._by_gen[old]
+
+    def note(self, reply: Reply, ev: Mark | LlmRoute | LlmUsage) -> None:
+        """A stage's note about ``reply``: a timeline mark, the engine that answers, its usage."""
+        if isinstance(ev, Mark):
+            reply.timeline.mark(ev.name, ev.t)
+        elif isinstance(ev, LlmRoute):
+            reply.llm_route = (ev.engine, ev.reason)
+        else:
+            reply.usage = ev
+
+    def content(self, ev: OutputTranscriptDelta | AudioDelta) -> None:
+        """Words or audio of a live reply on their way to the client (stale ones are dropped
+        before: a stopped reply sends not one more word or chunk)."""
+        reply = self._by_gen.get(ev.gen)
+        if reply is None or reply.item is None:
+            return
+        if isinstance(ev, OutputTranscriptDelta):
+            reply.item.add_clause(ev.text, ev.clause_ms)
+        else:
+            reply.item.add_audio(len(ev.pcm) * 1000.0 / ev.rate)
+            self.spoke = self.spoke or len(ev.pcm) > 0
+            reply.timeline.mark("first_audio_sent", self._clock.now())
+        self._sink.emit(ev)
+
+    def release(self, reply: Reply, *, audio: bool) -> None:
+        """``reply`` is the turn's answer: into the history (unless out of band), to the client
+        (``audio``: it is spoken), audible, and the calls it made before are told."""
+        out_of_band = reply.options.out_of_band
+        prev_id = None if out_of_band else self._history.last_id
+        reply.state = ReplyState.RELEASED
+        if out_of_band:
+            reply.item = AssistantItem(id=reply.item_id, gen=reply.gen)  # kept for the reply only
+        else:
+            reply.item = self._history.add_assistant(reply.gen, reply.item_id)
+            self._trim()
+        self.playing = reply
+        now = self._clock.now()
+        self._sink.emit(reply.created(self._id, now, prev_id, audio=audio))
+        self._sink.add(Release(reply.release(self._id, now)))
+        held, reply.held = reply.held, []
+        for ev in held:
+            self._calls.on_call(reply, ev)
+
+    def cut(self, reply: Reply) -> None:
+        """A barge-in: if the listener may still hear ``reply``, its item keeps what was heard by
+        now and the client is told to clear its playback."""
+        now = self._clock.now()
+        if reply.item is None or not reply.audible(now):
+            return
+        heard = reply.listener.heard_ms(now)
+        reply.item.cut(heard)
+        self._sink.add(CountBargeIn())
+        self._sink.emit(
+            PlaybackCleared(t=now, gen=reply.gen, session=self._id, response_id=reply.id, item_id=reply.item_id, heard_ms=heard)
+        )
+
+    def close(self, reply: Reply, status: ResponseStatus, reason: str | None) -> None:
+        """End ``reply`` (exactly once): its MCP calls still running are cancelled first, then
+        its ``response.done`` and its report; it is no longer kept."""
+        reply.state = ReplyState.DONE
+        self._calls.cancel(reply)
+        if reply.item is not None:
+            reply.item.status = "completed" if status is ResponseStatus.COMPLETED else "incomplete"
+        now = self._clock.now()
+        self._sink.emit(reply.done_event(self._id, now, status, reason, self._calls.summaries(reply)))
+        self._by_gen.pop(reply.gen, None)
+        self._sink.add(Report(reply, status, reason, now))
