@@ -389,6 +389,12 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--llama-server", metavar="BIN", help="route (b): serve the LLM from this llama-server binary (openai backend)")
     ap.add_argument("--engines", default="batched,pool", help="in-process LLM engines to compare, each on its own server")
+    ap.add_argument(
+        "--baseline",
+        metavar="TREE",
+        help="also run the batched engine from this checkout (e.g. a git worktree of the previous commit): before/after in one run",
+    )
+    ap.add_argument("--baseline-first", action="store_true", help="measure the --baseline server first at each N (order effects)")
     ap.add_argument("--no-alone", action="store_true", help="skip timing the LLM engines alone")
     ap.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")
     ap.add_argument(
@@ -427,10 +433,15 @@ def main() -> int:
             name, _, sets = spec.partition(":")
             extra = dict(kv.split("=", 1) for kv in sets.split(",") if kv)
             variants[name] = (overrides | {"llm.batching": "true"} | extra, f"llama_cpp in process, batched, {sets}")
+    if args.baseline:
+        variants["baseline"] = (overrides | {"llm.batching": "true"}, f"llama_cpp in process, batched, from {args.baseline}")
+        if args.baseline_first:
+            variants = {"baseline": variants.pop("baseline"), **variants}
     alone = engine_alone(config, engines) if not args.llama_server and not args.no_alone else {}
     # The capacity is what the server would admit by itself (server.max_sessions = 0); the bench
     # raises the limit so that it can also measure past it.
-    servers = {name: ServeProcess(ov, log_lines=0) for name, (ov, _) in variants.items()}
+    trees = {"baseline": Path(args.baseline)} if args.baseline else {}
+    servers = {name: ServeProcess(ov, log_lines=0, tree=trees.get(name, ROOT)) for name, (ov, _) in variants.items()}
     auto = load_config(env={}, overrides={**overrides, "server.max_sessions": "0"})
     report: dict[str, Any] = {
         "machine": machine(),

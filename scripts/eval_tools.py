@@ -87,7 +87,7 @@ def _matches(expected: dict[str, Any], got: dict[str, Any]) -> bool:
 
 
 async def run_case(engine: Any, instructions: str, case: Case) -> dict[str, Any]:
-    # As the session prompts when tools are offered (voiceagent/conversation/replies.py).
+    # As the session prompts when tools are offered (voiceagent/conversation/prompting.py).
     messages = [Message("system", with_tools(instructions, TOOLS)), Message("user", case.utterance)]
     request = LlmRequest(key="eval", messages=messages, max_tokens=96, temperature=0.0, tools=TOOLS, tool_choice="auto")
     text, calls = "", []

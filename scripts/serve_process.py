@@ -33,15 +33,23 @@ class ServeProcess:
     (the start-up report, {} when none was logged) and ``log`` (stderr lines)."""
 
     def __init__(
-        self, overrides: dict[str, str], args: tuple[str, ...] = (), *, log_lines: int | None = None, wait_ready: bool = True
+        self,
+        overrides: dict[str, str],
+        args: tuple[str, ...] = (),
+        *,
+        log_lines: int | None = None,
+        wait_ready: bool = True,
+        tree: Path = ROOT,
     ) -> None:
         """``log_lines``: how many of the last log lines to keep (None: all).  ``wait_ready``: wait
-        (at most 10 s) for the ready report, which is logged just before the URL is printed."""
+        (at most 10 s) for the ready report, which is logged just before the URL is printed.
+        ``tree``: the checkout whose ``voiceagent`` package runs (another one: a before/after
+        comparison in one run, with this environment's packages)."""
         cmd = [sys.executable, "-m", "voiceagent.cli", "serve", "--port", "0", *args]
         for k, v in overrides.items():
             cmd += ["--set", f"{k}={v}"]
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env)
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tree, env=env)
         self.log: collections.deque[str] = collections.deque(maxlen=log_lines)
         """The server's output so far; a thread appends to it, so read it through :meth:`lines`."""
         self.ready: dict[str, Any] = {}

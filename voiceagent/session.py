@@ -7,7 +7,9 @@ shared :class:`~voiceagent.backends.Engines`.
 
 The session builds the pipeline (bounded channels, the stages) and owns the input side (audio,
 text items, truncation).  Everything about answers (the generation counter, each reply's state,
-barge-in, tool calls) belongs to its :class:`~voiceagent.conversation.replies.ReplyController`.
+barge-in, tool calls) belongs to its conversation core
+(:class:`~voiceagent.conversation.core.ConversationCore`), which its
+:class:`~voiceagent.conversation.replies.ReplyController` drives.
 
 Cancellation: ``aclose()`` (or leaving ``async with``) cancels every stage task and timer and
 waits for them; model calls already running in executors finish in their threads and are
@@ -364,7 +366,7 @@ class Session:
         max_output_tokens: int | None = None,
     ) -> str:
         """Answer now from the history (``response.create``): see
-        :meth:`ReplyController.create_response`."""
+        :meth:`ConversationCore.create_response`."""
         return await self.replies.create_response(
             instructions,
             tools=tools,
@@ -390,13 +392,13 @@ class Session:
         return await self.replies.cancel_response(reason)
 
     async def add_tool_output(self, call_id: str, output: str) -> str:
-        """The client's result of call ``call_id``: see :meth:`ReplyController.add_tool_output`."""
+        """The client's result of call ``call_id``: see :meth:`ConversationCore.add_tool_output`."""
         return await self.replies.add_tool_output(call_id, output)
 
     async def truncate(self, item_id: str, audio_end_ms: float) -> None:
         """The client played only ``audio_end_ms`` of assistant item ``item_id``: the history
         keeps that much.  If the item's reply is still being paced out, it stops now (no more of
-        its audio is sent; it ends ``cancelled``: :meth:`ReplyController.stop_item`)."""
+        its audio is sent; it ends ``cancelled``: :meth:`ConversationCore.stop_item`)."""
         item = self.history.find(item_id)
         if item is None:
             raise ProtocolError("item_not_found", f"no item {excerpt(item_id)}", param="item_id")
@@ -419,7 +421,7 @@ class Session:
 
     async def clear_output(self) -> None:
         """The client dropped its buffered playback (``output_audio_buffer.clear``): a barge-in
-        without speech (:meth:`ReplyController.clear_output`)."""
+        without speech (:meth:`ConversationCore.clear_output`)."""
         await self.replies.clear_output()
 
     def delete_item(self, item_id: str) -> None:

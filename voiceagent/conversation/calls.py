@@ -10,12 +10,11 @@ result comes back through :meth:`ToolCalls.mcp_ended`.  A call made before its r
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 
-from voiceagent.clock import Clock
 from voiceagent.conversation.catalog import ToolBox
-from voiceagent.conversation.effects import CancelMcpCalls, RunMcpCall, Sink, StartTimer
-from voiceagent.conversation.history import CANCELLED_OUTPUT, History, McpCallItem, new_id
+from voiceagent.conversation.context import CoreContext
+from voiceagent.conversation.effects import CancelMcpCalls, RunMcpCall, StartTimer
+from voiceagent.conversation.history import CANCELLED_OUTPUT, McpCallItem, new_id
 from voiceagent.conversation.prompts import MCP_APOLOGY
 from voiceagent.conversation.reply import Reply, ReplyState, ResponseOptions
 from voiceagent.errors import ProtocolError, excerpt
@@ -29,8 +28,7 @@ from voiceagent.events import (
     ToolCallRejected,
     ToolOutputAdded,
 )
-from voiceagent.pipeline import Generations
-from voiceagent.settings import InputItem, SettingsSource
+from voiceagent.settings import InputItem
 from voiceagent.tools.args import loads_lenient
 from voiceagent.tools.spec import Tool
 
@@ -43,40 +41,26 @@ class ToolCalls:
     """The tool-call half of the conversation core: every method only changes state and adds
     effects to the core's :class:`Sink`; ``trim`` keeps the history within its limit."""
 
-    def __init__(
-        self,
-        session_id: str,
-        clock: Clock,
-        scope: Generations,
-        history: History,
-        toolbox: ToolBox,
-        host: SettingsSource,
-        sink: Sink,
-        trim: Callable[[], None],
-    ) -> None:
-        self._id = session_id
-        self._clock = clock
-        self._scope = scope
-        self._history = history
+    def __init__(self, ctx: CoreContext, toolbox: ToolBox) -> None:
+        self._ctx = ctx
         self._toolbox = toolbox
-        self._host = host
-        self._sink = sink
-        self._trim = trim
         self._running: dict[str, Reply] = {}  # MCP call item id -> its reply, while the call runs
 
     def client_tools(self, reply: Reply | None) -> tuple[Tool, ...]:
         """The client's tools for ``reply``: its own (``response.create``), else the session's."""
-        return reply.options.tools if reply is not None and reply.options.tools is not None else self._host.settings.tools
+        return reply.options.tools if reply is not None and reply.options.tools is not None else self._ctx.host.settings.tools
 
     def on_call(self, reply: Reply, ev: ToolCallMade | ToolCallRejected) -> None:
         """A call the LLM made for ``reply``: into the history and to the client, once released."""
         if not reply.released:
             reply.held.append(ev)
             return
-        now = self._clock.now()
+        now = self._ctx.clock.now()
         if isinstance(ev, ToolCallRejected):
             message = f"the model's call of {ev.name!r} was not usable and was not sent ({ev.problem})"
-            self._sink.emit(ErrorEvent(t=now, gen=ev.gen, session=self._id, code="invalid_tool_call", message=message, kind="server_error"))
+            self._ctx.sink.emit(
+                ErrorEvent(t=now, gen=ev.gen, session=self._ctx.session, code="invalid_tool_call", message=message, kind="server_error")
+            )
             return
         if reply.options.out_of_band:
             # Reported with the response only: the conversation never sees it, so no output is
@@ -88,17 +72,17 @@ class ToolCalls:
         client_tools = self.client_tools(reply)
         mcp_tool = self._toolbox.mcp_tool(ev.name, client_tools)
         if mcp_tool is not None:
-            prev = self._history.last_id
-            item = self._history.add_mcp_call(ev.gen, ev.call_id, ev.name, ev.arguments, mcp_tool.server_label)
+            prev = self._ctx.history.last_id
+            item = self._ctx.history.add_mcp_call(ev.gen, ev.call_id, ev.name, ev.arguments, mcp_tool.server_label)
             reply.calls.append(CallSummary(item.id, ev.call_id, ev.name, ev.arguments, mcp_tool.server_label))
             reply.mcp_items.append(item)
             reply.mcp_running[item.id] = len(reply.calls)
             self._running[item.id] = reply
-            self._sink.emit(
+            self._ctx.sink.emit(
                 McpCallAdded(
                     t=now,
                     gen=ev.gen,
-                    session=self._id,
+                    session=self._ctx.session,
                     response_id=reply.id,
                     item_id=item.id,
                     previous_item_id=prev,
@@ -108,30 +92,30 @@ class ToolCalls:
                     arguments=ev.arguments,
                 )
             )
-            self._trim()
+            self._ctx.trim()
             arguments = loads_lenient(item.arguments) if item.arguments.strip() else {}
-            self._sink.add(RunMcpCall(item, mcp_tool, arguments if isinstance(arguments, dict) else {}))
+            self._ctx.sink.add(RunMcpCall(item, mcp_tool, arguments if isinstance(arguments, dict) else {}))
             return
-        prev = self._history.last_id
-        item_id = self._history.add_call(ev.gen, ev.call_id, ev.name, ev.arguments).id
+        prev = self._ctx.history.last_id
+        item_id = self._ctx.history.add_call(ev.gen, ev.call_id, ev.name, ev.arguments).id
         reply.calls.append(CallSummary(item_id, ev.call_id, ev.name, ev.arguments))
         self._call_added(reply, ev, now, item_id, prev)
-        self._trim()
+        self._ctx.trim()
         if self._toolbox.runs_here(ev.name, client_tools):
             output, timer = self._toolbox.run(ev.name, ev.arguments)
             self._add_output(ev.call_id, output, synthetic=False)
             reply.answer_after = True
             if timer is not None:
-                self._sink.add(StartTimer(timer))
+                self._ctx.sink.add(StartTimer(timer))
 
     def _call_added(
         self, reply: Reply, ev: ToolCallMade, now: float, item_id: str, previous: str | None, *, in_conversation: bool = True
     ) -> None:
-        self._sink.emit(
+        self._ctx.sink.emit(
             FunctionCallAdded(
                 t=now,
                 gen=ev.gen,
-                session=self._id,
+                session=self._ctx.session,
                 response_id=reply.id,
                 item_id=item_id,
                 previous_item_id=previous,
@@ -162,7 +146,7 @@ class ToolCalls:
         running, reply.mcp_running = reply.mcp_running, {}
         if not running:
             return
-        self._sink.add(CancelMcpCalls(tuple(running)))
+        self._ctx.sink.add(CancelMcpCalls(tuple(running)))
         for item_id, index in running.items():
             self._running.pop(item_id, None)
             item = next(i for i in reply.mcp_items if i.id == item_id)
@@ -172,20 +156,22 @@ class ToolCalls:
     def _mcp_done(self, reply: Reply, item: McpCallItem, index: int) -> None:
         """Tell the client how MCP call ``item`` ended; a failure is an ``error`` too, and the
         answer after the reply apologises."""
-        now = self._clock.now()
+        now = self._ctx.clock.now()
         reply.answer_after = True
         if item.error is not None and not item.cancelled:
             reply.mcp_failed.append(item.name)
             message = f"MCP tool {item.name!r} on server {item.server_label!r} failed: {item.error.get('message')}"
-            self._sink.emit(ErrorEvent(t=now, gen=item.gen, session=self._id, code="mcp_call_failed", message=message, kind="server_error"))
-        self._sink.emit(
+            self._ctx.sink.emit(
+                ErrorEvent(t=now, gen=item.gen, session=self._ctx.session, code="mcp_call_failed", message=message, kind="server_error")
+            )
+        self._ctx.sink.emit(
             McpCallDone(
                 t=now,
                 gen=item.gen,
-                session=self._id,
+                session=self._ctx.session,
                 response_id=reply.id,
                 item_id=item.id,
-                previous_item_id=self._history.previous_id(item.id),
+                previous_item_id=self._ctx.history.previous_id(item.id),
                 output_index=index,
                 server_label=item.server_label,
                 name=item.name,
@@ -199,9 +185,9 @@ class ToolCalls:
         """The client's result of call ``call_id``; returns its item's id.  Exactly once per
         call: an unknown call or a second output is refused (``ProtocolError``), also when the
         call was already closed as cancelled because the conversation went on."""
-        if self._history.call(call_id) is None:
+        if self._ctx.history.call(call_id) is None:
             raise ProtocolError("call_not_found", f"no function call with call_id {excerpt(call_id)}", param="item.call_id")
-        answered = self._history.output_of(call_id)
+        answered = self._ctx.history.output_of(call_id)
         if answered is not None:
             why = "was closed as cancelled: the conversation went on before it arrived" if answered.synthetic else "already has one"
             raise ProtocolError("tool_output_already_received", f"call {excerpt(call_id)} {why}", param="item.call_id")
@@ -210,24 +196,24 @@ class ToolCalls:
     def close_unanswered(self) -> None:
         """An answer goes ahead whatever the client sends now: each call still without its
         output is closed as cancelled, in the history and for the client (exactly once)."""
-        for call in self._history.unanswered_calls():
+        for call in self._ctx.history.unanswered_calls():
             self._add_output(call.call_id, CANCELLED_OUTPUT, synthetic=True)
 
     def _add_output(self, call_id: str, output: str, *, synthetic: bool) -> str:
-        item = self._history.add_output(call_id, output, synthetic=synthetic)
-        self._sink.emit(
+        item = self._ctx.history.add_output(call_id, output, synthetic=synthetic)
+        self._ctx.sink.emit(
             ToolOutputAdded(
-                t=self._clock.now(),
-                gen=self._scope.current,
-                session=self._id,
+                t=self._ctx.clock.now(),
+                gen=self._ctx.scope.current,
+                session=self._ctx.session,
                 item_id=item.id,
-                previous_item_id=self._history.previous_id(item.id),
+                previous_item_id=self._ctx.history.previous_id(item.id),
                 call_id=call_id,
                 output=output,
                 synthetic=synthetic,
             )
         )
-        self._trim()  # at most server.max_history_items, calls and outputs included
+        self._ctx.trim()  # at most server.max_history_items, calls and outputs included
         return item.id
 
     def sequel(self, reply: Reply) -> ResponseOptions:
@@ -238,7 +224,7 @@ class ToolCalls:
         instructions = opts.instructions
         if reply.mcp_failed:
             apology = MCP_APOLOGY.format(tools=", ".join(dict.fromkeys(reply.mcp_failed)))
-            instructions = (instructions or self._host.settings.instructions) + apology
+            instructions = (instructions or self._ctx.host.settings.instructions) + apology
         given = None if opts.input is None else (*opts.input, *self._made_items(reply))
         return dataclasses.replace(opts, instructions=instructions, tool_choice="none", out_of_band=False, input=given)
 
@@ -246,10 +232,10 @@ class ToolCalls:
         """References to the calls ``reply`` made and their outputs, as they stand in the history."""
         refs: list[InputItem] = []
         for call in reply.calls:
-            if self._history.find(call.item_id) is None:
+            if self._ctx.history.find(call.item_id) is None:
                 continue  # trimmed away since
             refs.append(InputItem(ref=call.item_id))
-            output = self._history.output_of(call.call_id)
+            output = self._ctx.history.output_of(call.call_id)
             if output is not None:
                 refs.append(InputItem(ref=output.id))
         return tuple(refs)

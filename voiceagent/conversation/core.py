@@ -30,6 +30,7 @@ from voiceagent.clock import Clock
 from voiceagent.config import Config
 from voiceagent.conversation.calls import ToolCalls
 from voiceagent.conversation.catalog import ToolBox
+from voiceagent.conversation.context import CoreContext
 from voiceagent.conversation.effects import Completed, Effect, Sink, StartAnswer, TurnEnded
 from voiceagent.conversation.history import History
 from voiceagent.conversation.idle import IdleTimeout
@@ -42,7 +43,6 @@ from voiceagent.events import (
     AudioDelta,
     Event,
     GenerationEnd,
-    ItemsDropped,
     LlmRoute,
     LlmUsage,
     Mark,
@@ -82,15 +82,15 @@ class ConversationCore:
     ) -> None:
         self._id = session_id
         self._clock = clock
-        self._max_items = config.server.max_history_items
         self._history = history
         self._host = host
         self._scope = scope
         self._sink = Sink()
-        self.calls = ToolCalls(session_id, clock, self._scope, history, toolbox, host, self._sink, self._trim)
-        self._replies = Replies(session_id, clock, history, self.calls, self._sink, self._trim)
-        self._user = UserInput(session_id, clock, self._scope, history, host, self._sink, self._trim)
-        self._idle = IdleTimeout(clock, host, self._sink)
+        self._ctx = CoreContext(session_id, clock, scope, history, host, self._sink, config.server.max_history_items)
+        self.calls = ToolCalls(self._ctx, toolbox)
+        self._replies = Replies(self._ctx, self.calls)
+        self._user = UserInput(self._ctx)
+        self._idle = IdleTimeout(self._ctx)
         self._timers_due: list[TimerRequest] = []  # built-in timers that went off while a response was active
 
     # ------------------------------------------------------------------ queries
@@ -289,7 +289,7 @@ class ConversationCore:
 
     def trim(self) -> list[Effect]:
         """Keep at most ``server.max_history_items`` items (after the session added one)."""
-        self._trim()
+        self._ctx.trim()
         return self._sink.take()
 
     # ------------------------------------------------------------------ what the shell's tasks report
@@ -350,11 +350,6 @@ class ConversationCore:
 
     def _speaks(self, reply: Reply) -> bool:
         return reply.options.audio if reply.options.audio is not None else self._host.settings.audio
-
-    def _trim(self) -> None:
-        dropped = self._history.trim(self._max_items)
-        if dropped:
-            self._sink.emit(ItemsDropped(t=self._clock.now(), gen=self._scope.current, session=self._id, item_ids=tuple(dropped)))
 
     def _release(self, reply: Reply) -> None:
         self._replies.release(reply, audio=self._speaks(reply))

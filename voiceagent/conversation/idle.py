@@ -8,9 +8,9 @@ disarmed or re-armed since is stale.
 
 from __future__ import annotations
 
-from voiceagent.clock import Clock
-from voiceagent.conversation.effects import ArmIdle, DisarmIdle, Sink
-from voiceagent.settings import SettingsSource, TurnDetection
+from voiceagent.conversation.context import CoreContext
+from voiceagent.conversation.effects import ArmIdle, DisarmIdle
+from voiceagent.settings import TurnDetection
 
 __all__ = ["IdleTimeout"]
 
@@ -18,10 +18,8 @@ __all__ = ["IdleTimeout"]
 class IdleTimeout:
     """The idle timeout of one session; its arm and disarm effects go to ``sink``."""
 
-    def __init__(self, clock: Clock, host: SettingsSource, sink: Sink) -> None:
-        self._clock = clock
-        self._host = host
-        self._sink = sink
+    def __init__(self, ctx: CoreContext) -> None:
+        self._ctx = ctx
         self._token: int | None = None  # the timeout armed now
         self._tokens = 0
         self._ms: int | None = None  # the idle_timeout_ms the armed timeout counts
@@ -34,7 +32,7 @@ class IdleTimeout:
 
     def wanted(self) -> TurnDetection | None:
         """The turn detection that asks for an idle timeout now, if the session's does."""
-        settings = self._host.settings
+        settings = self._ctx.host.settings
         td = settings.turn_detection
         if settings.kind == "realtime" and td is not None and td.type == "server_vad" and td.idle_timeout_ms is not None:
             return td
@@ -50,12 +48,12 @@ class IdleTimeout:
             return
         self._tokens += 1
         self._token, self._ms = self._tokens, td.idle_timeout_ms
-        self._sink.add(ArmIdle(self._tokens, max(self._clock.now(), self.heard_end) + td.idle_timeout_ms / 1000.0))
+        self._ctx.sink.add(ArmIdle(self._tokens, max(self._ctx.clock.now(), self.heard_end) + td.idle_timeout_ms / 1000.0))
 
     def disarm(self) -> None:
         if self._token is not None:
             self._token = None
-            self._sink.add(DisarmIdle())
+            self._ctx.sink.add(DisarmIdle())
 
     def changed(self, *, quiet: bool, blocked: bool) -> None:
         """The settings changed: a timeout turned off is disarmed; a new value set while the

@@ -6,12 +6,10 @@ and effects to the core's :class:`~voiceagent.conversation.effects.Sink`.  Which
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-from voiceagent.clock import Clock
 from voiceagent.conversation.calls import ToolCalls
-from voiceagent.conversation.effects import CountBargeIn, Release, Report, Sink
-from voiceagent.conversation.history import AssistantItem, History
+from voiceagent.conversation.context import CoreContext
+from voiceagent.conversation.effects import CountBargeIn, Release, Report
+from voiceagent.conversation.history import AssistantItem
 from voiceagent.conversation.reply import Reply, ReplyState
 from voiceagent.events import AudioDelta, LlmRoute, LlmUsage, Mark, OutputTranscriptDelta, PlaybackCleared, ResponseStatus
 
@@ -21,13 +19,9 @@ __all__ = ["Replies"]
 class Replies:
     """Every live :class:`Reply` of one session and the one the client sees now (``playing``)."""
 
-    def __init__(self, session_id: str, clock: Clock, history: History, calls: ToolCalls, sink: Sink, trim: Callable[[], None]) -> None:
-        self._id = session_id
-        self._clock = clock
-        self._history = history
+    def __init__(self, ctx: CoreContext, calls: ToolCalls) -> None:
+        self._ctx = ctx
         self._calls = calls
-        self._sink = sink
-        self._trim = trim
         self._by_gen: dict[int, Reply] = {}
         self.playing: Reply | None = None
         """The reply released last: generated, spoken or still heard (None after a barge-in)."""
@@ -78,24 +72,24 @@ class Replies:
         else:
             reply.item.add_audio(len(ev.pcm) * 1000.0 / ev.rate)
             self.spoke = self.spoke or len(ev.pcm) > 0
-            reply.timeline.mark("first_audio_sent", self._clock.now())
-        self._sink.emit(ev)
+            reply.timeline.mark("first_audio_sent", self._ctx.clock.now())
+        self._ctx.sink.emit(ev)
 
     def release(self, reply: Reply, *, audio: bool) -> None:
         """``reply`` is the turn's answer: into the history (unless out of band), to the client
         (``audio``: it is spoken), audible, and the calls it made before are told."""
         out_of_band = reply.options.out_of_band
-        prev_id = None if out_of_band else self._history.last_id
+        prev_id = None if out_of_band else self._ctx.history.last_id
         reply.state = ReplyState.RELEASED
         if out_of_band:
             reply.item = AssistantItem(id=reply.item_id, gen=reply.gen)  # kept for the reply only
         else:
-            reply.item = self._history.add_assistant(reply.gen, reply.item_id)
-            self._trim()
+            reply.item = self._ctx.history.add_assistant(reply.gen, reply.item_id)
+            self._ctx.trim()
         self.playing = reply
-        now = self._clock.now()
-        self._sink.emit(reply.created(self._id, now, prev_id, audio=audio))
-        self._sink.add(Release(reply.release(self._id, now)))
+        now = self._ctx.clock.now()
+        self._ctx.sink.emit(reply.created(self._ctx.session, now, prev_id, audio=audio))
+        self._ctx.sink.add(Release(reply.release(self._ctx.session, now)))
         held, reply.held = reply.held, []
         for ev in held:
             self._calls.on_call(reply, ev)
@@ -103,14 +97,14 @@ class Replies:
     def cut(self, reply: Reply) -> None:
         """A barge-in: if the listener may still hear ``reply``, its item keeps what was heard by
         now and the client is told to clear its playback."""
-        now = self._clock.now()
+        now = self._ctx.clock.now()
         if reply.item is None or not reply.audible(now):
             return
         heard = reply.listener.heard_ms(now)
         reply.item.cut(heard)
-        self._sink.add(CountBargeIn())
-        self._sink.emit(
-            PlaybackCleared(t=now, gen=reply.gen, session=self._id, response_id=reply.id, item_id=reply.item_id, heard_ms=heard)
+        self._ctx.sink.add(CountBargeIn())
+        self._ctx.sink.emit(
+            PlaybackCleared(t=now, gen=reply.gen, session=self._ctx.session, response_id=reply.id, item_id=reply.item_id, heard_ms=heard)
         )
 
     def close(self, reply: Reply, status: ResponseStatus, reason: str | None) -> None:
@@ -120,7 +114,7 @@ class Replies:
         self._calls.cancel(reply)
         if reply.item is not None:
             reply.item.status = "completed" if status is ResponseStatus.COMPLETED else "incomplete"
-        now = self._clock.now()
-        self._sink.emit(reply.done_event(self._id, now, status, reason, self._calls.summaries(reply)))
+        now = self._ctx.clock.now()
+        self._ctx.sink.emit(reply.done_event(self._ctx.session, now, status, reason, self._calls.summaries(reply)))
         self._by_gen.pop(reply.gen, None)
-        self._sink.add(Report(reply, status, reason, now))
+        self._ctx.sink.add(Report(reply, status, reason, now))

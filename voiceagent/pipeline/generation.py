@@ -15,9 +15,8 @@ __all__ = ["GenerationScope", "Generations"]
 class Generations(Protocol):
     """The read side of a session's generation counter: what stages, channels and gates get.
 
-    Only the session's turn controller (:class:`voiceagent.conversation.replies.ReplyController`) holds the
-    :class:`GenerationScope` itself and moves it on; a stage that needs a new generation asks
-    the controller."""
+    Only the session's conversation core (:class:`voiceagent.conversation.core.ConversationCore`)
+    moves the :class:`GenerationScope` on; a stage that needs a new generation asks the core."""
 
     @property
     def current(self) -> int: ...
