@@ -24,13 +24,11 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "scripts"))
 
-from bench_concurrency import QUESTIONS, session_files  # noqa: E402
-from bench_latency import machine, percentiles  # noqa: E402
-from serve_process import ServeProcess  # noqa: E402
-from soak import scrape  # noqa: E402
-
+from scripts.bench_concurrency import QUESTIONS, session_files  # noqa: E402
+from scripts.bench_latency import machine, percentiles  # noqa: E402
+from scripts.serve_process import ServeProcess  # noqa: E402
+from scripts.soak import scrape  # noqa: E402
 from voiceagent.replay import TurnResult, replay_file  # noqa: E402
 
 

@@ -55,12 +55,10 @@ from typing import Any
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "scripts"))
 
-import make_fixtures  # noqa: E402
-from bench_latency import cpu_times, machine, percentiles  # noqa: E402
-from serve_process import ServeProcess  # noqa: E402
-
+from scripts import make_fixtures  # noqa: E402
+from scripts.bench_latency import cpu_times, machine, percentiles  # noqa: E402
+from scripts.serve_process import ServeProcess  # noqa: E402
 from voiceagent.audio import read_wav, resample, write_wav  # noqa: E402
 from voiceagent.backends.llama_cpp import gguf_path  # noqa: E402
 from voiceagent.capacity import TurnCost, capacity  # noqa: E402

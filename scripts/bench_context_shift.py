@@ -18,16 +18,13 @@ import asyncio
 import contextlib
 import json
 import platform
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "scripts"))
 
-from bench_long_prompt import instructions  # noqa: E402
-
+from scripts.bench_long_prompt import instructions  # noqa: E402
 from voiceagent.backends import llama_cpp  # noqa: E402
 from voiceagent.backends.protocols import LlmEngine, LlmRequest, Usage  # noqa: E402
 from voiceagent.config import load_config  # noqa: E402

@@ -19,7 +19,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
 from voiceagent.backends.batch_engine import Entry  # noqa: E402
 from voiceagent.backends.llama_batch import BatchContext  # noqa: E402

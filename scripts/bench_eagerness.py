@@ -28,10 +28,8 @@ from typing import Any
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "scripts"))
 
-import make_fixtures  # noqa: E402
-
+from scripts import make_fixtures  # noqa: E402
 from voiceagent.backends.registry import load_engines, warm_up  # noqa: E402
 from voiceagent.config import load_config  # noqa: E402
 from voiceagent.replay import replay_file  # noqa: E402

@@ -25,12 +25,9 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "scripts"))
 
-from bench_latency import machine, percentiles  # noqa: E402
-from bench_long_prompt import instructions  # noqa: E402
-
+from scripts.bench_latency import machine, percentiles  # noqa: E402
+from scripts.bench_long_prompt import instructions  # noqa: E402
 from voiceagent.backends import llama_cpp  # noqa: E402
 from voiceagent.backends.protocols import LlmRequest  # noqa: E402
 from voiceagent.config import load_config  # noqa: E402

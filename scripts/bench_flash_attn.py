@@ -13,16 +13,14 @@ from __future__ import annotations
 
 import gc
 import json
-import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "scripts"))
 
-from bench_long_prompt import instructions  # noqa: E402
 from llama_cpp import Llama  # noqa: E402
 
+from scripts.bench_long_prompt import instructions  # noqa: E402
 from voiceagent.backends.llama_cpp import gguf_path  # noqa: E402
 from voiceagent.config import load_config  # noqa: E402
 

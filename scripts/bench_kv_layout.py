@@ -21,7 +21,6 @@ import argparse
 import ctypes
 import json
 import statistics
-import sys
 import time
 from pathlib import Path
 from typing import Any, cast
@@ -30,7 +29,6 @@ import llama_cpp
 from llama_cpp import Llama
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
 from voiceagent.backends.llama_cpp import gguf_path  # noqa: E402
 from voiceagent.config import load_config  # noqa: E402

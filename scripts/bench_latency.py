@@ -44,10 +44,8 @@ from typing import Any
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "scripts"))
 
-import make_fixtures  # noqa: E402
-
+from scripts import make_fixtures  # noqa: E402
 from voiceagent.audio import PIPELINE_RATE, int16_to_float, read_wav, resample  # noqa: E402
 from voiceagent.backends.llm_pool import LlmPool  # noqa: E402
 from voiceagent.backends.protocols import Message  # noqa: E402

@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -29,11 +28,9 @@ from typing import Any
 from websockets.asyncio.client import connect
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "scripts"))
 
-from bench_latency import machine  # noqa: E402
-from serve_process import ServeProcess  # noqa: E402
-
+from scripts.bench_latency import machine  # noqa: E402
+from scripts.serve_process import ServeProcess  # noqa: E402
 from voiceagent.client import MalformedEvent, OtherEvent, RealtimeClient, messages  # noqa: E402
 from voiceagent.events import ErrorEvent, Event, OutputTranscriptDelta, ResponseDone  # noqa: E402
 

@@ -75,6 +75,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import site
 import subprocess
 import sys
 import time
@@ -96,9 +97,7 @@ PIPECAT_DEPS_INSTALL = (
     " aiosignal frozenlist multidict propcache yarl 'aiofiles>=24.1.0,<27' 'docstring_parser>=0.16,<1' 'loudness>=0.2.0,<1'"
     " 'Markdown>=3.7,<4' sentencex==1.0.32 'num2words>=0.5.14' docopt 'wait_for2>=0.4.1,<1'"
 )
-sys.path.insert(0, str(ROOT / "scripts"))
-sys.path.insert(0, str(ROOT))
-sys.path.append(str(PIPECAT_DEPS))  # last: never in front of the project's own packages
+site.addsitedir(str(PIPECAT_DEPS))  # appended: never in front of the project's own packages
 
 try:
     import loguru  # noqa: F401  (Pipecat's logger: the first of its dependencies it imports)
@@ -107,8 +106,6 @@ try:
 except ModuleNotFoundError as e:
     raise SystemExit(f"Pipecat's dependencies are missing ({e.name}); install them with:\n  {PIPECAT_DEPS_INSTALL}") from e
 
-import bench_latency  # noqa: E402
-import make_fixtures  # noqa: E402
 from loguru import logger  # noqa: E402
 from pipecat.audio.vad.silero import SileroVADAnalyzer  # noqa: E402
 from pipecat.frames.frames import (  # noqa: E402
@@ -144,6 +141,7 @@ from pipecat.transports.base_transport import TransportParams  # noqa: E402
 from pipecat.turns.user_turn_strategies import UserTurnStrategies  # noqa: E402
 from pipecat.workers.runner import WorkerRunner  # noqa: E402
 
+from scripts import bench_latency, make_fixtures  # noqa: E402
 from tests.integration.llm_server import LlamaCppServer  # noqa: E402
 from voiceagent.audio import read_wav, resample  # noqa: E402
 from voiceagent.backends.llama_cpp import gguf_path  # noqa: E402

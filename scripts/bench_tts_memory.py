@@ -37,7 +37,6 @@ def anon_mb() -> float:
 
 
 def child(variant: str) -> dict[str, Any]:
-    sys.path.insert(0, str(ROOT))
     from voiceagent.backends import piper_tts
     from voiceagent.config import load_config
 

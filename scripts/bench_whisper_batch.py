@@ -35,13 +35,10 @@ from faster_whisper import WhisperModel
 from faster_whisper.feature_extractor import FeatureExtractor
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "scripts"))
-sys.path.insert(0, str(ROOT))
 
-import make_fixtures  # noqa: E402
-from bench_concurrency import QUESTIONS  # noqa: E402
-from bench_latency import machine  # noqa: E402
-
+from scripts import make_fixtures  # noqa: E402
+from scripts.bench_concurrency import QUESTIONS  # noqa: E402
+from scripts.bench_latency import machine  # noqa: E402
 from voiceagent.audio import int16_to_float, read_wav, resample  # noqa: E402
 from voiceagent.backends.whisper import window_frames  # noqa: E402
 from voiceagent.config import load_config  # noqa: E402

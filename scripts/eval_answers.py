@@ -25,17 +25,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "scripts"))
 
-import eval_quality as eq  # noqa: E402
-
+from scripts import eval_quality as eq  # noqa: E402
 from voiceagent.backends.llama_cpp import LlamaCppContext, gguf_path  # noqa: E402
 from voiceagent.backends.protocols import example_messages  # noqa: E402
 from voiceagent.config import DEFAULT_EXAMPLES, DEFAULT_INSTRUCTIONS, load_config, parse_examples  # noqa: E402

@@ -39,11 +39,8 @@ from typing import Any
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "scripts"))
-sys.path.insert(1, str(ROOT))
 
-import eval_quality as eq  # noqa: E402
-
+from scripts import eval_quality as eq  # noqa: E402
 from voiceagent.backends.protocols import Message  # noqa: E402
 from voiceagent.text.clauses import unpunctuated as bare  # noqa: E402  (what the product judges: the words alone)
 
@@ -113,7 +110,7 @@ class TextJudge:
 def cut_questions(questions: list[eq.Question], voices: list[eq.Voice], cache: Path) -> list[tuple[eq.Question, list[Any]]]:
     """Each question in each voice with its segments, cut by the real VAD as the server cuts them
     (``eval_stt.VadCutter``); questions the VAD found no speech in are left out."""
-    import eval_stt as es
+    from scripts import eval_stt as es
 
     cutter = es.VadCutter()
     out = [(q, cutter.cuts(speech)) for _conv, _voice, q, speech in es.clips(questions, voices, eq.Speaker(cache), 0, pad=False)]
@@ -124,7 +121,7 @@ def heard_texts(cut: list[tuple[eq.Question, list[Any]]], stt: str) -> list[tupl
     """(kind, question id, text) as Whisper (``stt``, ``MODEL@BEAM``) hears the questions ``cut``:
     "complete" the whole question as the rejoin transcribes it, "half" the first segment of a
     paused question the VAD split, alone; without final punctuation."""
-    import eval_stt as es
+    from scripts import eval_stt as es
 
     backend = es.load_backend(es.parse_config(stt))
     out: list[tuple[str, str, str]] = []
@@ -193,7 +190,7 @@ def main() -> int:
     ap.add_argument("--out", default=str(ROOT / "docs" / "bench"))
     args = ap.parse_args()
 
-    from bench_latency import machine
+    from scripts.bench_latency import machine
 
     questions = eq.load_questions()
     voices, _notes = eq.resolve_voices([v.strip() for v in args.voices.split(",") if v.strip()])

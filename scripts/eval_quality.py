@@ -51,11 +51,9 @@ from typing import Any
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "scripts"))
-sys.path.insert(1, str(ROOT))
 
-import make_fixtures  # noqa: E402
-from serve_process import ServeFailed, ServeProcess  # noqa: E402
+from scripts import make_fixtures  # noqa: E402
+from scripts.serve_process import ServeFailed, ServeProcess  # noqa: E402
 
 RATE = 16000
 QUESTIONS_FILE = ROOT / "scripts" / "eval_questions.toml"
@@ -692,8 +690,7 @@ def variant(spec: str) -> tuple[str, dict[str, str]]:
 
 
 def run_profile(spec: str, overrides: dict[str, str], convs: list[Conversation], timeout_s: float) -> dict[str, Any]:
-    from bench_latency import cpu_times
-
+    from scripts.bench_latency import cpu_times
     from voiceagent.config import load_config
 
     entry: dict[str, Any] = {}
@@ -908,7 +905,7 @@ def main() -> int:
     ap.add_argument("--rescore", metavar="JSON", help="score a finished run's quality.json again (no server) and rewrite its reports")
     args = ap.parse_args()
 
-    from bench_latency import machine
+    from scripts.bench_latency import machine
 
     questions = load_questions(Path(args.questions))
     if args.rescore:

@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import time
 import tomllib
 from pathlib import Path
@@ -33,7 +32,6 @@ from typing import Any
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
 from voiceagent.backends.minilm import MiniLm  # noqa: E402
 from voiceagent.config import Config  # noqa: E402

@@ -45,10 +45,8 @@ from typing import Any
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "scripts"))
-sys.path.insert(1, str(ROOT))
 
-import eval_quality as eq  # noqa: E402
+from scripts import eval_quality as eq  # noqa: E402
 
 PRE_S = 0.3  # the stage's prefix padding (turn_detection.prefix_padding_ms)
 TAIL_S = 0.096  # the stage's tail after the VAD stop (stages/stt.py)
@@ -92,8 +90,7 @@ def tools_prompt() -> str:
     """The prompt a session offering scripts/eval_tools.py's tools gets with ``stt.tools_prompt``."""
     import dataclasses
 
-    from eval_tools import TOOLS
-
+    from scripts.eval_tools import TOOLS
     from voiceagent.config import Config
     from voiceagent.settings import settings_from_config
     from voiceagent.text.stt_prompt import transcription_prompt
@@ -305,7 +302,7 @@ def main() -> int:
     ap.add_argument("--out", default=str(ROOT / "docs" / "bench"))
     args = ap.parse_args()
 
-    from bench_latency import machine
+    from scripts.bench_latency import machine
 
     configs = [parse_config(s) for s in args.configs.split(",") if s.strip()]
     questions = eq.load_questions(Path(args.questions))

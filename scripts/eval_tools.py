@@ -23,15 +23,14 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-from voiceagent.backends.protocols import LlmRequest, with_tools  # noqa: E402
+from voiceagent.backends.protocols import LlmRequest  # noqa: E402
 from voiceagent.config import Config, LlmConfig  # noqa: E402
 from voiceagent.config.profiles import PROFILES  # noqa: E402
 from voiceagent.tools.args import check_arguments  # noqa: E402
 from voiceagent.tools.builtin import builtin_tools  # noqa: E402
 from voiceagent.tools.retry import nameless, retried_call, retry_choice  # noqa: E402
-from voiceagent.tools.spec import Message, Tool, ToolCall  # noqa: E402
+from voiceagent.tools.spec import Message, Tool, ToolCall, with_tools  # noqa: E402
 
 WEATHER = Tool(
     "get_weather",

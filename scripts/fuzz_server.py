@@ -86,12 +86,9 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "scripts"))
-sys.path.insert(0, str(ROOT))
 
-import make_fixtures  # noqa: E402
-from serve_process import ServeProcess  # noqa: E402
-
+from scripts import make_fixtures  # noqa: E402
+from scripts.serve_process import ServeProcess  # noqa: E402
 from voiceagent.audio import Int16Array, mulaw_encode, read_wav, resample  # noqa: E402
 from voiceagent.client import MalformedEvent, RealtimeClient, ResponseStarted, messages  # noqa: E402
 from voiceagent.client import Pacer as AudioPacer  # noqa: E402

@@ -20,8 +20,8 @@ tests imports it.  Two sub-commands:
 
 ``DIR`` holds ``silero_vad.onnx``, ``smart-turn-v3.2-cpu.onnx``, ``en_US-joe-medium.onnx``,
 ``piper_ids.json``, ``speech.wav`` and ``whisper/`` (a CTranslate2 Whisper folder); a missing
-file skips its stage.  ``--ort-path`` is a folder holding an ``onnxruntime`` package that is put
-first on ``sys.path`` for the stages that name the GPU build.
+file skips its stage.  ``--ort-path`` is a folder holding an ``onnxruntime`` package that the
+stages naming the GPU build import first (their child process runs with it first on ``PYTHONPATH``).
 """
 
 from __future__ import annotations
@@ -178,9 +178,12 @@ def prepare(out_dir: Path) -> Report:
 
 
 def import_ort(ort_path: str) -> types.ModuleType:
-    if ort_path:
-        sys.path.insert(0, ort_path)
+    """The ``onnxruntime`` this child runs with: the one in ``ort_path`` when given (its parent
+    put it first on ``PYTHONPATH``), checked so that a stock one found first is not mistaken for it."""
     import onnxruntime as ort
+
+    if ort_path and not str(Path(ort.__file__).resolve()).startswith(str(Path(ort_path).resolve())):
+        raise RuntimeError(f"onnxruntime from {ort.__file__}, not from {ort_path}")
 
     module: types.ModuleType = ort
     return module
@@ -489,6 +492,9 @@ def run_child(
     script: Path, stage: str, extra: list[str], ort_path: str, args: argparse.Namespace, env: dict[str, str] | None = None
 ) -> Report:
     cmd = [sys.executable, str(script), "child", stage, "--dir", args.dir, "--iters", str(args.iters), "--ort-path", ort_path, *extra]
+    if ort_path:  # the GPU build first: put there by the environment, not by the child itself
+        base = env if env is not None else dict(os.environ)
+        env = {**base, "PYTHONPATH": os.pathsep.join(p for p in (ort_path, base.get("PYTHONPATH", "")) if p)}
     t0 = time.perf_counter()
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=CHILD_TIMEOUT_S, check=False, env=env)

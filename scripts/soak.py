@@ -53,13 +53,12 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "scripts"))
 
 import random  # noqa: E402
 
-from bench_concurrency import QUESTIONS, Sampler, ServeProcess, run_n, session_files  # noqa: E402
-from bench_latency import machine, percentiles  # noqa: E402
-from bench_long_prompt import instructions  # noqa: E402
+from scripts.bench_concurrency import QUESTIONS, Sampler, ServeProcess, run_n, session_files  # noqa: E402
+from scripts.bench_latency import machine, percentiles  # noqa: E402
+from scripts.bench_long_prompt import instructions  # noqa: E402
 
 
 def rss_anon(pid: int) -> int:

@@ -10,7 +10,7 @@ import pytest
 from tests.conftest import _load_script
 
 et = _load_script("eval_end_of_turn")
-eq = sys.modules["eval_quality"]  # as eval_end_of_turn imported it
+eq = sys.modules["scripts.eval_quality"]  # as the script imported it
 
 
 def test_whole_questions_their_truncations_and_paused_halves_lose_their_final_punctuation() -> None:

@@ -4,7 +4,6 @@ and how questions are packed into conversations.  No models, no server, no audio
 from __future__ import annotations
 
 import importlib.util
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -15,14 +14,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _load() -> Any:
-    if "eval_quality" in sys.modules:
-        return sys.modules["eval_quality"]
-    spec = importlib.util.spec_from_file_location("eval_quality", ROOT / "scripts" / "eval_quality.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["eval_quality"] = module
-    spec.loader.exec_module(module)
-    return module
+    return importlib.import_module("scripts.eval_quality")
 
 
 eq = _load()

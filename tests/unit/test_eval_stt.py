@@ -12,7 +12,7 @@ import pytest
 from tests.conftest import _load_script
 
 es = _load_script("eval_stt")
-eq = sys.modules["eval_quality"]  # as eval_stt imported it
+eq = sys.modules["scripts.eval_quality"]  # as the script imported it
 
 
 def test_a_config_is_model_beam_and_an_optional_prompt() -> None:
