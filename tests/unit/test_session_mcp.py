@@ -17,8 +17,8 @@ from pydantic import TypeAdapter
 
 from tests.mcp_server import WEATHER, McpTestServer, unused_url
 from voiceagent.config import Config, ToolsConfig
+from voiceagent.config.prompts import ANSWER_FROM_TOOLS, MCP_APOLOGY
 from voiceagent.conversation.history import McpCallItem
-from voiceagent.conversation.prompts import ANSWER_FROM_TOOLS, MCP_APOLOGY
 from voiceagent.events import (
     ErrorEvent,
     Event,

@@ -18,8 +18,8 @@ import pytest
 from voiceagent.backends.registry import warm_up
 from voiceagent.clock import VirtualClock
 from voiceagent.config import Config, ToolsConfig
+from voiceagent.config.prompts import ANSWER_FROM_TOOLS
 from voiceagent.conversation.history import CANCELLED_OUTPUT, AssistantItem, FunctionCallItem, FunctionCallOutputItem, UserItem
-from voiceagent.conversation.prompts import ANSWER_FROM_TOOLS
 from voiceagent.errors import ProtocolError
 from voiceagent.events import (
     AudioDelta,

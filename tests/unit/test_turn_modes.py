@@ -12,7 +12,7 @@ import pytest
 
 from voiceagent.clock import VirtualClock
 from voiceagent.config import Config, TurnConfig
-from voiceagent.conversation.prompts import IDLE_PROMPT
+from voiceagent.config.prompts import IDLE_PROMPT
 from voiceagent.errors import ProtocolError
 from voiceagent.events import Event, InputCommitted, InputSpeechStarted, InputTimeoutTriggered, ResponseCreated, ResponseDone
 from voiceagent.settings import TurnDetection, settings_from_config

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from voiceagent.backends.registry import Engines
-from voiceagent.config import OPENAI_VOICES, Config, ConfigError, TtsConfig
-from voiceagent.errors import ProtocolError
+from voiceagent.config import OPENAI_VOICES, Config, TtsConfig
+from voiceagent.errors import ConfigError, ProtocolError
 from voiceagent.events import AudioDelta, ResponseDone
 from voiceagent.transports.realtime_audio import WireAudio
 

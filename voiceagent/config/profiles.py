@@ -91,9 +91,8 @@ _FAST: dict[str, str] = {
     # ("How many wheels ... does a bicycle have?"); p50 unchanged in the spoken eval.
     "turn.text_threshold": "0.003",
     "turn.doubt_ms": "1000",
-    # The 0.5B's weights converted once to IQ4_NL: 22-29 % less time per token on a 2-core CPU;
-    # answers within one question of the shipped file's as text, 6 points fewer right on misheard
-    # questions (docs/decisions/llm-weights.md).
+    # The 0.5B's weights converted once to IQ4_NL: faster per token at about the same answers
+    # (docs/decisions/llm-weights.md).
     "llm.quant": "iq4_nl",
 }
 
@@ -102,13 +101,11 @@ PROFILES: dict[str, dict[str, str]] = {
     # Whisper tiny with the 1.5B: base with the 0.5B was slower than fast and no more accurate
     # (base hears the synthetic voices no better; docs/decisions/profiles.md).
     # The 1.5B runs as shipped: its file is real Q4_K, and IQ4_NL was no faster per token
-    # (43.8 against 40.5 ms; scripts/bench_llm_weights.py --set llm.model=qwen2.5-1.5b).
+    # (docs/decisions/llm-weights.md).
     "balanced": {**_FAST, "llm.model": "qwen2.5-1.5b", "llm.quant": "shipped"},
-    # Whisper base decodes with beam search (5): on the eval's 335 clips it took base's WER from
-    # 15.3 % to 11.3 % for ~70 ms more per final decode, where tiny gained nothing from it (14.6 ->
-    # 15.3 %), so fast and balanced stay greedy (scripts/eval_stt.py, docs/bench/stt_eval.md).
-    # The tools' descriptions as Whisper's prompt help base at beam 5 on tool requests (13.2 ->
-    # 12.0 % WER) and cost it 0.1 point elsewhere; tiny (fast, balanced) lost 2.7 (14.6 -> 17.3 %).
+    # Whisper base decodes with beam search (5), which helps base and not tiny, so fast and balanced
+    # stay greedy (docs/decisions/whisper-beam.md).  The tools' descriptions as Whisper's prompt
+    # help base on tool requests and hurt tiny (docs/decisions/stt-tools-prompt.md).
     "quality": {
         **_FAST,
         "stt.model": "whisper-base",

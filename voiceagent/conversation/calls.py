@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import dataclasses
 
+from voiceagent.config.prompts import MCP_APOLOGY
 from voiceagent.conversation.catalog import ToolBox
 from voiceagent.conversation.context import CoreContext
 from voiceagent.conversation.effects import CancelMcpCalls, RunMcpCall, StartTimer
 from voiceagent.conversation.history import CANCELLED_OUTPUT, McpCallItem, new_id
-from voiceagent.conversation.prompts import MCP_APOLOGY
 from voiceagent.conversation.reply import Reply, ReplyState, ResponseOptions
 from voiceagent.errors import ProtocolError, excerpt
 from voiceagent.events import (

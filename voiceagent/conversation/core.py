@@ -28,6 +28,7 @@ import logging
 
 from voiceagent.clock import Clock
 from voiceagent.config import Config
+from voiceagent.config.prompts import IDLE_PROMPT, timer_note
 from voiceagent.conversation.calls import ToolCalls
 from voiceagent.conversation.catalog import ToolBox
 from voiceagent.conversation.context import CoreContext
@@ -35,7 +36,6 @@ from voiceagent.conversation.effects import Completed, Effect, Sink, StartAnswer
 from voiceagent.conversation.history import History
 from voiceagent.conversation.idle import IdleTimeout
 from voiceagent.conversation.lifecycle import Replies
-from voiceagent.conversation.prompts import IDLE_PROMPT, timer_note
 from voiceagent.conversation.reply import Reply, ReplyState, ResponseOptions
 from voiceagent.conversation.user import UserInput
 from voiceagent.errors import ProtocolError, excerpt

@@ -13,10 +13,10 @@ import asyncio
 import logging
 
 from voiceagent.clock import Clock
+from voiceagent.config.prompts import ANSWER_FROM_TOOLS
 from voiceagent.conversation.catalog import ToolBox
 from voiceagent.conversation.history import History, input_messages
 from voiceagent.conversation.prompt_fit import PromptFitter
-from voiceagent.conversation.prompts import ANSWER_FROM_TOOLS
 from voiceagent.conversation.reply import ResponseOptions
 from voiceagent.events import Event, ItemsDropped, UserTurn
 from voiceagent.observability.metrics import Metrics

@@ -27,9 +27,8 @@ audio cannot play before that token anyway, so the wait costs the listener nothi
 
 A turn of several segments is transcribed again as one clip (``rejoin``, the STT stage's
 :meth:`~voiceagent.stages.stt.SttStage.decode_clip`), its gaps as silence: Whisper hears a half
-sentence worse than a whole one (in the spoken eval's last full run, 39 % word errors on the 13
-turns pieced together from segments against 15 % on the other 54).  It costs one more decode, on
-those turns only.
+sentence worse than a whole one (the figures: docs/decisions/mid-sentence-pauses.md).  It costs
+one more decode, on those turns only.
 """
 
 from __future__ import annotations

@@ -1,0 +1,598 @@
+"""The configuration's schema: one frozen dataclass per section, each validated when built.
+
+Unknown keys, wrong types and out-of-range values raise :class:`~voiceagent.errors.ConfigError`
+with the dotted key in the message, before any model is loaded (:mod:`voiceagent.config.load`
+builds them)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from voiceagent.config.prompts import DEFAULT_INSTRUCTIONS, parse_examples
+from voiceagent.errors import ConfigError
+
+__all__ = [
+    "DEVICES",
+    "LLM_QUANTS",
+    "OPENAI_VOICES",
+    "CacheConfig",
+    "Config",
+    "GpuConfig",
+    "LlmConfig",
+    "PlayoutConfig",
+    "ServerConfig",
+    "SttConfig",
+    "ToolsConfig",
+    "TtsConfig",
+    "TurnConfig",
+    "VadConfig",
+]
+
+LLM_QUANTS = ("shipped", "iq4_nl", "q4_0")
+"""``llm.quant``: the packaged GGUF as it is, or converted once to one of these llama.cpp types."""
+
+_VOICE_NAME = re.compile(r"[A-Za-z0-9._-]{1,64}")
+
+OPENAI_VOICES = ("alloy", "ash", "ballad", "coral", "echo", "sage", "shimmer", "verse", "marin", "cedar")
+"""The voice names of OpenAI's Realtime API: what a client written for it sends (the Agents SDK's
+default is ``ash``).  Each speaks as a voice of this server's table (``tts.openai_voices``)."""
+
+
+def _json_object(text: str) -> bool:
+    if not text:
+        return True
+    try:
+        return isinstance(json.loads(text), dict)
+    except ValueError:
+        return False
+
+
+DEVICES = ("cpu", "cuda")
+
+
+def _check(cond: bool, key: str, message: str) -> None:
+    if not cond:
+        raise ConfigError(f"invalid configuration: {key} {message}")
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    host: str = "127.0.0.1"
+    port: int = 8765
+    max_message_bytes: int = 1 << 20
+    """Largest WebSocket message accepted; a larger one closes the connection with code 1009."""
+    max_sessions: int = 0
+    """Sessions served at once; past it a connection gets HTTP 503.  0 = the measured capacity:
+    how many turns ending at the same instant fit ``latency_budget_ms``, from the per-turn model
+    work timed at start-up (see :mod:`voiceagent.capacity`)."""
+    latency_budget_ms: int = 2500
+    """The end-of-speech → first-audio latency the automatic capacity keeps every session under
+    when all of them finish a turn at the same instant."""
+    turn_budget_ms: int = 1000
+    """``profile = "auto"``: the end-of-speech → first-audio time one turn may take on this
+    machine, predicted at start-up from the measured turn cost; the most accurate installed
+    profile within it is chosen (:mod:`voiceagent.backends.auto_profile`)."""
+    public_url: str = ""
+    """Public wss:// base URL used in the TwiML document (telephony); empty: derived from the request."""
+    auth: str = "auto"
+    """``auto``: a token is required unless ``host`` is a loopback address; ``on``; ``off`` (on a
+    public address this logs a warning at start-up).  With auth on and no ``auth_tokens`` a token
+    is generated at start-up and printed with how to connect."""
+    auth_tokens: str = ""
+    """Accepted tokens, comma-separated (``VOICEAGENT_SERVER__AUTH_TOKENS``).  Clients send one as
+    ``Authorization: Bearer <token>``, as the WebSocket subprotocol ``openai-insecure-api-key.<token>``
+    (browsers), or in the URL (``?token=`` or Twilio's ``/twilio/<token>``)."""
+    allowed_origins: str = ""
+    """Browser origins allowed besides the server's own, comma-separated (``*``: any).  A
+    WebSocket upgrade from another origin is refused with HTTP 403; clients that send no
+    ``Origin`` (SDKs, Twilio) are not affected."""
+    certfile: str = ""
+    """TLS certificate (PEM); with ``keyfile`` the server speaks wss:// and https://."""
+    keyfile: str = ""
+    audio_burst_s: float = 10.0
+    """How far ahead of real time a client may send audio; audio past that is refused with an
+    ``input_audio_rate_exceeded`` error (0: no limit)."""
+    max_session_s: float = 3600.0
+    """A session longer than this is ended: an ``error`` event (``session_expired``), then close
+    code 1008 (0: no limit)."""
+    idle_timeout_s: float = 300.0
+    """A client that sends nothing for this long is closed the same way (``session_idle``; 0: no limit)."""
+    drain_s: float = 10.0
+    """On SIGTERM: new sessions are refused (503) while replies in progress get this long to
+    finish; then every session is closed and the process exits 0."""
+    max_history_items: int = 200
+    """Items a conversation keeps; the oldest are dropped (``conversation.item.deleted``) past it."""
+    ice_servers: str = ""
+    """WebRTC calls (``POST /v1/realtime/calls``): STUN/TURN servers the server's side gathers
+    candidates through, comma-separated (``stun:stun.example.org:3478``,
+    ``turn:user:secret@turn.example.org:3478``); empty, the default: host candidates only (this
+    machine's addresses, loopback included), which serve a LAN.  Clients behind NAT need a TURN
+    server (docs/webrtc.md)."""
+    webrtc_media_timeout_s: float = 10.0
+    """A WebRTC call whose microphone track has sent nothing for this long has lost its peer: it
+    is ended and its session slot freed (browsers send audio, silence included, all the time)."""
+
+    def __post_init__(self) -> None:
+        _check(self.auth in ("auto", "on", "off"), "server.auth", "must be auto, on or off")
+        _check(bool(self.certfile) == bool(self.keyfile), "server.certfile", "needs server.keyfile too (and the other way round)")
+        _check(self.audio_burst_s >= 0, "server.audio_burst_s", "must be >= 0")
+        _check(self.max_session_s >= 0, "server.max_session_s", "must be >= 0")
+        _check(self.idle_timeout_s >= 0, "server.idle_timeout_s", "must be >= 0")
+        _check(self.drain_s >= 0, "server.drain_s", "must be >= 0")
+        _check(self.max_history_items >= 2, "server.max_history_items", "must be >= 2")
+        _check(self.webrtc_media_timeout_s > 0, "server.webrtc_media_timeout_s", "must be > 0")
+        _check(0 <= self.port <= 65535, "server.port", "must be 0..65535")
+        _check(self.max_message_bytes >= 1024, "server.max_message_bytes", "must be at least 1024")
+        _check(self.max_sessions >= 0, "server.max_sessions", "must be >= 0 (0: the measured capacity)")
+        _check(self.latency_budget_ms >= 100, "server.latency_budget_ms", "must be >= 100")
+        _check(self.turn_budget_ms >= 100, "server.turn_budget_ms", "must be >= 100")
+
+
+@dataclass(frozen=True)
+class VadConfig:
+    model: str = "silero"
+    device: str = "cpu"
+    """``cpu`` or ``cuda``.  The gpu profile keeps the VAD on the CPU: one 32 ms window took
+    0.11 ms there against 0.75 ms through CUDA on an H100 (docs/gpu_probe.md)."""
+    threshold: float = 0.5
+    prefix_padding_ms: int = 300
+    stop_ms: int = 160
+    """Silence that ends a speech *segment*: the transcript is finalised (and speculation starts)."""
+    min_speech_ms: int = 96
+    """Speech must last this long before it counts as started (filters clicks).  Dips of up to
+    64 ms between syllables do not restart the count (see stages.vad.VadTracker)."""
+    barge_in_ms: int = 320
+    """Speech must last this long while the agent talks before it interrupts (filters coughs);
+    counted as for ``min_speech_ms``."""
+
+    def __post_init__(self) -> None:
+        _check(self.device in DEVICES, "vad.device", "must be cpu or cuda")
+        _check(0.0 < self.threshold < 1.0, "vad.threshold", "must be between 0 and 1")
+        _check(self.stop_ms >= 32, "vad.stop_ms", "must be at least 32")
+        _check(self.prefix_padding_ms >= 0, "vad.prefix_padding_ms", "must be >= 0")
+        _check(self.min_speech_ms >= 0, "vad.min_speech_ms", "must be >= 0")
+        _check(self.barge_in_ms >= 0, "vad.barge_in_ms", "must be >= 0")
+
+
+@dataclass(frozen=True)
+class SttConfig:
+    model: str = "whisper-tiny"
+    language: str = "en"
+    device: str = "cpu"
+    """``cpu`` or ``cuda`` (CTranslate2 built for the machine's CUDA)."""
+    compute_type: str = "auto"
+    """CTranslate2 compute type: ``auto`` = int8 on the CPU, float16 on CUDA."""
+    threads: int = 1
+    """One thread: tiny's short-window decode was as fast on one as on two (105 vs 130-180 ms
+    for the start-up probe clip), and with several sessions the other core is the LLM's."""
+    beam_size: int = 1
+    partials: bool = True
+    partial_interval_ms: int = 1200
+    """Audio between two partial decodes while the user speaks (each costs an encoder pass)."""
+    window_s: int = 0
+    """Encoder window: 0 = auto (clip + 1 s, rounded up to 5 s, at least 10 s); 30 = Whisper's classic."""
+    early_decode: bool = True
+    """Start the final decode at the first silent VAD window, before the segment is declared over."""
+    rejoin: bool = True
+    """Transcribe a turn of several segments (a pause mid-sentence) again as one clip: Whisper
+    hears a half sentence worse than a whole one.  One more decode, on those turns only."""
+    batch: int = 1
+    """Final decodes of several sessions that wait for Whisper at the same time are decoded as
+    one batch of up to this many (1: one by one, the default).  Nothing waits to fill a batch: a
+    decode that finds Whisper idle runs alone.  Off by default: on 2 cores a batch was cheaper
+    than its decodes one by one but the server's turns were no faster, because one by one lets
+    the first caller's LLM start on the other core (docs/decisions/whisper-batch.md)."""
+    tools_prompt: bool = False
+    """Where the client set no transcription prompt, give Whisper the descriptions of the
+    session's tools as the text before the speech (:mod:`voiceagent.text.stt_prompt`).  On in the
+    ``quality`` profile: on 130 spoken tool requests Whisper base at beam 5 went from 13.2 to
+    12.0 % WER and heard "weather" in 18 of 20 instead of 11 ("What's the winner in Paris?"), on
+    the eval's 335 other questions from 11.3 to 11.4 %, for about 15 ms more per decode.  Off for
+    tiny, which lost 2.7 points on those (14.6 -> 17.3 %).  ``scripts/eval_stt.py``,
+    docs/decisions/stt-tools-prompt.md."""
+
+    def __post_init__(self) -> None:
+        _check(self.threads >= 1, "stt.threads", "must be >= 1")
+        _check(self.device in DEVICES, "stt.device", "must be cpu or cuda")
+        _check(
+            self.compute_type in ("auto", "int8", "int8_float16", "float16", "float32"),
+            "stt.compute_type",
+            "must be auto, int8, int8_float16, float16 or float32",
+        )
+        _check(0 <= self.window_s <= 30, "stt.window_s", "must be 0..30")
+        _check(self.beam_size >= 1, "stt.beam_size", "must be >= 1")
+        _check(1 <= self.batch <= 64, "stt.batch", "must be 1..64")
+        _check(self.partial_interval_ms >= 200, "stt.partial_interval_ms", "must be >= 200")
+
+
+@dataclass(frozen=True)
+class TurnConfig:
+    model: str = "smart-turn-v3"
+    """End-of-turn model, or "none" to use the silence threshold alone."""
+    device: str = "cpu"
+    """``cpu`` or ``cuda`` (onnxruntime-gpu); one check took 62 ms on a CPU core, 2.1 ms on an H100."""
+    silence_ms: int = 500
+    """Silence that ends a turn whatever the model says (the fallback; OpenAI's silence_duration_ms)."""
+    complete_ms: int = 400
+    """Silence that ends a turn when the turn model judges it complete.  Longer than the common
+    300-400 ms mid-sentence pause: at 240 ms the model's mistakes cut users off
+    (docs/decisions/turn-complete-ms.md), and on 2 cores the first audio is not ready much before 500 ms anyway."""
+    incomplete_ms: int = 1500
+    """Silence that ends a turn whose transcript stops where a sentence cannot end ("the capital
+    of", "remind me to", "um"; voiceagent/text/turn_words.py), when longer than ``silence_ms``.  The
+    turn model, which judges by sound, calls most such pauses complete; 0 turns the rule off."""
+    text_threshold: float = 0.003
+    """The LLM's probability that the user's sentence ends after their words, below which the
+    turn waits ``doubt_ms`` of silence: read from the speculative answer's prompt, as it starts,
+    on the embedded LLM only (0: off).  At 0.003 the 0.5B holds every first half of the eval's
+    paused questions and none of their whole texts (scripts/eval_end_of_turn.py); in the spoken
+    eval it took false cut-offs from 5 to 3 of 9 at the same p50 (docs/decisions/text-end-of-turn.md).  Needs ``speculative``."""
+    doubt_ms: int = 1000
+    """Silence that ends a turn whose words the LLM doubts end a sentence (``text_threshold``),
+    when longer than ``silence_ms``.  Shorter than ``incomplete_ms``: the doubt is wrong more
+    often (a misheard whole question scores low too), and such a question waits this long."""
+    threshold: float = 0.5
+    speculative: bool = True
+    """Start answering at the end of a segment; hold the audio until the turn is confirmed."""
+
+    def __post_init__(self) -> None:
+        _check(self.silence_ms >= 100, "turn.silence_ms", "must be >= 100")
+        _check(self.device in DEVICES, "turn.device", "must be cpu or cuda")
+        _check(self.complete_ms >= 0, "turn.complete_ms", "must be >= 0")
+        _check(self.incomplete_ms >= 0, "turn.incomplete_ms", "must be >= 0")
+        _check(0.0 < self.threshold < 1.0, "turn.threshold", "must be between 0 and 1")
+        _check(0.0 <= self.text_threshold < 1.0, "turn.text_threshold", "must be >= 0 and < 1")
+        _check(self.doubt_ms >= 0, "turn.doubt_ms", "must be >= 0")
+
+
+@dataclass(frozen=True)
+class LlmConfig:
+    backend: str = "llama_cpp"
+    """``llama_cpp`` (in process), ``openai`` (any OpenAI-compatible server at ``base_url``) or
+    ``vllm`` (vLLM's engine in process)."""
+
+    @property
+    def fallback_backend(self) -> str | None:
+        """The fallback engine this configuration gets (None: none)."""
+        if self.fallback == "none" or (self.fallback == "auto" and self.backend == "llama_cpp"):
+            return None
+        return "llama_cpp"
+
+    model: str = "qwen2.5-0.5b"
+    """llama_cpp: a catalog name, a ``.gguf`` path or a hub id (``ORG/REPO:FILE`` or
+    ``ORG/REPO:QUANT``; voiceagent.models.source); openai: the model name the server expects;
+    vllm: a catalog name (converted once), or a Hugging Face folder or id."""
+    quant: str = "iq4_nl"
+    """llama_cpp: the weights as run.  ``shipped``: the GGUF as its packages carry it (Q4_K_M, in
+    fact mostly Q5_0 tensors for the 0.5B); ``iq4_nl`` or ``q4_0``: converted from it once, at
+    set-up or first load, into the cache (llama.cpp's own quantizer).  IQ4_NL took 22–29 % less
+    time per token and 18–37 % less per prompt on a 2-core CPU (scripts/bench_llm_weights.py), and
+    llama.cpp keeps a 183 MB repacked copy per context (28 MB shipped).
+    The 0.5B's answers scored within one question of the shipped file's on the text eval, but
+    41.8 against 47.8 % right on the same misheard transcripts (docs/decisions/llm-weights.md).
+    Catalog models only: a GGUF given as a path or hub id runs as given."""
+    threads: int = 2
+    context: int = 2048
+    batching: bool = True
+    """llama_cpp: one context whose ``sequences`` conversations decode together, one token of each
+    per step (backends/batch_engine.py: one copy of the weights, one KV cache).  False: the older
+    pool of ``contexts`` contexts stepped one at a time (backends/llm_pool.py), kept for comparison."""
+    sequences: int = 16
+    """llama_cpp with ``batching``: conversations that keep their prompt prefix in the KV cache at
+    once; a turn of a further one takes the least recently used idle sequence."""
+    kv_tokens: int = 0
+    """llama_cpp with ``batching``: the KV cache's cells, shared by every sequence (a prefix several
+    conversations share is held once); 0 = max(16384, 2 × ``context``).  About 12 KB a token for
+    the 0.5B, 28 KB for the 1.5B; when it is full, idle conversations' cells go first."""
+    contexts: int = 8
+    """llama_cpp without ``batching``: KV contexts over the one memory-mapped model (~25 MB each for the 0.5B at 2k).
+    A conversation keeps its prefix warm in its own context while there are at least as many
+    contexts as conversations; beyond that the least recently used one is re-read."""
+    context_shift: bool = True
+    """llama_cpp: when a conversation is cut to fit ``context``, the KV cells of the turns kept
+    move back over the dropped ones instead of being evaluated again (a cut then costs
+    milliseconds, not seconds of prefill).  Those cells were computed with the dropped turns in
+    view; false re-reads them, exact and slower (docs/decisions/context-shift.md)."""
+    base_url: str = "http://127.0.0.1:8080/v1"
+    """openai: the server's API root (``…/v1``)."""
+    api_key: str = ""
+    """openai: sent as a bearer token when set (``VOICEAGENT_LLM__API_KEY``)."""
+    first_token_timeout_s: float = 5.0
+    """openai: a server that sends no token within this fails the turn with a clear error."""
+    gpu_memory_utilization: float = 0.8
+    """vllm: the share of the GPU's memory vLLM takes (weights and KV cache); the rest is left to
+    the speech models on the same device (about 2.6 GiB: docs/gpu_probe.md).  Ignored on a CPU."""
+    speculative_config: str = ""
+    """vllm: speculative decoding, as the JSON object vLLM's ``speculative_config`` takes, passed
+    through as is: ``{"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4}``,
+    or a draft model ``{"model": "<folder>", "num_speculative_tokens": 3}``.  Empty: off."""
+    fallback: str = "auto"
+    """The engine that answers a turn the configured one fails or is too slow for (a circuit
+    breaker, see backends/fallback.py): ``auto`` = the embedded ``llama_cpp`` model unless the
+    backend is already ``llama_cpp``; ``llama_cpp``; or ``none``.  With ``backend = "llama_cpp"``
+    too, ``llama_cpp`` is a second in-process pool of its own contexts running ``fallback_model``
+    (say the 0.5B behind a bigger primary): it answers a turn whose primary fails, or whose first
+    text is late because every primary context is busy."""
+    fallback_model: str = "qwen2.5-0.5b"
+    """The model the embedded fallback runs (a catalog name, a ``.gguf`` path or a hub id)."""
+    fallback_contexts: int = 2
+    """KV contexts of the embedded fallback (it answers only while the primary is failing)."""
+    first_token_budget_ms: int = 1500
+    """With a fallback: a turn whose first text the primary has not sent by then is answered by
+    the fallback (the primary's request is aborted)."""
+    breaker_failures: int = 3
+    """Failed or late turns in a row that open the breaker: later turns go straight to the fallback."""
+    breaker_reset_s: float = 30.0
+    """How long the breaker stays open before one turn probes the primary again."""
+    route: str = "off"
+    """Per-turn routing (backends/router.py): ``rules`` sends social turns (greetings, thanks,
+    farewells, yes/no, names: text/turn_kind.py) to the embedded ``route_model`` and the rest to
+    ``model``; ``off``: every turn to ``model``.  Off in every profile: on the spoken eval it was
+    not as accurate as the large model alone (docs/decisions/routing.md)."""
+    route_model: str = "qwen2.5-0.5b"
+    """The small model routed turns go to (embedded llama_cpp; a catalog name, ``.gguf`` path or
+    hub id).  When it is also ``fallback_model`` the two are one engine."""
+    route_contexts: int = 4
+    """Sequences (KV contexts) of the small model's engine when it is not the fallback's."""
+    max_tokens: int = 80
+    temperature: float = 0.0
+    call_bias: float = 1.0
+    """llama_cpp, tools offered with ``tool_choice`` "auto": added to the logits of the tokens a
+    call starts with (``<tool_call>``, ``<``, `````) at the reply's first token only.  The 1.5B as
+    shipped wavered there between making a weather call and telling the user how to make it ("you
+    can call the `get_weather` function…"): its first-token logits were 0.06–0.53 apart, and 2.9
+    or more apart on the questions that need no tool (scripts/eval_tools.py;
+    docs/decisions/tool-calls.md).  0: off."""
+    instructions: str = DEFAULT_INSTRUCTIONS
+    examples: str = ""
+    """Example exchanges placed after the system message: ``User: ...`` and ``Assistant: ...`` lines
+    taking turns ("" for none; ``DEFAULT_EXAMPLES`` is a measured set).  They go with the server's
+    instructions: a client that sends its own (``session.update`` or ``response.create``) gets
+    none, and neither does a prompt offering tools."""
+    yield_to_tts: bool = True
+    """Order work on the two cores along the critical path (see pipeline/gate.py)."""
+    prefill: bool = True
+    """Evaluate the coming prompt (the history and the user's words so far) with each partial
+    transcript, while the user still speaks, so the answer pays only for the last words
+    (llama_cpp only; see LlmEngine.prefill)."""
+    first_clause_words: int = 4
+    """Cut the first clause after this many words when no punctuation came, backing off before
+    trailing function words (0: never).  Why 4: docs/decisions/first-clause-words.md."""
+
+    def __post_init__(self) -> None:
+        _check(self.quant in LLM_QUANTS, "llm.quant", "must be one of " + ", ".join(LLM_QUANTS))
+        _check(self.threads >= 1, "llm.threads", "must be >= 1")
+        _check(0.0 <= self.call_bias <= 10.0, "llm.call_bias", "must be 0..10")
+        _check(self.context >= 256, "llm.context", "must be >= 256")
+        _check(1 <= self.contexts <= 64, "llm.contexts", "must be 1..64")
+        _check(1 <= self.sequences <= 256, "llm.sequences", "must be 1..256")
+        _check(self.kv_tokens == 0 or self.kv_tokens >= self.context, "llm.kv_tokens", "must be 0 or >= llm.context")
+        _check(self.first_token_timeout_s > 0, "llm.first_token_timeout_s", "must be > 0")
+        _check(self.fallback in ("auto", "llama_cpp", "none"), "llm.fallback", "must be auto, llama_cpp or none")
+        _check(0.05 <= self.gpu_memory_utilization <= 0.98, "llm.gpu_memory_utilization", "must be 0.05..0.98")
+        _check(_json_object(self.speculative_config), "llm.speculative_config", "must be empty or a JSON object")
+        _check(1 <= self.fallback_contexts <= 64, "llm.fallback_contexts", "must be 1..64")
+        _check(self.route in ("off", "rules"), "llm.route", "must be off or rules")
+        _check(1 <= self.route_contexts <= 64, "llm.route_contexts", "must be 1..64")
+        _check(self.first_token_budget_ms >= 50, "llm.first_token_budget_ms", "must be >= 50")
+        _check(self.breaker_failures >= 1, "llm.breaker_failures", "must be >= 1")
+        _check(self.breaker_reset_s >= 0, "llm.breaker_reset_s", "must be >= 0")
+        _check(self.base_url.startswith(("http://", "https://")), "llm.base_url", "must be an http:// or https:// URL")
+        _check(1 <= self.max_tokens <= 4096, "llm.max_tokens", "must be 1..4096")
+        _check(0.0 <= self.temperature <= 2.0, "llm.temperature", "must be 0..2")
+        _check(0 <= self.first_clause_words <= 100, "llm.first_clause_words", "must be 0..100")
+        try:
+            parse_examples(self.examples)
+        except ValueError as exc:
+            _check(False, "llm.examples", str(exc))
+
+    @property
+    def example_pairs(self) -> tuple[tuple[str, str], ...]:
+        """``examples`` as ``(user, assistant)`` pairs."""
+        return parse_examples(self.examples)
+
+
+@dataclass(frozen=True)
+class TtsConfig:
+    model: str = "joe"
+    """The default voice, and its name in the voice table (``session.update``'s ``voice``)."""
+    voices: str = ""
+    """More voices a client may pick by name: ``name=model`` pairs separated by commas
+    (``calm=en_US-lessac-medium, mine=/voices/me.onnx``), each model a catalog name, a Piper
+    voice name, an ``.onnx`` path or a hub id, as ``model``.  Each is loaded once per process at
+    start-up and shared by the sessions that pick it."""
+    openai_voices: str = ""
+    """Which voice of the table each OpenAI voice name (:data:`OPENAI_VOICES`) speaks with:
+    ``name=voice`` pairs separated by commas (``ash=calm, marin=mine``); a name not given speaks
+    with ``model``.  A table name (``model`` or ``voices``) that is also an OpenAI name is that
+    voice of the table, not this mapping."""
+    speed: float = 1.0
+    threads: int = 2
+    ahead_ms: int = 0
+    """A reply's later clauses are synthesized once its audio not yet played falls under this
+    (0, the default: each as soon as it arrives).  Off: on 2 cores it brought other sessions'
+    first audio forward a little but left longer silences inside replies under load
+    (docs/decisions/tts-pacing.md)."""
+    device: str = "cpu"
+    """``cpu`` or ``cuda`` (onnxruntime-gpu, with cuDNN's heuristic convolution search: every reply
+    has a new length, and the exhaustive search costs ~850 ms per new length)."""
+
+    def __post_init__(self) -> None:
+        _check(self.device in DEVICES, "tts.device", "must be cpu or cuda")
+        _check(0.25 <= self.speed <= 4.0, "tts.speed", "must be 0.25..4")
+        _check(self.threads >= 1, "tts.threads", "must be >= 1")
+        _check(self.ahead_ms >= 0, "tts.ahead_ms", "must be >= 0")
+        try:
+            self.voice_table  # noqa: B018 - parsed here so that a bad table fails at start-up
+        except ValueError as exc:
+            _check(False, "tts.voices", str(exc))
+        try:
+            self.openai_voice_map  # noqa: B018 - as above
+        except ValueError as exc:
+            _check(False, "tts.openai_voices", str(exc))
+
+    @property
+    def voice_table(self) -> dict[str, str]:
+        """Voice name → model: ``model`` under its own name first, then ``voices``."""
+        table = {self.model: self.model}
+        for entry in (e.strip() for e in self.voices.split(",")):
+            if not entry:
+                continue
+            name, sep, model = (x.strip() for x in entry.partition("="))
+            if not sep or not _VOICE_NAME.fullmatch(name) or not model:
+                raise ValueError(f"{entry!r} is not name=model (a name of 1-64 letters, digits, '.', '_' or '-')")
+            if name in table:
+                raise ValueError(f"voice {name!r} is named twice")
+            table[name] = model
+        return table
+
+    @property
+    def openai_voice_map(self) -> dict[str, str]:
+        """OpenAI voice name → the name of the table's voice it speaks with (every OpenAI name)."""
+        table = self.voice_table
+        mapping = dict.fromkeys(OPENAI_VOICES, self.model)
+        given: set[str] = set()
+        for entry in (e.strip() for e in self.openai_voices.split(",")):
+            if not entry:
+                continue
+            name, sep, voice = (x.strip() for x in entry.partition("="))
+            if not sep or name not in OPENAI_VOICES:
+                raise ValueError(f"{entry!r} is not name=voice with name one of OpenAI's voices ({', '.join(OPENAI_VOICES)})")
+            if voice not in table:
+                raise ValueError(f"{entry!r}: {voice!r} is not a voice of the table ({', '.join(table)}; add it to tts.voices)")
+            if name in given:
+                raise ValueError(f"OpenAI voice {name!r} is mapped twice")
+            given.add(name)
+            mapping[name] = voice
+        return mapping
+
+    def resolve_voice(self, name: str) -> str | None:
+        """The table's voice that a client's ``voice`` ``name`` speaks with: a table name as it
+        is, an OpenAI voice name as :attr:`openai_voice_map` maps it; None for any other name."""
+        if name in self.voice_table:
+            return name
+        return self.openai_voice_map.get(name)
+
+
+@dataclass(frozen=True)
+class PlayoutConfig:
+    lead_ms: int = 400
+    """How far ahead of the listener's playback audio is sent; what is not sent yet is never heard."""
+    chunk_ms: int = 100
+
+    def __post_init__(self) -> None:
+        _check(self.lead_ms >= 0, "playout.lead_ms", "must be >= 0")
+        _check(10 <= self.chunk_ms <= 1000, "playout.chunk_ms", "must be 10..1000")
+
+
+@dataclass(frozen=True)
+class ToolsConfig:
+    builtin: bool = False
+    """Offer the server's own tools (voiceagent/tools/builtin.py: the time and date, timers) in
+    every session, run them in the server and answer with their result (``--tools``)."""
+    mcp_timeout_s: float = 5.0
+    """How long connecting to an MCP server and listing its tools, or one call of its tools (a
+    session's ``{"type": "mcp"}`` tool), may take before it counts as failed: the agent then
+    apologises instead of leaving the listener in silence."""
+    mcp_hosts: str = ""
+    """Internal hosts a client's MCP tool may name (``host`` or ``host:port``, comma-separated).
+    Any other host that is, or resolves to, a loopback, private or link-local address is refused:
+    a client must not make the server reach its own network.  Empty: public hosts only."""
+
+    def __post_init__(self) -> None:
+        _check(0 < self.mcp_timeout_s <= 300, "tools.mcp_timeout_s", "must be > 0 and <= 300")
+
+    @property
+    def mcp_allowed(self) -> frozenset[str]:
+        """``mcp_hosts`` as a set of lower-case ``host`` / ``host:port`` entries."""
+        return frozenset(h.strip().lower() for h in self.mcp_hosts.split(",") if h.strip())
+
+
+@dataclass(frozen=True)
+class CacheConfig:
+    semantic: bool = False
+    """The semantic reply cache (voiceagent/cache): a conversation's first question, close in
+    meaning to one already answered in the same deployment (the same instructions, tools, model
+    and voice), is answered with that reply's text and audio, without the LLM or the TTS.  Off by
+    default (``--set cache.semantic=true``)."""
+    embed_model: str = "all-minilm-l6-v2"
+    """The sentence-embedding model that keys the cache (a catalog name or a folder)."""
+    threshold: float = 0.58
+    """The cosine similarity a hit needs besides the lexical guards (voiceagent/text/
+    question_match.py): the highest that loses none of the paraphrases of
+    scripts/eval_cache_pairs.toml that the guards let through; the guards alone refuse all its
+    near misses (scripts/eval_cache.py, docs/reports/semantic-cache-2026-11-26.md)."""
+    ttl_s: float = 3600.0
+    """How long a reply stays reusable."""
+    max_entries: int = 2000
+    """Past this many replies, the least recently used goes."""
+    max_mb: int = 128
+    """Past this much stored audio (MiB), the least recently used replies go: a reply of 5 s at
+    22,050 Hz holds about 220 KB, so the default keeps about 600 of them."""
+    max_temperature: float = 0.7
+    """Replies sampled hotter than this are not stored: the deployment wants variety."""
+
+    def __post_init__(self) -> None:
+        _check(0.0 < self.threshold <= 1.0, "cache.threshold", "must be > 0 and <= 1")
+        _check(self.ttl_s > 0, "cache.ttl_s", "must be > 0")
+        _check(self.max_entries >= 1, "cache.max_entries", "must be >= 1")
+        _check(self.max_mb >= 1, "cache.max_mb", "must be >= 1")
+        _check(0.0 <= self.max_temperature <= 2.0, "cache.max_temperature", "must be 0..2")
+
+
+@dataclass(frozen=True)
+class GpuConfig:
+    speech_vram_mb: int = 3072
+    """GPU memory kept for the speech models on the device (Whisper, turn, TTS, their CUDA
+    contexts): about 2.6 GiB measured on an H100 (docs/gpu_probe.md), plus a margin.  Start-up
+    checks that this plus vLLM's share (``llm.gpu_memory_utilization``) is free."""
+
+    def __post_init__(self) -> None:
+        _check(self.speech_vram_mb >= 0, "gpu.speech_vram_mb", "must be >= 0")
+
+
+@dataclass(frozen=True)
+class Config:
+    server: ServerConfig = field(default_factory=ServerConfig)
+    vad: VadConfig = field(default_factory=VadConfig)
+    stt: SttConfig = field(default_factory=SttConfig)
+    turn: TurnConfig = field(default_factory=TurnConfig)
+    llm: LlmConfig = field(default_factory=LlmConfig)
+    tts: TtsConfig = field(default_factory=TtsConfig)
+    playout: PlayoutConfig = field(default_factory=PlayoutConfig)
+    gpu: GpuConfig = field(default_factory=GpuConfig)
+    tools: ToolsConfig = field(default_factory=ToolsConfig)
+    cache: CacheConfig = field(default_factory=CacheConfig)
+    profile: str = "auto"
+    """A named set of settings (voiceagent.config.profiles): ``fast``, ``balanced`` or ``quality`` (the
+    CPU stack's models, from quickest to best answers) or ``gpu``.  ``auto``: at start-up, the most
+    accurate installed CPU profile whose measured turn fits ``server.turn_budget_ms``
+    (:mod:`voiceagent.backends.auto_profile`); until then, and wherever nothing is started, the defaults.
+    Empty: the defaults (the same models as ``fast``).  Settings given in the file, the
+    environment or flags win over the profile's."""
+    cache_dir: str = "~/.cache/voiceagent"
+    log_level: str = "info"
+    log_format: str = "text"
+    """``text`` (one human-readable line per record) or ``json`` (one JSON object per line)."""
+    log_transcripts: bool = False
+    """Write what the caller and the agent said to the log (off: transcripts are private)."""
+
+    def __post_init__(self) -> None:
+        _check(
+            self.log_level in ("debug", "info", "warning", "error"),
+            "log_level",
+            "must be debug, info, warning or error",
+        )
+        _check(self.log_format in ("text", "json"), "log_format", "must be text or json")
+        from voiceagent.config.profiles import PROFILES  # the profiles name config keys: imported late
+
+        names = ", ".join(["auto", *sorted(PROFILES)])
+        _check(self.profile in ("", "auto") or self.profile in PROFILES, "profile", f"must be one of: {names} (or empty)")
+
+    @property
+    def cache_path(self) -> Path:
+        return Path(os.path.expanduser(self.cache_dir))
