@@ -1,303 +1,41 @@
-"""The typed events that flow between stages, and from the session to a transport.
-
-Every event carries ``session`` (the session id), ``gen`` (the generation current when it was
-made) and ``t`` (seconds on the session's injected clock).
-
-Two families:
-
-* **Input events** (audio, voice activity, transcripts) describe what the user did.  They are
-  never dropped: losing them would lose user speech.
-* **Response events** (subclasses of :class:`ResponseEvent`) belong to one attempt at answering.
-  When the session's generation moves past theirs (barge-in, a retracted speculative turn,
-  ``response.cancel``) every channel drops them and every stage stops working on them.
-"""
+"""Session events: what the session tells its transport, which the transport sends its client."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from enum import StrEnum
 
-import numpy as np
-
-from voiceagent.audio import Float32Array, Int16Array
-from voiceagent.playback import ListenerTimeline
+from voiceagent.audio import Int16Array
+from voiceagent.events.base import Event
+from voiceagent.events.frames import ResponseStatus
 from voiceagent.tools.mcp import McpTool
 
 __all__ = [
     "AudioDelta",
-    "AudioFrame",
     "CallSummary",
-    "Clause",
     "ErrorEvent",
-    "Event",
     "FunctionCallAdded",
-    "GenerationEnd",
-    "ItemTruncated",
-    "LlmRoute",
-    "LlmUsage",
-    "InputClear",
-    "InputCommit",
     "InputCleared",
     "InputCommitted",
-    "ItemsDropped",
     "InputSpeechStarted",
     "InputSpeechStopped",
     "InputTimeoutTriggered",
     "InputTranscriptDelta",
     "InputTranscriptDone",
     "InputTranscriptFailed",
-    "Mark",
+    "ItemTruncated",
+    "ItemsDropped",
     "McpCallAdded",
     "McpCallDone",
     "McpToolsListed",
     "OutputTranscriptDelta",
     "PlaybackCleared",
-    "ReleaseReply",
-    "ResponseAudio",
     "ResponseCreated",
     "ResponseDone",
-    "ResponseEvent",
-    "ResponseStatus",
-    "Silence",
-    "SpeechPaused",
-    "SpeechResumed",
-    "SpeechStarted",
-    "SpeechStopped",
     "TextItemAdded",
-    "ToolCallMade",
-    "ToolCallRejected",
     "ToolOutputAdded",
-    "TranscriptDelta",
-    "TranscriptSegment",
-    "TurnConfirmed",
     "TurnMetrics",
-    "UserTurn",
 ]
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Event:
-    """Common header of every event."""
-
-    t: float
-    gen: int
-    session: str = ""
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class ResponseEvent(Event):
-    """An event that belongs to generation ``gen``; dropped once the session moves past it."""
-
-
-# --------------------------------------------------------------------------- input side
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class AudioFrame(Event):
-    """User audio: mono int16 at the pipeline rate; ``start_ms`` is its position in the input stream."""
-
-    pcm: Int16Array
-    start_ms: float
-
-    @property
-    def end_ms(self) -> float:
-        return self.start_ms + len(self.pcm) * 1000.0 / 16_000
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class SpeechStarted(Event):
-    """VAD: speech began at ``audio_ms`` (input-stream time, prefix padding not included)."""
-
-    audio_ms: float
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class SpeechPaused(Event):
-    """VAD: the first silent window after speech (speech ended at ``audio_ms``, perhaps for good)."""
-
-    audio_ms: float
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class SpeechResumed(Event):
-    """VAD: speech came back before the pause became a stop."""
-
-    audio_ms: float
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class SpeechStopped(Event):
-    """VAD: a short silence followed speech; speech ended at ``audio_ms``.  Not yet a turn end."""
-
-    audio_ms: float
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Silence(Event):
-    """VAD: ``silence_ms`` of silence since the last :class:`SpeechStopped`; the endpointer's clock."""
-
-    audio_ms: float
-    silence_ms: float
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class TranscriptDelta(Event):
-    """STT: a partial transcript of the segment being spoken (replaces the previous partial)."""
-
-    text: str
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class TranscriptSegment(Event):
-    """STT: the final transcript of one speech segment, with its audio (float32, 16 kHz).
-
-    ``committed``: the segment is a whole manual commit (``input_audio_buffer.commit``).
-    """
-
-    text: str
-    audio: Float32Array
-    start_ms: float
-    end_ms: float
-    committed: bool = False
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class InputCommit(Event):
-    """Manual turn-taking: everything buffered since the last commit is one user turn."""
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class InputClear(Event):
-    """Drop buffered, not yet committed input audio."""
-
-
-# --------------------------------------------------------------------------- turn and response
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class UserTurn(ResponseEvent):
-    """Start answering.  ``text`` is the user's words (``None``: history already holds them).
-
-    ``speculative`` turns are answered at once but their audio is held by playout until a
-    :class:`TurnConfirmed` with the same ``gen`` releases it.
-    """
-
-    text: str | None
-    speculative: bool
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class TurnConfirmed(Event):
-    """Endpointer: the user's turn is over; ``gen`` is the response that answers ``text``.
-
-    ``respond`` is False when the session does not answer on its own (``create_response``
-    off, or a manual commit); ``gen`` is then meaningless.
-    """
-
-    text: str
-    audio_end_ms: float
-    respond: bool
-    marks: dict[str, float]
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Mark(ResponseEvent):
-    """A timeline mark of generation ``gen`` (``llm_first_token``, ``first_clause``, ``tts_first_audio``)."""
-
-    name: str
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class LlmRoute(ResponseEvent):
-    """Which LLM engine answers generation ``gen``, and why (see voiceagent.backends.fallback)."""
-
-    engine: str
-    reason: str
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class LlmUsage(ResponseEvent):
-    """What generation ``gen``'s reply used, sent when the LLM finished it (not for a reply that
-    was cancelled or failed).  ``decode_s``: first token to last; ``None`` counts are unknown."""
-
-    engine: str
-    model: str
-    prompt_tokens: int | None
-    reused_tokens: int | None
-    generated_tokens: int
-    decode_s: float
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Clause(ResponseEvent):
-    """LLM → TTS: a speakable piece of the reply, in order; ``index`` counts from 0.  ``audio``
-    (mono int16 at ``rate``): the clause already spoken, from the semantic cache; the TTS stage
-    passes it on instead of synthesizing."""
-
-    text: str
-    index: int
-    audio: Int16Array | None = None
-    rate: int = 0
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class ResponseAudio(ResponseEvent):
-    """TTS → playout: audio of clause ``index`` (mono int16 at ``rate``)."""
-
-    pcm: Int16Array
-    rate: int
-    index: int
-    text: str
-    first_of_clause: bool
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class ReleaseReply(ResponseEvent):
-    """Session → playout: generation ``gen`` is this turn's answer; let it be heard.
-
-    Its audio may already wait in playout (a speculative answer made before the turn was
-    confirmed); it plays from now on as response ``response_id`` / item ``item_id``, and playout
-    writes what it sends into ``listener``, the reply's own heard clock."""
-
-    response_id: str
-    item_id: str
-    listener: ListenerTimeline
-
-
-class ResponseStatus(StrEnum):
-    COMPLETED = "completed"
-    CANCELLED = "cancelled"
-    FAILED = "failed"
-    INCOMPLETE = "incomplete"
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class ToolCallMade(ResponseEvent):
-    """The LLM called a tool; ``arguments`` is checked JSON (``repaired``: only after repair)."""
-
-    call_id: str
-    name: str
-    arguments: str
-    repaired: bool = False
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class ToolCallRejected(ResponseEvent):
-    """The LLM called a tool in a way that could not be repaired; nothing is sent as a call."""
-
-    name: str
-    arguments: str
-    problem: str
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class GenerationEnd(ResponseEvent):
-    """The producer of generation ``gen`` has finished (or failed: ``error`` says why)."""
-
-    text: str
-    status: ResponseStatus
-    error: str | None = None
 
 
 # --------------------------------------------------------------------------- session → transport
@@ -555,8 +293,3 @@ class ErrorEvent(Event):
     kind: str = "invalid_request_error"
     param: str | None = None
     event_id: str | None = None
-
-
-def empty_pcm() -> Int16Array:
-    """A zero-length int16 array (for events that carry no audio)."""
-    return np.zeros(0, dtype=np.int16)
