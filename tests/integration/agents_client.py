@@ -18,6 +18,7 @@ import argparse
 import asyncio
 import json
 import sys
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -28,6 +29,17 @@ PARIS_WEATHER = "It is 18 degrees and sunny in Paris."
 CHUNK = 24_000 * 2 // 50  # 20 ms of 24 kHz 16-bit audio, the SDK's default format
 
 
+_OUT = threading.Lock()
+
+
+def say(line: dict[str, Any]) -> None:
+    """One JSON line, whole: the SDK runs a sync tool in a thread, and print() writes the text and
+    its newline separately, so two threads' lines could run together."""
+    with _OUT:
+        sys.stdout.write(json.dumps(line) + "\n")
+        sys.stdout.flush()
+
+
 @function_tool
 def get_weather(city: str) -> str:
     """Get the current weather in a city.
@@ -35,7 +47,7 @@ def get_weather(city: str) -> str:
     Args:
         city: The city.
     """
-    print(json.dumps({"sdk": "tool_called", "city": city}), flush=True)
+    say({"sdk": "tool_called", "city": city})
     return PARIS_WEATHER
 
 
@@ -62,7 +74,7 @@ class Seen:
     async def pump(self, session: Any) -> None:
         async for event in session:
             line = _line(event)
-            print(json.dumps(line), flush=True)
+            say(line)
             async with self.cond:
                 self.lines.append(line)
                 self.cond.notify_all()
@@ -75,7 +87,7 @@ class Seen:
             async with asyncio.timeout(timeout), self.cond:
                 await self.cond.wait_for(lambda: found() is not None)
         except TimeoutError:
-            print(json.dumps({"sdk": "timeout", "waiting_for": what}), flush=True)
+            say({"sdk": "timeout", "waiting_for": what})
             raise SystemExit(2) from None
         line = found()
         assert line is not None
@@ -125,7 +137,7 @@ async def main(url: str, scenario: str, pcm: bytes) -> None:
             await seen.wait("conversation.item.truncated", raw("conversation.item.truncated"), 15)
             await seen.wait("response.done", raw("response.done"), 15)
         pump.cancel()
-    print(json.dumps({"sdk": "finished"}), flush=True)
+    say({"sdk": "finished"})
 
 
 if __name__ == "__main__":
