@@ -11,41 +11,10 @@ with the dotted key in the message, before any model is loaded.
 
 from __future__ import annotations
 
-from voiceagent.config.load import given_keys, load_config
+from voiceagent.config.load import *  # noqa: F403
+from voiceagent.config.load import __all__ as _load
 from voiceagent.config.prompts import DEFAULT_EXAMPLES, DEFAULT_INSTRUCTIONS, parse_examples
-from voiceagent.config.schema import (
-    LLM_QUANTS,
-    OPENAI_VOICES,
-    CacheConfig,
-    Config,
-    GpuConfig,
-    LlmConfig,
-    PlayoutConfig,
-    ServerConfig,
-    SttConfig,
-    ToolsConfig,
-    TtsConfig,
-    TurnConfig,
-    VadConfig,
-)
+from voiceagent.config.schema import *  # noqa: F403
+from voiceagent.config.schema import __all__ as _schema
 
-__all__ = [
-    "DEFAULT_EXAMPLES",
-    "DEFAULT_INSTRUCTIONS",
-    "LLM_QUANTS",
-    "OPENAI_VOICES",
-    "CacheConfig",
-    "Config",
-    "GpuConfig",
-    "LlmConfig",
-    "PlayoutConfig",
-    "ServerConfig",
-    "SttConfig",
-    "ToolsConfig",
-    "TtsConfig",
-    "TurnConfig",
-    "VadConfig",
-    "given_keys",
-    "load_config",
-    "parse_examples",
-]
+__all__ = [*_schema, *_load, "DEFAULT_EXAMPLES", "DEFAULT_INSTRUCTIONS", "parse_examples"]
