@@ -43,7 +43,7 @@ PIP="$VENV/bin/python -m pip"
 stamp="$VENV/.voiceagent-setup"
 want=$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -d' ' -f1)
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
-  # The install's output is kept in $VENV/.voiceagent-setup.log: tests/unit/test_setup_clean.py
+  # The install's output is kept in $VENV/.voiceagent-setup.log: tests/env/test_setup_clean.py
   # checks that it holds no ERROR and no warning of ours.
   {
   say "installing Python packages into $VENV"

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 import yaml  # PyYAML: a dependency of faster-whisper's huggingface_hub (the cpu extra)
 
-from tests.unit.test_docker import compose_config
+from tests.env.test_docker import compose_config
 from voiceagent.config import load_config
 from voiceagent.transports.auth import Access, access_for
 
@@ -39,7 +39,7 @@ TOKEN_VAR = "VOICEAGENT_TOKEN"
 
 def _render(env: Mapping[str, str]) -> dict[str, Any]:
     """compose.yaml as ``docker-compose config`` renders it with ``env`` (the real tool, as
-    tests/unit/test_docker.py uses it); a variable Compose refuses to start without fails here."""
+    tests/env/test_docker.py uses it); a variable Compose refuses to start without fails here."""
     proc = compose_config(env, "gpu", "cpu")
     assert proc.returncode == 0, proc.stderr
     rendered = yaml.safe_load(proc.stdout)
