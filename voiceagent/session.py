@@ -35,6 +35,7 @@ from voiceagent.config import OPENAI_VOICES, Config
 from voiceagent.conversation.history import AssistantItem, History, new_id
 from voiceagent.conversation.prompt_fit import PromptFitter
 from voiceagent.conversation.replies import ReplyController
+from voiceagent.conversation.reply import ResponseOptions
 from voiceagent.errors import ProtocolError, StageError, excerpt
 from voiceagent.events import (
     AudioFrame,
@@ -365,18 +366,14 @@ class Session:
         metadata: dict[str, str] | None = None,
         max_output_tokens: int | None = None,
     ) -> str:
-        """Answer now from the history (``response.create``): see
-        :meth:`ConversationCore.create_response`."""
-        return await self.replies.create_response(
-            instructions,
-            tools=tools,
-            tool_choice=tool_choice,
-            audio=audio,
-            out_of_band=out_of_band,
-            input=input,
-            metadata=metadata,
-            max_output_tokens=max_output_tokens,
-        )
+        """Answer now from the history (``response.create``), these options replacing the
+        session's for this response only: see :meth:`respond`."""
+        return await self.respond(ResponseOptions(instructions, tools, tool_choice, audio, out_of_band, input, metadata, max_output_tokens))
+
+    async def respond(self, options: ResponseOptions) -> str:
+        """Answer now from the history, as ``options`` ask; returns the response's id.  Refused
+        (``ProtocolError``) as :meth:`ConversationCore.create_response` says."""
+        return await self.replies.respond(options)
 
     @property
     def active_response_id(self) -> str | None:

@@ -84,9 +84,9 @@ def test_client_messages_decode_on_the_server_as_meant() -> None:
     item = through(c, messages.create_text("What time is it?"))
     assert isinstance(item, CreateItem) and (item.role, item.text) == ("user", "What time is it?")
     text_only = through(c, messages.create_response(output_modalities=["text"], instructions="Short."))
-    assert isinstance(text_only, CreateResponse) and (text_only.audio, text_only.instructions) == (False, "Short.")
+    assert isinstance(text_only, CreateResponse) and (text_only.options.audio, text_only.options.instructions) == (False, "Short.")
     plain = through(c, messages.create_response())
-    assert isinstance(plain, CreateResponse) and plain.audio is None
+    assert isinstance(plain, CreateResponse) and plain.options.audio is None
     cancel = messages.cancel_response("resp_9")
     assert through(c, cancel) == CancelResponse("resp_9", cancel["event_id"])
     cancel = messages.cancel_response()

@@ -13,6 +13,7 @@ import pytest
 from tests.unit.signals import peak_hz, sine
 from voiceagent.audio import Int16Array, alaw_decode, alaw_encode, mulaw_decode, mulaw_encode
 from voiceagent.config import Config
+from voiceagent.conversation.reply import ResponseOptions
 from voiceagent.errors import ProtocolError
 from voiceagent.events import (
     AudioDelta,
@@ -396,8 +397,8 @@ def test_session_update_turn_detection_null_is_manual_mode() -> None:
         ({"type": "conversation.item.truncate", "item_id": "item_1", "audio_end_ms": 1500}, TruncateItem("item_1", 1500.0)),
         ({"type": "conversation.item.delete", "item_id": "item_2"}, DeleteItem("item_2")),
         ({"type": "conversation.item.retrieve", "item_id": "item_3"}, RetrieveItem("item_3")),
-        ({"type": "response.create"}, CreateResponse(None)),
-        ({"type": "response.create", "response": {"instructions": "Shout."}}, CreateResponse("Shout.")),
+        ({"type": "response.create"}, CreateResponse()),
+        ({"type": "response.create", "response": {"instructions": "Shout."}}, CreateResponse(ResponseOptions("Shout."))),
         ({"type": "response.cancel", "response_id": "resp_1"}, CancelResponse("resp_1")),
         ({"type": "response.cancel", "event_id": 7}, CancelResponse(None)),  # a non-string event_id is ignored
     ],

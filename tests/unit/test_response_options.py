@@ -12,6 +12,7 @@ import pytest
 from voiceagent.clock import VirtualClock
 from voiceagent.config import Config, LlmConfig
 from voiceagent.conversation.history import CANCELLED_OUTPUT
+from voiceagent.conversation.reply import ResponseOptions
 from voiceagent.errors import ProtocolError
 from voiceagent.events import ErrorEvent, ItemsDropped, ResponseCreated, ResponseDone, ResponseStatus, TextItemAdded, ToolOutputAdded
 from voiceagent.session import Session
@@ -50,10 +51,10 @@ def test_response_create_decodes_the_per_response_fields() -> None:
         }
     )
     assert isinstance(cmd, CreateResponse)
-    assert (cmd.out_of_band, cmd.metadata, cmd.max_output_tokens) == (True, {"topic": "summary"}, 20)
-    assert cmd.input == (InputItem(ref="item_7"), InputItem("user", "Summarise."))
+    assert (cmd.options.out_of_band, cmd.options.metadata, cmd.options.max_tokens) == (True, {"topic": "summary"}, 20)
+    assert cmd.options.input == (InputItem(ref="item_7"), InputItem("user", "Summarise."))
     plain = decode({"type": "response.create"})
-    assert (plain.out_of_band, plain.input, plain.metadata, plain.max_output_tokens) == (False, None, None, None)
+    assert plain.options == ResponseOptions()  # every field the session's
 
 
 @pytest.mark.parametrize(

@@ -185,30 +185,33 @@ def test_new_tools_keep_a_tool_choice_that_still_fits(tools: tuple[Tool, ...], c
 
 def test_response_create_with_tools_and_tool_choice() -> None:
     cmd = create_response(codec(), {"tools": [GA_TOOL], "tool_choice": {"type": "function", "name": "get_weather"}})
-    assert cmd.tools == (WEATHER,)
-    assert cmd.tool_choice == "get_weather"
+    assert cmd.options.tools == (WEATHER,)
+    assert cmd.options.tool_choice == "get_weather"
     assert cmd.event_id == "evt_r"
 
 
 def test_response_create_without_tools_keeps_the_session_ones() -> None:
     cmd = create_response(codec((WEATHER,)), {})
-    assert cmd.tools is None
-    assert cmd.tool_choice is None
+    assert cmd.options.tools is None
+    assert cmd.options.tool_choice is None
 
 
 @pytest.mark.parametrize("choice", ["auto", "none", "required"])
 def test_response_create_tool_choice_only(choice: str) -> None:
     cmd = create_response(codec((WEATHER,)), {"tool_choice": choice})
-    assert cmd.tools is None
-    assert cmd.tool_choice == choice
+    assert cmd.options.tools is None
+    assert cmd.options.tool_choice == choice
 
 
 def test_response_create_tool_choice_names_a_session_tool() -> None:
-    assert create_response(codec((WEATHER,)), {"tool_choice": {"type": "function", "name": "get_weather"}}).tool_choice == "get_weather"
+    assert (
+        create_response(codec((WEATHER,)), {"tool_choice": {"type": "function", "name": "get_weather"}}).options.tool_choice
+        == "get_weather"
+    )
 
 
 def test_response_create_empty_tools() -> None:
-    assert create_response(codec((WEATHER,)), {"tools": []}).tools == ()
+    assert create_response(codec((WEATHER,)), {"tools": []}).options.tools == ()
 
 
 @pytest.mark.parametrize(
@@ -417,7 +420,7 @@ def test_text_only_responses_render_output_text_events() -> None:
     update = rt.decode(json.dumps({"type": "session.update", "session": {"output_modalities": ["text"]}}))
     assert isinstance(update, UpdateSession) and update.changes["audio"] is False
     create = rt.decode(json.dumps({"type": "response.create", "response": {"output_modalities": ["audio"]}}))
-    assert isinstance(create, CreateResponse) and create.audio is True
+    assert isinstance(create, CreateResponse) and create.options.audio is True
     with pytest.raises(ProtocolError) as bad:
         rt.decode(json.dumps({"type": "response.create", "response": {"output_modalities": ["video"]}}))
     assert bad.value.code == "invalid_value" and bad.value.param == "response.output_modalities"

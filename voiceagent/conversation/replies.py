@@ -54,7 +54,7 @@ from voiceagent.conversation.report import Reporter
 from voiceagent.events import Event, TurnConfirmed, UserTurn
 from voiceagent.observability.metrics import Metrics
 from voiceagent.pipeline import Channel, Generations, GenerationScope
-from voiceagent.settings import InputItem, SessionSettings
+from voiceagent.settings import SessionSettings
 from voiceagent.stages.llm import LlmPrompt
 from voiceagent.tools.builtin import BuiltinTools, TimerRequest
 from voiceagent.tools.mcp import McpError
@@ -215,26 +215,9 @@ class ReplyController:
         else:
             await self._apply(self.core.handle(ev))
 
-    async def create_response(
-        self,
-        instructions: str | None = None,
-        *,
-        tools: tuple[Tool, ...] | None = None,
-        tool_choice: str | None = None,
-        audio: bool | None = None,
-        out_of_band: bool = False,
-        input: tuple[InputItem, ...] | None = None,
-        metadata: dict[str, str] | None = None,
-        max_output_tokens: int | None = None,
-    ) -> str:
-        """Answer now from the history (``response.create``); returns the response id.
-        ``instructions``, ``tools``, ``tool_choice``, ``audio`` (False: text only) and
-        ``max_output_tokens`` replace the session's for this response only.  ``out_of_band``
-        (``conversation: "none"``): its message and calls stay out of the history.  ``input``:
-        the items it reads instead of the conversation.  ``metadata`` comes back on its
-        ``response.created`` and ``response.done``.  Refused (``ProtocolError``) as
-        :meth:`ConversationCore.create_response` says."""
-        options = ResponseOptions(instructions, tools, tool_choice, audio, out_of_band, input, metadata, max_output_tokens)
+    async def respond(self, options: ResponseOptions) -> str:
+        """Answer now from the history (``response.create``) as ``options`` ask; returns the
+        response id.  Refused (``ProtocolError``) as :meth:`ConversationCore.create_response` says."""
         response_id, effects = self.core.create_response(options)
         await self._apply(effects)
         return response_id

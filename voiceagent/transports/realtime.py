@@ -161,16 +161,7 @@ class RealtimeCommands:
                 raise ProtocolError("item_not_found", f"no item {excerpt(cmd.item_id)}", param="item_id", event_id=cmd.event_id)
             await self.send(self.codec.item_retrieved(item, cmd.event_id))
         elif isinstance(cmd, CreateResponse):
-            await s.create_response(
-                cmd.instructions,
-                tools=cmd.tools,
-                tool_choice=cmd.tool_choice,
-                audio=cmd.audio,
-                out_of_band=cmd.out_of_band,
-                input=cmd.input,
-                metadata=cmd.metadata,
-                max_output_tokens=cmd.max_output_tokens,
-            )
+            await s.respond(cmd.options)
         elif isinstance(cmd, CancelResponse):
             active = s.active_response_id
             if active is None:

@@ -14,10 +14,11 @@ import binascii
 import json
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from voiceagent.audio import Int16Array
+from voiceagent.conversation.reply import ResponseOptions
 from voiceagent.errors import ProtocolError, excerpt
 from voiceagent.settings import EAGERNESS_LEVELS, InputItem, SessionSettings, Tracing, TurnDetection
 from voiceagent.tools.mcp import McpServer
@@ -131,21 +132,9 @@ class RetrieveItem:
 
 @dataclass(frozen=True)
 class CreateResponse:
-    instructions: str | None = None
+    options: ResponseOptions = field(default_factory=ResponseOptions)
+    """What this response is asked with (a field left None: the session's)."""
     event_id: str | None = None
-    tools: tuple[Tool, ...] | None = None
-    """For this response only (None: the session's)."""
-    tool_choice: str | None = None
-    audio: bool | None = None
-    """``output_modalities`` of this response (False: text only; None: the session's)."""
-    out_of_band: bool = False
-    """``conversation: "none"``: the reply is not added to the conversation."""
-    input: tuple[InputItem, ...] | None = None
-    """What the response reads instead of the conversation (None: the conversation)."""
-    metadata: dict[str, str] | None = None
-    """Carried back on ``response.created`` and ``response.done``."""
-    max_output_tokens: int | None = None
-    """For this response only (None: the session's)."""
 
 
 @dataclass(frozen=True)
@@ -390,17 +379,17 @@ class CommandDecoder:
             )
         items = _input_items(resp["input"], "response.input") if resp.get("input") is not None else None
         mot = _max_tokens(resp["max_output_tokens"], "response.max_output_tokens") if resp.get("max_output_tokens") is not None else None
-        return CreateResponse(
+        options = ResponseOptions(
             instr,
-            event_id,
             tools,
             choice,
             audio,
             out_of_band=conversation == "none",
             input=items,
             metadata=_metadata(resp.get("metadata"), "response.metadata"),
-            max_output_tokens=mot,
+            max_tokens=mot,
         )
+        return CreateResponse(options, event_id)
 
     def _response_cancel(self, msg: dict[str, Any], event_id: str | None) -> CancelResponse:
         rid = msg.get("response_id")
