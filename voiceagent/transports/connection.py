@@ -31,6 +31,7 @@ from websockets.asyncio.server import ServerConnection
 from websockets.exceptions import ConnectionClosed
 
 from voiceagent.session import Session
+from voiceagent.transports.audio_budget import AudioBudget
 
 __all__ = ["CLOSE_POLICY", "SessionConnection"]
 
@@ -50,8 +51,7 @@ class SessionConnection(ABC):
         self.last_seen = self.started_at
         self._max_session_s = cfg.max_session_s
         self._idle_s = cfg.idle_timeout_s
-        self._burst_ms = cfg.audio_burst_s * 1000.0
-        self._audio_ms = 0.0
+        self._audio = AudioBudget(self._clock, cfg.audio_burst_s)
         # The keepalive's timeout is ours (see the module docstring); the library only pings.
         self._ping_interval, self._ping_timeout = ws.ping_interval, ws.ping_timeout
         ws.ping_timeout = None
@@ -65,13 +65,7 @@ class SessionConnection(ABC):
     def audio_allowed(self, ms: float) -> bool:
         """Count ``ms`` of client audio; False (and not counted) if it would put the client more
         than ``audio_burst_s`` ahead of real time since the session began."""
-        if self._burst_ms <= 0:
-            return True
-        elapsed_ms = (self._clock.now() - self.started_at) * 1000.0
-        if self._audio_ms + ms > elapsed_ms + self._burst_ms:
-            return False
-        self._audio_ms += ms
-        return True
+        return self._audio.allow(ms)
 
     @abstractmethod
     async def expire(self, code: str, message: str) -> None:

@@ -41,6 +41,7 @@ import numpy as np
 from voiceagent.audio import PIPELINE_RATE, Int16Array, StreamResampler
 from voiceagent.errors import ProtocolError
 from voiceagent.session import Session
+from voiceagent.transports.audio_budget import AudioBudget
 from voiceagent.transports.realtime import RealtimeCommands
 from voiceagent.transports.realtime_codec import RealtimeCodec
 from voiceagent.transports.realtime_wire import WIRE_RATE
@@ -209,9 +210,9 @@ class WebRtcCall:
         call it did not make by guessing (session ids count up)."""
         self.codec = RealtimeCodec(session.settings, voice_rate, send_metrics=send_metrics)
         self.codec.audio.fixed = True  # the tracks carry the audio: formats named for the WebSocket are left as they are
-        self.commands = RealtimeCommands(session, self.codec, self._send, self._audio_allowed)
-        self._audio_ms = 0.0  # audio appended through the data channel (input_audio_buffer.append)
-        self._started = session.clock.now()
+        # input_audio_buffer.append on the data channel: no further ahead of real time than on the WebSocket.
+        self._appended = AudioBudget(session.clock, session.config.server.audio_burst_s)
+        self.commands = RealtimeCommands(session, self.codec, self._send, self._appended.allow)
         self.speaker = SpeakerTrack(session.clock.now, session.clock.sleep_until)
         self._ice_servers = ice_servers
         self._media_timeout_s = media_timeout_s
@@ -321,16 +322,6 @@ class WebRtcCall:
         task = asyncio.create_task(coro, name=f"{self.id}.webrtc-{what}")
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
-
-    def _audio_allowed(self, ms: float) -> bool:
-        """``input_audio_buffer.append`` on the data channel: no further ahead of real time than
-        ``server.audio_burst_s`` (as on the WebSocket)."""
-        burst_ms = self.session.config.server.audio_burst_s * 1000.0
-        elapsed_ms = (self.session.clock.now() - self._started) * 1000.0
-        if burst_ms > 0 and self._audio_ms + ms > elapsed_ms + burst_ms:
-            return False
-        self._audio_ms += ms
-        return True
 
     async def _read_events(self) -> None:
         """The client's events, one at a time in their order (an update is applied, and answered,
