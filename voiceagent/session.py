@@ -138,7 +138,7 @@ class Session:
         first_token = GenerationGate(enabled=cfg.llm.yield_to_tts, timeout_s=0.5, scope=self.scope)
         settings = self.current_settings  # stages read the settings current at each use
         self.vad = VadStage(
-            ctx, self._vad_in, stt_in, VadPorts(self._engines.vad, settings, replies.agent_audible), VadOptions.from_config(cfg.vad)
+            ctx, self._vad_in, stt_in, VadPorts(self._engines.vad, settings, replies.core.agent_audible), VadOptions.from_config(cfg.vad)
         )
         self.stt = SttStage(
             ctx, stt_in, turn_in, SttPorts(self._engines.stt, settings, self._engines.stt_finals), SttOptions.from_config(cfg.stt)
@@ -153,7 +153,7 @@ class Session:
                 backend=self._engines.turn if cfg.turn.model != "none" else None,
                 settings=settings,
                 llm_started=first_token,
-                may_speculate=replies.may_speculate,
+                may_speculate=replies.core.may_speculate,
                 rejoin=self.stt.decode_clip if cfg.stt.rejoin else None,
             ),
             TurnOptions.from_config(cfg, min_audio_ms=turn_cost.audio_after_first_token_s * 1000.0 if turn_cost else 0.0),
@@ -183,7 +183,7 @@ class Session:
                 self._engines.tts,
                 settings,
                 first_audio=first_audio,
-                speaks=replies.speaks,
+                speaks=replies.core.speaks,
                 voices=self._engines.voice,
                 spoken=self.llm.spoken if self._engines.cache is not None else None,
             ),
@@ -266,7 +266,7 @@ class Session:
         none (``unsupported_value``), and instructions and tools that would leave
         the LLM's window no room for a turn (``context_length_exceeded``).  Call it before
         :meth:`update` with the same changes."""
-        if changes.get("kind") == "transcription" and self.settings.kind != "transcription" and self.replies.active_response_id:
+        if changes.get("kind") == "transcription" and self.settings.kind != "transcription" and self.replies.core.active_response_id:
             raise ProtocolError(
                 "invalid_state",
                 "cannot become a transcription session while a response is active; cancel it first (response.cancel)",
@@ -287,7 +287,7 @@ class Session:
                 f"(and OpenAI's names: {', '.join(OPENAI_VOICES)})",
                 param="session.audio.output.voice",
             )
-        if voice is not None and voice != self.settings.voice and self.replies.spoke:
+        if voice is not None and voice != self.settings.voice and self.replies.core.spoke:
             raise ProtocolError(
                 "cannot_update_voice",
                 "cannot update a conversation's voice once assistant audio is present",
@@ -378,7 +378,7 @@ class Session:
     @property
     def active_response_id(self) -> str | None:
         """The response being generated or spoken, if any."""
-        return self.replies.active_response_id
+        return self.replies.core.active_response_id
 
     async def quiet(self) -> None:
         """Return once no response is active (at once if none is)."""

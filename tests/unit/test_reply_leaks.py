@@ -74,7 +74,7 @@ def test_after_many_turns_no_per_reply_structure_holds_more_than_the_live_reply(
                 await log.wait_for(lambda e, n=done + 4: len(log.of_type(ResponseDone)) > n)
                 # At a round's end at most the reply still being spoken is kept, and playout holds
                 # audio for no other generation.
-                assert len(session.replies.live()) <= 1, session.replies.live()
+                assert len(session.replies.core.live()) <= 1, session.replies.core.live()
                 assert all(gen == session.scope.current for gen in session.playout.holding())
             await session.quiet()
             await pause(session, 640)
@@ -89,7 +89,7 @@ def test_after_many_turns_no_per_reply_structure_holds_more_than_the_live_reply(
             cleared = {e.response_id for e in log.of_type(PlaybackCleared)}
             assert len(barged_in) == ROUNDS and set(barged_in) <= cleared
             # The session is quiet: no reply is live, and playout holds no audio for any.
-            assert session.replies.live() == {}
+            assert session.replies.core.live() == {}
             assert session.playout.holding() == {}
             # The generation gates keep a bounded window (8) of recent generations, not one per turn.
             for gate in (session.llm._gate, session.llm._first_token, session.tts._gate):

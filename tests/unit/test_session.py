@@ -951,7 +951,7 @@ def test_output_audio_buffer_clear_leaves_a_text_reply_and_names_no_finished_one
             for _ in range(8):
                 clock.advance(CHUNK_S)
                 await asyncio.sleep(0)
-            assert session.replies.agent_audible() is False
+            assert session.replies.core.agent_audible() is False
             await session.clear_output()
             _, cleared = await log.wait_type(PlaybackCleared, after=i_done)
             assert cleared.response_id == ""

@@ -670,12 +670,12 @@ def test_no_idle_timeout_while_the_client_runs_a_tool(run: Run, make_fakes: Make
             session.update(tools=(WEATHER,), turn_detection=TurnDetection(0.5, 96, 320, idle_timeout_ms=2000))
             await session.add_text("What is the weather in Paris?")
             i_done, _ = await log.wait_type(ResponseDone, response_id=await session.create_response())
-            assert not session.replies.idle_armed
+            assert not session.replies.core.idle_armed
             clock.advance(30.0)
             await asyncio.sleep(0)
             assert log.of_type(InputTimeoutTriggered) == []
             await session.add_tool_output("call_1", '{"temperature_c": 18}')
             await log.wait_type(ResponseDone, after=i_done + 1, response_id=await session.create_response())
-            assert session.replies.idle_armed  # the answer ended: now the count starts
+            assert session.replies.core.idle_armed  # the answer ended: now the count starts
 
     run(main(), 20)

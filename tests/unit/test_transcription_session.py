@@ -106,7 +106,7 @@ def test_no_switch_to_transcription_while_a_response_is_active(run: Run, make_fa
     async def main() -> None:
         async with running(fakes, make_config()) as (session, _log):
             await session.create_response()
-            assert session.replies.active_response_id is not None
+            assert session.replies.core.active_response_id is not None
             with pytest.raises(ProtocolError) as info:
                 await session.check_update(kind="transcription")
             assert (info.value.code, info.value.param) == ("invalid_state", "session.type")

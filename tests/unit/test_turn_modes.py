@@ -165,7 +165,7 @@ def test_the_idle_timeout_triggers_after_the_reply_has_played_and_answers(run: R
             session.update(**idle_config(2000))
             await session.add_text("What time is it?")
             i_done, _ = await log.wait_type(ResponseDone, response_id=await session.create_response())
-            assert session.replies.idle_armed
+            assert session.replies.core.idle_armed
             clock.advance(30.0)  # past the reply's last audio plus 2 s
             i_timeout, timeout = await log.wait_type(InputTimeoutTriggered, after=i_done)
             i_committed, committed = await log.wait_type(InputCommitted, after=i_timeout)
@@ -190,10 +190,10 @@ def test_speech_before_the_idle_timeout_disarms_it(run: Run, make_fakes: MakeFak
             session.update(**idle_config(2000))
             await session.add_text("What time is it?")
             i_done, _ = await log.wait_type(ResponseDone, response_id=await session.create_response())
-            assert session.replies.idle_armed
+            assert session.replies.core.idle_armed
             await speak(session, 320)
             await log.wait_type(InputSpeechStarted, after=i_done)
-            assert not session.replies.idle_armed
+            assert not session.replies.core.idle_armed
             assert log.of_type(InputTimeoutTriggered) == []
 
     run(main(), 20)
@@ -206,10 +206,10 @@ def test_no_idle_timeout_without_the_setting_or_with_semantic_vad(run: Run, make
         async with running(fakes, make_config()) as (session, log):
             await session.add_text("Count")
             await log.wait_type(ResponseDone, response_id=await session.create_response())
-            assert not session.replies.idle_armed
+            assert not session.replies.core.idle_armed
             session.update(turn_detection=TurnDetection(0.5, 96, 320, type="semantic_vad", idle_timeout_ms=2000))
             await log.wait_type(ResponseDone, response_id=await session.create_response())
-            assert not session.replies.idle_armed
+            assert not session.replies.core.idle_armed
 
     run(main(), 20)
 
@@ -260,7 +260,7 @@ def test_an_idle_timeout_that_has_fired_is_still_cancelled_by_close(run: Run, ma
             clock.advance(30.0)
             await log.wait_type(InputTimeoutTriggered)
             await asyncio.wait_for(stuck.wait(), 5)
-            assert not session.replies.idle_armed and not task.done()
+            assert not session.replies.core.idle_armed and not task.done()
         # aclose() has returned: the fired timeout was cancelled and awaited, not left behind.
         assert task.cancelled()
 
@@ -276,7 +276,7 @@ def test_an_idle_timeout_set_on_a_session_that_never_spoke_counts_from_the_updat
     async def main() -> None:
         async with running(fakes, make_config(), clock) as (session, log):
             session.update(**idle_config(2000))
-            assert session.replies.idle_armed
+            assert session.replies.core.idle_armed
             clock.advance(1.9)
             await asyncio.sleep(0)
             assert log.of_type(InputTimeoutTriggered) == []
@@ -286,9 +286,9 @@ def test_an_idle_timeout_set_on_a_session_that_never_spoke_counts_from_the_updat
             _, nudge = await log.wait_type(ResponseDone, response_id=created.response_id)
             assert nudge.text == "Are you still there?"
             # Turned off again: disarmed at once.
-            assert session.replies.idle_armed  # re-armed after the nudge played
+            assert session.replies.core.idle_armed  # re-armed after the nudge played
             session.update(turn_detection=TurnDetection(0.5, 96, 320))
-            assert not session.replies.idle_armed
+            assert not session.replies.core.idle_armed
 
     run(main(), 20)
 
@@ -302,11 +302,11 @@ def test_a_cancelled_reply_starts_the_idle_count_too(run: Run, make_fakes: MakeF
             session.update(**idle_config(2000))
             await session.add_text("Tell me a story.")
             response_id = await session.create_response()
-            assert not session.replies.idle_armed  # a response is under way
+            assert not session.replies.core.idle_armed  # a response is under way
             await session.cancel_response()
             _, done = await log.wait_type(ResponseDone, response_id=response_id)
             assert done.status.value == "cancelled"
-            assert session.replies.idle_armed
+            assert session.replies.core.idle_armed
             clock.advance(30.0)
             await log.wait_type(InputTimeoutTriggered)
 
@@ -325,6 +325,6 @@ def test_a_barge_in_does_not_arm_the_idle_timeout(run: Run, make_fakes: MakeFake
             await speak(session, 320)
             _, done = await log.wait_type(ResponseDone, response_id=response_id)
             assert done.status.value == "cancelled"
-            assert not session.replies.idle_armed  # the user is speaking
+            assert not session.replies.core.idle_armed  # the user is speaking
 
     run(main(), 20)

@@ -30,7 +30,6 @@ from voiceagent.events import (
 )
 from voiceagent.settings import InputItem
 from voiceagent.tools.args import loads_lenient
-from voiceagent.tools.spec import Tool
 
 __all__ = ["ToolCalls"]
 
@@ -45,10 +44,6 @@ class ToolCalls:
         self._ctx = ctx
         self._toolbox = toolbox
         self._running: dict[str, Reply] = {}  # MCP call item id -> its reply, while the call runs
-
-    def client_tools(self, reply: Reply | None) -> tuple[Tool, ...]:
-        """The client's tools for ``reply``: its own (``response.create``), else the session's."""
-        return reply.options.tools if reply is not None and reply.options.tools is not None else self._ctx.host.settings.tools
 
     def on_call(self, reply: Reply, ev: ToolCallMade | ToolCallRejected) -> None:
         """A call the LLM made for ``reply``: into the history and to the client, once released."""
@@ -69,7 +64,7 @@ class ToolCalls:
             reply.calls.append(call)
             self._call_added(reply, ev, now, call.item_id, None, in_conversation=False)
             return
-        client_tools = self.client_tools(reply)
+        client_tools = reply.options.client_tools(self._ctx.host.settings)
         mcp_tool = self._toolbox.mcp_tool(ev.name, client_tools)
         if mcp_tool is not None:
             prev = self._ctx.history.last_id

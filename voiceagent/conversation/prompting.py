@@ -23,7 +23,7 @@ from voiceagent.observability.metrics import Metrics
 from voiceagent.pipeline import Generations
 from voiceagent.settings import SessionSettings
 from voiceagent.stages.llm import LlmPrompt
-from voiceagent.tools.spec import Message, Tool, with_tools
+from voiceagent.tools.spec import Message, with_tools
 
 __all__ = ["Prompter", "keeps_conversation"]
 
@@ -63,7 +63,7 @@ class Prompter:
         """The messages, tools and tool choice of the answer of ``turn``, asked with ``options``
         (None: the session's); with the :class:`ItemsDropped` to send when the history was cut."""
         instructions = (options.instructions if options and options.instructions else None) or settings.instructions
-        client_tools = options.tools if options is not None and options.tools is not None else settings.tools
+        client_tools = (options or ResponseOptions()).client_tools(settings)
         # An out-of-band response only reports its calls (none runs here): it is offered the
         # client's tools alone, not the MCP servers' or the built-in ones it would never run.
         tools = client_tools if options is not None and options.out_of_band else self._toolbox.offered(client_tools)
@@ -104,7 +104,3 @@ class Prompter:
             )
             dropped = ItemsDropped(t=self._clock.now(), gen=self._scope.current, session=self._id, item_ids=tuple(fitted.dropped))
         return LlmPrompt(fitted.messages, tools, choice, max_tokens), dropped
-
-    def offered_tools(self, client_tools: tuple[Tool, ...]) -> tuple[Tool, ...]:
-        """What an answer is offered besides ``client_tools`` (see :meth:`ToolBox.offered`)."""
-        return self._toolbox.offered(client_tools)

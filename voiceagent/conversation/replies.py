@@ -49,7 +49,7 @@ from voiceagent.conversation.history import History
 from voiceagent.conversation.mcp_servers import McpServers
 from voiceagent.conversation.prompt_fit import PromptFitter
 from voiceagent.conversation.prompting import Prompter, keeps_conversation
-from voiceagent.conversation.reply import Reply, ResponseOptions
+from voiceagent.conversation.reply import ResponseOptions
 from voiceagent.conversation.report import Reporter
 from voiceagent.events import Event, TurnConfirmed, UserTurn
 from voiceagent.observability.metrics import Metrics
@@ -91,9 +91,10 @@ class ReplyController:
     """The conversation of one session, as its stages and transport use it.
 
     Wiring (the session's): :meth:`connect` hands it the LLM and playout inboxes once they exist;
-    stages read :attr:`generations`, report through :meth:`on_event`, take prompts from
-    :meth:`prompt` and the modality from :meth:`speaks`, and the turn stage asks :attr:`core`
-    (``begin``, ``retract``)."""
+    stages read :attr:`generations`, report through :meth:`on_event` and take prompts from
+    :meth:`prompt`; what they ask of the conversation's state (the modality, whether the agent is
+    audible, whether to speculate; the turn stage's ``begin`` and ``retract``) they ask
+    :attr:`core` directly."""
 
     def __init__(
         self,
@@ -116,7 +117,7 @@ class ReplyController:
         scope = GenerationScope()
         self.mcp = McpServers(session_id, clock, scope, host.emit, config.tools.mcp_timeout_s, config.tools.mcp_allowed)
         """The session's MCP servers (``session.update`` names them)."""
-        toolbox = ToolBox(self.mcp, builtin)
+        toolbox = self._toolbox = ToolBox(self.mcp, builtin)
         self.core = ConversationCore(session_id, clock, config, history, host, toolbox, scope)
         self._prompter = Prompter(session_id, clock, scope, history, toolbox, fitter, metrics)
         self._reporter = Reporter(session_id, config, metrics)
@@ -160,42 +161,11 @@ class ReplyController:
         await asyncio.gather(*tasks, return_exceptions=True)
         await self.mcp.aclose()
 
-    # ------------------------------------------------------------------ queries (the core's)
-
-    @property
-    def active_response_id(self) -> str | None:
-        """The response being generated or spoken, if any."""
-        return self.core.active_response_id
-
-    @property
-    def spoke(self) -> bool:
-        """True once any reply's audio went to the client (the voice is fixed from then on)."""
-        return self.core.spoke
-
-    @property
-    def idle_armed(self) -> bool:
-        """Whether an idle timeout is counting (for tests and diagnostics)."""
-        return self.core.idle_armed
-
-    def live(self) -> dict[int, Reply]:
-        """The replies kept now, by generation (for tests and diagnostics)."""
-        return self.core.live()
-
-    def speaks(self, gen: int) -> bool:
-        """Whether generation ``gen`` is spoken (else its text goes to the client as text)."""
-        return self.core.speaks(gen)
-
-    def agent_audible(self) -> bool:
-        """Whether the listener may be hearing the agent now (the VAD asks, for barge-in)."""
-        return self.core.agent_audible()
-
-    def may_speculate(self) -> bool:
-        """No speculative answer while a call waits for its output: its prompt is not known yet."""
-        return self.core.may_speculate()
+    # ------------------------------------------------------------------ queries
 
     def offered_tools(self, client_tools: tuple[Tool, ...]) -> tuple[Tool, ...]:
         """``client_tools``, the MCP servers' tools, then the built-in ones (names not repeated)."""
-        return self._prompter.offered_tools(client_tools)
+        return self._toolbox.offered(client_tools)
 
     def running(self, kind: str) -> tuple[asyncio.Task[None], ...]:
         """The tasks of one kind not yet ended: ``"idle"``, ``"timer"`` or ``"mcp.call"`` (for

@@ -25,7 +25,7 @@ from voiceagent.events import (
 )
 from voiceagent.observability.metrics import TurnTimeline
 from voiceagent.playback import ListenerTimeline
-from voiceagent.settings import InputItem
+from voiceagent.settings import InputItem, SessionSettings
 from voiceagent.tools.spec import Tool
 
 __all__ = ["AUDIBLE_EPS_MS", "Reply", "ReplyState", "ResponseOptions"]
@@ -63,6 +63,10 @@ class ResponseOptions:
     metadata: dict[str, str] | None = None
     """Carried back on ``response.created`` and ``response.done``."""
     max_tokens: int | None = None
+
+    def client_tools(self, settings: SessionSettings) -> tuple[Tool, ...]:
+        """The client's tools for this response: its own, else the session's."""
+        return self.tools if self.tools is not None else settings.tools
 
 
 @dataclass
