@@ -221,11 +221,10 @@ def test_browser_over_webrtc_answers_and_a_barge_in_stops_the_agents_track(
 ) -> None:
     """The page's default transport: a WebRTC call (microphone track with the browser's echo
     cancellation, the agent's voice on the server's track, events on oai-events)."""
-    # The interruption comes 8 s after the question, and the server keeps up to 5 s of the story
+    # The interruption comes 5 s after the question, and the server keeps up to 5 s of the story
     # queued on its track: there is always audio not yet heard to cut, however slow the machine is
-    # today (with 3 s and the default lead, a loaded run once had only its first clause, all heard;
-    # with 5 s, a run on two workers had not sent the story's first audio yet).
-    mic = _wav(tmp_path / "mic.wav", (speech["long_story"], 8.0), (speech["capital"], 8.0))
+    # today (with 3 s and the default lead, a loaded run once had only its first clause, all heard).
+    mic = _wav(tmp_path / "mic.wav", (speech["long_story"], 5.0), (speech["capital"], 8.0))
     PAGE_ERRORS.clear()
     cfg = _config(long_replies=True)
     cfg = dataclasses.replace(cfg, playout=dataclasses.replace(cfg.playout, lead_ms=5000))
