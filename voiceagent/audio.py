@@ -29,6 +29,7 @@ __all__ = [
     "pcm16_from_bytes",
     "read_wav",
     "resample",
+    "speech_level_db",
     "write_wav",
 ]
 
@@ -58,6 +59,18 @@ def float_to_int16(x: Float32Array) -> Int16Array:
 def duration_ms(samples: int, rate: int) -> float:
     """Length of ``samples`` samples at ``rate`` Hz, in milliseconds."""
     return samples * 1000.0 / rate
+
+
+def speech_level_db(audio: Float32Array, rate: int = PIPELINE_RATE) -> float | None:
+    """The level of the loudest part of ``audio`` (float, full scale 1.0) in dBFS: the 90th
+    percentile of its 20 ms frames' RMS, so the silence padding a speech segment carries does
+    not lower it.  None when ``audio`` is shorter than one frame."""
+    frame = rate // 50
+    n = len(audio) // frame
+    if n == 0:
+        return None
+    rms = np.sqrt(np.mean(np.square(audio[: n * frame].reshape(n, frame).astype(np.float64)), axis=1))
+    return float(20.0 * np.log10(max(float(np.percentile(rms, 90)), 1e-6)))
 
 
 def resample(pcm: Int16Array, src_rate: int, dst_rate: int) -> Int16Array:

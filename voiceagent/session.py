@@ -138,7 +138,11 @@ class Session:
         first_token = GenerationGate(enabled=cfg.llm.yield_to_tts, timeout_s=0.5, scope=self.scope)
         settings = self.current_settings  # stages read the settings current at each use
         self.vad = VadStage(
-            ctx, self._vad_in, stt_in, VadPorts(self._engines.vad, settings, replies.core.agent_audible), VadOptions.from_config(cfg.vad)
+            ctx,
+            self._vad_in,
+            stt_in,
+            VadPorts(self._engines.vad, settings, replies.core.agent_audible),
+            VadOptions.from_config(cfg.vad, cfg.turn.interruption),
         )
         self.stt = SttStage(
             ctx, stt_in, turn_in, SttPorts(self._engines.stt, settings, self._engines.stt_finals), SttOptions.from_config(cfg.stt)
@@ -154,6 +158,7 @@ class Session:
                 settings=settings,
                 llm_started=first_token,
                 may_speculate=replies.core.may_speculate,
+                takes_turn=replies.segment_heard,
                 rejoin=self.stt.decode_clip if cfg.stt.rejoin else None,
             ),
             TurnOptions.from_config(cfg, min_audio_ms=turn_cost.audio_after_first_token_s * 1000.0 if turn_cost else 0.0),
@@ -189,7 +194,7 @@ class Session:
             ),
             TtsOptions.from_config(cfg.tts),
         )
-        self.playout = PlayoutStage(ctx, play_in, cfg.playout.lead_ms, cfg.playout.chunk_ms)
+        self.playout = PlayoutStage(ctx, play_in, cfg.playout.lead_ms, cfg.playout.chunk_ms, replies.hold)
         for stage in (self.vad, self.stt, self.turn, self.llm, self.tts, self.playout):
             self._tasks.append(asyncio.create_task(stage.run(), name=f"{self.id}.{stage.name}"))
         self._channels = (self._vad_in, stt_in, turn_in, llm_in, tts_in, play_in)

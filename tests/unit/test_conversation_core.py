@@ -2,7 +2,8 @@
 
 Each effect is written as a short string (:func:`show`): ``emit:EventName``, ``release``,
 ``answer``, ``arm``/``disarm`` (the idle timeout), ``mcp:TOOL``, ``cancel_mcp``, ``timer``,
-``report:STATUS``, ``completed``, ``barge_in``, ``prefill:TEXT``."""
+``report:STATUS``, ``completed``, ``barge_in``, ``prefill:TEXT``, ``pause`` (playout),
+``resume``/``unpause`` (playout goes on: the reply resumed / was cut), ``arm_resume``."""
 
 from __future__ import annotations
 
@@ -20,15 +21,18 @@ from voiceagent.conversation.catalog import ToolBox
 from voiceagent.conversation.core import ConversationCore
 from voiceagent.conversation.effects import (
     ArmIdle,
+    ArmResume,
     CancelMcpCalls,
     Completed,
     CountBargeIn,
     DisarmIdle,
     Effect,
     Emit,
+    PausePlayout,
     Prefill,
     Release,
     Report,
+    ResumePlayout,
     RunMcpCall,
     StartAnswer,
     StartTimer,
@@ -47,6 +51,7 @@ from voiceagent.events import (
     ResponseDone,
     ResponseStatus,
     SpeechStarted,
+    SpeechStopped,
     ToolCallMade,
     TranscriptDelta,
     TurnConfirmed,
@@ -85,6 +90,12 @@ def show(effects: Sequence[Effect]) -> list[str]:
             out.append("barge_in")
         elif isinstance(fx, Prefill):
             out.append(f"prefill:{fx.text}")
+        elif isinstance(fx, PausePlayout):
+            out.append("pause")
+        elif isinstance(fx, ResumePlayout):
+            out.append("resume" if fx.resumed else "unpause")
+        elif isinstance(fx, ArmResume):
+            out.append("arm_resume")
         else:  # pragma: no cover - every effect is named above
             raise AssertionError(fx)
     return out
@@ -115,8 +126,9 @@ class Host:
 class World:
     """One core with its history, settings and clock."""
 
-    def __init__(self, *, idle_ms: int | None = None, interrupt: bool = True, mcp: bool = False) -> None:
+    def __init__(self, *, idle_ms: int | None = None, interrupt: bool = True, mcp: bool = False, interruption: str = "words") -> None:
         config = Config()
+        config = dataclasses.replace(config, turn=dataclasses.replace(config.turn, interruption=interruption))
         self.clock = VirtualClock(100.0)
         detection = TurnDetection(0.5, 96, 320, interrupt_response=interrupt, idle_timeout_ms=idle_ms)
         self.host = Host(dataclasses.replace(settings_from_config(config), turn_detection=detection))
@@ -195,7 +207,7 @@ def test_a_partial_transcript_goes_to_the_client_and_prefills_the_answer() -> No
     ],
 )
 def test_speech_over_an_audible_reply_barges_in_unless_interrupt_response_is_off(interrupt: bool, expected: list[str]) -> None:
-    w = World(interrupt=interrupt)
+    w = World(interrupt=interrupt, interruption="immediate")
     w.turn()
     [reply] = w.core.live().values()
     reply.listener.schedule(w.clock.now(), 1.0)  # playout sent a second of audio: heard until 101.0
@@ -364,7 +376,7 @@ def test_an_mcp_call_keeps_its_response_open_until_its_result() -> None:
 
 
 def test_a_barge_in_cancels_a_running_mcp_call_before_its_response_ends() -> None:
-    w = World(mcp=True)
+    w = World(mcp=True, interruption="immediate")
     w.turn("look it up")
     w.call("lookup")
     [reply] = w.core.live().values()
@@ -393,3 +405,119 @@ def test_a_failed_mcp_call_is_an_error_and_its_answer_apologises() -> None:
     assert show(effects)[:2] == ["emit:ErrorEvent", "emit:McpCallDone"]
     options = w.core.options(w.core.generations.current)
     assert options is not None and options.instructions is not None and "lookup" in options.instructions
+
+
+# ---------------------------------------------------------------------------- interruptions judged by their words
+
+
+def speaking_reply(w: World, sent_s: float = 3.0) -> Any:
+    """A reply of which playout has sent ``sent_s`` of audio, one second of it heard."""
+    w.turn("tell me a story")
+    [reply] = w.core.live().values()
+    reply.listener.schedule(w.clock.now(), sent_s)
+    w.audio(1000.0 * sent_s)
+    w.clock.advance(1.0)
+    return reply
+
+
+def test_speech_over_a_reply_pauses_it_and_a_backchannel_resumes_it_whole() -> None:
+    w = World()
+    reply = speaking_reply(w)
+    gen = w.core.generations.current
+    w.core.segment_heard("tell me a story", -20.0)  # the user's own turn: their voice's level
+    # The client hears nothing of the speech yet; only playout pauses.
+    assert show(w.core.handle(w.ev(SpeechStarted, audio_ms=5000.0))) == ["pause"]
+    assert w.core.judging and w.core.generations.current == gen
+    assert show(w.core.handle(w.ev(TranscriptDelta, text="Yeah,", level_db=-21.0))) == []  # held
+    assert show(w.core.handle(w.ev(SpeechStopped, audio_ms=5600.0))) == ["arm_resume"]
+    takes, effects = w.core.segment_heard("Yeah, yeah. Right.", -21.0)
+    assert not takes and show(effects) == ["resume"]
+    # The reply goes on, whole: nothing was cut, no generation moved, no user item.
+    assert not w.core.judging and w.core.generations.current == gen and w.core.active_response_id == reply.id
+    assert reply.item is not None and reply.item.heard_ms is None
+    assert [i.role for i in w.history.items] == ["user", "assistant"]
+
+
+@pytest.mark.parametrize("text", ["Wait, stop.", "No, I meant Paris.", "yeah but what about Rome"])
+def test_real_words_over_a_paused_reply_cut_it_as_a_barge_in(text: str) -> None:
+    w = World()
+    reply = speaking_reply(w)
+    w.core.handle(w.ev(SpeechStarted, audio_ms=5000.0))
+    w.clock.advance(0.5)  # the pause: the listener's buffer plays on meanwhile
+    w.core.handle(w.ev(SpeechStopped, audio_ms=5700.0))
+    takes, effects = w.core.segment_heard(text, -20.0)
+    assert takes
+    # The client learns of the speech now (with its real start), then the reply is cut.
+    cut = ["unpause", "emit:InputSpeechStarted", "barge_in", "emit:PlaybackCleared", "emit:ResponseDone", "report:cancelled"]
+    assert show(effects) == cut
+    [started] = [fx.event for fx in effects if isinstance(fx, Emit) and type(fx.event).__name__ == "InputSpeechStarted"]
+    assert started.audio_ms == 5000.0
+    [cleared] = emitted(effects, PlaybackCleared)
+    assert cleared.heard_ms == pytest.approx(1500.0) and reply.item is not None and reply.item.heard_ms == pytest.approx(1500.0)
+    assert not w.core.judging and w.core.active_response_id is None
+
+
+def test_a_partial_with_real_words_decides_at_once_and_the_held_partials_follow_in_order() -> None:
+    w = World()
+    speaking_reply(w)
+    w.core.handle(w.ev(SpeechStarted, audio_ms=5000.0))
+    assert show(w.core.handle(w.ev(TranscriptDelta, text="Uh-huh"))) == []
+    effects = w.core.handle(w.ev(TranscriptDelta, text="Uh-huh, no wait"))
+    assert show(effects)[:6] == [
+        "unpause",
+        "emit:InputSpeechStarted",
+        "emit:InputTranscriptDelta",
+        "prefill:Uh-huh",
+        "emit:InputTranscriptDelta",
+        "prefill:Uh-huh, no wait",
+    ]
+    assert "barge_in" in show(effects) and not w.core.judging
+    # The segment's final then counts as an ordinary turn.
+    assert w.core.segment_heard("Uh-huh, no wait.", -20.0) == (True, [])
+
+
+def test_no_words_resume_after_the_timeout_but_never_while_the_user_speaks() -> None:
+    w = World()
+    reply = speaking_reply(w)
+    w.core.handle(w.ev(SpeechStarted, audio_ms=5000.0))
+    [arm] = w.core.handle(w.ev(SpeechStopped, audio_ms=5400.0))
+    assert isinstance(arm, ArmResume) and arm.deadline == pytest.approx(w.clock.now() + 1.0)
+    w.core.handle(w.ev(SpeechStarted, audio_ms=5600.0))  # they speak again: that timeout is stale
+    assert w.core.resume_due(arm.token) == [] and w.core.judging
+    # A cough's segment while they still speak: dropped, but no resume yet.
+    assert w.core.segment_heard("", -25.0) == (False, [])
+    [arm2] = w.core.handle(w.ev(SpeechStopped, audio_ms=6000.0))
+    assert show(w.core.resume_due(arm2.token)) == ["resume"]
+    assert w.core.active_response_id == reply.id and reply.item is not None and reply.item.heard_ms is None
+
+
+def test_a_quieter_voice_is_background_not_an_interruption() -> None:
+    w = World()
+    speaking_reply(w)
+    w.core.segment_heard("tell me a story", -20.0)
+    w.core.handle(w.ev(SpeechStarted, audio_ms=5000.0))
+    w.core.handle(w.ev(SpeechStopped, audio_ms=6000.0))
+    assert show(w.core.segment_heard("and now the weather for the weekend", -34.0)[1]) == ["resume"]
+    # At the user's own level the same words interrupt.
+    w.core.handle(w.ev(SpeechStarted, audio_ms=7000.0))
+    w.core.handle(w.ev(SpeechStopped, audio_ms=8000.0))
+    takes, effects = w.core.segment_heard("and now the weather for the weekend", -22.0)
+    assert takes and "barge_in" in show(effects)
+
+
+def test_a_cancel_during_the_pause_ends_it_and_the_speech_is_the_users() -> None:
+    w = World()
+    speaking_reply(w)
+    w.core.handle(w.ev(SpeechStarted, audio_ms=5000.0))
+    stopped, effects = w.core.cancel_response()
+    assert stopped and show(effects)[:2] == ["unpause", "emit:InputSpeechStarted"]
+    assert not w.core.judging
+    assert w.core.segment_heard("yeah", -20.0) == (True, [])  # no longer judged: an ordinary turn
+
+
+def test_speech_over_a_silent_agent_is_an_ordinary_turn_in_words_mode() -> None:
+    w = World()
+    w.turn()
+    w.end()
+    assert show(w.core.handle(w.ev(SpeechStarted, audio_ms=2000.0))) == ["emit:InputSpeechStarted"]
+    assert w.core.segment_heard("yeah", -20.0) == (True, [])

@@ -49,7 +49,7 @@ from voiceagent.session import Session
 from voiceagent.stages.stt import PRIORITY_FINAL
 from voiceagent.tools.spec import Message, Tool, ToolCall
 
-from .fakes import EventLog, FakeEngines, FakeLlm, FakeStt, FakeTts, FakeTurn, Recorder, SequenceCheckingLlm, pause, speak
+from .fakes import EventLog, FakeEngines, FakeLlm, FakeStt, FakeTts, FakeTurn, Recorder, SequenceCheckingLlm, deadline, pause, speak
 
 Run = Callable[..., Any]
 MakeFakes = Callable[..., FakeEngines]
@@ -61,11 +61,15 @@ INSTRUCTIONS = Config().llm.instructions
 PROMPT_HEAD = (Message("system", INSTRUCTIONS), *example_messages(Config().llm.example_pairs))
 
 
-def make_config(*, lead_ms: int = 2000, silence_ms: int = 320, complete_ms: int = 160, partials: bool = False) -> Config:
+def make_config(
+    *, lead_ms: int = 2000, silence_ms: int = 320, complete_ms: int = 160, partials: bool = False, interruption: str = "immediate"
+) -> Config:
+    """``interruption``: ``immediate`` by default here, so the fakes' wordless speech barges in
+    (the ``words`` mode has its own tests)."""
     return Config(
         vad=VadConfig(min_speech_ms=64, stop_ms=96, barge_in_ms=96, prefix_padding_ms=96),
         stt=SttConfig(partials=partials, partial_interval_ms=200),
-        turn=TurnConfig(silence_ms=silence_ms, complete_ms=complete_ms, threshold=0.5, speculative=True),
+        turn=TurnConfig(silence_ms=silence_ms, complete_ms=complete_ms, threshold=0.5, speculative=True, interruption=interruption),
         playout=PlayoutConfig(lead_ms=lead_ms, chunk_ms=125),
     )
 
@@ -479,6 +483,72 @@ def test_barge_in_cuts_history_to_heard_audio(run: Run, make_fakes: MakeFakes) -
     assert words_heard == 6
     assert assistant1.text == " ".join(REPLY_WORDS[:words_heard])
     assert r.cancelled.text == assistant1.text
+
+
+def test_words_mode_a_backchannel_pauses_the_reply_which_then_resumes_whole_and_real_words_cut_it(run: Run, make_fakes: MakeFakes) -> None:
+    """``turn.interruption = "words"``: speech over the reply pauses its playout; "yeah" resumes
+    it (no trace in the conversation), "stop please" cuts it as a barge-in."""
+    decode_yeah = threading.Event()
+    script = ["tell me a story", "yeah", "tell me another", "stop please"]
+
+    def transcribe(audio: Any) -> str:
+        if script and script[0] == "yeah":
+            assert decode_yeah.wait(deadline()), "the test never let the backchannel's decode finish"
+        return script.pop(0) if script else ""
+
+    fakes = make_fakes(
+        stt=FakeStt(respond=transcribe),
+        llm=FakeLlm([tokens(REPLY), tokens(REPLY), ["Okay", "."]]),
+        tts=FakeTts(ms_per_word=125.0),
+        turn=FakeTurn(0.9),
+    )
+
+    async def main() -> None:
+        clock = VirtualClock()
+        async with running(fakes, make_config(lead_ms=125, interruption="words"), clock) as (session, log):
+            await pause(session, 160)
+            await say_turn(session)
+            i_first, first = await log.wait_type(ResponseCreated)
+            await log.wait_type(AudioDelta, offset_ms=125.0)
+            for k in range(2, 8):
+                clock.advance(CHUNK_S)
+                await log.wait_type(AudioDelta, offset_ms=125.0 * k)
+            # "yeah" over the reply; its final decode waits until the test lets it finish.
+            await speak(session, 128)
+            await pause(session, 320)
+            await fakes.stt.calls.wait(2)  # the decode started: the speech began before it, so the pause is on
+            hold = session.replies.hold
+            assert hold.paused == first.gen and session.replies.core.judging
+            decode_yeah.set()
+            for _ in range(40):  # the rest of the reply, 125 ms a chunk
+                clock.advance(CHUNK_S)
+                if log.of_type(ResponseDone):
+                    break
+                await log.wait_for(lambda e: isinstance(e, AudioDelta | ResponseDone), after=len(log.events))
+            _, done = await log.wait_type(ResponseDone, response_id=first.response_id)
+            assert hold.paused is None and session.turn.dropped == 1  # "yeah" was no turn
+            # Whole: completed, every sample sent once and in order, nothing told of the speech.
+            assert done.status is ResponseStatus.COMPLETED and done.text == REPLY
+            offsets = [d.offset_ms for d in log.of_type(AudioDelta) if d.response_id == first.response_id]
+            assert offsets == [125.0 * k for k in range(len(offsets))] and len(offsets) * 125.0 == len(REPLY_WORDS) * 125.0
+            assert len(log.of_type(InputSpeechStarted)) == 1 and log.of_type(PlaybackCleared) == []
+            assert [i.text for i in session.history.items] == ["tell me a story", REPLY]
+            # Now real words over the next reply: a barge-in as in immediate mode.
+            await say_turn(session)
+            _, second = await log.wait_type(ResponseCreated, after=i_first + 1)
+            await log.wait_type(AudioDelta, response_id=second.response_id, offset_ms=125.0)
+            await speak(session, 128)
+            await pause(session, 640)
+            _, cut = await log.wait_type(ResponseDone, response_id=second.response_id)
+            assert cut.status is ResponseStatus.CANCELLED and cut.reason == "turn_detected"
+            assert len(log.of_type(InputSpeechStarted)) == 3
+            [cleared] = log.of_type(PlaybackCleared)
+            assert cleared.response_id == second.response_id
+            await log.wait_type(InputTranscriptDone, text="stop please")  # the interruption is the next turn
+            said = [i.text for i in session.history.items if isinstance(i, UserItem)]
+            assert said == ["tell me a story", "tell me another", "stop please"]
+
+    run(main(), 30)
 
 
 # --------------------------------------------------------------------------- (c) speculation

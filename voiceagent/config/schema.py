@@ -238,6 +238,24 @@ class TurnConfig:
     threshold: float = 0.5
     speculative: bool = True
     """Start answering at the end of a segment; hold the audio until the turn is confirmed."""
+    interruption: str = "words"
+    """What speech over the agent's audio does (with the client's ``interrupt_response``, the
+    default): ``immediate`` cuts the reply once ``vad.barge_in_ms`` of voice is heard; ``words``
+    pauses the reply's audio after ``vad.min_speech_ms`` of voice and cuts it only when the
+    transcript holds ``interruption_min_words`` words that are not a backchannel ("yeah",
+    "right", "uh-huh": ``backchannels``); after a backchannel, a cough or a noise the reply
+    resumes where it paused and stays whole (docs/pipeline.md, "Interruptions")."""
+    interruption_min_words: int = 1
+    """``words``: real words (not backchannels) that make speech over the agent an interruption."""
+    false_interruption_timeout_ms: int = 1000
+    """``words``: once the user's speech has stopped, the paused reply resumes after this long if
+    no transcript has decided (the transcriber normally decides sooner)."""
+    interruption_margin_db: float = 10.0
+    """``words``: speech this much quieter than the user's own voice in their earlier turns (a
+    second voice in the room, a radio) does not interrupt; 0: every voice counts."""
+    backchannels: str = ""
+    """``words``: comma-separated phrases that never interrupt; empty: the built-in list of
+    ``stt.language`` (voiceagent/text/backchannel.py)."""
 
     def __post_init__(self) -> None:
         _check(self.silence_ms >= 100, "turn.silence_ms", "must be >= 100")
@@ -247,6 +265,10 @@ class TurnConfig:
         _check(0.0 < self.threshold < 1.0, "turn.threshold", "must be between 0 and 1")
         _check(0.0 <= self.text_threshold < 1.0, "turn.text_threshold", "must be >= 0 and < 1")
         _check(self.doubt_ms >= 0, "turn.doubt_ms", "must be >= 0")
+        _check(self.interruption in ("immediate", "words"), "turn.interruption", "must be immediate or words")
+        _check(self.interruption_min_words >= 1, "turn.interruption_min_words", "must be >= 1")
+        _check(self.false_interruption_timeout_ms >= 0, "turn.false_interruption_timeout_ms", "must be >= 0")
+        _check(self.interruption_margin_db >= 0, "turn.interruption_margin_db", "must be >= 0")
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,9 @@ newer generation supersedes it before release.
 Barge-in: speech that starts while a reply is audible moves the generation on (which cancels
 LLM, TTS and playout work in flight); the assistant item is cut to the audio the listener heard,
 the client is told to clear its playback (:class:`~voiceagent.events.PlaybackCleared`) and the
-response ends ``cancelled``.
+response ends ``cancelled``.  With ``turn.interruption = "words"`` (the default) the speech first
+pauses the reply and its words decide (:mod:`~voiceagent.conversation.interruption`): a barge-in
+as above, or the reply resumes where it paused and the speech leaves no trace.
 
 Errors: a client's request the conversation cannot honour raises
 :class:`~voiceagent.errors.ProtocolError` before any state changes.
@@ -35,6 +37,7 @@ from voiceagent.conversation.context import CoreContext
 from voiceagent.conversation.effects import Completed, Effect, Sink, StartAnswer, TurnEnded
 from voiceagent.conversation.history import History
 from voiceagent.conversation.idle import IdleTimeout
+from voiceagent.conversation.interruption import InterruptionPolicy, Interruptions, Pending, Verdict
 from voiceagent.conversation.lifecycle import Replies
 from voiceagent.conversation.reply import Reply, ReplyState, ResponseOptions
 from voiceagent.conversation.user import UserInput
@@ -50,6 +53,7 @@ from voiceagent.events import (
     PlaybackCleared,
     ResponseStatus,
     SpeechStarted,
+    SpeechStopped,
     ToolCallMade,
     ToolCallRejected,
     TranscriptDelta,
@@ -91,6 +95,7 @@ class ConversationCore:
         self._replies = Replies(self._ctx, self.calls)
         self._user = UserInput(self._ctx)
         self._idle = IdleTimeout(self._ctx)
+        self._floor = Interruptions(self._ctx, InterruptionPolicy.from_config(config.turn))
         self._timers_due: list[TimerRequest] = []  # built-in timers that went off while a response was active
 
     # ------------------------------------------------------------------ queries
@@ -135,6 +140,11 @@ class ConversationCore:
         playing = self._replies.playing
         return playing is not None and playing.audible(self._clock.now())
 
+    @property
+    def judging(self) -> bool:
+        """Whether a reply is paused while speech over it is judged."""
+        return self._floor.pending is not None
+
     def may_speculate(self) -> bool:
         """No speculative answer while a call waits for its output: its prompt is not known yet."""
         return not self._history.unanswered_calls()
@@ -155,6 +165,10 @@ class ConversationCore:
         until their ``response.done``."""
         gen = self._scope.next()
         self._replies.drop_unreleased(gen)
+        if self._floor.pending is not None:
+            # The paused reply is superseded (a cancel, a response.create): the speech being judged
+            # is the user's as any other.
+            self._to_user(self._floor.close(resumed=False))
         return gen
 
     # ------------------------------------------------------------------ what stages observe
@@ -163,13 +177,12 @@ class ConversationCore:
         """What a stage observed: speech, transcripts, a confirmed turn, timeline marks, the
         engine, calls, the reply's words and audio, the end of a generation."""
         if isinstance(ev, SpeechStarted):
-            self._idle.disarm()
-            self._user.speech_started(ev)  # speech_started first, then the interrupted response's done (OpenAI's order)
-            detection = self._host.settings.turn_detection
-            if self.agent_audible() and (detection is None or detection.interrupt_response):
-                self._interrupt("turn_detected")
+            self._speech_started(ev)
+        elif isinstance(ev, SpeechStopped):
+            if self._floor.pending is not None:
+                self._floor.speech_stopped()
         elif isinstance(ev, TranscriptDelta):
-            self._user.transcript(ev)
+            self._partial(ev)
         elif isinstance(ev, TurnEnded):
             self._confirm(ev)
         elif isinstance(ev, Mark | LlmRoute | LlmUsage | ToolCallMade | ToolCallRejected):
@@ -188,6 +201,74 @@ class ConversationCore:
         else:  # pragma: no cover - every notified type is handled above
             log.debug("unhandled event %s", type(ev).__name__)
         return self._sink.take()
+
+    def _speech_started(self, ev: SpeechStarted) -> None:
+        self._idle.disarm()
+        if self._floor.pending is not None:
+            self._floor.speech_started()  # still being judged: no resume while the user speaks
+            return
+        detection = self._host.settings.turn_detection
+        playing = self._replies.playing
+        if playing is not None and self.agent_audible() and (detection is None or detection.interrupt_response):
+            if self._floor.policy.judges:
+                self._floor.open(ev, playing.gen)
+                return
+            self._user.speech_started(ev)  # speech_started first, then the interrupted response's done (OpenAI's order)
+            self._interrupt("turn_detected")
+        else:
+            self._user.speech_started(ev)
+
+    def _partial(self, ev: TranscriptDelta) -> None:
+        pending = self._floor.pending
+        if pending is None:
+            self._user.transcript(ev)
+            return
+        pending.partials.append(ev)
+        if self._floor.judge(ev.text, ev.level_db) is Verdict.INTERRUPT:
+            self._take_turn()
+
+    def segment_heard(self, text: str, level_db: float | None) -> tuple[bool, list[Effect]]:
+        """The final transcript of a speech segment (heard at ``level_db``), before the turn
+        stage uses it.  False: it was speech over a paused reply that is no interruption (a
+        backchannel, nothing, a quieter voice): the turn stage drops it, and the reply resumes
+        once the user is silent."""
+        pending = self._floor.pending
+        if pending is None:
+            if text.strip():
+                self._floor.heard_user(level_db)
+            return True, self._sink.take()
+        verdict = self._floor.judge(text, level_db)
+        if verdict is Verdict.INTERRUPT:
+            self._floor.heard_user(level_db)
+            self._take_turn()
+            return True, self._sink.take()
+        log.info("session %s: %s over the reply (%r, %s dBFS): no interruption", self._id, verdict.value, excerpt(text), level_db)
+        if not pending.speaking:
+            self._resume()
+        return False, self._sink.take()
+
+    def resume_due(self, token: int) -> list[Effect]:
+        """Resume timeout ``token`` is due: the paused reply goes on if nothing decided since."""
+        if self._floor.due(token):
+            log.info("session %s: no words over the reply within the timeout: it resumes", self._id)
+            self._resume()
+        return self._sink.take()
+
+    def _resume(self) -> None:
+        self._floor.close(resumed=True)
+
+    def _take_turn(self) -> None:
+        """The speech over the paused reply is an interruption: the client hears of it now (its
+        start, its partial transcripts), then the reply is cut as in a barge-in."""
+        pending = self._floor.close(resumed=False)
+        self._to_user(pending)
+        if not self._scope.is_stale(pending.gen):
+            self._interrupt("turn_detected")
+
+    def _to_user(self, pending: Pending) -> None:
+        self._user.speech_started(pending.started)
+        for partial in pending.partials:
+            self._user.transcript(partial)
 
     def _note(self, ev: Mark | LlmRoute | LlmUsage | ToolCallMade | ToolCallRejected) -> None:
         reply = self._replies.of(ev.gen)
@@ -332,7 +413,7 @@ class ConversationCore:
         td = self._idle.fire(token)
         if td is None or td.idle_timeout_ms is None:
             return []
-        if self._user.speaking or self.active_response_id is not None or self._history.unanswered_calls():
+        if self._user.speaking or self.judging or self.active_response_id is not None or self._history.unanswered_calls():
             return []
         self._user.commit_silence(input_ms, td.idle_timeout_ms)
         self._start_response(ResponseOptions(instructions=self._host.settings.instructions + IDLE_PROMPT))
@@ -342,7 +423,7 @@ class ConversationCore:
         """The session's settings changed: an ``idle_timeout_ms`` set while the conversation is
         quiet (no response, no user speech) starts counting at once, from the end of the last
         reply's audio (or from now); one turned off is disarmed."""
-        quiet = self.active_response_id is None and not self._user.speaking
+        quiet = self.active_response_id is None and not self._user.speaking and not self.judging
         self._idle.changed(quiet=quiet, blocked=bool(self._history.unanswered_calls()))
         return self._sink.take()
 
@@ -379,7 +460,7 @@ class ConversationCore:
         # Any end of a reply (cancelled or failed too; an out-of-band one counts from the last
         # reply heard) starts the idle count again, unless the user is speaking (a barge-in) or
         # another response is under way.
-        if not self._user.speaking and self.active_response_id is None:
+        if not self._user.speaking and not self.judging and self.active_response_id is None:
             self._idle.arm(blocked=bool(self._history.unanswered_calls()))
         if status is ResponseStatus.COMPLETED and not reply.options.out_of_band:
             self._sink.add(Completed(reply.gen))

@@ -18,15 +18,18 @@ from voiceagent.tools.mcp import McpTool
 
 __all__ = [
     "ArmIdle",
+    "ArmResume",
     "CancelMcpCalls",
     "Completed",
     "CountBargeIn",
     "DisarmIdle",
+    "PausePlayout",
     "Effect",
     "Emit",
     "Prefill",
     "Release",
     "Report",
+    "ResumePlayout",
     "RunMcpCall",
     "Sink",
     "StartAnswer",
@@ -137,6 +140,32 @@ class CountBargeIn:
     """A reply the listener was hearing was cut."""
 
 
+@dataclass(frozen=True)
+class PausePlayout:
+    """Send no more of generation ``gen``'s audio until :class:`ResumePlayout`: the user speaks
+    over it and whether that is an interruption is not decided yet."""
+
+    gen: int
+
+
+@dataclass(frozen=True)
+class ResumePlayout:
+    """Playout goes on (generation ``gen`` was paused); ``resumed``: True when the reply goes on
+    where it paused (a false interruption), False when the pause ends because the reply was cut."""
+
+    gen: int
+    resumed: bool
+
+
+@dataclass(frozen=True)
+class ArmResume:
+    """Feed :meth:`~voiceagent.conversation.core.ConversationCore.resume_due` ``token`` at
+    ``deadline`` (the session's clock); a token re-armed or decided since is stale."""
+
+    token: int
+    deadline: float
+
+
 Effect = (
     Emit
     | StartAnswer
@@ -150,6 +179,9 @@ Effect = (
     | Report
     | Completed
     | CountBargeIn
+    | PausePlayout
+    | ResumePlayout
+    | ArmResume
 )
 
 

@@ -31,15 +31,18 @@ from voiceagent.conversation.catalog import ToolBox
 from voiceagent.conversation.core import ConversationCore
 from voiceagent.conversation.effects import (
     ArmIdle,
+    ArmResume,
     CancelMcpCalls,
     Completed,
     CountBargeIn,
     DisarmIdle,
     Effect,
     Emit,
+    PausePlayout,
     Prefill,
     Release,
     Report,
+    ResumePlayout,
     RunMcpCall,
     StartAnswer,
     StartTimer,
@@ -51,9 +54,10 @@ from voiceagent.conversation.prompt_fit import PromptFitter
 from voiceagent.conversation.prompting import Prompter, keeps_conversation
 from voiceagent.conversation.reply import ResponseOptions
 from voiceagent.conversation.report import Reporter
-from voiceagent.events import Event, TurnConfirmed, UserTurn
+from voiceagent.events import Event, TranscriptSegment, TurnConfirmed, UserTurn
 from voiceagent.observability.metrics import Metrics
 from voiceagent.pipeline import Channel, Generations, GenerationScope
+from voiceagent.pipeline.hold import PlayoutHold
 from voiceagent.settings import SessionSettings
 from voiceagent.stages.llm import LlmPrompt
 from voiceagent.tools.builtin import BuiltinTools, TimerRequest
@@ -121,6 +125,8 @@ class ReplyController:
         self.core = ConversationCore(session_id, clock, config, history, host, toolbox, scope)
         self._prompter = Prompter(session_id, clock, scope, history, toolbox, fitter, metrics)
         self._reporter = Reporter(session_id, config, metrics)
+        self.hold = PlayoutHold()
+        """Paused while speech over a reply is judged; the playout stage waits on it."""
         self._llm_in: Channel[Event] | None = None
         self._play_in: Channel[Event] | None = None
         self._prefill: Callable[[str], None] | None = None
@@ -168,8 +174,8 @@ class ReplyController:
         return self._toolbox.offered(client_tools)
 
     def running(self, kind: str) -> tuple[asyncio.Task[None], ...]:
-        """The tasks of one kind not yet ended: ``"idle"``, ``"timer"`` or ``"mcp.call"`` (for
-        tests and diagnostics)."""
+        """The tasks of one kind not yet ended: ``"idle"``, ``"timer"``, ``"mcp.call"`` or
+        ``"resume"`` (for tests and diagnostics)."""
         return tuple(t for t in self._tasks if t.get_name() == f"{self._id}.{kind}")
 
     async def quiet(self) -> None:
@@ -184,6 +190,14 @@ class ReplyController:
             await self._apply(self.core.handle(TurnEnded(ev, self._host.arrival_time(ev.audio_end_ms))))
         else:
             await self._apply(self.core.handle(ev))
+
+    async def segment_heard(self, seg: TranscriptSegment) -> bool:
+        """A speech segment's final transcript, before the turn stage uses it (its
+        ``takes_turn`` port): False when it is speech over a paused reply that is no
+        interruption, which the turn stage then drops (see :meth:`ConversationCore.segment_heard`)."""
+        takes, effects = self.core.segment_heard(seg.text, seg.level_db)
+        await self._apply(effects)
+        return takes
 
     async def respond(self, options: ResponseOptions) -> str:
         """Answer now from the history (``response.create``) as ``options`` ask; returns the
@@ -278,6 +292,19 @@ class ReplyController:
                     self._completed(fx.gen)
             elif isinstance(fx, CountBargeIn):
                 self._metrics.barge_in()
+            elif isinstance(fx, PausePlayout | ResumePlayout | ArmResume):
+                self._pause(fx)
+
+    def _pause(self, fx: PausePlayout | ResumePlayout | ArmResume) -> None:
+        """Speech over a reply: its playout paused, resumed, or a resume timeout armed."""
+        if isinstance(fx, PausePlayout):
+            self.hold.pause(fx.gen)
+        elif isinstance(fx, ResumePlayout):
+            self.hold.resume(fx.gen)
+            if fx.resumed:
+                self._metrics.interruption_resumed()
+        else:
+            self._start(self._resume_after(fx.token, fx.deadline), "resume")
 
     def _start(self, coro: Awaitable[None], name: str) -> asyncio.Task[None]:
         task = asyncio.ensure_future(coro)
@@ -298,6 +325,10 @@ class ReplyController:
         if self._idle is asyncio.current_task():
             self._idle = None  # fired: no longer cancellable by a disarm
         await self._apply(self.core.idle_due(token, self._host.input_ms))
+
+    async def _resume_after(self, token: int, deadline: float) -> None:
+        await self._clock.sleep_until(deadline)
+        await self._apply(self.core.resume_due(token))
 
     async def _timer(self, timer: TimerRequest) -> None:
         await self._clock.sleep_until(self._clock.now() + timer.seconds)

@@ -101,9 +101,11 @@ class Silence(Event):
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class TranscriptDelta(Event):
-    """STT: a partial transcript of the segment being spoken (replaces the previous partial)."""
+    """STT: a partial transcript of the segment being spoken (replaces the previous partial);
+    ``level_db``: the level of its audio (:func:`~voiceagent.audio.speech_level_db`)."""
 
     text: str
+    level_db: float | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -111,6 +113,7 @@ class TranscriptSegment(Event):
     """STT: the final transcript of one speech segment, with its audio (float32, 16 kHz).
 
     ``committed``: the segment is a whole manual commit (``input_audio_buffer.commit``).
+    ``level_db``: the level of its speech (:func:`~voiceagent.audio.speech_level_db`).
     """
 
     text: str
@@ -118,6 +121,7 @@ class TranscriptSegment(Event):
     start_ms: float
     end_ms: float
     committed: bool = False
+    level_db: float | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -86,6 +86,11 @@ class Metrics:
             self._refused.labels(reason)
         self._turns = Counter("voiceagent_turns", "responses ended, by status (completed, cancelled, failed)", ["status"], registry=r)
         self._barge_ins = Counter("voiceagent_barge_ins", "responses the user talked over", registry=r)
+        self._resumed = Counter(
+            "voiceagent_interruptions_resumed",
+            "replies paused by speech over them that proved not to be an interruption (a backchannel, a noise) and went on",
+            registry=r,
+        )
         self._errors = Counter("voiceagent_errors", "error events sent to clients, by code", ["code"], registry=r)
         self._spans = Histogram(
             "voiceagent_span_seconds",
@@ -151,6 +156,9 @@ class Metrics:
 
     def barge_in(self) -> None:
         self._barge_ins.inc()
+
+    def interruption_resumed(self) -> None:
+        self._resumed.inc()
 
     def error(self, code: str) -> None:
         self._errors.labels(code).inc()

@@ -7,6 +7,10 @@ whose turn is not confirmed yet) is held here, in order, until its release arriv
 a generation that went stale (retracted, barged in) is dropped.  Nothing else reaches in: the
 session talks to playout only through the channel.
 
+Pause: while the session's :class:`~voiceagent.pipeline.hold.PlayoutHold` names a generation
+(speech over its reply is being judged), none of its audio is sent; it goes on from the same
+sample when resumed.
+
 Pacing: a chunk is sent once the listener's estimated playback is within ``lead_ms`` of needing
 it.  Audio not yet sent is never heard, so on barge-in it is simply dropped; what was sent is
 accounted for by the reply's :class:`~voiceagent.playback.ListenerTimeline`.
@@ -19,6 +23,7 @@ from __future__ import annotations
 
 from voiceagent.events import AudioDelta, Event, GenerationEnd, OutputTranscriptDelta, ReleaseReply, ResponseAudio
 from voiceagent.pipeline import Channel, Stage, StageContext
+from voiceagent.pipeline.hold import PlayoutHold
 from voiceagent.playback import ListenerTimeline
 
 __all__ = ["ListenerTimeline", "PlayoutStage"]
@@ -32,8 +37,10 @@ class PlayoutStage(Stage):
 
     name = "playout"
 
-    def __init__(self, ctx: StageContext, inbox: Channel[Event], lead_ms: int, chunk_ms: int) -> None:
+    def __init__(self, ctx: StageContext, inbox: Channel[Event], lead_ms: int, chunk_ms: int, hold: PlayoutHold | None = None) -> None:
+        """``hold``: paused while speech over a reply is judged (no chunk is sent meanwhile)."""
         super().__init__(ctx, inbox, None)
+        self._hold = hold or PlayoutHold()
         self._lead_s = lead_ms / 1000.0
         self._chunk_ms = chunk_ms
         self._live: ReleaseReply | None = None
@@ -76,6 +83,7 @@ class PlayoutStage(Stage):
     async def _play(self, rel: ReleaseReply, audio: ResponseAudio) -> None:
         tl = rel.listener
         clock = self.ctx.clock
+        await self._hold.wait(audio.gen)
         if audio.first_of_clause:
             await self.ctx.notify(
                 OutputTranscriptDelta(
@@ -92,6 +100,7 @@ class PlayoutStage(Stage):
         step = max(1, audio.rate * self._chunk_ms // 1000)
         for i in range(0, len(audio.pcm), step):
             piece = audio.pcm[i : i + step]
+            await self._hold.wait(audio.gen)
             if tl.end_t is not None:
                 await clock.sleep_until(tl.end_t - self._lead_s)
             offset = tl.sent_ms

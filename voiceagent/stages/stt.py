@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from voiceagent.audio import PIPELINE_RATE, Float32Array, Int16Array, int16_to_float
+from voiceagent.audio import PIPELINE_RATE, Float32Array, Int16Array, int16_to_float, speech_level_db
 from voiceagent.backends.protocols import SttBackend, SttRequest
 from voiceagent.config import SttConfig
 from voiceagent.errors import StageError
@@ -259,6 +259,7 @@ class SttStage(Stage):
                 start_ms=start_ms,
                 end_ms=end_ms,
                 committed=committed,
+                level_db=speech_level_db(audio),
             )
         )
         if failure is not None:
@@ -298,5 +299,11 @@ class SttStage(Stage):
             return
         if text:
             await self.ctx.notify(
-                TranscriptDelta(t=self.ctx.clock.now(), gen=self.ctx.scope.current, session=self.ctx.session_id, text=text)
+                TranscriptDelta(
+                    t=self.ctx.clock.now(),
+                    gen=self.ctx.scope.current,
+                    session=self.ctx.session_id,
+                    text=text,
+                    level_db=speech_level_db(audio),
+                )
             )

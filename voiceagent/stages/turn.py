@@ -286,6 +286,11 @@ class Endpointer:
     def speculating(self) -> bool:
         return self._speculating
 
+    def discard(self) -> None:
+        """Forget the segments so far, as if they were never spoken (speech over the agent that
+        was no interruption; the agent was answering, so no turn of the user's was pending)."""
+        self._reset()
+
     def _reset(self) -> None:
         self._segments = []
         self._audio = []
@@ -334,6 +339,10 @@ class TurnPorts:
     (the session says so while a tool call waits for its output: the prompt cannot be known)."""
     rejoin: Rejoin | None = None
     """For turns of several segments (the STT stage's ``decode_clip``); None: not done."""
+    takes_turn: Callable[[TranscriptSegment], Awaitable[bool]] | None = None
+    """Asked first for each segment's final transcript; False drops the segment as if it was
+    never spoken (speech over the agent's reply that is no interruption: a backchannel, a
+    cough).  None: every segment counts."""
 
 
 @dataclass(frozen=True)
@@ -403,6 +412,9 @@ class TurnStage(Stage):
         self._stop_silence_ms = float(options.stop_ms)
         self._min_audio_ms = options.min_audio_ms
         self._rejoin = ports.rejoin
+        self._takes_turn = ports.takes_turn
+        self.dropped = 0
+        """Segments dropped because they were no interruption of the agent (``takes_turn``)."""
         self.rejoined = 0
         """Turns of several segments transcribed again as one clip."""
         self.doubted = 0
@@ -464,6 +476,10 @@ class TurnStage(Stage):
             self._marks = {"vad_stop": event.t}
             actions = ep.on_speech_stopped(event.audio_ms)
         elif isinstance(event, TranscriptSegment):
+            if not event.committed and self._takes_turn is not None and not await self._takes_turn(event):
+                self.dropped += 1
+                ep.discard()
+                return
             self._marks["transcript_final"] = event.t
             ep.speculative = self._speculative and self._may_speculate()
             rejoined = await self._rejoined(event)

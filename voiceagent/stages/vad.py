@@ -137,8 +137,12 @@ class VadOptions:
     barge_in_ms: int
 
     @classmethod
-    def from_config(cls, vad: VadConfig) -> VadOptions:
-        return cls(stop_ms=vad.stop_ms, min_speech_ms=vad.min_speech_ms, barge_in_ms=vad.barge_in_ms)
+    def from_config(cls, vad: VadConfig, interruption: str = "immediate") -> VadOptions:
+        """``interruption`` (``turn.interruption``): with ``words`` speech over the agent only
+        pauses it until its words are judged, so it starts after ``min_speech_ms`` as any other
+        (the pause must come soon: the listener hears the agent until then)."""
+        barge_in_ms = vad.barge_in_ms if interruption == "immediate" else vad.min_speech_ms
+        return cls(stop_ms=vad.stop_ms, min_speech_ms=vad.min_speech_ms, barge_in_ms=barge_in_ms)
 
 
 class VadStage(Stage):
@@ -196,7 +200,8 @@ class VadStage(Stage):
             ev = SpeechStopped(t=now, gen=self.ctx.scope.current, session=self.ctx.session_id, audio_ms=ve.audio_ms)
         else:
             ev = Silence(t=now, gen=self.ctx.scope.current, session=self.ctx.session_id, audio_ms=ve.audio_ms, silence_ms=ve.silence_ms)
-        if isinstance(ev, SpeechStarted):
-            # The session reacts at once (barge-in); STT and the endpointer see it in order.
+        if isinstance(ev, SpeechStarted | SpeechStopped):
+            # The session reacts at once (barge-in, the pause of a reply and its resume); STT and
+            # the endpointer see it in order, after the session.
             await self.ctx.notify(ev)
         await self.emit(ev)

@@ -1,0 +1,95 @@
+"""The small parts of judging speech over the agent: backchannel words, a voice's level, the
+playout's pause, the VAD's start threshold in each interruption mode."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+
+from voiceagent.audio import speech_level_db
+from voiceagent.config import Config, VadConfig
+from voiceagent.conversation.interruption import InterruptionPolicy, Verdict
+from voiceagent.pipeline.hold import PlayoutHold
+from voiceagent.stages.vad import VadOptions
+from voiceagent.text.backchannel import BACKCHANNELS, phrases_for, real_words
+
+EN = BACKCHANNELS["en"]
+
+
+@pytest.mark.parametrize(
+    ("text", "left"),
+    [
+        ("Yeah, yeah. Right.", []),
+        ("Uh-huh.", []),
+        ("Uh-uh.", []),  # how Whisper tiny writes "uh-huh"
+        ("Mm-hmm, okay.", []),
+        ("All right, I see!", []),
+        ("Go on.", []),
+        ("Wait, stop!", ["wait", "stop"]),
+        ("No, I meant Paris.", ["no", "i", "meant", "paris"]),
+        ("Yeah, but what about Rome?", ["but", "what", "about", "rome"]),
+        ("right now", ["now"]),
+        ("", []),
+    ],
+)
+def test_real_words_are_what_is_left_without_backchannels(text: str, left: list[str]) -> None:
+    assert real_words(text, EN) == left
+
+
+def test_a_configured_list_replaces_the_languages_and_an_unknown_language_has_none() -> None:
+    assert phrases_for("en-GB") == EN
+    assert phrases_for("en", "jawohl, na klar") == ("jawohl", "na klar")
+    assert phrases_for("xx") == ()
+    assert real_words("yeah", phrases_for("xx")) == ["yeah"]
+
+
+def test_the_policy_judges_words_level_and_silence() -> None:
+    policy = InterruptionPolicy.from_config(Config().turn)
+    assert policy.judges and policy.min_words == 1
+    assert policy.verdict("Yeah, right.", -20.0, -20.0, "en") is Verdict.BACKCHANNEL
+    assert policy.verdict(" ", -20.0, -20.0, "en") is Verdict.NOTHING
+    assert policy.verdict("Stop.", -20.0, -20.0, "en") is Verdict.INTERRUPT
+    assert policy.verdict("Stop.", -31.0, -20.0, "en") is Verdict.BACKGROUND
+    assert policy.verdict("Stop.", -31.0, None, "en") is Verdict.INTERRUPT  # no level learnt yet
+    two = InterruptionPolicy(min_words=2)
+    assert two.verdict("Stop.", None, None, "en") is Verdict.BACKCHANNEL
+    assert two.verdict("Stop it.", None, None, "en") is Verdict.INTERRUPT
+    assert not InterruptionPolicy(mode="immediate").judges
+
+
+def test_speech_level_is_the_loud_part_whatever_the_silence_around_it() -> None:
+    rate = 16000
+    t = np.arange(rate // 2) / rate
+    tone = (0.1 * np.sin(2 * np.pi * 300 * t)).astype(np.float32)  # RMS 0.0707: -23 dBFS
+    padded = np.concatenate([np.zeros(rate // 4, np.float32), tone, np.zeros(rate // 10, np.float32)])
+    assert speech_level_db(tone) == pytest.approx(-23.0, abs=0.1)
+    assert speech_level_db(padded) == pytest.approx(-23.0, abs=0.1)
+    assert speech_level_db(tone * 0.1) == pytest.approx(-43.0, abs=0.1)
+    assert speech_level_db(np.zeros(100, np.float32)) is None
+
+
+def test_a_paused_generation_waits_and_another_does_not() -> None:
+    async def main() -> None:
+        hold = PlayoutHold()
+        await hold.wait(3)  # nothing paused: at once
+        hold.pause(3)
+        waiting = asyncio.ensure_future(hold.wait(3))
+        await hold.wait(4)  # another generation goes on
+        await asyncio.sleep(0)
+        assert not waiting.done() and hold.paused == 3
+        hold.resume(2)  # not the paused one: nothing changes
+        await asyncio.sleep(0)
+        assert not waiting.done()
+        hold.resume(3)
+        await asyncio.wait_for(waiting, 1.0)
+        assert hold.paused is None
+
+    asyncio.run(main())
+
+
+def test_the_vad_starts_speech_over_the_agent_sooner_when_words_decide() -> None:
+    vad = VadConfig(min_speech_ms=96, barge_in_ms=320)
+    assert VadOptions.from_config(vad, "immediate").barge_in_ms == 320
+    assert VadOptions.from_config(vad, "words").barge_in_ms == 96

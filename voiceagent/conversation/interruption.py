@@ -1,0 +1,154 @@
+"""Speech over the agent's audio, judged by its words before it cuts the reply (sans I/O).
+
+With ``turn.interruption = "words"`` (the default), voice that starts while a reply is audible
+does not cut the reply at once.  :class:`Interruptions` pauses the reply's audio
+(:class:`~voiceagent.conversation.effects.PausePlayout`) and keeps the speech to itself: the
+client is told nothing of it yet.  Then the words decide (:meth:`InterruptionPolicy.verdict`):
+
+* a transcript (a partial, or the segment's final) with ``interruption_min_words`` words that are
+  not backchannels: an **interruption**.  The core tells the client of the speech, with its real
+  start, and cuts the reply as a barge-in does (the history keeps what was heard);
+* a final transcript of backchannels only ("yeah, right"), of nothing (a cough, a door), or of
+  speech ``interruption_margin_db`` quieter than the user's own voice (a second voice in the
+  room): the reply **resumes** where it paused, once the user is silent, and stays whole.  The
+  speech leaves no trace in the conversation: no item, no event;
+* nothing decided ``false_interruption_timeout_ms`` after the speech stopped: the reply resumes.
+
+The user's voice level is learnt from the segments that were turns.  A pause is never resumed
+while the user speaks: each new stretch of speech is judged again.
+
+``turn.interruption = "immediate"`` and ``interrupt_response: false`` keep their meanings: this
+module is not asked then.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from dataclasses import dataclass, field
+
+from voiceagent.config import TurnConfig
+from voiceagent.conversation.context import CoreContext
+from voiceagent.conversation.effects import ArmResume, PausePlayout, ResumePlayout
+from voiceagent.events import SpeechStarted, TranscriptDelta
+from voiceagent.text.backchannel import phrases_for, real_words
+
+__all__ = ["InterruptionPolicy", "Interruptions", "Pending", "Verdict"]
+
+log = logging.getLogger(__name__)
+
+_LEVEL_WEIGHT = 0.3  # how much each new turn moves the user's learnt voice level
+
+
+class Verdict(enum.Enum):
+    """What a transcript of speech over the agent is."""
+
+    INTERRUPT = "interrupt"
+    """Real words: the user takes the turn."""
+    BACKCHANNEL = "backchannel"
+    """Only backchannels and fillers."""
+    NOTHING = "nothing"
+    """No words at all (a cough, a noise)."""
+    BACKGROUND = "background"
+    """A voice quieter than the user's by more than the margin (someone else, a radio)."""
+
+
+@dataclass(frozen=True)
+class InterruptionPolicy:
+    """The server's interruption settings (``[turn]``), fixed for the session."""
+
+    mode: str = "words"
+    min_words: int = 1
+    timeout_ms: int = 1000
+    margin_db: float = 10.0
+    backchannels: str = ""
+
+    @classmethod
+    def from_config(cls, turn: TurnConfig) -> InterruptionPolicy:
+        return cls(
+            mode=turn.interruption,
+            min_words=turn.interruption_min_words,
+            timeout_ms=turn.false_interruption_timeout_ms,
+            margin_db=turn.interruption_margin_db,
+            backchannels=turn.backchannels,
+        )
+
+    @property
+    def judges(self) -> bool:
+        """Whether speech over the agent pauses it and is judged (else it cuts at once)."""
+        return self.mode == "words"
+
+    def verdict(self, text: str, level_db: float | None, user_db: float | None, language: str) -> Verdict:
+        """What ``text`` (heard at ``level_db``) is, from a user whose voice is at ``user_db``
+        (None: not known yet, every level counts)."""
+        if self.margin_db > 0 and level_db is not None and user_db is not None and level_db < user_db - self.margin_db:
+            return Verdict.BACKGROUND
+        words = real_words(text, phrases_for(language, self.backchannels))
+        if len(words) >= self.min_words:
+            return Verdict.INTERRUPT
+        return Verdict.BACKCHANNEL if text.strip(" .,!?") else Verdict.NOTHING
+
+
+@dataclass
+class Pending:
+    """Speech over generation ``gen``'s audio, not judged yet."""
+
+    gen: int
+    started: SpeechStarted
+    """Its first ``speech_started``: told to the client only if it proves an interruption."""
+    partials: list[TranscriptDelta] = field(default_factory=list)
+    """Partial transcripts held back meanwhile, for the same reason."""
+    speaking: bool = True
+    token: int | None = None
+    """The resume timeout armed since the speech stopped, if any."""
+
+
+class Interruptions:
+    """The pending interruption of one session, if any; its effects go to the context's sink."""
+
+    def __init__(self, ctx: CoreContext, policy: InterruptionPolicy) -> None:
+        self._ctx = ctx
+        self.policy = policy
+        self.pending: Pending | None = None
+        self.user_db: float | None = None
+        """The user's voice level, learnt from their turns (dBFS; None: no turn yet)."""
+        self._tokens = 0
+
+    def open(self, ev: SpeechStarted, gen: int) -> None:
+        """Voice started over generation ``gen``'s audio: pause it and wait for the words."""
+        self.pending = Pending(gen, ev)
+        self._ctx.sink.add(PausePlayout(gen))
+
+    def speech_started(self) -> None:
+        """The user speaks again while the pause lasts: no resume while they do."""
+        assert self.pending is not None
+        self.pending.speaking, self.pending.token = True, None
+
+    def speech_stopped(self) -> None:
+        """The user fell silent: resume after the timeout unless a transcript decides first."""
+        assert self.pending is not None
+        self._tokens += 1
+        self.pending.speaking, self.pending.token = False, self._tokens
+        self._ctx.sink.add(ArmResume(self._tokens, self._ctx.clock.now() + self.policy.timeout_ms / 1000.0))
+
+    def judge(self, text: str, level_db: float | None) -> Verdict:
+        return self.policy.verdict(text, level_db, self.user_db, self._ctx.host.settings.language)
+
+    def due(self, token: int) -> bool:
+        """Resume timeout ``token`` is due: True when it still stands (the user is silent)."""
+        pending = self.pending
+        return pending is not None and pending.token == token and not pending.speaking
+
+    def close(self, *, resumed: bool) -> Pending:
+        """The pause ends: the reply goes on (``resumed``) or was cut; playout is told."""
+        pending = self.pending
+        assert pending is not None
+        self.pending = None
+        self._ctx.sink.add(ResumePlayout(pending.gen, resumed))
+        return pending
+
+    def heard_user(self, level_db: float | None) -> None:
+        """A segment of the user's that is a turn, at ``level_db``: learn their voice's level."""
+        if level_db is None:
+            return
+        self.user_db = level_db if self.user_db is None else (1 - _LEVEL_WEIGHT) * self.user_db + _LEVEL_WEIGHT * level_db

@@ -1,0 +1,63 @@
+"""Whether words said over the agent take the turn, or only show that the listener follows.
+
+A listener says "yeah", "right", "uh-huh" or "I see" while the agent talks without asking it to
+stop.  :func:`real_words` removes such phrases (and fillers) from a transcript and returns what is
+left: the words that can interrupt.  The phrases are per language (:data:`BACKCHANNELS`); a
+configured list (``turn.backchannels``) replaces the built-in one.
+
+Matching is on whole words, lower case, without punctuation, longest phrase first, so "all
+right" goes as one phrase and "right" inside "right now" is not special ("now" is left, a real
+word).  The lists hold what the transcriber writes too: Whisper tiny hears "uh-huh" as "Uh-uh."
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+__all__ = ["BACKCHANNELS", "phrases_for", "real_words"]
+
+BACKCHANNELS: dict[str, tuple[str, ...]] = {
+    "en": (
+        "yeah", "yes", "yep", "yup", "ya", "uh-huh", "uh huh", "uh-uh", "mm-hmm", "mm hmm", "mhm", "mm", "mmm",
+        "hmm", "hm", "uh", "um", "ah", "oh", "ooh", "aha", "okay", "ok", "right", "sure", "i see", "go on",
+        "got it", "true", "exactly", "really", "wow", "cool", "nice", "great", "alright", "all right",
+        "interesting", "totally", "of course", "indeed", "i know", "makes sense", "that's right", "yeah right",
+    ),
+    "es": ("sí", "si", "ajá", "aja", "vale", "claro", "ya", "bueno", "mm", "mhm", "ah", "oh", "ok", "okay", "exacto", "entiendo"),
+    "fr": ("oui", "ouais", "d'accord", "ok", "okay", "mm", "mhm", "ah", "oh", "bien sûr", "je vois", "exactement", "voilà", "bon"),
+    "de": ("ja", "genau", "okay", "ok", "mhm", "mm", "ah", "oh", "stimmt", "richtig", "klar", "aha", "verstehe", "gut"),
+}  # fmt: skip
+"""Backchannels and fillers by language (``stt.language``); a language missing here gets none,
+so any word interrupts there."""
+
+_WORD = re.compile(r"[\w'-]+")
+
+
+def _words(text: str) -> list[str]:
+    return [w.strip("'-") for w in _WORD.findall(text.lower()) if w.strip("'-")]
+
+
+def phrases_for(language: str, configured: str = "") -> tuple[str, ...]:
+    """The backchannel phrases of a session: ``configured`` (comma-separated) when given, else
+    the built-in list of ``language`` (its primary tag: ``en-GB`` reads ``en``)."""
+    if configured.strip():
+        return tuple(p.strip() for p in configured.split(",") if p.strip())
+    return BACKCHANNELS.get(language.split("-")[0].lower(), ())
+
+
+def real_words(text: str, phrases: Iterable[str]) -> list[str]:
+    """The words of ``text`` that are not part of a backchannel phrase, in order."""
+    patterns = sorted({tuple(_words(p)) for p in phrases if _words(p)}, key=len, reverse=True)
+    words = _words(text)
+    out: list[str] = []
+    i = 0
+    while i < len(words):
+        for pat in patterns:
+            if tuple(words[i : i + len(pat)]) == pat:
+                i += len(pat)
+                break
+        else:
+            out.append(words[i])
+            i += 1
+    return out
