@@ -145,7 +145,11 @@ class Session:
             VadOptions.from_config(cfg.vad, cfg.turn.interruption),
         )
         self.stt = SttStage(
-            ctx, stt_in, turn_in, SttPorts(self._engines.stt, settings, self._engines.stt_finals), SttOptions.from_config(cfg.stt)
+            ctx,
+            stt_in,
+            turn_in,
+            SttPorts(self._engines.stt, settings, self._engines.stt_finals, replies.core.judging),
+            SttOptions.from_config(cfg.stt),
         )
         turn_cost = self._engines.turn_cost
         self.turn = TurnStage(

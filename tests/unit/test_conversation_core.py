@@ -427,13 +427,13 @@ def test_speech_over_a_reply_pauses_it_and_a_backchannel_resumes_it_whole() -> N
     w.core.segment_heard("tell me a story", -20.0)  # the user's own turn: their voice's level
     # The client hears nothing of the speech yet; only playout pauses.
     assert show(w.core.handle(w.ev(SpeechStarted, audio_ms=5000.0))) == ["pause"]
-    assert w.core.judging and w.core.generations.current == gen
+    assert w.core.judging() and w.core.generations.current == gen
     assert show(w.core.handle(w.ev(TranscriptDelta, text="Yeah,", level_db=-21.0))) == []  # held
     assert show(w.core.handle(w.ev(SpeechStopped, audio_ms=5600.0))) == ["arm_resume"]
     takes, effects = w.core.segment_heard("Yeah, yeah. Right.", -21.0)
     assert not takes and show(effects) == ["resume"]
     # The reply goes on, whole: nothing was cut, no generation moved, no user item.
-    assert not w.core.judging and w.core.generations.current == gen and w.core.active_response_id == reply.id
+    assert not w.core.judging() and w.core.generations.current == gen and w.core.active_response_id == reply.id
     assert reply.item is not None and reply.item.heard_ms is None
     assert [i.role for i in w.history.items] == ["user", "assistant"]
 
@@ -454,7 +454,7 @@ def test_real_words_over_a_paused_reply_cut_it_as_a_barge_in(text: str) -> None:
     assert started.audio_ms == 5000.0
     [cleared] = emitted(effects, PlaybackCleared)
     assert cleared.heard_ms == pytest.approx(1500.0) and reply.item is not None and reply.item.heard_ms == pytest.approx(1500.0)
-    assert not w.core.judging and w.core.active_response_id is None
+    assert not w.core.judging() and w.core.active_response_id is None
 
 
 def test_a_partial_with_real_words_decides_at_once_and_the_held_partials_follow_in_order() -> None:
@@ -471,7 +471,7 @@ def test_a_partial_with_real_words_decides_at_once_and_the_held_partials_follow_
         "emit:InputTranscriptDelta",
         "prefill:Uh-huh, no wait",
     ]
-    assert "barge_in" in show(effects) and not w.core.judging
+    assert "barge_in" in show(effects) and not w.core.judging()
     # The segment's final then counts as an ordinary turn.
     assert w.core.segment_heard("Uh-huh, no wait.", -20.0) == (True, [])
 
@@ -483,7 +483,7 @@ def test_no_words_resume_after_the_timeout_but_never_while_the_user_speaks() -> 
     [arm] = w.core.handle(w.ev(SpeechStopped, audio_ms=5400.0))
     assert isinstance(arm, ArmResume) and arm.deadline == pytest.approx(w.clock.now() + 1.0)
     w.core.handle(w.ev(SpeechStarted, audio_ms=5600.0))  # they speak again: that timeout is stale
-    assert w.core.resume_due(arm.token) == [] and w.core.judging
+    assert w.core.resume_due(arm.token) == [] and w.core.judging()
     # A cough's segment while they still speak: dropped, but no resume yet.
     assert w.core.segment_heard("", -25.0) == (False, [])
     [arm2] = w.core.handle(w.ev(SpeechStopped, audio_ms=6000.0))
@@ -511,7 +511,7 @@ def test_a_cancel_during_the_pause_ends_it_and_the_speech_is_the_users() -> None
     w.core.handle(w.ev(SpeechStarted, audio_ms=5000.0))
     stopped, effects = w.core.cancel_response()
     assert stopped and show(effects)[:2] == ["unpause", "emit:InputSpeechStarted"]
-    assert not w.core.judging
+    assert not w.core.judging()
     assert w.core.segment_heard("yeah", -20.0) == (True, [])  # no longer judged: an ordinary turn
 
 

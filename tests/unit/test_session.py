@@ -518,7 +518,7 @@ def test_words_mode_a_backchannel_pauses_the_reply_which_then_resumes_whole_and_
             await pause(session, 320)
             await fakes.stt.calls.wait(2)  # the decode started: the speech began before it, so the pause is on
             hold = session.replies.hold
-            assert hold.paused == first.gen and session.replies.core.judging
+            assert hold.paused == first.gen and session.replies.core.judging()
             decode_yeah.set()
             for _ in range(40):  # the rest of the reply, 125 ms a chunk
                 clock.advance(CHUNK_S)

@@ -140,9 +140,9 @@ class ConversationCore:
         playing = self._replies.playing
         return playing is not None and playing.audible(self._clock.now())
 
-    @property
     def judging(self) -> bool:
-        """Whether a reply is paused while speech over it is judged."""
+        """Whether a reply is paused while speech over it is judged (the STT stage asks, to
+        transcribe that speech sooner)."""
         return self._floor.pending is not None
 
     def may_speculate(self) -> bool:
@@ -413,7 +413,7 @@ class ConversationCore:
         td = self._idle.fire(token)
         if td is None or td.idle_timeout_ms is None:
             return []
-        if self._user.speaking or self.judging or self.active_response_id is not None or self._history.unanswered_calls():
+        if self._user.speaking or self.judging() or self.active_response_id is not None or self._history.unanswered_calls():
             return []
         self._user.commit_silence(input_ms, td.idle_timeout_ms)
         self._start_response(ResponseOptions(instructions=self._host.settings.instructions + IDLE_PROMPT))
@@ -423,7 +423,7 @@ class ConversationCore:
         """The session's settings changed: an ``idle_timeout_ms`` set while the conversation is
         quiet (no response, no user speech) starts counting at once, from the end of the last
         reply's audio (or from now); one turned off is disarmed."""
-        quiet = self.active_response_id is None and not self._user.speaking and not self.judging
+        quiet = self.active_response_id is None and not self._user.speaking and not self.judging()
         self._idle.changed(quiet=quiet, blocked=bool(self._history.unanswered_calls()))
         return self._sink.take()
 
@@ -460,7 +460,7 @@ class ConversationCore:
         # Any end of a reply (cancelled or failed too; an out-of-band one counts from the last
         # reply heard) starts the idle count again, unless the user is speaking (a barge-in) or
         # another response is under way.
-        if not self._user.speaking and not self.judging and self.active_response_id is None:
+        if not self._user.speaking and not self.judging() and self.active_response_id is None:
             self._idle.arm(blocked=bool(self._history.unanswered_calls()))
         if status is ResponseStatus.COMPLETED and not reply.options.out_of_band:
             self._sink.add(Completed(reply.gen))

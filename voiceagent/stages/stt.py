@@ -58,6 +58,9 @@ _RING_MS = 2000.0  # audio kept before a speech start, for prefix padding
 _TAIL_MS = 96.0  # silence kept after the end of speech: Whisper clips the last word without it
 PRIORITY_FINAL = 0  # a transcript someone's answer waits for
 PRIORITY_PARTIAL = 1  # a progress update on screen
+# While speech over the agent is judged (its reply paused), partials come this often: their words
+# decide whether the reply is cut, and the listener hears nothing until they do.
+JUDGING_INTERVAL_MS = 256.0
 
 
 @dataclass(frozen=True)
@@ -71,6 +74,9 @@ class SttPorts:
     finals: Coalescer[SttRequest, str] | None = None
     """Where set (shared by every session on ``backend``), final decodes go through it, so that
     several sessions' finals waiting at once are decoded as one batch; None: one by one."""
+    judging: Callable[[], bool] | None = None
+    """True while speech over the agent is being judged by its words: partials then come every
+    :data:`JUDGING_INTERVAL_MS` (even with ``stt.partials`` off).  None: never."""
 
 
 @dataclass(frozen=True)
@@ -100,6 +106,7 @@ class SttStage(Stage):
         self._tools_prompt = options.tools_prompt
         self._partials = options.partials
         self._partial_interval_ms = options.partial_interval_ms
+        self._judging = ports.judging or (lambda: False)
         self._chunks: list[Int16Array] = []  # audio from ``_buf_start_ms`` to the present
         self._buf_start_ms = 0.0
         self._buf_end_ms = 0.0
@@ -150,7 +157,7 @@ class SttStage(Stage):
                 return
             if self._segment_start is None:
                 self._trim_before(self._buf_end_ms - _RING_MS)
-            elif self._partials and self._buf_end_ms - self._last_partial_ms >= self._partial_interval_ms:
+            elif self._buf_end_ms - self._last_partial_ms >= self._interval_ms():
                 self._maybe_partial()
             return
         if isinstance(event, SpeechStarted):
@@ -275,6 +282,12 @@ class SttStage(Stage):
         executor cannot tell (not a priority executor)."""
         executor = self._backend.executor
         return isinstance(executor, PriorityExecutor) and executor.busy
+
+    def _interval_ms(self) -> float:
+        """The audio between two partials now (infinite: none)."""
+        if self._judging():
+            return min(JUDGING_INTERVAL_MS, float(self._partial_interval_ms))
+        return float(self._partial_interval_ms) if self._partials else float("inf")
 
     def _maybe_partial(self) -> None:
         self._last_partial_ms = self._buf_end_ms
