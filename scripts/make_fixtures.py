@@ -84,6 +84,8 @@ FIXTURES: dict[str, Fixture] = {
             keywords=(("hello",), ("plus",), ("thank",)),  # Whisper writes "2 plus 2"
         ),
         Fixture("short", ("Good morning.",), voice="en-gb", keywords=(("morning",),)),
+        # a listener's backchannel over the agent's reply: it must not cut it (turn.interruption)
+        Fixture("backchannel", ("Yeah, yeah. Right.",), voice="en-gb", lead_s=0.3, tail_s=0.5, keywords=(("yeah",),), bench=False),
         # tool calls (tests/integration/test_tools.py)
         Fixture("paris_weather", ("What's the weather in Paris?",), wpm=150, keywords=(("weather", "paris"),), bench=False),
         Fixture("what_time", ("What time is it?",), wpm=150, keywords=(("time",),), bench=False),

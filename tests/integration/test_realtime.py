@@ -163,6 +163,63 @@ def test_openai_sdk_realtime_client_completes_a_spoken_turn(engines: Any, speech
     run(scenario(), 90)
 
 
+def test_a_backchannel_over_a_reply_pauses_it_and_the_openai_sdk_sees_it_whole(engines: Any, speech: dict[str, Path], run: Any) -> None:
+    """``turn.interruption = "words"`` (the default): "Yeah, yeah. Right." said over the reply
+    pauses its audio and the reply resumes: the official SDK sees no speech, no truncation, and
+    the item it is told of is the whole reply."""
+    from openai import AsyncOpenAI
+
+    async def scenario() -> None:
+        story = "You are a storyteller. Always answer with a long story of at least six sentences."
+        async with VoiceAgentServer(_config(**{"llm.max_tokens": "60", "llm.instructions": story}), engines) as server:
+            client = AsyncOpenAI(api_key="not-needed", base_url=f"http://127.0.0.1:{server.port}/v1")
+            async with client.realtime.connect(model="voiceagent") as conn:
+                await conn.session.update(
+                    session={"type": "realtime", "audio": {"input": {"format": {"type": "audio/pcm", "rate": 24000}}}}
+                )
+
+                async def mic(pcm: Any) -> None:
+                    step = WIRE_RATE // 50
+                    for i in range(0, len(pcm), step):
+                        await conn.input_audio_buffer.append(audio=base64.b64encode(pcm[i : i + step].astype("<i2").tobytes()).decode())
+                        await asyncio.sleep(0.02)  # a microphone's pace
+
+                await mic(wire_audio(speech["long_story"], tail_s=0.5))
+                events: list[Any] = []
+                sent_ms = 0.0
+                backchannel: asyncio.Task[None] | None = None
+                async for event in conn:
+                    events.append(event)
+                    if event.type == "response.output_audio.delta":
+                        sent_ms += 1000 * len(base64.b64decode(event.delta)) / 2 / WIRE_RATE
+                        if backchannel is None and sent_ms >= 2000:  # the listener is 1.6 s into the reply
+                            backchannel = asyncio.create_task(mic(wire_audio(speech["backchannel"], tail_s=1.5)))
+                    elif event.type == "response.done":
+                        break
+                assert backchannel is not None, "the reply ended before the backchannel could be said"
+                await backchannel
+                done = events[-1]
+                assert done.response.status == "completed", done.response
+                created = next(i for i, e in enumerate(events) if e.type == "response.created")
+                kinds = [e.type for e in events[created:]]
+                assert "input_audio_buffer.speech_started" not in kinds and "output_audio_buffer.cleared" not in kinds, kinds
+                [item] = [o for o in done.response.output if o.type == "message"]
+                spoken = "".join(e.delta for e in events if e.type == "response.output_audio_transcript.delta")
+                assert item.status == "completed" and item.content[0].transcript == spoken, (item, spoken)
+                await conn.send({"type": "conversation.item.retrieve", "item_id": item.id})
+                async for event in conn:
+                    if event.type == "conversation.item.retrieved":
+                        assert event.item.content[0].transcript == spoken and event.item.status == "completed"
+                        break
+                    assert event.type != "conversation.item.truncated", event
+                # The server heard the backchannel and judged it: no turn, no item.
+                [session] = list(server.sessions)
+                assert session.turn.dropped >= 1  # "Yeah, yeah." and "Right." may be two segments
+                assert [i.role for i in session.history.items] == ["user", "assistant"]
+
+    run(scenario(), 120)
+
+
 def test_bad_input_gets_errors_and_the_server_keeps_serving(engines: Any, run: Any) -> None:
     async def scenario() -> None:
         cfg = _config(**{"server.max_message_bytes": "65536", **TWO_SESSIONS})

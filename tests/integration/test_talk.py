@@ -69,9 +69,10 @@ def _transcribe(engines: Any, pcm: np.ndarray[Any, Any], rate: int) -> str:
 
 
 def _barge_in_file(speech: dict[str, Path], path: Path) -> Path:
-    """A long question, a pause in which the answer starts, then the user talks over it."""
+    """A long question, a pause in which the answer starts, a backchannel over it ("Yeah,
+    yeah. Right.": the answer pauses and goes on), then the user talks over it."""
     parts = []
-    for name, silence_s in (("long_story", 3.0), ("capital", 1.0)):
+    for name, silence_s in (("long_story", 2.0), ("backchannel", 0.5), ("capital", 1.0)):
         pcm, rate = read_wav(speech[name])
         parts += [pcm, np.zeros(int(silence_s * rate), dtype=np.int16)]
     write_wav(path, np.concatenate(parts), 16000)
@@ -172,6 +173,8 @@ def _check_cut(result: TalkResult, item: Any) -> None:
     assert len(item.text) < len(item.full_text), (item.text, item.full_text)
     interrupted = next(t for t in result.turns if t.role == "assistant" and t.item_id == cut.item_id)
     assert interrupted.status == "cancelled" and interrupted.heard_ms == cut.audio_end_ms
+    # The backchannel before the interruption made no turn of its own.
+    assert not any("yeah" in t.text.lower() for t in result.turns if t.role == "user"), result.turns
 
 
 @models

@@ -29,6 +29,7 @@ from voiceagent.config import Config, PlayoutConfig, ServerConfig
 from voiceagent.conversation.history import AssistantItem, UserItem
 from voiceagent.replay import speech_turns
 from voiceagent.session import Session
+from voiceagent.stages.stt import JUDGING_INTERVAL_MS
 from voiceagent.transports.server import VoiceAgentServer
 
 pytestmark = pytest.mark.models
@@ -108,14 +109,19 @@ def test_twilio_call_gets_a_spoken_answer(engines: Any, speech: dict[str, Path],
 
 
 HEARD_BEFORE_BARGE_IN_MS = 300
+WORDS_DECODE_S = 0.4  # Whisper's decode of a partial under a second long, with margin for a busy machine
 UNPLAYED_AT_BARGE_IN_MS = 1500
 
 
 def test_twilio_barge_in_clears_and_cuts_history_to_played_audio(engines: Any, speech: dict[str, Path], run: Callable[..., Any]) -> None:
     question, q_rate = read_wav(speech["long_story"])
     interruption, i_rate = read_wav(speech["capital"])
+    backchannel, b_rate = read_wav(speech["backchannel"])
     onset_s, speech_end_s = speech_turns(interruption, i_rate)[0]  # the fixture has silence around its speech
-    barge_in_s = profile_config().vad.barge_in_ms / 1000.0
+    # In the default ``words`` mode the caller's words decide: speech starts after min_speech_ms,
+    # a partial transcript of the next JUDGING_INTERVAL_MS of it is decoded, and its words cut.
+    cfg = profile_config()
+    decide_s = (cfg.vad.min_speech_ms + JUDGING_INTERVAL_MS) / 1000.0 + WORDS_DECODE_S
 
     async def scenario() -> dict[str, Any]:
         # A long playout lead: the phone holds audio it has not played yet when the caller barges
@@ -129,13 +135,19 @@ def test_twilio_barge_in_clears_and_cuts_history_to_played_audio(engines: Any, s
                 lambda: call.heard_ms >= HEARD_BEFORE_BARGE_IN_MS and call.received_ms - call.heard_ms >= UNPLAYED_AT_BARGE_IN_MS,
                 60 * SCALE,
             )
+            # First a backchannel ("Yeah, yeah. Right."): the answer pauses while it is judged,
+            # then goes on; the phone is not cleared and the caller's words make no turn.
+            session = _only_session(server)
+            await call.say(backchannel, b_rate)
+            await call.wait_until(lambda: session.turn.dropped >= 1 and not session.replies.core.judging(), 20 * SCALE)
+            clears_after_backchannel = len(call.clears)
+            await call.wait_until(lambda: call.received_ms - call.heard_ms >= UNPLAYED_AT_BARGE_IN_MS, 60 * SCALE)
             started: asyncio.Future[int] = asyncio.get_running_loop().create_future()
             said = asyncio.create_task(call.say(interruption, i_rate, started))
             first_frame = await started
             await call.wait_until(lambda: bool(call.clears), 20 * SCALE)
             clear_wall = call.clears[0]
             await said
-            session = _only_session(server)
             item = next(i for i in session.history.items if isinstance(i, AssistantItem))
             cut = {"heard_ms": item.heard_ms, "audio_ms": item.audio_ms, "text": item.text, "full": item.full_text}
 
@@ -159,17 +171,20 @@ def test_twilio_barge_in_clears_and_cuts_history_to_played_audio(engines: Any, s
                     round(t - clear_wall, 3) for t in call.media_times if clear_wall < t <= _frame_time(call, first_frame, speech_end_s)
                 ],
                 "clears": len(call.clears),
+                "clears_after_backchannel": clears_after_backchannel,
+                "users": [i.text for i in session.history.items if isinstance(i, UserItem)],
                 "replies": [i.text for i in session.history.items if isinstance(i, AssistantItem)],
             }
 
     r = run(scenario(), timeout=150)
     cut = r["cut"]
-    # `clear` came promptly: within the barge-in window plus VAD and resampler buffering, and one
-    # 100 ms playout chunk, of the caller starting to speak.
-    assert 0 < r["clear_after_s"] < barge_in_s + 0.5 * SCALE, r
+    # `clear` came promptly: once the first words were transcribed, plus VAD and resampler
+    # buffering and one 100 ms playout chunk, of the caller starting to speak.
+    assert 0 < r["clear_after_s"] < decide_s + 0.5 * SCALE, r
     # After the clear, no audio of the interrupted answer reached the phone.
     assert r["stale_media"] == [], r
-    assert r["clears"] == 1
+    assert r["clears"] == 1 and r["clears_after_backchannel"] == 0, r
+    assert not any("yeah" in u.lower() for u in r["users"]), r["users"]  # the backchannel made no turn
     # The stored assistant turn is cut to exactly what the marks say was played: a position the
     # handset echoed as played (not the session's own estimate, not a mark the clear discarded).
     assert cut["heard_ms"] is not None and cut["heard_ms"] < cut["audio_ms"] - 200, cut
