@@ -31,6 +31,10 @@ EN = BACKCHANNELS["en"]
         ("No, I meant Paris.", ["no", "i", "meant", "paris"]),
         ("Yeah, but what about Rome?", ["but", "what", "about", "rome"]),
         ("right now", ["now"]),
+        ("A-a...", []),  # Whisper's "uh-huh", hummed
+        ("Mm-mm.", []),
+        ("Hmmm, ha-ha.", []),
+        ("Me, a ham!", ["me", "a", "ham"]),  # short words of the same letters are still words
         ("", []),
     ],
 )

@@ -225,6 +225,7 @@ class ConversationCore:
             return
         pending.partials.append(ev)
         if self._floor.judge(ev.text, ev.level_db) is Verdict.INTERRUPT:
+            self._log_verdict(Verdict.INTERRUPT, ev.text, ev.level_db)
             self._take_turn()
 
     def segment_heard(self, text: str, level_db: float | None) -> tuple[bool, list[Effect]]:
@@ -238,14 +239,18 @@ class ConversationCore:
                 self._floor.heard_user(level_db)
             return True, self._sink.take()
         verdict = self._floor.judge(text, level_db)
+        self._log_verdict(verdict, text, level_db)
         if verdict is Verdict.INTERRUPT:
             self._floor.heard_user(level_db)
             self._take_turn()
             return True, self._sink.take()
-        log.info("session %s: %s over the reply (%r, %s dBFS): no interruption", self._id, verdict.value, excerpt(text), level_db)
         if not pending.speaking:
             self._resume()
         return False, self._sink.take()
+
+    def _log_verdict(self, verdict: Verdict, text: str, level_db: float | None) -> None:
+        level = "?" if level_db is None else f"{level_db:.1f}"
+        log.info("session %s: speech over the reply is %s: %s at %s dBFS", self._id, verdict.value, excerpt(text), level)
 
     def resume_due(self, token: int) -> list[Effect]:
         """Resume timeout ``token`` is due: the paused reply goes on if nothing decided since."""

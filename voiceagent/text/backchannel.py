@@ -8,6 +8,11 @@ configured list (``turn.backchannels``) replaces the built-in one.
 Matching is on whole words, lower case, without punctuation, longest phrase first, so "all
 right" goes as one phrase and "right" inside "right now" is not special ("now" is left, a real
 word).  The lists hold what the transcriber writes too: Whisper tiny hears "uh-huh" as "Uh-uh."
+
+Whatever the language, a word that only writes down a sound is no word either
+(:data:`NONVERBAL`): a repeated syllable of vowels, h and m ("a-a", "mm-mm", "ha-ha"), a hum
+("hmm", "mhm"), a vowel with an h ("ahh", "eh").  Whisper writes a hummed "uh-huh" or "mm-hmm"
+that way.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-__all__ = ["BACKCHANNELS", "phrases_for", "real_words"]
+__all__ = ["BACKCHANNELS", "NONVERBAL", "phrases_for", "real_words"]
 
 BACKCHANNELS: dict[str, tuple[str, ...]] = {
     "en": (
@@ -23,6 +28,7 @@ BACKCHANNELS: dict[str, tuple[str, ...]] = {
         "hmm", "hm", "uh", "um", "ah", "oh", "ooh", "aha", "okay", "ok", "right", "sure", "i see", "go on",
         "got it", "true", "exactly", "really", "wow", "cool", "nice", "great", "alright", "all right",
         "interesting", "totally", "of course", "indeed", "i know", "makes sense", "that's right", "yeah right",
+        "huh", "eh", "ha", "haha",
     ),
     "es": ("sí", "si", "ajá", "aja", "vale", "claro", "ya", "bueno", "mm", "mhm", "ah", "oh", "ok", "okay", "exacto", "entiendo"),
     "fr": ("oui", "ouais", "d'accord", "ok", "okay", "mm", "mhm", "ah", "oh", "bien sûr", "je vois", "exactement", "voilà", "bon"),
@@ -32,6 +38,8 @@ BACKCHANNELS: dict[str, tuple[str, ...]] = {
 so any word interrupts there."""
 
 _WORD = re.compile(r"[\w'-]+")
+NONVERBAL = re.compile(r"^(?:([aeiouhm]{1,4})(?:-\1)+|[hm]{2,}|h?[aeiou]h+)$")
+"""A transcribed sound rather than a word (see the module docstring)."""
 
 
 def _words(text: str) -> list[str]:
@@ -58,6 +66,7 @@ def real_words(text: str, phrases: Iterable[str]) -> list[str]:
                 i += len(pat)
                 break
         else:
-            out.append(words[i])
+            if not NONVERBAL.match(words[i]):
+                out.append(words[i])
             i += 1
     return out
