@@ -423,6 +423,15 @@ class EventLog:
         return ", ".join(type(ev).__name__ for ev in self.events)
 
 
+async def until(ready: Callable[[], bool]) -> None:
+    """Yield to the loop until ``ready()`` (state a stage or a model thread sets; bounded)."""
+    for _ in range(1_000_000):
+        if ready():
+            return
+        await asyncio.sleep(0)
+    raise AssertionError("never ready")
+
+
 async def speak(session: Session, ms: float, amplitude: int = 8000) -> None:
     """Append ``ms`` of loud audio in 32 ms frames."""
     for frame in frames(tone(ms, amplitude)):

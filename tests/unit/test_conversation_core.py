@@ -430,6 +430,7 @@ def test_speech_over_a_reply_pauses_it_and_a_backchannel_resumes_it_whole() -> N
     assert w.core.judging() and w.core.generations.current == gen
     assert show(w.core.handle(w.ev(TranscriptDelta, text="Yeah,", level_db=-21.0))) == []  # held
     assert show(w.core.handle(w.ev(SpeechStopped, audio_ms=5600.0))) == ["arm_resume"]
+    w.clock.advance(0.3)  # the final transcript comes after a little silence
     takes, effects = w.core.segment_heard("Yeah, yeah. Right.", -21.0)
     assert not takes and show(effects) == ["resume"]
     # The reply goes on, whole: nothing was cut, no generation moved, no user item.
@@ -497,6 +498,7 @@ def test_a_quieter_voice_is_background_not_an_interruption() -> None:
     w.core.segment_heard("tell me a story", -20.0)
     w.core.handle(w.ev(SpeechStarted, audio_ms=5000.0))
     w.core.handle(w.ev(SpeechStopped, audio_ms=6000.0))
+    w.clock.advance(0.3)
     assert show(w.core.segment_heard("and now the weather for the weekend", -34.0)[1]) == ["resume"]
     # At the user's own level the same words interrupt.
     w.core.handle(w.ev(SpeechStarted, audio_ms=7000.0))
@@ -521,3 +523,19 @@ def test_speech_over_a_silent_agent_is_an_ordinary_turn_in_words_mode() -> None:
     w.end()
     assert show(w.core.handle(w.ev(SpeechStarted, audio_ms=2000.0))) == ["emit:InputSpeechStarted"]
     assert w.core.segment_heard("yeah", -20.0) == (True, [])
+
+
+def test_a_backchannel_decided_at_once_waits_for_a_little_silence_so_yeah_but_stays_paused() -> None:
+    w = World()
+    speaking_reply(w)
+    w.core.handle(w.ev(SpeechStarted, audio_ms=5000.0))
+    w.core.handle(w.ev(SpeechStopped, audio_ms=5300.0))
+    w.clock.advance(0.1)
+    takes, effects = w.core.segment_heard("Yeah,", -20.0)  # decided 0.1 s after the speech ended
+    [arm] = effects
+    assert not takes and isinstance(arm, ArmResume) and arm.deadline == pytest.approx(w.clock.now() + 0.2)
+    w.core.handle(w.ev(SpeechStarted, audio_ms=5500.0))  # "... but what about the princess?"
+    assert w.core.resume_due(arm.token) == [] and w.core.judging()
+    w.core.handle(w.ev(SpeechStopped, audio_ms=7000.0))
+    takes, effects = w.core.segment_heard("but what about the princess?", -20.0)
+    assert takes and "barge_in" in show(effects)

@@ -23,6 +23,7 @@ from voiceagent.capacity import TurnCost
 from voiceagent.clock import VirtualClock
 from voiceagent.config import DEFAULT_EXAMPLES, Config, PlayoutConfig, SttConfig, TurnConfig, VadConfig, parse_examples
 from voiceagent.conversation.history import AssistantItem, UserItem
+from voiceagent.conversation.interruption import RESUME_SILENCE_S
 from voiceagent.errors import ProtocolError
 from voiceagent.events import (
     AudioDelta,
@@ -49,7 +50,7 @@ from voiceagent.session import Session
 from voiceagent.stages.stt import PRIORITY_FINAL
 from voiceagent.tools.spec import Message, Tool, ToolCall
 
-from .fakes import EventLog, FakeEngines, FakeLlm, FakeStt, FakeTts, FakeTurn, Recorder, SequenceCheckingLlm, deadline, pause, speak
+from .fakes import EventLog, FakeEngines, FakeLlm, FakeStt, FakeTts, FakeTurn, Recorder, SequenceCheckingLlm, deadline, pause, speak, until
 
 Run = Callable[..., Any]
 MakeFakes = Callable[..., FakeEngines]
@@ -488,13 +489,13 @@ def test_barge_in_cuts_history_to_heard_audio(run: Run, make_fakes: MakeFakes) -
 def test_words_mode_a_backchannel_pauses_the_reply_which_then_resumes_whole_and_real_words_cut_it(run: Run, make_fakes: MakeFakes) -> None:
     """``turn.interruption = "words"``: speech over the reply pauses its playout; "yeah" resumes
     it (no trace in the conversation), "stop please" cuts it as a barge-in."""
-    decode_yeah = threading.Event()
-    script = ["tell me a story", "yeah", "tell me another", "stop please"]
+    decodes = threading.Event()  # cleared: decodes wait (the test looks at the pause meanwhile)
+    decodes.set()
+    saying = ["tell me a story"]  # what every decode hears now, partials and finals alike
 
     def transcribe(audio: Any) -> str:
-        if script and script[0] == "yeah":
-            assert decode_yeah.wait(deadline()), "the test never let the backchannel's decode finish"
-        return script.pop(0) if script else ""
+        assert decodes.wait(deadline()), "the test never let the decode finish"
+        return saying[0]
 
     fakes = make_fakes(
         stt=FakeStt(respond=transcribe),
@@ -513,20 +514,27 @@ def test_words_mode_a_backchannel_pauses_the_reply_which_then_resumes_whole_and_
             for k in range(2, 8):
                 clock.advance(CHUNK_S)
                 await log.wait_type(AudioDelta, offset_ms=125.0 * k)
-            # "yeah" over the reply; its final decode waits until the test lets it finish.
+            # "yeah" over the reply; its decodes wait until the test lets them finish.
+            saying[0] = "yeah"
+            decodes.clear()
             await speak(session, 128)
-            await pause(session, 320)
-            await fakes.stt.calls.wait(2)  # the decode started: the speech began before it, so the pause is on
+            # Silence past vad.stop_ms (96) but short of a judging partial (256 ms of audio): the
+            # one decode is the final, asked once the speech was over, so its start and end are known.
+            await pause(session, 160)
+            await fakes.stt.calls.wait(2)
             hold = session.replies.hold
             assert hold.paused == first.gen and session.replies.core.judging()
-            decode_yeah.set()
+            decodes.set()
+            await until(lambda: session.turn.dropped == 1)  # "yeah" judged: no turn, a resume armed
+            assert hold.paused == first.gen  # not yet: after a little silence
+            clock.advance(RESUME_SILENCE_S)
             for _ in range(40):  # the rest of the reply, 125 ms a chunk
                 clock.advance(CHUNK_S)
                 if log.of_type(ResponseDone):
                     break
                 await log.wait_for(lambda e: isinstance(e, AudioDelta | ResponseDone), after=len(log.events))
             _, done = await log.wait_type(ResponseDone, response_id=first.response_id)
-            assert hold.paused is None and session.turn.dropped == 1  # "yeah" was no turn
+            assert hold.paused is None and session.turn.dropped == 1
             # Whole: completed, every sample sent once and in order, nothing told of the speech.
             assert done.status is ResponseStatus.COMPLETED and done.text == REPLY
             offsets = [d.offset_ms for d in log.of_type(AudioDelta) if d.response_id == first.response_id]
@@ -534,9 +542,11 @@ def test_words_mode_a_backchannel_pauses_the_reply_which_then_resumes_whole_and_
             assert len(log.of_type(InputSpeechStarted)) == 1 and log.of_type(PlaybackCleared) == []
             assert [i.text for i in session.history.items] == ["tell me a story", REPLY]
             # Now real words over the next reply: a barge-in as in immediate mode.
+            saying[0] = "tell me another"
             await say_turn(session)
             _, second = await log.wait_type(ResponseCreated, after=i_first + 1)
             await log.wait_type(AudioDelta, response_id=second.response_id, offset_ms=125.0)
+            saying[0] = "stop please"
             await speak(session, 128)
             await pause(session, 640)
             _, cut = await log.wait_type(ResponseDone, response_id=second.response_id)

@@ -502,8 +502,11 @@ class TtsConfig:
 
 @dataclass(frozen=True)
 class PlayoutConfig:
-    lead_ms: int = 400
-    """How far ahead of the listener's playback audio is sent; what is not sent yet is never heard."""
+    lead_ms: int = 250
+    """How far ahead of the listener's playback audio is sent; what is not sent yet is never heard.
+    It is also what plays on after the user starts speaking over the agent (the pause cannot
+    take back what the client holds): 250 ms keeps the agent's audio stopping within 600 ms of
+    the user's first sound (docs/decisions/interruptions.md); raise it for links with more jitter."""
     chunk_ms: int = 100
 
     def __post_init__(self) -> None:

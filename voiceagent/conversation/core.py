@@ -232,7 +232,7 @@ class ConversationCore:
         """The final transcript of a speech segment (heard at ``level_db``), before the turn
         stage uses it.  False: it was speech over a paused reply that is no interruption (a
         backchannel, nothing, a quieter voice): the turn stage drops it, and the reply resumes
-        once the user is silent."""
+        once the user is silent (:meth:`Interruptions.dismissed`)."""
         pending = self._floor.pending
         if pending is None:
             if text.strip():
@@ -244,7 +244,7 @@ class ConversationCore:
             self._floor.heard_user(level_db)
             self._take_turn()
             return True, self._sink.take()
-        if not pending.speaking:
+        if self._floor.dismissed():
             self._resume()
         return False, self._sink.take()
 

@@ -10,8 +10,9 @@ client is told nothing of it yet.  Then the words decide (:meth:`InterruptionPol
   start, and cuts the reply as a barge-in does (the history keeps what was heard);
 * a final transcript of backchannels only ("yeah, right"), of nothing (a cough, a door), or of
   speech ``interruption_margin_db`` quieter than the user's own voice (a second voice in the
-  room): the reply **resumes** where it paused, once the user is silent, and stays whole.  The
-  speech leaves no trace in the conversation: no item, no event;
+  room): the reply **resumes** where it paused, once the user has been silent for
+  :data:`RESUME_SILENCE_S` after their speech ended (a "Yeah, ... but" goes on after the comma),
+  and stays whole.  The speech leaves no trace in the conversation: no item, no event;
 * nothing decided ``false_interruption_timeout_ms`` after the speech stopped: the reply resumes.
 
 The user's voice level is learnt from the segments that were turns.  A pause is never resumed
@@ -33,11 +34,14 @@ from voiceagent.conversation.effects import ArmResume, PausePlayout, ResumePlayo
 from voiceagent.events import SpeechStarted, TranscriptDelta
 from voiceagent.text.backchannel import phrases_for, real_words
 
-__all__ = ["InterruptionPolicy", "Interruptions", "Pending", "Verdict"]
+__all__ = ["RESUME_SILENCE_S", "InterruptionPolicy", "Interruptions", "Pending", "Verdict"]
 
 log = logging.getLogger(__name__)
 
 _LEVEL_WEIGHT = 0.3  # how much each new turn moves the user's learnt voice level
+RESUME_SILENCE_S = 0.3
+"""Silence after the VAD's end of speech (itself ``vad.stop_ms`` of silence) before a judged
+reply resumes: a listener who says "yeah," and goes on ("but what about...") keeps it paused."""
 
 
 class Verdict(enum.Enum):
@@ -100,7 +104,9 @@ class Pending:
     """Partial transcripts held back meanwhile, for the same reason."""
     speaking: bool = True
     token: int | None = None
-    """The resume timeout armed since the speech stopped, if any."""
+    """The resume armed since the speech stopped, if any."""
+    stopped_t: float = 0.0
+    """When the VAD last reported the end of the speech (the session's clock)."""
 
 
 class Interruptions:
@@ -127,9 +133,29 @@ class Interruptions:
     def speech_stopped(self) -> None:
         """The user fell silent: resume after the timeout unless a transcript decides first."""
         assert self.pending is not None
+        now = self._ctx.clock.now()
+        self.pending.speaking, self.pending.stopped_t = False, now
+        self._arm(now + self.policy.timeout_ms / 1000.0)
+
+    def dismissed(self) -> bool:
+        """A transcript found no interruption: True when the reply resumes now (the user has been
+        silent :data:`RESUME_SILENCE_S` since their speech ended); otherwise a resume is armed
+        for then, or (the user speaks) waits for the end of their speech."""
+        pending = self.pending
+        assert pending is not None
+        if pending.speaking:
+            return False
+        due = pending.stopped_t + RESUME_SILENCE_S
+        if self._ctx.clock.now() >= due:
+            return True
+        self._arm(due)
+        return False
+
+    def _arm(self, deadline: float) -> None:
+        assert self.pending is not None
         self._tokens += 1
-        self.pending.speaking, self.pending.token = False, self._tokens
-        self._ctx.sink.add(ArmResume(self._tokens, self._ctx.clock.now() + self.policy.timeout_ms / 1000.0))
+        self.pending.token = self._tokens
+        self._ctx.sink.add(ArmResume(self._tokens, deadline))
 
     def judge(self, text: str, level_db: float | None) -> Verdict:
         return self.policy.verdict(text, level_db, self.user_db, self._ctx.host.settings.language)

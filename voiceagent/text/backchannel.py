@@ -28,7 +28,7 @@ BACKCHANNELS: dict[str, tuple[str, ...]] = {
         "hmm", "hm", "uh", "um", "ah", "oh", "ooh", "aha", "okay", "ok", "right", "sure", "i see", "go on",
         "got it", "true", "exactly", "really", "wow", "cool", "nice", "great", "alright", "all right",
         "interesting", "totally", "of course", "indeed", "i know", "makes sense", "that's right", "yeah right",
-        "huh", "eh", "ha", "haha",
+        "huh", "eh", "ha", "haha", "ahem",
     ),
     "es": ("sí", "si", "ajá", "aja", "vale", "claro", "ya", "bueno", "mm", "mhm", "ah", "oh", "ok", "okay", "exacto", "entiendo"),
     "fr": ("oui", "ouais", "d'accord", "ok", "okay", "mm", "mhm", "ah", "oh", "bien sûr", "je vois", "exactement", "voilà", "bon"),

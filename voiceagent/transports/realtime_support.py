@@ -87,7 +87,11 @@ SERVER_EVENTS: tuple[Support, ...] = (
     Support("conversation.item.input_audio_transcription.segment", R),
     Support("input_audio_buffer.committed", S),
     Support("input_audio_buffer.cleared", S),
-    Support("input_audio_buffer.speech_started", S),
+    Support(
+        "input_audio_buffer.speech_started",
+        S,
+        "speech over an audible reply is told once its words make it an interruption (a backchannel: never; docs/pipeline.md)",
+    ),
     Support("input_audio_buffer.speech_stopped", S),
     Support(
         "input_audio_buffer.timeout_triggered",
