@@ -34,6 +34,9 @@ EN = BACKCHANNELS["en"]
         ("A-a...", []),  # Whisper's "uh-huh", hummed
         ("Mm-mm.", []),
         ("Hmmm, ha-ha.", []),
+        ("A-ha-ha-ha", []),  # a laugh
+        ("D-d-m", []),  # a throat-clear
+        ("B-b-but why?", ["b-b-but", "why"]),  # a stutter keeps its word
         ("Me, a ham!", ["me", "a", "ham"]),  # short words of the same letters are still words
         ("", []),
     ],

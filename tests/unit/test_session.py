@@ -561,6 +561,39 @@ def test_words_mode_a_backchannel_pauses_the_reply_which_then_resumes_whole_and_
     run(main(), 30)
 
 
+def test_words_mode_partials_decide_while_the_user_still_speaks_even_with_partials_off(run: Run, make_fakes: MakeFakes) -> None:
+    """While speech over a reply is judged, Whisper transcribes it every 256 ms of audio: "wait
+    stop" cuts the reply before the user has stopped talking (``stt.partials`` is off here)."""
+    saying = ["tell me a story"]
+    fakes = make_fakes(
+        stt=FakeStt(respond=lambda audio: saying[0]),
+        llm=FakeLlm([tokens(REPLY), ["Okay", "."]]),
+        tts=FakeTts(ms_per_word=125.0),
+        turn=FakeTurn(0.9),
+    )
+
+    async def main() -> None:
+        clock = VirtualClock()
+        async with running(fakes, make_config(lead_ms=125, interruption="words"), clock) as (session, log):
+            await pause(session, 160)
+            await say_turn(session)
+            _, first = await log.wait_type(ResponseCreated)
+            await log.wait_type(AudioDelta, offset_ms=125.0)
+            saying[0] = "wait stop"
+            decodes = len(fakes.stt.calls.items)
+            await speak(session, 800)  # no silence after it: the VAD has not seen the speech end
+            _, cut = await log.wait_type(ResponseDone, response_id=first.response_id)
+            assert cut.status is ResponseStatus.CANCELLED and cut.reason == "turn_detected"
+            assert len(fakes.stt.calls.items) > decodes  # a partial decided, with stt.partials off
+            since = log.events[log.events.index(first) :]
+            assert not [e for e in since if isinstance(e, InputSpeechStopped)]  # the user had not stopped
+            [started] = [e for e in since if isinstance(e, InputSpeechStarted)]
+            [delta] = [e for e in log.of_type(InputTranscriptDelta) if e.item_id == started.item_id]
+            assert delta.text == "wait stop"
+
+    run(main(), 30)
+
+
 # --------------------------------------------------------------------------- (c) speculation
 
 

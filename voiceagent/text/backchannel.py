@@ -10,9 +10,11 @@ right" goes as one phrase and "right" inside "right now" is not special ("now" i
 word).  The lists hold what the transcriber writes too: Whisper tiny hears "uh-huh" as "Uh-uh."
 
 Whatever the language, a word that only writes down a sound is no word either
-(:data:`NONVERBAL`): a repeated syllable of vowels, h and m ("a-a", "mm-mm", "ha-ha"), a hum
-("hmm", "mhm"), a vowel with an h ("ahh", "eh").  Whisper writes a hummed "uh-huh" or "mm-hmm"
-that way.
+(:data:`NONVERBAL`): syllables joined by hyphens, each of vowels, h and m or of one or two letters
+("a-a", "mm-mm", "a-ha-ha", "d-d-m"), a hum ("hmm", "mhm"), a vowel with an h ("ahh", "eh").
+Whisper writes a hummed "uh-huh" or "mm-hmm", a laugh or a throat-clear that way.  A stutter
+before a word ("b-b-but") keeps the word; a real word of short hyphenated parts ("re-do") counts
+as a sound, which matters only when it is all the user said over the agent.
 """
 
 from __future__ import annotations
@@ -38,7 +40,8 @@ BACKCHANNELS: dict[str, tuple[str, ...]] = {
 so any word interrupts there."""
 
 _WORD = re.compile(r"[\w'-]+")
-NONVERBAL = re.compile(r"^(?:([aeiouhm]{1,4})(?:-\1)+|[hm]{2,}|h?[aeiou]h+)$")
+_SOUND_PART = r"(?:[aeiouhm]{1,4}|[a-z]{1,2})"
+NONVERBAL = re.compile(rf"^(?:{_SOUND_PART}(?:-{_SOUND_PART})+|[hm]{{2,}}|h?[aeiou]h+)$")
 """A transcribed sound rather than a word (see the module docstring)."""
 
 
