@@ -21,7 +21,7 @@ or ``output_audio_buffer.cleared``, as OpenAI's clients do.  Per case and mode:
 
 JSON on stdout and in ``--out`` (stable keys: ``modes.MODE.{false_interruptions.{cases, lost,
 share, by_kind}, interruptions.{cases, honoured, stop_ms.{p50, p95}}, latency_ms.{p50, p95},
-held_out.{the same, of the held-out cases only}}``,
+groups.GROUP.{the same, of one group of cases: dev, held-out-1, held-out-2}}``,
 ``latency_ratio`` (immediate p50 / words p50), ``cases``).
 
 Usage: .venv/bin/python scripts/bench_interruptions.py [--out FILE] [--only KIND] [--limit N]
@@ -72,7 +72,7 @@ class Case:
     onset_s: float  # the first voiced sample in the clip
     point_s: float
     spec: dict[str, Any]
-    held_out: bool = False
+    group: str = "dev"
 
 
 class Judged(logging.Handler):
@@ -139,7 +139,7 @@ def load_set(only: str | None, limit: int | None) -> tuple[Int16Array, float, li
         gain = f", {c['gain_db']:+.0f} dB" if "gain_db" in c else ""
         name = c.get("name") or f"{c['text']} ({c['voice']}{gain})"
         point = spec["points_s"][i % len(spec["points_s"])]
-        cases.append(Case(c["kind"], name, pcm, _onset(pcm), point, c, bool(c.get("held_out", False))))
+        cases.append(Case(c["kind"], name, pcm, _onset(pcm), point, c, c.get("group", "dev")))
     return question, q_end, cases[:limit]
 
 
@@ -215,7 +215,7 @@ async def run_case(url: str, question: Int16Array, q_end_s: float, case: Case) -
         try:
             t_q = time.monotonic()
             lis.queue.append(question)
-            out: dict[str, Any] = {"kind": case.kind, "case": case.name, "point_s": case.point_s, "held_out": case.held_out}
+            out: dict[str, Any] = {"kind": case.kind, "case": case.name, "point_s": case.point_s, "group": case.group}
             if not await lis.until(lambda: lis.first("response.output_audio.delta") is not None, 30):
                 return {**out, "error": "no reply audio"}
             first = lis.first("response.output_audio.delta")
@@ -303,7 +303,11 @@ async def measure(args: argparse.Namespace, overrides: dict[str, str]) -> dict[s
     finally:
         for server in servers.values():
             await server.aclose()
-    modes = {mode: {**summarize(rs), "held_out": summarize([r for r in rs if r["held_out"]])} for mode, rs in results.items()}
+        engines.close()
+    groups = sorted({r["group"] for rs in results.values() for r in rs})
+    modes = {}
+    for mode, rs in results.items():
+        modes[mode] = {**summarize(rs), "groups": {g: summarize([r for r in rs if r["group"] == g]) for g in groups}}
     p50 = {m: modes[m]["latency_ms"]["p50"] for m in modes}
     ratio = round(p50["immediate"] / p50["words"], 3) if p50["immediate"] and p50["words"] else None
     return {"set": str(SET.relative_to(ROOT)), "overrides": overrides, "modes": modes, "latency_ratio": ratio, "cases": results}

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -23,6 +23,7 @@ from voiceagent.errors import EngineError
 from voiceagent.tools.spec import Message
 
 from .fake_batch import FakeBatch, render, reply_for
+from .fakes import until
 
 SYSTEM = Message("system", "You are terse. " * 4)
 
@@ -41,15 +42,6 @@ def engine(core: FakeBatch) -> Iterator[BatchedEngine]:
     eng = BatchedEngine(core, model="fake", ahead=64)  # type: ignore[arg-type]
     yield eng
     eng.close()
-
-
-async def until(ready: Callable[[], bool]) -> None:
-    """Yield to the loop until ``ready()`` (state the step thread sets; bounded)."""
-    for _ in range(1_000_000):
-        if ready():
-            return
-        await asyncio.sleep(0)
-    raise AssertionError("never ready")
 
 
 async def ask(engine: BatchedEngine, key: str, msgs: list[Message], **kw: Any) -> str:

@@ -458,17 +458,21 @@ def test_real_words_over_a_paused_reply_cut_it_as_a_barge_in(text: str) -> None:
     assert not w.core.judging() and w.core.active_response_id is None
 
 
-def test_a_partial_with_real_words_decides_at_once_and_the_held_partials_follow_in_order() -> None:
+def test_a_partial_decides_once_the_speech_has_lasted_a_second_and_the_held_partials_follow_in_order() -> None:
     w = World()
     speaking_reply(w)
     w.core.handle(w.ev(SpeechStarted, audio_ms=5000.0))
-    assert show(w.core.handle(w.ev(TranscriptDelta, text="Uh-huh"))) == []
-    effects = w.core.handle(w.ev(TranscriptDelta, text="Uh-huh, no wait"))
-    assert show(effects)[:6] == [
+    assert show(w.core.handle(w.ev(TranscriptDelta, text="Uh-huh", audio_ms=5500.0))) == []
+    # Real words, but from half a second of speech: Whisper's guess at a fragment does not decide.
+    assert show(w.core.handle(w.ev(TranscriptDelta, text="Uh-huh, garden", audio_ms=5600.0))) == []
+    effects = w.core.handle(w.ev(TranscriptDelta, text="Uh-huh, no wait", audio_ms=6000.0))
+    assert show(effects)[:8] == [
         "unpause",
         "emit:InputSpeechStarted",
         "emit:InputTranscriptDelta",
         "prefill:Uh-huh",
+        "emit:InputTranscriptDelta",
+        "prefill:Uh-huh, garden",
         "emit:InputTranscriptDelta",
         "prefill:Uh-huh, no wait",
     ]
@@ -539,3 +543,11 @@ def test_a_backchannel_decided_at_once_waits_for_a_little_silence_so_yeah_but_st
     w.core.handle(w.ev(SpeechStopped, audio_ms=7000.0))
     takes, effects = w.core.segment_heard("but what about the princess?", -20.0)
     assert takes and "barge_in" in show(effects)
+
+
+def test_interrupt_response_false_keeps_its_meaning_in_words_mode() -> None:
+    w = World(interrupt=False)
+    speaking_reply(w)
+    # No pause, nothing judged: the speech is the user's next turn, the reply goes on meanwhile.
+    assert show(w.core.handle(w.ev(SpeechStarted, audio_ms=5000.0))) == ["emit:InputSpeechStarted"]
+    assert not w.core.judging() and w.core.segment_heard("yeah", -20.0) == (True, [])

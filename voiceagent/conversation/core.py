@@ -224,7 +224,7 @@ class ConversationCore:
             self._user.transcript(ev)
             return
         pending.partials.append(ev)
-        if self._floor.judge(ev.text, ev.level_db) is Verdict.INTERRUPT:
+        if self._floor.trusts(ev) and self._floor.judge(ev.text, ev.level_db) is Verdict.INTERRUPT:
             self._log_verdict(Verdict.INTERRUPT, ev.text, ev.level_db)
             self._take_turn()
 
@@ -255,7 +255,7 @@ class ConversationCore:
     def resume_due(self, token: int) -> list[Effect]:
         """Resume timeout ``token`` is due: the paused reply goes on if nothing decided since."""
         if self._floor.due(token):
-            log.info("session %s: no words over the reply within the timeout: it resumes", self._id)
+            log.info("session %s: the paused reply resumes (no interruption, or no words within the timeout)", self._id)
             self._resume()
         return self._sink.take()
 

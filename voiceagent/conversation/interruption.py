@@ -5,8 +5,11 @@ does not cut the reply at once.  :class:`Interruptions` pauses the reply's audio
 (:class:`~voiceagent.conversation.effects.PausePlayout`) and keeps the speech to itself: the
 client is told nothing of it yet.  Then the words decide (:meth:`InterruptionPolicy.verdict`):
 
-* a transcript (a partial, or the segment's final) with ``interruption_min_words`` words that are
-  not backchannels: an **interruption**.  The core tells the client of the speech, with its real
+* a transcript with ``interruption_min_words`` words that are not backchannels: an
+  **interruption**.  The segment's final transcript decides; a partial does only once the user
+  has spoken for :data:`PARTIAL_AFTER_S` (the first partials of short speech are Whisper's guesses
+  at a fragment: "Got it" heard as "Garden", a sneeze as "2.").  The agent is paused meanwhile,
+  so waiting for the words costs the listener nothing.  The core tells the client of the speech, with its real
   start, and cuts the reply as a barge-in does (the history keeps what was heard);
 * a final transcript of backchannels only ("yeah, right"), of nothing (a cough, a door), or of
   speech ``interruption_margin_db`` quieter than the user's own voice (a second voice in the
@@ -34,11 +37,13 @@ from voiceagent.conversation.effects import ArmResume, PausePlayout, ResumePlayo
 from voiceagent.events import SpeechStarted, TranscriptDelta
 from voiceagent.text.backchannel import phrases_for, real_words
 
-__all__ = ["RESUME_SILENCE_S", "InterruptionPolicy", "Interruptions", "Pending", "Verdict"]
+__all__ = ["PARTIAL_AFTER_S", "RESUME_SILENCE_S", "InterruptionPolicy", "Interruptions", "Pending", "Verdict"]
 
 log = logging.getLogger(__name__)
 
 _LEVEL_WEIGHT = 0.3  # how much each new turn moves the user's learnt voice level
+PARTIAL_AFTER_S = 1.0
+"""Speech that lasts this long is judged by its partial transcripts too (else by the final one)."""
 RESUME_SILENCE_S = 0.3
 """Silence after the VAD's end of speech (itself ``vad.stop_ms`` of silence) before a judged
 reply resumes: a listener who says "yeah," and goes on ("but what about...") keeps it paused."""
@@ -156,6 +161,11 @@ class Interruptions:
         self._tokens += 1
         self.pending.token = self._tokens
         self._ctx.sink.add(ArmResume(self._tokens, deadline))
+
+    def trusts(self, partial: TranscriptDelta) -> bool:
+        """Whether ``partial`` may decide: it transcribes :data:`PARTIAL_AFTER_S` of the speech
+        or more (by the input stream's time)."""
+        return self.pending is not None and partial.audio_ms - self.pending.started.audio_ms >= PARTIAL_AFTER_S * 1000.0
 
     def judge(self, text: str, level_db: float | None) -> Verdict:
         return self.policy.verdict(text, level_db, self.user_db, self._ctx.host.settings.language)

@@ -102,10 +102,12 @@ class Silence(Event):
 @dataclass(frozen=True, kw_only=True, slots=True)
 class TranscriptDelta(Event):
     """STT: a partial transcript of the segment being spoken (replaces the previous partial);
-    ``level_db``: the level of its audio (:func:`~voiceagent.audio.speech_level_db`)."""
+    ``level_db``: the level of its audio (:func:`~voiceagent.audio.speech_level_db`);
+    ``audio_ms``: where the audio it transcribes ends (input-stream time; 0: not told)."""
 
     text: str
     level_db: float | None = None
+    audio_ms: float = 0.0
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

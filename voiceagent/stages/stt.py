@@ -58,9 +58,9 @@ _RING_MS = 2000.0  # audio kept before a speech start, for prefix padding
 _TAIL_MS = 96.0  # silence kept after the end of speech: Whisper clips the last word without it
 PRIORITY_FINAL = 0  # a transcript someone's answer waits for
 PRIORITY_PARTIAL = 1  # a progress update on screen
-# While speech over the agent is judged (its reply paused), partials come this often: their words
-# decide whether the reply is cut, and the listener hears nothing until they do.
-JUDGING_INTERVAL_MS = 256.0
+# While speech over the agent is judged (its reply paused), partials come this often: once the
+# speech is long enough their words may decide (conversation/interruption.py).
+JUDGING_INTERVAL_MS = 500.0
 
 
 @dataclass(frozen=True)
@@ -301,9 +301,9 @@ class SttStage(Stage):
             return
         assert self._segment_start is not None
         audio = int16_to_float(self._slice(self._segment_start, self._buf_end_ms))
-        self._partial_task = self.spawn(self._partial(audio), "partial")
+        self._partial_task = self.spawn(self._partial(audio, self._buf_end_ms), "partial")
 
-    async def _partial(self, audio: np.ndarray) -> None:
+    async def _partial(self, audio: np.ndarray, end_ms: float) -> None:
         self.decodes += 1
         language, prompt = self._language_and_prompt()
         text = await run_at(self._backend.executor, PRIORITY_PARTIAL, lambda: self._backend.transcribe(audio, language, prompt))
@@ -318,5 +318,6 @@ class SttStage(Stage):
                     session=self.ctx.session_id,
                     text=text,
                     level_db=speech_level_db(audio),
+                    audio_ms=end_ms,
                 )
             )
