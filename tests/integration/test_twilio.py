@@ -27,6 +27,7 @@ from tests.profile import profile_config
 from voiceagent.audio import read_wav, resample
 from voiceagent.config import Config, PlayoutConfig, ServerConfig
 from voiceagent.conversation.history import AssistantItem, UserItem
+from voiceagent.conversation.interruption import PARTIAL_AFTER_S
 from voiceagent.replay import speech_turns
 from voiceagent.session import Session
 from voiceagent.stages.stt import JUDGING_INTERVAL_MS
@@ -118,10 +119,12 @@ def test_twilio_barge_in_clears_and_cuts_history_to_played_audio(engines: Any, s
     interruption, i_rate = read_wav(speech["capital"])
     backchannel, b_rate = read_wav(speech["backchannel"])
     onset_s, speech_end_s = speech_turns(interruption, i_rate)[0]  # the fixture has silence around its speech
-    # In the default ``words`` mode the caller's words decide: speech starts after min_speech_ms,
-    # a partial transcript of the next JUDGING_INTERVAL_MS of it is decoded, and its words cut.
+    # In the default ``words`` mode the caller's words decide: speech starts after min_speech_ms;
+    # its words are known from the partial transcript after PARTIAL_AFTER_S of it (partials come
+    # every JUDGING_INTERVAL_MS) or from its final one, at the end of the sentence, if sooner.
     cfg = profile_config()
-    decide_s = (cfg.vad.min_speech_ms + JUDGING_INTERVAL_MS) / 1000.0 + WORDS_DECODE_S
+    words_known_s = min(PARTIAL_AFTER_S + JUDGING_INTERVAL_MS / 1000.0, speech_end_s - onset_s + cfg.vad.stop_ms / 1000.0)
+    decide_s = cfg.vad.min_speech_ms / 1000.0 + words_known_s + WORDS_DECODE_S
 
     async def scenario() -> dict[str, Any]:
         # A long playout lead: the phone holds audio it has not played yet when the caller barges
