@@ -177,9 +177,14 @@ def test_browser_barge_in_truncates_to_played_audio(engines: Any, speech: dict[s
     # A long question, a pause in which the answer starts playing, then the user talks over it.
     mic = _wav(tmp_path / "mic.wav", (speech["long_story"], 3.0), (speech["capital"], 8.0))
     PAGE_ERRORS.clear()
+    # A long lead: the page still holds unplayed audio when the interruption's words are known
+    # (the reply pauses at the first sound, and a page holding only the default lead has played
+    # it all by then: nothing left to truncate).
+    cfg = _config(long_replies=True)
+    cfg = dataclasses.replace(cfg, playout=dataclasses.replace(cfg.playout, lead_ms=5000))
 
     async def scenario() -> dict[str, Any]:
-        async with VoiceAgentServer(_config(long_replies=True), engines) as server, _page(server, mic, tmp_path / "profile") as page:
+        async with VoiceAgentServer(cfg, engines) as server, _page(server, mic, tmp_path / "profile") as page:
             await page.click("#start")
             await page.wait_for_function("() => voiceagent.truncated.length > 0", timeout=90 * MS)
             stats = await page.evaluate("() => JSON.parse(JSON.stringify(voiceagent))")

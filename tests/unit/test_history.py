@@ -218,3 +218,15 @@ def test_an_input_reference_to_an_mcp_call_reads_as_the_call_and_its_result() ->
         Message("assistant", "", (ToolCall("call_m", "lookup", '{"q": "x"}'),)),
         Message("tool", "found x", tool_call_id="call_m"),
     ]
+
+
+def test_a_clause_whose_sending_stopped_midway_keeps_only_the_words_of_what_was_heard() -> None:
+    """A reply paused (or cut) mid-clause and heard to the end of what was sent: the clause was
+    not heard whole, so its words are cut in proportion to its whole audio."""
+    item = AssistantItem(id="i", gen=1)
+    item.add_clause("Once upon a time, ", expected_ms=1000.0)
+    item.add_audio(1000.0)
+    item.add_clause("there was a dragon who loved books.", expected_ms=2000.0)
+    item.add_audio(1000.0)  # half of it sent
+    item.cut(2000.0)  # all that was sent was heard
+    assert item.text == "Once upon a time, there was a"

@@ -212,6 +212,8 @@ class ConversationCore:
         if playing is not None and self.agent_audible() and (detection is None or detection.interrupt_response):
             if self._floor.policy.judges:
                 self._floor.open(ev, playing.gen)
+                now, tl = self._clock.now(), playing.listener
+                log.info("session %s: speech over the reply: paused, %.0f of %.0f ms sent heard", self._id, tl.heard_ms(now), tl.sent_ms)
                 return
             self._user.speech_started(ev)  # speech_started first, then the interrupted response's done (OpenAI's order)
             self._interrupt("turn_detected")

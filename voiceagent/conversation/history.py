@@ -105,12 +105,14 @@ class AssistantItem:
         pos = 0.0
         for clause in self.clauses:
             text, ms = clause.text, clause.audio_ms
-            if pos + ms <= self.heard_ms:
+            # Words are spread over the clause's whole audio, not over the part sent so far: a
+            # clause whose sending stopped midway (a pause, a cut) was not heard whole, even when
+            # all that was sent of it was.
+            total = max(ms, clause.expected_ms)
+            if pos + total <= self.heard_ms + 1.0:
                 out += text
                 pos += ms
                 continue
-            # Words are spread over the clause's whole audio, not over the part sent so far.
-            total = max(ms, clause.expected_ms)
             if total > 0:
                 part = cut_to_fraction(text, (self.heard_ms - pos) / total)
                 if part:

@@ -103,6 +103,7 @@ class PlayoutStage(Stage):
             await self._hold.wait(audio.gen)
             if tl.end_t is not None:
                 await clock.sleep_until(tl.end_t - self._lead_s)
+                await self._hold.wait(audio.gen)  # paused while this chunk waited its turn
             offset = tl.sent_ms
             tl.schedule(clock.now(), len(piece) / audio.rate)
             await self.ctx.notify(
