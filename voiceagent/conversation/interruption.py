@@ -6,11 +6,12 @@ does not cut the reply at once.  :class:`Interruptions` pauses the reply's audio
 client is told nothing of it yet.  Then the words decide (:meth:`InterruptionPolicy.verdict`):
 
 * a transcript with ``interruption_min_words`` words that are not backchannels: an
-  **interruption**.  The segment's final transcript decides; a partial does only once the user
-  has spoken for :data:`PARTIAL_AFTER_S` (the first partials of short speech are Whisper's guesses
-  at a fragment: "Got it" heard as "Garden", a sneeze as "2.").  The agent is paused meanwhile,
-  so waiting for the words costs the listener nothing.  The core tells the client of the speech, with its real
-  start, and cuts the reply as a barge-in does (the history keeps what was heard);
+  **interruption**.  The core tells the client of the speech, with its real start, and cuts the
+  reply as a barge-in does (the history keeps what was heard).  The segment's final transcript
+  decides; a partial does only once the user has spoken for :data:`PARTIAL_AFTER_S` (the first
+  partials of short speech are Whisper's guesses at a fragment: "Got it" heard as "Garden", a
+  sneeze as "2.").  The agent is paused meanwhile, so waiting for the words costs the listener
+  nothing;
 * a final transcript of backchannels only ("yeah, right"), of nothing (a cough, a door), or of
   speech ``interruption_margin_db`` quieter than the user's own voice (a second voice in the
   room): the reply **resumes** where it paused, once the user has been silent for

@@ -19,8 +19,8 @@ as a sound, which matters only when it is all the user said over the agent.
 
 from __future__ import annotations
 
+import functools
 import re
-from collections.abc import Iterable
 
 __all__ = ["BACKCHANNELS", "NONVERBAL", "phrases_for", "real_words"]
 
@@ -57,9 +57,15 @@ def phrases_for(language: str, configured: str = "") -> tuple[str, ...]:
     return BACKCHANNELS.get(language.split("-")[0].lower(), ())
 
 
-def real_words(text: str, phrases: Iterable[str]) -> list[str]:
+@functools.lru_cache(maxsize=16)
+def _patterns(phrases: tuple[str, ...]) -> tuple[tuple[str, ...], ...]:
+    """``phrases`` as word tuples, longest first (made once per list: every judgement reads them)."""
+    return tuple(sorted({p for p in map(tuple, map(_words, phrases)) if p}, key=len, reverse=True))
+
+
+def real_words(text: str, phrases: tuple[str, ...]) -> list[str]:
     """The words of ``text`` that are not part of a backchannel phrase, in order."""
-    patterns = sorted({tuple(_words(p)) for p in phrases if _words(p)}, key=len, reverse=True)
+    patterns = _patterns(phrases)
     words = _words(text)
     out: list[str] = []
     i = 0
