@@ -190,6 +190,7 @@ async def _start_server(plan: auto_profile.Plan) -> tuple[VoiceAgentServer, str]
                 "turn_cost": engines.turn_cost.as_dict() if engines.turn_cost else None,
                 "capacity": server.capacity,
                 "capacity_source": server.capacity_source,
+                "admission": server.admission_line(),
             }
         )
     )
@@ -206,7 +207,7 @@ async def _serve(plan: auto_profile.Plan) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     server, choice = await _start_server(plan)
-    print(f"voiceagent ready: {server.url}  (capacity {server.capacity} sessions: {server.capacity_source})", flush=True)
+    print(f"voiceagent ready: {server.url}  ({server.admission_line()})", flush=True)
     for line in (*plan.notes, choice):
         if line:
             print(line, flush=True)

@@ -325,3 +325,19 @@ def test_the_dockerfiles_copy_nothing_dockerignore_excludes(dockerfile: Path) ->
                 assert not _excluded(path, RULES), f"{dockerfile.name} needs {path}, which .dockerignore excludes"
         else:
             assert not _excluded(source.removeprefix("./"), RULES), f"{dockerfile.name} copies {source}, which .dockerignore excludes"
+
+
+def test_the_proxy_weighs_each_replica_by_the_load_its_agent_reports() -> None:
+    """Every server line of the used backend asks the replica's agent (server.agent_port, as the
+    rendered replicas configure it) for its weight, and the replicas serve that agent."""
+    replicas = _replicas(_render({TOKEN_VAR: TOKEN}))
+    ports = {load_config(env=_environment(r)).server.agent_port for r in replicas.values()}
+    assert len(ports) == 1 and 0 not in ports, f"every replica must serve the agent on one port, not {ports}"
+    (agent_port,) = ports
+    servers = [words for words in _haproxy_sections()[("backend", "voiceagent")] if words[0] in ("server", "server-template")]
+    assert servers
+    for words in servers:
+        assert "agent-check" in words, words
+        assert words[words.index("agent-port") + 1] == str(agent_port), words
+        assert "agent-inter" in words, words
+        assert words[words.index("check") - 1].endswith(":8765"), "the health check stays on the WebSocket port (liveness)"

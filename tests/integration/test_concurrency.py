@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import http
+import socket
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,9 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
 
 from tests.integration.rt_client import WIRE_RATE, Recorder, send_paced, wire_audio
+from tests.integration.test_network import http_get
 from tests.profile import profile_config
+from voiceagent.admission import LoadMeter
 from voiceagent.config import Config
 from voiceagent.replay import speech_turns
 from voiceagent.transports.server import VoiceAgentServer
@@ -130,7 +133,7 @@ def test_past_capacity_a_connection_is_refused_and_the_session_in_progress_goes_
             response = refused.value.response
             assert response.status_code == http.HTTPStatus.SERVICE_UNAVAILABLE
             assert response.headers["Retry-After"] == "5"
-            assert b"capacity" in response.body
+            assert b"server.max_sessions" in response.body
             # The admitted session is unaffected: it still gets its spoken turn answered.
             await send_paced(ws, wire_audio(speech["capital"], tail_s=1.0), speed=1.0)
             done = await rec.wait_for("response.done", 60)
@@ -161,6 +164,64 @@ def test_a_burst_of_handshakes_cannot_pass_the_limit(engines: Any, run: Any) -> 
             await server.wait_idle()
             async with connect(server.url) as again:
                 assert '"session.created"' in str(await again.recv())
+
+    run(scenario(), 60)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+async def _agent_says(port: int) -> str:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    line = await asyncio.wait_for(reader.read(), 10)
+    writer.close()
+    return line.decode()
+
+
+def test_the_measured_load_refuses_new_sessions_and_tells_the_balancer(engines: Any, run: Any) -> None:
+    """With no ``server.max_sessions`` the load decides: busy cores refuse a new connection (503,
+    ``Retry-After``), ``/readyz`` answers 503 ``full`` and HAProxy's agent ``drain``, the open
+    session goes on; when the load falls all three take sessions again.  The meter's CPU clock is
+    the seam: the cores cannot be made exactly 90 % busy on demand."""
+    clock = {"wall": 100.0, "cpu": 10.0}
+    meter = LoadMeter(cores=2, budget_ms=2500, first_session_s=0.0, wall=lambda: clock["wall"], cpu=lambda: clock["cpu"])
+
+    def busy(seconds: float, share: float) -> None:
+        clock["wall"] += seconds
+        clock["cpu"] += seconds * share * 2
+        meter.sample()
+
+    async def scenario() -> None:
+        config = _config(**{"server.max_sessions": "0", "server.agent_port": str(_free_port())})
+        async with VoiceAgentServer(config, engines, load=meter) as server:
+            base = f"http://127.0.0.1:{server.port}"
+            meter.sample()
+            first = await connect(server.url)
+            assert '"session.created"' in str(await first.recv())
+            busy(10, 0.9)
+            with pytest.raises(InvalidStatus) as refused:
+                await connect(server.url)
+            response = refused.value.response
+            assert response.status_code == http.HTTPStatus.SERVICE_UNAVAILABLE
+            assert response.headers["Retry-After"] == "5"
+            assert b"server busy: load 0.90" in response.body
+            assert await asyncio.to_thread(http_get, base + "/readyz") == (503, "full load=0.90\n")
+            assert await _agent_says(server.agent_port) == "drain\n"
+            metrics = (await asyncio.to_thread(http_get, base + "/metrics"))[1]
+            assert 'voiceagent_sessions_refused_total{reason="load"} 1.0' in metrics
+            assert 'voiceagent_load{measure="cpu"} 0.9' in metrics
+            assert "voiceagent_accepting_sessions 0.0" in metrics
+            await first.send('{"type": "session.update", "session": {"instructions": "Be brief."}}')
+            assert '"session.updated"' in str(await asyncio.wait_for(first.recv(), 10))  # the open one goes on
+            busy(20, 0.0)
+            assert await asyncio.to_thread(http_get, base + "/readyz") == (200, "ready load=0.00\n")
+            assert await _agent_says(server.agent_port) == "ready up 100%\n"
+            async with connect(server.url) as second:
+                assert '"session.created"' in str(await second.recv())
+            await first.close()
 
     run(scenario(), 60)
 

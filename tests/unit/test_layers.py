@@ -18,6 +18,7 @@ LAYERS = [
     "clock",
     "playback",
     "capacity",
+    "admission",
     "observability",
     "tools",
     "config",

@@ -47,7 +47,7 @@ def test_each_server_has_its_own_registry_and_every_update_shows_in_the_expositi
     assert got[("voiceagent_llm_turn_tokens_total", (("engine", "llama_cpp"), ("kind", "reused")))] == 40
     assert got[("voiceagent_llm_tokens_per_second_sum", (("engine", "llama_cpp"),))] == 20.0  # 20 tokens after the first in 1 s
     assert got[("voiceagent_queue_wait_seconds_count", (("queue", "tts"),))] == 1
-    assert set(REFUSALS) == {"unauthorized", "forbidden", "capacity", "draining"}
+    assert set(REFUSALS) == {"unauthorized", "forbidden", "capacity", "load", "draining"}
     assert samples(b)[("voiceagent_sessions_total", ())] == 0  # nothing leaks between registries
 
 

@@ -66,12 +66,21 @@ class ServerConfig:
     max_message_bytes: int = 1 << 20
     """Largest WebSocket message accepted; a larger one closes the connection with code 1009."""
     max_sessions: int = 0
-    """Sessions served at once; past it a connection gets HTTP 503.  0 = the measured capacity:
-    how many turns ending at the same instant fit ``latency_budget_ms``, from the per-turn model
-    work timed at start-up (see :mod:`voiceagent.capacity`)."""
+    """A hard cap on sessions served at once, set by an operator; past it a connection gets HTTP
+    503.  0 = no cap: sessions are admitted by the measured load alone (``load_threshold``,
+    :mod:`voiceagent.admission`)."""
+    load_threshold: float = 0.75
+    """A new session is admitted while the measured load (0–1: the larger of the process's CPU
+    share of its cores and the recent turns' p95 latency over ``latency_budget_ms``) plus what the
+    new session is expected to add stays under this; past it a connection gets HTTP 503 with
+    ``Retry-After`` and ``/readyz`` answers 503 ``full``."""
     latency_budget_ms: int = 2500
-    """The end-of-speech → first-audio latency the automatic capacity keeps every session under
-    when all of them finish a turn at the same instant."""
+    """The end-of-speech → first-audio p95 that admission protects: the load counts the recent
+    turns' p95 against it, so new sessions are refused before the running ones' turns pass it."""
+    agent_port: int = 0
+    """A TCP port for HAProxy's ``agent-check`` (0: off): each connection gets one line, ``ready
+    up NN%`` with the replica's weight (100 − load %) while it takes new sessions, ``drain``
+    while it refuses them (full, or shutting down), then the connection closes."""
     turn_budget_ms: int = 1000
     """``profile = "auto"``: the end-of-speech → first-audio time one turn may take on this
     machine, predicted at start-up from the measured turn cost; the most accurate installed
@@ -127,8 +136,10 @@ class ServerConfig:
         _check(self.webrtc_media_timeout_s > 0, "server.webrtc_media_timeout_s", "must be > 0")
         _check(0 <= self.port <= 65535, "server.port", "must be 0..65535")
         _check(self.max_message_bytes >= 1024, "server.max_message_bytes", "must be at least 1024")
-        _check(self.max_sessions >= 0, "server.max_sessions", "must be >= 0 (0: the measured capacity)")
+        _check(self.max_sessions >= 0, "server.max_sessions", "must be >= 0 (0: no cap, admission by load)")
         _check(self.latency_budget_ms >= 100, "server.latency_budget_ms", "must be >= 100")
+        _check(0 < self.load_threshold <= 1, "server.load_threshold", "must be in (0, 1]")
+        _check(0 <= self.agent_port <= 65535, "server.agent_port", "must be 0..65535")
         _check(self.turn_budget_ms >= 100, "server.turn_budget_ms", "must be >= 100")
 
 

@@ -62,9 +62,10 @@ _LATENCY_BUCKETS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0)
 _QUEUE_BUCKETS = (0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0)
 _RATE_BUCKETS = (1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 50.0, 75.0, 100.0, 200.0, 500.0)
 
-REFUSALS = ("unauthorized", "forbidden", "capacity", "draining")
-"""Why a handshake is refused: no or a wrong token (401), an origin not allowed (403), the server
-full (503) or shutting down (503)."""
+REFUSALS = ("unauthorized", "forbidden", "capacity", "load", "draining")
+"""Why a handshake is refused: no or a wrong token (401), an origin not allowed (403), the
+operator's ``server.max_sessions`` reached (503), the measured load leaving no room (503), or the
+server shutting down (503)."""
 
 
 class Metrics:
@@ -76,6 +77,7 @@ class Metrics:
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
+        self._turn_listeners: list[Callable[[dict[str, float]], None]] = []
         r = self.registry
         self._active = Gauge("voiceagent_sessions_active", "sessions open now", registry=r)
         self._sessions = Counter("voiceagent_sessions", "sessions opened", registry=r)
@@ -179,6 +181,13 @@ class Metrics:
                 self._spans.labels(name).observe(ms / 1000.0)
         if llm_queue_ms is not None:
             self._llm_queue.observe(llm_queue_ms / 1000.0)
+        for listener in self._turn_listeners:
+            listener(spans_ms)
+
+    def on_turn(self, listener: Callable[[dict[str, float]], None]) -> None:
+        """Call ``listener`` with the spans of every ended response, whatever its status (in the
+        caller's thread: the sessions report from the event loop)."""
+        self._turn_listeners.append(listener)
 
     def observe_cache(self, result: str) -> None:
         """Count one semantic cache lookup by its result."""

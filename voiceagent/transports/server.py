@@ -12,8 +12,10 @@ Routes:
   ``GET /twilio/twiml``           the TwiML that connects a call to ``/twilio``
   ``GET /``                       the browser microphone page (and its scripts)
   ``GET /healthz``                ``ok`` while the process serves (liveness)
-  ``GET /readyz``                 ``ready`` once the models are loaded and warmed, 503 while
-                                  draining (readiness: a load balancer stops sending sessions)
+  ``GET /readyz``                 ``ready load=0.42`` once the models are loaded and warmed and
+                                  new sessions are taken; 503 ``full load=…`` while the load
+                                  refuses them, 503 while warming up or draining (readiness: a
+                                  load balancer stops sending new sessions)
   ``GET /metrics``                Prometheus text exposition
 
 Access (:mod:`voiceagent.transports.auth`): a WebSocket upgrade (and the TwiML document) without
@@ -21,11 +23,12 @@ an accepted token, when auth is on, gets HTTP 401; one from a foreign browser or
 both before any session work.  ``/healthz``, ``/readyz`` and ``/metrics`` stay open for probes.
 TLS: ``server.certfile``/``server.keyfile`` (or a TLS-terminating proxy in front).
 
-Limits: messages over ``server.max_message_bytes`` close that connection with code 1009.  Past the
-capacity (``server.max_sessions``, or when that is 0 the capacity measured at start-up, see
-:mod:`voiceagent.capacity`) a new connection is refused with HTTP 503 and ``Retry-After``; a
-place is reserved at the handshake, so a burst of handshakes cannot pass the limit.  One failing
-session never affects another.
+Limits: messages over ``server.max_message_bytes`` close that connection with code 1009.  A new
+connection is refused with HTTP 503 and ``Retry-After`` when the measured load leaves no room for
+it (:mod:`voiceagent.admission`) or at ``server.max_sessions`` when an operator set that cap; a
+place is reserved at the handshake, so a burst of handshakes counts before its sessions open.
+With ``server.agent_port`` set, HAProxy's ``agent-check`` reads the load there (a weight, or
+``drain``).  One failing session never affects another.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ import http
 import importlib.util
 import json
 import logging
+import os
 import re
 import ssl
 from collections.abc import Awaitable, Iterator, Sequence
@@ -54,6 +58,8 @@ from websockets.http11 import Request, Response
 from websockets.protocol import State
 from websockets.typing import Subprotocol
 
+from voiceagent.admission import LoadMeter
+from voiceagent.admission import State as Admission
 from voiceagent.backends.registry import Engines
 from voiceagent.capacity import capacity
 from voiceagent.clock import Clock, MonotonicClock
@@ -78,7 +84,17 @@ REALTIME_PATH = "/v1/realtime"
 TWILIO_PATH = "/twilio"
 TWIML_PATH = "/twilio/twiml"
 CALLS_PATH = "/v1/realtime/calls"
+RETRY_AFTER = "5"
+"""Seconds a refused client is told to wait: a few load samples, and about a turn's length."""
 _HANGUP = re.compile(r"/v1/realtime/calls/([A-Za-z0-9_]{1,64})/hangup")
+
+
+def _usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity, which containers narrow)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
 
 
 def _text(status: http.HTTPStatus, body: str, content_type: str = "text/plain; charset=utf-8", **extra: str) -> Response:
@@ -186,7 +202,9 @@ def _offer(content_type: str, body: bytes) -> tuple[str, dict[str, object] | Non
 class VoiceAgentServer:
     """Serves every session of one process on one port, sharing ``engines``."""
 
-    def __init__(self, config: Config, engines: Engines, *, clock: Clock | None = None) -> None:
+    def __init__(self, config: Config, engines: Engines, *, clock: Clock | None = None, load: LoadMeter | None = None) -> None:
+        """``load``: the admission's meter (made from the configuration and the measured turn
+        cost when None; tests pass one with injected clocks)."""
         self.config = config
         self.engines = engines
         self.clock = clock or MonotonicClock()
@@ -196,29 +214,55 @@ class VoiceAgentServer:
         self._reserved: set[ServerConnection] = set()  # handshakes admitted, sessions not yet open
         self._watchers: set[asyncio.Future[None]] = set()
         self.capacity, self.capacity_source = self._capacity()
+        self.load = load or self._load_meter()
+        self.metrics.on_turn(self._turn_answered)
         self.access = access_for(config.server)
         self._idle = asyncio.Event()
         self._idle.set()
         self._server: WsServer | None = None
         self._calls: dict[str, tuple[WebRtcCall, asyncio.Task[None]]] = {}  # WebRTC calls by id
         self._load_watch: asyncio.Task[None] | None = None
+        self._admission_watch: asyncio.Task[None] | None = None
+        self._agent: asyncio.Server | None = None
         self.draining = False
 
     def _capacity(self) -> tuple[int, str]:
+        """The burst capacity: how many sessions' turns may end at the same instant inside the
+        latency budget (:mod:`voiceagent.capacity`), from the turn cost measured at start-up.
+        Reported (the ready line, ``/metrics``), not a limit: admission goes by the live load."""
         cfg = self.config
-        if cfg.server.max_sessions:
-            return cfg.server.max_sessions, "server.max_sessions"
         cost = self.engines.turn_cost
-        slots = self.engines.llm.stats().slots  # 0: the engine has no local limit (a remote server)
         if cost is None:
-            # Not measured (engines never warmed up): the LLM's own limit, else one session.
-            return max(1, slots), "the LLM's contexts (turn cost not measured)" if slots else "one (turn cost not measured)"
+            return 1, "turn cost not measured"
         n = capacity(cost, cfg.server.latency_budget_ms, cfg.vad.stop_ms)
-        source = f"measured: {cost.work_s * 1000:.0f} ms of work per turn, {cfg.server.latency_budget_ms} ms budget"
-        if slots and n > slots:
-            # A context is leased for a whole reply: past them a turn would wait for other replies.
-            return slots, source + f", limited to the LLM's {slots} contexts"
-        return n, source
+        return n, f"{cost.work_s * 1000:.0f} ms of work per turn, {cfg.server.latency_budget_ms} ms budget"
+
+    def _load_meter(self) -> LoadMeter:
+        cfg = self.config.server
+        cost = self.engines.turn_cost
+        # The models' critical path measured at start-up, doubled for the work around it: at 8
+        # sessions the event loop and the VAD cost as much CPU per turn as the models
+        # (docs/reports/concurrency-2026-11-26.md).  Only a first estimate: the measured load
+        # takes over once sessions run.
+        first = 2.0 * cost.work_s if cost is not None else 1.0
+        return LoadMeter(
+            cores=_usable_cores(),
+            budget_ms=cfg.latency_budget_ms,
+            threshold=cfg.load_threshold,
+            first_session_s=first,
+            max_sessions=cfg.max_sessions,
+        )
+
+    def _turn_answered(self, spans_ms: dict[str, float]) -> None:
+        latency = spans_ms.get("first_audio_sent", spans_ms.get("tts_first_audio"))
+        if latency is not None:
+            self.load.observe_turn(latency)
+
+    def admission_line(self) -> str:
+        """One line: how this server admits sessions."""
+        cap = self.config.server.max_sessions
+        how = f"by load under {self.load.threshold:.2f}" + (f", at most {cap} sessions (server.max_sessions)" if cap else "")
+        return f"admission {how}; {self.capacity} turns ending at once fit the budget ({self.capacity_source})"
 
     async def wait_idle(self) -> None:
         """Return once no session is open and every connection's handler has returned (at once if
@@ -282,6 +326,56 @@ class VoiceAgentServer:
             ssl=context,
         )
         self._load_watch = asyncio.create_task(loop_load.watch(), name="loop-load")
+        self._admission_watch = asyncio.create_task(self._watch_admission(), name="admission")
+        if cfg.agent_port:
+            self._agent = await asyncio.start_server(self._agent_check, cfg.host, cfg.agent_port)
+
+    @property
+    def agent_port(self) -> int:
+        """The port of the HAProxy agent (0 when it is off)."""
+        if self._agent is None:
+            return 0
+        return int(next(iter(self._agent.sockets)).getsockname()[1])
+
+    async def _watch_admission(self, interval_s: float = 0.5) -> None:
+        """Sample the load every ``interval_s`` and log each change of what the server does with
+        new and running sessions (the degrading order of :class:`voiceagent.admission.State`)."""
+        while True:
+            self.load.sample()
+            changed = self.load.update_state(len(self.sessions) + len(self._reserved))
+            if changed is Admission.ACCEPTING:
+                log.info("admission: taking new sessions again (load %.2f, %d sessions)", self.load.load, len(self.sessions))
+            elif changed is Admission.FULL:
+                log.warning(
+                    "admission: refusing new sessions, the %d running are answered inside the budget (load %.2f)",
+                    len(self.sessions),
+                    self.load.load,
+                )
+            elif changed is Admission.OVER_BUDGET:
+                log.warning(
+                    "admission: refusing new sessions and the running turns pass the %d ms budget (p95 %.0f ms): "
+                    "every turn is still answered, late",
+                    self.config.server.latency_budget_ms,
+                    self.load.latency_p95_ms or 0.0,
+                )
+            await asyncio.sleep(interval_s)  # a periodic sampler, not a wait for anything
+
+    @property
+    def taking_sessions(self) -> bool:
+        """Ready, and the load admits one more session now."""
+        return self.ready and self.load.verdict(len(self.sessions) + len(self._reserved)).accept
+
+    async def _agent_check(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """HAProxy's agent-check: one line (``ready up NN%`` or ``drain``), then close.  Whatever
+        the agent sends (``agent-send``) is not read: the answer is the same for every backend."""
+        line = f"ready up {self.load.weight}%\n" if self.taking_sessions else "drain\n"
+        try:
+            writer.write(line.encode())
+            await writer.drain()
+        except ConnectionError:
+            pass  # the checker went away first; the next check asks again
+        finally:
+            writer.close()
 
     async def serve_forever(self) -> None:
         if self._server is None:
@@ -295,11 +389,16 @@ class VoiceAgentServer:
         peer does not complete in time (it reads nothing, or its TCP window is shut) drops that
         connection, and a handler or session that has not finished after that is cancelled;
         what still did not finish is logged by name and left behind."""
-        watch, self._load_watch = self._load_watch, None
-        if watch is not None:
-            watch.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await watch
+        for watch in (self._load_watch, self._admission_watch):
+            if watch is not None:
+                watch.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await watch
+        self._load_watch = self._admission_watch = None
+        if self._agent is not None:
+            self._agent.close()
+            await self._agent.wait_closed()
+            self._agent = None
         if self._server is not None:
             server = self._server
             # The listener stops at once; the connections are closed here, each with a bound:
@@ -373,8 +472,10 @@ class VoiceAgentServer:
         if path == "/healthz":
             return _text(http.HTTPStatus.OK, "ok\n")
         if path == "/readyz":
+            if self.taking_sessions:
+                return _text(http.HTTPStatus.OK, f"ready load={self.load.load:.2f}\n")
             if self.ready:
-                return _text(http.HTTPStatus.OK, "ready\n")
+                return _text(http.HTTPStatus.SERVICE_UNAVAILABLE, f"full load={self.load.load:.2f}\n", Retry_After=RETRY_AFTER)
             return _text(http.HTTPStatus.SERVICE_UNAVAILABLE, "draining\n" if self.draining else "warming up\n", Retry_After="5")
         if path == "/metrics":
             return _bytes(http.HTTPStatus.OK, self.metrics.render(), CONTENT_TYPE)
@@ -402,13 +503,12 @@ class VoiceAgentServer:
         if self.draining:
             self.metrics.refused("draining")
             return _text(http.HTTPStatus.SERVICE_UNAVAILABLE, "server is shutting down; retry later\n", Retry_After="5")
-        if len(self.sessions) + len(self._reserved) >= self.capacity:
-            self.metrics.refused("capacity")
-            return _text(
-                http.HTTPStatus.SERVICE_UNAVAILABLE,
-                f"server at capacity: {self.capacity} sessions ({self.capacity_source}); retry later\n",
-                Retry_After="5",
-            )
+        verdict = self.load.verdict(len(self.sessions) + len(self._reserved))
+        if not verdict.accept:
+            self.metrics.refused("capacity" if verdict.reason == "max_sessions" else "load")
+            log.info("refused a new session: %s", verdict.detail)
+            return _text(http.HTTPStatus.SERVICE_UNAVAILABLE, f"{verdict.detail}; retry later\n", Retry_After=RETRY_AFTER)
+        self.load.admitted()
         return None
 
     async def _post(self, request: Request, post: Post) -> Response:
@@ -496,7 +596,34 @@ class VoiceAgentServer:
     def _collect(self) -> Iterator[Metric]:
         """Values owned by the engine and the sessions, read at each scrape of ``/metrics``."""
         st = self.engines.llm.stats()
-        yield GaugeMetricFamily("voiceagent_capacity_sessions", "sessions this server admits", value=self.capacity)
+        yield GaugeMetricFamily(
+            "voiceagent_capacity_sessions",
+            "sessions whose turns may end at the same instant inside the latency budget (start-up estimate; admission goes by load)",
+            value=self.capacity,
+        )
+        load = GaugeMetricFamily(
+            "voiceagent_load",
+            "the measured load, 0-1: cpu (CPU seconds / wall seconds / cores), latency (recent turns' p95 / budget), "
+            "and the larger (admission)",
+            labels=["measure"],
+        )
+        load.add_metric(["admission"], self.load.load)
+        load.add_metric(["cpu"], self.load.cpu_load)
+        load.add_metric(["latency"], self.load.latency_load)
+        yield load
+        yield GaugeMetricFamily("voiceagent_accepting_sessions", "1 while new sessions are admitted", value=int(self.taking_sessions))
+        state = GaugeMetricFamily(
+            "voiceagent_admission_state",
+            "1 for what the server does now: accepting, full (new sessions refused, running ones inside the budget), "
+            "over_budget (running turns pass the budget, still answered)",
+            labels=["state"],
+        )
+        for each in Admission:
+            state.add_metric([each.value], int(self.load.state is each))
+        yield state
+        yield CounterMetricFamily(
+            "voiceagent_turns_over_budget", "turns whose first audio came after server.latency_budget_ms", value=self.load.turns_over_budget
+        )
         slots = GaugeMetricFamily(
             "voiceagent_llm_slots", "exclusive sequence slots of the LLM engine (busy: leased now)", labels=["engine", "state"]
         )

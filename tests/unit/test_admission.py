@@ -1,0 +1,151 @@
+"""voiceagent.admission: new sessions are admitted by the measured load, not a start-up constant."""
+
+from __future__ import annotations
+
+import pytest
+
+from voiceagent.admission import PACE_S, LoadMeter, State
+
+
+class Clocks:
+    """A wall clock and a process CPU clock that move only when the test says so."""
+
+    def __init__(self) -> None:
+        self.wall = 1000.0
+        self.cpu = 50.0
+
+    def run(self, seconds: float, busy: float, meter: LoadMeter, step: float = 0.5) -> None:
+        """``seconds`` pass with ``busy`` of the meter's cores used, sampled every ``step``."""
+        t = 0.0
+        while t < seconds - 1e-9:
+            self.wall += step
+            self.cpu += step * busy * meter.cores
+            meter.sample()
+            t += step
+
+
+def meter(clocks: Clocks, **kw: float) -> LoadMeter:
+    args: dict[str, float] = {"cores": 2, "budget_ms": 2500, "threshold": 0.75, "first_session_s": 4.0} | kw
+    m = LoadMeter(
+        cores=int(args.pop("cores")),
+        budget_ms=args.pop("budget_ms"),
+        wall=lambda: clocks.wall,
+        cpu=lambda: clocks.cpu,
+        **args,  # type: ignore[arg-type]
+    )
+    m.sample()
+    return m
+
+
+def test_cpu_load_is_the_cpu_share_of_the_cores_over_the_last_window_only() -> None:
+    c = Clocks()
+    m = meter(c)
+    assert m.cpu_load == 0.0  # one sample: nothing measured yet
+    c.run(10, 0.8, m)
+    assert m.cpu_load == pytest.approx(0.8)
+    c.run(5, 0.2, m)  # half the window at 0.2, half still at 0.8
+    assert m.cpu_load == pytest.approx(0.5)
+    c.run(10, 0.2, m)  # the busy seconds have left the window
+    assert m.cpu_load == pytest.approx(0.2)
+
+
+def test_latency_load_is_the_recent_turns_p95_over_the_budget_and_forgets_old_turns() -> None:
+    c = Clocks()
+    m = meter(c)
+    assert m.latency_load == 0.0 and m.latency_p95_ms is None
+    for ms in [500.0] * 19 + [2000.0]:
+        m.observe_turn(ms)
+    assert m.latency_p95_ms == 2000.0
+    assert m.latency_load == pytest.approx(0.8)
+    assert m.load == pytest.approx(0.8)  # the larger of cpu (0) and latency
+    c.run(31, 0.0, m)
+    assert m.latency_p95_ms is None and m.load == 0.0
+    m.observe_turn(9000.0)
+    assert m.latency_load == 1.0 and m.turns_over_budget == 1
+
+
+def test_an_empty_server_always_admits_one_session_under_the_cap() -> None:
+    c = Clocks()
+    m = meter(c)
+    c.run(10, 1.0, m)  # the cores are saturated by something else
+    assert m.verdict(0).accept
+    assert not m.verdict(1).accept
+
+
+def test_a_burst_of_connections_to_an_idle_server_is_admitted_only_up_to_its_first_estimate() -> None:
+    """Each admission counts provisionally (4 s of CPU per question every 20 s on 2 cores = 0.1)
+    until PACE_S has passed, so an idle server does not take a crowd on a load that has not seen it."""
+    c = Clocks()
+    m = meter(c)
+    assert m.first_session_load == pytest.approx(4.0 / (2 * PACE_S))
+    admitted = 1  # one open session
+    while m.verdict(admitted).accept:
+        m.admitted()
+        admitted += 1
+    assert admitted == 8  # 1 open, 7 admitted (7 × 0.1 + the next 0.1 = 0.8 would pass 0.75)
+    verdict = m.verdict(admitted)
+    assert verdict.reason == "load" and "threshold 0.75" in verdict.detail
+    c.run(PACE_S + 1, 0.05, m)  # they turned out to cost 0.05 of the cores together
+    assert m.verdict(admitted).accept
+
+
+def test_the_measured_cost_per_session_replaces_the_first_estimate_when_it_is_higher() -> None:
+    c = Clocks()
+    m = meter(c, first_session_s=0.4)  # 0.01 a session at first
+    c.run(10, 0.6, m)  # four sessions use 0.6 of the cores: 0.15 each
+    assert m.session_load(4) == pytest.approx(0.15)
+    assert not m.verdict(4).accept  # 0.6 + 0.15 = 0.75
+    c.run(10, 0.5, m)
+    assert m.verdict(4).accept  # 0.5 + 0.125
+
+
+def test_slow_turns_refuse_new_sessions_even_with_idle_cores() -> None:
+    """A remote LLM or a lock shows in the turns' latency, not in this process's CPU."""
+    c = Clocks()
+    m = meter(c)
+    c.run(10, 0.05, m)
+    for _ in range(10):
+        m.observe_turn(1900.0)  # 0.76 of the budget
+    verdict = m.verdict(3)
+    assert not verdict.accept and "turn p95 1900 ms" in verdict.detail
+
+
+def test_max_sessions_is_a_hard_cap_whatever_the_load() -> None:
+    c = Clocks()
+    m = meter(c, max_sessions=2)
+    c.run(10, 0.0, m)
+    assert m.verdict(1).accept
+    verdict = m.verdict(2)
+    assert (verdict.accept, verdict.reason) == (False, "max_sessions")
+    assert "server.max_sessions" in verdict.detail
+
+
+def test_the_state_degrades_in_order_and_recovers() -> None:
+    c = Clocks()
+    m = meter(c)
+    assert m.update_state(3) is None and m.state is State.ACCEPTING
+    c.run(10, 0.9, m)
+    assert m.update_state(3) is State.FULL
+    assert m.update_state(3) is None  # no change, nothing to log
+    for _ in range(5):
+        m.observe_turn(3000.0)
+    assert m.update_state(3) is State.OVER_BUDGET
+    c.run(31, 0.1, m)  # the slow turns age out and the cores calm down
+    assert m.update_state(3) is State.ACCEPTING
+
+
+def test_the_balancer_weight_falls_with_the_load_and_never_reaches_zero() -> None:
+    c = Clocks()
+    m = meter(c)
+    assert m.weight == 100
+    c.run(10, 0.4, m)
+    assert m.weight == 60
+    c.run(10, 1.0, m)
+    assert m.weight == 1
+
+
+def test_bad_arguments_are_refused() -> None:
+    with pytest.raises(ValueError):
+        LoadMeter(cores=0, budget_ms=2500)
+    with pytest.raises(ValueError):
+        LoadMeter(cores=2, budget_ms=2500, threshold=1.5)
