@@ -123,12 +123,14 @@ class Sampler:
     def threads_cpu_s(self) -> dict[str, float]:
         """CPU seconds so far of each thread name in the watched processes (``stt``, ``tts``,
         ``turn``, ``vad``: the model executors; llama.cpp's and onnxruntime's worker threads
-        carry the name of the thread that started them)."""
+        carry the name of the thread that started them, so the pools a model makes when it is
+        loaded, in the main thread, are ``python``).  The main thread itself, which runs the
+        event loop, is ``event-loop``."""
         out: dict[str, float] = {}
         for pid in self.pids:
             for task in Path(f"/proc/{pid}/task").glob("*"):
                 try:
-                    name = (task / "comm").read_text().strip()
+                    name = "event-loop" if task.name == str(pid) else (task / "comm").read_text().strip()
                 except OSError:
                     continue  # a thread that ended between the listing and the read
                 cpu = self._stat_cpu_s(task / "stat")
@@ -180,29 +182,104 @@ def session_files(
     return files
 
 
-async def run_n(url: str, files: list[Path], session: dict[str, Any] | None = None) -> tuple[list[TurnResult], list[str]]:
+async def run_n(url: str, files: list[Path], session: dict[str, Any] | None = None) -> tuple[list[TurnResult], list[str], int]:
     """Play every session's file at the same time over its own connection (``session``: more
-    ``session.update`` fields each sends first)."""
+    ``session.update`` fields each sends first).  Returns the turns, the errors, and how many
+    connections the server refused with 503 (admission; not errors)."""
+    from websockets.exceptions import InvalidStatus
+
     results = await asyncio.gather(
         *(replay_file(url, f, timeout_s=60.0, turn_gap_s=3.0, session=session) for f in files), return_exceptions=True
     )
     turns: list[TurnResult] = []
     errors: list[str] = []
+    refused = 0
     for r in results:
-        if isinstance(r, BaseException):
+        if isinstance(r, InvalidStatus) and r.response.status_code == 503:
+            refused += 1
+        elif isinstance(r, BaseException):
             errors.append(f"{type(r).__name__}: {r}")
         else:
             turns.extend(r)
-    return turns, errors
+    return turns, errors, refused
 
 
-def summarize(turns: list[TurnResult], errors: list[str], expected: int, cpu_s: float, wall_s: float, sampler: Sampler) -> dict[str, Any]:
+class LoadPoller:
+    """Reads the server's ``voiceagent_load`` gauges from ``/metrics`` every ``period`` seconds in
+    a thread: (monotonic time, cpu, latency) samples, to see which measure predicts the turns'
+    latency."""
+
+    def __init__(self, ws_url: str, period: float = 0.5) -> None:
+        host = ws_url.split("://", 1)[1].split("/", 1)[0]
+        self.url = f"http://{host}/metrics"
+        self.period = period
+        self.samples: list[tuple[float, float, float]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.period):
+            try:
+                with urllib.request.urlopen(self.url, timeout=2) as resp:
+                    text = resp.read().decode()
+            except OSError:
+                continue
+            values = {}
+            for line in text.splitlines():
+                if line.startswith("voiceagent_load{"):
+                    measure = line.split('measure="', 1)[1].split('"', 1)[0]
+                    values[measure] = float(line.rsplit(" ", 1)[1])
+            if {"cpu", "latency"} <= values.keys():
+                self.samples.append((time.monotonic(), values["cpu"], values["latency"]))
+
+    def at(self, t: float) -> tuple[float, float] | None:
+        """The (cpu, latency) load last sampled at or before ``t``."""
+        before = [s for s in self.samples if s[0] <= t]
+        return (before[-1][1], before[-1][2]) if before else None
+
+    def __enter__(self) -> LoadPoller:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def load_vs_latency(turns: list[TurnResult], poller: LoadPoller, t0: float) -> dict[str, Any]:
+    """Per answered turn, the load each measure showed at its end of speech (``t0`` + the turn's
+    time in its file: the files play in real time from ``t0``), and each measure's correlation
+    with the turn's latency: which one predicts it."""
+    pairs = []
+    for t in turns:
+        if t.latency_ms is None:
+            continue
+        seen = poller.at(t0 + t.speech_end_s)
+        if seen is not None:
+            pairs.append((seen[0], seen[1], t.latency_ms))
+    out: dict[str, Any] = {"turns": len(pairs)}
+    if pairs:
+        arr = np.array(pairs)
+        out["cpu_mean"], out["latency_load_mean"] = round(float(arr[:, 0].mean()), 3), round(float(arr[:, 1].mean()), 3)
+        out["cpu_max"], out["latency_load_max"] = round(float(arr[:, 0].max()), 3), round(float(arr[:, 1].max()), 3)
+    if len(pairs) >= 3:
+        for i, name in ((0, "cpu"), (1, "latency")):
+            x = arr[:, i]
+            ok = float(np.std(x)) > 0 and float(np.std(arr[:, 2])) > 0
+            out[f"corr_{name}"] = round(float(np.corrcoef(x, arr[:, 2])[0, 1]), 3) if ok else None
+    return out
+
+
+def summarize(
+    turns: list[TurnResult], errors: list[str], expected: int, cpu_s: float, wall_s: float, sampler: Sampler, refused: int = 0
+) -> dict[str, Any]:
     lat = [t.latency_ms for t in turns if t.latency_ms is not None]
     queue = [t.spans_ms["llm_admitted"] - t.spans_ms["llm_request"] for t in turns if {"llm_admitted", "llm_request"} <= t.spans_ms.keys()]
     p = percentiles(lat)
     return {
         "turns": expected,
         "answered": len(lat),
+        "refused_sessions": refused,
         "errors": len(errors) + sum(1 for t in turns if t.latency_ms is None),
         "error_messages": errors[:5],
         "latency_ms": p | {"max": round(max(lat), 1) if lat else None},
@@ -403,6 +480,11 @@ def main() -> int:
         help="one more server on the batched engine with these settings, measured in turn with the others (an A/B)",
     )
     ap.add_argument("--replot", metavar="JSON", help="only redraw the plot of an earlier run into --out")
+    ap.add_argument(
+        "--admission",
+        action="store_true",
+        help="leave server.max_sessions at 0: the servers admit by their own rule, and refusals (503) are counted",
+    )
     args = ap.parse_args()
     if args.replot:
         report = json.loads(Path(args.replot).read_text())
@@ -411,7 +493,8 @@ def main() -> int:
     ns = [int(x) for x in args.sessions.split(",")]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    overrides = {"server.port": "0", "server.max_sessions": str(max(ns)), **dict(s.split("=", 1) for s in args.set)}
+    cap = "0" if args.admission else str(max(ns))
+    overrides = {"server.port": "0", "server.max_sessions": cap, **dict(s.split("=", 1) for s in args.set)}
     config = load_config(env={}, overrides=overrides)
     proc: subprocess.Popen[bytes] | None = None
     engines = args.engines.split(",")
@@ -469,11 +552,12 @@ def main() -> int:
                     files = session_files(n, args.turns, args.slot, arrangement, rng, Path(tmp))
                     for name, server in servers.items():  # the same files on each engine, in turn
                         pids = [server.proc.pid, *([proc.pid] if proc is not None else [])]
-                        with Sampler(pids) as sampler:
+                        with Sampler(pids) as sampler, LoadPoller(server.url) as poller:
                             cpu0, t0, th0 = sampler.total_cpu_s(), time.monotonic(), sampler.threads_cpu_s()
-                            turns, errors = asyncio.run(run_n(server.url, files))
+                            turns, errors, refused = asyncio.run(run_n(server.url, files))
                             cpu1, t1, th1 = sampler.total_cpu_s(), time.monotonic(), sampler.threads_cpu_s()
-                        row = summarize(turns, errors, n * args.turns, cpu1 - cpu0, t1 - t0, sampler)
+                        row = summarize(turns, errors, n * args.turns, cpu1 - cpu0, t1 - t0, sampler, refused)
+                        row["load_vs_latency"] = load_vs_latency(turns, poller, t0)
                         # CPU seconds per answered turn, by thread name: where the machine's time went.
                         per_turn = {k: (v - th0.get(k, 0.0)) / max(1, row["answered"]) for k, v in th1.items()}
                         ranked = sorted(per_turn.items(), key=lambda kv: -kv[1])
@@ -482,7 +566,8 @@ def main() -> int:
                         row["turn_results"] = [asdict(t) for t in turns]
                         report["results"][name].setdefault(arrangement, {})[str(n)] = row
                         print(
-                            f"{name:8s} {arrangement:12s} N={n}: answered {row['answered']}/{row['turns']} errors {row['errors']} "
+                            f"{name:8s} {arrangement:12s} N={n}: answered {row['answered']}/{row['turns']} "
+                            f"refused {row['refused_sessions']} errors {row['errors']} load {row['load_vs_latency']} "
                             f"latency {row['latency_ms']} queue {row['llm_queue_ms']} cpu {row['cpu_cores']} "
                             f"gaps {row['playback_gap_ms']} ms in {row['turns_with_gaps']} turns "
                             f"rss/pss {row['peak_rss_mb']}/{row['peak_pss_mb']} MB",

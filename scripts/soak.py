@@ -204,7 +204,7 @@ def main() -> int:
             )
             with RssLog(server.proc.pid) as rss:
                 t0 = time.monotonic()
-                turns, errors = asyncio.run(run_n(server.url, files, session))
+                turns, errors, refused = asyncio.run(run_n(server.url, files, session))
                 wall = time.monotonic() - t0
             left = sessions_left(server.url)
             metrics = scrape(server.url)
@@ -237,6 +237,7 @@ def main() -> int:
         "answered": len(lat),
         "lost": lost,
         "client_errors": errors[:5],
+        "refused_sessions": refused,
         # What each unanswered turn was: heard (a transcript) or not, and the server's reply, if any.
         "lost_turns": [
             {"file": Path(t.file).name, "turn": t.turn, "heard": t.transcript, "reply": t.reply} for t in turns if t.latency_ms is None
@@ -275,7 +276,7 @@ def main() -> int:
         "llm_engine": {
             k: v for k, v in metrics.items() if k.startswith("voiceagent_llm_") and "prompt_tokens" not in k and "bucket" not in k
         },
-        "pass": lost == 0 and not errors and failed == 0 and growth < args.max_growth_mb and left == 0,
+        "pass": lost == 0 and not errors and not refused and failed == 0 and growth < args.max_growth_mb and left == 0,
     }
     (out / "soak.json").write_text(json.dumps(report, indent=1))
     # Every turn's waterfall, for finding where the slow ones waited (not printed: 100s of rows).

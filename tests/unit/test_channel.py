@@ -243,3 +243,51 @@ def test_the_wait_of_each_item_in_the_channel_is_reported_on_the_channels_clock(
 
     run(main())
     assert waits == [("tts", 0.75), ("tts", 0.5)]
+
+
+# --------------------------------------------------------------------------- joining user audio
+
+
+def test_audio_waiting_in_the_channel_is_joined_and_keeps_its_place_and_time(run: Run) -> None:
+    from voiceagent.session import _join_audio
+
+    async def main() -> None:
+        now = [10.0]
+        waits: list[float] = []
+        ch: Channel[Event] = Channel("vad", 4, GenerationScope(), clock=lambda: now[0], on_wait=lambda _, s: waits.append(s))
+        await ch.put_or_merge(frame(0.0), _join_audio)
+        now[0] = 10.02
+        await ch.put_or_merge(frame(20.0), _join_audio)  # contiguous: joined
+        assert len(ch) == 1 and ch.merged == 1
+        await ch.put(SpeechStarted(t=0.0, gen=0, audio_ms=0.0))
+        await ch.put_or_merge(frame(40.0), _join_audio)  # behind another event: not joined
+        assert len(ch) == 3
+        now[0] = 10.05
+        first = await ch.get()
+        assert isinstance(first, AudioFrame) and len(first.pcm) == 640 and first.start_ms == 0.0
+        assert waits == [pytest.approx(0.05)]  # the first message's wait, not the second's
+        assert isinstance(await ch.get(), SpeechStarted)
+        assert isinstance(await ch.get(), AudioFrame)
+        await ch.put_or_merge(frame(60.0), _join_audio)  # the channel is empty: nothing to join
+        await ch.put_or_merge(frame(100.0), _join_audio)  # a gap in the stream: not joined
+        await ch.put_or_merge(frame(120.0, gen=1), _join_audio)  # another generation: not joined
+        assert len(ch) == 3
+
+    run(main(), 5)
+
+
+def test_joined_audio_never_grows_past_the_limit(run: Run) -> None:
+    from voiceagent.session import MERGE_SAMPLES, _join_audio
+
+    async def main() -> None:
+        ch: Channel[Event] = Channel("vad", 100, GenerationScope())
+        for k in range(20):  # 20 ms each: five fit 100 ms
+            await ch.put_or_merge(frame(20.0 * k), _join_audio)
+        sizes = []
+        while len(ch):
+            got = await ch.get()
+            assert isinstance(got, AudioFrame)
+            sizes.append(len(got.pcm))
+        assert sizes == [MERGE_SAMPLES] * 4 and MERGE_SAMPLES == 1600
+
+    run(main(), 5)

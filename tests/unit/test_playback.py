@@ -23,3 +23,19 @@ def test_a_chunk_sent_after_the_one_before_ended_counts_the_silence() -> None:
     tl.schedule(2.0, 0.5)  # in time again
     assert tl.gaps_ms == pytest.approx(250.0)
     assert tl.heard_ms(3.0) == pytest.approx(2500.0)
+
+
+def test_heard_ms_agrees_with_summing_every_segment_at_any_instant() -> None:
+    """The binary search gives what adding up the segments one by one gives, gaps included."""
+    tl = ListenerTimeline()
+    sends = [(0.0, 0.5), (0.1, 0.5), (0.2, 0.25), (2.0, 0.5), (2.1, 0.02), (5.0, 1.0)]  # (sent at, seconds)
+    for now, dur in sends:
+        tl.schedule(now, dur)
+
+    def summed(now: float) -> float:
+        return sum(min(now - start, dur) for start, dur in tl.segments if now > start) * 1000.0
+
+    for k in range(0, 700):
+        now = k / 100.0
+        assert abs(tl.heard_ms(now) - summed(now)) < 1e-6, now
+    assert tl.heard_ms(100.0) == tl.sent_ms

@@ -3,6 +3,7 @@ to a Silero ONNX model; no torch)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import onnxruntime as ort
 
 from voiceagent.audio import Float32Array
 from voiceagent.backends.gpu import onnx_providers
+from voiceagent.backends.protocols import VadStream
 from voiceagent.models.source import resolve
 from voiceagent.pipeline.scheduler import name_os_thread
 
@@ -63,3 +65,34 @@ class SileroVad:
 
     def stream(self) -> SileroStream:
         return SileroStream(self._session)
+
+    def process_many(self, jobs: Sequence[tuple[VadStream, Float32Array]]) -> list[list[float]]:
+        """``stream.process(pcm)`` for every job, the streams' windows in one model call per
+        round (round k: the k-th new window of every stream that has one), each stream's own
+        recurrent state carried.  Gives the probabilities of the one-by-one calls (to float
+        rounding).  Streams not made by this model are processed one by one.  Executor only."""
+        results: list[list[float]] = [[] for _ in jobs]
+        batched: list[tuple[int, SileroStream, Float32Array]] = []
+        for i, (stream, pcm) in enumerate(jobs):
+            if isinstance(stream, SileroStream) and stream._session is self._session:
+                batched.append((i, stream, np.concatenate([stream._pending, pcm.astype(np.float32)])))
+            else:
+                results[i] = stream.process(pcm)
+        rounds = max((len(buf) // _WINDOW for _, _, buf in batched), default=0)
+        sr = np.array(16000, dtype=np.int64)
+        for r in range(rounds):
+            now = [(i, stream, buf[r * _WINDOW : (r + 1) * _WINDOW]) for i, stream, buf in batched if len(buf) >= (r + 1) * _WINDOW]
+            x = np.empty((len(now), _CONTEXT + _WINDOW), dtype=np.float32)
+            state = np.empty((2, len(now), 128), dtype=np.float32)
+            for k, (_, stream, window) in enumerate(now):
+                x[k, :_CONTEXT] = stream._context
+                x[k, _CONTEXT:] = window
+                state[:, k, :] = stream._state[:, 0, :]
+            out, new_state = self._session.run(None, {"input": x, "state": state, "sr": sr})
+            for k, (i, stream, window) in enumerate(now):
+                results[i].append(float(out[k][0]))
+                stream._state = np.ascontiguousarray(new_state[:, k : k + 1, :])
+                stream._context = window[-_CONTEXT:]
+        for _, stream, buf in batched:
+            stream._pending = buf[(len(buf) // _WINDOW) * _WINDOW :]
+        return results

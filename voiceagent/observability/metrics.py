@@ -111,6 +111,7 @@ class Metrics:
             buckets=_QUEUE_BUCKETS,
             registry=r,
         )
+        self._queue_waits: dict[str, Histogram] = {}
         self._answers = Counter(
             "voiceagent_llm_answers",
             "replies by the LLM engine that answered and why (see backends/fallback.py)",
@@ -171,7 +172,10 @@ class Metrics:
         self._context_dropped.inc(items)
 
     def queue_wait(self, queue: str, seconds: float) -> None:
-        self._queue_wait.labels(queue).observe(max(0.0, seconds))
+        child = self._queue_waits.get(queue)
+        if child is None:  # the label lookup costs more than the observation: once per queue
+            child = self._queue_waits[queue] = self._queue_wait.labels(queue)
+        child.observe(max(0.0, seconds))
 
     def observe_turn(self, status: str, spans_ms: dict[str, float], llm_queue_ms: float | None = None) -> None:
         """Count one ended response: its status, its spans and its wait for the LLM."""

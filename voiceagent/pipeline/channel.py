@@ -10,6 +10,7 @@ dropped.
 from __future__ import annotations
 
 import asyncio
+import collections
 import time
 from collections.abc import Callable
 from typing import Generic, TypeVar
@@ -20,6 +21,20 @@ from voiceagent.pipeline.generation import Generations
 __all__ = ["Channel"]
 
 E = TypeVar("E", bound=Event)
+T = TypeVar("T")
+
+
+class _Queue(asyncio.Queue[T]):
+    """An asyncio queue whose newest item can be read and replaced (through the ``_queue`` deque
+    that asyncio.Queue's subclassing hooks, ``_init``/``_put``/``_get``, are written against)."""
+
+    _queue: collections.deque[T]
+
+    def newest(self) -> T | None:
+        return self._queue[-1] if self._queue else None
+
+    def replace_newest(self, item: T) -> None:
+        self._queue[-1] = item
 
 
 class Channel(Generic[E]):
@@ -47,8 +62,9 @@ class Channel(Generic[E]):
         self._scope = scope
         self._on_wait = on_wait
         self._clock = clock
-        self._queue: asyncio.Queue[tuple[float, E]] = asyncio.Queue(maxsize=capacity)
+        self._queue: _Queue[tuple[float, E]] = _Queue(maxsize=capacity)
         self.dropped_stale = 0
+        self.merged = 0
 
     def __len__(self) -> int:
         return self._queue.qsize()
@@ -56,6 +72,20 @@ class Channel(Generic[E]):
     async def put(self, item: E) -> None:
         """Add ``item``, waiting while the channel is full."""
         await self._queue.put((self._clock(), item))
+
+    async def put_or_merge(self, item: E, merge: Callable[[E, E], E | None]) -> None:
+        """Fold ``item`` into the newest item still waiting in the channel when ``merge(newest,
+        item)`` gives the two as one (which keeps the newest's place and time in the queue), else
+        :meth:`put` it.  For user audio: while the next stage is busy, the messages that pile up
+        behind it go on as one frame, not one trip through every stage each."""
+        tail = self._queue.newest()
+        if tail is not None:
+            merged = merge(tail[1], item)
+            if merged is not None:
+                self._queue.replace_newest((tail[0], merged))
+                self.merged += 1
+                return
+        await self.put(item)
 
     def put_nowait(self, item: E) -> None:
         """Add ``item`` or raise :class:`asyncio.QueueFull`."""

@@ -2,8 +2,10 @@
 
 A stage is one asyncio task reading one bounded inbox.  For every event it calls
 :meth:`Stage.handle`, which may emit to the next stage (``self.out``, awaiting back-pressure) and
-notify the session (``self.ctx.notify``).  ``handle`` runs as a child task, so that a
-generation bump can cancel work on a stale response without stopping the stage itself.
+notify the session (``self.ctx.notify``).  ``handle`` runs as a child task for a response event,
+so that a generation bump can cancel work on a stale response without stopping the stage itself;
+an input event (user audio, VAD events: nothing a bump cancels) is handled inline, without a task
+of its own, because there are about fifty of them a second per session.
 
 Error contract: an exception from ``handle`` (a model that raises) is reported to the session
 as a :class:`~voiceagent.errors.StageError` and the stage goes on with the next event.
@@ -65,7 +67,10 @@ class Stage(ABC):
         """Read the inbox forever.  Cancel the task running this to stop the stage."""
         while True:
             event = await self.inbox.get()
-            self._child_gen = event.gen if isinstance(event, ResponseEvent) else None
+            if not isinstance(event, ResponseEvent):
+                await self._handle_inline(event)
+                continue
+            self._child_gen = event.gen
             child = asyncio.create_task(self.handle(event), name=f"{self.name}.handle")
             self._child = child
             try:
@@ -84,10 +89,28 @@ class Stage(ABC):
                 continue  # a stale response was cancelled by a generation bump
             exc = child.exception()
             if exc is not None:
-                gen = event.gen
-                log.warning("stage %s failed on %s: %r", self.name, type(event).__name__, exc)
-                err = exc if isinstance(exc, StageError) else StageError(self.name, f"{type(exc).__name__}: {exc}")
-                await self.ctx.report_error(err, gen)
+                await self._failed(event, exc)
+
+    async def _handle_inline(self, event: Event) -> None:
+        """Handle an event no generation bump cancels in the stage's own task.  Cancelling the
+        stage cancels it (and the side tasks) as it cancels a child."""
+        try:
+            await self.handle(event)
+        except asyncio.CancelledError:
+            for task in list(self._background):
+                task.cancel()
+            await asyncio.gather(*self._background, return_exceptions=True)
+            raise
+        except Exception as exc:  # a model that raises: reported, and the stage goes on
+            self.handled += 1
+            await self._failed(event, exc)
+        else:
+            self.handled += 1
+
+    async def _failed(self, event: Event, exc: BaseException) -> None:
+        log.warning("stage %s failed on %s: %r", self.name, type(event).__name__, exc)
+        err = exc if isinstance(exc, StageError) else StageError(self.name, f"{type(exc).__name__}: {exc}")
+        await self.ctx.report_error(err, event.gen)
 
     def spawn(self, coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
         """Run side work (a partial decode) beside the inbox loop; cancelled with the stage,

@@ -13,8 +13,9 @@ from voiceagent.audio import int16_to_float
 from voiceagent.backends.protocols import VadBackend
 from voiceagent.config import VadConfig
 from voiceagent.events import AudioFrame, Event, Silence, SpeechPaused, SpeechResumed, SpeechStarted, SpeechStopped
-from voiceagent.pipeline import Channel, Stage, StageContext, run_in
+from voiceagent.pipeline import Channel, Stage, StageContext
 from voiceagent.settings import SessionSettings
+from voiceagent.stages.vad_batch import VadBatch
 
 __all__ = ["VadOptions", "VadPorts", "VadStage", "VadTracker", "VoiceEvent"]
 
@@ -163,6 +164,7 @@ class VadStage(Stage):
         self._stop_ms = options.stop_ms
         self._min_speech_ms = options.min_speech_ms
         self._barge_in_ms = options.barge_in_ms
+        self._batch: VadBatch | None = None
         self.tracker = VadTracker(1000.0 * self._stream.window_samples / 16000)
         self._samples = 0
 
@@ -171,7 +173,10 @@ class VadStage(Stage):
             await self.emit(event)
             return
         await self.emit(event)
-        probs = await run_in(self._backend.executor, self._stream.process, int16_to_float(event.pcm))
+        # One model call for the frames of every session of this server (vad_batch.py).
+        if self._batch is None:
+            self._batch = VadBatch.of(self._backend)  # on the loop the stage runs on
+        probs = await self._batch.process(self._stream, int16_to_float(event.pcm))
         # Windows are contiguous from the start of the stream, whatever the frame sizes.
         win = self.tracker.window_ms
         base_windows = self._samples // self._stream.window_samples

@@ -321,6 +321,10 @@ class VoiceAgentServer:
             create_connection=PostConnection,
             select_subprotocol=_select_subprotocol,
             max_size=cfg.max_message_bytes,
+            # No permessage-deflate: base64 audio, nearly all of the bytes, shrinks by about a
+            # quarter for a zlib call on every message, and CPU, not bandwidth, is what limits how
+            # many conversations a server holds (WebRTC's Opus is the answer to bandwidth).
+            compression=None,
             ping_interval=20,
             ping_timeout=20,
             ssl=context,
