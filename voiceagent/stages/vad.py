@@ -1,13 +1,16 @@
 """VAD stage: speech probability per 32 ms window → speech start / stop / silence events.
 
 The decision logic is :class:`VadTracker`, a pure state machine; the stage runs the model in the
-VAD backend's executor and forwards every audio frame to STT *before* the events that refer to it.
+VAD backend's executor and forwards the audio to STT *before* the events that refer to it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
+
+import numpy as np
 
 from voiceagent.audio import int16_to_float
 from voiceagent.backends.protocols import VadBackend
@@ -17,11 +20,16 @@ from voiceagent.pipeline import Channel, Stage, StageContext
 from voiceagent.settings import SessionSettings
 from voiceagent.stages.vad_batch import VadBatch
 
-__all__ = ["VadOptions", "VadPorts", "VadStage", "VadTracker", "VoiceEvent"]
+__all__ = ["FORWARD_SAMPLES", "VadOptions", "VadPorts", "VadStage", "VadTracker", "VoiceEvent"]
 
 _WINDOW_MS = 32.0
 _MAX_SILENCE_TICKS_MS = 4000.0  # the endpointer never needs more silence than this
 _CANDIDATE_GAP_MS = 64.0  # the longest dip a speech-start candidate survives (two windows)
+FORWARD_SAMPLES = 800
+"""User audio goes on to STT once at least 50 ms of it is held, or at once before any VAD event:
+one trip to STT per few client messages instead of one each, which delays nothing STT decides on
+(partials come every few hundred ms of audio, and every event that starts a decode sends the
+audio first)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,7 +155,9 @@ class VadOptions:
 
 
 class VadStage(Stage):
-    """Inbox: ``AudioFrame`` (and manual-mode control events, passed on).  Out: to STT.
+    """Inbox: ``AudioFrame`` (and manual-mode control events, passed on).  Out: to STT, the audio
+    in frames of 50 ms or more (:data:`FORWARD_SAMPLES`), always before the speech events about it
+    and before any other event (silence ticks excepted: they need no audio).
 
     ``agent_active()`` says whether the agent is answering; then speech must last
     ``barge_in_ms`` (not ``min_speech_ms``) to start, so a cough does not interrupt.
@@ -165,14 +175,18 @@ class VadStage(Stage):
         self._min_speech_ms = options.min_speech_ms
         self._barge_in_ms = options.barge_in_ms
         self._batch: VadBatch | None = None
+        self._held: list[AudioFrame] = []  # audio not yet sent on to STT, oldest first
+        self._held_samples = 0
         self.tracker = VadTracker(1000.0 * self._stream.window_samples / 16000)
         self._samples = 0
 
     async def handle(self, event: Event) -> None:
         if not isinstance(event, AudioFrame):
+            await self._forward_audio()
             await self.emit(event)
             return
-        await self.emit(event)
+        self._held.append(event)
+        self._held_samples += len(event.pcm)
         # One model call for the frames of every session of this server (vad_batch.py).
         if self._batch is None:
             self._batch = VadBatch.of(self._backend)  # on the loop the stage runs on
@@ -185,12 +199,31 @@ class VadStage(Stage):
         if td is None:
             # Manual turn-taking: no VAD events (the model still runs to keep its state current).
             self.tracker.reset()
+            if self._held_samples >= FORWARD_SAMPLES:
+                await self._forward_audio()
             return
         min_ms = self._barge_in_ms if self._agent_active() else self._min_speech_ms
-        for i, prob in enumerate(probs):
-            end_ms = (base_windows + i + 1) * win
-            for ve in self.tracker.feed(prob, end_ms, td.threshold, min_ms, self._stop_ms):
-                await self._forward(ve)
+        events = [
+            ve
+            for i, prob in enumerate(probs)
+            for ve in self.tracker.feed(prob, (base_windows + i + 1) * win, td.threshold, min_ms, self._stop_ms)
+        ]
+        # The audio goes before the events about it.  A silence tick (one a window for seconds
+        # after each stop) refers to no new audio STT needs: it does not send the audio on.
+        if self._held_samples >= FORWARD_SAMPLES or any(ve.kind != "silence" for ve in events):
+            await self._forward_audio()
+        for ve in events:
+            await self._forward(ve)
+
+    async def _forward_audio(self) -> None:
+        """Send the audio held back to STT as one frame (nothing when none is held)."""
+        if not self._held:
+            return
+        held, self._held, self._held_samples = self._held, [], 0
+        if len(held) == 1:
+            await self.emit(held[0])
+            return
+        await self.emit(dataclasses.replace(held[0], pcm=np.concatenate([f.pcm for f in held])))
 
     async def _forward(self, ve: VoiceEvent) -> None:
         now = self.ctx.clock.now()
