@@ -84,6 +84,9 @@ REALTIME_PATH = "/v1/realtime"
 TWILIO_PATH = "/twilio"
 TWIML_PATH = "/twilio/twiml"
 CALLS_PATH = "/v1/realtime/calls"
+FIRST_TURN_FACTOR = 4.0
+"""A whole turn's CPU seconds over its critical path's (:class:`voiceagent.capacity.TurnCost`):
+the first estimate of what a new session costs, before the load has measured it."""
 RETRY_AFTER = "5"
 """Seconds a refused client is told to wait: a few load samples, and about a turn's length."""
 _HANGUP = re.compile(r"/v1/realtime/calls/([A-Za-z0-9_]{1,64})/hangup")
@@ -240,11 +243,11 @@ class VoiceAgentServer:
     def _load_meter(self) -> LoadMeter:
         cfg = self.config.server
         cost = self.engines.turn_cost
-        # The models' critical path measured at start-up, doubled for the work around it: at 8
-        # sessions the event loop and the VAD cost as much CPU per turn as the models
-        # (docs/reports/concurrency-2026-11-26.md).  Only a first estimate: the measured load
-        # takes over once sessions run.
-        first = 2.0 * cost.work_s if cost is not None else 1.0
+        # A whole turn costs several times its critical path measured at start-up: the reply's
+        # whole generation and synthesis, the partial transcripts, the listening around it.  Four
+        # times is what 16 conversations at a natural pace measured per turn on a 2-core machine
+        # (docs/decisions/admission.md).  Only a first estimate: the measured load takes over.
+        first = FIRST_TURN_FACTOR * cost.work_s if cost is not None else 1.0
         return LoadMeter(
             cores=_usable_cores(),
             budget_ms=cfg.latency_budget_ms,
@@ -351,9 +354,9 @@ class VoiceAgentServer:
                 log.info("admission: taking new sessions again (load %.2f, %d sessions)", self.load.load, len(self.sessions))
             elif changed is Admission.FULL:
                 log.warning(
-                    "admission: refusing new sessions, the %d running are answered inside the budget (load %.2f)",
+                    "admission: refusing new sessions, the %d running are answered inside the budget (%s)",
                     len(self.sessions),
-                    self.load.load,
+                    self.load.verdict(len(self.sessions) + len(self._reserved)).detail,
                 )
             elif changed is Admission.OVER_BUDGET:
                 log.warning(
