@@ -156,15 +156,18 @@ def session_files(
     workdir: Path,
     questions: tuple[str, ...] = QUESTIONS,
     lead_s: float = 0.0,
+    arrive: bool = False,
 ) -> list[Path]:
     """One WAV per session: ``lead_s`` of silence, then ``turns`` questions (fixture names, in
     rotation), turn k's speech ending 6 s into slot k for all sessions (simultaneous), at a random
     point of those first 6 s (staggered), or at such a point after session i's own phase of
-    ``i * slot_s / n`` (spread: callers who are not in step, each speaking once a slot)."""
+    ``i * slot_s / n`` (spread: callers who are not in step, each speaking once a slot).  With
+    ``arrive`` the phase is not in the file: the caller connects at its phase instead
+    (:func:`arrivals`), as callers do."""
     fixtures = make_fixtures.make_all(ROOT / ".cache" / "fixtures")
     files = []
     for i in range(n):
-        phase = i * slot_s / n if arrangement == "spread" else 0.0
+        phase = i * slot_s / n if arrangement == "spread" and not arrive else 0.0
         out = np.zeros(int((lead_s + phase + turns * slot_s) * RATE), dtype=np.int16)
         for k in range(turns):
             name = questions[(i + k * 3) % len(questions)]
@@ -182,15 +185,29 @@ def session_files(
     return files
 
 
-async def run_n(url: str, files: list[Path], session: dict[str, Any] | None = None) -> tuple[list[TurnResult], list[str], int]:
-    """Play every session's file at the same time over its own connection (``session``: more
-    ``session.update`` fields each sends first).  Returns the turns, the errors, and how many
-    connections the server refused with 503 (admission; not errors)."""
+def arrivals(n: int, slot_s: float, arrangement: str, arrive: bool) -> list[float]:
+    """When each of ``n`` callers connects, seconds after the first (0 for all unless ``arrive``)."""
+    return [i * slot_s / n if arrive and arrangement == "spread" else 0.0 for i in range(n)]
+
+
+async def run_n(
+    url: str, files: list[Path], session: dict[str, Any] | None = None, delays: list[float] | None = None
+) -> tuple[list[TurnResult], list[str], int]:
+    """Play every session's file over its own connection, all at once or each after its delay
+    (``session``: more ``session.update`` fields each sends first).  Returns the turns (their
+    ``speech_end_s`` counted from the first connection), the errors, and how many connections the
+    server refused with 503 (admission; not errors)."""
     from websockets.exceptions import InvalidStatus
 
-    results = await asyncio.gather(
-        *(replay_file(url, f, timeout_s=60.0, turn_gap_s=3.0, session=session) for f in files), return_exceptions=True
-    )
+    async def one(path: Path, delay: float) -> list[TurnResult]:
+        await asyncio.sleep(delay)  # the caller's arrival time, not a wait for anything
+        turns = await replay_file(url, path, timeout_s=60.0, turn_gap_s=3.0, session=session)
+        for t in turns:
+            t.speech_end_s += delay
+        return turns
+
+    waits = delays or [0.0] * len(files)
+    results = await asyncio.gather(*(one(f, d) for f, d in zip(files, waits, strict=True)), return_exceptions=True)
     turns: list[TurnResult] = []
     errors: list[str] = []
     refused = 0
@@ -481,6 +498,11 @@ def main() -> int:
     )
     ap.add_argument("--replot", metavar="JSON", help="only redraw the plot of an earlier run into --out")
     ap.add_argument(
+        "--arrive",
+        action="store_true",
+        help="spread: each caller connects at its own phase (as callers arrive) instead of all at the start",
+    )
+    ap.add_argument(
         "--admission",
         action="store_true",
         help="leave server.max_sessions at 0: the servers admit by their own rule, and refusals (503) are counted",
@@ -549,12 +571,13 @@ def main() -> int:
         with tempfile.TemporaryDirectory() as tmp:
             for arrangement in args.arrangements.split(","):
                 for n in ns:
-                    files = session_files(n, args.turns, args.slot, arrangement, rng, Path(tmp))
+                    files = session_files(n, args.turns, args.slot, arrangement, rng, Path(tmp), arrive=args.arrive)
+                    delays = arrivals(n, args.slot, arrangement, args.arrive)
                     for name, server in servers.items():  # the same files on each engine, in turn
                         pids = [server.proc.pid, *([proc.pid] if proc is not None else [])]
                         with Sampler(pids) as sampler, LoadPoller(server.url) as poller:
                             cpu0, t0, th0 = sampler.total_cpu_s(), time.monotonic(), sampler.threads_cpu_s()
-                            turns, errors, refused = asyncio.run(run_n(server.url, files))
+                            turns, errors, refused = asyncio.run(run_n(server.url, files, delays=delays))
                             cpu1, t1, th1 = sampler.total_cpu_s(), time.monotonic(), sampler.threads_cpu_s()
                         row = summarize(turns, errors, n * args.turns, cpu1 - cpu0, t1 - t0, sampler, refused)
                         row["load_vs_latency"] = load_vs_latency(turns, poller, t0)

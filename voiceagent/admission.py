@@ -13,10 +13,10 @@ load (0–1) is the larger of two measures, both kept over the last seconds:
 
 A new session is admitted while ``load + recent admissions' cost + its own cost`` stays under
 ``server.load_threshold`` (0.75: LiveKit's production default for its workers).  A session's
-cost is the measured CPU load per open session; before there is one to measure (and as a floor
-for sessions admitted in the last :data:`PACE_S`, which have not yet spoken), it is the start-up
-turn cost spread over one question per :data:`PACE_S`.  That provisional cost keeps a burst of
-connections to an idle server from all being admitted at once on a load that has not seen them.
+cost is the measured CPU load per open session, and at least the start-up turn cost spread over
+one question per :data:`PACE_S`.  A session admitted in the last :data:`PACE_S` counts that cost
+provisionally, fading as the measured load comes to see it: that keeps a crowd connecting to an
+idle server from all being admitted on a load that has not seen them yet.
 
 Degrading in order (:class:`State`): past the threshold new sessions are refused (HTTP 503 with
 ``Retry-After``) while the running ones are still answered inside the budget (``full``); only
@@ -167,10 +167,14 @@ class LoadMeter:
         return max(measured, self.first_session_load)
 
     def _provisional(self, sessions: int) -> float:
-        horizon = self._wall() - PACE_S
-        while self._admitted and self._admitted[0] < horizon:
+        """The expected cost of the sessions admitted in the last :data:`PACE_S`, each weighed by
+        how little of its life the measured load has seen yet (1 when just admitted, 0 after
+        :data:`PACE_S`): the measured CPU takes over from the estimate as the session talks."""
+        now = self._wall()
+        while self._admitted and self._admitted[0] < now - PACE_S:
             self._admitted.popleft()
-        return len(self._admitted) * self.session_load(sessions)
+        unseen = sum(1.0 - (now - t) / PACE_S for t in self._admitted)
+        return unseen * self.session_load(sessions)
 
     def verdict(self, sessions: int) -> Verdict:
         """May a new session open beside ``sessions`` open (or reserved) ones?  One is always

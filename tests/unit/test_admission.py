@@ -149,3 +149,15 @@ def test_bad_arguments_are_refused() -> None:
         LoadMeter(cores=0, budget_ms=2500)
     with pytest.raises(ValueError):
         LoadMeter(cores=2, budget_ms=2500, threshold=1.5)
+
+
+def test_a_new_session_s_provisional_cost_fades_as_the_measured_load_comes_to_see_it() -> None:
+    c = Clocks()
+    m = meter(c)  # 0.1 a session at first
+    for _ in range(7):
+        m.admitted()
+    assert not m.verdict(8).accept  # 7 × 0.1 + 0.1
+    c.run(PACE_S / 2, 0.0, m)  # half their provisional cost is left: 0.35
+    assert m.verdict(8).accept
+    c.run(PACE_S / 2, 0.0, m)
+    assert m._provisional(8) == pytest.approx(0.0, abs=1e-9)

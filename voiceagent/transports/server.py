@@ -84,7 +84,7 @@ REALTIME_PATH = "/v1/realtime"
 TWILIO_PATH = "/twilio"
 TWIML_PATH = "/twilio/twiml"
 CALLS_PATH = "/v1/realtime/calls"
-FIRST_TURN_FACTOR = 4.0
+FIRST_TURN_FACTOR = 6.0
 """A whole turn's CPU seconds over its critical path's (:class:`voiceagent.capacity.TurnCost`):
 the first estimate of what a new session costs, before the load has measured it."""
 RETRY_AFTER = "5"
@@ -244,9 +244,11 @@ class VoiceAgentServer:
         cfg = self.config.server
         cost = self.engines.turn_cost
         # A whole turn costs several times its critical path measured at start-up: the reply's
-        # whole generation and synthesis, the partial transcripts, the listening around it.  Four
-        # times is what 16 conversations at a natural pace measured per turn on a 2-core machine
-        # (docs/decisions/admission.md).  Only a first estimate: the measured load takes over.
+        # whole generation and synthesis, the partial transcripts, the listening around it.  16
+        # conversations at a natural pace on a 2-core machine measured 4-6 times, varying with
+        # the start-up figure (docs/decisions/admission.md); the high end is taken, since a
+        # crowd admitted on too low a guess slows every call it joins.  Only a first estimate:
+        # the measured load takes over.
         first = FIRST_TURN_FACTOR * cost.work_s if cost is not None else 1.0
         return LoadMeter(
             cores=_usable_cores(),
