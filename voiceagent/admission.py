@@ -1,22 +1,24 @@
 """Admission by live load: a new conversation is taken while what the turns cost *now* leaves room.
 
-A connected caller who is listening costs almost nothing; a caller in a turn costs a transcript,
-a turn check, an LLM prompt and clause and the first audio.  So the number of conversations a
-machine serves is not a constant measured at start-up: it is what the measured load says.  The
-load (0–1) is the larger of two measures, both kept over the last seconds:
+A connected caller who is listening costs little; a caller in a turn costs a transcript, a turn
+check, a reply and its voice.  So the number of conversations a machine serves is not a constant
+measured at start-up: it is what the measured load says.  Two measures, both kept over the last
+seconds:
 
 * **CPU**: the process's CPU seconds over wall seconds × usable cores (every thread: the models,
-  the event loop, the VAD).  It predicts latency before latency moves: queueing on the cores
-  grows steeply past about three quarters of them.
+  the event loop, the VAD), and the CPU seconds spent per answered turn (the same CPU over the
+  turns answered meanwhile: a turn with its share of all the listening around it).
 * **Latency**: the p95 end of speech → first audio of the turns answered lately, over
   ``server.latency_budget_ms``.  It catches what CPU does not show (a lock, a remote LLM).
 
-A new session is admitted while ``load + recent admissions' cost + its own cost`` stays under
-``server.load_threshold`` (0.75: LiveKit's production default for its workers).  A session's
-cost is the measured CPU load per open session, and at least the start-up turn cost spread over
-one question per :data:`PACE_S`.  A session admitted in the last :data:`PACE_S` counts that cost
-provisionally, fading as the measured load comes to see it: that keeps a crowd connecting to an
-idle server from all being admitted on a load that has not seen them yet.
+The load (0–1) is the larger of the CPU share and the latency share.  A conversation is expected
+to cost one turn per :data:`PACE_S` (a natural pace) at the measured CPU per turn; before any turn
+is measured, at the start-up estimate.  A new session is admitted while the larger of the
+measured CPU share and what the open sessions are expected to cost, plus what the new one is
+expected to cost, stays under ``server.load_threshold``, and the latency share stays under it
+too.  Counting the open sessions at their expected cost keeps a crowd that connects to an idle
+server at the same second from being admitted on a load that has not seen any of them talk; the
+measured share takes over where callers talk more often than :data:`PACE_S`.
 
 Degrading in order (:class:`State`): past the threshold new sessions are refused (HTTP 503 with
 ``Retry-After``) while the running ones are still answered inside the budget (``full``); only
@@ -35,12 +37,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-__all__ = ["PACE_S", "LoadMeter", "State", "Verdict"]
+__all__ = ["MIN_TURNS", "PACE_S", "LoadMeter", "State", "Verdict"]
 
 PACE_S = 20.0
-"""Seconds between a caller's questions at a natural pace: the first estimate of what a new
-session costs spreads one turn over this, and it is how long a new session's provisional cost
-is counted (it has not spoken yet, so the measured load has not seen it)."""
+"""Seconds between a caller's questions at a natural pace: a conversation is expected to cost one
+turn's CPU per this many seconds."""
+MIN_TURNS = 3
+"""Answered turns the CPU per turn is measured over before it replaces the start-up estimate."""
 
 
 class State(enum.Enum):
@@ -69,9 +72,10 @@ class Verdict:
 class LoadMeter:
     """The server's measured load and the admission decision made on it.
 
-    ``cores``: the cores this process may use.  ``first_session_s``: one turn's CPU seconds as
-    measured at start-up (every thread), the first estimate of a session's cost.  ``wall`` and
-    ``cpu`` are the clocks (the process's CPU time over all threads; injected in tests).
+    ``cores``: the cores this process may use.  ``first_turn_s``: the start-up estimate of one
+    turn's CPU seconds (every thread, the listening around it included), used until
+    :data:`MIN_TURNS` turns are measured.  ``wall`` and ``cpu`` are the clocks (the process's CPU
+    time over all threads; injected in tests).
 
     Not thread-safe: call it from the event loop's thread only.
     """
@@ -82,10 +86,10 @@ class LoadMeter:
         cores: int,
         budget_ms: float,
         threshold: float = 0.75,
-        first_session_s: float = 1.0,
+        first_turn_s: float = 2.0,
         max_sessions: int = 0,
         cpu_window_s: float = 10.0,
-        latency_window_s: float = 30.0,
+        turn_window_s: float = 30.0,
         wall: Callable[[], float] = time.monotonic,
         cpu: Callable[[], float] = time.process_time,
     ) -> None:
@@ -95,14 +99,14 @@ class LoadMeter:
         self.budget_ms = budget_ms
         self.threshold = threshold
         self.max_sessions = max_sessions
-        self.first_session_load = first_session_s / (cores * PACE_S)
+        self.first_turn_s = first_turn_s
         self.cpu_window_s = cpu_window_s
-        self.latency_window_s = latency_window_s
+        self.turn_window_s = turn_window_s
         self._wall = wall
         self._cpu = cpu
-        self._samples: collections.deque[tuple[float, float]] = collections.deque()
+        self._samples: collections.deque[tuple[float, float, int]] = collections.deque()  # (wall, cpu, turns so far)
         self._turns: collections.deque[tuple[float, float]] = collections.deque()  # (wall, latency ms)
-        self._admitted: collections.deque[float] = collections.deque()
+        self.turns = 0
         self.turns_over_budget = 0
         self.state = State.ACCEPTING
 
@@ -111,37 +115,60 @@ class LoadMeter:
     def sample(self) -> None:
         """Record the process's CPU time now (call every fraction of a second)."""
         now = self._wall()
-        self._samples.append((now, self._cpu()))
-        # Keep one sample at or before the window's start, so the window is always covered.
-        while len(self._samples) > 2 and self._samples[1][0] <= now - self.cpu_window_s:
+        self._samples.append((now, self._cpu(), self.turns))
+        # Keep one sample at or before the longest window's start, so it is always covered.
+        while len(self._samples) > 2 and self._samples[1][0] <= now - self.turn_window_s:
             self._samples.popleft()
 
     def observe_turn(self, latency_ms: float) -> None:
         """One answered turn's end of speech → first audio."""
+        self.turns += 1
         self._turns.append((self._wall(), latency_ms))
         if latency_ms > self.budget_ms:
             self.turns_over_budget += 1
 
-    def admitted(self) -> None:
-        """A session was admitted now (its cost counts provisionally for :data:`PACE_S`)."""
-        self._admitted.append(self._wall())
-
     # ------------------------------------------------------------------ reads
+
+    def _since(self, seconds: float) -> tuple[float, float, int] | None:
+        """The oldest sample within the last ``seconds`` (or the one just before them)."""
+        if len(self._samples) < 2:
+            return None
+        horizon = self._samples[-1][0] - seconds
+        first = self._samples[0]
+        for sample in self._samples:
+            if sample[0] > horizon:
+                break
+            first = sample
+        return first
 
     @property
     def cpu_load(self) -> float:
         """CPU seconds over wall seconds × cores in the last ``cpu_window_s`` (0 before two samples)."""
-        if len(self._samples) < 2:
+        first = self._since(self.cpu_window_s)
+        if first is None:
             return 0.0
-        (w0, c0), (w1, c1) = self._samples[0], self._samples[-1]
-        if w1 <= w0:
+        w1, c1, _ = self._samples[-1]
+        if w1 <= first[0]:
             return 0.0
-        return max(0.0, min(1.0, (c1 - c0) / ((w1 - w0) * self.cores)))
+        return max(0.0, min(1.0, (c1 - first[1]) / ((w1 - first[0]) * self.cores)))
+
+    @property
+    def cpu_per_turn_s(self) -> float:
+        """CPU seconds per answered turn over the last ``turn_window_s``, once :data:`MIN_TURNS`
+        were answered there; the start-up estimate before."""
+        first = self._since(self.turn_window_s)
+        if first is None:
+            return self.first_turn_s
+        _, c1, n1 = self._samples[-1]
+        turns = n1 - first[2]
+        if turns < MIN_TURNS:
+            return self.first_turn_s
+        return max(0.0, c1 - first[1]) / turns
 
     @property
     def latency_p95_ms(self) -> float | None:
-        """p95 end of speech → first audio of the turns answered in the last ``latency_window_s``."""
-        horizon = self._wall() - self.latency_window_s
+        """p95 end of speech → first audio of the turns answered in the last ``turn_window_s``."""
+        horizon = self._wall() - self.turn_window_s
         while self._turns and self._turns[0][0] < horizon:
             self._turns.popleft()
         if not self._turns:
@@ -160,21 +187,16 @@ class LoadMeter:
         """The server's load, 0–1: the larger of :attr:`cpu_load` and :attr:`latency_load`."""
         return max(self.cpu_load, self.latency_load)
 
-    def session_load(self, sessions: int) -> float:
-        """What one more session is expected to add: the measured load per open session, and at
-        least the start-up estimate."""
-        measured = self.cpu_load / sessions if sessions else 0.0
-        return max(measured, self.first_session_load)
+    @property
+    def session_load(self) -> float:
+        """What one conversation is expected to cost, 0–1: a turn's CPU per :data:`PACE_S`."""
+        return self.cpu_per_turn_s / (PACE_S * self.cores)
 
-    def _provisional(self, sessions: int) -> float:
-        """The expected cost of the sessions admitted in the last :data:`PACE_S`, each weighed by
-        how little of its life the measured load has seen yet (1 when just admitted, 0 after
-        :data:`PACE_S`): the measured CPU takes over from the estimate as the session talks."""
-        now = self._wall()
-        while self._admitted and self._admitted[0] < now - PACE_S:
-            self._admitted.popleft()
-        unseen = sum(1.0 - (now - t) / PACE_S for t in self._admitted)
-        return unseen * self.session_load(sessions)
+    def predicted(self, sessions: int) -> float:
+        """The load with one more session: the larger of the measured CPU share and the open
+        sessions' expected cost, plus the new one's."""
+        each = self.session_load
+        return max(self.cpu_load, sessions * each) + each
 
     def verdict(self, sessions: int) -> Verdict:
         """May a new session open beside ``sessions`` open (or reserved) ones?  One is always
@@ -183,17 +205,16 @@ class LoadMeter:
             return Verdict(False, "max_sessions", f"server full: server.max_sessions ({self.max_sessions}) reached")
         if sessions == 0:
             return Verdict(True)
-        cpu = self.cpu_load + self._provisional(sessions) + self.session_load(sessions)
-        latency = self.latency_load
-        if max(cpu, latency) < self.threshold:
+        predicted = self.predicted(sessions)
+        if max(predicted, self.latency_load) < self.threshold:
             return Verdict(True)
         p95 = self.latency_p95_ms
         seen = f"turn p95 {p95:.0f} ms" if p95 is not None else "no recent turn"
         return Verdict(
             False,
             "load",
-            f"server busy: load {self.load:.2f} with {sessions} sessions (cpu {self.cpu_load:.2f}, {seen}, "
-            f"budget {self.budget_ms:.0f} ms), threshold {self.threshold:.2f}",
+            f"server busy: load {self.load:.2f} with {sessions} sessions, {predicted:.2f} with one more (cpu {self.cpu_load:.2f}, "
+            f"{self.cpu_per_turn_s:.1f} CPU-s a turn, {seen}, budget {self.budget_ms:.0f} ms), threshold {self.threshold:.2f}",
         )
 
     def update_state(self, sessions: int) -> State | None:

@@ -187,7 +187,7 @@ def test_the_measured_load_refuses_new_sessions_and_tells_the_balancer(engines: 
     session goes on; when the load falls all three take sessions again.  The meter's CPU clock is
     the seam: the cores cannot be made exactly 90 % busy on demand."""
     clock = {"wall": 100.0, "cpu": 10.0}
-    meter = LoadMeter(cores=2, budget_ms=2500, first_session_s=0.0, wall=lambda: clock["wall"], cpu=lambda: clock["cpu"])
+    meter = LoadMeter(cores=2, budget_ms=2500, first_turn_s=0.0, wall=lambda: clock["wall"], cpu=lambda: clock["cpu"])
 
     def busy(seconds: float, share: float) -> None:
         clock["wall"] += seconds

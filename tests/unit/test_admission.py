@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from voiceagent.admission import PACE_S, LoadMeter, State
+from voiceagent.admission import MIN_TURNS, PACE_S, LoadMeter, State
 
 
 class Clocks:
@@ -25,7 +25,7 @@ class Clocks:
 
 
 def meter(clocks: Clocks, **kw: float) -> LoadMeter:
-    args: dict[str, float] = {"cores": 2, "budget_ms": 2500, "threshold": 0.75, "first_session_s": 4.0} | kw
+    args: dict[str, float] = {"cores": 2, "budget_ms": 2500, "threshold": 0.75, "first_turn_s": 4.0} | kw
     m = LoadMeter(
         cores=int(args.pop("cores")),
         budget_ms=args.pop("budget_ms"),
@@ -72,31 +72,44 @@ def test_an_empty_server_always_admits_one_session_under_the_cap() -> None:
     assert not m.verdict(1).accept
 
 
-def test_a_burst_of_connections_to_an_idle_server_is_admitted_only_up_to_its_first_estimate() -> None:
-    """Each admission counts provisionally (4 s of CPU per question every 20 s on 2 cores = 0.1)
-    until PACE_S has passed, so an idle server does not take a crowd on a load that has not seen it."""
+def test_a_crowd_connecting_to_an_idle_server_is_admitted_only_up_to_what_its_turns_will_cost() -> None:
+    """Open sessions count at their expected cost (4 CPU-s a turn, one every 20 s, on 2 cores:
+    0.1 each) even before any of them talks: the measured load has not seen them yet."""
     c = Clocks()
     m = meter(c)
-    assert m.first_session_load == pytest.approx(4.0 / (2 * PACE_S))
-    admitted = 1  # one open session
-    while m.verdict(admitted).accept:
-        m.admitted()
-        admitted += 1
-    assert admitted == 8  # 1 open, 7 admitted (7 × 0.1 + the next 0.1 = 0.8 would pass 0.75)
-    verdict = m.verdict(admitted)
-    assert verdict.reason == "load" and "threshold 0.75" in verdict.detail
-    c.run(PACE_S + 1, 0.05, m)  # they turned out to cost 0.05 of the cores together
-    assert m.verdict(admitted).accept
+    c.run(10, 0.0, m)
+    assert m.session_load == pytest.approx(4.0 / (2 * PACE_S))
+    sessions = 1
+    while m.verdict(sessions).accept:
+        sessions += 1
+    assert sessions == 7  # 6 open × 0.1 + the next 0.1 = 0.7 passed; 7 × 0.1 + 0.1 does not
+    verdict = m.verdict(sessions)
+    assert verdict.reason == "load" and "threshold 0.75" in verdict.detail and "0.80 with one more" in verdict.detail
 
 
-def test_the_measured_cost_per_session_replaces_the_first_estimate_when_it_is_higher() -> None:
+def test_the_cpu_measured_per_turn_replaces_the_first_estimate_after_a_few_turns() -> None:
     c = Clocks()
-    m = meter(c, first_session_s=0.4)  # 0.01 a session at first
-    c.run(10, 0.6, m)  # four sessions use 0.6 of the cores: 0.15 each
-    assert m.session_load(4) == pytest.approx(0.15)
-    assert not m.verdict(4).accept  # 0.6 + 0.15 = 0.75
-    c.run(10, 0.5, m)
-    assert m.verdict(4).accept  # 0.5 + 0.125
+    m = meter(c)
+    c.run(5, 0.0, m)
+    for _ in range(MIN_TURNS - 1):
+        m.observe_turn(600.0)
+    c.run(5, 0.2, m)  # 2 CPU-s for two turns: not enough turns to trust yet
+    assert m.cpu_per_turn_s == 4.0
+    m.observe_turn(600.0)
+    c.run(1, 0.2, m)
+    assert m.cpu_per_turn_s == pytest.approx((5 * 0.2 * 2 + 1 * 0.2 * 2) / MIN_TURNS)  # 2.4 CPU-s over 3 turns
+    assert m.session_load < 0.05  # cheap turns: many more conversations fit
+    assert m.verdict(10).accept
+
+
+def test_callers_who_talk_more_than_the_pace_show_in_the_measured_cpu() -> None:
+    c = Clocks()
+    m = meter(c, first_turn_s=0.4)  # 0.01 a session by the pace
+    c.run(10, 0.7, m)  # but the cores are 70 % busy
+    assert m.predicted(4) == pytest.approx(0.71)
+    assert m.verdict(4).accept
+    c.run(10, 0.8, m)
+    assert not m.verdict(4).accept
 
 
 def test_slow_turns_refuse_new_sessions_even_with_idle_cores() -> None:
@@ -149,15 +162,3 @@ def test_bad_arguments_are_refused() -> None:
         LoadMeter(cores=0, budget_ms=2500)
     with pytest.raises(ValueError):
         LoadMeter(cores=2, budget_ms=2500, threshold=1.5)
-
-
-def test_a_new_session_s_provisional_cost_fades_as_the_measured_load_comes_to_see_it() -> None:
-    c = Clocks()
-    m = meter(c)  # 0.1 a session at first
-    for _ in range(7):
-        m.admitted()
-    assert not m.verdict(8).accept  # 7 × 0.1 + 0.1
-    c.run(PACE_S / 2, 0.0, m)  # half their provisional cost is left: 0.35
-    assert m.verdict(8).accept
-    c.run(PACE_S / 2, 0.0, m)
-    assert m._provisional(8) == pytest.approx(0.0, abs=1e-9)

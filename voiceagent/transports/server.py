@@ -84,9 +84,9 @@ REALTIME_PATH = "/v1/realtime"
 TWILIO_PATH = "/twilio"
 TWIML_PATH = "/twilio/twiml"
 CALLS_PATH = "/v1/realtime/calls"
-FIRST_TURN_FACTOR = 6.0
-"""A whole turn's CPU seconds over its critical path's (:class:`voiceagent.capacity.TurnCost`):
-the first estimate of what a new session costs, before the load has measured it."""
+FIRST_TURN_FACTOR = 5.0
+"""A whole turn's CPU seconds (the listening around it included) over its critical path's
+(:class:`voiceagent.capacity.TurnCost`): the first estimate, before turns are measured."""
 RETRY_AFTER = "5"
 """Seconds a refused client is told to wait: a few load samples, and about a turn's length."""
 _HANGUP = re.compile(r"/v1/realtime/calls/([A-Za-z0-9_]{1,64})/hangup")
@@ -243,18 +243,17 @@ class VoiceAgentServer:
     def _load_meter(self) -> LoadMeter:
         cfg = self.config.server
         cost = self.engines.turn_cost
-        # A whole turn costs several times its critical path measured at start-up: the reply's
-        # whole generation and synthesis, the partial transcripts, the listening around it.  16
-        # conversations at a natural pace on a 2-core machine measured 4-6 times, varying with
-        # the start-up figure (docs/decisions/admission.md); the high end is taken, since a
-        # crowd admitted on too low a guess slows every call it joins.  Only a first estimate:
-        # the measured load takes over.
-        first = FIRST_TURN_FACTOR * cost.work_s if cost is not None else 1.0
+        # A whole turn, the listening around it included, costs several times its critical path
+        # measured at start-up (the reply's whole generation and synthesis, the partials, the
+        # VAD): 16 conversations at a natural pace on a 2-core machine measured 4-6 times
+        # (docs/decisions/admission.md).  Only a first estimate: the measured CPU per turn takes
+        # over after a few turns.
+        first = FIRST_TURN_FACTOR * cost.work_s if cost is not None else 2.0
         return LoadMeter(
             cores=_usable_cores(),
             budget_ms=cfg.latency_budget_ms,
             threshold=cfg.load_threshold,
-            first_session_s=first,
+            first_turn_s=first,
             max_sessions=cfg.max_sessions,
         )
 
@@ -517,7 +516,6 @@ class VoiceAgentServer:
             self.metrics.refused("capacity" if verdict.reason == "max_sessions" else "load")
             log.info("refused a new session: %s", verdict.detail)
             return _text(http.HTTPStatus.SERVICE_UNAVAILABLE, f"{verdict.detail}; retry later\n", Retry_After=RETRY_AFTER)
-        self.load.admitted()
         return None
 
     async def _post(self, request: Request, post: Post) -> Response:
