@@ -23,7 +23,9 @@ measured share takes over where callers talk more often than :data:`PACE_S`.
 Degrading in order (:class:`State`): past the threshold new sessions are refused (HTTP 503 with
 ``Retry-After``) while the running ones are still answered inside the budget (``full``); only
 when the turns' p95 passes the budget itself is the server ``over_budget``: it still answers
-every turn, late.  ``server.max_sessions`` stays a hard cap an operator sets.
+every turn, late.  ``server.max_sessions``, when an operator sets it, is a fixed number of
+sessions that replaces the load (for a machine measured by hand, and for tests that must not
+depend on how busy the machine is).
 
 This module is pure bookkeeping: the server calls :meth:`LoadMeter.sample` periodically and
 :meth:`LoadMeter.observe_turn` for each answered turn; all times come from injected clocks.
@@ -201,8 +203,10 @@ class LoadMeter:
     def verdict(self, sessions: int) -> Verdict:
         """May a new session open beside ``sessions`` open (or reserved) ones?  One is always
         admitted to an empty server under the cap: there is nothing to protect."""
-        if self.max_sessions and sessions >= self.max_sessions:
-            return Verdict(False, "max_sessions", f"server full: server.max_sessions ({self.max_sessions}) reached")
+        if self.max_sessions:  # the operator's fixed number replaces the load (as it replaced the measured capacity)
+            if sessions >= self.max_sessions:
+                return Verdict(False, "max_sessions", f"server full: server.max_sessions ({self.max_sessions}) reached")
+            return Verdict(True)
         if sessions == 0:
             return Verdict(True)
         predicted = self.predicted(sessions)

@@ -66,9 +66,9 @@ class ServerConfig:
     max_message_bytes: int = 1 << 20
     """Largest WebSocket message accepted; a larger one closes the connection with code 1009."""
     max_sessions: int = 0
-    """A hard cap on sessions served at once, set by an operator; past it a connection gets HTTP
-    503.  0 = no cap: sessions are admitted by the measured load alone (``load_threshold``,
-    :mod:`voiceagent.admission`)."""
+    """Sessions served at once, fixed by an operator (past it a connection gets HTTP 503), in place
+    of admission by load.  0, the default: sessions are admitted by the measured load
+    (``load_threshold``, :mod:`voiceagent.admission`)."""
     load_threshold: float = 0.75
     """A new session is admitted while the measured load (0–1: the larger of the process's CPU
     share of its cores and the recent turns' p95 latency over ``latency_budget_ms``) plus what the
@@ -136,7 +136,7 @@ class ServerConfig:
         _check(self.webrtc_media_timeout_s > 0, "server.webrtc_media_timeout_s", "must be > 0")
         _check(0 <= self.port <= 65535, "server.port", "must be 0..65535")
         _check(self.max_message_bytes >= 1024, "server.max_message_bytes", "must be at least 1024")
-        _check(self.max_sessions >= 0, "server.max_sessions", "must be >= 0 (0: no cap, admission by load)")
+        _check(self.max_sessions >= 0, "server.max_sessions", "must be >= 0 (0: admission by load)")
         _check(self.latency_budget_ms >= 100, "server.latency_budget_ms", "must be >= 100")
         _check(0 < self.load_threshold <= 1, "server.load_threshold", "must be in (0, 1]")
         _check(0 <= self.agent_port <= 65535, "server.agent_port", "must be 0..65535")

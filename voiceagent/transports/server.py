@@ -265,7 +265,7 @@ class VoiceAgentServer:
     def admission_line(self) -> str:
         """One line: how this server admits sessions."""
         cap = self.config.server.max_sessions
-        how = f"by load under {self.load.threshold:.2f}" + (f", at most {cap} sessions (server.max_sessions)" if cap else "")
+        how = f"fixed at {cap} sessions (server.max_sessions)" if cap else f"by load under {self.load.threshold:.2f}"
         return f"admission {how}; {self.capacity} turns ending at once fit the budget ({self.capacity_source})"
 
     async def wait_idle(self) -> None:
