@@ -83,7 +83,8 @@ def test_tokens_and_origins_are_checked_at_the_handshake_before_any_session(engi
             status, twiml = await asyncio.to_thread(http_get, web + f"/twilio/twiml?token={TOKEN}")
             assert status == 200 and f"/twilio/{TOKEN}" in twiml
             assert await asyncio.to_thread(http_get, web + "/healthz") == (200, "ok\n")  # probes need no token
-            assert await asyncio.to_thread(http_get, web + "/readyz") == (200, "ready\n")
+            ready_status, ready = await asyncio.to_thread(http_get, web + "/readyz")
+            assert ready_status == 200 and re.fullmatch(r"ready load=[01]\.\d\d\n", ready), ready
             await server.wait_idle()
 
     run(main(), 60)
