@@ -13,20 +13,23 @@ When does a batch run?  As soon as every session that sent audio lately (within
 sessions wait at most one window (32 ms) for each other.
 
 Order: one stream's frames are processed in the order its stage sends them (each stage awaits the
-result of its frame before it sends the next).  Cancellation: a cancelled ``process`` leaves its
-frame in the batch (the stream's state stays consistent with the audio it was given); the result
-is dropped.  A batch that raises fails every frame in it with that exception.
+result of its frame before it sends the next).  Cancellation: a frame whose ``process`` is
+cancelled before its batch begins is dropped (its session is closing); one cancelled after is
+still processed (the model call cannot be stopped) and its result dropped.  No task is made: a
+batch is an executor future with a callback.  A batch that raises fails every frame in it with
+that exception.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import functools
 import weakref
 from collections.abc import Sequence
 
 from voiceagent.audio import Float32Array
 from voiceagent.backends.protocols import VadBackend, VadStream
-from voiceagent.pipeline import run_in
 
 __all__ = ["ACTIVE_S", "MAX_WAIT_S", "VadBatch", "process_many"]
 
@@ -57,7 +60,6 @@ class VadBatch:
         self._recent: dict[int, float] = {}  # id(stream) -> when it last sent audio
         self._running = False
         self._timer: asyncio.TimerHandle | None = None
-        self._tasks: set[asyncio.Task[None]] = set()
         self.started = 0
         """Batches started (the ones that finished are ``batches``)."""
         self.batches = 0
@@ -109,32 +111,39 @@ class VadBatch:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        jobs, self._waiting = self._waiting, []
+        # A frame whose stage was cancelled before its batch began is dropped: its session is
+        # closing.  One cancelled after its batch began is still processed (the call cannot stop).
+        jobs = [job for job in self._waiting if not job[2].cancelled()]
+        self._waiting = []
+        if not jobs:
+            return
         self._running = True
         self.started += 1
-        task = self._loop.create_task(self._run(jobs), name="vad.batch")
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        # A plain executor future and a callback, no task: nothing outlives a closed session but
+        # the model call in flight.
+        call = functools.partial(contextvars.copy_context().run, process_many, self._backend, [(s, p) for s, p, _ in jobs])
+        future = self._loop.run_in_executor(self._backend.executor, call)
+        future.add_done_callback(functools.partial(self._finish, jobs))
 
-    async def _run(self, jobs: list[tuple[VadStream, Float32Array, asyncio.Future[list[float]]]]) -> None:
-        try:
-            results = await run_in(self._backend.executor, process_many, self._backend, [(s, p) for s, p, _ in jobs])
-        except asyncio.CancelledError:  # the loop is shutting down: nobody waits for these any more
+    def _finish(
+        self, jobs: list[tuple[VadStream, Float32Array, asyncio.Future[list[float]]]], future: asyncio.Future[list[list[float]]]
+    ) -> None:
+        self._running = False
+        if future.cancelled():  # the loop is shutting down: nobody waits for these any more
             for _, _, fut in jobs:
                 fut.cancel()
-            self._running = False
-            raise
-        except Exception as exc:  # the model raised: every frame of this batch fails with it
+            return
+        exc = future.exception()
+        if exc is not None:  # the model raised: every frame of this batch fails with it
             for _, _, fut in jobs:
                 if not fut.done():
                     fut.set_exception(exc)
         else:
             self.batches += 1
             self.frames += len(jobs)
-            for (_, _, fut), probs in zip(jobs, results, strict=True):
+            for (_, _, fut), probs in zip(jobs, future.result(), strict=True):
                 if not fut.done():  # its stage was cancelled meanwhile: the result is dropped
                     fut.set_result(probs)
-        self._running = False
         self._consider()  # the frames that came in meanwhile
 
 
