@@ -28,8 +28,6 @@ from collections.abc import AsyncIterator, Callable
 from types import TracebackType
 from typing import Any
 
-import numpy as np
-
 from voiceagent.audio import PIPELINE_RATE, Int16Array
 from voiceagent.backends.registry import Engines
 from voiceagent.clock import Clock, MonotonicClock
@@ -473,4 +471,4 @@ def _join_audio(waiting: Event, frame: Event) -> Event | None:
         return None
     if len(waiting.pcm) + len(frame.pcm) > MERGE_SAMPLES or abs(waiting.end_ms - frame.start_ms) > 1e-6:
         return None
-    return dataclasses.replace(waiting, pcm=np.concatenate([waiting.pcm, frame.pcm]))
+    return waiting.then(frame)

@@ -12,6 +12,7 @@ Two families:
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -61,6 +62,13 @@ class AudioFrame(Event):
     @property
     def end_ms(self) -> float:
         return self.start_ms + len(self.pcm) * 1000.0 / 16_000
+
+    def then(self, *later: AudioFrame) -> AudioFrame:
+        """This frame and the ``later`` ones that follow it in the stream, as one frame (its
+        time, generation and start)."""
+        if not later:
+            return self
+        return dataclasses.replace(self, pcm=np.concatenate([self.pcm, *(f.pcm for f in later)]))
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -18,12 +18,20 @@ from typing import ParamSpec, TypeVar
 
 from voiceagent.pipeline.scheduler import submit_at
 
-__all__ = ["iterate_in", "run_at", "run_in"]
+__all__ = ["iterate_in", "run_at", "run_in", "submit_in"]
 
 P = ParamSpec("P")
 T = TypeVar("T")
 
 _DONE = object()
+
+
+def submit_in(executor: Executor, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> asyncio.Future[T]:
+    """Start ``fn(*args, **kwargs)`` in ``executor`` (in the caller's context variables); the
+    running loop's future of its result.  For callers that take the result in a callback rather
+    than a task; cancelling the future discards the result, the call runs to completion."""
+    call = functools.partial(contextvars.copy_context().run, fn, *args, **kwargs)
+    return asyncio.get_running_loop().run_in_executor(executor, call)
 
 
 async def run_in(executor: Executor, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
@@ -32,10 +40,7 @@ async def run_in(executor: Executor, fn: Callable[P, T], *args: P.args, **kwargs
     Cancellation: the awaiting task is cancelled at once; the call itself runs to completion in
     its thread (Python cannot stop a thread) and its result is discarded.
     """
-    loop = asyncio.get_running_loop()
-    ctx = contextvars.copy_context()
-    call = functools.partial(ctx.run, fn, *args, **kwargs)
-    return await loop.run_in_executor(executor, call)
+    return await submit_in(executor, fn, *args, **kwargs)
 
 
 async def run_at(executor: Executor, priority: int, fn: Callable[[], T]) -> T:

@@ -76,10 +76,7 @@ class Stage(ABC):
             try:
                 await asyncio.wait({child})
             except asyncio.CancelledError:
-                child.cancel()
-                for task in list(self._background):
-                    task.cancel()
-                await asyncio.gather(child, *self._background, return_exceptions=True)
+                await self._stop_with(child)
                 raise
             finally:
                 self._child = None
@@ -97,15 +94,19 @@ class Stage(ABC):
         try:
             await self.handle(event)
         except asyncio.CancelledError:
-            for task in list(self._background):
-                task.cancel()
-            await asyncio.gather(*self._background, return_exceptions=True)
+            await self._stop_with()
             raise
         except Exception as exc:  # a model that raises: reported, and the stage goes on
             self.handled += 1
             await self._failed(event, exc)
         else:
             self.handled += 1
+
+    async def _stop_with(self, *children: asyncio.Task[None]) -> None:
+        """The stage is cancelled: cancel ``children`` and the side tasks, and wait for them."""
+        for task in (*children, *self._background):
+            task.cancel()
+        await asyncio.gather(*children, *self._background, return_exceptions=True)
 
     async def _failed(self, event: Event, exc: BaseException) -> None:
         log.warning("stage %s failed on %s: %r", self.name, type(event).__name__, exc)

@@ -6,11 +6,8 @@ VAD backend's executor and forwards the audio to STT *before* the events that re
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
-
-import numpy as np
 
 from voiceagent.audio import int16_to_float
 from voiceagent.backends.protocols import VadBackend
@@ -220,10 +217,7 @@ class VadStage(Stage):
         if not self._held:
             return
         held, self._held, self._held_samples = self._held, [], 0
-        if len(held) == 1:
-            await self.emit(held[0])
-            return
-        await self.emit(dataclasses.replace(held[0], pcm=np.concatenate([f.pcm for f in held])))
+        await self.emit(held[0].then(*held[1:]))
 
     async def _forward(self, ve: VoiceEvent) -> None:
         now = self.ctx.clock.now()

@@ -23,13 +23,13 @@ that exception.
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import functools
 import weakref
 from collections.abc import Sequence
 
 from voiceagent.audio import Float32Array
 from voiceagent.backends.protocols import VadBackend, VadStream
+from voiceagent.pipeline.offload import submit_in
 
 __all__ = ["ACTIVE_S", "MAX_WAIT_S", "VadBatch", "process_many"]
 
@@ -121,8 +121,7 @@ class VadBatch:
         self.started += 1
         # A plain executor future and a callback, no task: nothing outlives a closed session but
         # the model call in flight.
-        call = functools.partial(contextvars.copy_context().run, process_many, self._backend, [(s, p) for s, p, _ in jobs])
-        future = self._loop.run_in_executor(self._backend.executor, call)
+        future = submit_in(self._backend.executor, process_many, self._backend, [(s, p) for s, p, _ in jobs])
         future.add_done_callback(functools.partial(self._finish, jobs))
 
     def _finish(

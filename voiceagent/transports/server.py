@@ -350,14 +350,14 @@ class VoiceAgentServer:
         new and running sessions (the degrading order of :class:`voiceagent.admission.State`)."""
         while True:
             self.load.sample()
-            changed = self.load.update_state(len(self.sessions) + len(self._reserved))
+            changed = self.load.update_state(self._taken)
             if changed is Admission.ACCEPTING:
                 log.info("admission: taking new sessions again (load %.2f, %d sessions)", self.load.load, len(self.sessions))
             elif changed is Admission.FULL:
                 log.warning(
                     "admission: refusing new sessions, the %d running are answered inside the budget (%s)",
                     len(self.sessions),
-                    self.load.verdict(len(self.sessions) + len(self._reserved)).detail,
+                    self.load.verdict(self._taken).detail,
                 )
             elif changed is Admission.OVER_BUDGET:
                 log.warning(
@@ -369,9 +369,14 @@ class VoiceAgentServer:
             await asyncio.sleep(interval_s)  # a periodic sampler, not a wait for anything
 
     @property
+    def _taken(self) -> int:
+        """Places taken: the open sessions and the handshakes admitted but not yet open."""
+        return len(self.sessions) + len(self._reserved)
+
+    @property
     def taking_sessions(self) -> bool:
         """Ready, and the load admits one more session now."""
-        return self.ready and self.load.verdict(len(self.sessions) + len(self._reserved)).accept
+        return self.ready and self.load.verdict(self._taken).accept
 
     async def _agent_check(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """HAProxy's agent-check: one line (``ready up NN%`` or ``drain``), then close.  Whatever
@@ -511,7 +516,7 @@ class VoiceAgentServer:
         if self.draining:
             self.metrics.refused("draining")
             return _text(http.HTTPStatus.SERVICE_UNAVAILABLE, "server is shutting down; retry later\n", Retry_After="5")
-        verdict = self.load.verdict(len(self.sessions) + len(self._reserved))
+        verdict = self.load.verdict(self._taken)
         if not verdict.accept:
             self.metrics.refused("capacity" if verdict.reason == "max_sessions" else "load")
             log.info("refused a new session: %s", verdict.detail)
