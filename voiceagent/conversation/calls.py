@@ -10,8 +10,9 @@ result comes back through :meth:`ToolCalls.mcp_ended`.  A call made before its r
 from __future__ import annotations
 
 import dataclasses
+import logging
 
-from voiceagent.config.prompts import MCP_APOLOGY
+from voiceagent.config.prompts import MCP_APOLOGY, timer_note
 from voiceagent.conversation.catalog import ToolBox
 from voiceagent.conversation.context import CoreContext
 from voiceagent.conversation.effects import CancelMcpCalls, RunMcpCall, StartTimer
@@ -30,8 +31,11 @@ from voiceagent.events import (
 )
 from voiceagent.settings import InputItem
 from voiceagent.tools.args import loads_lenient
+from voiceagent.tools.builtin import TimerRequest
 
 __all__ = ["ToolCalls"]
+
+log = logging.getLogger(__name__)
 
 _CANCELLED_ERROR: dict[str, object] = {"type": "tool_execution_error", "message": "cancelled: the response ended first"}
 
@@ -44,6 +48,7 @@ class ToolCalls:
         self._ctx = ctx
         self._toolbox = toolbox
         self._running: dict[str, Reply] = {}  # MCP call item id -> its reply, while the call runs
+        self._timers_due: list[TimerRequest] = []  # built-in timers that went off, not announced yet
 
     def on_call(self, reply: Reply, ev: ToolCallMade | ToolCallRejected) -> None:
         """A call the LLM made for ``reply``: into the history and to the client, once released."""
@@ -222,6 +227,23 @@ class ToolCalls:
             instructions = (instructions or self._ctx.host.settings.instructions) + apology
         given = None if opts.input is None else (*opts.input, *self._made_items(reply))
         return dataclasses.replace(opts, instructions=instructions, tool_choice="none", out_of_band=False, input=given)
+
+    def timer_went_off(self, timer: TimerRequest) -> None:
+        """A built-in timer went off: it waits for :meth:`next_timer` (no response active)."""
+        self._timers_due.append(timer)
+
+    def next_timer(self) -> tuple[str, ResponseOptions] | None:
+        """The label of the next timer that went off and the response that announces it; None
+        when none waits.  One that went off in a transcription session is dropped (logged)."""
+        while self._timers_due:
+            timer = self._timers_due.pop(0)
+            settings = self._ctx.host.settings
+            if settings.kind != "realtime":
+                log.info("session %s: timer %r went off in a transcription session: not announced", self._ctx.session, timer.label)
+                continue
+            instructions = settings.instructions + timer_note(timer.label, timer.seconds)
+            return timer.label, ResponseOptions(instructions=instructions, tool_choice="none")
+        return None
 
     def _made_items(self, reply: Reply) -> tuple[InputItem, ...]:
         """References to the calls ``reply`` made and their outputs, as they stand in the history."""

@@ -30,18 +30,18 @@ import logging
 
 from voiceagent.clock import Clock
 from voiceagent.config import Config
-from voiceagent.config.prompts import IDLE_PROMPT, timer_note
+from voiceagent.config.prompts import IDLE_PROMPT
 from voiceagent.conversation.calls import ToolCalls
 from voiceagent.conversation.catalog import ToolBox
 from voiceagent.conversation.context import CoreContext
 from voiceagent.conversation.effects import Completed, Effect, Sink, StartAnswer, TurnEnded
 from voiceagent.conversation.history import History
 from voiceagent.conversation.idle import IdleTimeout
-from voiceagent.conversation.interruption import InterruptionPolicy, Interruptions, Pending, Verdict
+from voiceagent.conversation.interruption import InterruptionPolicy, Interruptions, Verdict
 from voiceagent.conversation.lifecycle import Replies
-from voiceagent.conversation.reply import Reply, ReplyState, ResponseOptions
+from voiceagent.conversation.reply import Reply, ResponseOptions
 from voiceagent.conversation.user import UserInput
-from voiceagent.errors import ProtocolError, excerpt
+from voiceagent.errors import ProtocolError
 from voiceagent.events import (
     AudioDelta,
     Event,
@@ -85,18 +85,14 @@ class ConversationCore:
         scope: GenerationScope,
     ) -> None:
         self._id = session_id
-        self._clock = clock
-        self._history = history
-        self._host = host
-        self._scope = scope
         self._sink = Sink()
         self._ctx = CoreContext(session_id, clock, scope, history, host, self._sink, config.server.max_history_items)
-        self.calls = ToolCalls(self._ctx, toolbox)
-        self._replies = Replies(self._ctx, self.calls)
+        self._scope, self._clock, self._history, self._host = scope, clock, history, host  # read on every event
+        self._calls = ToolCalls(self._ctx, toolbox)
+        self._replies = Replies(self._ctx, self._calls)
         self._user = UserInput(self._ctx)
         self._idle = IdleTimeout(self._ctx)
-        self._floor = Interruptions(self._ctx, InterruptionPolicy.from_config(config.turn))
-        self._timers_due: list[TimerRequest] = []  # built-in timers that went off while a response was active
+        self._floor = Interruptions(self._ctx, InterruptionPolicy.from_config(config.turn), self._user)
 
     # ------------------------------------------------------------------ queries
 
@@ -168,7 +164,7 @@ class ConversationCore:
         if self._floor.pending is not None:
             # The paused reply is superseded (a cancel, a response.create): the speech being judged
             # is the user's as any other.
-            self._to_user(self._floor.close(resumed=False))
+            self._floor.hand_over()
         return gen
 
     # ------------------------------------------------------------------ what stages observe
@@ -182,22 +178,19 @@ class ConversationCore:
             if self._floor.pending is not None:
                 self._floor.speech_stopped()
         elif isinstance(ev, TranscriptDelta):
-            self._partial(ev)
+            if self._floor.partial(ev):
+                self._take_turn()
         elif isinstance(ev, TurnEnded):
             self._confirm(ev)
         elif isinstance(ev, Mark | LlmRoute | LlmUsage | ToolCallMade | ToolCallRejected):
             if not self._scope.is_stale(ev.gen):
-                self._note(ev)
+                self._replies.note(ev)
         elif isinstance(ev, OutputTranscriptDelta | AudioDelta):
             if not self._scope.is_stale(ev.gen):  # stopped (truncated, cleared, barged in): not one more word
                 self._replies.content(ev)
         elif isinstance(ev, GenerationEnd):
-            reply = self._replies.get(ev.gen)
-            if reply is not None and not reply.done:
-                if reply.mcp_running and ev.status is ResponseStatus.COMPLETED:
-                    reply.state, reply.ended = ReplyState.ENDING, (ev.status, ev.error)  # its last MCP call finishes it
-                else:
-                    self._finish(reply, ev.status, ev.error)
+            if (reply := self._replies.generation_ended(ev)) is not None:
+                self._finish(reply, ev.status, ev.error)
         else:  # pragma: no cover - every notified type is handled above
             log.debug("unhandled event %s", type(ev).__name__)
         return self._sink.take()
@@ -211,116 +204,54 @@ class ConversationCore:
         playing = self._replies.playing
         if playing is not None and self.agent_audible() and (detection is None or detection.interrupt_response):
             if self._floor.policy.judges:
-                self._floor.open(ev, playing.gen)
-                now, tl = self._clock.now(), playing.listener
-                log.info("session %s: speech over the reply: paused, %.0f of %.0f ms sent heard", self._id, tl.heard_ms(now), tl.sent_ms)
+                self._floor.open(ev, playing)
                 return
             self._user.speech_started(ev)  # speech_started first, then the interrupted response's done (OpenAI's order)
             self._interrupt("turn_detected")
         else:
             self._user.speech_started(ev)
 
-    def _partial(self, ev: TranscriptDelta) -> None:
-        pending = self._floor.pending
-        if pending is None:
-            self._user.transcript(ev)
-            return
-        pending.partials.append(ev)
-        if self._floor.trusts(ev) and self._floor.judge(ev.text, ev.level_db) is Verdict.INTERRUPT:
-            self._log_verdict(Verdict.INTERRUPT, ev.text, ev.level_db)
-            self._take_turn()
-
     def segment_heard(self, text: str, level_db: float | None) -> tuple[bool, list[Effect]]:
         """The final transcript of a speech segment (heard at ``level_db``), before the turn
         stage uses it.  False: it was speech over a paused reply that is no interruption (a
         backchannel, nothing, a quieter voice): the turn stage drops it, and the reply resumes
         once the user is silent (:meth:`Interruptions.dismissed`)."""
-        pending = self._floor.pending
-        if pending is None:
-            if text.strip():
-                self._floor.heard_user(level_db)
-            return True, self._sink.take()
-        verdict = self._floor.judge(text, level_db)
-        self._log_verdict(verdict, text, level_db)
+        verdict = self._floor.segment(text, level_db)
         if verdict is Verdict.INTERRUPT:
-            self._floor.heard_user(level_db)
             self._take_turn()
-            return True, self._sink.take()
-        if self._floor.dismissed():
-            self._resume()
-        return False, self._sink.take()
-
-    def _log_verdict(self, verdict: Verdict, text: str, level_db: float | None) -> None:
-        level = "?" if level_db is None else f"{level_db:.1f}"
-        log.info("session %s: speech over the reply is %s: %s at %s dBFS", self._id, verdict.value, excerpt(text), level)
+        return verdict in (None, Verdict.INTERRUPT), self._sink.take()
 
     def resume_due(self, token: int) -> list[Effect]:
         """Resume timeout ``token`` is due: the paused reply goes on if nothing decided since."""
-        if self._floor.due(token):
-            log.info("session %s: the paused reply resumes (no interruption, or no words within the timeout)", self._id)
-            self._resume()
+        self._floor.resume_due(token)
         return self._sink.take()
-
-    def _resume(self) -> None:
-        self._floor.close(resumed=True)
 
     def _take_turn(self) -> None:
         """The speech over the paused reply is an interruption: the client hears of it now (its
         start, its partial transcripts), then the reply is cut as in a barge-in."""
-        pending = self._floor.close(resumed=False)
-        self._to_user(pending)
-        if not self._scope.is_stale(pending.gen):
+        if not self._scope.is_stale(self._floor.hand_over()):
             self._interrupt("turn_detected")
-
-    def _to_user(self, pending: Pending) -> None:
-        self._user.speech_started(pending.started)
-        for partial in pending.partials:
-            self._user.transcript(partial)
-
-    def _note(self, ev: Mark | LlmRoute | LlmUsage | ToolCallMade | ToolCallRejected) -> None:
-        reply = self._replies.of(ev.gen)
-        if isinstance(ev, ToolCallMade | ToolCallRejected):
-            self.calls.on_call(reply, ev)
-        else:
-            self._replies.note(reply, ev)
 
     def _confirm(self, ended: TurnEnded) -> None:
         ev = ended.turn
         self._user.commit(ended)
         if not ev.respond or self._scope.is_stale(ev.gen):
             return
-        previous = self._replies.active
-        if previous is not None:
+        if (previous := self._replies.active) is not None:
             # Already stale (this turn's generation superseded it); close it for the client.
             self._finish(previous, ResponseStatus.CANCELLED, "turn_detected")
-        reply = self._replies.of(ev.gen)
-        reply.timeline.mark("speech_end", ended.speech_end_t)
-        for name, t in ev.marks.items():
-            reply.timeline.mark(name, t)
-        reply.timeline.mark("turn_confirmed", ev.t)
-        self._release(reply)
+        self._release(self._replies.confirmed(ended))
 
     # ------------------------------------------------------------------ the client's requests
 
     def create_response(self, options: ResponseOptions) -> tuple[str, list[Effect]]:
         """Answer now from the history (``response.create``): the response's id and effects.
-        ``options`` replace the session's for this response only; an ``item_reference`` in its
-        ``input`` must name an item of the history (``item_not_found``).  Refused with
-        ``conversation_already_has_active_response`` while one is active, and in a
-        transcription session (``invalid_state``)."""
-        reply = self._start_response(options)
-        return reply.id, self._sink.take()
+        ``options`` replace the session's for this response only; refused (:class:`ProtocolError`)
+        as :meth:`Replies.check_start <voiceagent.conversation.lifecycle.Replies.check_start>` says."""
+        return self._start_response(options).id, self._sink.take()
 
     def _start_response(self, options: ResponseOptions) -> Reply:
-        if self._host.settings.kind != "realtime":
-            raise ProtocolError("invalid_state", "a transcription session does not create responses (session.type is transcription)")
-        if self.active_response_id is not None:
-            raise ProtocolError(
-                "conversation_already_has_active_response", f"response {self.active_response_id} is still in progress; cancel it first"
-            )
-        for n, entry in enumerate(options.input or ()):
-            if entry.ref is not None and self._history.find(entry.ref) is None:
-                raise ProtocolError("item_not_found", f"no item {excerpt(entry.ref)} to reference", param=f"response.input[{n}].id")
+        self._replies.check_start(options)
         self._idle.disarm()
         gen = self.begin()
         reply = self._replies.of(gen)
@@ -362,12 +293,11 @@ class ConversationCore:
     def add_tool_output(self, call_id: str, output: str) -> tuple[str, list[Effect]]:
         """The client's result of call ``call_id`` (see :meth:`ToolCalls.add_output`): its item id.
         It starts no response (the client asks with ``response.create``)."""
-        item_id = self.calls.add_output(call_id, output)
-        return item_id, self._sink.take()
+        return self._calls.add_output(call_id, output), self._sink.take()
 
     def close_unanswered_calls(self) -> list[Effect]:
         """An answer goes ahead: calls still without output are closed as cancelled."""
-        self.calls.close_unanswered()
+        self._calls.close_unanswered()
         return self._sink.take()
 
     def transcription_failed(self) -> str | None:
@@ -384,8 +314,7 @@ class ConversationCore:
 
     def mcp_call_ended(self, item_id: str, output: str | None, error: dict[str, object] | None) -> list[Effect]:
         """An MCP call returned or failed; its reply ends if it was its last and its generation ended."""
-        reply = self.calls.mcp_ended(item_id, output, error)
-        if reply is not None and reply.ended is not None:
+        if (reply := self._calls.mcp_ended(item_id, output, error)) is not None and reply.ended is not None:
             self._finish(reply, *reply.ended)
         return self._sink.take()
 
@@ -393,23 +322,13 @@ class ConversationCore:
         """A built-in timer went off: announced now, or once the active response has ended.
         Given up (logged) when the session can no longer answer (a transcription session, or a
         refusal for another reason than an active response)."""
-        self._timers_due.append(timer)
+        self._calls.timer_went_off(timer)
         self._announce_timers()
         return self._sink.take()
 
     def _announce_timers(self) -> None:
-        while self._timers_due and self.active_response_id is None:
-            timer = self._timers_due.pop(0)
-            settings = self._host.settings
-            if settings.kind != "realtime":
-                log.info("session %s: timer %r went off in a transcription session: not announced", self._id, timer.label)
-                continue
-            try:
-                self._start_response(
-                    ResponseOptions(instructions=settings.instructions + timer_note(timer.label, timer.seconds), tool_choice="none")
-                )
-            except ProtocolError as exc:
-                log.warning("session %s: timer %r not announced: %s (%s)", self._id, timer.label, exc, exc.code)
+        while self.active_response_id is None and (due := self._calls.next_timer()) is not None:
+            self._try_start(due[1], f"timer {due[0]!r} not announced")
 
     def idle_due(self, token: int, input_ms: float) -> list[Effect]:
         """Idle timeout ``token`` is due (``input_ms``: the user audio received so far):
@@ -418,9 +337,7 @@ class ConversationCore:
         disarmed or re-armed since, the user is speaking, a response is active, a client tool
         call waits for its output, or the session no longer asks for it."""
         td = self._idle.fire(token)
-        if td is None or td.idle_timeout_ms is None:
-            return []
-        if self._user.speaking or self.judging() or self.active_response_id is not None or self._history.unanswered_calls():
+        if td is None or td.idle_timeout_ms is None or not self._quiet() or self._history.unanswered_calls():
             return []
         self._user.commit_silence(input_ms, td.idle_timeout_ms)
         self._start_response(ResponseOptions(instructions=self._host.settings.instructions + IDLE_PROMPT))
@@ -430,11 +347,14 @@ class ConversationCore:
         """The session's settings changed: an ``idle_timeout_ms`` set while the conversation is
         quiet (no response, no user speech) starts counting at once, from the end of the last
         reply's audio (or from now); one turned off is disarmed."""
-        quiet = self.active_response_id is None and not self._user.speaking and not self.judging()
-        self._idle.changed(quiet=quiet, blocked=bool(self._history.unanswered_calls()))
+        self._idle.changed(quiet=self._quiet())
         return self._sink.take()
 
     # ------------------------------------------------------------------ internals
+
+    def _quiet(self) -> bool:
+        """No user speech (being judged or not) and no response under way."""
+        return self.active_response_id is None and not self._user.speaking and not self.judging()
 
     def _speaks(self, reply: Reply) -> bool:
         return reply.options.audio if reply.options.audio is not None else self._host.settings.audio
@@ -459,25 +379,21 @@ class ConversationCore:
         ``response.done``, the report; then the idle count, the cache, and the answer after a
         tool it ran or a timer that went off meanwhile."""
         self._replies.close(reply, status, reason)
-        now = self._clock.now()
-        if not reply.options.out_of_band:
-            end = reply.listener.end_t or 0.0
-            # A reply that did not complete was cut (or never sent the rest): nothing plays past now.
-            self._idle.heard_end = max(self._idle.heard_end, end if status is ResponseStatus.COMPLETED else min(end, now))
-        # Any end of a reply (cancelled or failed too; an out-of-band one counts from the last
-        # reply heard) starts the idle count again, unless the user is speaking (a barge-in) or
-        # another response is under way.
-        if not self._user.speaking and not self.judging() and self.active_response_id is None:
-            self._idle.arm(blocked=bool(self._history.unanswered_calls()))
+        if not reply.options.out_of_band:  # one out of band leaves the count to the last reply heard
+            self._idle.reply_ended(reply.listener.end_t or 0.0, completed=status is ResponseStatus.COMPLETED, quiet=self._quiet())
+        elif self._quiet():
+            self._idle.arm()
         if status is ResponseStatus.COMPLETED and not reply.options.out_of_band:
             self._sink.add(Completed(reply.gen))
         if reply.answer_after and status is ResponseStatus.COMPLETED and self.active_response_id is None:
-            self._answer_from_tools(reply)
+            # A built-in or MCP tool has answered: say what it found.
+            self._try_start(self._calls.sequel(reply), f"no answer after the tools of {reply.id}")
         self._announce_timers()
 
-    def _answer_from_tools(self, reply: Reply) -> None:
-        """A built-in or MCP tool has answered: say what it found (:meth:`ToolCalls.sequel`)."""
+    def _try_start(self, options: ResponseOptions, failure: str) -> None:
+        """Start a response of the server's own (after tools, for a timer); one the session can
+        no longer give (it became a transcription one, an item it read is gone) is logged."""
         try:
-            self._start_response(self.calls.sequel(reply))
-        except ProtocolError as exc:  # the session became a transcription one, or an item it read is gone
-            log.warning("session %s: no answer after the tools of %s: %s (%s)", self._id, reply.id, exc, exc.code)
+            self._start_response(options)
+        except ProtocolError as exc:
+            log.warning("session %s: %s: %s (%s)", self._id, failure, exc, exc.code)

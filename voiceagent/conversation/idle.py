@@ -38,13 +38,13 @@ class IdleTimeout:
             return td
         return None
 
-    def arm(self, *, blocked: bool) -> None:
+    def arm(self) -> None:
         """Count ``idle_timeout_ms`` from the end of the last reply's audio (or now, if later).
-        Not while ``blocked`` (a client runs a tool: its output, then its ``response.create``,
-        come next) or when the session does not ask for it."""
+        Not while a call waits for its output (a client runs a tool: its output, then its
+        ``response.create``, come next) or when the session does not ask for it."""
         self.disarm()
         td = self.wanted()
-        if td is None or td.idle_timeout_ms is None or blocked:
+        if td is None or td.idle_timeout_ms is None or self._ctx.history.unanswered_calls():
             return
         self._tokens += 1
         self._token, self._ms = self._tokens, td.idle_timeout_ms
@@ -55,14 +55,24 @@ class IdleTimeout:
             self._token = None
             self._ctx.sink.add(DisarmIdle())
 
-    def changed(self, *, quiet: bool, blocked: bool) -> None:
+    def changed(self, *, quiet: bool) -> None:
         """The settings changed: a timeout turned off is disarmed; a new value set while the
         conversation is ``quiet`` counts at once, from the same start."""
         td = self.wanted()
         if td is None:
             self.disarm()
         elif (self._token is None or td.idle_timeout_ms != self._ms) and quiet:
-            self.arm(blocked=blocked)
+            self.arm()
+
+    def reply_ended(self, end_t: float, *, completed: bool, quiet: bool) -> None:
+        """A reply (not out of band) ended; its audio plays until ``end_t``, or until now if it
+        did not complete (it was cut, or never sent the rest).  Any end of a reply starts the
+        count again when the conversation is ``quiet`` (no user speech, which a barge-in is, and
+        no other response under way)."""
+        now = self._ctx.clock.now()
+        self.heard_end = max(self.heard_end, end_t if completed else min(end_t, now))
+        if quiet:
+            self.arm()
 
     def fire(self, token: int) -> TurnDetection | None:
         """Timeout ``token`` is due: the turn detection to trigger it with, once; None when it

@@ -35,6 +35,9 @@ from dataclasses import dataclass, field
 from voiceagent.config import TurnConfig
 from voiceagent.conversation.context import CoreContext
 from voiceagent.conversation.effects import ArmResume, PausePlayout, ResumePlayout
+from voiceagent.conversation.reply import Reply
+from voiceagent.conversation.user import UserInput
+from voiceagent.errors import excerpt
 from voiceagent.events import SpeechStarted, TranscriptDelta
 from voiceagent.text.backchannel import phrases_for, real_words
 
@@ -116,20 +119,77 @@ class Pending:
 
 
 class Interruptions:
-    """The pending interruption of one session, if any; its effects go to the context's sink."""
+    """The pending interruption of one session, if any; its effects go to the context's sink.
+    Speech found to be the user's goes to ``user`` (with its real start and held partials); the
+    core cuts the reply when a method says the user takes the turn."""
 
-    def __init__(self, ctx: CoreContext, policy: InterruptionPolicy) -> None:
+    def __init__(self, ctx: CoreContext, policy: InterruptionPolicy, user: UserInput) -> None:
         self._ctx = ctx
+        self._user = user
         self.policy = policy
         self.pending: Pending | None = None
         self.user_db: float | None = None
         """The user's voice level, learnt from their turns (dBFS; None: no turn yet)."""
         self._tokens = 0
 
-    def open(self, ev: SpeechStarted, gen: int) -> None:
-        """Voice started over generation ``gen``'s audio: pause it and wait for the words."""
-        self.pending = Pending(gen, ev)
-        self._ctx.sink.add(PausePlayout(gen))
+    def open(self, ev: SpeechStarted, reply: Reply) -> None:
+        """Voice started over ``reply``'s audio: pause it and wait for the words."""
+        self.pending = Pending(reply.gen, ev)
+        self._ctx.sink.add(PausePlayout(reply.gen))
+        tl = reply.listener
+        heard = tl.heard_ms(self._ctx.clock.now())
+        log.info("session %s: speech over the reply: paused, %.0f of %.0f ms sent heard", self._ctx.session, heard, tl.sent_ms)
+
+    def partial(self, ev: TranscriptDelta) -> bool:
+        """A partial transcript: the user's when nothing is judged; else held back, and True
+        when it decides an interruption (:meth:`trusts`), which the core then carries out
+        (:meth:`hand_over`, then the cut)."""
+        pending = self.pending
+        if pending is None:
+            self._user.transcript(ev)
+            return False
+        pending.partials.append(ev)
+        if self.trusts(ev) and self.judge(ev.text, ev.level_db) is Verdict.INTERRUPT:
+            self._log(Verdict.INTERRUPT, ev.text, ev.level_db)
+            return True
+        return False
+
+    def segment(self, text: str, level_db: float | None) -> Verdict | None:
+        """A speech segment's final transcript (heard at ``level_db``): None when nothing is
+        judged (the user's own turn, whose level is learnt); else its verdict.  A verdict other
+        than :attr:`Verdict.INTERRUPT` resumes the reply now or arms its resume
+        (:meth:`dismissed`); an interruption is the core's to carry out."""
+        if self.pending is None:
+            if text.strip():
+                self.heard_user(level_db)
+            return None
+        verdict = self.judge(text, level_db)
+        self._log(verdict, text, level_db)
+        if verdict is Verdict.INTERRUPT:
+            self.heard_user(level_db)
+        elif self.dismissed():
+            self.close(resumed=True)
+        return verdict
+
+    def _log(self, verdict: Verdict, text: str, level_db: float | None) -> None:
+        level = "?" if level_db is None else f"{level_db:.1f}"
+        log.info("session %s: speech over the reply is %s: %s at %s dBFS", self._ctx.session, verdict.value, excerpt(text), level)
+
+    def hand_over(self) -> int:
+        """The speech being judged is the user's after all (an interruption, or its reply was
+        superseded): the pause ends without a resume, the client hears of the speech now (its
+        start, its partials), and the paused generation is returned."""
+        pending = self.close(resumed=False)
+        self._user.speech_started(pending.started)
+        for partial in pending.partials:
+            self._user.transcript(partial)
+        return pending.gen
+
+    def resume_due(self, token: int) -> None:
+        """Resume timeout ``token`` is due: the paused reply goes on if nothing decided since."""
+        if self.due(token):
+            log.info("session %s: the paused reply resumes (no interruption, or no words within the timeout)", self._ctx.session)
+            self.close(resumed=True)
 
     def speech_started(self) -> None:
         """The user speaks again while the pause lasts: no resume while they do."""

@@ -8,10 +8,22 @@ from __future__ import annotations
 
 from voiceagent.conversation.calls import ToolCalls
 from voiceagent.conversation.context import CoreContext
-from voiceagent.conversation.effects import CountBargeIn, Release, Report
+from voiceagent.conversation.effects import CountBargeIn, Release, Report, TurnEnded
 from voiceagent.conversation.history import AssistantItem
-from voiceagent.conversation.reply import Reply, ReplyState
-from voiceagent.events import AudioDelta, LlmRoute, LlmUsage, Mark, OutputTranscriptDelta, PlaybackCleared, ResponseStatus
+from voiceagent.conversation.reply import Reply, ReplyState, ResponseOptions
+from voiceagent.errors import ProtocolError, excerpt
+from voiceagent.events import (
+    AudioDelta,
+    GenerationEnd,
+    LlmRoute,
+    LlmUsage,
+    Mark,
+    OutputTranscriptDelta,
+    PlaybackCleared,
+    ResponseStatus,
+    ToolCallMade,
+    ToolCallRejected,
+)
 
 __all__ = ["Replies"]
 
@@ -52,9 +64,48 @@ class Replies:
         for old in [g for g, r in self._by_gen.items() if g < below and not r.released]:
             del self._by_gen[old]
 
-    def note(self, reply: Reply, ev: Mark | LlmRoute | LlmUsage) -> None:
-        """A stage's note about ``reply``: a timeline mark, the engine that answers, its usage."""
-        if isinstance(ev, Mark):
+    def check_start(self, options: ResponseOptions) -> None:
+        """Raise :class:`ProtocolError` unless a response with ``options`` may start now: not in
+        a transcription session (``invalid_state``), not while one is active
+        (``conversation_already_has_active_response``), and every ``item_reference`` in its
+        ``input`` names an item of the history (``item_not_found``)."""
+        if self._ctx.host.settings.kind != "realtime":
+            raise ProtocolError("invalid_state", "a transcription session does not create responses (session.type is transcription)")
+        if (active := self.active) is not None:
+            raise ProtocolError("conversation_already_has_active_response", f"response {active.id} is still in progress; cancel it first")
+        for n, entry in enumerate(options.input or ()):
+            if entry.ref is not None and self._ctx.history.find(entry.ref) is None:
+                raise ProtocolError("item_not_found", f"no item {excerpt(entry.ref)} to reference", param=f"response.input[{n}].id")
+
+    def confirmed(self, ended: TurnEnded) -> Reply:
+        """The turn ``ended`` that answers is confirmed: its reply, its timeline marked (the end
+        of speech, the turn stage's marks, the confirmation)."""
+        ev = ended.turn
+        reply = self.of(ev.gen)
+        reply.timeline.mark("speech_end", ended.speech_end_t)
+        for name, t in ev.marks.items():
+            reply.timeline.mark(name, t)
+        reply.timeline.mark("turn_confirmed", ev.t)
+        return reply
+
+    def generation_ended(self, ev: GenerationEnd) -> Reply | None:
+        """Generation ``ev.gen`` sent its last word: its reply, when it is to be closed now.  One
+        that completed with MCP calls still running waits for the last of them (``ending``)."""
+        reply = self._by_gen.get(ev.gen)
+        if reply is None or reply.done:
+            return None
+        if reply.mcp_running and ev.status is ResponseStatus.COMPLETED:
+            reply.state, reply.ended = ReplyState.ENDING, (ev.status, ev.error)
+            return None
+        return reply
+
+    def note(self, ev: Mark | LlmRoute | LlmUsage | ToolCallMade | ToolCallRejected) -> None:
+        """A stage's note about generation ``ev.gen``'s reply: a timeline mark, the engine that
+        answers, its usage, a call its model made (:meth:`ToolCalls.on_call`)."""
+        reply = self.of(ev.gen)
+        if isinstance(ev, ToolCallMade | ToolCallRejected):
+            self._calls.on_call(reply, ev)
+        elif isinstance(ev, Mark):
             reply.timeline.mark(ev.name, ev.t)
         elif isinstance(ev, LlmRoute):
             reply.llm_route = (ev.engine, ev.reason)
