@@ -1,5 +1,5 @@
 """``voiceagent serve`` in a child process, for the scripts that measure a real server
-(bench_concurrency.py, eval_quality.py, fuzz_server.py).
+(bench_concurrency.py, eval_quality.py, fuzz/server.py).
 
 The server takes a free port (``--port 0``) and prints ``voiceagent ready: URL``; its log goes to
 stderr, which a thread reads throughout (so the child never blocks on a full pipe), keeping the

@@ -125,6 +125,10 @@ def test_twilio_barge_in_clears_and_cuts_history_to_played_audio(engines: Any, s
     cfg = profile_config()
     words_known_s = min(PARTIAL_AFTER_S + JUDGING_INTERVAL_MS / 1000.0, speech_end_s - onset_s + cfg.vad.stop_ms / 1000.0)
     decide_s = cfg.vad.min_speech_ms / 1000.0 + words_known_s + WORDS_DECODE_S
+    # The reply is paused from the interruption's first sound until its words decide, and the
+    # phone plays what it holds meanwhile: it must hold more than that when the caller starts, or
+    # a loaded machine (a slow story, little sent ahead) leaves nothing unplayed to cut.
+    unplayed_ms = max(UNPLAYED_AT_BARGE_IN_MS, (onset_s + decide_s) * 1000.0 + 500.0)
 
     async def scenario() -> dict[str, Any]:
         # A long playout lead: the phone holds audio it has not played yet when the caller barges
@@ -144,7 +148,7 @@ def test_twilio_barge_in_clears_and_cuts_history_to_played_audio(engines: Any, s
             await call.say(backchannel, b_rate)
             await call.wait_until(lambda: session.turn.dropped >= 1 and not session.replies.core.judging(), 20 * SCALE)
             clears_after_backchannel = len(call.clears)
-            await call.wait_until(lambda: call.received_ms - call.heard_ms >= UNPLAYED_AT_BARGE_IN_MS, 60 * SCALE)
+            await call.wait_until(lambda: call.received_ms - call.heard_ms >= unplayed_ms, 60 * SCALE)
             started: asyncio.Future[int] = asyncio.get_running_loop().create_future()
             said = asyncio.create_task(call.say(interruption, i_rate, started))
             first_frame = await started

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from websockets.asyncio.server import ServerConnection, serve
 
-from tests.conftest import _load_script
+from scripts.fuzz.frames import server_frames  # the fuzzer's reader of raw server frames
 from tests.unit.fakes import FakeEngines
 from voiceagent.config import Config
 from voiceagent.session import Session
@@ -27,7 +27,6 @@ from voiceagent.transports.realtime import RealtimeConnection
 from voiceagent.transports.twilio import TwilioConnection
 
 SCALE = float(os.environ.get("VOICEAGENT_TEST_TIMEOUT_SCALE", "1"))
-fuzz_server = _load_script("fuzz_server")  # its reader of raw server frames
 
 
 async def _silent_client(port: int, path: str) -> list[tuple[int, bytes]]:
@@ -44,7 +43,7 @@ async def _silent_client(port: int, path: str) -> list[tuple[int, bytes]]:
     while chunk := await reader.read(65536):
         data += chunk
     writer.close()
-    return fuzz_server.server_frames(data)  # type: ignore[no-any-return]
+    return server_frames(data)
 
 
 @pytest.mark.parametrize("route", ["/v1/realtime", "/twilio"])
