@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 from scripts.bench_latency import machine, percentiles  # noqa: E402
 from scripts.bench_long_prompt import instructions  # noqa: E402
 from voiceagent.backends import llama_cpp  # noqa: E402
-from voiceagent.backends.protocols import LlmRequest  # noqa: E402
+from voiceagent.backends.protocols import LlmRequest, Pacing  # noqa: E402
 from voiceagent.config import load_config  # noqa: E402
 from voiceagent.tools.spec import Message  # noqa: E402
 
@@ -58,7 +58,7 @@ async def run(llm: Any, system: str, k: int, turns: int, interval: float, max_to
             msgs = [Message("system", system), *histories[c]]
             first = None
             text = ""
-            async for piece in llm.generate(LlmRequest(f"conv-{c}", msgs, max_tokens, 0.0, urgent_tokens=8)):
+            async for piece in llm.generate(LlmRequest(f"conv-{c}", msgs, max_tokens, 0.0, pacing=Pacing(8))):
                 if first is None:
                     first = time.perf_counter()
                 if isinstance(piece, str):

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from voiceagent.backends.batch_engine import BatchedEngine
-from voiceagent.backends.protocols import LlmRequest, Usage
+from voiceagent.backends.protocols import LlmRequest, Pacing, Usage
 from voiceagent.errors import EngineError
 from voiceagent.tools.spec import Message
 
@@ -143,7 +143,7 @@ def test_first_clauses_go_first_in_admission_order_when_the_batch_is_full() -> N
             # A prefill holds the step thread, so the three turns are admitted together after it.
             hold = asyncio.ensure_future(engine.prefill("other", [SYSTEM, Message("user", "Hm")]))
             await until(lambda: engine.stats().busy > 0)
-            tasks = [asyncio.ensure_future(ask(engine, f"k{i}", messages(f"Q{i}?"), urgent_tokens=3)) for i in range(3)]
+            tasks = [asyncio.ensure_future(ask(engine, f"k{i}", messages(f"Q{i}?"), pacing=Pacing(3))) for i in range(3)]
             await until(lambda: engine.stats().waiting == 3)
             gate.set()
             await asyncio.gather(hold, *tasks)
@@ -178,8 +178,8 @@ def test_while_a_first_clause_is_urgent_its_steps_carry_no_other_generation() ->
             hold = asyncio.ensure_future(engine.prefill("other", [SYSTEM, Message("user", "Hm")]))
             await until(lambda: engine.stats().busy > 0)
             tasks = [
-                asyncio.ensure_future(ask(engine, "calm", messages("Q0?"), urgent_tokens=0)),
-                asyncio.ensure_future(ask(engine, "urgent", messages("Q1?"), urgent_tokens=4)),
+                asyncio.ensure_future(ask(engine, "calm", messages("Q0?"), pacing=Pacing(0))),
+                asyncio.ensure_future(ask(engine, "urgent", messages("Q1?"), pacing=Pacing(4))),
             ]
             await until(lambda: engine.stats().waiting == 2)
             gate.set()
@@ -210,7 +210,7 @@ def test_a_speculative_prefill_never_shares_a_step_with_a_generation() -> None:
         async def main() -> tuple[str, int]:
             hold = asyncio.ensure_future(engine.prefill("other", [SYSTEM, Message("user", "Hm")]))
             await until(lambda: engine.stats().busy > 0)
-            talk = asyncio.ensure_future(ask(engine, "talk", messages("Q0?"), urgent_tokens=0))
+            talk = asyncio.ensure_future(ask(engine, "talk", messages("Q0?"), pacing=Pacing(0)))
             await until(lambda: engine.stats().waiting == 1)
             spec = asyncio.ensure_future(engine.prefill("spec", [SYSTEM, Message("user", "Something else entirely, at length")]))
             gate.set()
@@ -267,25 +267,27 @@ def test_a_paused_generation_decodes_nothing_while_others_do_and_goes_on_when_it
     engine: BatchedEngine, core: FakeBatch
 ) -> None:
     held, other = messages("A long one?"), messages("Another long one?")
-    paused = [False]
     pieces = [0]
     paused_at = [0]
 
-    def on_piece(piece: object) -> None:  # the step thread, before it plans the next step
-        pieces[0] += 1
-        if pieces[0] == 2:
-            paused[0] = True  # as the LLM stage does once its first clause is out (LlmRequest.paused)
-            paused_at[0] = len(core.batches)
+    class Held(Pacing):
+        def piece(self, piece: object) -> None:  # the step thread, before it plans the next step
+            pieces[0] += 1
+            if pieces[0] == 2:
+                self.paused = True  # as the LLM stage does once its first clause is out (Pacing.paused)
+                paused_at[0] = len(core.batches)
+
+    pacing = Held()
 
     async def main() -> tuple[str, str, int]:
-        request = LlmRequest("held", held, 64, 0.0, paused=lambda: paused[0], on_piece=on_piece)
+        request = LlmRequest("held", held, 64, 0.0, pacing=pacing)
         gen = engine.generate(request)
         text = await anext(gen) + await anext(gen)
         seq = next(s for key, s in engine.seq_history if key == "held")
         answer = await ask(engine, "other", other)  # steps run meanwhile, 64 tokens ahead allowed
         await until(lambda: len(engine._cond._waiters) == 1)  # type: ignore[attr-defined]  # the step thread sleeps
         during = sum(1 for batch in core.batches[paused_at[0] :] for _, _, s, _ in batch if s == seq)
-        paused[0] = False
+        pacing.paused = False
         # The reader has taken all there was: only its wait for the next token wakes the step thread.
         async for piece in gen:
             text += str(piece)
@@ -392,7 +394,9 @@ def test_the_sentence_end_verdict_comes_in_the_prompt_pass_before_the_first_piec
     seen: list[object] = []
 
     async def main() -> None:
-        req = LlmRequest("k", messages("Is it over?"), 64, 0.0, on_end_probability=seen.append, on_piece=seen.append)
+        pacing = Pacing()
+        pacing.piece = seen.append  # type: ignore[method-assign]
+        req = LlmRequest("k", messages("Is it over?"), 64, 0.0, on_end_probability=seen.append, pacing=pacing)
         async for _ in engine.generate(req):
             pass
 

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from voiceagent.backends.llm_pool import LlmPool
-from voiceagent.backends.protocols import LlmRequest
+from voiceagent.backends.protocols import LlmRequest, Pacing
 from voiceagent.pipeline import iterate_in
 from voiceagent.pipeline.scheduler import PriorityExecutor
 from voiceagent.tools.spec import Message, Tool
@@ -335,7 +335,7 @@ def test_first_clause_tokens_run_in_admission_order_ahead_of_round_robin(run: Ru
     pool = LlmPool([Logged(order, f"ctx{i}", pieces=8, step_s=0.001) for i in range(3)], executor)
 
     def urgent(key: str) -> LlmRequest:
-        return LlmRequest(key, [Message("user", key)], 16, 0.0, urgent_tokens=4)
+        return LlmRequest(key, [Message("user", key)], 16, 0.0, pacing=Pacing(4))
 
     async def main() -> None:
         await asyncio.gather(*(collect(pool.generate(urgent(k))) for k in ("a", "b", "c")))
@@ -348,19 +348,21 @@ def test_first_clause_tokens_run_in_admission_order_ahead_of_round_robin(run: Ru
 
 
 def test_urgency_ends_with_the_token_that_completes_the_first_clause(run: Run, executor: PriorityExecutor) -> None:
-    """The caller judges the first clause complete in the worker thread (``on_piece``), so the
+    """The caller judges the first clause complete in the worker thread (``Pacing.piece``), so the
     next session's first clause runs at once: judged only when the token reaches the event loop,
     the worker would already have decoded one more token of the finished clause ahead of it."""
     order = Recorder()
     pool = LlmPool([Logged(order, "ctx0", pieces=6, step_s=0.001), Logged(order, "ctx1", pieces=4, step_s=0.001)], executor)
     gate = threading.Event()
-    waiting = [True]
     seen: list[str] = []
 
-    def on_piece(piece: object) -> None:  # the worker thread: the first clause is two tokens
-        seen.append(str(piece))
-        if len(seen) == 2:
-            waiting[0] = False
+    class FirstTwo(Pacing):
+        def piece(self, piece: object) -> None:  # the worker thread: the first clause is two tokens
+            seen.append(str(piece))
+            if len(seen) == 2:
+                self.urgent = False
+
+    pacing = FirstTwo(8)
 
     async def consume(gen: AsyncGenerator[str, None]) -> str:
         got: list[str] = []
@@ -368,20 +370,14 @@ def test_urgency_ends_with_the_token_that_completes_the_first_clause(run: Run, e
             async for piece in pieces:
                 got.append(piece)
                 if len(got) == 2:
-                    waiting[0] = False  # what the stage does on the loop, when the token gets there
+                    pacing.urgent = False  # what the stage does on the loop, when the token gets there
         return "".join(got)
 
     async def main() -> tuple[str, str]:
         blocker = asyncio.wrap_future(executor.submit_at(-5, gate.wait, deadline()))
-        a = asyncio.ensure_future(
-            consume(
-                pool.generate(
-                    LlmRequest("a", [Message("user", "a")], 16, 0.0, urgent_tokens=8, urgent=lambda: waiting[0], on_piece=on_piece)
-                )
-            )
-        )
+        a = asyncio.ensure_future(consume(pool.generate(LlmRequest("a", [Message("user", "a")], 16, 0.0, pacing=pacing))))
         await asyncio.sleep(0)
-        b = asyncio.ensure_future(collect(pool.generate(LlmRequest("b", [Message("user", "b")], 16, 0.0, urgent_tokens=8))))
+        b = asyncio.ensure_future(collect(pool.generate(LlmRequest("b", [Message("user", "b")], 16, 0.0, pacing=Pacing(8)))))
         await asyncio.sleep(0)
         gate.set()
         await blocker
@@ -458,7 +454,7 @@ def test_prefill_yields_to_first_clauses_and_to_waiting_requests(run: Run, execu
     async def main() -> tuple[int, str]:
         # Hold the worker so that both calls are queued before either runs.
         blocker = asyncio.wrap_future(executor.submit_at(-5, gate.wait, deadline()))
-        answer = asyncio.ensure_future(collect(pool.generate(LlmRequest("a", [Message("user", "urgent")], 8, 0.0, urgent_tokens=8))))
+        answer = asyncio.ensure_future(collect(pool.generate(LlmRequest("a", [Message("user", "urgent")], 8, 0.0, pacing=Pacing(8)))))
         await asyncio.sleep(0)  # the generation is admitted and queues its first step
         prefill = asyncio.ensure_future(pool.prefill("b", [Message("user", "coming words")]))
         await asyncio.sleep(0)

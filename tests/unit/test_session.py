@@ -226,7 +226,7 @@ def test_partial_transcripts_while_speaking(run: Run, make_fakes: MakeFakes) -> 
 
 
 def test_the_engine_learns_the_first_clause_is_complete_from_the_token_that_completes_it(run: Run, make_fakes: MakeFakes) -> None:
-    """The LLM stage judges the first clause in the engine's thread too (``LlmRequest.on_piece``),
+    """The LLM stage judges the first clause in the engine's thread too (``Pacing.piece``),
     with the same cut as the clauses it sends to TTS: urgency ends exactly with the token that
     completes the first clause."""
     fakes = make_fakes(stt=FakeStt(["what is the capital of italy"]), llm=FakeLlm([tokens("The capital of Italy is Rome, a lovely city.")]))
@@ -234,14 +234,15 @@ def test_the_engine_learns_the_first_clause_is_complete_from_the_token_that_comp
     generate = fakes.pool.generate
 
     def spying(request: LlmRequest) -> Any:
-        inner, urgent = request.on_piece, request.urgent
-        assert inner is not None and urgent is not None
+        pacing = request.pacing
+        inner = pacing.piece
 
-        def on_piece(piece: str | ToolCall) -> None:
+        def piece(piece: str | ToolCall) -> None:
             inner(piece)
-            seen.append((str(piece), urgent()))
+            seen.append((str(piece), pacing.urgent))
 
-        return generate(dataclasses.replace(request, on_piece=on_piece))
+        pacing.piece = piece  # type: ignore[method-assign]
+        return generate(request)
 
     fakes.pool.generate = spying  # type: ignore[method-assign]
 

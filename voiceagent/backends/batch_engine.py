@@ -25,7 +25,7 @@ tokens, so a long new prompt does not stall first clauses (a step of 64 prompt t
 1.5B took ~200 ms: a first clause of 6 tokens took 4 times as long as on the pool in the
 concurrency benchmark).  A generation decodes at most ``ahead`` tokens past what its consumer
 has taken (``urgent_tokens`` while urgent): a consumer that pauses pauses its decoding too, and
-one that says it is paused (``LlmRequest.paused``: it waits for TTS's first audio) is left out
+one that says it is paused (``Pacing.paused``: it waits for TTS's first audio) is left out
 of the steps until a read of it wakes the thread again.
 
 **End of sentence.**  With ``on_end_probability``, the logits at the end of the user's words
@@ -299,7 +299,7 @@ class BatchedEngine:
             while True:
                 if job.queue.empty():
                     # The reader waits for a token: wake the scheduler, which leaves a paused
-                    # generation (LlmRequest.paused) out of its steps and sleeps when nothing else runs.
+                    # generation (Pacing.paused) out of its steps and sleeps when nothing else runs.
                     with self._cond:
                         self._cond.notify()
                 item = await job.queue.get()
@@ -600,10 +600,7 @@ class BatchedEngine:
         return start + kept
 
     def _urgent(self, job: _Job) -> bool:
-        request = job.request
-        if request is None or job.produced >= request.urgent_tokens:
-            return False
-        return request.urgent is None or request.urgent()
+        return job.request is not None and job.request.pacing.urgent_at(job.produced)
 
     def _plan(self) -> list[tuple[Entry, _Job, int]]:
         """The next step's tokens, each with the job it belongs to (module docstring, "Steps")."""
@@ -612,10 +609,10 @@ class BatchedEngine:
         for job in self._active:
             if job.token is None or job.cancelled or job.done:
                 continue
-            if job.request is not None and job.request.paused is not None and job.request.paused():
-                continue  # its reader leaves the cores to TTS for now (LlmRequest.paused)
+            if job.request is not None and job.request.pacing.paused:
+                continue  # its reader leaves the cores to TTS for now (Pacing.paused)
             urgent = self._urgent(job)
-            ahead = max(self._ahead, job.request.urgent_tokens) if urgent and job.request is not None else self._ahead
+            ahead = max(self._ahead, job.request.pacing.urgent_tokens) if urgent and job.request is not None else self._ahead
             if job.produced - job.consumed < ahead:
                 decoding.append((not urgent, job.order if urgent else job.produced, job))
         decoding.sort(key=lambda t: (t[0], t[1]))
@@ -728,11 +725,10 @@ class BatchedEngine:
         self._end(job, "stop")
 
     def _give(self, job: _Job, pieces: list[str | ToolCall]) -> None:
-        """Hand ``pieces`` to the request's ``on_piece`` (here, in the step thread) and its consumer."""
+        """Hand ``pieces`` to the request's pacing (here, in the step thread) and its consumer."""
         assert job.request is not None
         for piece in pieces:
-            if job.request.on_piece is not None:
-                job.request.on_piece(piece)
+            job.request.pacing.piece(piece)
             self._emit(job, piece)
 
     def _evict(self) -> bool:

@@ -14,9 +14,10 @@ Here every generation leases a context of its own for its whole life:
 * **Fair queueing.**  Requests that find no context wait in arrival order.
 * **One thread, token-step scheduling.**  Every step (the prompt evaluation plus first token, then
   one token per step) is a separate call on one :class:`PriorityExecutor`, so steps of different
-  generations interleave.  The first ``urgent_tokens`` steps of a generation (its first clause:
-  someone is waiting for them; ``on_piece`` tells the caller each token in the worker thread, so
-  urgency ends with the token that completes the clause, not one token later) run ahead of every later token, in admission order: when many
+  generations interleave.  The first urgent steps of a generation (its first clause: someone is
+  waiting for them; its :class:`~voiceagent.backends.protocols.Pacing` sees each token in the
+  worker thread, so urgency ends with the token that completes the clause, not one token later)
+  run ahead of every later token, in admission order: when many
   turns end at once, the first admitted reaches its first audio first, then the next, rather
   than all of them reaching it late together (shortest-remaining-work first; round robin would
   finish every first clause at about the time the last one finishes now).  Later tokens are
@@ -57,7 +58,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from voiceagent.backends.protocols import LlmContext, LlmRequest, LlmStats
+from voiceagent.backends.protocols import LlmContext, LlmRequest, LlmStats, Pacing
 from voiceagent.pipeline.scheduler import PriorityExecutor
 from voiceagent.tools.spec import Message, Tool, ToolCall
 
@@ -98,14 +99,14 @@ def _step(it: Iterator[T]) -> T | object:
 class _Steps:
     """The token steps of one generation on the pool's executor.
 
-    The urgent steps (at most ``urgent``, while ``still()`` says someone waits) chain: the call
+    The urgent steps (:meth:`Pacing.urgent_at <voiceagent.backends.protocols.Pacing.urgent_at>`) chain: the call
     that starts the generator (:meth:`begin`) and each urgent step, in the worker thread, queue
     the next before their own result reaches the event loop, so while a generation is urgent the
     worker never finds its queue without that generation's next step, and priority (admission
     order) decides: lower-priority work (a later token, a prefill) cannot slip in between.
     Later steps are queued one at a time as the consumer asks for them, so a consumer that pauses
-    (the LLM stage waiting for the first audio) pauses the decoding too.  At most ``urgent``
-    tokens are decoded ahead of the consumer.
+    (the LLM stage waiting for the first audio) pauses the decoding too.  At most
+    ``pacing.urgent_tokens`` tokens are decoded ahead of the consumer.
     """
 
     def __init__(
@@ -113,17 +114,13 @@ class _Steps:
         pool: LlmPool,
         context: LlmContext,
         admitted: int,
-        urgent: int,
-        still: Callable[[], bool] | None,
-        on_piece: Callable[[str | ToolCall], None] | None = None,
+        pacing: Pacing,
     ) -> None:
         self.pool = pool
         self.context = context
         self.it: Iterator[str | ToolCall] | None = None
         self.admitted = admitted
-        self.urgent = urgent
-        self.still = still or (lambda: True)
-        self.on_piece = on_piece
+        self.pacing = pacing
         self.queue: collections.deque[Future[object]] = collections.deque()
         self.submitted = 0
         self.closed = False
@@ -154,15 +151,15 @@ class _Steps:
         t0 = time.perf_counter()
         item = _step(self.it)
         self.pool._decode_s += time.perf_counter() - t0
-        if item is not _DONE and self.on_piece is not None:
+        if item is not _DONE:
             # Before the next urgent step is queued: the piece may end the first clause.
-            self.on_piece(item)  # type: ignore[arg-type]
+            self.pacing.piece(item)  # type: ignore[arg-type]
         if item is not _DONE and not self.closed and self._urgent(self.submitted):
             self._submit()
         return item
 
     def _urgent(self, n: int) -> bool:
-        return n < self.urgent and self.still()
+        return self.pacing.urgent_at(n)
 
     async def next(self) -> object:
         """The next piece, or ``_DONE``.  Cancelling the caller takes a queued step off the queue."""
@@ -361,7 +358,7 @@ class LlmPool:
                         report(prob)
                 return context.stream(msgs, request.max_tokens, request.temperature, request.tools, request.tool_choice)
 
-            steps = _Steps(self, context, admitted, request.urgent_tokens, request.urgent, request.on_piece)
+            steps = _Steps(self, context, admitted, request.pacing)
             await self._call(admitted, functools.partial(steps.begin, make))
             while (item := await steps.next()) is not _DONE:
                 self._generated += 1

@@ -42,7 +42,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncGenerator, Callable, Iterator, Sequence
 from concurrent.futures import Executor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from voiceagent.audio import Float32Array, Int16Array
@@ -53,6 +53,7 @@ __all__ = [
     "LlmEngine",
     "LlmRequest",
     "LlmStats",
+    "Pacing",
     "SttBackend",
     "SttRequest",
     "TtsBackend",
@@ -171,34 +172,60 @@ class Usage:
     generated_tokens: int = 0
 
 
+class Pacing:
+    """How a generation's reader wants its tokens, shared by the reader (on the event loop) and
+    the engine (in its own thread).
+
+    * :attr:`urgent`: true while someone waits for the tokens (until the first clause is out);
+      an engine that schedules may put those steps ahead of other generations' later tokens,
+      which are needed only at speaking pace.  At most :attr:`urgent_tokens` tokens are urgent,
+      whatever it says (0: none).
+    * :attr:`paused`: true while the reader takes no tokens and wants none decoded meanwhile (it
+      has its first clause and leaves the cores to TTS until that clause's audio exists); an
+      engine that decodes ahead of its reader decodes nothing more for this generation until it
+      is false again, which it sees when the reader next takes or waits for a token.
+    * :meth:`piece`: called by an engine that schedules token steps, in its thread, with each
+      piece as soon as it is decoded and before it decides whether the next step is urgent, so
+      that a reader can end its urgency with the token that completes its first clause (by the
+      time that token reaches the event loop, one more would have been decoded ahead of other
+      generations' first clauses).  An engine that does not schedule steps may never call it.
+
+    Threads: the engine only reads the two flags and calls :meth:`piece`, which must be fast and
+    must not block.  The flags are plain attributes: ``paused`` is written by the reader alone,
+    and ``urgent`` only ever goes from true to false (in :meth:`piece`, or by the reader), so a
+    stale read costs one step's place in the order, never a wrong token.  This base is urgent
+    for its first ``urgent_tokens`` tokens and ignores the pieces.
+    """
+
+    def __init__(self, urgent_tokens: int = 0) -> None:
+        self.urgent_tokens = urgent_tokens
+        self.urgent = True
+        self.paused = False
+
+    def urgent_at(self, produced: int) -> bool:
+        """Whether the next step is urgent once ``produced`` tokens were decoded."""
+        return produced < self.urgent_tokens and self.urgent
+
+    def piece(self, piece: str | ToolCall) -> None:
+        """A decoded piece (the engine's thread); see the class docstring."""
+
+
 @dataclass(frozen=True, slots=True)
 class LlmRequest:
     """One generation: ``key`` names the conversation (affinity for its warm prefix).
 
     ``on_admitted`` is called on the event loop when the request gets its sequence state (after
-    any queue wait), before the first token.  ``urgent``: true while someone is waiting for the
-    tokens (until the first clause is out); an engine that schedules may put those ahead of other
-    generations' later tokens, which are needed only at speaking pace.  It may be called from
-    the engine's thread and must only read a flag.  ``on_piece``, when given, is called in the
-    engine's thread with each piece as soon as it is decoded, before the engine decides whether
-    the next step is urgent: the caller judges there whether its first clause is complete (and
-    clears what ``urgent`` reads), so that no further token runs ahead of other generations'
-    first clauses while the piece travels to the event loop.  It must be fast and must not block;
-    an engine that does not schedule token steps may ignore it.  ``urgent_tokens`` bounds how many tokens are
-    treated as urgent whatever ``urgent`` says.  ``on_route`` is called on the event loop, before
-    the first token, by an engine that chooses between engines (:mod:`voiceagent.backends.fallback`)
-    with the name of the engine that answers and why.  ``usage``, when given, is filled in by the
-    engine that answers (see :class:`Usage`).  ``tools``/``tool_choice``: the functions the model
-    may call (see the module docstring); none by default.  ``on_end_probability``, when given, is
-    called at most once, in the engine's thread and before the first piece, with the model's
-    probability that the user's sentence ends where the last (user) message's text ends, its
-    final punctuation aside: that the next token would be ".", "?", "!" or the end of the turn.
-    It must be fast and must not block.  An engine that cannot tell (a remote server) never calls it.
-    ``paused``: true while the caller takes no tokens and wants none decoded meanwhile (it has its
-    first clause and leaves the cores to TTS until that clause's audio exists); an engine that
-    decodes ahead of its reader decodes nothing more for this generation until it is false
-    again, which it sees when the reader next takes or waits for a token.  Read from the
-    engine's thread: it must only read a flag.
+    any queue wait), before the first token.  ``pacing``: how the reader wants its tokens (urgent
+    or paused, and each piece as soon as decoded; see :class:`Pacing`).  ``on_route`` is called
+    on the event loop, before the first token, by an engine that chooses between engines
+    (:mod:`voiceagent.backends.fallback`) with the name of the engine that answers and why.
+    ``usage``, when given, is filled in by the engine that answers (see :class:`Usage`).
+    ``tools``/``tool_choice``: the functions the model may call (see the module docstring); none
+    by default.  ``on_end_probability``, when given, is called at most once, in the engine's
+    thread and before the first piece, with the model's probability that the user's sentence ends
+    where the last (user) message's text ends, its final punctuation aside: that the next token
+    would be ".", "?", "!" or the end of the turn.  It must be fast and must not block.  An engine
+    that cannot tell (a remote server) never calls it.
     """
 
     key: str
@@ -206,10 +233,7 @@ class LlmRequest:
     max_tokens: int
     temperature: float
     on_admitted: Callable[[], None] | None = None
-    urgent_tokens: int = 0
-    urgent: Callable[[], bool] | None = None
-    paused: Callable[[], bool] | None = None
-    on_piece: Callable[[str | ToolCall], None] | None = None
+    pacing: Pacing = field(default_factory=Pacing)
     on_route: Callable[[str, str], None] | None = None
     usage: Usage | None = None
     tools: tuple[Tool, ...] = ()

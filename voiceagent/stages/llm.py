@@ -53,7 +53,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from voiceagent.backends.protocols import LlmEngine, LlmRequest, Usage
+from voiceagent.backends.protocols import LlmEngine, LlmRequest, Pacing, Usage
 from voiceagent.cache.semantic import CacheKey, SemanticCache
 from voiceagent.cache.store import CachedClause, CacheEntry
 from voiceagent.config import LlmConfig
@@ -154,9 +154,8 @@ class LlmStage(Stage):
         self._prompt = ports.prompt
         self._settings = ports.settings
         self._gate = ports.tts_first_audio or GenerationGate(enabled=False)
-        self._holding = [False]
-        """True while the reply being generated waits for its first audio (read by the engine's
-        thread through ``LlmRequest.paused``: a flag, nothing more)."""
+        self._pacing = Pacing()
+        """The reply being generated: paused while it waits for its first audio (see :meth:`_clause`)."""
         self._first_token = ports.first_token or GenerationGate(enabled=False)
         self._first_clause_words = options.first_clause_words
         self._cache = ports.cache
@@ -231,17 +230,7 @@ class LlmStage(Stage):
         text = ""
         index = 0
         first = True
-        waiting_for_first_clause = [True]  # read by the engine's thread: a flag, nothing more
-        holding = self._holding = [False]
-        # The same cut, judged in the engine's thread as each token is decoded: urgency ends with
-        # the token that completes the first clause (by the time that token reaches this task the
-        # engine would already have decoded one more ahead of other sessions' first clauses).
-        first_cut = ClauseSplitter(first_max_words=self._first_clause_words)
-
-        def on_piece(piece: str | ToolCall) -> None:  # the engine's thread: only first_cut is touched
-            if waiting_for_first_clause[0] and isinstance(piece, str) and first_cut.push(piece):
-                waiting_for_first_clause[0] = False
-
+        pacing = self._pacing = FirstClause(self._first_clause_words)
         verdict = _SentenceEnd(gen, self._sentence_end if event.speculative else None)
         admitted: list[float] = []
         routes: list[tuple[str, str]] = []
@@ -253,15 +242,7 @@ class LlmStage(Stage):
             max_tokens=prompt.max_tokens or settings.max_output_tokens,
             temperature=settings.temperature,
             on_admitted=lambda: admitted.append(self.ctx.clock.now()),
-            # The first clause is what the listener waits for; a bound in case it never ends.  A
-            # call's tokens are never spoken, so until a clause the listener waits for all of
-            # them (the call, its result, the answer): get_time is ~26 tokens, and the 0.5B's
-            # made-up calls 50-75, whose tokens past a bound of 32 decoded at speaking pace
-            # (~200 ms each with 8 conversations) before the answer could start.
-            urgent_tokens=96,
-            urgent=lambda: waiting_for_first_clause[0],
-            paused=lambda: holding[0],
-            on_piece=on_piece,
+            pacing=pacing,
             on_route=lambda engine, reason: routes.append((engine, reason)),
             usage=usage,
             tools=prompt.tools,
@@ -303,7 +284,7 @@ class LlmStage(Stage):
                             continue
                         text += piece
                         for clause in splitter.push(piece):
-                            waiting_for_first_clause[0] = False
+                            pacing.urgent = False  # an engine that never calls piece() learns it here
                             index = await self._clause(gen, clause, index)
                 # Asked again in words (at most once: the new attempt's choice is "none"), when
                 # this attempt said nothing and made no call of its own.
@@ -505,10 +486,7 @@ class LlmStage(Stage):
             request,
             tool_choice=choice,
             on_admitted=None,
-            urgent_tokens=0,
-            urgent=None,
-            paused=None,
-            on_piece=None,
+            pacing=Pacing(),
             on_route=None,
             usage=None,
             on_end_probability=None,
@@ -529,16 +507,38 @@ class LlmStage(Stage):
         if index == 0:
             # Leave the cores to TTS until the first audio exists (see pipeline/gate.py): this task
             # stops taking tokens, and an engine that decodes ahead of its reader stops too.
-            holding = self._holding
-            holding[0] = self._gate.enabled
+            pacing = self._pacing
+            pacing.paused = self._gate.enabled
             try:
                 await self._gate.wait(gen)
             finally:
-                holding[0] = False
+                pacing.paused = False
         return index + 1
 
     def _mark(self, gen: int, name: str) -> Mark:
         return Mark(t=self.ctx.clock.now(), gen=gen, session=self.ctx.session_id, name=name)
+
+
+class FirstClause(Pacing):
+    """A reply's pacing: urgent until its first clause is complete, judged in the engine's thread
+    as each piece is decoded (the same cut as the stage's own splitter), so urgency ends with
+    the token that completes the clause.  ``paused`` is the stage's to set (:meth:`LlmStage._clause`).
+
+    At most :data:`URGENT_TOKENS` tokens are urgent: a bound in case the clause never ends.  A
+    call's tokens are never spoken, so until a clause the listener waits for all of them (the
+    call, its result, the answer): get_time is ~26 tokens, and the 0.5B's made-up calls 50-75,
+    which past a bound of 32 decoded at speaking pace (~200 ms each with 8 conversations)
+    before the answer could start."""
+
+    URGENT_TOKENS = 96
+
+    def __init__(self, first_clause_words: int) -> None:
+        super().__init__(self.URGENT_TOKENS)
+        self._cut = ClauseSplitter(first_max_words=first_clause_words)
+
+    def piece(self, piece: str | ToolCall) -> None:  # the engine's thread: only the cut is touched
+        if self.urgent and isinstance(piece, str) and self._cut.push(piece):
+            self.urgent = False
 
 
 class _SentenceEnd:
