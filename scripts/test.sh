@@ -12,11 +12,12 @@ echo "[test] mypy --strict voiceagent"; $V/mypy voiceagent
 if [ $# -gt 0 ]; then  # a selection of tests: run as asked
   echo "[test] pytest $*"; exec $V/python -m pytest -q -p no:cacheprovider "$@"
 fi
-# Three workers by default (VOICEAGENT_TEST_WORKERS=N to change, 1 for one process): the tests
-# that measure the machine (marked serial) run alone first, then the rest on the workers, a file
-# per worker.  Most tests wait on audio paced in real time, not on the CPU, so on a 2-core machine
-# three workers take about 11 minutes where one process takes about 18 (docs/operations.md).
-workers=${VOICEAGENT_TEST_WORKERS:-3}
+# One process by default.  VOICEAGENT_TEST_WORKERS=3 runs the tests that measure the machine
+# (marked serial) alone first, then the rest on 3 workers, a file per worker: most tests wait on
+# audio paced in real time, not on the CPU, so on a 2-core machine that takes about 11 minutes
+# instead of about 18.  CI stays on one process until the barge-in tests are steady under that
+# load (docs/operations.md lists the failures seen).
+workers=${VOICEAGENT_TEST_WORKERS:-1}
 if [ "$workers" -gt 1 ]; then
   echo "[test] pytest -m serial"; $V/python -m pytest -q -p no:cacheprovider -m serial
   echo "[test] pytest -m 'not serial' -n $workers"; $V/python -m pytest -q -p no:cacheprovider -m "not serial" -n "$workers" --dist loadfile
