@@ -128,13 +128,13 @@ class _Steps:
     def _submit(self) -> None:
         n = self.submitted
         self.submitted += 1
-        priority = self.admitted if self._urgent(n) else _LATE + n
+        priority = self.admitted if self.pacing.urgent_at(n) else _LATE + n
         self.queue.append(self.pool.executor.submit_at(priority, self._run))
 
     def begin(self, make: Callable[[], Iterator[str | ToolCall]]) -> None:
         """Start the generator (in the worker thread) and, while urgent, queue its first step."""
         self.it = make()
-        if not self.closed and self._urgent(0):
+        if not self.closed and self.pacing.urgent_at(0):
             self._submit()
 
     def close_iterator(self) -> None:
@@ -154,12 +154,9 @@ class _Steps:
         if item is not _DONE:
             # Before the next urgent step is queued: the piece may end the first clause.
             self.pacing.piece(item)  # type: ignore[arg-type]
-        if item is not _DONE and not self.closed and self._urgent(self.submitted):
+        if item is not _DONE and not self.closed and self.pacing.urgent_at(self.submitted):
             self._submit()
         return item
-
-    def _urgent(self, n: int) -> bool:
-        return self.pacing.urgent_at(n)
 
     async def next(self) -> object:
         """The next piece, or ``_DONE``.  Cancelling the caller takes a queued step off the queue."""

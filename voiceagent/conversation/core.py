@@ -215,7 +215,7 @@ class ConversationCore:
         """The final transcript of a speech segment (heard at ``level_db``), before the turn
         stage uses it.  False: it was speech over a paused reply that is no interruption (a
         backchannel, nothing, a quieter voice): the turn stage drops it, and the reply resumes
-        once the user is silent (:meth:`Interruptions.dismissed`)."""
+        once the user is silent (:meth:`Interruptions.segment`)."""
         verdict = self._floor.segment(text, level_db)
         if verdict is Verdict.INTERRUPT:
             self._take_turn()
@@ -380,8 +380,8 @@ class ConversationCore:
         tool it ran or a timer that went off meanwhile."""
         self._replies.close(reply, status, reason)
         if not reply.options.out_of_band:  # one out of band leaves the count to the last reply heard
-            self._idle.reply_ended(reply.listener.end_t or 0.0, completed=status is ResponseStatus.COMPLETED, quiet=self._quiet())
-        elif self._quiet():
+            self._idle.reply_heard(reply.listener.end_t or 0.0, completed=status is ResponseStatus.COMPLETED)
+        if self._quiet():  # any end of a reply restarts the count, unless the user speaks or another answers
             self._idle.arm()
         if status is ResponseStatus.COMPLETED and not reply.options.out_of_band:
             self._sink.add(Completed(reply.gen))

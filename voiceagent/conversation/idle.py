@@ -64,15 +64,11 @@ class IdleTimeout:
         elif (self._token is None or td.idle_timeout_ms != self._ms) and quiet:
             self.arm()
 
-    def reply_ended(self, end_t: float, *, completed: bool, quiet: bool) -> None:
+    def reply_heard(self, end_t: float, *, completed: bool) -> None:
         """A reply (not out of band) ended; its audio plays until ``end_t``, or until now if it
-        did not complete (it was cut, or never sent the rest).  Any end of a reply starts the
-        count again when the conversation is ``quiet`` (no user speech, which a barge-in is, and
-        no other response under way)."""
+        did not complete (it was cut, or never sent the rest): the count starts from there."""
         now = self._ctx.clock.now()
         self.heard_end = max(self.heard_end, end_t if completed else min(end_t, now))
-        if quiet:
-            self.arm()
 
     def fire(self, token: int) -> TurnDetection | None:
         """Timeout ``token`` is due: the turn detection to trigger it with, once; None when it

@@ -142,14 +142,14 @@ class Interruptions:
 
     def partial(self, ev: TranscriptDelta) -> bool:
         """A partial transcript: the user's when nothing is judged; else held back, and True
-        when it decides an interruption (:meth:`trusts`), which the core then carries out
+        when it decides an interruption (:meth:`_trusts`), which the core then carries out
         (:meth:`hand_over`, then the cut)."""
         pending = self.pending
         if pending is None:
             self._user.transcript(ev)
             return False
         pending.partials.append(ev)
-        if self.trusts(ev) and self.judge(ev.text, ev.level_db) is Verdict.INTERRUPT:
+        if self._trusts(ev) and self._judge(ev.text, ev.level_db) is Verdict.INTERRUPT:
             self._log(Verdict.INTERRUPT, ev.text, ev.level_db)
             return True
         return False
@@ -158,16 +158,16 @@ class Interruptions:
         """A speech segment's final transcript (heard at ``level_db``): None when nothing is
         judged (the user's own turn, whose level is learnt); else its verdict.  A verdict other
         than :attr:`Verdict.INTERRUPT` resumes the reply now or arms its resume
-        (:meth:`dismissed`); an interruption is the core's to carry out."""
+        (:meth:`_dismissed`); an interruption is the core's to carry out."""
         if self.pending is None:
             if text.strip():
-                self.heard_user(level_db)
+                self._heard_user(level_db)
             return None
-        verdict = self.judge(text, level_db)
+        verdict = self._judge(text, level_db)
         self._log(verdict, text, level_db)
         if verdict is Verdict.INTERRUPT:
-            self.heard_user(level_db)
-        elif self.dismissed():
+            self._heard_user(level_db)
+        elif self._dismissed():
             self.close(resumed=True)
         return verdict
 
@@ -187,7 +187,7 @@ class Interruptions:
 
     def resume_due(self, token: int) -> None:
         """Resume timeout ``token`` is due: the paused reply goes on if nothing decided since."""
-        if self.due(token):
+        if self._due(token):
             log.info("session %s: the paused reply resumes (no interruption, or no words within the timeout)", self._ctx.session)
             self.close(resumed=True)
 
@@ -203,7 +203,7 @@ class Interruptions:
         self.pending.speaking, self.pending.stopped_t = False, now
         self._arm(now + self.policy.timeout_ms / 1000.0)
 
-    def dismissed(self) -> bool:
+    def _dismissed(self) -> bool:
         """A transcript found no interruption: True when the reply resumes now (the user has been
         silent :data:`RESUME_SILENCE_S` since their speech ended); otherwise a resume is armed
         for then, or (the user speaks) waits for the end of their speech."""
@@ -223,15 +223,15 @@ class Interruptions:
         self.pending.token = self._tokens
         self._ctx.sink.add(ArmResume(self._tokens, deadline))
 
-    def trusts(self, partial: TranscriptDelta) -> bool:
+    def _trusts(self, partial: TranscriptDelta) -> bool:
         """Whether ``partial`` may decide: it transcribes :data:`PARTIAL_AFTER_S` of the speech
         or more (by the input stream's time)."""
         return self.pending is not None and partial.audio_ms - self.pending.started.audio_ms >= PARTIAL_AFTER_S * 1000.0
 
-    def judge(self, text: str, level_db: float | None) -> Verdict:
+    def _judge(self, text: str, level_db: float | None) -> Verdict:
         return self.policy.verdict(text, level_db, self.user_db, self._ctx.host.settings.language)
 
-    def due(self, token: int) -> bool:
+    def _due(self, token: int) -> bool:
         """Resume timeout ``token`` is due: True when it still stands (the user is silent)."""
         pending = self.pending
         return pending is not None and pending.token == token and not pending.speaking
@@ -244,7 +244,7 @@ class Interruptions:
         self._ctx.sink.add(ResumePlayout(pending.gen, resumed))
         return pending
 
-    def heard_user(self, level_db: float | None) -> None:
+    def _heard_user(self, level_db: float | None) -> None:
         """A segment of the user's that is a turn, at ``level_db``: learn their voice's level."""
         if level_db is None:
             return
