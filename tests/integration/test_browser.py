@@ -175,7 +175,11 @@ def test_browser_conversation(engines: Any, speech: dict[str, Path], run: Callab
 @browser
 def test_browser_barge_in_truncates_to_played_audio(engines: Any, speech: dict[str, Path], run: Callable[..., Any], tmp_path: Path) -> None:
     # A long question, a pause in which the answer starts playing, then the user talks over it.
-    mic = _wav(tmp_path / "mic.wav", (speech["long_story"], 3.0), (speech["capital"], 8.0))
+    # The pause outlasts the first audio's latency on a loaded machine (4.9 s was seen with the
+    # suite on three workers: a 3 s pause then let the question come before the story played, and
+    # the page's first cut was the short answer to it, already sent whole); the story, 160 tokens,
+    # is still being told when it ends, however fast the machine is.
+    mic = _wav(tmp_path / "mic.wav", (speech["long_story"], 8.0), (speech["capital"], 8.0))
     PAGE_ERRORS.clear()
     # A long lead: the page still holds unplayed audio when the interruption's words are known
     # (the reply pauses at the first sound, and a page holding only the default lead has played
@@ -226,10 +230,11 @@ def test_browser_over_webrtc_answers_and_a_barge_in_stops_the_agents_track(
 ) -> None:
     """The page's default transport: a WebRTC call (microphone track with the browser's echo
     cancellation, the agent's voice on the server's track, events on oai-events)."""
-    # The interruption comes 5 s after the question, and the server keeps up to 5 s of the story
-    # queued on its track: there is always audio not yet heard to cut, however slow the machine is
-    # today (with 3 s and the default lead, a loaded run once had only its first clause, all heard).
-    mic = _wav(tmp_path / "mic.wav", (speech["long_story"], 5.0), (speech["capital"], 8.0))
+    # The interruption comes 8 s after the question (longer than the first audio's latency on a
+    # loaded machine), and the server keeps up to 5 s of the story queued on its track: there is
+    # always audio not yet heard to cut, however slow the machine is today (with 3 s and the
+    # default lead, a loaded run once had only its first clause, all heard).
+    mic = _wav(tmp_path / "mic.wav", (speech["long_story"], 8.0), (speech["capital"], 8.0))
     PAGE_ERRORS.clear()
     cfg = _config(long_replies=True)
     cfg = dataclasses.replace(cfg, playout=dataclasses.replace(cfg.playout, lead_ms=5000))
