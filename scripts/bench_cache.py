@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import random
 import sys
 import tempfile
@@ -25,10 +24,12 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 
-from scripts.bench_concurrency import QUESTIONS, session_files  # noqa: E402
-from scripts.bench_latency import machine, percentiles  # noqa: E402
-from scripts.serve_process import ServeProcess  # noqa: E402
-from scripts.soak import scrape  # noqa: E402
+from scripts.bench.machine import machine  # noqa: E402
+from scripts.bench.metrics import scrape  # noqa: E402
+from scripts.bench.report import emit_json  # noqa: E402
+from scripts.bench.serve import ServeProcess  # noqa: E402
+from scripts.bench.sessions import QUESTIONS, session_files  # noqa: E402
+from scripts.bench.stats import percentiles  # noqa: E402
 from voiceagent.replay import TurnResult, replay_file  # noqa: E402
 
 
@@ -87,11 +88,7 @@ def main() -> int:
         "hits": summary(hits),
         "cache_lookups": lookups,
     }
-    text = json.dumps(report, indent=1)
-    if args.out:
-        Path(args.out).mkdir(parents=True, exist_ok=True)
-        (Path(args.out) / "cache_latency.json").write_text(text + "\n")
-    print(text)
+    emit_json(report, args.out, "cache_latency.json")
     return 0
 
 

@@ -10,8 +10,8 @@ For N in 1, 2, 4, 8 (``--sessions``) and two arrangements:
   critical-path work of N turns lands on the cores at once);
 * ``staggered``: each session's turn k starts at a random offset (seeded) within the turn slot.
 
-(:func:`session_files` also makes ``spread``, scripts/soak.py's default: each session at its own
-phase of the slot.)
+(:func:`scripts.bench.sessions.session_files` also makes ``spread``, scripts/soak.py's default:
+each session at its own phase of the slot.)
 
 Each session speaks ``--turns`` different questions (espeak-ng voices), one per slot of
 ``--slot`` seconds, so that every answer has been played before the next question.  Per N it
@@ -39,13 +39,11 @@ import argparse
 import asyncio
 import contextlib
 import json
-import os
 import random
 import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import urllib.request
 from dataclasses import asdict
@@ -56,211 +54,47 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 
-from scripts import make_fixtures  # noqa: E402
-from scripts.bench_latency import cpu_times, machine, percentiles  # noqa: E402
-from scripts.serve_process import ServeProcess  # noqa: E402
-from voiceagent.audio import read_wav, resample, write_wav  # noqa: E402
+from scripts.bench.machine import cpu_times, machine, steal_pct  # noqa: E402
+from scripts.bench.sampler import Periodic, Sampler  # noqa: E402
+from scripts.bench.serve import ServeProcess  # noqa: E402
+from scripts.bench.sessions import arrivals, run_n, session_files  # noqa: E402
+from scripts.bench.stats import percentiles  # noqa: E402
 from voiceagent.backends.llama_cpp import gguf_path  # noqa: E402
 from voiceagent.capacity import TurnCost, capacity  # noqa: E402
 from voiceagent.config import Config, load_config  # noqa: E402
-from voiceagent.replay import TurnResult, replay_file, speech_turns  # noqa: E402
-
-RATE = 16000
-# Questions whose transcripts Whisper tiny gets right, in several voices.
-QUESTIONS = ("long_question", "colour", "weather", "count", "short", "pause_sun", "pause_animal", "pause_mid")
+from voiceagent.replay import TurnResult  # noqa: E402
 
 
-class Sampler:
-    """Samples this process's CPU time and memory every ``period`` seconds in a thread."""
-
-    def __init__(self, pids: list[int], period: float = 0.25) -> None:
-        self.period = period
-        self.peak_rss = 0
-        self.peak_pss = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self.pids = pids
-
-    @staticmethod
-    def _mem(pid: int | str) -> tuple[int, int]:
-        rss = pss = 0
-        try:
-            with open(f"/proc/{pid}/smaps_rollup") as fh:
-                for line in fh:
-                    if line.startswith("Rss:"):
-                        rss = int(line.split()[1]) * 1024
-                    elif line.startswith("Pss:"):
-                        pss = int(line.split()[1]) * 1024
-        except OSError:
-            pass
-        return rss, pss
-
-    @staticmethod
-    def cpu_s(pid: int | str) -> float:
-        return Sampler._stat_cpu_s(Path(f"/proc/{pid}/stat")) or 0.0
-
-    @staticmethod
-    def _stat_cpu_s(stat: Path) -> float | None:
-        """User + system CPU seconds from a ``/proc/…/stat`` file; None when it cannot be read
-        (a process or thread that has ended)."""
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-        except (OSError, IndexError, ValueError):
-            return None
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.period):
-            rss = pss = 0
-            for pid in self.pids:
-                r, p = self._mem(pid)
-                rss, pss = rss + r, pss + p
-            self.peak_rss, self.peak_pss = max(self.peak_rss, rss), max(self.peak_pss, pss)
-
-    def total_cpu_s(self) -> float:
-        return sum(self.cpu_s(pid) for pid in self.pids)
-
-    def threads_cpu_s(self) -> dict[str, float]:
-        """CPU seconds so far of each thread name in the watched processes (``stt``, ``tts``,
-        ``turn``, ``vad``: the model executors; llama.cpp's and onnxruntime's worker threads
-        carry the name of the thread that started them, so the pools a model makes when it is
-        loaded, in the main thread, are ``python``).  The main thread itself, which runs the
-        event loop, is ``event-loop``."""
-        out: dict[str, float] = {}
-        for pid in self.pids:
-            for task in Path(f"/proc/{pid}/task").glob("*"):
-                try:
-                    name = "event-loop" if task.name == str(pid) else (task / "comm").read_text().strip()
-                except OSError:
-                    continue  # a thread that ended between the listing and the read
-                cpu = self._stat_cpu_s(task / "stat")
-                if cpu is not None:
-                    out[name] = out.get(name, 0.0) + cpu
-        return out
-
-    def __enter__(self) -> Sampler:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-
-def session_files(
-    n: int,
-    turns: int,
-    slot_s: float,
-    arrangement: str,
-    rng: random.Random,
-    workdir: Path,
-    questions: tuple[str, ...] = QUESTIONS,
-    lead_s: float = 0.0,
-    arrive: bool = False,
-) -> list[Path]:
-    """One WAV per session: ``lead_s`` of silence, then ``turns`` questions (fixture names, in
-    rotation), turn k's speech ending 6 s into slot k for all sessions (simultaneous), at a random
-    point of those first 6 s (staggered), or at such a point after session i's own phase of
-    ``i * slot_s / n`` (spread: callers who are not in step, each speaking once a slot).  With
-    ``arrive`` the phase is not in the file: the caller connects at its phase instead
-    (:func:`arrivals`), as callers do."""
-    fixtures = make_fixtures.make_all(ROOT / ".cache" / "fixtures")
-    files = []
-    for i in range(n):
-        phase = i * slot_s / n if arrangement == "spread" and not arrive else 0.0
-        out = np.zeros(int((lead_s + phase + turns * slot_s) * RATE), dtype=np.int16)
-        for k in range(turns):
-            name = questions[(i + k * 3) % len(questions)]
-            pcm, rate = read_wav(fixtures[name])
-            pcm = resample(pcm, rate, RATE)
-            start_s, end_s = speech_turns(pcm, RATE)[0][0], speech_turns(pcm, RATE)[-1][1]
-            speech = pcm[int(start_s * RATE) : int(end_s * RATE) + RATE // 100]
-            latest = 6.0  # s into its slot: every question (at most 5 s) ends by then
-            end = lead_s + phase + k * slot_s + (latest if arrangement == "simultaneous" else rng.uniform(len(speech) / RATE + 0.3, latest))
-            a = int(end * RATE) - len(speech)
-            out[a : a + len(speech)] = speech
-        path = workdir / f"{arrangement}-n{n}-s{i}.wav"
-        write_wav(path, out, RATE)
-        files.append(path)
-    return files
-
-
-def arrivals(n: int, slot_s: float, arrangement: str, arrive: bool) -> list[float]:
-    """When each of ``n`` callers connects, seconds after the first (0 for all unless ``arrive``)."""
-    return [i * slot_s / n if arrive and arrangement == "spread" else 0.0 for i in range(n)]
-
-
-async def run_n(
-    url: str, files: list[Path], session: dict[str, Any] | None = None, delays: list[float] | None = None
-) -> tuple[list[TurnResult], list[str], int]:
-    """Play every session's file over its own connection, all at once or each after its delay
-    (``session``: more ``session.update`` fields each sends first).  Returns the turns (their
-    ``speech_end_s`` counted from the first connection), the errors, and how many connections the
-    server refused with 503 (admission; not errors)."""
-    from websockets.exceptions import InvalidStatus
-
-    async def one(path: Path, delay: float) -> list[TurnResult]:
-        await asyncio.sleep(delay)  # the caller's arrival time, not a wait for anything
-        turns = await replay_file(url, path, timeout_s=60.0, turn_gap_s=3.0, session=session)
-        for t in turns:
-            t.speech_end_s += delay
-        return turns
-
-    waits = delays or [0.0] * len(files)
-    results = await asyncio.gather(*(one(f, d) for f, d in zip(files, waits, strict=True)), return_exceptions=True)
-    turns: list[TurnResult] = []
-    errors: list[str] = []
-    refused = 0
-    for r in results:
-        if isinstance(r, InvalidStatus) and r.response.status_code == 503:
-            refused += 1
-        elif isinstance(r, BaseException):
-            errors.append(f"{type(r).__name__}: {r}")
-        else:
-            turns.extend(r)
-    return turns, errors, refused
-
-
-class LoadPoller:
+class LoadPoller(Periodic):
     """Reads the server's ``voiceagent_load`` gauges from ``/metrics`` every ``period`` seconds in
     a thread: (monotonic time, cpu, latency) samples, to see which measure predicts the turns'
     latency."""
 
     def __init__(self, ws_url: str, period: float = 0.5) -> None:
         host = ws_url.split("://", 1)[1].split("/", 1)[0]
+        super().__init__(period)
         self.url = f"http://{host}/metrics"
-        self.period = period
         self.samples: list[tuple[float, float, float]] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def _run(self) -> None:
-        while not self._stop.wait(self.period):
-            try:
-                with urllib.request.urlopen(self.url, timeout=2) as resp:
-                    text = resp.read().decode()
-            except OSError:
-                continue
-            values = {}
-            for line in text.splitlines():
-                if line.startswith("voiceagent_load{"):
-                    measure = line.split('measure="', 1)[1].split('"', 1)[0]
-                    values[measure] = float(line.rsplit(" ", 1)[1])
-            if {"cpu", "latency"} <= values.keys():
-                self.samples.append((time.monotonic(), values["cpu"], values["latency"]))
+    def sample(self) -> None:
+        """The gauges now, when the server answers and shows both."""
+        try:
+            with urllib.request.urlopen(self.url, timeout=2) as resp:
+                text = resp.read().decode()
+        except OSError:
+            return
+        values = {}
+        for line in text.splitlines():
+            if line.startswith("voiceagent_load{"):
+                measure = line.split('measure="', 1)[1].split('"', 1)[0]
+                values[measure] = float(line.rsplit(" ", 1)[1])
+        if {"cpu", "latency"} <= values.keys():
+            self.samples.append((time.monotonic(), values["cpu"], values["latency"]))
 
     def at(self, t: float) -> tuple[float, float] | None:
         """The (cpu, latency) load last sampled at or before ``t``."""
         before = [s for s in self.samples if s[0] <= t]
         return (before[-1][1], before[-1][2]) if before else None
-
-    def __enter__(self) -> LoadPoller:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
 
 
 def load_vs_latency(turns: list[TurnResult], poller: LoadPoller, t0: float) -> dict[str, Any]:
@@ -565,7 +399,7 @@ def main() -> int:
         }
         print(f"{name}: {report['engines'][name]}", flush=True)
     rng = random.Random(args.seed)
-    steal0, total0 = cpu_times()
+    times0 = cpu_times()
     t_start = time.monotonic()
     try:
         with tempfile.TemporaryDirectory() as tmp:
@@ -603,8 +437,7 @@ def main() -> int:
             proc.terminate()
             proc.wait(30)
     report["ratios"] = ratios(report["results"])
-    steal1, total1 = cpu_times()
-    report["cpu_steal_pct"] = round(100.0 * (steal1 - steal0) / max(1, total1 - total0), 1)
+    report["cpu_steal_pct"] = steal_pct(times0, cpu_times())
     report["wall_s"] = round(time.monotonic() - t_start, 1)
     stem = "concurrency" if not args.llama_server else "concurrency_llama_server"
     (out / f"{stem}.json").write_text(json.dumps(report, indent=1))

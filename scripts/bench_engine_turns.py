@@ -26,8 +26,9 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 
-from scripts.bench_latency import machine, percentiles  # noqa: E402
-from scripts.bench_long_prompt import instructions  # noqa: E402
+from scripts.bench.machine import machine  # noqa: E402
+from scripts.bench.prompts import instructions  # noqa: E402
+from scripts.bench.stats import percentiles  # noqa: E402
 from voiceagent.backends import llama_cpp  # noqa: E402
 from voiceagent.backends.protocols import LlmRequest, Pacing  # noqa: E402
 from voiceagent.config import load_config  # noqa: E402

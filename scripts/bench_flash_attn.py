@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 from llama_cpp import Llama  # noqa: E402
 
-from scripts.bench_long_prompt import instructions  # noqa: E402
+from scripts.bench.prompts import instructions  # noqa: E402
 from voiceagent.backends.llama_cpp import gguf_path  # noqa: E402
 from voiceagent.config import load_config  # noqa: E402
 

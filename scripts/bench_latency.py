@@ -29,8 +29,6 @@ import argparse
 import asyncio
 import contextlib
 import json
-import os
-import platform
 import re
 import subprocess
 import sys
@@ -46,6 +44,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 
 from scripts import make_fixtures  # noqa: E402
+from scripts.bench.inprocess import QUICK, reset_engines  # noqa: E402
+from scripts.bench.machine import cpu_times, machine, steal_pct  # noqa: E402
+from scripts.bench.stats import percentiles  # noqa: E402
 from voiceagent.audio import PIPELINE_RATE, int16_to_float, read_wav, resample  # noqa: E402
 from voiceagent.backends.llm_pool import LlmPool  # noqa: E402
 from voiceagent.backends.protocols import Message  # noqa: E402
@@ -66,14 +67,6 @@ ABLATIONS = {
     "first_clause_at_punctuation_only": {"llm.first_clause_words": "0"},
     "turn_complete_240ms": {"turn.complete_ms": "240"},
 }
-QUICK = ("capital", "pause_mid", "two_turns", "piper_egg")
-
-
-def percentiles(values: list[float]) -> dict[str, float | None]:
-    if not values:
-        return {"p50": None, "p95": None, "p99": None, "mean": None}
-    arr = np.array(values, dtype=np.float64)
-    return {f"p{q}": round(float(np.percentile(arr, q)), 1) for q in (50, 95, 99)} | {"mean": round(float(arr.mean()), 1)}
 
 
 # ----------------------------------------------------------------------------- naive chain
@@ -190,28 +183,15 @@ async def run_ours(
         every = list({id(e): e for _, e in runs}.values())
         for f in files:
             for server, res in zip(servers, results, strict=True):
-                await _reset(server.engines, server.config, every)
+                await reset_engines(server.engines, server.config, every)
                 res.extend(await replay_file(server.url, f))
                 # The next run may use the same model objects, the naive chain from its own thread:
-                # first let the session end (the next _reset drains the executors).
+                # first let the session end (the next reset_engines drains the executors).
                 await server.wait_idle()
             if naive is not None:
-                await _reset(naive.e, naive.config, every)
+                await reset_engines(naive.e, naive.config, every)
                 baseline.extend(await asyncio.to_thread(naive.run_file, f))
     return results, baseline
-
-
-async def _reset(engines: Engines, config: Config, every: list[Engines]) -> None:
-    """Wait for every model executor (of ``every`` model set) to finish its queue, then give the
-    LLM of ``engines`` the KV state of a fresh server (the system prompt alone).  Without this, a
-    run that follows another on the same file would find that conversation's user turns still in
-    llama.cpp's KV cache: a head start."""
-    for eng in every:
-        for backend in (eng.vad, eng.stt, eng.turn, eng.tts):
-            if backend is not None:
-                await asyncio.wrap_future(backend.executor.submit(lambda: None))
-        await eng.llm.aclose()  # every LLM lease back
-    await asyncio.to_thread(engines.llm.prime, [Message("system", config.llm.instructions), Message("user", "Hello.")])
 
 
 def blocking_stream(engines: Engines, messages: list[Message], max_tokens: int, temperature: float) -> Iterator[str]:
@@ -243,16 +223,6 @@ def _engine_key(cfg: Config) -> tuple[Any, ...]:
         cfg.tts.model,
         cfg.tts.threads,
     )
-
-
-def cpu_times() -> tuple[int, int]:
-    """(steal, total) jiffies of all CPUs from /proc/stat; (0, 0) where there is none."""
-    try:
-        with open("/proc/stat") as fh:
-            fields = [int(x) for x in fh.readline().split()[1:]]
-    except (OSError, ValueError):
-        return 0, 0
-    return (fields[7] if len(fields) > 7 else 0), sum(fields)
 
 
 def cold_start(overrides: dict[str, str]) -> dict[str, float]:
@@ -418,16 +388,6 @@ def plots(report: dict[str, Any], out: Path) -> None:
     plt.close(fig)
 
 
-def machine() -> str:
-    cpu = ""
-    try:
-        with open("/proc/cpuinfo") as fh:
-            cpu = next(line.split(":", 1)[1].strip() for line in fh if line.startswith("model name"))
-    except (OSError, StopIteration):
-        cpu = platform.processor()
-    return f"{os.cpu_count()} cores, {cpu}, Python {platform.python_version()}"
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0] if __doc__ else None)
     ap.add_argument("--out", default=str(ROOT / "artifacts" / "bench"))
@@ -482,12 +442,11 @@ def main() -> int:
             variant_engines = load_engines(variant_cfg)
             warm_up(variant_engines, variant_cfg)
             runs.append((variant_cfg, variant_engines))
-    steal0, total0 = cpu_times()
+    times0 = cpu_times()
     all_ours, naive = asyncio.run(run_ours(runs, files, chain))
     ours = all_ours[0]
-    steal1, total1 = cpu_times()
     # Time the hypervisor gave to others while we wanted the CPU: the main cause of drift here.
-    report["cpu_steal_pct"] = round(100.0 * (steal1 - steal0) / max(1, total1 - total0), 1)
+    report["cpu_steal_pct"] = steal_pct(times0, cpu_times())
     for t in ours:
         print(f"ours  {Path(t.file).stem}:{t.turn} {t.latency_ms} ms  {t.transcript!r} -> {t.reply[:50]!r}", flush=True)
     for n in naive:

@@ -29,29 +29,12 @@ from websockets.asyncio.client import connect
 
 ROOT = Path(__file__).resolve().parent.parent
 
-from scripts.bench_latency import machine  # noqa: E402
-from scripts.serve_process import ServeProcess  # noqa: E402
+from scripts.bench.machine import machine  # noqa: E402
+from scripts.bench.prompts import instructions  # noqa: E402
+from scripts.bench.serve import ServeProcess  # noqa: E402
 from voiceagent.client import MalformedEvent, OtherEvent, RealtimeClient, messages  # noqa: E402
 from voiceagent.events import ErrorEvent, Event, OutputTranscriptDelta, ResponseDone  # noqa: E402
 
-FIRST = ["Ada", "Bruno", "Chidi", "Dana", "Emil", "Farah", "Goran", "Hana", "Ivo", "Jun", "Kemal", "Lena", "Mateo", "Nia"]
-LAST = ["Okafor", "Lindqvist", "Moreau", "Tanaka", "Silva", "Novak", "Haddad", "Kowalski", "Brennan", "Castillo", "Weber"]
-TOPICS = [
-    "battery recycling",
-    "coastal erosion",
-    "speech codecs",
-    "urban beekeeping",
-    "compiler testing",
-    "solar forecasting",
-    "bridge inspection drones",
-    "sleep and memory",
-    "soil carbon",
-    "protein folding",
-    "rail signalling",
-    "tea fermentation",
-]
-ROOMS = ["Amber", "Birch", "Cedar", "Delta", "Ember", "Fjord", "Garnet", "Harbor", "Indigo", "Juniper"]
-DAYS = ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday"]
 QUESTIONS = [
     "Where is the keynote held?",
     "When is lunch served?",
@@ -64,28 +47,6 @@ QUESTIONS = [
     "Is the Wi-Fi free?",
     "Where is the keynote held again?",
 ]
-
-
-def instructions(chars: int) -> str:
-    """A conference assistant's system prompt of about ``chars`` characters."""
-    lines = [
-        "You are the voice assistant of the Northwind conference. Answer in one short spoken sentence, from this information only.",
-        "The keynote is on Monday at 9:00 in the Great Hall. Lunch is served at noon in the Atrium. Coffee is in the foyer all day.",
-        "Lost badges: ask at the registration desk by the main entrance. The Wi-Fi is free; the network is Northwind-Guest.",
-    ]
-    n = 0
-    while sum(len(x) + 1 for x in lines) < chars:
-        day, hour = DAYS[n % len(DAYS)], 9 + (n // len(DAYS)) % 9
-        who = f"{FIRST[n % len(FIRST)]} {LAST[(n * 7) % len(LAST)]}"
-        topic = TOPICS[(n * 5) % len(TOPICS)]
-        room = ROOMS[(n * 3) % len(ROOMS)]
-        lines.append(
-            f"Talk {n + 1}: {day} at {hour}:{(n % 2) * 30:02d} in room {room}, {who} on {topic}. "
-            f"{who.split()[0]} will show recent field results on {topic}, then take questions for ten minutes; "
-            f"slides are shared after the session."
-        )
-        n += 1
-    return "\n".join(lines)
 
 
 async def caller(url: str, text: str, questions: list[str]) -> list[dict[str, Any]]:

@@ -12,7 +12,8 @@ the reply has been played or 30 s have passed).
 
 * **ours**: the real voiceagent server in this process, over a loopback WebSocket with the OpenAI
   Realtime protocol, timed by :func:`voiceagent.replay.replay_file` from the client (first reply
-  audio byte received), exactly as ``scripts/bench_latency.py`` does and with its functions.
+  audio byte received), exactly as ``scripts/bench_latency.py`` does and with the same functions
+  (:mod:`scripts.bench.inprocess`).
 * **pipecat**: ``pipecat-ai`` as installed, its stock cascade: input transport → Whisper STT
   (``WhisperSTTService``) → user context aggregator (Silero VAD, Pipecat's default user-turn
   strategies: VAD start, Smart Turn v3 stop) → ``OpenAILLMService`` → ``PiperTTSService`` →
@@ -141,7 +142,10 @@ from pipecat.transports.base_transport import TransportParams  # noqa: E402
 from pipecat.turns.user_turn_strategies import UserTurnStrategies  # noqa: E402
 from pipecat.workers.runner import WorkerRunner  # noqa: E402
 
-from scripts import bench_latency, make_fixtures  # noqa: E402
+from scripts import make_fixtures  # noqa: E402
+from scripts.bench.inprocess import QUICK, reset_engines  # noqa: E402
+from scripts.bench.machine import cpu_times, machine, steal_pct  # noqa: E402
+from scripts.bench.stats import percentiles  # noqa: E402
 from tests.integration.llm_server import LlamaCppServer  # noqa: E402
 from voiceagent.audio import read_wav, resample  # noqa: E402
 from voiceagent.backends.llama_cpp import gguf_path  # noqa: E402
@@ -473,7 +477,7 @@ async def run_both(
     theirs: list[TurnResult] = []
     async with VoiceAgentServer(config, engines) as server, PipecatBot(config, llm_base_url) as bot:
         for k, f in enumerate([warm, *files]):
-            await bench_latency._reset(server.engines, server.config, [engines])
+            await reset_engines(server.engines, server.config, [engines])
             o = await replay_file(server.url, f)
             await server.wait_idle()
             p = await bot.run_file(f)
@@ -494,7 +498,7 @@ async def run_both(
 def side_summary(turns: list[TurnResult]) -> dict[str, Any]:
     """n, answered, and p50/p95/p99/mean (ms) of the answered turns."""
     lat = [t.latency_ms for t in turns if t.latency_ms is not None]
-    return {"n": len(turns), "answered": len(lat), **bench_latency.percentiles(lat)}
+    return {"n": len(turns), "answered": len(lat), **percentiles(lat)}
 
 
 def ratios(ours: dict[str, Any], pipecat: dict[str, Any], pairs: list[tuple[float | None, float | None]]) -> dict[str, float | None]:
@@ -574,7 +578,7 @@ def build_report(
         **meta,
         "measure": "end of user speech (voiceagent.replay.speech_turns on the fixture) -> first agent audio, wall ms",
         "summary": {"ours": so, "pipecat": sp, "ratio_pipecat_over_ours": ratios(so, sp, pairs)},
-        "pipecat_spans_ms": {k: bench_latency.percentiles([t.spans_ms[k] for t in theirs if k in t.spans_ms]) for k in SPANS},
+        "pipecat_spans_ms": {k: percentiles([t.spans_ms[k] for t in theirs if k in t.spans_ms]) for k in SPANS},
         "settings": {"pipecat": settings, "ours": ours_settings(config)},
         "turns": [
             {
@@ -600,7 +604,7 @@ def build_report(
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0] if __doc__ else None)
     ap.add_argument("--out", default=str(ROOT / "artifacts" / "bench"))
-    ap.add_argument("--quick", action="store_true", help=f"only {', '.join(bench_latency.QUICK)}")
+    ap.add_argument("--quick", action="store_true", help=f"only {', '.join(QUICK)}")
     ap.add_argument("--files", nargs="+", metavar="NAME", help="only these fixtures (names from scripts/make_fixtures.py)")
     ap.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE", help="settings of ours (and the shared LLM file)")
     ap.add_argument("--log-level", default="WARNING", help="Pipecat's loguru level (its own default is DEBUG)")
@@ -618,7 +622,7 @@ def main() -> int:
     if args.files:
         names = list(args.files)
     elif args.quick:
-        names = [n for n in names if n in bench_latency.QUICK]
+        names = [n for n in names if n in QUICK]
     paths = make_fixtures.make_all(ROOT / ".cache" / "fixtures", engines=("espeak", "piper"))
     files = [paths[n] for n in names]
     load_before = os.getloadavg()  # another process's work shows here (steal only shows the hypervisor's)
@@ -626,14 +630,14 @@ def main() -> int:
     llm_server.model_path = gguf_path(config.llm.model, config.cache_path, config.llm.quant)
     llm_server.start(timeout=120.0)
     try:
-        steal0, total0 = bench_latency.cpu_times()
+        times0 = cpu_times()
         engines = load_engines(config)
         try:
             warm_up(engines, config)  # outside the event loop: it runs its own
             ours, theirs, settings = asyncio.run(run_both(config, engines, files, paths[WARM_UP], llm_server.base_url))
         finally:
             engines.close()
-        steal1, total1 = bench_latency.cpu_times()
+        times1 = cpu_times()
     finally:
         llm_server.stop()
     settings["llm_server"] = {
@@ -645,12 +649,12 @@ def main() -> int:
     meta = {
         "schema": 1,
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
-        "machine": bench_latency.machine(),
+        "machine": machine(),
         "commit": commit(),
         "command": " ".join(["scripts/bench_pipecat.py", *sys.argv[1:]]),
         "fixtures": names,
         "order": "per file: ours, then Pipecat; one untimed warm-up file each first",
-        "cpu_steal_pct": round(100.0 * (steal1 - steal0) / max(1, total1 - total0), 1),
+        "cpu_steal_pct": steal_pct(times0, times1),
         "loadavg_1m_before_after": [round(load_before[0], 2), round(os.getloadavg()[0], 2)],
     }
     report = build_report(ours, theirs, settings, config, meta)

@@ -37,8 +37,8 @@ from faster_whisper.feature_extractor import FeatureExtractor
 ROOT = Path(__file__).resolve().parent.parent
 
 from scripts import make_fixtures  # noqa: E402
-from scripts.bench_concurrency import QUESTIONS  # noqa: E402
-from scripts.bench_latency import machine  # noqa: E402
+from scripts.bench.machine import machine  # noqa: E402
+from scripts.bench.sessions import QUESTIONS  # noqa: E402
 from voiceagent.audio import int16_to_float, read_wav, resample  # noqa: E402
 from voiceagent.backends.whisper import window_frames  # noqa: E402
 from voiceagent.config import load_config  # noqa: E402

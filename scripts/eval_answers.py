@@ -5,8 +5,9 @@
 choose the system prompt and the reply-style examples (issue #12) this script asks the same
 questions of the same packaged model, with the same prompt layout as a session (system message,
 the conversation so far, the user's words; greedy decoding, ``llm.max_tokens``), in the same
-conversations as the spoken eval (``plan`` with its seed), and scores the replies with the same
-judge.  No audio: a few minutes per prompt and model.
+conversations as the spoken eval (``scripts.bench.conversations.plan`` with its seed), and scores
+the replies with the same judge (``scripts.bench.scoring.judge``).  No audio: a few minutes per
+prompt and model.
 
 Two inputs:
 
@@ -32,7 +33,10 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 
-from scripts import eval_quality as eq  # noqa: E402
+from scripts.bench.conversations import Conversation, plan  # noqa: E402
+from scripts.bench.questions import QUESTIONS_FILE, Question, load_questions  # noqa: E402
+from scripts.bench.scoring import judge, speakable_problems  # noqa: E402
+from scripts.bench.speech import DEFAULT_VOICES, resolve_voices  # noqa: E402
 from voiceagent.backends.llama_cpp import LlamaCppContext, gguf_path  # noqa: E402
 from voiceagent.backends.protocols import example_messages  # noqa: E402
 from voiceagent.config import DEFAULT_EXAMPLES, DEFAULT_INSTRUCTIONS, load_config, parse_examples  # noqa: E402
@@ -98,7 +102,7 @@ def heard_transcripts(spec: str) -> dict[tuple[str, str], str]:
 def run_variant(
     context: LlamaCppContext,
     variant: Variant,
-    convs: list[eq.Conversation],
+    convs: list[Conversation],
     heard: dict[tuple[str, str], str] | None,
     max_tokens: int,
 ) -> list[dict[str, Any]]:
@@ -113,7 +117,7 @@ def run_variant(
                 messages = [Message("system", variant.instructions), *example_messages(variant.examples), *history, Message("user", said)]
                 reply = "".join(p for p in context.stream(messages, max_tokens, 0.0) if isinstance(p, str)).strip()
                 history += [Message("user", said), *([Message("assistant", reply)] if reply else [])]
-            correct, _ = eq.judge(q, said, reply, bool(reply), 0.0, None, None)
+            correct, _ = judge(q, said, reply, bool(reply), 0.0, None, None)
             rows.append(
                 {
                     "conversation": conv.id,
@@ -123,7 +127,7 @@ def run_variant(
                     "input": said,
                     "reply": reply,
                     "correct": correct,
-                    "speakable": bool(reply) and not eq.speakable_problems(reply, q.sentences),
+                    "speakable": bool(reply) and not speakable_problems(reply, q.sentences),
                     "s": round(time.perf_counter() - t0, 2),
                 }
             )
@@ -144,13 +148,13 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def rescore(report: dict[str, Any], questions: list[eq.Question]) -> dict[str, Any]:
+def rescore(report: dict[str, Any], questions: list[Question]) -> dict[str, Any]:
     """Judge a finished run's replies again with today's answer key (no model): the same replies,
     only which count as right may change."""
     by_id = {q.id: q for q in questions}
     for entry in report["variants"].values():
         for row in entry["rows"]:
-            row["correct"], _ = eq.judge(by_id[row["question"]], row["input"], row["reply"], bool(row["reply"]), 0.0, None, None)
+            row["correct"], _ = judge(by_id[row["question"]], row["input"], row["reply"], bool(row["reply"]), 0.0, None, None)
         entry["summary"] = summary(entry["rows"])
     report["rescored"] = True
     return report
@@ -162,7 +166,7 @@ def main() -> int:
     ap.add_argument("--variants", default="config", help="comma-separated: " + ", ".join(variants("", ())))
     ap.add_argument("--input", choices=("text", "heard"), default="text")
     ap.add_argument("--heard", default=str(ROOT / "docs" / "bench" / "quality.json") + ":fast", help="FILE:PROFILE of a spoken run")
-    ap.add_argument("--questions", default=str(eq.QUESTIONS_FILE))
+    ap.add_argument("--questions", default=str(QUESTIONS_FILE))
     ap.add_argument("--seed", type=int, default=12, help="as the spoken run's --seed (the same conversations)")
     ap.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")
     ap.add_argument("--out", default="", help="folder for answers.json (default: print only)")
@@ -171,7 +175,7 @@ def main() -> int:
 
     if args.rescore:
         path = Path(args.rescore)
-        report = rescore(json.loads(path.read_text(encoding="utf-8")), eq.load_questions(Path(args.questions)))
+        report = rescore(json.loads(path.read_text(encoding="utf-8")), load_questions(Path(args.questions)))
         path.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
         for name, entry in report["variants"].items():
             print(name, json.dumps(entry["summary"]))
@@ -179,9 +183,9 @@ def main() -> int:
 
     cfg = load_config(env={}, overrides=dict(s.split("=", 1) for s in args.set))
     model = args.model or cfg.llm.model
-    questions = eq.load_questions(Path(args.questions))
-    voices, _ = eq.resolve_voices(list(eq.DEFAULT_VOICES))
-    convs = eq.plan(questions, voices, args.seed)
+    questions = load_questions(Path(args.questions))
+    voices, _ = resolve_voices(list(DEFAULT_VOICES))
+    convs = plan(questions, voices, args.seed)
     heard = heard_transcripts(args.heard) if args.input == "heard" else None
     context = LlamaCppContext(gguf_path(model, cfg.cache_path, cfg.llm.quant), cfg.llm.threads, cfg.llm.context)
     table = variants(cfg.llm.instructions, cfg.llm.example_pairs)

@@ -22,7 +22,6 @@ embedding too, without a paraphrase lost.  Also the cost of one embedding.  JSON
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
 import tomllib
@@ -33,23 +32,14 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 
+from scripts.bench.report import emit_json  # noqa: E402
+from scripts.bench.stats import precision_recall  # noqa: E402
 from voiceagent.backends.minilm import MiniLm  # noqa: E402
 from voiceagent.config import CacheConfig  # noqa: E402
 from voiceagent.models.source import resolve  # noqa: E402
 from voiceagent.text.question_match import mismatch  # noqa: E402
 
 PAIRS = ROOT / "scripts" / "eval_cache_pairs.toml"
-
-
-def rates(hits: list[bool], truth: list[bool]) -> dict[str, float | int]:
-    tp = sum(h and t for h, t in zip(hits, truth, strict=True))
-    fp = sum(h and not t for h, t in zip(hits, truth, strict=True))
-    return {
-        "hits": tp + fp,
-        "wrong_hits": fp,
-        "precision": round(tp / (tp + fp), 4) if tp + fp else 1.0,
-        "recall": round(tp / sum(truth), 4),
-    }
 
 
 def main() -> int:
@@ -69,7 +59,13 @@ def main() -> int:
     for t in (float(x) for x in np.round(np.arange(0.30, 1.0, 0.01), 2)):
         alone = [r["cosine"] >= t for r in rows]
         guarded = [r["cosine"] >= t and r["guard"] is None for r in rows]
-        sweep.append({"threshold": t, "cosine_alone": rates(alone, truth), "with_guards": rates(guarded, truth)})
+        sweep.append(
+            {
+                "threshold": t,
+                "cosine_alone": precision_recall(alone, truth, yes_key="hits", wrong_key="wrong_hits"),
+                "with_guards": precision_recall(guarded, truth, yes_key="hits", wrong_key="wrong_hits"),
+            }
+        )
     safe = [s for s in sweep if s["with_guards"]["wrong_hits"] == 0]
     best = max(s["with_guards"]["recall"] for s in safe)
     chosen = max(s["threshold"] for s in safe if s["with_guards"]["recall"] == best)
@@ -93,11 +89,7 @@ def main() -> int:
         "rows": rows,
         "sweep": sweep,
     }
-    text = json.dumps(report, indent=1)
-    if args.out:
-        Path(args.out).mkdir(parents=True, exist_ok=True)
-        (Path(args.out) / "cache_eval.json").write_text(text + "\n")
-    print(text)
+    emit_json(report, args.out, "cache_eval.json")
     return 0
 
 

@@ -6,8 +6,8 @@ The spoken eval's false cut-offs (``scripts/eval_quality.py``: 4–5 of its 9 qu
 what could tell the halves from whole questions:
 
 * **the turn model** (smart-turn v3, audio): its completion probability on each question cut as
-  the server cuts it (``eval_stt.VadCutter``, all voices), whole, and on the first segment of a
-  question the VAD split at its pause;
+  the server cuts it (``scripts.bench.stt.VadCutter``, all voices), whole, and on the first
+  segment of a question the VAD split at its pause;
 * **the LLM** (text): the probability that the next token after the user's words, without their
   final punctuation, ends the sentence (a token starting with ``.``, ``?`` or ``!``, or the end
   of the message), in the chat prompt the session builds (the default instructions, then the
@@ -40,7 +40,10 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 
-from scripts import eval_quality as eq  # noqa: E402
+from scripts.bench.machine import machine  # noqa: E402
+from scripts.bench.questions import Question, load_questions  # noqa: E402
+from scripts.bench.speech import DEFAULT_VOICES, RATE, Speaker, Voice, resolve_voices  # noqa: E402
+from scripts.bench.stt import VadCutter, clips, load_backend, parse_config, rejoined_text  # noqa: E402
 from voiceagent.backends.protocols import Message  # noqa: E402
 from voiceagent.text.clauses import unpunctuated as bare  # noqa: E402  (what the product judges: the words alone)
 
@@ -48,7 +51,7 @@ TEXT_THRESHOLDS = (0.001, 0.003, 0.01, 0.03)
 AUDIO_THRESHOLDS = (0.1, 0.3, 0.5)
 
 
-def texts(questions: Sequence[eq.Question]) -> list[tuple[str, str, str]]:
+def texts(questions: Sequence[Question]) -> list[tuple[str, str, str]]:
     """(kind, question id, text): each question whole ("complete"), with its last one and two
     words dropped where at least two remain ("truncated"), and a paused one's first half
     ("half"); all without final punctuation."""
@@ -107,26 +110,22 @@ class TextJudge:
         return p
 
 
-def cut_questions(questions: list[eq.Question], voices: list[eq.Voice], cache: Path) -> list[tuple[eq.Question, list[Any]]]:
+def cut_questions(questions: list[Question], voices: list[Voice], cache: Path) -> list[tuple[Question, list[Any]]]:
     """Each question in each voice with its segments, cut by the real VAD as the server cuts them
-    (``eval_stt.VadCutter``); questions the VAD found no speech in are left out."""
-    from scripts import eval_stt as es
-
-    cutter = es.VadCutter()
-    out = [(q, cutter.cuts(speech)) for _conv, _voice, q, speech in es.clips(questions, voices, eq.Speaker(cache), 0, pad=False)]
+    (:class:`scripts.bench.stt.VadCutter`); questions the VAD found no speech in are left out."""
+    cutter = VadCutter()
+    out = [(q, cutter.cuts(speech)) for _conv, _voice, q, speech in clips(questions, voices, Speaker(cache), 0, pad=False)]
     return [(q, cuts) for q, cuts in out if cuts]
 
 
-def heard_texts(cut: list[tuple[eq.Question, list[Any]]], stt: str) -> list[tuple[str, str, str]]:
+def heard_texts(cut: list[tuple[Question, list[Any]]], stt: str) -> list[tuple[str, str, str]]:
     """(kind, question id, text) as Whisper (``stt``, ``MODEL@BEAM``) hears the questions ``cut``:
     "complete" the whole question as the rejoin transcribes it, "half" the first segment of a
     paused question the VAD split, alone; without final punctuation."""
-    from scripts import eval_stt as es
-
-    backend = es.load_backend(es.parse_config(stt))
+    backend = load_backend(parse_config(stt))
     out: list[tuple[str, str, str]] = []
     for q, cuts in cut:
-        text, alone = es.rejoined_text(cuts, lambda a: backend.transcribe(a, "en"))
+        text, alone = rejoined_text(cuts, lambda a: backend.transcribe(a, "en"))
         if bare(text):
             out.append(("complete", q.id, bare(text)))
         if q.pause_ms and len(cuts) > 1 and bare(alone[0]):
@@ -144,7 +143,7 @@ def text_judge(judge: TextJudge, items: list[tuple[str, str, str]]) -> dict[str,
     return r
 
 
-def audio_scores(cut: list[tuple[eq.Question, list[Any]]]) -> dict[str, list[float]]:
+def audio_scores(cut: list[tuple[Question, list[Any]]]) -> dict[str, list[float]]:
     """smart-turn's completion probability on the questions ``cut``, whole, and on the first
     segment of a paused question the VAD split."""
     from voiceagent.backends.smart_turn import SmartTurn
@@ -152,9 +151,9 @@ def audio_scores(cut: list[tuple[eq.Question, list[Any]]]) -> dict[str, list[flo
     turn = SmartTurn()
     out: dict[str, list[float]] = {"complete": [], "half": []}
     for q, cuts in cut:
-        out["complete"].append(turn.completion_probability(np.concatenate([c[2] for c in cuts])[-8 * eq.RATE :]))
+        out["complete"].append(turn.completion_probability(np.concatenate([c[2] for c in cuts])[-8 * RATE :]))
         if q.pause_ms and len(cuts) > 1:
-            out["half"].append(turn.completion_probability(cuts[0][2][-8 * eq.RATE :]))
+            out["half"].append(turn.completion_probability(cuts[0][2][-8 * RATE :]))
     return out
 
 
@@ -185,15 +184,13 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     ap.add_argument("--models", default="qwen2.5-0.5b,qwen2.5-1.5b", help="catalog LLMs to judge the text")
     ap.add_argument("--heard", default="whisper-tiny@1", help="MODEL@BEAM whose transcripts the LLM also judges ('' for none)")
-    ap.add_argument("--voices", default=",".join(eq.DEFAULT_VOICES))
+    ap.add_argument("--voices", default=",".join(DEFAULT_VOICES))
     ap.add_argument("--cache", default=str(ROOT / ".cache" / "eval_quality"), help="synthesized speech, shared with eval_quality.py")
     ap.add_argument("--out", default=str(ROOT / "docs" / "bench"))
     args = ap.parse_args()
 
-    from scripts.bench_latency import machine
-
-    questions = eq.load_questions()
-    voices, _notes = eq.resolve_voices([v.strip() for v in args.voices.split(",") if v.strip()])
+    questions = load_questions()
+    voices, _notes = resolve_voices([v.strip() for v in args.voices.split(",") if v.strip()])
     items = texts(questions)
     cut = cut_questions(questions, voices, Path(args.cache))
     heard = heard_texts(cut, args.heard) if args.heard else []

@@ -32,19 +32,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
-import hashlib
 import json
-import random
-import re
-import shutil
-import subprocess
 import sys
-import tempfile
 import time
-import tomllib
-import unicodedata
 import wave
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -52,430 +44,22 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 
-from scripts import make_fixtures  # noqa: E402
-from scripts.serve_process import ServeFailed, ServeProcess  # noqa: E402
+from scripts.bench.conversations import Conversation, plan  # noqa: E402
+from scripts.bench.machine import cpu_times, machine, steal_pct  # noqa: E402
+from scripts.bench.questions import QUESTIONS_FILE, Question, load_questions  # noqa: E402
+from scripts.bench.scoring import STT_FAIL_WER, edit_distance, judge, normalize, speakable_problems, unfinished  # noqa: E402
+from scripts.bench.serve import ServeFailed, ServeProcess  # noqa: E402
+from scripts.bench.speech import DEFAULT_VOICES, RATE, Speaker, question_speech, resolve_voices, silence  # noqa: E402
 
-RATE = 16000
-QUESTIONS_FILE = ROOT / "scripts" / "eval_questions.toml"
-CATEGORIES = ("facts", "arithmetic", "reminders", "small_talk", "followup")
-TOOLS_CATEGORY = "tools"
-"""Of scripts/eval_tool_questions.toml (``eval_stt.py --questions``): requests that call a tool."""
 DEFAULT_PROFILES = "fast,balanced,quality"
-DEFAULT_VOICES = ("espeak:en-us+m3", "espeak:en+f2", "espeak:en-gb-x-rp", "piper:joe", "flite:slt")
-ENGINES = ("espeak", "piper", "flite", "festival")
-# Stand-ins, in order, for a flite or festival voice whose program is not installed.
-ESPEAK_STAND_INS = ("en-us+f4", "en-us+m7", "en-gb-scotland", "en-029")
-ESPEAK_WPM = 160
-TURNS_PER_CONVERSATION = 4
 GAP_S = 10.0
 """Silence after each question: the answer (up to two sentences, about 9 s of Piper speech) is
 heard before the next question, which would otherwise barge in and cut it."""
-STT_FAIL_WER = 0.25
-"""A failed question whose transcript has a higher word error rate is put down to STT, else to the LLM."""
 WORDS_PER_S = 2.8
 """Piper joe's speaking rate at speed 1 (measured): estimates how long a reply plays."""
 
 
-# ----------------------------------------------------------------------------- questions
-
-
-@dataclass(frozen=True)
-class Question:
-    id: str
-    text: str
-    accept: tuple[str, ...]
-    category: str
-    reject: tuple[str, ...] = ()
-    held_out: bool = False
-    follows: str | None = None
-    pause_ms: int = 0
-    sentences: int = 2
-    known_failure: bool = False
-    echo_ok: bool = False
-    """A greeting or farewell whose natural reply is the same words ("Goodbye, have a nice day."
-    answered "Goodbye! Have a nice day!"): the echo rule of ``judge`` does not apply to it."""
-
-    @property
-    def parts(self) -> tuple[str, ...]:
-        """The halves spoken with ``pause_ms`` of silence between them (one part: no pause)."""
-        return tuple(p.strip() for p in self.text.split("|"))
-
-    @property
-    def spoken(self) -> str:
-        return " ".join(self.parts)
-
-
-def load_questions(path: Path = QUESTIONS_FILE) -> list[Question]:
-    """The questions of ``path``, checked: unique ids, known categories, a pause where ``|`` is,
-    and each follow-up right after the question it follows."""
-    rows = tomllib.loads(path.read_text(encoding="utf-8")).get("question", [])
-    known = set(Question.__dataclass_fields__)
-    out: list[Question] = []
-    for row in rows:
-        extra = set(row) - known
-        if extra:
-            raise ValueError(f"{row.get('id')}: unknown field(s) {sorted(extra)}")
-        q = Question(**{**row, "accept": tuple(row.get("accept", ())), "reject": tuple(row.get("reject", ()))})
-        _check_question(q, out)
-        out.append(q)
-    return out
-
-
-def _check_question(q: Question, before: list[Question]) -> None:
-    problems = []
-    if any(p.id == q.id for p in before):
-        problems.append("duplicate id")
-    if q.category not in (*CATEGORIES, TOOLS_CATEGORY):
-        problems.append(f"category must be one of {(*CATEGORIES, TOOLS_CATEGORY)}")
-    if not q.accept:
-        problems.append("no accepted answers")
-    if len(q.parts) > 2 or not all(q.parts):
-        problems.append("at most one ' | ' pause, between two non-empty halves")
-    if (len(q.parts) == 2) != (q.pause_ms > 0) or not (q.pause_ms == 0 or 300 <= q.pause_ms <= 1200):
-        problems.append("pause_ms (300-1200) goes with a ' | ' in the text, and only then")
-    if q.follows is not None and (not before or before[-1].id != q.follows):
-        problems.append(f"follows {q.follows!r}, which must be the question just before it")
-    if problems:
-        raise ValueError(f"question {q.id}: {'; '.join(problems)}")
-
-
-# ----------------------------------------------------------------------------- text scoring
-
-_SMALL = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten"]
-_SMALL += ["eleven", "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen"]
-_TENS = ["", "", "twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety"]
-_SCALES = ((10**12, "trillion"), (10**9, "billion"), (10**6, "million"), (1000, "thousand"))
-NUMBER_WORDS = frozenset([*_SMALL, *_TENS[2:], "hundred", *(name for _, name in _SCALES)])
-_ORDINAL = {"one": "first", "two": "second", "three": "third", "five": "fifth", "eight": "eighth", "nine": "ninth", "twelve": "twelfth"}
-_CONTRACTIONS = {
-    "what's": "what is",
-    "that's": "that is",
-    "it's": "it is",
-    "there's": "there is",
-    "here's": "here is",
-    "how's": "how is",
-    "where's": "where is",
-    "who's": "who is",
-    "let's": "let us",
-    "i'm": "i am",
-    "you're": "you are",
-    "we're": "we are",
-    "they're": "they are",
-    "i've": "i have",
-    "you've": "you have",
-    "i'll": "i will",
-    "you'll": "you will",
-    "i'd": "i would",
-    "don't": "do not",
-    "doesn't": "does not",
-    "didn't": "did not",
-    "isn't": "is not",
-    "aren't": "are not",
-    "can't": "cannot",
-    "won't": "will not",
-}
-_SPELLING = {
-    "colour": "color",
-    "colours": "colors",
-    "favourite": "favorite",
-    "grey": "gray",
-    "okay": "ok",
-    "metres": "meters",
-    "metre": "meter",
-    "kilometres": "kilometers",
-    "kilometre": "kilometer",
-}
-_TOKEN = re.compile(r"\d+(?:\.\d+)?(?:st|nd|rd|th)?|[a-z]+(?:'[a-z]+)*")
-
-
-def number_words(n: int) -> list[str]:
-    """``n`` (≥ 0) in English words, without "and": 8848 → eight thousand eight hundred forty eight."""
-    if n < 20:
-        return [_SMALL[n]]
-    if n < 100:
-        return [_TENS[n // 10], *([_SMALL[n % 10]] if n % 10 else [])]
-    if n < 1000:
-        return [_SMALL[n // 100], "hundred", *(number_words(n % 100) if n % 100 else [])]
-    for value, name in _SCALES:
-        if n >= value:
-            return [*number_words(n // value), name, *(number_words(n % value) if n % value else [])]
-    raise AssertionError(n)  # pragma: no cover
-
-
-def _number_token(tok: str) -> list[str]:
-    m = re.fullmatch(r"(\d+)(?:\.(\d+))?(st|nd|rd|th)?", tok)
-    assert m is not None
-    whole, frac, suffix = m.groups()
-    words = number_words(int(whole)) if len(whole) <= 15 else [_SMALL[int(d)] for d in whole]
-    if frac:
-        words += ["point", *(_SMALL[int(d)] for d in frac)]
-    if suffix:
-        last = words[-1]
-        words[-1] = _ORDINAL.get(last) or (last[:-1] + "ieth" if last.endswith("y") else last + "th")
-    return words
-
-
-def normalize(text: str) -> list[str]:
-    """Lower-case words without punctuation; numbers written as words; common contractions and
-    British spellings undone; the "and" inside a number dropped ("one hundred and five")."""
-    t = text.lower().replace("’", "'").replace("‘", "'")
-    t = re.sub(r"(?<=\d),(?=\d{3}\b)", "", t)  # 8,848 → 8848
-    t = t.replace("%", " percent ").replace("°", " degrees ").replace("&", " and ").replace("+", " plus ").replace("=", " equals ")
-    words: list[str] = []
-    for tok in _TOKEN.findall(t):
-        if tok[0].isdigit():
-            words += _number_token(tok)
-            continue
-        tok = _CONTRACTIONS.get(tok, tok)
-        for w in tok.split():
-            w = w.replace("'", "")
-            words.append(_SPELLING.get(w, w))
-    return [
-        w
-        for i, w in enumerate(words)
-        if not (w == "and" and 0 < i < len(words) - 1 and words[i - 1] in NUMBER_WORDS and words[i + 1] in NUMBER_WORDS)
-    ]
-
-
-def edit_distance(ref: list[str], hyp: list[str]) -> int:
-    """Word-level Levenshtein distance (substitutions, insertions, deletions)."""
-    prev = list(range(len(hyp) + 1))
-    for i, r in enumerate(ref, 1):
-        cur = [i]
-        for j, h in enumerate(hyp, 1):
-            cur.append(min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (r != h)))
-        prev = cur
-    return prev[-1]
-
-
-def wer(reference: str, hypothesis: str) -> float:
-    """Word error rate of ``hypothesis`` against ``reference``, both normalized."""
-    ref, hyp = normalize(reference), normalize(hypothesis)
-    return edit_distance(ref, hyp) / max(1, len(ref))
-
-
-def _same_word(a: str, b: str) -> bool:
-    return a == b or a in (b + "s", b + "es") or b in (a + "s", a + "es")
-
-
-def _contains(hay: list[str], needle: list[str]) -> bool:
-    """``needle`` occurs in ``hay`` as whole words; a number in it is not part of a longer one."""
-    n = len(needle)
-    for i in range(len(hay) - n + 1):
-        if not all(_same_word(h, w) for h, w in zip(hay[i : i + n], needle, strict=True)):
-            continue
-        before = hay[i - 1] if i else ""
-        after = hay[i + n] if i + n < len(hay) else ""
-        if needle[0] in NUMBER_WORDS and (before in NUMBER_WORDS or before == "point"):
-            continue
-        if needle[-1] in NUMBER_WORDS and (after in NUMBER_WORDS or after == "point"):
-            continue
-        return True
-    return False
-
-
-ECHO_MIN_WORDS = 4
-
-
-def echoes(question: str, reply: str) -> bool:
-    """The reply only repeats the question (all of a question of ``ECHO_MIN_WORDS`` or more words
-    appears in it as one run, or the reply is the question's words): not an answer, whatever the
-    accepted words say ("Remind me to buy milk." answered "Remind me to buy milk.")."""
-    q, r = normalize(question), normalize(reply)
-    if not q or not r:
-        return False
-    return r == q or (len(q) >= ECHO_MIN_WORDS and _contains(r, q))
-
-
-def answer_correct(reply: str, accept: tuple[str, ...] | list[str], reject: tuple[str, ...] | list[str] = ()) -> bool:
-    """The reply contains one of ``accept`` (words or phrases, numbers as digits or words) and
-    none of ``reject``."""
-    words = normalize(reply)
-    if any(_contains(words, normalize(r)) for r in reject):
-        return False
-    return any(_contains(words, normalize(a)) for a in accept if normalize(a))
-
-
-_ABBREVIATIONS = re.compile(r"\b(?:mr|mrs|ms|dr|st|vs|etc|e\.g|i\.e|u\.s|u\.k|a\.m|p\.m|approx|no)\.", re.IGNORECASE)
-_LIST = re.compile(r"(?:^|\n)\s*(?:[-*•+]|\d+[.)])\s+\S")
-_INLINE_LIST = re.compile(r"(?:^|\s)\d+[.)]\s+\S")
-_MARKDOWN = re.compile(r"\*\*|__|`|^\s*#|\[[^\]]+\]\([^)]*\)|^\s*>|\*[^*\s][^*\n]*\*", re.MULTILINE)
-
-
-def count_sentences(text: str) -> int:
-    """Sentences in ``text``: ends at . ! ? …, not inside 3.14 or after Mr. or e.g."""
-    t = _ABBREVIATIONS.sub(lambda m: m.group(0).replace(".", ""), text)
-    t = re.sub(r"(?<=\d)\.(?=\d)", "", t)
-    return sum(1 for part in re.split(r"[.!?…]+", t) if re.search(r"\w", part))
-
-
-def _is_emoji(ch: str) -> bool:
-    cp = ord(ch)
-    return cp >= 0x1F000 or 0x2600 <= cp <= 0x27BF or cp == 0xFE0F or unicodedata.category(ch) == "So"
-
-
-def speakable_problems(reply: str, max_sentences: int = 2) -> list[str]:
-    """Why ``reply`` is not fit to be spoken: a list, markdown, emoji, more than ``max_sentences``
-    sentences.  Empty: speakable."""
-    problems = []
-    if _LIST.search(reply) or len(_INLINE_LIST.findall(reply)) >= 2:
-        problems.append("list")
-    if _MARKDOWN.search(reply):
-        problems.append("markdown")
-    if any(_is_emoji(ch) for ch in reply):
-        problems.append("emoji")
-    n = count_sentences(reply)
-    if n > max_sentences:
-        problems.append(f"{n} sentences")
-    return problems
-
-
-def unfinished(reply: str) -> bool:
-    """The reply stops mid-sentence (``llm.max_tokens`` reached, or cut by a barge-in)."""
-    return bool(reply.strip()) and not re.search(r"[.!?…][\"')\]]*\s*$", reply.strip())
-
-
-# ----------------------------------------------------------------------------- voices and speech
-
-
-@dataclass(frozen=True)
-class Voice:
-    engine: str
-    name: str
-    asked: str = ""
-    """The voice asked for, when this one stands in for it (its program is not installed)."""
-
-    @property
-    def label(self) -> str:
-        return f"{self.engine}:{self.name}"
-
-
-def resolve_voices(specs: list[str], which: Any = shutil.which) -> tuple[list[Voice], list[str]]:
-    """The voices to speak in, and a note for each one that had to stand in for another."""
-    voices: list[Voice] = []
-    notes: list[str] = []
-    for spec in specs:
-        engine, _, name = spec.partition(":")
-        if engine not in ENGINES or not name:
-            raise ValueError(f"voice {spec!r}: expected ENGINE:NAME, ENGINE one of {', '.join(ENGINES)}")
-        voice = Voice(engine, name)
-        if engine == "flite" and which("flite") is None and which("text2wave") is not None:
-            voice = Voice("festival", "kal_diphone", asked=spec)
-            notes.append(f"{spec}: flite is not installed; Debian's festival (kal_diphone) speaks instead")
-        elif (engine == "flite" and which("flite") is None) or (engine == "festival" and which("text2wave") is None):
-            taken = {v.label for v in voices} | set(specs)
-            name = next((s for s in ESPEAK_STAND_INS if f"espeak:{s}" not in taken), ESPEAK_STAND_INS[0])
-            voice = Voice("espeak", name, asked=spec)
-            notes.append(f"{spec}: flite and festival are not installed (apt-get install flite); espeak-ng {name} speaks instead")
-        voices.append(voice)
-    return voices, notes
-
-
-class Speaker:
-    """Speech for a text in a voice: 16 kHz mono int16 without leading/trailing silence, cached as
-    WAV files under ``cache`` (keyed by voice and text)."""
-
-    def __init__(self, cache: Path) -> None:
-        self.cache = cache
-        self._piper: dict[str, Any] = {}
-
-    def speak(self, text: str, voice: Voice) -> bytes:
-        key = hashlib.sha256(f"{voice.label}|{ESPEAK_WPM}|{text}".encode()).hexdigest()[:20]
-        target = self.cache / "speech" / voice.label.replace(":", "_").replace("+", "_") / f"{key}.wav"
-        if not target.exists():
-            target.parent.mkdir(parents=True, exist_ok=True)
-            with tempfile.TemporaryDirectory() as tmp:
-                raw = Path(tmp) / "speech.wav"
-                self._synthesize(text, voice, raw)
-                frames = make_fixtures._read(raw)  # without the engine's own leading/trailing silence
-            part = target.with_suffix(".part")
-            with wave.open(str(part), "wb") as w:
-                w.setnchannels(1)
-                w.setsampwidth(2)
-                w.setframerate(RATE)
-                w.writeframes(frames)
-            part.replace(target)
-        with wave.open(str(target), "rb") as w:
-            return w.readframes(w.getnframes())
-
-    def _synthesize(self, text: str, voice: Voice, out: Path) -> None:
-        if voice.engine == "espeak":
-            make_fixtures._espeak(text, voice.name, ESPEAK_WPM, out)
-        elif voice.engine == "piper":
-            from voiceagent.audio import resample, write_wav
-            from voiceagent.backends.piper_tts import PiperTts
-
-            if voice.name not in self._piper:
-                self._piper[voice.name] = PiperTts(voice.name, threads=1)
-            tts = self._piper[voice.name]
-            pcm = np.concatenate(list(tts.synthesize(text, 1.0)))
-            write_wav(out, resample(pcm, tts.sample_rate, RATE), RATE)
-        else:
-            raw = out.with_suffix(".raw.wav")
-            if voice.engine == "flite":
-                subprocess.run(["flite", "-voice", voice.name, "-t", text, "-o", str(raw)], check=True, capture_output=True)
-            else:
-                cmd = ["text2wave", "-o", str(raw), "-eval", f"(voice_{voice.name})"]
-                subprocess.run(cmd, input=text, text=True, check=True, capture_output=True)
-            subprocess.run(["sox", str(raw), "-r", str(RATE), "-c", "1", "-b", "16", str(out)], check=True)
-
-
 # ----------------------------------------------------------------------------- conversations
-
-
-@dataclass
-class Conversation:
-    id: str
-    voice: Voice
-    questions: list[Question]
-    path: Path | None = None
-    starts_s: list[float] = field(default_factory=list)
-    """When each question's speech begins in the file (ground truth, from its energy)."""
-
-
-def units(questions: list[Question]) -> list[list[Question]]:
-    """Questions that must stay together and in order: a lead question and its follow-ups."""
-    out: list[list[Question]] = []
-    for q in questions:
-        if q.follows is not None and out and out[-1][-1].id == q.follows:
-            out[-1].append(q)
-        else:
-            out.append([q])
-    return out
-
-
-def plan(
-    questions: list[Question], voices: list[Voice], seed: int, *, per_conversation: int = TURNS_PER_CONVERSATION, every_voice: bool = False
-) -> list[Conversation]:
-    """Pack the questions (shuffled by ``seed``, a follow-up kept right after its lead) into
-    conversations of at most ``per_conversation`` turns; the voices take turns, one per
-    conversation (``every_voice``: every conversation is spoken in every voice)."""
-    rng = random.Random(seed)
-    groups = units(questions)
-    rng.shuffle(groups)
-    packed: list[list[Question]] = []
-    for g in groups:
-        if packed and len(packed[-1]) + len(g) <= per_conversation:
-            packed[-1].extend(g)
-        else:
-            packed.append(list(g))
-    offset = rng.randrange(len(voices))
-    convs: list[Conversation] = []
-    for i, qs in enumerate(packed):
-        chosen = voices if every_voice else [voices[(i + offset) % len(voices)]]
-        for v in chosen:
-            convs.append(Conversation(f"c{i:02d}-{re.sub(r'[^a-z0-9]+', '-', v.label.lower())}", v, qs))
-    return convs
-
-
-def silence(seconds: float) -> bytes:
-    """``seconds`` of 16 kHz int16 silence."""
-    return b"\x00\x00" * int(seconds * RATE)
-
-
-def question_speech(q: Question, voice: Voice, speaker: Speaker) -> bytes:
-    """The question spoken in ``voice`` (16 kHz int16), its mid-sentence pause as silence between its parts."""
-    return silence(q.pause_ms / 1000).join(speaker.speak(part, voice) for part in q.parts)
 
 
 def conversation_wav(conv: Conversation, speaker: Speaker, out_dir: Path, gap_s: float) -> Path:
@@ -580,29 +164,6 @@ def score_turn(
     )
 
 
-def judge(
-    q: Question, transcript: str, reply: str, answered: bool, turn_wer: float, error: str | None, lead_wer: float | None
-) -> tuple[bool, str | None]:
-    """Whether the reply to ``q`` is right (an accepted answer, not an echo of the question or of
-    what was heard), and if not, the stage that most likely failed."""
-    echo = answered and not q.echo_ok and (echoes(q.spoken, reply) or echoes(transcript, reply))
-    correct = answered and not echo and answer_correct(reply, q.accept, q.reject)
-    return correct, None if correct else failure_guess(turn_wer, answered, error, lead_wer)
-
-
-def failure_guess(turn_wer: float, answered: bool, error: str | None = None, lead_wer: float | None = None) -> str:
-    """Which stage most likely failed a question answered wrongly (or not at all)."""
-    if error:
-        return "error"
-    if turn_wer > STT_FAIL_WER:
-        return "stt"
-    if lead_wer is not None and lead_wer > STT_FAIL_WER:
-        return "stt (the lead question)"
-    if not answered:
-        return "no reply (endpointing or timeout)"
-    return "llm"
-
-
 def _pct(values: list[float], q: float) -> float | None:
     return round(float(np.percentile(np.array(values, dtype=np.float64), q)), 1) if values else None
 
@@ -690,7 +251,6 @@ def variant(spec: str) -> tuple[str, dict[str, str]]:
 
 
 def run_profile(spec: str, overrides: dict[str, str], convs: list[Conversation], timeout_s: float) -> dict[str, Any]:
-    from scripts.bench_latency import cpu_times
     from voiceagent.config import load_config
 
     entry: dict[str, Any] = {}
@@ -714,15 +274,15 @@ def run_profile(spec: str, overrides: dict[str, str], convs: list[Conversation],
         entry["auto_chose"] = ran
         cfg = load_config(env={}, overrides={"profile": ran, **overrides})
         entry["models"] = {"stt": cfg.stt.model, "llm": cfg.llm.model, "tts": cfg.tts.model, "turn": cfg.turn.model}
-    steal0, total0 = cpu_times()
+    times0 = cpu_times()
     t1 = time.monotonic()
     try:
         records = asyncio.run(replay_all(server.url, convs, spec, timeout_s))
     finally:
         server.stop(30)
-    steal1, total1 = cpu_times()
+    times1 = cpu_times()
     entry["wall_s"] = round(time.monotonic() - t1, 1)
-    entry["cpu_steal_pct"] = round(100.0 * (steal1 - steal0) / max(1, total1 - total0), 1)
+    entry["cpu_steal_pct"] = steal_pct(times0, times1)
     entry |= scores(records)
     return entry
 
@@ -904,8 +464,6 @@ def main() -> int:
     ap.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE", help="passed to every server")
     ap.add_argument("--rescore", metavar="JSON", help="score a finished run's quality.json again (no server) and rewrite its reports")
     args = ap.parse_args()
-
-    from scripts.bench_latency import machine
 
     questions = load_questions(Path(args.questions))
     if args.rescore:

@@ -22,7 +22,6 @@ stdout (and ``--out``).
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
 import tomllib
@@ -33,6 +32,8 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 
+from scripts.bench.report import emit_json  # noqa: E402
+from scripts.bench.stats import precision_recall  # noqa: E402
 from voiceagent.backends.minilm import MiniLm  # noqa: E402
 from voiceagent.config import Config  # noqa: E402
 from voiceagent.models.source import resolve  # noqa: E402
@@ -67,17 +68,6 @@ EXEMPLARS = [
 ]
 
 
-def rates(small: list[bool], truth: list[bool]) -> dict[str, float | int]:
-    tp = sum(s and t for s, t in zip(small, truth, strict=True))
-    fp = sum(s and not t for s, t in zip(small, truth, strict=True))
-    return {
-        "small": tp + fp,
-        "wrong_small": fp,
-        "precision": round(tp / (tp + fp), 4) if tp + fp else 1.0,
-        "recall": round(tp / sum(truth), 4),
-    }
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", help="a folder for route_classifier.json")
@@ -91,7 +81,7 @@ def main() -> int:
     rules_us = (time.perf_counter() - t0) / len(texts) * 1e6
     report: dict[str, Any] = {
         "turns": {"small": len(data["small"]), "large": len(data["large"])},
-        "rules": rates(ruled, truth)
+        "rules": precision_recall(ruled, truth, yes_key="small", wrong_key="wrong_small")
         | {
             "us_per_turn": round(rules_us, 1),
             "wrong_small_turns": [t for t, r, y in zip(texts, ruled, truth, strict=True) if r and not y],
@@ -112,7 +102,10 @@ def main() -> int:
     nearest = (np.stack(vectors) @ exemplars.T).max(axis=1)
     sweep = []
     for threshold in np.round(np.arange(0.50, 0.985, 0.02), 2):
-        sweep.append({"threshold": float(threshold)} | rates([bool(c >= threshold) for c in nearest], truth))
+        sweep.append(
+            {"threshold": float(threshold)}
+            | precision_recall([bool(c >= threshold) for c in nearest], truth, yes_key="small", wrong_key="wrong_small")
+        )
 
     def best(floor: float) -> dict[str, Any] | None:
         ok = [row for row in sweep if row["precision"] >= floor and row["small"]]
@@ -130,12 +123,7 @@ def main() -> int:
         ],
     }
     model.close()
-    text = json.dumps(report, indent=1)
-    print(text)
-    if args.out:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "route_classifier.json").write_text(text + "\n")
+    emit_json(report, args.out, "route_classifier.json")
     return 0
 
 

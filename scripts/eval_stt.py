@@ -10,11 +10,12 @@ conversation's context).
 Every question of ``scripts/eval_questions.toml`` is spoken in every voice (the eval's cached
 speech, the same voices and stand-ins), a paused question with its pause, and padded as the STT
 stage pads a segment (300 ms before, 96 ms after).  Questions are taken in the eval's
-conversations (``eval_quality.plan``, every voice), so the ``history`` prompt is the previous
-transcripts of the same conversation, as a session would have them.
+conversations (``scripts.bench.conversations.plan``, every voice), so the ``history`` prompt is
+the previous transcripts of the same conversation, as a session would have them.
 
 A configuration is ``MODEL@BEAM`` with an optional ``+PROMPT``: ``+history``, ``+tools`` (the
-product's ``stt.tools_prompt`` for the tools scripts/eval_tools.py offers), or a literal text.
+product's ``stt.tools_prompt`` for the tools scripts/eval_tools.py offers,
+``scripts.bench.prompts.TOOLS``), or a literal text.
 ``--questions scripts/eval_tool_questions.toml`` speaks requests that call those tools instead.
 
 ``--cut vad`` cuts each question as the server does instead: the question between 1 s of silence
@@ -38,7 +39,6 @@ import argparse
 import json
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -46,51 +46,21 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 
-from scripts import eval_quality as eq  # noqa: E402
+from scripts.bench.machine import machine  # noqa: E402
+from scripts.bench.questions import QUESTIONS_FILE, Question, load_questions  # noqa: E402
+from scripts.bench.scoring import edit_distance, normalize  # noqa: E402
+from scripts.bench.speech import DEFAULT_VOICES, Speaker, resolve_voices  # noqa: E402
+from scripts.bench.stt import SttConfig, VadCutter, clips, load_backend, parse_config, rejoined_text  # noqa: E402
 
-PRE_S = 0.3  # the stage's prefix padding (turn_detection.prefix_padding_ms)
-TAIL_S = 0.096  # the stage's tail after the VAD stop (stages/stt.py)
-EDGE_S = 1.0  # --cut vad: silence on either side of a question, as between a conversation's turns
-FRAME = 320  # --cut vad: 20 ms frames at 16 kHz, as the wire delivers them
 DEFAULT_CONFIGS = "whisper-tiny@1,whisper-tiny@5,whisper-base@1,whisper-base@5,whisper-base@1+history,whisper-base@1+Hello."
 
 
-@dataclass(frozen=True)
-class SttConfig:
-    model: str
-    beam: int
-    prompt: str = ""
-    """"" for none, "history" for the conversation's previous transcripts, "tools" for the product's
-    prompt from scripts/eval_tools.py's tools (:func:`tools_prompt`), else a literal text."""
-
-    @property
-    def label(self) -> str:
-        return f"{self.model}@{self.beam}" + (f"+{self.prompt}" if self.prompt else "")
-
-
-def parse_config(spec: str) -> SttConfig:
-    """``MODEL@BEAM[+PROMPT]`` (see the module docstring)."""
-    head, _, prompt = spec.partition("+")
-    model, _, beam = head.partition("@")
-    if not model or not beam.isdigit() or int(beam) < 1:
-        raise ValueError(f"config {spec!r}: expected MODEL@BEAM[+PROMPT], BEAM >= 1")
-    return SttConfig(model.strip(), int(beam), prompt.strip())
-
-
-def load_backend(config: SttConfig) -> Any:
-    """The product's Whisper backend at ``config``'s beam size."""
-    from voiceagent.backends.whisper import WhisperStt
-    from voiceagent.config import load_config
-
-    cfg = load_config(env={})
-    return WhisperStt(config.model, cfg.cache_path, threads=cfg.stt.threads, beam_size=config.beam)
-
-
 def tools_prompt() -> str:
-    """The prompt a session offering scripts/eval_tools.py's tools gets with ``stt.tools_prompt``."""
+    """The prompt a session offering scripts/eval_tools.py's tools (``scripts.bench.prompts.TOOLS``)
+    gets with ``stt.tools_prompt``: what a ``+tools`` configuration decodes with."""
     import dataclasses
 
-    from scripts.eval_tools import TOOLS
+    from scripts.bench.prompts import TOOLS
     from voiceagent.config import Config
     from voiceagent.settings import settings_from_config
     from voiceagent.text.stt_prompt import transcription_prompt
@@ -98,97 +68,7 @@ def tools_prompt() -> str:
     return transcription_prompt(dataclasses.replace(settings_from_config(Config()), tools=TOOLS), True)
 
 
-def clips(
-    questions: list[eq.Question], voices: list[eq.Voice], speaker: eq.Speaker, seed: int, pad: bool = True
-) -> list[tuple[str, str, eq.Question, np.ndarray]]:
-    """(conversation id, voice label, question, float audio) in conversation order; the audio
-    padded as the STT stage pads a segment, or with ``pad`` False the speech alone (``--cut vad``)."""
-    out = []
-    for conv in eq.plan(questions, voices, seed, every_voice=True):
-        for q in conv.questions:
-            frames = eq.question_speech(q, conv.voice, speaker)
-            if pad:
-                frames = eq.silence(PRE_S) + frames + eq.silence(TAIL_S)
-            out.append((conv.id, conv.voice.label, q, np.frombuffer(frames, dtype=np.int16).astype(np.float32) / 32768))
-    return out
-
-
-Cut = tuple[float, float, np.ndarray]
-"""A segment as the STT stage hands it on: (start ms, end ms, audio), padding included."""
-
-
-def with_edges(speech: np.ndarray) -> np.ndarray:
-    """``speech`` with ``EDGE_S`` of silence on either side, as the VAD hears a question."""
-    edge = np.zeros(int(EDGE_S * eq.RATE), np.float32)
-    return np.concatenate([edge, speech, edge])
-
-
-def vad_cuts(full: np.ndarray, probs: list[float], window_ms: float, vad: Any) -> list[Cut]:
-    """The segments the VAD stage finds in ``full`` (:func:`with_edges`), given the model's
-    probability per window (``probs``), cut and padded as the STT stage cuts them: from the
-    speech start less ``vad.prefix_padding_ms`` to the speech end plus the tail."""
-    from voiceagent.stages.vad import VadTracker
-
-    tracker = VadTracker(window_ms)
-    cuts: list[Cut] = []
-    start: float | None = None
-    for k, prob in enumerate(probs):
-        for ev in tracker.feed(prob, (k + 1) * window_ms, vad.threshold, vad.min_speech_ms, vad.stop_ms):
-            if ev.kind == "start":
-                start = max(0.0, ev.audio_ms - vad.prefix_padding_ms)
-            elif ev.kind == "stop" and start is not None:
-                end = ev.audio_ms + TAIL_S * 1000
-                cuts.append((start, end, full[int(start * eq.RATE / 1000) : int(end * eq.RATE / 1000)]))
-                start = None
-    return cuts
-
-
-def rejoined_text(cuts: list[Cut], transcribe: Any) -> tuple[str, list[str]]:
-    """What the turn stage makes of ``cuts`` (one turn): each segment transcribed, and from the
-    second on, the turn so far transcribed again as one clip (:meth:`Endpointer.joined`, as the
-    rejoin does with a free decoder).  Returns (the turn's text, each segment's text alone)."""
-    import dataclasses
-
-    from voiceagent.events import TranscriptSegment
-    from voiceagent.stages.turn import Endpointer
-
-    ep = Endpointer(speculative=False, use_model=False)
-    alone: list[str] = []
-    for start, end, audio in cuts:
-        ep.on_speech_started()
-        ep.on_speech_stopped(end - TAIL_S * 1000)
-        text = str(transcribe(audio))
-        alone.append(text)
-        seg = TranscriptSegment(t=0.0, gen=0, text=text, audio=audio, start_ms=start, end_ms=end)
-        joined = ep.joined(seg) if text.strip() else None
-        whole = str(transcribe(joined.audio)) if joined is not None else ""
-        if joined is not None and whole:
-            ep.on_segment(dataclasses.replace(joined, text=whole), respond=False, alone=text)
-        else:
-            ep.on_segment(seg, respond=False)
-    return ep.text, alone
-
-
-class VadCutter:
-    """``--cut vad``: the real silero VAD over a question, as a session's VAD stage runs it."""
-
-    def __init__(self) -> None:
-        from voiceagent.backends.silero import SileroVad
-        from voiceagent.config import load_config
-
-        self._vad = SileroVad()
-        self._settings = load_config(env={}).vad
-
-    def cuts(self, speech: np.ndarray) -> list[Cut]:
-        stream = self._vad.stream()
-        full = with_edges(speech)
-        probs: list[float] = []
-        for i in range(0, len(full), FRAME):
-            probs += stream.process(full[i : i + FRAME])
-        return vad_cuts(full, probs, 1000.0 * stream.window_samples / eq.RATE, self._settings)
-
-
-def evaluate(config: SttConfig, items: list[tuple[str, str, eq.Question, np.ndarray]], cutter: VadCutter | None = None) -> dict[str, Any]:
+def evaluate(config: SttConfig, items: list[tuple[str, str, Question, np.ndarray]], cutter: VadCutter | None = None) -> dict[str, Any]:
     """WER of ``config`` on ``items`` (padded clips; raw speech cut by ``cutter`` when given)."""
     backend = load_backend(config)
     backend.transcribe(items[0][3], "en")  # warm
@@ -212,11 +92,11 @@ def evaluate(config: SttConfig, items: list[tuple[str, str, eq.Question, np.ndar
             segments = len(cuts)
         times.append(time.perf_counter() - t0)
         said.append(text)
-        ref, hyp = eq.normalize(q.spoken), eq.normalize(text)
-        e = eq.edit_distance(ref, hyp)
+        ref, hyp = normalize(q.spoken), normalize(text)
+        e = edit_distance(ref, hyp)
         if segments > 1:
             split[0] += e
-            split[1] += eq.edit_distance(ref, eq.normalize(" ".join(t for t in alone if t)))
+            split[1] += edit_distance(ref, normalize(" ".join(t for t in alone if t)))
             split[2] += len(ref)
         errors += e
         words += len(ref)
@@ -293,23 +173,21 @@ def markdown(report: dict[str, Any]) -> str:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     ap.add_argument("--configs", default=DEFAULT_CONFIGS, help="comma-separated MODEL@BEAM[+PROMPT]; the first is the reference")
-    ap.add_argument("--voices", default=",".join(eq.DEFAULT_VOICES))
+    ap.add_argument("--voices", default=",".join(DEFAULT_VOICES))
     ap.add_argument("--seed", type=int, default=0, help="how questions are packed into conversations (the history prompt)")
     ap.add_argument("--cut", choices=("gt", "vad"), default="gt", help="clips padded from the audio's own bounds, or cut by the real VAD")
-    ap.add_argument("--questions", default=str(eq.QUESTIONS_FILE), help="questions file; scripts/eval_tool_questions.toml: tool requests")
+    ap.add_argument("--questions", default=str(QUESTIONS_FILE), help="questions file; scripts/eval_tool_questions.toml: tool requests")
     ap.add_argument("--limit", type=int, default=0, help="only the first N questions (a smoke run)")
     ap.add_argument("--cache", default=str(ROOT / ".cache" / "eval_quality"), help="synthesized speech, shared with eval_quality.py")
     ap.add_argument("--out", default=str(ROOT / "docs" / "bench"))
     args = ap.parse_args()
 
-    from scripts.bench_latency import machine
-
     configs = [parse_config(s) for s in args.configs.split(",") if s.strip()]
-    questions = eq.load_questions(Path(args.questions))
+    questions = load_questions(Path(args.questions))
     if args.limit:
         questions = questions[: args.limit]
-    voices, notes = eq.resolve_voices([v.strip() for v in args.voices.split(",") if v.strip()])
-    items = clips(questions, voices, eq.Speaker(Path(args.cache)), args.seed, pad=args.cut == "gt")
+    voices, notes = resolve_voices([v.strip() for v in args.voices.split(",") if v.strip()])
+    items = clips(questions, voices, Speaker(Path(args.cache)), args.seed, pad=args.cut == "gt")
     cutter = VadCutter() if args.cut == "vad" else None
     results = []
     for config in configs:

@@ -24,29 +24,13 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 
+from scripts.bench.prompts import TOOLS  # noqa: E402
 from voiceagent.backends.protocols import LlmRequest  # noqa: E402
 from voiceagent.config import Config, LlmConfig  # noqa: E402
 from voiceagent.config.profiles import PROFILES  # noqa: E402
 from voiceagent.tools.args import check_arguments  # noqa: E402
-from voiceagent.tools.builtin import builtin_tools  # noqa: E402
 from voiceagent.tools.retry import nameless, retried_call, retry_choice  # noqa: E402
-from voiceagent.tools.spec import Message, Tool, ToolCall, with_tools  # noqa: E402
-
-WEATHER = Tool(
-    "get_weather",
-    "Get the current weather in a city.",
-    {"type": "object", "properties": {"city": {"type": "string", "description": "The city name"}}, "required": ["city"]},
-)
-EMAIL = Tool(
-    "send_email",
-    "Send an email.",
-    {
-        "type": "object",
-        "properties": {"to": {"type": "string"}, "subject": {"type": "string"}, "body": {"type": "string"}},
-        "required": ["to", "subject"],
-    },
-)
-TOOLS = (WEATHER, EMAIL, *builtin_tools())
+from voiceagent.tools.spec import Message, ToolCall, with_tools  # noqa: E402
 
 
 @dataclass(frozen=True)

@@ -41,24 +41,23 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import random
 import statistics
 import sys
 import tempfile
-import threading
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
-from prometheus_client.parser import text_string_to_metric_families
-
 ROOT = Path(__file__).resolve().parent.parent
 
-import random  # noqa: E402
-
-from scripts.bench_concurrency import QUESTIONS, Sampler, ServeProcess, run_n, session_files  # noqa: E402
-from scripts.bench_latency import machine, percentiles  # noqa: E402
-from scripts.bench_long_prompt import instructions  # noqa: E402
+from scripts.bench.machine import machine  # noqa: E402
+from scripts.bench.metrics import scrape  # noqa: E402
+from scripts.bench.prompts import instructions  # noqa: E402
+from scripts.bench.sampler import Periodic, Sampler  # noqa: E402
+from scripts.bench.serve import ServeProcess  # noqa: E402
+from scripts.bench.sessions import QUESTIONS, run_n, session_files  # noqa: E402
+from scripts.bench.stats import percentiles  # noqa: E402
 
 
 def rss_anon(pid: int) -> int:
@@ -70,24 +69,20 @@ def rss_anon(pid: int) -> int:
         return 0
 
 
-class RssLog:
-    """The server's RSS (bytes) every ``period`` seconds, with the time of each sample."""
+class RssLog(Periodic):
+    """The server's RSS (bytes) every ``period`` seconds from entering, with the time of each sample."""
 
     def __init__(self, pid: int, period: float = 1.0) -> None:
+        super().__init__(period, at_start=True)
         self.pid = pid
-        self.period = period
         self.samples: list[tuple[float, int]] = []
         self.anon: list[tuple[float, int]] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def _run(self) -> None:
-        while True:
-            now = time.monotonic()
-            self.samples.append((now, Sampler._mem(self.pid)[0]))
-            self.anon.append((now, rss_anon(self.pid)))
-            if self._stop.wait(self.period):
-                return
+    def sample(self) -> None:
+        """The RSS and its anonymous part now."""
+        now = time.monotonic()
+        self.samples.append((now, Sampler.memory(self.pid)[0]))
+        self.anon.append((now, rss_anon(self.pid)))
 
     def at(self, t: float, anon: bool = False) -> int:
         """The first sample at or after ``t`` (the last one if none is)."""
@@ -103,27 +98,6 @@ class RssLog:
         """RSS in whole MB at ``t0``, ``t0 + step``, … (``n`` points), then at the end."""
         samples = self.anon if anon else self.samples
         return [round(self.at(t0 + k * step, anon) / 2**20) for k in range(n)] + [round(samples[-1][1] / 2**20)]
-
-    def __enter__(self) -> RssLog:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-
-def scrape(url: str) -> dict[str, float]:
-    """The server's ``/metrics`` as ``{'name{a="x"}': value}``."""
-    base = url.split("/v1/")[0].replace("ws://", "http://")
-    with urllib.request.urlopen(f"{base}/metrics", timeout=10) as resp:
-        text = resp.read().decode()
-    out: dict[str, float] = {}
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            labels = ",".join(f'{k}="{v}"' for k, v in sorted(s.labels.items()))
-            out[f"{s.name}{{{labels}}}" if labels else s.name] = s.value
-    return out
 
 
 def server_turns(metrics: dict[str, float]) -> dict[str, float]:

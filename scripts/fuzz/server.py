@@ -9,7 +9,7 @@ import time
 import urllib.request
 from urllib.parse import urlsplit
 
-from scripts.serve_process import ServeProcess
+from scripts.bench.serve import ServeProcess
 
 
 class FuzzedServer(ServeProcess):

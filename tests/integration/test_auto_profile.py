@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from tests.conftest import _load_script
+from scripts.bench.serve import ServeProcess
 from voiceagent import cli
 from voiceagent.backends import auto_profile
 from voiceagent.config import load_config
@@ -32,8 +32,7 @@ def test_serve_with_no_profile_chooses_an_installed_one_says_why_and_serves_on_i
             load_config(env={}), frozenset(), lambda p: load_config(env={}, overrides={"profile": p}), cli._require_models
         ).candidates
     ]
-    serve_process = _load_script("serve_process")
-    server = serve_process.ServeProcess({}, log_lines=None)
+    server = ServeProcess({}, log_lines=None)
     try:
         # The choice; a line about the profiles not installed may come before it.
         lines = [line for line in server.log if re.search(r"profile auto: \w+, ", line)]

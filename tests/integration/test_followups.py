@@ -12,13 +12,13 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import ROOT, _load_script, make_fixtures
+from scripts.bench.questions import load_questions
+from scripts.bench.scoring import answer_correct, echoes
+from tests.conftest import ROOT, make_fixtures
 from tests.integration.local_talk import talk_file
 from tests.profile import profile_config
 
 pytestmark = pytest.mark.models
-
-eval_quality = _load_script("eval_quality")
 
 
 @pytest.mark.xfail(
@@ -28,7 +28,7 @@ eval_quality = _load_script("eval_quality")
     strict=False,
 )
 def test_the_follow_up_about_the_capital_is_answered_about_rome(engines: Any, run: Any, tmp_path: Path) -> None:
-    questions = {q.id: q for q in eval_quality.load_questions(ROOT / "scripts" / "eval_questions.toml")}
+    questions = {q.id: q for q in load_questions(ROOT / "scripts" / "eval_questions.toml")}
     lead, follow = questions["capital_italy"], questions["rome_population"]
     assert follow.follows == lead.id
     # Spoken by Piper, which the shared `speech` fixture (espeak-ng only) does not make
@@ -37,7 +37,7 @@ def test_the_follow_up_about_the_capital_is_answered_about_rome(engines: Any, ru
     users = [t.text for t in result.turns if t.role == "user"]
     answers = [t.text for t in result.turns if t.role == "assistant" and t.text]
     assert len(users) == 2 and len(answers) == 2, printed
-    assert eval_quality.answer_correct(answers[0], lead.accept, lead.reject), printed
+    assert answer_correct(answers[0], lead.accept, lead.reject), printed
     # Rome, or a figure the size of Rome's; never Italy's 59-60 million
-    assert eval_quality.answer_correct(answers[1], follow.accept, follow.reject), printed
-    assert not eval_quality.echoes(users[1], answers[1]), printed
+    assert answer_correct(answers[1], follow.accept, follow.reject), printed
+    assert not echoes(users[1], answers[1]), printed

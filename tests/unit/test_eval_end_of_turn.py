@@ -3,20 +3,18 @@ held shares.  No models."""
 
 from __future__ import annotations
 
-import sys
-
 import pytest
 
+from scripts.bench.questions import Question
 from tests.conftest import _load_script
 
 et = _load_script("eval_end_of_turn")
-eq = sys.modules["scripts.eval_quality"]  # as the script imported it
 
 
 def test_whole_questions_their_truncations_and_paused_halves_lose_their_final_punctuation() -> None:
-    plain = eq.Question("q1", "What is two plus two?", ("four",), "arithmetic")
-    short = eq.Question("q2", "Hello there.", ("hello",), "small_talk")
-    paused = eq.Question("q3", "Tell me the capital | of France.", ("Paris",), "facts", pause_ms=700)
+    plain = Question("q1", "What is two plus two?", ("four",), "arithmetic")
+    short = Question("q2", "Hello there.", ("hello",), "small_talk")
+    paused = Question("q3", "Tell me the capital | of France.", ("Paris",), "facts", pause_ms=700)
     got = et.texts([plain, short, paused])
     assert got == [
         ("complete", "q1", "What is two plus two"),

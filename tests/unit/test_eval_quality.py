@@ -1,5 +1,6 @@
-"""The pure parts of scripts/eval_quality.py: WER, answer matching, speakability, the question file
-and how questions are packed into conversations.  No models, no server, no audio."""
+"""The pure parts of scripts/eval_quality.py and of the harness it shares (scripts/bench/: questions,
+scoring, speech, conversations): WER, answer matching, speakability, the question file and how
+questions are packed into conversations.  No models, no server, no audio."""
 
 from __future__ import annotations
 
@@ -9,6 +10,9 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+
+from scripts.bench import conversations, scoring, speech
+from scripts.bench import questions as question_file
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -24,38 +28,38 @@ eq = _load()
 
 
 def test_number_words() -> None:
-    assert eq.number_words(0) == ["zero"]
-    assert eq.number_words(56) == ["fifty", "six"]
-    assert eq.number_words(100) == ["one", "hundred"]
-    assert " ".join(eq.number_words(8848)) == "eight thousand eight hundred forty eight"
-    assert " ".join(eq.number_words(2_800_000)) == "two million eight hundred thousand"
+    assert scoring.number_words(0) == ["zero"]
+    assert scoring.number_words(56) == ["fifty", "six"]
+    assert scoring.number_words(100) == ["one", "hundred"]
+    assert " ".join(scoring.number_words(8848)) == "eight thousand eight hundred forty eight"
+    assert " ".join(scoring.number_words(2_800_000)) == "two million eight hundred thousand"
 
 
 def test_normalize_case_punctuation_numbers_contractions() -> None:
-    assert eq.normalize("What's 2 + 2?") == ["what", "is", "two", "plus", "two"]
-    assert eq.normalize("It is 8,848 metres.") == ["it", "is", "eight", "thousand", "eight", "hundred", "forty", "eight", "meters"]
-    assert eq.normalize("About 2.8 million") == ["about", "two", "point", "eight", "million"]
-    assert eq.normalize("the 21st and 3rd") == ["the", "twenty", "first", "and", "third"]
-    assert eq.normalize("one hundred and five") == ["one", "hundred", "five"]
-    assert eq.normalize("twenty-five") == ["twenty", "five"]
-    assert eq.normalize("Colour, COLOR!") == ["color", "color"]
+    assert scoring.normalize("What's 2 + 2?") == ["what", "is", "two", "plus", "two"]
+    assert scoring.normalize("It is 8,848 metres.") == ["it", "is", "eight", "thousand", "eight", "hundred", "forty", "eight", "meters"]
+    assert scoring.normalize("About 2.8 million") == ["about", "two", "point", "eight", "million"]
+    assert scoring.normalize("the 21st and 3rd") == ["the", "twenty", "first", "and", "third"]
+    assert scoring.normalize("one hundred and five") == ["one", "hundred", "five"]
+    assert scoring.normalize("twenty-five") == ["twenty", "five"]
+    assert scoring.normalize("Colour, COLOR!") == ["color", "color"]
 
 
 def test_edit_distance() -> None:
-    assert eq.edit_distance([], []) == 0
-    assert eq.edit_distance(["a", "b", "c"], ["a", "b", "c"]) == 0
-    assert eq.edit_distance(["a", "b", "c"], ["a", "x", "c"]) == 1  # substitution
-    assert eq.edit_distance(["a", "b", "c"], ["a", "c"]) == 1  # deletion
-    assert eq.edit_distance(["a", "b"], ["a", "b", "c", "d"]) == 2  # insertions
-    assert eq.edit_distance(["kitten"], []) == 1
+    assert scoring.edit_distance([], []) == 0
+    assert scoring.edit_distance(["a", "b", "c"], ["a", "b", "c"]) == 0
+    assert scoring.edit_distance(["a", "b", "c"], ["a", "x", "c"]) == 1  # substitution
+    assert scoring.edit_distance(["a", "b", "c"], ["a", "c"]) == 1  # deletion
+    assert scoring.edit_distance(["a", "b"], ["a", "b", "c", "d"]) == 2  # insertions
+    assert scoring.edit_distance(["kitten"], []) == 1
 
 
 def test_wer() -> None:
-    assert eq.wer("What is two plus two?", "what is 2 plus 2") == 0.0
-    assert eq.wer("What is two plus two?", "What's 2+2?") == 0.0
-    assert eq.wer("Which animal says moo?", "Which animal says mu?") == pytest.approx(0.25)
-    assert eq.wer("Which planet do we live on?", "") == 1.0
-    assert eq.wer("How many legs", "How many legs does it have") == pytest.approx(1.0)  # three insertions over three words
+    assert scoring.wer("What is two plus two?", "what is 2 plus 2") == 0.0
+    assert scoring.wer("What is two plus two?", "What's 2+2?") == 0.0
+    assert scoring.wer("Which animal says moo?", "Which animal says mu?") == pytest.approx(0.25)
+    assert scoring.wer("Which planet do we live on?", "") == 1.0
+    assert scoring.wer("How many legs", "How many legs does it have") == pytest.approx(1.0)  # three insertions over three words
 
 
 # ----------------------------------------------------------------------------- answers
@@ -84,41 +88,41 @@ def test_wer() -> None:
     ],
 )
 def test_answer_correct(reply: str, accept: list[str], ok: bool) -> None:
-    assert eq.answer_correct(reply, accept) is ok
+    assert scoring.answer_correct(reply, accept) is ok
 
 
 def test_reject_wins_over_accept() -> None:
     reject = ["elephant is bigger", "elephants are bigger"]
-    assert eq.answer_correct("A blue whale is much bigger than an elephant.", ["whale"], reject)
-    assert not eq.answer_correct("An elephant is bigger than a whale.", ["whale"], reject)
+    assert scoring.answer_correct("A blue whale is much bigger than an elephant.", ["whale"], reject)
+    assert not scoring.answer_correct("An elephant is bigger than a whale.", ["whale"], reject)
 
 
 # ----------------------------------------------------------------------------- speakability
 
 
 def test_speakable_reply() -> None:
-    assert eq.speakable_problems("Spring comes after winter. It brings warmer days.") == []
-    assert eq.speakable_problems("The moon is about 384,400 km away, and 3.5 billion years old.") == []
-    assert eq.speakable_problems("Dr. Smith lives on Main St. in the U.S. today.") == []
+    assert scoring.speakable_problems("Spring comes after winter. It brings warmer days.") == []
+    assert scoring.speakable_problems("The moon is about 384,400 km away, and 3.5 billion years old.") == []
+    assert scoring.speakable_problems("Dr. Smith lives on Main St. in the U.S. today.") == []
 
 
 def test_unspeakable_replies() -> None:
-    assert "list" in eq.speakable_problems("Here you go:\n- eggs\n- milk")
-    assert "list" in eq.speakable_problems("1. Rome 2. Paris 3. Berlin")
-    assert "markdown" in eq.speakable_problems("The answer is **Rome**.")
-    assert "markdown" in eq.speakable_problems("Use `print`.")
-    assert "emoji" in eq.speakable_problems("The moon is lovely 🌙.")
-    assert eq.speakable_problems("One. Two. Three.") == ["3 sentences"]
-    assert eq.speakable_problems("One. Two. Three.", max_sentences=3) == []
+    assert "list" in scoring.speakable_problems("Here you go:\n- eggs\n- milk")
+    assert "list" in scoring.speakable_problems("1. Rome 2. Paris 3. Berlin")
+    assert "markdown" in scoring.speakable_problems("The answer is **Rome**.")
+    assert "markdown" in scoring.speakable_problems("Use `print`.")
+    assert "emoji" in scoring.speakable_problems("The moon is lovely 🌙.")
+    assert scoring.speakable_problems("One. Two. Three.") == ["3 sentences"]
+    assert scoring.speakable_problems("One. Two. Three.", max_sentences=3) == []
 
 
 def test_count_sentences_and_unfinished() -> None:
-    assert eq.count_sentences("") == 0
-    assert eq.count_sentences("Hi! How are you? Fine.") == 3
-    assert eq.count_sentences("Pi is 3.14 or so") == 1
-    assert eq.unfinished("The capital of Italy is")
-    assert not eq.unfinished("The capital of Italy is Rome.")
-    assert not eq.unfinished("")
+    assert scoring.count_sentences("") == 0
+    assert scoring.count_sentences("Hi! How are you? Fine.") == 3
+    assert scoring.count_sentences("Pi is 3.14 or so") == 1
+    assert scoring.unfinished("The capital of Italy is")
+    assert not scoring.unfinished("The capital of Italy is Rome.")
+    assert not scoring.unfinished("")
 
 
 # ----------------------------------------------------------------------------- the question file
@@ -126,21 +130,21 @@ def test_count_sentences_and_unfinished() -> None:
 
 @pytest.fixture(scope="module")
 def questions() -> list[Any]:
-    return eq.load_questions()
+    return question_file.load_questions()
 
 
 def test_question_file_parses_with_enough_questions(questions: list[Any]) -> None:
     assert len(questions) >= 60
     assert len({q.id for q in questions}) == len(questions)
-    assert {q.category for q in questions} == set(eq.CATEGORIES)
+    assert {q.category for q in questions} == set(question_file.CATEGORIES)
     assert all(q.accept and all(a.strip() for a in q.accept) for q in questions)
 
 
 def test_the_tool_requests_file_parses_and_each_names_what_its_call_needs() -> None:
-    requests = eq.load_questions(eq.ROOT / "scripts" / "eval_tool_questions.toml")
-    assert len(requests) >= 20 and {q.category for q in requests} == {eq.TOOLS_CATEGORY}
+    requests = question_file.load_questions(eq.ROOT / "scripts" / "eval_tool_questions.toml")
+    assert len(requests) >= 20 and {q.category for q in requests} == {question_file.TOOLS_CATEGORY}
     # The accepted words are the call's argument as spoken, so a transcript can be checked for them.
-    assert all(any(a in eq.normalize(q.spoken) for a in q.accept) for q in requests), [q.id for q in requests]
+    assert all(any(a in scoring.normalize(q.spoken) for a in q.accept) for q in requests), [q.id for q in requests]
 
 
 def test_held_out_is_about_a_quarter(questions: list[Any]) -> None:
@@ -173,18 +177,18 @@ def test_the_issue_follow_up_is_about_rome(questions: list[Any]) -> None:
     follow = next(q for q in questions if q.text.startswith("And how many people live there"))
     assert by_id[follow.follows].text == "What is the capital of Italy?"
     assert "rome" in follow.accept
-    assert eq.answer_correct("About 2.8 million people live in Rome.", follow.accept, follow.reject)
-    assert not eq.answer_correct("Italy has about 59 million people.", follow.accept, follow.reject)
+    assert scoring.answer_correct("About 2.8 million people live in Rome.", follow.accept, follow.reject)
+    assert not scoring.answer_correct("Italy has about 59 million people.", follow.accept, follow.reject)
 
 
 def test_the_sun_is_93_million_miles_away(questions: list[Any]) -> None:
     # A figure with its magnitude is right; the figure alone, or kilometres' figure in miles, is not.
     sun = next(q for q in questions if q.id == "sun_distance")
-    assert eq.answer_correct("The sun is about 93 million miles away.", sun.accept, sun.reject)
-    assert eq.answer_correct("It is roughly 150 million kilometres from us.", sun.accept, sun.reject)
-    assert not eq.answer_correct("The sun is approximately 93,840 miles away from Earth.", sun.accept, sun.reject)
-    assert not eq.answer_correct("The sun is approximately 149.6 million miles away.", sun.accept, sun.reject)
-    assert not eq.answer_correct("My son is about 1.4 million miles away from Earth.", sun.accept, sun.reject)
+    assert scoring.answer_correct("The sun is about 93 million miles away.", sun.accept, sun.reject)
+    assert scoring.answer_correct("It is roughly 150 million kilometres from us.", sun.accept, sun.reject)
+    assert not scoring.answer_correct("The sun is approximately 93,840 miles away from Earth.", sun.accept, sun.reject)
+    assert not scoring.answer_correct("The sun is approximately 149.6 million miles away.", sun.accept, sun.reject)
+    assert not scoring.answer_correct("My son is about 1.4 million miles away from Earth.", sun.accept, sun.reject)
 
 
 def test_echoing_the_question_is_not_a_right_answer(questions: list[Any]) -> None:
@@ -193,7 +197,7 @@ def test_echoing_the_question_is_not_a_right_answer(questions: list[Any]) -> Non
     echoes = {
         q.id
         for q in questions
-        if q.category in ("facts", "arithmetic", "followup") and not q.reject and eq.answer_correct(q.spoken, q.accept)
+        if q.category in ("facts", "arithmetic", "followup") and not q.reject and scoring.answer_correct(q.spoken, q.accept)
     }
     assert echoes == set()
 
@@ -202,43 +206,43 @@ def test_bad_question_files_are_refused(tmp_path: Path) -> None:
     bad = tmp_path / "q.toml"
     bad.write_text('[[question]]\nid = "a"\ntext = "Hi | there."\naccept = ["hi"]\ncategory = "small_talk"\n')
     with pytest.raises(ValueError, match="pause_ms"):
-        eq.load_questions(bad)
+        question_file.load_questions(bad)
     bad.write_text('[[question]]\nid = "a"\ntext = "Hi."\naccept = ["hi"]\ncategory = "small_talk"\nfollows = "b"\n')
     with pytest.raises(ValueError, match="follows"):
-        eq.load_questions(bad)
+        question_file.load_questions(bad)
     bad.write_text('[[question]]\nid = "a"\ntext = "Hi."\naccept = ["hi"]\ncategory = "chat"\n')
     with pytest.raises(ValueError, match="category"):
-        eq.load_questions(bad)
+        question_file.load_questions(bad)
 
 
 # ----------------------------------------------------------------------------- voices and conversations
 
 
 def test_at_least_four_voices_even_without_flite() -> None:
-    voices, notes = eq.resolve_voices(list(eq.DEFAULT_VOICES), which=lambda _name: None)
+    voices, notes = speech.resolve_voices(list(speech.DEFAULT_VOICES), which=lambda _name: None)
     assert len({v.label for v in voices}) == len(voices) >= 4
     assert {v.engine for v in voices} >= {"espeak", "piper"}
     assert any("flite" in n and "not installed" in n for n in notes)
-    installed, notes = eq.resolve_voices(list(eq.DEFAULT_VOICES), which=lambda name: f"/usr/bin/{name}")
+    installed, notes = speech.resolve_voices(list(speech.DEFAULT_VOICES), which=lambda name: f"/usr/bin/{name}")
     assert "flite:slt" in {v.label for v in installed} and notes == []
 
 
 def test_festival_stands_in_for_flite() -> None:
-    voices, notes = eq.resolve_voices(["flite:slt"], which=lambda name: "/usr/bin/text2wave" if name == "text2wave" else None)
+    voices, notes = speech.resolve_voices(["flite:slt"], which=lambda name: "/usr/bin/text2wave" if name == "text2wave" else None)
     assert voices[0].engine == "festival" and voices[0].asked == "flite:slt" and notes
 
 
 def test_bad_voice_spec() -> None:
     with pytest.raises(ValueError):
-        eq.resolve_voices(["say:alex"])
+        speech.resolve_voices(["say:alex"])
 
 
 def test_every_follow_up_is_in_its_lead_questions_conversation(questions: list[Any]) -> None:
-    voices, _ = eq.resolve_voices(list(eq.DEFAULT_VOICES), which=lambda _name: None)
+    voices, _ = speech.resolve_voices(list(speech.DEFAULT_VOICES), which=lambda _name: None)
     for seed in (0, 1, 12):
-        convs = eq.plan(questions, voices, seed)
+        convs = conversations.plan(questions, voices, seed)
         assert sorted(q.id for c in convs for q in c.questions) == sorted(q.id for q in questions)  # each question once
-        assert all(1 <= len(c.questions) <= eq.TURNS_PER_CONVERSATION for c in convs)
+        assert all(1 <= len(c.questions) <= conversations.TURNS_PER_CONVERSATION for c in convs)
         for c in convs:
             ids = [q.id for q in c.questions]
             for k, q in enumerate(c.questions):
@@ -248,9 +252,9 @@ def test_every_follow_up_is_in_its_lead_questions_conversation(questions: list[A
 
 
 def test_every_voice_repeats_each_conversation(questions: list[Any]) -> None:
-    voices, _ = eq.resolve_voices(["espeak:en-us+m3", "piper:joe"])
-    convs = eq.plan(questions[:8], voices, 3, every_voice=True)
-    assert len(convs) == 2 * len(eq.plan(questions[:8], voices, 3))
+    voices, _ = speech.resolve_voices(["espeak:en-us+m3", "piper:joe"])
+    convs = conversations.plan(questions[:8], voices, 3, every_voice=True)
+    assert len(convs) == 2 * len(conversations.plan(questions[:8], voices, 3))
     assert len({c.id for c in convs}) == len(convs)
 
 
@@ -262,9 +266,9 @@ def _turn(transcript: str, reply: str, latency: float | None = 900.0, cutoffs: i
 
 
 def test_score_and_failure_guess(questions: list[Any]) -> None:
-    voice = eq.Voice("espeak", "en-us+m3")
+    voice = speech.Voice("espeak", "en-us+m3")
     q = next(q for q in questions if q.id == "season_after_winter")
-    conv = eq.Conversation("c", voice, [q])
+    conv = conversations.Conversation("c", voice, [q])
     good = eq.score_turn("fast", conv, 0, _turn("What season comes after winter?", "Spring comes after winter."))
     assert good.correct and good.speakable and good.wer == 0.0 and good.failure is None
     llm = eq.score_turn("fast", conv, 0, _turn("What season comes after winter?", "Summer comes after winter."))
@@ -275,15 +279,15 @@ def test_score_and_failure_guess(questions: list[Any]) -> None:
     assert not silent.answered and silent.failure.startswith("no reply")
     lost = eq.score_turn("fast", conv, 0, None, error="RuntimeError: boom")
     assert lost.failure == "error"
-    assert eq.failure_guess(0.0, True, lead_wer=0.8) == "stt (the lead question)"
+    assert scoring.failure_guess(0.0, True, lead_wer=0.8) == "stt (the lead question)"
 
 
 def test_metrics() -> None:
-    voice = eq.Voice("espeak", "en-us+m3")
-    qs = eq.load_questions()
+    voice = speech.Voice("espeak", "en-us+m3")
+    qs = question_file.load_questions()
     paused = next(q for q in qs if len(q.parts) == 2)
     plain = next(q for q in qs if q.id == "spider_legs")
-    conv = eq.Conversation("c", voice, [plain, paused], starts_s=[0.6, 12.0])
+    conv = conversations.Conversation("c", voice, [plain, paused], starts_s=[0.6, 12.0])
     recs = [
         eq.score_turn("p", conv, 0, _turn(plain.spoken, "A spider has eight legs.", 800.0)),
         eq.score_turn("p", conv, 1, _turn(paused.spoken, "Well:\n- one\n- two", 1200.0, cutoffs=1)),
@@ -332,21 +336,21 @@ def test_metrics() -> None:
 
 
 def test_a_reply_that_only_repeats_the_question_is_wrong() -> None:
-    assert eq.echoes("Remind me to buy milk tomorrow morning.", "Remind me to buy milk tomorrow morning.")
-    assert eq.echoes("Hello there.", "hello there")  # short questions: only the exact words
-    assert not eq.echoes("Hello there.", "Hello there! How can I help?")
-    assert not eq.echoes("Remind me to buy milk.", "I will remind you to buy milk tomorrow.")
-    assert not eq.echoes("", "Anything.")
+    assert scoring.echoes("Remind me to buy milk tomorrow morning.", "Remind me to buy milk tomorrow morning.")
+    assert scoring.echoes("Hello there.", "hello there")  # short questions: only the exact words
+    assert not scoring.echoes("Hello there.", "Hello there! How can I help?")
+    assert not scoring.echoes("Remind me to buy milk.", "I will remind you to buy milk tomorrow.")
+    assert not scoring.echoes("", "Anything.")
 
 
 def test_a_farewell_answered_in_kind_is_right(questions: list[Any]) -> None:
     bye = next(q for q in questions if q.id == "goodbye")
-    assert bye.echo_ok and eq.echoes(bye.spoken, "Goodbye! Have a nice day!")
-    assert eq.judge(bye, bye.spoken, "Goodbye! Have a nice day!", True, 0.0, None, None) == (True, None)
+    assert bye.echo_ok and scoring.echoes(bye.spoken, "Goodbye! Have a nice day!")
+    assert scoring.judge(bye, bye.spoken, "Goodbye! Have a nice day!", True, 0.0, None, None) == (True, None)
     # Elsewhere the echo rule holds: the same reply to a question it echoes is wrong.
     milk = next(q for q in questions if q.id == "remind_milk")
     assert not milk.echo_ok
-    assert eq.judge(milk, milk.spoken, milk.spoken, True, 0.0, None, None)[0] is False
+    assert scoring.judge(milk, milk.spoken, milk.spoken, True, 0.0, None, None)[0] is False
 
 
 def test_rescore_applies_todays_scoring_to_a_finished_run(questions: list[Any]) -> None:

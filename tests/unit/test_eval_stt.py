@@ -1,28 +1,29 @@
-"""The pure parts of scripts/eval_stt.py: configuration specs, how a question's clip is padded,
-and the report.  No models: the speech comes from a stand-in speaker."""
+"""The pure parts of scripts/eval_stt.py and scripts/bench/stt.py: configuration specs, how a
+question's clip is padded, and the report.  No models: the speech comes from a stand-in speaker."""
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 import numpy as np
 import pytest
 
+from scripts.bench import stt
+from scripts.bench.questions import Question
+from scripts.bench.speech import RATE, Voice
 from tests.conftest import _load_script
 
 es = _load_script("eval_stt")
-eq = sys.modules["scripts.eval_quality"]  # as the script imported it
 
 
 def test_a_config_is_model_beam_and_an_optional_prompt() -> None:
-    assert es.parse_config("whisper-base@5") == es.SttConfig("whisper-base", 5)
-    history = es.parse_config("whisper-tiny@1+history")
+    assert stt.parse_config("whisper-base@5") == stt.SttConfig("whisper-base", 5)
+    history = stt.parse_config("whisper-tiny@1+history")
     assert (history.prompt, history.label) == ("history", "whisper-tiny@1+history")
-    assert es.parse_config("whisper-base@1+Hello, there.").prompt == "Hello, there."  # a literal text keeps its punctuation
+    assert stt.parse_config("whisper-base@1+Hello, there.").prompt == "Hello, there."  # a literal text keeps its punctuation
     for bad in ("whisper-base", "whisper-base@0", "@2", "whisper-base@x"):
         with pytest.raises(ValueError, match="MODEL@BEAM"):
-            es.parse_config(bad)
+            stt.parse_config(bad)
 
 
 class _Speaker:
@@ -30,24 +31,24 @@ class _Speaker:
 
     def speak(self, text: str, voice: Any) -> bytes:
         level = 1000 + len(text)
-        return np.full(eq.RATE, level, dtype=np.int16).tobytes()
+        return np.full(RATE, level, dtype=np.int16).tobytes()
 
 
 def test_a_clip_is_padded_as_the_stage_pads_a_segment_and_keeps_the_questions_pause() -> None:
-    plain = eq.Question("q1", "What is two plus two?", ("four",), "arithmetic")
-    paused = eq.Question("q2", "Tell me the capital | of France.", ("Paris",), "facts", pause_ms=700)
-    items = es.clips([plain, paused], [eq.Voice("espeak", "en-us+m3")], _Speaker(), seed=0)
+    plain = Question("q1", "What is two plus two?", ("four",), "arithmetic")
+    paused = Question("q2", "Tell me the capital | of France.", ("Paris",), "facts", pause_ms=700)
+    items = stt.clips([plain, paused], [Voice("espeak", "en-us+m3")], _Speaker(), seed=0)
     by_id = {q.id: (conv, voice, audio) for conv, voice, q, audio in items}
     assert set(by_id) == {"q1", "q2"} and all(v == "espeak:en-us+m3" for _c, v, _a in by_id.values())
-    pre, tail, pause = int(es.PRE_S * eq.RATE), int(es.TAIL_S * eq.RATE), int(0.7 * eq.RATE)
+    pre, tail, pause = int(stt.PRE_S * RATE), int(stt.TAIL_S * RATE), int(0.7 * RATE)
     audio = by_id["q1"][2]
-    assert len(audio) == pre + eq.RATE + tail
-    assert not audio[:pre].any() and not audio[-tail:].any() and audio[pre : pre + eq.RATE].all()
+    assert len(audio) == pre + RATE + tail
+    assert not audio[:pre].any() and not audio[-tail:].any() and audio[pre : pre + RATE].all()
     audio = by_id["q2"][2]
-    assert len(audio) == pre + eq.RATE + pause + eq.RATE + tail
-    gap = audio[pre + eq.RATE : pre + eq.RATE + pause]
+    assert len(audio) == pre + RATE + pause + RATE + tail
+    gap = audio[pre + RATE : pre + RATE + pause]
     assert not gap.any()  # the mid-sentence pause is silence between the two halves
-    first, second = audio[pre], audio[pre + eq.RATE + pause]
+    first, second = audio[pre], audio[pre + RATE + pause]
     assert first != second  # each half is its own speech (levels differ by text length)
 
 
@@ -98,23 +99,23 @@ def _probs(edge: int, pattern: list[tuple[float, int]]) -> list[float]:
 
 
 def test_vad_cuts_pad_each_segment_as_the_stage_does_and_a_long_gap_splits_the_question() -> None:
-    edge = int(es.EDGE_S * 1000 / 32)  # 31 windows of 32 ms: the silence added on either side
-    speech = np.arange(int(2.0 * eq.RATE), dtype=np.float32)  # the values tell where a cut came from
-    lead = int(es.EDGE_S * eq.RATE)
+    edge = int(stt.EDGE_S * 1000 / 32)  # 31 windows of 32 ms: the silence added on either side
+    speech = np.arange(int(2.0 * RATE), dtype=np.float32)  # the values tell where a cut came from
+    lead = int(stt.EDGE_S * RATE)
     # 20 windows of speech, 10 of silence (320 ms: past stop_ms), 15 of speech
-    full = es.with_edges(speech)
+    full = stt.with_edges(speech)
     assert len(full) == 2 * lead + len(speech) and not full[:lead].any() and not full[-lead:].any()
-    cuts = es.vad_cuts(full, _probs(edge, [(0.9, 20), (0.0, 10), (0.9, 15)]), 32.0, _Vad())
+    cuts = stt.vad_cuts(full, _probs(edge, [(0.9, 20), (0.0, 10), (0.9, 15)]), 32.0, _Vad())
     starts = [edge * 32.0, (edge + 30) * 32.0]
     ends = [(edge + 20) * 32.0, (edge + 45) * 32.0]
     assert [(a, b) for a, b, _ in cuts] == [(s - 300.0, e + 96.0) for s, e in zip(starts, ends, strict=True)]
     for a, b, audio in cuts:
-        first = int(a * eq.RATE / 1000)
-        assert len(audio) == int(b * eq.RATE / 1000) - first
+        first = int(a * RATE / 1000)
+        assert len(audio) == int(b * RATE / 1000) - first
         inside = audio[lead - first :] if first < lead else audio
         assert inside[0] == max(0, first - lead)  # the cut starts where it says, in the question's own samples
     # a 96 ms dip (under stop_ms) does not split it
-    one = es.vad_cuts(full, _probs(edge, [(0.9, 20), (0.0, 3), (0.9, 15)]), 32.0, _Vad())
+    one = stt.vad_cuts(full, _probs(edge, [(0.9, 20), (0.0, 3), (0.9, 15)]), 32.0, _Vad())
     assert [(a, b) for a, b, _ in one] == [(edge * 32.0 - 300.0, (edge + 38) * 32.0 + 96.0)]
 
 
@@ -127,9 +128,9 @@ def test_a_split_question_is_transcribed_again_as_one_clip_and_its_halves_are_ke
         heard.append(len(audio))
         return {1500 * 16: "How many wheels", 1300 * 16: "does a bicycle have?"}.get(len(audio), "How many wheels does a bicycle have?")
 
-    text, alone = es.rejoined_text(cuts, transcribe)
+    text, alone = stt.rejoined_text(cuts, transcribe)
     assert (text, alone) == ("How many wheels does a bicycle have?", ["How many wheels", "does a bicycle have?"])
     assert heard == [1500 * 16, 1300 * 16, 2600 * 16]  # the rejoin hears the turn once, overlap not repeated
     # a first segment heard as nothing is noise: nothing to join the second to
-    text, alone = es.rejoined_text(cuts, lambda a: "" if len(a) == 1500 * 16 else "does a bicycle have?")
+    text, alone = stt.rejoined_text(cuts, lambda a: "" if len(a) == 1500 * 16 else "does a bicycle have?")
     assert (text, alone) == ("does a bicycle have?", ["", "does a bicycle have?"])

@@ -1,5 +1,6 @@
 """``voiceagent serve`` in a child process, for the scripts that measure a real server
-(bench_concurrency.py, eval_quality.py, fuzz/server.py).
+(bench_concurrency.py, bench_cache.py, bench_long_prompt.py, eval_quality.py, soak.py,
+fuzz/server.py).
 
 The server takes a free port (``--port 0``) and prints ``voiceagent ready: URL``; its log goes to
 stderr, which a thread reads throughout (so the child never blocks on a full pipe), keeping the
@@ -20,7 +21,7 @@ from typing import Any
 
 __all__ = ["ServeFailed", "ServeProcess"]
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 class ServeFailed(SystemExit):
@@ -83,6 +84,7 @@ class ServeProcess:
         return list(self.log.copy())
 
     def alive(self) -> bool:
+        """Whether the server process is still running."""
         return self.proc.poll() is None
 
     def stop(self, timeout_s: float = 60.0) -> int | None:

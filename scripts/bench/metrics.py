@@ -1,0 +1,24 @@
+"""A server's Prometheus ``/metrics``, read into a flat dictionary (soak.py, bench_cache.py)."""
+
+from __future__ import annotations
+
+import urllib.request
+
+from prometheus_client.parser import text_string_to_metric_families
+
+__all__ = ["scrape"]
+
+
+def scrape(url: str) -> dict[str, float]:
+    """The ``/metrics`` of the server whose WebSocket URL is ``url`` (``ws://HOST:PORT/v1/...``),
+    as ``{'name{a="x",b="y"}': value}`` (labels sorted by name; a sample without labels: its bare
+    name).  Raises :class:`OSError` when the server does not answer within 10 s."""
+    base = url.split("/v1/")[0].replace("ws://", "http://")
+    with urllib.request.urlopen(f"{base}/metrics", timeout=10) as resp:
+        text = resp.read().decode()
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            labels = ",".join(f'{k}="{v}"' for k, v in sorted(s.labels.items()))
+            out[f"{s.name}{{{labels}}}" if labels else s.name] = s.value
+    return out
