@@ -11,16 +11,15 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from prometheus_client.parser import text_string_to_metric_families
 from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed
 
+from scripts.bench.metrics import read
 from voiceagent.audio import Int16Array, read_wav, resample
 from voiceagent.client import Pacer, RealtimeClient, Response, messages
 from voiceagent.events import Event, ResponseDone
@@ -112,13 +111,6 @@ async def send_paced(ws: ClientConnection, pcm: Int16Array, speed: float = 1.0, 
 
 
 def scrape(port: int) -> dict[str, float]:
-    """``GET /metrics``, parsed by prometheus-client's own parser: ``{'name{a="x",b="y"}': value}``
-    with the labels in sorted order (blocking: call it through ``asyncio.to_thread``)."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as resp:
-        text = resp.read().decode()
-    out: dict[str, float] = {}
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            labels = ",".join(f'{k}="{v}"' for k, v in sorted(s.labels.items()))
-            out[f"{s.name}{{{labels}}}" if labels else s.name] = s.value
-    return out
+    """The in-process server's ``/metrics`` on ``port`` (blocking: call it through
+    ``asyncio.to_thread``; format: :func:`scripts.bench.metrics.read`)."""
+    return read(f"http://127.0.0.1:{port}")
