@@ -170,7 +170,7 @@ def engine_alone(config: Config, engines: list[str], batches: tuple[int, ...] = 
     from dataclasses import replace
 
     from voiceagent.backends import llama_cpp
-    from voiceagent.backends.protocols import LlmRequest
+    from voiceagent.backends.protocols import LlmRequest, is_piece
     from voiceagent.tools.spec import Message
 
     async def run(llm: Any, b: int) -> float:
@@ -178,8 +178,9 @@ def engine_alone(config: Config, engines: list[str], batches: tuple[int, ...] = 
 
         async def one(i: int) -> None:
             msgs = [Message("system", "You are a counting machine."), Message("user", f"Count from {i + 1} to {i + 200}, in digits.")]
-            async for _ in llm.generate(LlmRequest(f"alone-{b}-{i}", msgs, tokens, 0.0)):
-                stamps[i].append(time.perf_counter())
+            async for item in llm.generate(LlmRequest(f"alone-{b}-{i}", msgs, tokens, 0.0)):
+                if is_piece(item):
+                    stamps[i].append(time.perf_counter())
 
         await asyncio.gather(*(one(i) for i in range(b)))
         start = max(t[0] for t in stamps)

@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 from scripts.bench.prompts import instructions  # noqa: E402
 from voiceagent.backends import llama_cpp  # noqa: E402
-from voiceagent.backends.protocols import LlmEngine, LlmRequest, Usage  # noqa: E402
+from voiceagent.backends.protocols import LlmEngine, LlmRequest, Usage, is_piece  # noqa: E402
 from voiceagent.config import load_config  # noqa: E402
 from voiceagent.tools.spec import Message  # noqa: E402
 
@@ -55,8 +55,13 @@ def conversation(name: str, system: str) -> list[Message]:
 async def ask(engine: LlmEngine, key: str, messages: list[Message]) -> dict[str, Any]:
     usage, out, first = Usage(), "", None
     t0 = time.perf_counter()
-    async with contextlib.aclosing(engine.generate(LlmRequest(key, messages, 40, 0.0, usage=usage))) as pieces:
+    async with contextlib.aclosing(engine.generate(LlmRequest(key, messages, 40, 0.0))) as pieces:
         async for piece in pieces:
+            if isinstance(piece, Usage):
+                usage = piece
+                continue
+            if not is_piece(piece):
+                continue
             if first is None and str(piece).strip():
                 first = time.perf_counter() - t0
             out += str(piece)

@@ -30,7 +30,7 @@ from scripts.bench.machine import machine  # noqa: E402
 from scripts.bench.prompts import instructions  # noqa: E402
 from scripts.bench.stats import percentiles  # noqa: E402
 from voiceagent.backends import llama_cpp  # noqa: E402
-from voiceagent.backends.protocols import LlmRequest, Pacing  # noqa: E402
+from voiceagent.backends.protocols import LlmRequest, Pacing, is_piece  # noqa: E402
 from voiceagent.config import load_config  # noqa: E402
 from voiceagent.tools.spec import Message  # noqa: E402
 
@@ -60,6 +60,8 @@ async def run(llm: Any, system: str, k: int, turns: int, interval: float, max_to
             first = None
             text = ""
             async for piece in llm.generate(LlmRequest(f"conv-{c}", msgs, max_tokens, 0.0, pacing=Pacing(8))):
+                if not is_piece(piece):
+                    continue
                 if first is None:
                     first = time.perf_counter()
                 if isinstance(piece, str):

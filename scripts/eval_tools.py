@@ -79,7 +79,7 @@ async def run_case(engine: Any, instructions: str, case: Case) -> dict[str, Any]
         async for piece in pieces:
             if isinstance(piece, ToolCall):
                 calls.append(piece)
-            else:
+            elif isinstance(piece, str):
                 text += piece
     elapsed = time.perf_counter() - t0
     call = calls[0] if calls else None

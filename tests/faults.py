@@ -23,7 +23,7 @@ from collections.abc import AsyncGenerator, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from voiceagent.backends.protocols import LlmEngine, LlmRequest, LlmStats
+from voiceagent.backends.protocols import LlmEngine, LlmItem, LlmRequest, LlmStats, is_piece
 from voiceagent.errors import EngineError
 from voiceagent.pipeline.coalesce import Coalescer
 from voiceagent.tools.spec import Message, Tool
@@ -123,7 +123,8 @@ class FaultyTts(_Delegate):
 
 class FaultyLlm:
     """An :class:`LlmEngine` around a real one: an armed fault raises :class:`EngineError` after
-    ``after`` pieces, or holds the first piece ``delay_s`` (then answers from the real engine)."""
+    ``after`` pieces, or holds the first piece ``delay_s`` (then answers from the real engine).
+    The engine's reports (admission, usage: not pieces) pass through as they come."""
 
     def __init__(self, inner: LlmEngine, faults: Faults) -> None:
         self.inner = inner
@@ -134,7 +135,7 @@ class FaultyLlm:
     async def count_tokens(self, messages: Sequence[Message], tools: tuple[Tool, ...] = ()) -> int | None:
         return await self.inner.count_tokens(messages, tools)
 
-    async def generate(self, request: LlmRequest) -> AsyncGenerator[str, None]:
+    async def generate(self, request: LlmRequest) -> AsyncGenerator[LlmItem, None]:
         fault = self.faults.take("llm")
         if fault is not None and fault.delay_s > 0:
             await asyncio.sleep(fault.delay_s)  # the fault itself: an engine this slow
@@ -144,11 +145,12 @@ class FaultyLlm:
         n = 0
         pieces = self.inner.generate(request)
         try:
-            async for piece in pieces:
-                if fault is not None and n >= fault.after:
-                    raise EngineError("injected llm fault mid-reply", retryable=True)
-                n += 1
-                yield piece
+            async for item in pieces:
+                if is_piece(item):
+                    if fault is not None and n >= fault.after:
+                        raise EngineError("injected llm fault mid-reply", retryable=True)
+                    n += 1
+                yield item
         finally:
             await pieces.aclose()
 

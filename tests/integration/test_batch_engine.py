@@ -14,7 +14,7 @@ import pytest
 from tests.profile import profile_config
 from voiceagent.backends import llama_cpp
 from voiceagent.backends.batch_engine import BatchedEngine
-from voiceagent.backends.protocols import LlmRequest, Usage
+from voiceagent.backends.protocols import LlmRequest, Usage, is_piece
 from voiceagent.tools.spec import Message
 
 pytestmark = pytest.mark.models
@@ -50,11 +50,16 @@ def question(country: str) -> list[Message]:
     return [Message("system", SYSTEM), Message("user", f"What is the capital of {country}?")]
 
 
-async def answer(engine: BatchedEngine, key: str, messages: list[Message], usage: Usage | None = None) -> str:
+async def answer(engine: BatchedEngine, key: str, messages: list[Message], usage: list[Usage] | None = None) -> str:
+    """The reply's text; its :class:`Usage` item is appended to ``usage``."""
     out = ""
-    async with contextlib.aclosing(engine.generate(LlmRequest(key, messages, 40, 0.0, usage=usage))) as pieces:
+    async with contextlib.aclosing(engine.generate(LlmRequest(key, messages, 40, 0.0))) as pieces:
         async for piece in pieces:
-            out += str(piece)
+            if isinstance(piece, Usage):
+                if usage is not None:
+                    usage.append(piece)
+            elif is_piece(piece):
+                out += str(piece)
     return out
 
 
@@ -82,6 +87,8 @@ def test_a_barge_in_mid_batch_ends_only_its_own_sequence(engine: BatchedEngine) 
         heard = ""
         async with contextlib.aclosing(engine.generate(LlmRequest("barge-story", story, 200, 0.0))) as pieces:
             async for piece in pieces:
+                if not is_piece(piece):
+                    continue
                 heard += str(piece)
                 if len(heard.split()) >= 3:
                     break  # the user talks over it
@@ -99,10 +106,10 @@ def test_a_barge_in_mid_batch_ends_only_its_own_sequence(engine: BatchedEngine) 
 
 def test_a_conversations_prefix_survives_seven_others_turns(engine: BatchedEngine) -> None:
     mine = [Message("system", SYSTEM + " You speak for the Harbor Museum, open nine to five."), Message("user", "When do you open?")]
-    first, second = Usage(), Usage()
+    usage: list[Usage] = []
 
     async def main() -> str:
-        reply = await answer(engine, "survivor", mine, first)
+        reply = await answer(engine, "survivor", mine, usage)
         # Seven others, each with instructions of their own (nothing to share with ours).
         await asyncio.gather(
             *(
@@ -110,9 +117,10 @@ def test_a_conversations_prefix_survives_seven_others_turns(engine: BatchedEngin
                 for i in range(7)
             )
         )
-        return await answer(engine, "survivor", [*mine, Message("assistant", reply), Message("user", "And on Sunday?")], second)
+        return await answer(engine, "survivor", [*mine, Message("assistant", reply), Message("user", "And on Sunday?")], usage)
 
     assert asyncio.run(main())
+    first, second = usage
     assert first.prompt_tokens is not None and second.prompt_tokens is not None and second.reused_tokens is not None
     # Everything up to the new question came from the KV cache: the first turn's prompt and reply.
     assert second.reused_tokens >= first.prompt_tokens + first.generated_tokens - 1

@@ -233,7 +233,7 @@ def test_no_llama_sampler_outlives_its_generation(engines: Any, run: Any) -> Non
 
     from llama_cpp._internals import LlamaSampler
 
-    from voiceagent.backends.protocols import LlmRequest
+    from voiceagent.backends.protocols import LlmRequest, is_piece
     from voiceagent.tools.spec import Message
 
     def alive() -> int:
@@ -248,7 +248,9 @@ def test_no_llama_sampler_outlives_its_generation(engines: Any, run: Any) -> Non
                 request = LlmRequest(key="sampler", messages=[Message("user", "Say hello.")], max_tokens=8, temperature=0.0)
                 pieces = engines.llm.generate(request)
                 n = 0
-                async for _ in pieces:
+                async for piece in pieces:
+                    if not is_piece(piece):
+                        continue
                     n += 1
                     if stop_after is not None and n >= stop_after:
                         break
@@ -268,7 +270,7 @@ def test_two_sessions_asking_at_once_each_get_the_sentence_end_verdict_on_their_
     and each answer belongs to its own words (a context shared between them would mix both)."""
     import contextlib
 
-    from voiceagent.backends.protocols import LlmRequest
+    from voiceagent.backends.protocols import EndProbability, LlmRequest, is_piece
     from voiceagent.tools.spec import Message
 
     system = Message("system", profile_config().llm.instructions)
@@ -276,13 +278,15 @@ def test_two_sessions_asking_at_once_each_get_the_sentence_end_verdict_on_their_
     async def answer(key: str, text: str) -> tuple[list[float], str, bool]:
         """(the verdicts told, the answer, whether the verdict came before the first piece)"""
         told: list[float] = []
-        request = LlmRequest(
-            key=key, messages=[system, Message("user", text)], max_tokens=16, temperature=0.0, on_end_probability=told.append
-        )
+        request = LlmRequest(key=key, messages=[system, Message("user", text)], max_tokens=16, temperature=0.0, end_probability=True)
         before = False
         pieces_seen: list[str] = []
         async with contextlib.aclosing(engines.llm.generate(request)) as pieces:
             async for piece in pieces:
+                if isinstance(piece, EndProbability):
+                    told.append(piece.p)
+                if not is_piece(piece):
+                    continue
                 if not pieces_seen:
                     before = bool(told)
                 pieces_seen.append(piece if isinstance(piece, str) else "")
@@ -311,20 +315,28 @@ def test_a_prefilled_turn_pays_only_for_its_last_words_while_another_session_ans
     # Words no other test uses: the context holds nothing of them but what the prefill puts there.
     question = "How long does it take to walk from the old mill to the harbour of Lisbon?"
 
-    async def answer(key: str, text: str, usage: Usage | None = None) -> str:
-        request = LlmRequest(key=key, messages=[system, Message("user", text)], max_tokens=24, temperature=0.0, usage=usage)
+    async def answer(key: str, text: str, usage: list[Usage] | None = None) -> str:
+        """The reply's text; its :class:`Usage` item is appended to ``usage``."""
+        request = LlmRequest(key=key, messages=[system, Message("user", text)], max_tokens=24, temperature=0.0)
+        out = ""
         async with contextlib.aclosing(engines.llm.generate(request)) as pieces:
-            return "".join([p async for p in pieces if isinstance(p, str)])
+            async for p in pieces:
+                if isinstance(p, Usage) and usage is not None:
+                    usage.append(p)
+                elif isinstance(p, str):
+                    out += p
+        return out
 
     async def scenario() -> tuple[str, str, int, Usage]:
         heard = [system, Message("user", "How long does it take to walk from the old mill to the harbour of")]
         other, prefilled = await asyncio.gather(
             answer("prefill-b", "What color is the sky on a clear day?"), engines.llm.prefill("prefill-a", heard)
         )
-        usage = Usage()
-        mine = await answer("prefill-a", question, usage)
+        usages: list[Usage] = []
+        mine = await answer("prefill-a", question, usages)
         await engines.llm.aclose()
         assert engines.llm.stats().busy == 0
+        (usage,) = usages
         return mine, other, prefilled, usage
 
     mine, other, prefilled, usage = run(scenario(), 120)

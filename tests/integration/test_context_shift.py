@@ -14,7 +14,7 @@ import pytest
 
 from tests.profile import profile_config
 from voiceagent.backends import llama_cpp
-from voiceagent.backends.protocols import LlmEngine, LlmRequest, Usage
+from voiceagent.backends.protocols import LlmEngine, LlmRequest, Usage, is_piece
 from voiceagent.tools.spec import Message
 
 pytestmark = pytest.mark.models
@@ -37,10 +37,15 @@ def history(name: str) -> list[Message]:
 
 
 async def ask(engine: LlmEngine, key: str, messages: list[Message]) -> tuple[str, Usage]:
-    usage, out = Usage(), ""
-    async with contextlib.aclosing(engine.generate(LlmRequest(key, messages, 40, 0.0, usage=usage))) as pieces:
+    usage: Usage | None = None
+    out = ""
+    async with contextlib.aclosing(engine.generate(LlmRequest(key, messages, 40, 0.0))) as pieces:
         async for piece in pieces:
-            out += str(piece)
+            if isinstance(piece, Usage):
+                usage = piece
+            elif is_piece(piece):
+                out += str(piece)
+    assert usage is not None, "the generation ran to its end: its usage comes last"
     return out, usage
 
 

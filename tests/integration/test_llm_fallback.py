@@ -21,7 +21,7 @@ from voiceagent.backends.batch_engine import BatchedEngine
 from voiceagent.backends.fallback import BreakerState, FallbackLlm
 from voiceagent.backends.llm_pool import LlmPool
 from voiceagent.backends.openai_llm import OpenAiLlm
-from voiceagent.backends.protocols import LlmRequest
+from voiceagent.backends.protocols import LlmRequest, Routed, is_piece
 from voiceagent.backends.registry import load_llm
 from voiceagent.tools.spec import Message
 from voiceagent.transports.server import VoiceAgentServer
@@ -109,10 +109,14 @@ def test_a_server_slower_than_the_first_token_budget_is_aborted_and_the_fallback
         routes: list[tuple[str, str]] = []
 
         async def ask(llm: FallbackLlm, question: str, max_tokens: int, keep: int) -> str:
-            request = LlmRequest("slow", [system, Message("user", question)], max_tokens, 0.0, on_route=lambda e, r: routes.append((e, r)))
+            request = LlmRequest("slow", [system, Message("user", question)], max_tokens, 0.0)
             pieces: list[str] = []
             async with contextlib.aclosing(llm.generate(request)) as gen:
                 async for piece in gen:
+                    if isinstance(piece, Routed):
+                        routes.append((piece.engine, piece.reason))
+                    if not isinstance(piece, str):
+                        continue
                     pieces.append(piece)
                     if len(pieces) >= keep:
                         break
@@ -170,7 +174,9 @@ def test_an_in_process_primary_hands_failed_and_late_turns_to_a_second_pool_and_
     async def hold_the_only_primary_context() -> None:
         request = LlmRequest("someone-else", [Message("user", "Count from one to one hundred.")], 200, 0.0)
         async with contextlib.aclosing(primary_pool.generate(request)) as pieces:
-            async for _ in pieces:
+            async for piece in pieces:
+                if not is_piece(piece):
+                    continue
                 holding.set()
                 await hold.wait()
                 return

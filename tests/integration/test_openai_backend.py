@@ -18,7 +18,7 @@ from tests.integration.llm_server import LlamaCppServer, free_port
 from tests.integration.rt_client import Recorder
 from tests.profile import profile_config
 from voiceagent.backends.openai_llm import OpenAiLlm
-from voiceagent.backends.protocols import LlmRequest
+from voiceagent.backends.protocols import LlmRequest, is_piece
 from voiceagent.errors import EngineError
 from voiceagent.tools.spec import Message
 from voiceagent.transports.server import VoiceAgentServer
@@ -45,7 +45,7 @@ def test_a_reply_streams_in_pieces(llm_server: LlamaCppServer, run: Any) -> None
     async def main() -> list[str]:
         try:
             async with contextlib.aclosing(llm.generate(_request("What is the capital of France?"))) as gen:
-                return [piece async for piece in gen]
+                return [piece async for piece in gen if isinstance(piece, str)]
         finally:
             await llm.aclose()
 
@@ -61,15 +61,18 @@ def test_cancelling_mid_stream_closes_it_and_the_server_stops_generating(llm_ser
     async def main() -> tuple[float, float]:
         times: list[float] = []
         async with contextlib.aclosing(llm.generate(long)) as gen:
-            async for _ in gen:
+            async for piece in gen:
+                if not is_piece(piece):
+                    continue
                 times.append(time.perf_counter())
                 if len(times) == 6:
                     break  # the barge-in: stop reading and close
         per_token = (times[-1] - times[0]) / (len(times) - 1)
         t0 = time.perf_counter()
         async with contextlib.aclosing(llm.generate(_request("Say hello.", max_tokens=5))) as gen:
-            async for _ in gen:
-                break
+            async for piece in gen:
+                if is_piece(piece):
+                    break
         await llm.aclose()
         return per_token, time.perf_counter() - t0
 

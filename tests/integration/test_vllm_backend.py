@@ -21,7 +21,7 @@ from websockets.asyncio.client import connect
 
 from tests.integration.rt_client import Recorder, send_paced, wire_audio
 from voiceagent.backends.fallback import FallbackLlm
-from voiceagent.backends.protocols import LlmRequest
+from voiceagent.backends.protocols import LlmRequest, Routed, is_piece
 from voiceagent.config import DEFAULT_INSTRUCTIONS, load_config
 from voiceagent.tools.spec import Message, Tool, ToolCall
 from voiceagent.transports.server import VoiceAgentServer
@@ -60,6 +60,8 @@ async def _ask(llm: Any, key: str, messages: list[Message], max_tokens: int = 40
     pieces: list[str] = []
     async with contextlib.aclosing(llm.generate(LlmRequest(key, messages, max_tokens, 0.0))) as gen:
         async for piece in gen:
+            if not isinstance(piece, str):
+                continue
             pieces.append(piece)
             if keep is not None and len(pieces) >= keep:
                 break
@@ -95,7 +97,8 @@ def test_vllm_reads_the_models_tool_call_and_answers_from_its_result(vllm_engine
         out: list[str | ToolCall] = []
         async with contextlib.aclosing(llm.generate(LlmRequest("t", question, 60, 0.0, tools=(weather,)))) as gen:
             async for piece in gen:
-                out.append(piece)
+                if is_piece(piece):
+                    out.append(piece)
         call = next(p for p in out if isinstance(p, ToolCall))
         answered = [
             *question,
@@ -158,11 +161,15 @@ def test_a_vllm_turn_past_its_budget_is_aborted_and_the_fallback_answers(vllm_en
     routes: list[tuple[str, str]] = []
 
     async def main() -> str:
-        request = LlmRequest(
-            "f", [SYSTEM, Message("user", "What is the capital of Italy?")], 40, 0.0, on_route=lambda e, r: routes.append((e, r))
-        )
+        request = LlmRequest("f", [SYSTEM, Message("user", "What is the capital of Italy?")], 40, 0.0)
+        text = ""
         async with contextlib.aclosing(llm.generate(request)) as gen:
-            return "".join([p async for p in gen])
+            async for p in gen:
+                if isinstance(p, Routed):
+                    routes.append((p.engine, p.reason))
+                elif isinstance(p, str):
+                    text += p
+        return text
 
     reply = run(main(), 120)
     assert routes == [("llama_cpp", "first_token_budget")]

@@ -15,7 +15,7 @@ import pytest
 
 from tests.conftest import SCALE
 from tests.profile import profile_config
-from voiceagent.backends.protocols import LlmRequest
+from voiceagent.backends.protocols import LlmRequest, is_piece
 from voiceagent.replay import replay_file, summarize
 from voiceagent.tools.spec import Message
 from voiceagent.transports.server import VoiceAgentServer
@@ -37,8 +37,9 @@ def _ms_per_token(engines: Any, run: Any) -> float:
     async def measure() -> list[float]:
         times = []
         async with contextlib.aclosing(engines.llm.generate(LlmRequest("decode-speed", msgs, 24, 0.0))) as pieces:
-            async for _ in pieces:
-                times.append(time.perf_counter())
+            async for piece in pieces:
+                if is_piece(piece):
+                    times.append(time.perf_counter())
         return times
 
     times = run(measure(), 60)

@@ -12,13 +12,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
-from collections.abc import Iterator
+from collections.abc import AsyncGenerator, Iterator
 from typing import Any
 
 import pytest
 
 from voiceagent.backends.batch_engine import BatchedEngine
-from voiceagent.backends.protocols import LlmRequest, Pacing, Usage
+from voiceagent.backends.protocols import Admitted, EndProbability, LlmItem, LlmRequest, Pacing, Usage, is_piece
 from voiceagent.errors import EngineError
 from voiceagent.tools.spec import Message
 
@@ -44,13 +44,28 @@ def engine(core: FakeBatch) -> Iterator[BatchedEngine]:
     eng.close()
 
 
-async def ask(engine: BatchedEngine, key: str, msgs: list[Message], **kw: Any) -> str:
+async def ask(engine: BatchedEngine, key: str, msgs: list[Message], usages: list[Usage] | None = None, **kw: Any) -> str:
+    """The reply's text; its :class:`Usage` item is appended to ``usages``."""
     out = ""
     async with contextlib.aclosing(engine.generate(LlmRequest(key, msgs, 64, 0.0, **kw))) as pieces:
         async for piece in pieces:
+            if isinstance(piece, Usage):
+                if usages is not None:
+                    usages.append(piece)
+                continue
+            if isinstance(piece, Admitted):
+                continue
             assert isinstance(piece, str)
             out += piece
     return out
+
+
+async def next_piece(gen: AsyncGenerator[LlmItem, None]) -> str:
+    """The stream's next text piece (the engine's reports before it are skipped)."""
+    while not is_piece(item := await anext(gen)):
+        pass
+    assert isinstance(item, str)
+    return item
 
 
 def test_simultaneous_generations_each_answer_their_own_prompt_in_shared_steps(engine: BatchedEngine, core: FakeBatch) -> None:
@@ -73,19 +88,19 @@ def test_a_conversation_keeps_its_sequence_and_its_prefix_while_seven_others_tal
     engine = BatchedEngine(core, model="fake")  # type: ignore[arg-type]
     try:
         first = messages("Where do I live?")
-        usage: list[Usage] = [Usage(), Usage()]
+        usage: list[Usage] = []
 
         async def main() -> None:
-            reply = await ask(engine, "me", first, usage=usage[0])
+            reply = await ask(engine, "me", first, usages=usage)
             await asyncio.gather(*(ask(engine, f"other{i}", messages(f"Other question {i}?")) for i in range(7)))
             second = [*first, Message("assistant", reply), Message("user", "And you?")]
-            assert await ask(engine, "me", second, usage=usage[1]) == reply_for(second)
+            assert await ask(engine, "me", second, usages=usage) == reply_for(second)
 
         asyncio.run(main())
         mine = {seq for key, seq in engine.seq_history if key == "me"}
         assert len(mine) == 1
         # The second turn evaluated only what was new: the first turn's prompt and reply were cached.
-        assert usage[1].prompt_tokens is not None and usage[1].reused_tokens is not None
+        assert len(usage) == 2 and usage[1].prompt_tokens is not None and usage[1].reused_tokens is not None
         assert usage[1].prompt_tokens - usage[1].reused_tokens <= len("<a>\x00<u>And you?<a>")
     finally:
         engine.close()
@@ -96,8 +111,9 @@ def test_a_new_conversation_copies_a_shared_prefix_instead_of_evaluating_it(engi
     first, second = messages("A fresh question?"), messages("Another question?")
     asyncio.run(ask(engine, "one", first))  # takes the primed sequence itself
     done = len(core.batches)
-    usage = Usage()
-    assert asyncio.run(ask(engine, "two", second, usage=usage)) == reply_for(second)
+    usages: list[Usage] = []
+    assert asyncio.run(ask(engine, "two", second, usages=usages)) == reply_for(second)
+    (usage,) = usages
     prompt_len = len(core.render.prompt_tokens(second, ()))
     evaluated = sum(1 for batch in core.batches[done:] for _, pos, _, _ in batch if pos < prompt_len)
     assert usage.reused_tokens is not None and usage.reused_tokens >= len("<s>" + SYSTEM.content + "<u>")
@@ -115,7 +131,7 @@ def test_cancelling_one_generation_drops_only_its_sequence_within_a_step(core: F
 
     async def main() -> tuple[str, str]:
         gen = engine.generate(LlmRequest("a", long_a, 64, 0.0))
-        first = await anext(gen)
+        first = await next_piece(gen)
         other = asyncio.ensure_future(ask(engine, "b", long_b))
         await gen.aclose()  # a barge-in
         return first, await other
@@ -252,6 +268,8 @@ def test_a_consumer_that_stops_reading_stops_its_decoding() -> None:
         async def main() -> str:
             out = ""
             async for piece in engine.generate(LlmRequest("slow", question, 64, 0.0)):
+                if not is_piece(piece):
+                    continue
                 await asyncio.to_thread(lambda: None)  # a slow reader gives the step thread time
                 consumed[0] += 1
                 out += str(piece)
@@ -282,7 +300,7 @@ def test_a_paused_generation_decodes_nothing_while_others_do_and_goes_on_when_it
     async def main() -> tuple[str, str, int]:
         request = LlmRequest("held", held, 64, 0.0, pacing=pacing)
         gen = engine.generate(request)
-        text = await anext(gen) + await anext(gen)
+        text = await next_piece(gen) + await next_piece(gen)
         seq = next(s for key, s in engine.seq_history if key == "held")
         answer = await ask(engine, "other", other)  # steps run meanwhile, 64 tokens ahead allowed
         await until(lambda: len(engine._cond._waiters) == 1)  # type: ignore[attr-defined]  # the step thread sleeps
@@ -290,7 +308,8 @@ def test_a_paused_generation_decodes_nothing_while_others_do_and_goes_on_when_it
         pacing.paused = False
         # The reader has taken all there was: only its wait for the next token wakes the step thread.
         async for piece in gen:
-            text += str(piece)
+            if is_piece(piece):
+                text += str(piece)
         return text, answer, during
 
     text, answer, during = asyncio.run(asyncio.wait_for(main(), 30))
@@ -351,7 +370,7 @@ def test_prefill_never_takes_a_sequence_a_turn_needs() -> None:
 
         async def main() -> tuple[str, int]:
             gen = engine.generate(LlmRequest("a", messages("Busy?"), 64, 0.0))
-            first = await anext(gen)
+            first = await next_piece(gen)
             n = await engine.prefill("b", [SYSTEM, Message("user", "Waiting")])
             rest = first + "".join([p async for p in gen if isinstance(p, str)])
             return rest, n
@@ -394,16 +413,16 @@ def test_the_sentence_end_verdict_comes_in_the_prompt_pass_before_the_first_piec
     seen: list[object] = []
 
     async def main() -> None:
-        pacing = Pacing()
-        pacing.piece = seen.append  # type: ignore[method-assign]
-        req = LlmRequest("k", messages("Is it over?"), 64, 0.0, on_end_probability=seen.append, pacing=pacing)
-        async for _ in engine.generate(req):
-            pass
+        req = LlmRequest("k", messages("Is it over?"), 64, 0.0, end_probability=True)
+        async for item in engine.generate(req):
+            if not isinstance(item, (Admitted, Usage)):
+                seen.append(item)
 
     asyncio.run(main())
-    assert isinstance(seen[0], float) and seen[1] == reply_for(messages("Is it over?"))[0]
+    assert isinstance(seen[0], EndProbability) and seen[1] == reply_for(messages("Is it over?"))[0]
+    assert sum(isinstance(item, EndProbability) for item in seen) == 1
     # Judged where the words end, without their "?": the fake model predicts a space there.
-    assert seen[0] == pytest.approx(0.0, abs=1e-3)
+    assert seen[0].p == pytest.approx(0.0, abs=1e-3)
 
 
 def test_closing_the_engine_fails_queued_generations_instead_of_hanging(core: FakeBatch) -> None:
@@ -438,8 +457,9 @@ def test_a_cut_conversation_moves_its_kept_turns_back_instead_of_reading_them_ag
     # The fitter dropped the three oldest turns: the instructions, then turns 3 to 7.
     cut = [SYSTEM, *history[7:], Message("user", "After the cut?")]
     done = len(core.batches)
-    usage = Usage()
-    assert asyncio.run(ask(engine, "ann", cut, usage=usage)) == reply_for(cut)  # the cells hold exactly the cut prompt
+    usages: list[Usage] = []
+    assert asyncio.run(ask(engine, "ann", cut, usages=usages)) == reply_for(cut)  # the cells hold exactly the cut prompt
+    (usage,) = usages
     prompt_len = len(core.render.prompt_tokens(cut, ()))
     evaluated = sum(1 for batch in core.batches[done:] for _, pos, _, _ in batch if pos < prompt_len)
     kept = len(core.render.tokenize("".join(f"<{m.role[0]}>{m.content}" for m in history[7:])))
@@ -455,8 +475,9 @@ def test_without_context_shift_a_cut_conversation_is_read_again(core: FakeBatch)
         before = [*history, Message("user", "Before the cut?")]
         asyncio.run(ask(engine, "ann", before))
         cut = [SYSTEM, *history[7:], Message("user", "After the cut?")]
-        usage = Usage()
-        assert asyncio.run(ask(engine, "ann", cut, usage=usage)) == reply_for(cut)
+        usages: list[Usage] = []
+        assert asyncio.run(ask(engine, "ann", cut, usages=usages)) == reply_for(cut)
+        (usage,) = usages
         a, b = render(before), render(cut)
         common = next(i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y)  # the instructions, "<u>Ann asks question "
         assert usage.reused_tokens == common

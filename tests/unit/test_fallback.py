@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from voiceagent.backends.fallback import Breaker, BreakerState, FallbackLlm
-from voiceagent.backends.protocols import LlmRequest, LlmStats
+from voiceagent.backends.protocols import Admitted, LlmItem, LlmRequest, LlmStats, Routed, Usage
 from voiceagent.errors import EngineError
 from voiceagent.tools.spec import Message, Tool
 
@@ -26,7 +26,9 @@ class Clock:
 
 class ScriptedEngine:
     """An async engine whose next generations follow a script: a reply (pieces), an exception
-    raised before the first piece, ``"hang"`` (never answers), or ("fail_after", pieces)."""
+    raised before the first piece, ``"hang"`` (never answers), or ("fail_after", pieces).  Like
+    the real engines, each generation starts with :class:`Admitted` and a reply that runs to its
+    end ends with :class:`Usage`."""
 
     def __init__(
         self,
@@ -50,11 +52,12 @@ class ScriptedEngine:
     async def count_tokens(self, messages: Sequence[Message], tools: tuple[Any, ...] = ()) -> int | None:
         return self.tokens
 
-    async def generate(self, request: LlmRequest) -> AsyncGenerator[str, None]:
+    async def generate(self, request: LlmRequest) -> AsyncGenerator[LlmItem, None]:
         self.calls += 1
         step = self.script.pop(0) if self.script else self.default
         finished = False
         try:
+            yield Admitted()
             if isinstance(step, Exception):
                 raise step
             if step == "hang":
@@ -68,6 +71,7 @@ class ScriptedEngine:
                 await asyncio.sleep(0)
                 yield piece
             finished = True
+            yield Usage(self.name, 1, 0, len(step))
         finally:
             if not finished:
                 self.closed_early += 1
@@ -87,12 +91,23 @@ class ScriptedEngine:
         pass
 
 
-def _request(routes: list[tuple[str, str]]) -> LlmRequest:
-    return LlmRequest("s", [Message("user", "Hi")], 10, 0.0, on_route=lambda e, r: routes.append((e, r)))
+def _request() -> LlmRequest:
+    return LlmRequest("s", [Message("user", "Hi")], 10, 0.0)
+
+
+async def _pieces(llm: FallbackLlm, routes: list[tuple[str, str]]) -> AsyncGenerator[str, None]:
+    """The reply's pieces; each :class:`Routed` item of the stream is appended to ``routes``."""
+    async with contextlib.aclosing(llm.generate(_request())) as items:
+        async for item in items:
+            if isinstance(item, Routed):
+                routes.append((item.engine, item.reason))
+            elif not isinstance(item, (Admitted, Usage)):
+                assert isinstance(item, str)
+                yield item
 
 
 async def _ask(llm: FallbackLlm, routes: list[tuple[str, str]]) -> str:
-    async with contextlib.aclosing(llm.generate(_request(routes))) as pieces:
+    async with contextlib.aclosing(_pieces(llm, routes)) as pieces:
         return "".join([p async for p in pieces])
 
 
@@ -119,6 +134,29 @@ def test_a_healthy_primary_answers_and_says_so() -> None:
     assert routes == [("remote", "primary")]
     assert fallback.calls == 0
     assert llm.stats().breaker == "closed"
+
+
+def test_the_primary_s_reports_before_its_text_pass_through_and_the_route_comes_before_the_first_piece() -> None:
+    async def items(llm: FallbackLlm) -> list[LlmItem]:
+        async with contextlib.aclosing(llm.generate(_request())) as stream:
+            return [item async for item in stream]
+
+    healthy = _make([])
+    assert asyncio.run(items(healthy.llm)) == [Admitted(), Routed("remote", "primary"), "Primary", " answer.", Usage("remote", 1, 0, 2)]
+    # Handed over: the primary's admission (its attempt is part of the turn's wait), then the route,
+    # then the fallback's whole stream.
+    failed = _make([EngineError("connection refused")])
+    assert asyncio.run(items(failed.llm)) == [
+        Admitted(),
+        Routed("embedded", "primary_failed"),
+        Admitted(),
+        "Fallback",
+        " answer.",
+        Usage("embedded", 1, 0, 2),
+    ]
+    # An empty reply is the primary's answer: its route, then its usage, last as ever.
+    empty = _make([[]])
+    assert asyncio.run(items(empty.llm)) == [Admitted(), Routed("remote", "primary"), Usage("remote", 1, 0, 0)]
 
 
 def test_a_primary_that_fails_before_its_first_text_hands_the_same_turn_to_the_fallback() -> None:
@@ -202,7 +240,7 @@ def test_a_primary_that_breaks_after_its_first_text_fails_the_reply_and_counts_a
     got: list[str] = []
 
     async def main() -> None:
-        async with contextlib.aclosing(llm.generate(_request(routes))) as pieces:
+        async with contextlib.aclosing(_pieces(llm, routes)) as pieces:
             async for piece in pieces:
                 got.append(piece)
 

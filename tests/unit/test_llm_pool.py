@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from voiceagent.backends.llm_pool import LlmPool
-from voiceagent.backends.protocols import LlmRequest, Pacing
+from voiceagent.backends.protocols import Admitted, EndProbability, LlmItem, LlmRequest, Pacing, is_piece
 from voiceagent.pipeline import iterate_in
 from voiceagent.pipeline.scheduler import PriorityExecutor
 from voiceagent.tools.spec import Message, Tool
@@ -70,7 +70,7 @@ async def cancel_during_held_step(pool: LlmPool, ctx: HeldAfterFirst, key: str) 
     """Start a generation on ``ctx``, cancel it while its second step runs, and close it: the
     context stays busy (closing waits behind that step) until ``ctx.release`` is set."""
     gen = pool.generate(request(key, "one"))
-    assert await anext(gen) == "first "
+    assert await next_piece(gen) == "first "
     step = asyncio.ensure_future(anext(gen))
     await asyncio.to_thread(ctx.started.wait, deadline())
     step.cancel()
@@ -79,13 +79,30 @@ async def cancel_during_held_step(pool: LlmPool, ctx: HeldAfterFirst, key: str) 
     await gen.aclose()
 
 
-def request(key: str, question: str, on_admitted: Callable[[], None] | None = None) -> LlmRequest:
-    return LlmRequest(key, [Message("system", "sys"), Message("user", question)], 16, 0.0, on_admitted)
+def request(key: str, question: str) -> LlmRequest:
+    return LlmRequest(key, [Message("system", "sys"), Message("user", question)], 16, 0.0)
 
 
-async def collect(gen: AsyncGenerator[str, None]) -> str:
-    async with contextlib.aclosing(gen) as pieces:
-        return "".join([p async for p in pieces])
+async def next_piece(gen: AsyncGenerator[LlmItem, None]) -> str:
+    """The stream's next text piece (the engine's reports before it are skipped)."""
+    while not is_piece(item := await anext(gen)):
+        pass
+    assert isinstance(item, str)
+    return item
+
+
+async def collect(gen: AsyncGenerator[LlmItem, None], when_admitted: Callable[[], None] | None = None) -> str:
+    """The reply's text; ``when_admitted`` is called as the stream's :class:`Admitted` arrives."""
+    text = ""
+    async with contextlib.aclosing(gen) as items:
+        async for item in items:
+            if isinstance(item, Admitted):
+                if when_admitted is not None:
+                    when_admitted()
+            elif is_piece(item):
+                assert isinstance(item, str)
+                text += item
+    return text
 
 
 async def settled(pool: LlmPool) -> None:
@@ -120,8 +137,10 @@ def test_concurrent_generations_each_answer_their_own_prompt_without_interleavin
         text = ""
         async with contextlib.aclosing(pool.generate(request(key, q))) as pieces:
             async for piece in pieces:
+                if not is_piece(piece):
+                    continue
                 steps.record(key)
-                text += piece
+                text += str(piece)
         return text
 
     async def main() -> None:
@@ -144,7 +163,7 @@ def test_one_context_serialises_requests_in_arrival_order(run: Run, executor: Pr
     admitted = Recorder()
 
     async def main() -> None:
-        gens = [collect(pool.generate(request(f"s{i}", f"q{i}", lambda i=i: admitted.record(i)))) for i in range(3)]  # type: ignore[misc]
+        gens = [collect(pool.generate(request(f"s{i}", f"q{i}")), lambda i=i: admitted.record(i)) for i in range(3)]  # type: ignore[misc]
         replies = await asyncio.gather(*gens)
         assert [r.split(" ")[0] for r in replies] == ["q0", "q1", "q2"]
         await settled(pool)
@@ -209,7 +228,7 @@ def test_a_newcomer_takes_a_free_context_while_an_earlier_waiter_waits_for_its_o
         again = asyncio.ensure_future(collect(pool.generate(request("a", "two"))))  # waits for ctx0
         await asyncio.sleep(0)
         admitted = asyncio.Event()
-        other = asyncio.ensure_future(collect(pool.generate(request("b", "other", admitted.set))))
+        other = asyncio.ensure_future(collect(pool.generate(request("b", "other")), admitted.set))
         # b finds ctx1 free and gets it now, although a waits ahead of it in the queue (for ctx0,
         # whose closing waits behind the step still running).
         await asyncio.wait_for(admitted.wait(), deadline())
@@ -238,7 +257,8 @@ def test_cancelling_a_generation_closes_it_in_the_executor_then_frees_the_contex
     async def main() -> None:
         async def consume() -> None:
             async for piece in pool.generate(request("a", "q")):
-                got.record(piece)
+                if is_piece(piece):
+                    got.record(piece)
 
         task = asyncio.create_task(consume())
         await got.wait(2)
@@ -364,10 +384,12 @@ def test_urgency_ends_with_the_token_that_completes_the_first_clause(run: Run, e
 
     pacing = FirstTwo(8)
 
-    async def consume(gen: AsyncGenerator[str, None]) -> str:
+    async def consume(gen: AsyncGenerator[LlmItem, None]) -> str:
         got: list[str] = []
         async with contextlib.aclosing(gen) as pieces:
             async for piece in pieces:
+                if not isinstance(piece, str):
+                    continue
                 got.append(piece)
                 if len(got) == 2:
                     pacing.urgent = False  # what the stage does on the loop, when the token gets there
@@ -431,12 +453,12 @@ def test_prefill_never_waits_for_a_busy_context_nor_takes_one_from_a_running_gen
 
     async def main() -> tuple[int, int, str]:
         gen = pool.generate(request("a", "one"))
-        assert await anext(gen) == "first "
+        assert await next_piece(gen) == "first "
         # "a"'s own context is busy, and there is no other: nothing to do, at once.
         own = await asyncio.wait_for(pool.prefill("a", [Message("user", "tell me")]), deadline())
         other = await asyncio.wait_for(pool.prefill("b", [Message("user", "tell me")]), deadline())
         held.release.set()
-        rest = "".join([p async for p in gen])
+        rest = "".join([p async for p in gen if isinstance(p, str)])
         await settled(pool)
         return own, other, rest
 
@@ -508,7 +530,7 @@ def test_a_turn_takes_its_context_from_a_prefill_that_has_not_started(run: Run, 
         await asyncio.sleep(0)
         assert pool.stats().busy == 1  # the prefill holds "a"'s context, queued
         admitted = asyncio.Event()
-        answer = asyncio.ensure_future(collect(pool.generate(request("a", "tell me more", admitted.set))))
+        answer = asyncio.ensure_future(collect(pool.generate(request("a", "tell me more")), admitted.set))
         await asyncio.wait_for(admitted.wait(), deadline())  # while the worker is still busy
         admitted_while_busy = not gate.is_set()
         gate.set()
@@ -544,13 +566,13 @@ def test_the_sentence_end_verdict_is_read_on_the_generation_context_before_its_f
     seen: dict[str, list[str]] = {"a": [], "b": []}
 
     async def ask(key: str, question: str, judge: bool) -> str:
-        def on_end(p: float) -> None:  # the engine's thread: how many pieces had come by then
-            told[key].append((p, len(seen[key])))
-
-        req = LlmRequest(key, [Message("system", "sys"), Message("user", question)], 16, 0.0, on_end_probability=on_end if judge else None)
+        req = LlmRequest(key, [Message("system", "sys"), Message("user", question)], 16, 0.0, end_probability=judge)
         async with contextlib.aclosing(pool.generate(req)) as pieces:
             async for piece in pieces:
-                seen[key].append(piece)
+                if isinstance(piece, EndProbability):  # how many pieces had come by then
+                    told[key].append((piece.p, len(seen[key])))
+                elif isinstance(piece, str):
+                    seen[key].append(piece)
         return "".join(seen[key])
 
     async def main() -> list[str]:

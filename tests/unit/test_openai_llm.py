@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from voiceagent.backends.openai_llm import OpenAiLlm, parse_sse_delta
-from voiceagent.backends.protocols import LlmRequest
+from voiceagent.backends.protocols import Admitted, LlmItem, LlmRequest, Usage
 from voiceagent.errors import EngineError
 from voiceagent.tools.spec import Message
 
@@ -44,13 +44,17 @@ def engine(handler: Callable[[httpx.Request], httpx.Response], **kw: Any) -> Ope
     return OpenAiLlm("http://llm.test/v1", "m", api_key="k", transport=httpx.MockTransport(handler), **kw)
 
 
-async def collect(llm: OpenAiLlm) -> list[str]:
+async def collect(llm: OpenAiLlm, items: list[LlmItem] | None = None) -> list[str]:
+    """The reply's pieces; every item of the stream is appended to ``items``."""
     req = LlmRequest("s", [Message("user", "hi")], 8, 0.0)
+    got: list[LlmItem] = [] if items is None else items
     try:
         async with contextlib.aclosing(llm.generate(req)) as gen:
-            return [p async for p in gen]
+            async for item in gen:
+                got.append(item)
     finally:
         await llm.aclose()
+    return [p for p in got if isinstance(p, str)]
 
 
 def test_sse_lines() -> None:
@@ -74,7 +78,10 @@ def test_streams_the_deltas_and_sends_the_request_openai_style(run: Run) -> None
         seen.append(request)
         return httpx.Response(200, stream=Body([chunk("Hello"), chunk(" there"), b"data: [DONE]\n\n"]))
 
-    assert run(collect(engine(handler)), 5) == ["Hello", " there"]
+    items: list[LlmItem] = []
+    assert run(collect(engine(handler), items), 5) == ["Hello", " there"]
+    # Admitted at once (no queue of ours); the usage last: a token per chunk, no prompt count.
+    assert items == [Admitted(), "Hello", " there", Usage("m", None, None, 2)]
     body = json.loads(seen[0].content)
     assert seen[0].url == "http://llm.test/v1/chat/completions"
     assert seen[0].headers["authorization"] == "Bearer k"
@@ -106,6 +113,7 @@ def test_closing_early_closes_the_response_stream(run: Run) -> None:
 
     async def main() -> None:
         async with contextlib.aclosing(llm.generate(LlmRequest("s", [Message("user", "hi")], 8, 0.0))) as gen:
+            assert await anext(gen) == Admitted()
             assert await anext(gen) == "a"
         await llm.aclose()
 

@@ -12,7 +12,7 @@ import pytest
 
 from tests.unit.test_fallback import ScriptedEngine
 from voiceagent.backends.fallback import FallbackLlm
-from voiceagent.backends.protocols import LlmRequest
+from voiceagent.backends.protocols import LlmItem, LlmRequest, Routed, is_piece
 from voiceagent.backends.router import RoutedLlm, decide
 from voiceagent.errors import EngineError
 from voiceagent.text.turn_kind import small_talk_kind
@@ -44,9 +44,15 @@ def _ask(llm: RoutedLlm, messages: list[Message], tool_choice: str = "auto") -> 
     routes: list[tuple[str, str]] = []
 
     async def main() -> str:
-        request = LlmRequest("s", messages, 10, 0.0, on_route=lambda e, r: routes.append((e, r)), tool_choice=tool_choice)
+        request = LlmRequest("s", messages, 10, 0.0, tool_choice=tool_choice)
+        text = ""
         async with contextlib.aclosing(llm.generate(request)) as pieces:
-            return "".join([p async for p in pieces if isinstance(p, str)])
+            async for p in pieces:
+                if isinstance(p, Routed):
+                    routes.append((p.engine, p.reason))
+                elif isinstance(p, str):
+                    text += p
+        return text
 
     return asyncio.run(main()), routes
 
@@ -126,7 +132,14 @@ def test_cancelling_a_routed_turn_closes_the_small_model_s_generation_and_propag
 
     async def main() -> None:
         request = LlmRequest("s", [Message("user", "Hello.")], 10, 0.0)
-        task = asyncio.create_task(anext(llm.generate(request)))
+
+        async def first_piece() -> LlmItem:
+            async for item in llm.generate(request):
+                if is_piece(item):
+                    return item
+            raise AssertionError("no piece")
+
+        task = asyncio.create_task(first_piece())
         await small.hanging.wait()
         task.cancel()
         with pytest.raises(asyncio.CancelledError):

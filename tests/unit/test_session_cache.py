@@ -15,7 +15,7 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from voiceagent.backends.protocols import LlmRequest
+from voiceagent.backends.protocols import LlmItem, LlmRequest, Routed
 from voiceagent.cache.semantic import SemanticCache
 from voiceagent.cache.store import ReplyStore
 from voiceagent.errors import ProtocolError
@@ -181,7 +181,8 @@ def test_a_session_cannot_turn_on_a_cache_the_server_does_not_have(run: Run, mak
 
 
 class Reporting:
-    """The session's engine, telling each request the route a router would (``on_route``)."""
+    """The session's engine, telling each request the route a router would (a :class:`Routed`
+    item before the first piece)."""
 
     def __init__(self, inner: Any, reason: str) -> None:
         self.inner, self.reason = inner, reason
@@ -189,9 +190,8 @@ class Reporting:
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
 
-    async def generate(self, request: LlmRequest) -> AsyncGenerator[str | ToolCall, None]:
-        if request.on_route is not None:
-            request.on_route("big", self.reason)
+    async def generate(self, request: LlmRequest) -> AsyncGenerator[LlmItem, None]:
+        yield Routed("big", self.reason)
         async with contextlib.aclosing(self.inner.generate(request)) as pieces:
             async for piece in pieces:
                 yield piece

@@ -9,12 +9,16 @@ goes on first), and build every prompt so that no call is left without its resul
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
+import logging
+from collections.abc import AsyncGenerator
 from typing import Any
 
 import pytest
 
+from voiceagent.backends.protocols import LlmItem, LlmRequest, Routed
 from voiceagent.backends.registry import warm_up
 from voiceagent.clock import VirtualClock
 from voiceagent.config import Config, ToolsConfig
@@ -567,6 +571,88 @@ def test_a_model_that_repeats_the_call_it_has_the_result_of_answers_instead(run:
             assert [c.tool_choice for c in fakes.llm.calls.items] == ["auto", "auto", "none"]
 
     run(main(), 20)
+
+
+def turn_records(caplog: pytest.LogCaptureFixture) -> list[dict[str, Any]]:
+    """The per-turn log lines (voiceagent.conversation.report) caught so far."""
+    return [
+        json.loads(r.getMessage())
+        for r in caplog.records
+        if r.name == "voiceagent.session" and r.getMessage().startswith('{"event": "turn"')
+    ]
+
+
+def test_a_reply_cut_at_a_repeated_call_counts_the_pieces_it_read_as_its_tokens(
+    run: Run, make_fakes: MakeFakes, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The second answer says something, then repeats the call it has the result of: the stage
+    # closes that stream before the engine's usage (its last item) comes.
+    again = ToolCall("call_again", "get_weather", '{"city":"Paris"}')
+    fakes = make_fakes(
+        stt=FakeStt(["what is the weather in Paris"]), llm=FakeLlm([[call()], ["Let", " me", " see.", again]]), turn=FakeTurn(0.9)
+    )
+
+    async def main() -> None:
+        async with running(fakes, make_config()) as (session, log):
+            session.update(tools=(WEATHER,))
+            await say_turn(session)
+            i_done, _ = await log.wait_type(ResponseDone)
+            await session.add_tool_output("call_1", "It is 18 degrees in Paris.")
+            await session.create_response()
+            _, answer = await log.wait_type(ResponseDone, after=i_done + 1)
+            assert answer.text == "Let me see." and answer.calls == ()
+
+    with caplog.at_level(logging.INFO, logger="voiceagent.session"):
+        run(main(), 20)
+    first, second = [r["tokens"] for r in turn_records(caplog)]
+    assert first["generated"] == 1  # ran to its end: the engine's own count
+    assert second["generated"] == 4 and second["prompt"] is None  # three words and the call, read before the cut
+
+
+class Routes:
+    """The session's engine, each generation reporting the next route of ``reasons`` (a
+    :class:`Routed` item before its first piece), as a router would."""
+
+    def __init__(self, inner: Any, reasons: list[str]) -> None:
+        self.inner, self.reasons = inner, reasons
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    async def generate(self, request: LlmRequest) -> AsyncGenerator[LlmItem, None]:
+        yield Routed("big", self.reasons.pop(0))
+        async with contextlib.aclosing(self.inner.generate(request)) as pieces:
+            async for piece in pieces:
+                yield piece
+
+
+def test_an_answer_asked_again_in_words_keeps_the_route_of_the_attempt_that_spoke_first(
+    run: Run, make_fakes: MakeFakes, caplog: pytest.LogCaptureFixture
+) -> None:
+    fakes = make_fakes(
+        stt=FakeStt(["what is the weather in Paris"]),
+        llm=FakeLlm([[call()], [ToolCall("call_again", "get_weather", '{"city":"Paris"}')], tokens("It is 18 degrees.")]),
+        turn=FakeTurn(0.9),
+    )
+    fakes.engines.llm = Routes(fakes.engines.llm, ["large.primary", "large.primary", "small:thanks.primary"])
+
+    async def main() -> None:
+        async with running(fakes, make_config()) as (session, log):
+            session.update(tools=(WEATHER,))
+            await say_turn(session)
+            i_done, _ = await log.wait_type(ResponseDone)
+            await session.add_tool_output("call_1", "It is 18 degrees in Paris.")
+            await session.create_response()
+            await log.wait_type(ResponseDone, after=i_done + 1)
+
+    with caplog.at_level(logging.INFO, logger="voiceagent.session"):
+        run(main(), 20)
+    records = turn_records(caplog)
+    # The second reply's first attempt (the repeated call) was routed "large"; the words asked
+    # for after it do not rename the route already reported for that reply.
+    assert [r["llm_route"] for r in records] == ["large.primary", "large.primary"]
+    # Its tokens are both attempts': the cut one's call (1 piece) and the answer's four.
+    assert records[1]["tokens"]["generated"] == 1 + len(tokens("It is 18 degrees."))
 
 
 INVENTED = ToolCall("call_x", "get_largest_planet", '{"type": "object"}')

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from voiceagent.backends.protocols import LlmRequest
+from voiceagent.backends.protocols import Admitted, LlmItem, LlmRequest, Usage
 from voiceagent.backends.vllm_llm import VllmLlm
 from voiceagent.errors import EngineError
 from voiceagent.tools.spec import Message, Tool
@@ -88,10 +88,16 @@ def _request(key: str = "s", max_tokens: int = 10) -> LlmRequest:
     return LlmRequest(key, [Message("system", "Be brief."), Message("user", "Hi")], max_tokens, 0.0)
 
 
-async def _collect(llm: VllmLlm, request: LlmRequest, stop_after: int | None = None) -> list[str]:
+async def _collect(llm: VllmLlm, request: LlmRequest, stop_after: int | None = None, items: list[LlmItem] | None = None) -> list[str]:
+    """The reply's text pieces (``stop_after`` of them at most); every item of the stream is
+    appended to ``items``."""
     got: list[str] = []
     async with contextlib.aclosing(llm.generate(request)) as pieces:
         async for piece in pieces:
+            if items is not None:
+                items.append(piece)
+            if not isinstance(piece, str):
+                continue
             got.append(piece)
             if stop_after is not None and len(got) >= stop_after:
                 break
@@ -102,8 +108,11 @@ def test_a_reply_streams_and_its_finish_reason_and_cache_hits_are_counted() -> N
     fake = FakeAsyncLlm()
     llm = _llm(fake)
     try:
-        got = asyncio.run(_collect(llm, _request(max_tokens=3)))
+        items: list[LlmItem] = []
+        got = asyncio.run(_collect(llm, _request(max_tokens=3), items=items))
         assert got == ["w0 ", "w1 ", "w2 "]
+        # Admitted at once (vLLM queues nothing of ours); the usage last: the prompt, its cache hits, the reply.
+        assert items == [Admitted(), *got, Usage("", 2, 7, 3)]
         assert dict(llm.finished) == {"length": 1}
         st = llm.stats()
         assert (st.prompt_tokens, st.reused_tokens, st.generated_tokens) == (2, 7, 3)
@@ -117,8 +126,10 @@ def test_closing_early_aborts_the_request_inside_the_engine_and_waits_for_its_wo
     fake = FakeAsyncLlm()
     llm = _llm(fake)
     try:
-        got = asyncio.run(_collect(llm, _request(max_tokens=50), stop_after=2))
+        items: list[LlmItem] = []
+        got = asyncio.run(_collect(llm, _request(max_tokens=50), stop_after=2, items=items))
         assert len(got) == 2
+        assert not any(isinstance(item, Usage) for item in items)  # closed early: no usage
         # By the time the close returned, the engine had been told and had finished it as aborted.
         assert len(fake.aborted) == 1
         assert dict(llm.finished) == {"abort": 1}
@@ -136,8 +147,9 @@ def test_cancelling_the_consumer_aborts_too_and_cancellation_propagates() -> Non
 
         async def consume() -> None:
             async with contextlib.aclosing(llm.generate(_request(max_tokens=10_000))) as pieces:
-                async for _ in pieces:
-                    started.set()
+                async for piece in pieces:
+                    if isinstance(piece, str):
+                        started.set()
 
         task = asyncio.create_task(consume())
         await started.wait()

@@ -28,9 +28,10 @@ has taken (``urgent_tokens`` while urgent): a consumer that pauses pauses its de
 one that says it is paused (``Pacing.paused``: it waits for TTS's first audio) is left out
 of the steps until a read of it wakes the thread again.
 
-**End of sentence.**  With ``on_end_probability``, the logits at the end of the user's words
+**End of sentence.**  With ``LlmRequest.end_probability``, the logits at the end of the user's words
 (final punctuation left out) are taken in the same pass as the prompt, when those words'
-tokens are a prefix of the prompt's (otherwise the verdict is not given).
+tokens are a prefix of the prompt's (otherwise the verdict is not given); the verdict goes
+to the reader as an :class:`~voiceagent.backends.protocols.EndProbability` item.
 
 **Cancellation.**  Closing or cancelling the iterator of :meth:`BatchedEngine.generate` marks
 its job; the step thread drops it before the next step (its sequence keeps what was decoded,
@@ -61,7 +62,7 @@ import numpy as np
 import numpy.typing as npt
 
 from voiceagent.backends.kv_shift import find_gap
-from voiceagent.backends.protocols import LlmRequest, LlmStats
+from voiceagent.backends.protocols import Admitted, EndProbability, LlmItem, LlmRequest, LlmStats, Usage
 from voiceagent.errors import EngineError
 from voiceagent.pipeline.scheduler import name_os_thread
 from voiceagent.text.clauses import unpunctuated
@@ -76,7 +77,17 @@ __all__ = ["BatchedEngine", "sentence_end_probability"]
 log = logging.getLogger(__name__)
 
 _DONE = object()
-_ADMITTED = object()
+
+
+@dataclass(frozen=True, slots=True)
+class _Admission:
+    """Step thread → reader: the job has its sequence, with ``prompt`` tokens of which ``reused``
+    were kept from before."""
+
+    prompt: int
+    reused: int
+
+
 _TURN, _PRIME, _PREFILL = 0, 1, 2  # prompt priority, and what a job is
 _PROMPT, _JUDGE, _LAST, _NEXT = range(4)  # what a planned token is: prompt, the words' end, the prompt's last, a reply token
 
@@ -270,7 +281,7 @@ class BatchedEngine:
                 job.grammar = NO_CALL_GBNF
             elif offered and choice == "auto":
                 job.bias = self._call_bias
-        if request.on_end_probability is not None and messages and messages[-1].role == "user":
+        if request.end_probability and messages and messages[-1].role == "user":
             words = unpunctuated(messages[-1].content)
             head = r.head_tokens([*messages[:-1], Message("user", words)], tools) if words else None
             if head and job.prompt[: len(head)] == head and len(head) < len(job.prompt):
@@ -279,7 +290,7 @@ class BatchedEngine:
             raise EngineError(f"a prompt of {len(job.prompt)} tokens does not fit llm.context {self.window}")
         return job
 
-    async def generate(self, request: LlmRequest) -> AsyncGenerator[str | ToolCall, None]:
+    async def generate(self, request: LlmRequest) -> AsyncGenerator[LlmItem, None]:
         """Stream the reply from the conversation's sequence (contract: module docstring)."""
         loop = asyncio.get_running_loop()
         order = self._announce(request.key)
@@ -290,11 +301,10 @@ class BatchedEngine:
             raise
         assert job.queue is not None
         job.order = order
-        usage = request.usage
-        if usage is not None:
-            usage.model = self.model
         self._submit(job)
         finished = False
+        prompt: tuple[int | None, int | None] = (None, None)
+        generated = 0
         try:
             while True:
                 if job.queue.empty():
@@ -303,12 +313,16 @@ class BatchedEngine:
                     with self._cond:
                         self._cond.notify()
                 item = await job.queue.get()
-                if item is _ADMITTED:
-                    if request.on_admitted is not None:
-                        request.on_admitted()
+                if isinstance(item, _Admission):
+                    prompt = (item.prompt, item.reused)
+                    yield Admitted()
+                    continue
+                if isinstance(item, EndProbability):
+                    yield item
                     continue
                 if item is _DONE:
                     finished = True
+                    yield Usage(self.model, prompt[0], prompt[1], generated)
                     return
                 if isinstance(item, BaseException):
                     finished = True
@@ -317,8 +331,7 @@ class BatchedEngine:
                     job.consumed += 1
                     self._cond.notify()
                 self._generated += 1
-                if usage is not None:
-                    usage.generated_tokens += 1
+                generated += 1
                 yield item  # type: ignore[misc]
         finally:
             if not finished:
@@ -569,14 +582,12 @@ class BatchedEngine:
             del self.seq_history[:-1000]
             self._prompt_tokens += len(prompt)
             self._reused_tokens += n
-            if request.usage is not None:
-                request.usage.prompt_tokens, request.usage.reused_tokens = len(prompt), n
             # llama-cpp-python's chat completions penalise repeats; its plain completion (the
             # "required" path, whose prompt opens the call) does not.
             repeat = 1.0 if job.parser is not None and job.parser.open_tag_in_prompt else 1.1
             job.sampler = self.core.sampler(request.temperature, job.grammar, repeat)
             job.detok = self.core.detokenizer()
-            self._emit(job, _ADMITTED)
+            self._emit(job, _Admission(len(prompt), n))
         elif n >= len(prompt):
             self._end(job, "stop")  # a prefill with nothing left to do
 
@@ -686,9 +697,9 @@ class BatchedEngine:
 
     def _judge(self, job: _Job, index: int) -> None:
         request = job.request
-        if request is None or request.on_end_probability is None:
+        if request is None or not request.end_probability:
             return
-        request.on_end_probability(sentence_end_probability(self.core.logits(index), self._render.ends))
+        self._emit(job, EndProbability(sentence_end_probability(self.core.logits(index), self._render.ends)))
 
     def _sample(self, job: _Job, index: int) -> None:
         request, seq, sampler = job.request, job.seq, job.sampler

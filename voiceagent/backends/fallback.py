@@ -16,8 +16,11 @@ A primary that fails *after* its first text cannot hand over: the listener has h
 its reply.  That reply ends with the primary's :class:`EngineError` (a failed response, as without
 a fallback) and counts as a failure of the primary.
 
-Every generation reports which engine answered and why through ``LlmRequest.on_route``
-(reasons: :data:`ROUTE_REASONS`); ``FallbackLlm.answered`` counts them.
+Every generation reports which engine answered and why with a
+:class:`~voiceagent.backends.protocols.Routed` item before its first piece (reasons:
+:data:`ROUTE_REASONS`); ``FallbackLlm.answered`` counts them.  The primary's own reports that
+come before its first text (its admission, its end-of-sentence verdict) are passed on as they
+come, so a handed-over turn's queue wait includes the primary's attempt.
 
 Cancellation: cancelling or closing the iterator closes whichever engine's generation is open
 (the primary's, or the fallback's) and propagates ``CancelledError``; a cancelled turn counts as
@@ -35,9 +38,9 @@ from collections.abc import AsyncGenerator, Callable, Sequence
 from dataclasses import replace
 from enum import Enum
 
-from voiceagent.backends.protocols import LlmEngine, LlmRequest, LlmStats
+from voiceagent.backends.protocols import LlmEngine, LlmItem, LlmRequest, LlmStats, Piece, Routed, Usage, is_piece
 from voiceagent.errors import EngineError
-from voiceagent.tools.spec import Message, Tool, ToolCall
+from voiceagent.tools.spec import Message, Tool
 
 __all__ = ["ROUTE_REASONS", "Breaker", "BreakerState", "FallbackLlm"]
 
@@ -135,7 +138,7 @@ class FallbackLlm:
         self.breaker = Breaker(failures, reset_s, clock)
         self.answered: collections.Counter[tuple[str, str]] = collections.Counter()
 
-    async def generate(self, request: LlmRequest) -> AsyncGenerator[str | ToolCall, None]:
+    async def generate(self, request: LlmRequest) -> AsyncGenerator[LlmItem, None]:
         """Stream the reply from the primary or the fallback (rule: module docstring)."""
         route = self.breaker.acquire()
         reason = "breaker_open"
@@ -143,12 +146,25 @@ class FallbackLlm:
             outcome: bool | None = None
             pieces = self.primary.generate(request)
             try:
+                first: Piece | None = None
+                usage: Usage | None = None  # an empty reply's, held: the route goes before it
+                deadline = asyncio.get_running_loop().time() + self.first_token_budget_s
                 try:
-                    async with asyncio.timeout(self.first_token_budget_s):
-                        first = await anext(pieces)
+                    while first is None:
+                        # The budget covers the wait for text only, never the reader's time.
+                        async with asyncio.timeout_at(deadline):
+                            item = await anext(pieces)
+                        if is_piece(item):
+                            first = item
+                        elif isinstance(item, Usage):
+                            usage = item
+                        else:
+                            yield item
                 except StopAsyncIteration:  # an empty reply is still an answer
                     outcome = True
-                    self._route(request, self.primary.name, route)
+                    yield self._route(self.primary.name, route)
+                    if usage is not None:
+                        yield usage
                     return
                 except TimeoutError:
                     outcome, reason = False, "first_token_budget"
@@ -158,7 +174,7 @@ class FallbackLlm:
                     log.warning("LLM %s failed (%s: %s); the fallback answers", self.primary.name, type(exc).__name__, exc)
                 else:
                     outcome = True
-                    self._route(request, self.primary.name, route)
+                    yield self._route(self.primary.name, route)
                     yield first
                     try:
                         async for piece in pieces:
@@ -170,17 +186,14 @@ class FallbackLlm:
             finally:
                 self.breaker.release(route, outcome)
                 await pieces.aclose()
-        self._route(request, self.fallback.name, reason)
-        # The fallback reports its admission too; the stage keeps the first (the primary's, if it
-        # came), so the queue wait of a handed-over turn includes the primary's attempt.
+        yield self._route(self.fallback.name, reason)
         async with contextlib.aclosing(self.fallback.generate(request)) as fallback_pieces:
             async for piece in fallback_pieces:
                 yield piece
 
-    def _route(self, request: LlmRequest, engine: str, reason: str) -> None:
+    def _route(self, engine: str, reason: str) -> Routed:
         self.answered[(engine, reason)] += 1
-        if request.on_route is not None:
-            request.on_route(engine, reason)
+        return Routed(engine, reason)
 
     async def prefill(self, key: str, messages: Sequence[Message], tools: tuple[Tool, ...] = ()) -> int:
         """The primary's, while its breaker lets requests through (the fallback answers only when

@@ -58,7 +58,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from voiceagent.backends.protocols import LlmContext, LlmRequest, LlmStats, Pacing
+from voiceagent.backends.protocols import Admitted, EndProbability, LlmContext, LlmItem, LlmRequest, LlmStats, Pacing, Usage
 from voiceagent.pipeline.scheduler import PriorityExecutor
 from voiceagent.tools.spec import Message, Tool, ToolCall
 
@@ -323,21 +323,19 @@ class LlmPool:
     def _threads_now(self, context: LlmContext) -> None:
         context.set_threads(1 if self.threads > 1 and self.contended() else self.threads)
 
-    async def generate(self, request: LlmRequest) -> AsyncGenerator[str | ToolCall, None]:
+    async def generate(self, request: LlmRequest) -> AsyncGenerator[LlmItem, None]:
         """Stream the reply on a context leased for this generation (contract: module docstring)."""
         slot = await self._acquire(request.key)
         steps: _Steps | None = None
         finished = False
         failed = False
         try:
-            if request.on_admitted is not None:
-                request.on_admitted()
+            yield Admitted()
             context = slot.context
             msgs = list(request.messages)
             admitted = next(self._admissions)
-            usage = request.usage
-            if usage is not None:
-                usage.model = self.model
+            # Written by ``make`` in the executor, read here after ``begin`` returns.
+            seen: dict[str, Any] = {"prompt": None, "reused": None, "end": None}
 
             def make() -> Iterator[str | ToolCall]:
                 self._threads_now(context)
@@ -345,24 +343,24 @@ class LlmPool:
                     total, reused = self._count_prompt(context, msgs, request.tools)
                     self._prompt_tokens += total
                     self._reused_tokens += reused
-                    if usage is not None:
-                        usage.prompt_tokens, usage.reused_tokens = total, reused
-                report, judge = request.on_end_probability, getattr(context, "end_probability", None)
-                if report is not None and judge is not None:
+                    seen["prompt"], seen["reused"] = total, reused
+                judge = getattr(context, "end_probability", None)
+                if request.end_probability and judge is not None:
                     # The prompt up to the user's last word is evaluated anyway: read the verdict there.
-                    prob = judge(msgs, request.tools)
-                    if prob is not None:
-                        report(prob)
+                    seen["end"] = judge(msgs, request.tools)
                 return context.stream(msgs, request.max_tokens, request.temperature, request.tools, request.tool_choice)
 
             steps = _Steps(self, context, admitted, request.pacing)
             await self._call(admitted, functools.partial(steps.begin, make))
+            if seen["end"] is not None:
+                yield EndProbability(seen["end"])
+            generated = 0
             while (item := await steps.next()) is not _DONE:
                 self._generated += 1
-                if usage is not None:
-                    usage.generated_tokens += 1  # the context yields one piece per token
+                generated += 1  # the context yields one piece per token
                 yield item  # type: ignore[misc]
-            finished = True
+            finished = True  # the context is done with: a reader that stops at the usage frees it
+            yield Usage(self.model, seen["prompt"], seen["reused"], generated)
         except Exception:
             failed = True
             raise

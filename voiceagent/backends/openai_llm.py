@@ -25,7 +25,7 @@ from typing import Any
 
 import httpx
 
-from voiceagent.backends.protocols import LlmRequest, LlmStats
+from voiceagent.backends.protocols import Admitted, LlmItem, LlmRequest, LlmStats, Usage
 from voiceagent.config import LlmConfig
 from voiceagent.errors import EngineError
 from voiceagent.tools.format import HermesToolParser, chat_messages, new_call_id, tool_dicts
@@ -142,7 +142,7 @@ class OpenAiLlm:
             )
         return body
 
-    async def generate(self, request: LlmRequest) -> AsyncGenerator[str | ToolCall, None]:
+    async def generate(self, request: LlmRequest) -> AsyncGenerator[LlmItem, None]:
         """Stream the reply (contract: module docstring).  Tool calls come from the server's own
         ``tool_calls`` deltas; a server that leaves the model's ``<tool_call>`` text in the content
         (no tool parser configured) is read with the Hermes format as well."""
@@ -150,10 +150,10 @@ class OpenAiLlm:
         body = self._body(request.messages, request.max_tokens, request.temperature, request.tools, request.tool_choice)
         parser = HermesToolParser(names=[t.name for t in request.tools]) if request.tools and request.tool_choice != "none" else None
         calls: dict[int, _CallPieces] = {}
+        generated = 0
         self._active += 1
         try:
-            if request.on_admitted is not None:
-                request.on_admitted()
+            yield Admitted()
             try:
                 # One deadline from sending the request to the first piece of text: it covers a
                 # server that holds its headers back as well as one that sends keep-alives only.
@@ -169,6 +169,8 @@ class OpenAiLlm:
                                     yield out
                                 for call in calls.values():
                                     yield ToolCall(call.call_id or new_call_id(), call.name, call.arguments)
+                                # Servers send one token per chunk; the prompt is not reported.
+                                yield Usage(self.model, None, None, generated)
                                 return
                             piece, deltas = parsed
                             for delta in deltas:
@@ -176,10 +178,7 @@ class OpenAiLlm:
                             if piece or deltas:
                                 deadline.reschedule(None)
                                 self._generated += 1
-                                if request.usage is not None:
-                                    # Servers send one token per chunk; the prompt is not reported.
-                                    request.usage.model = self.model
-                                    request.usage.generated_tokens += 1
+                                generated += 1
                             if piece:
                                 for out in parser.push(piece) if parser is not None else [piece]:
                                     yield out

@@ -31,6 +31,12 @@ Stages therefore talk to an :class:`LlmEngine`, an asynchronous layer that owns 
 * **Window:** a prompt longer than :attr:`LlmEngine.window` less the reply's tokens fails; the
   session measures each prompt with :meth:`LlmEngine.count_tokens` first and cuts the history to
   fit (:mod:`voiceagent.conversation.prompt_fit`).
+* **Stream items:** :meth:`LlmEngine.generate` yields what the model says (text pieces, tool
+  calls) and, in order between them, what the engine observed: :class:`Admitted` when the
+  sequence state is granted, :class:`Routed` from an engine that chooses, one
+  :class:`EndProbability` when asked, :class:`Usage` last.  They are plain values read on the
+  event loop by whoever iterates the stream: no callback runs in an engine's thread, and a
+  reader that wants only the words filters with :func:`is_piece`.
 * **Tools:** a request may offer ``tools``.  The engine renders them the way its model was
   trained to see them (the model's own chat template; an OpenAI-compatible server's ``tools``
   field) and yields each call the model makes as one complete :class:`ToolCall`, between the
@@ -40,20 +46,25 @@ Stages therefore talk to an :class:`LlmEngine`, an asynchronous layer that owns 
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Callable, Iterator, Sequence
+from collections.abc import AsyncGenerator, Iterator, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, TypeGuard
 
 from voiceagent.audio import Float32Array, Int16Array
 from voiceagent.tools.spec import Message, Tool, ToolCall, ToolChoice
 
 __all__ = [
+    "Admitted",
+    "EndProbability",
     "LlmContext",
     "LlmEngine",
+    "LlmItem",
     "LlmRequest",
     "LlmStats",
     "Pacing",
+    "Piece",
+    "Routed",
     "SttBackend",
     "SttRequest",
     "TtsBackend",
@@ -62,6 +73,7 @@ __all__ = [
     "VadBackend",
     "VadStream",
     "example_messages",
+    "is_piece",
 ]
 
 
@@ -159,17 +171,59 @@ class LlmContext(Protocol):
         ...
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
+class Admitted:
+    """Stream item: the generation got its sequence state (after any queue wait); it comes before
+    the first piece.  A reader that times the queue wait stamps it on arrival."""
+
+
+@dataclass(frozen=True, slots=True)
+class Routed:
+    """Stream item, before the first piece, from an engine that chooses between engines
+    (:mod:`voiceagent.backends.fallback`, :mod:`voiceagent.backends.router`): ``engine`` answers,
+    for ``reason``.  The last one before the first piece is the route that answered."""
+
+    engine: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class EndProbability:
+    """Stream item, at most one, before the first piece, only when
+    :attr:`LlmRequest.end_probability` asked for it: the model's probability that the user's
+    sentence ends where the last (user) message's text ends, its final punctuation aside (that
+    the next token would be ".", "?", "!" or the end of the turn).  An engine that cannot tell
+    (a remote server) never sends it."""
+
+    p: float
+
+
+@dataclass(frozen=True, slots=True)
 class Usage:
-    """What one generation used, filled in by the engine as it goes (from any thread: plain
-    stores only) and read by the caller once the generation has ended.  ``None``: the engine
-    cannot tell (an OpenAI-compatible server that reports no usage while streaming)."""
+    """Stream item, the last one of a generation that ran to its end: what it used.  ``None``:
+    the engine cannot tell (an OpenAI-compatible server that reports no usage while streaming).
+    A generation closed early sends none."""
 
     model: str = ""
     prompt_tokens: int | None = None
     reused_tokens: int | None = None
     """Prompt tokens that were already in the KV cache (not evaluated again)."""
     generated_tokens: int = 0
+
+
+Piece = str | ToolCall
+"""What the model says: a text piece (one per token where the engine can tell) or one complete
+tool call."""
+
+LlmItem = str | ToolCall | Admitted | Routed | EndProbability | Usage
+"""One item of :meth:`LlmEngine.generate`'s stream: a :data:`Piece`, or what the engine observed
+about the generation (:class:`Admitted`, :class:`Routed`, :class:`EndProbability`,
+:class:`Usage`), in the stream's own order rather than through callbacks."""
+
+
+def is_piece(item: LlmItem) -> TypeGuard[Piece]:
+    """True for what the model says (text or a tool call), false for the engine's reports."""
+    return isinstance(item, (str, ToolCall))
 
 
 class Pacing:
@@ -214,31 +268,21 @@ class Pacing:
 class LlmRequest:
     """One generation: ``key`` names the conversation (affinity for its warm prefix).
 
-    ``on_admitted`` is called on the event loop when the request gets its sequence state (after
-    any queue wait), before the first token.  ``pacing``: how the reader wants its tokens (urgent
-    or paused, and each piece as soon as decoded; see :class:`Pacing`).  ``on_route`` is called
-    on the event loop, before the first token, by an engine that chooses between engines
-    (:mod:`voiceagent.backends.fallback`) with the name of the engine that answers and why.
-    ``usage``, when given, is filled in by the engine that answers (see :class:`Usage`).
-    ``tools``/``tool_choice``: the functions the model may call (see the module docstring); none
-    by default.  ``on_end_probability``, when given, is called at most once, in the engine's
-    thread and before the first piece, with the model's probability that the user's sentence ends
-    where the last (user) message's text ends, its final punctuation aside: that the next token
-    would be ".", "?", "!" or the end of the turn.  It must be fast and must not block.  An engine
-    that cannot tell (a remote server) never calls it.
+    ``pacing``: how the reader wants its tokens (urgent or paused, and each piece as soon as
+    decoded; see :class:`Pacing`).  ``tools``/``tool_choice``: the functions the model may call
+    (see the module docstring); none by default.  ``end_probability``: send one
+    :class:`EndProbability` before the first piece, where the engine can tell.  Everything else
+    the engine observes comes back as items of the stream (:data:`LlmItem`).
     """
 
     key: str
     messages: Sequence[Message]
     max_tokens: int
     temperature: float
-    on_admitted: Callable[[], None] | None = None
     pacing: Pacing = field(default_factory=Pacing)
-    on_route: Callable[[str, str], None] | None = None
-    usage: Usage | None = None
     tools: tuple[Tool, ...] = ()
     tool_choice: ToolChoice = "auto"
-    on_end_probability: Callable[[float], None] | None = None
+    end_probability: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -276,8 +320,9 @@ class LlmEngine(Protocol):
 
     name: str
 
-    def generate(self, request: LlmRequest) -> AsyncGenerator[str | ToolCall, None]:
-        """Stream the reply as text pieces and complete tool calls; close the iterator to stop early."""
+    def generate(self, request: LlmRequest) -> AsyncGenerator[LlmItem, None]:
+        """Stream the reply as text pieces and complete tool calls, with the engine's reports
+        between them (:data:`LlmItem`); close the iterator to stop early."""
         ...
 
     async def prefill(self, key: str, messages: Sequence[Message], tools: tuple[Tool, ...] = ()) -> int:

@@ -13,8 +13,8 @@ large route falls back to the configured fallback engine, or else to the small m
 route falls back to the large model.  So a broken or slow engine on either side hands its turn
 to the other, and the breakers open independently.
 
-The decision reaches the turn log and ``voiceagent_llm_answers_total`` through
-``LlmRequest.on_route``: the reason becomes ``DECISION.REASON``, where DECISION is ``large`` or
+The decision reaches the turn log and ``voiceagent_llm_answers_total`` through the route's
+:class:`~voiceagent.backends.protocols.Routed` items: the reason becomes ``DECISION.REASON``, where DECISION is ``large`` or
 ``small:KIND`` and REASON the breaker's (:data:`~voiceagent.backends.fallback.ROUTE_REASONS`):
 ``small:thanks.primary`` is a thank-you the small model answered.
 
@@ -31,10 +31,9 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncGenerator, Callable, Sequence
-from dataclasses import replace
 
-from voiceagent.backends.protocols import LlmEngine, LlmRequest, LlmStats
-from voiceagent.tools.spec import Message, Tool, ToolCall
+from voiceagent.backends.protocols import LlmEngine, LlmItem, LlmRequest, LlmStats, Routed
+from voiceagent.tools.spec import Message, Tool
 
 __all__ = ["RoutedLlm", "decide"]
 
@@ -81,16 +80,13 @@ class RoutedLlm:
         windows = [w for w in (large.window, small.window) if w is not None]
         self.window = min(windows) if windows else None
 
-    async def generate(self, request: LlmRequest) -> AsyncGenerator[str | ToolCall, None]:
+    async def generate(self, request: LlmRequest) -> AsyncGenerator[LlmItem, None]:
         """Stream the reply from the route :func:`decide` picks."""
         kind = decide(request.messages, request.tool_choice, self.classify, bool(request.tools))
         engine, decision = (self.large, "large") if kind is None else (self.small, f"small:{kind}")
-        told = request.on_route
-        if told is not None:
-            request = replace(request, on_route=lambda name, reason: told(name, f"{decision}.{reason}"))
         async with contextlib.aclosing(engine.generate(request)) as pieces:
-            async for piece in pieces:
-                yield piece
+            async for item in pieces:
+                yield Routed(item.engine, f"{decision}.{item.reason}") if isinstance(item, Routed) else item
 
     async def prefill(self, key: str, messages: Sequence[Message], tools: tuple[Tool, ...] = ()) -> int:
         """The prefill of the route the partial transcript points to."""

@@ -36,11 +36,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
-from voiceagent.backends.protocols import LlmRequest, LlmStats
+from voiceagent.backends.protocols import Admitted, LlmItem, LlmRequest, LlmStats, Usage
 from voiceagent.config import LlmConfig
 from voiceagent.errors import EngineError, MissingDependencyError
 from voiceagent.tools.format import HermesToolParser, call_prefill, chat_messages, tool_dicts
-from voiceagent.tools.spec import Message, Tool, ToolCall
+from voiceagent.tools.spec import Message, Tool
 
 __all__ = ["AsyncEngine", "VllmLlm", "load"]
 
@@ -69,6 +69,10 @@ class _Job:
     started: bool = False
     aborted_in_engine: bool = False
     done: asyncio.Event = field(default_factory=asyncio.Event)
+    # Written on the engine's loop before the text they count is put; read after the end.
+    prompt_tokens: int | None = None
+    cached_tokens: int | None = None
+    generated: int = 0
 
 
 class VllmLlm:
@@ -118,7 +122,7 @@ class VllmLlm:
         """Run ``coro`` on the engine's loop and wait for it (blocking)."""
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
 
-    async def generate(self, request: LlmRequest) -> AsyncGenerator[str | ToolCall, None]:
+    async def generate(self, request: LlmRequest) -> AsyncGenerator[LlmItem, None]:
         """Stream the reply (cancellation and failure: module docstring).  Tool calls are read
         from the text with the model's format (Qwen2.5 / Hermes ``<tool_call>``)."""
         if self._closed:
@@ -139,14 +143,14 @@ class VllmLlm:
         future = asyncio.run_coroutine_threadsafe(self._run(job, request, put), self._loop)
         ended = False  # the job said it is over (its last words may still be on their way to done)
         try:
-            if request.on_admitted is not None:
-                request.on_admitted()  # vLLM batches every request at once: no queue of ours
+            yield Admitted()  # vLLM batches every request at once: no queue of ours
             while True:
                 item = await pieces.get()
                 if item is _END:
                     ended = True
                     for rest in parser.flush() if parser is not None else []:
                         yield rest
+                    yield Usage(self.model, job.prompt_tokens, job.cached_tokens, job.generated)
                     return
                 if isinstance(item, BaseException):
                     ended = True
@@ -185,16 +189,13 @@ class VllmLlm:
                         cached = int(getattr(out, "num_cached_tokens", 0) or 0)
                         self._prompt_tokens += len(ids)
                         self._cached_tokens += cached
-                        if request.usage is not None:
-                            request.usage.model = self.model
-                            request.usage.prompt_tokens, request.usage.reused_tokens = len(ids), cached
+                        job.prompt_tokens, job.cached_tokens = len(ids), cached
                     if job.stopped and not job.aborted_in_engine:
                         await self._abort(job)  # the stop came while the request was being added
                     completion = out.outputs[0] if out.outputs else None
                     if completion is not None and completion.text and not job.stopped:
                         self._generated += len(completion.token_ids)
-                        if request.usage is not None:
-                            request.usage.generated_tokens += len(completion.token_ids)
+                        job.generated += len(completion.token_ids)
                         put(completion.text)
                     if out.finished:
                         self.finished[str(completion.finish_reason if completion is not None else "unknown")] += 1

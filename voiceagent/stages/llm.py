@@ -18,7 +18,7 @@ speculation: a failure is logged, never reported, and a stale one costs only CPU
 
 Sentence end: given ``sentence_end``, the stage asks the engine, for each speculative answer, how
 likely the user's sentence is to end where their words end
-(:attr:`~voiceagent.backends.protocols.LlmRequest.on_end_probability`) and tells the turn stage
+(:attr:`~voiceagent.backends.protocols.LlmRequest.end_probability`) and tells the turn stage
 ``sentence_end(gen, p)`` on the event loop, exactly once per speculative answer that reaches the
 engine or fails: with None when the first piece (or the end) comes first, as from an engine that
 cannot tell.  A cancelled answer is told nothing (its turn was retracted).
@@ -53,9 +53,10 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from voiceagent.backends.protocols import LlmEngine, LlmRequest, Pacing, Usage
+from voiceagent.backends.protocols import Admitted, EndProbability, LlmEngine, LlmRequest, Pacing, Routed, Usage
 from voiceagent.cache.semantic import CacheKey, SemanticCache
 from voiceagent.cache.store import CachedClause, CacheEntry
+from voiceagent.clock import Clock
 from voiceagent.config import LlmConfig
 from voiceagent.errors import StageError
 from voiceagent.events import (
@@ -232,22 +233,17 @@ class LlmStage(Stage):
         first = True
         pacing = self._pacing = FirstClause(self._first_clause_words)
         verdict = _SentenceEnd(gen, self._sentence_end if event.speculative else None)
-        admitted: list[float] = []
-        routes: list[tuple[str, str]] = []
-        usage = Usage()
+        reports = _Reports(self.ctx.clock, verdict, self._engine.name)
         first_token_t = 0.0
         request = LlmRequest(
             key=self.ctx.session_id,
             messages=messages,
             max_tokens=prompt.max_tokens or settings.max_output_tokens,
             temperature=settings.temperature,
-            on_admitted=lambda: admitted.append(self.ctx.clock.now()),
             pacing=pacing,
-            on_route=lambda engine, reason: routes.append((engine, reason)),
-            usage=usage,
             tools=prompt.tools,
             tool_choice=prompt.tool_choice,
-            on_end_probability=verdict.from_engine if verdict.wanted else None,
+            end_probability=verdict.wanted,
         )
         await self.ctx.notify(self._mark(gen, "llm_request"))
         retry: list[ToolCall] = []
@@ -260,15 +256,20 @@ class LlmStage(Stage):
                 current = attempts.pop(0)
                 kind = ""
                 invented = False
+                reports.begin()
                 async with contextlib.aclosing(self._engine.generate(current)) as pieces:
                     async for piece in pieces:
+                        if isinstance(piece, (Admitted, Routed, EndProbability, Usage)):
+                            reports.take(piece)
+                            continue
+                        reports.piece()
                         if first:
                             first = False
                             verdict.tell(None)  # none before the first piece: the engine cannot tell
                             self._first_token.open(gen)
-                            if admitted:
-                                await self.ctx.notify(Mark(t=admitted[0], gen=gen, session=self.ctx.session_id, name="llm_admitted"))
-                            engine, reason = routes[-1] if routes else (self._engine.name, "primary")
+                            if reports.admitted is not None:
+                                await self.ctx.notify(Mark(t=reports.admitted, gen=gen, session=self.ctx.session_id, name="llm_admitted"))
+                            engine, reason = reports.route
                             now = first_token_t = self.ctx.clock.now()
                             await self.ctx.notify(LlmRoute(t=now, gen=gen, session=self.ctx.session_id, engine=engine, reason=reason))
                             await self.ctx.notify(self._mark(gen, "llm_first_token"))
@@ -286,12 +287,11 @@ class LlmStage(Stage):
                         for clause in splitter.push(piece):
                             pacing.urgent = False  # an engine that never calls piece() learns it here
                             index = await self._clause(gen, clause, index)
+                reports.end()
                 # Asked again in words (at most once: the new attempt's choice is "none"), when
                 # this attempt said nothing and made no call of its own.
                 if (kind == "repeated" or (invented and calls == 0 and not retry)) and not text.strip() and current.tool_choice != "none":
-                    attempts.append(
-                        dataclasses.replace(request, tool_choice="none", on_admitted=None, on_route=None, on_end_probability=None)
-                    )
+                    attempts.append(dataclasses.replace(request, tool_choice="none", end_probability=False))
             verdict.tell(None)  # a reply with no pieces at all
             for clause in splitter.flush():
                 index = await self._clause(gen, clause, index)
@@ -323,17 +323,17 @@ class LlmStage(Stage):
                 t=done.t,
                 gen=gen,
                 session=self.ctx.session_id,
-                engine=(routes[-1][0] if routes else self._engine.name),
-                model=usage.model,
-                prompt_tokens=usage.prompt_tokens,
-                reused_tokens=usage.reused_tokens,
-                generated_tokens=usage.generated_tokens,
+                engine=reports.route[0],
+                model=reports.usage.model,
+                prompt_tokens=reports.usage.prompt_tokens,
+                reused_tokens=reports.usage.reused_tokens,
+                generated_tokens=reports.usage.generated_tokens,
                 decode_s=max(0.0, done.t - first_token_t) if not first else 0.0,
             )
         )
         # The engine that should answer did ("primary", or a router's "large.primary" /
         # "small:KIND.primary"), not a fallback standing in for it.
-        primary = not routes or routes[-1][1].rpartition(".")[2] == "primary"
+        primary = reports.route[1].rpartition(".")[2] == "primary"
         self._may_store(gen, key, text, calls == 0 and not retry and primary)
         await self.emit(
             GenerationEnd(t=self.ctx.clock.now(), gen=gen, session=self.ctx.session_id, text=text, status=ResponseStatus.COMPLETED)
@@ -482,15 +482,7 @@ class LlmStage(Stage):
         ``"required"`` when several are offered; the answer is used if it names an offered tool."""
         # Off the listener's critical path, and outside the turn's timeline and usage.
         choice = retry_choice(call, request.tools)
-        again = dataclasses.replace(
-            request,
-            tool_choice=choice,
-            on_admitted=None,
-            pacing=Pacing(),
-            on_route=None,
-            usage=None,
-            on_end_probability=None,
-        )
+        again = dataclasses.replace(request, tool_choice=choice, pacing=Pacing(), end_probability=False)
         second: ToolCall | None = None
         async with contextlib.aclosing(self._engine.generate(again)) as pieces:
             async for piece in pieces:
@@ -541,26 +533,72 @@ class FirstClause(Pacing):
             self.urgent = False
 
 
+class _Reports:
+    """What the engine reported about one reply: the items of its stream that are not pieces
+    (contract: :mod:`voiceagent.backends.protocols`), taken in order on the event loop, over the
+    reply's attempts (a call asked again in words is a second stream: :meth:`begin` .. :meth:`end`)."""
+
+    def __init__(self, clock: Clock, verdict: _SentenceEnd, engine: str) -> None:
+        self._clock = clock
+        self._verdict = verdict
+        self._spoke = False
+        self._read = 0
+        self._measured = False
+        self.admitted: float | None = None
+        """When the first engine to answer granted the reply its sequence state (a handed-over
+        turn keeps the primary's, so its queue wait includes the primary's attempt)."""
+        self.route = (engine, "primary")
+        """The engine that answered and why: the last :class:`Routed` before the reply's first
+        piece (a later attempt's does not rename what was already reported), else the engine's own."""
+        self.usage = Usage()
+        """Over every attempt: the last one's prompt, every attempt's generated tokens."""
+
+    def begin(self) -> None:
+        """An attempt's stream opens."""
+        self._read, self._measured = 0, False
+
+    def piece(self) -> None:
+        """The attempt read a piece (text or a call)."""
+        self._read += 1
+        self._spoke = True
+
+    def end(self) -> None:
+        """The attempt's stream is closed.  One cut short (at a repeated call) sent no usage: its
+        pieces count as its tokens (a lower bound: a call is one piece), and the prompt is
+        unknown rather than wrong."""
+        if not self._measured:
+            u = self.usage
+            self.usage = Usage(u.model, None, None, u.generated_tokens + self._read)
+
+    def take(self, item: Admitted | Routed | EndProbability | Usage) -> None:
+        if isinstance(item, Admitted):
+            if self.admitted is None:
+                self.admitted = self._clock.now()
+        elif isinstance(item, Routed):
+            if not self._spoke:
+                self.route = (item.engine, item.reason)
+        elif isinstance(item, EndProbability):
+            self._verdict.tell(item.p)
+        else:
+            self._measured = True
+            generated = self.usage.generated_tokens + item.generated_tokens
+            self.usage = Usage(item.model, item.prompt_tokens, item.reused_tokens, generated)
+
+
 class _SentenceEnd:
     """One speculative answer's sentence-end probability, told to ``report`` once (the first
-    verdict wins), on the event loop.  ``report`` None: nobody asks."""
+    verdict wins: the engine's :class:`EndProbability` item, or None at the first piece when the
+    engine could not tell).  ``report`` None: nobody asks."""
 
     def __init__(self, gen: int, report: Callable[[int, float | None], None] | None) -> None:
         self._gen = gen
         self._report = report
-        self._loop = asyncio.get_running_loop()
 
     @property
     def wanted(self) -> bool:
         return self._report is not None
 
     def tell(self, prob: float | None) -> None:
-        """On the event loop."""
         report, self._report = self._report, None
         if report is not None:
             report(self._gen, prob)
-
-    def from_engine(self, prob: float) -> None:
-        """In the engine's thread: scheduled, not called, so it reaches the loop before the first
-        piece, which comes the same way."""
-        self._loop.call_soon_threadsafe(self.tell, prob)

@@ -16,7 +16,7 @@ because the speaker is most likely thinking of the next word.
 
 With ``text_threshold`` the LLM reads the words too: as the speculative answer starts, its engine
 reports the probability that the user's sentence ends where their words end (the chance that the
-next token would be ".", "?", "!" or the end of the turn; :attr:`LlmRequest.on_end_probability`).
+next token would be ".", "?", "!" or the end of the turn; :attr:`LlmRequest.end_probability`).
 Below the threshold the turn waits for ``doubt_ms`` of silence ("How many wheels", "Which
 country"): the whole questions of the eval score above 0.003 and their first halves, paused for
 600-800 ms, below it (``scripts/eval_end_of_turn.py``).  Shorter than ``incomplete_ms``: a word
