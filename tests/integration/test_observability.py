@@ -5,6 +5,7 @@ line, OpenTelemetry spans, and the task, thread and session counts after a clien
 from __future__ import annotations
 
 import asyncio
+import collections
 import gc
 import json
 import logging
@@ -186,7 +187,8 @@ def test_a_client_that_vanishes_mid_reply_leaves_no_task_thread_session_or_conte
                 await asyncio.wait_for(pool.drained(), 10)
                 assert server.metrics.sessions_active == 0 and not server.sessions
                 assert len(asyncio.all_tasks()) == tasks
-                assert model_threads() == threads
+                # No thread added (one left by an earlier test of this worker may end meanwhile).
+                assert not collections.Counter(model_threads()) - collections.Counter(threads)
                 assert pool.stats().busy == 0 and pool.stats().waiting == 0
                 refs.append(session)
             # The sessions, their queues and audio buffers are freed.  The one closed last may still

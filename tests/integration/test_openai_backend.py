@@ -40,7 +40,10 @@ def _request(question: str, max_tokens: int = 40, key: str = "t") -> LlmRequest:
 
 
 def test_a_reply_streams_in_pieces(llm_server: LlamaCppServer, run: Any) -> None:
-    llm = OpenAiLlm(llm_server.base_url, "qwen")
+    # A generous first-token deadline: the server's first request of the run may wait for the
+    # CPU behind other tests (5 s, the default, was missed once on three workers); the deadline
+    # itself is tested below.
+    llm = OpenAiLlm(llm_server.base_url, "qwen", first_token_timeout_s=30.0)
 
     async def main() -> list[str]:
         try:
@@ -55,7 +58,7 @@ def test_a_reply_streams_in_pieces(llm_server: LlamaCppServer, run: Any) -> None
 
 
 def test_cancelling_mid_stream_closes_it_and_the_server_stops_generating(llm_server: LlamaCppServer, run: Any) -> None:
-    llm = OpenAiLlm(llm_server.base_url, "qwen")
+    llm = OpenAiLlm(llm_server.base_url, "qwen", first_token_timeout_s=30.0)
     long = _request("Count from one to three hundred in words, separated by commas.", max_tokens=600)
 
     async def main() -> tuple[float, float]:
