@@ -16,12 +16,13 @@ from websockets.asyncio.client import connect
 from tests.faults import Faults, FaultyLlm
 from tests.integration.llm_server import LlamaCppServer, SlowProxy
 from tests.integration.rt_client import Recorder, scrape
+from tests.llm_stream import text_and_routes
 from tests.profile import profile_config
 from voiceagent.backends.batch_engine import BatchedEngine
 from voiceagent.backends.fallback import BreakerState, FallbackLlm
 from voiceagent.backends.llm_pool import LlmPool
 from voiceagent.backends.openai_llm import OpenAiLlm
-from voiceagent.backends.protocols import LlmRequest, Routed, is_piece
+from voiceagent.backends.protocols import LlmRequest, is_piece
 from voiceagent.backends.registry import load_llm
 from voiceagent.tools.spec import Message
 from voiceagent.transports.server import VoiceAgentServer
@@ -110,17 +111,9 @@ def test_a_server_slower_than_the_first_token_budget_is_aborted_and_the_fallback
 
         async def ask(llm: FallbackLlm, question: str, max_tokens: int, keep: int) -> str:
             request = LlmRequest("slow", [system, Message("user", question)], max_tokens, 0.0)
-            pieces: list[str] = []
-            async with contextlib.aclosing(llm.generate(request)) as gen:
-                async for piece in gen:
-                    if isinstance(piece, Routed):
-                        routes.append((piece.engine, piece.reason))
-                    if not isinstance(piece, str):
-                        continue
-                    pieces.append(piece)
-                    if len(pieces) >= keep:
-                        break
-            return "".join(pieces).lower()
+            text, told = await text_and_routes(llm, request, keep)
+            routes.extend(told)
+            return text.lower()
 
         # The proxy holds the server's answer back far beyond the budget.
         async with SlowProxy(llm_server.port, delay_s=60.0) as proxy:

@@ -20,8 +20,9 @@ import pytest
 from websockets.asyncio.client import connect
 
 from tests.integration.rt_client import Recorder, send_paced, wire_audio
+from tests.llm_stream import text_and_routes
 from voiceagent.backends.fallback import FallbackLlm
-from voiceagent.backends.protocols import LlmRequest, Routed, is_piece
+from voiceagent.backends.protocols import LlmRequest, is_piece
 from voiceagent.config import DEFAULT_INSTRUCTIONS, load_config
 from voiceagent.tools.spec import Message, Tool, ToolCall
 from voiceagent.transports.server import VoiceAgentServer
@@ -162,13 +163,8 @@ def test_a_vllm_turn_past_its_budget_is_aborted_and_the_fallback_answers(vllm_en
 
     async def main() -> str:
         request = LlmRequest("f", [SYSTEM, Message("user", "What is the capital of Italy?")], 40, 0.0)
-        text = ""
-        async with contextlib.aclosing(llm.generate(request)) as gen:
-            async for p in gen:
-                if isinstance(p, Routed):
-                    routes.append((p.engine, p.reason))
-                elif isinstance(p, str):
-                    text += p
+        text, told = await text_and_routes(llm, request)
+        routes.extend(told)
         return text
 
     reply = run(main(), 120)

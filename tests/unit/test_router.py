@@ -5,14 +5,14 @@ real models)."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from typing import Any
 
 import pytest
 
+from tests.llm_stream import text_and_routes
 from tests.unit.test_fallback import ScriptedEngine
 from voiceagent.backends.fallback import FallbackLlm
-from voiceagent.backends.protocols import LlmItem, LlmRequest, Routed, is_piece
+from voiceagent.backends.protocols import LlmItem, LlmRequest, is_piece
 from voiceagent.backends.router import RoutedLlm, decide
 from voiceagent.errors import EngineError
 from voiceagent.text.turn_kind import small_talk_kind
@@ -44,14 +44,8 @@ def _ask(llm: RoutedLlm, messages: list[Message], tool_choice: str = "auto") -> 
     routes: list[tuple[str, str]] = []
 
     async def main() -> str:
-        request = LlmRequest("s", messages, 10, 0.0, tool_choice=tool_choice)
-        text = ""
-        async with contextlib.aclosing(llm.generate(request)) as pieces:
-            async for p in pieces:
-                if isinstance(p, Routed):
-                    routes.append((p.engine, p.reason))
-                elif isinstance(p, str):
-                    text += p
+        text, told = await text_and_routes(llm, LlmRequest("s", messages, 10, 0.0, tool_choice=tool_choice))
+        routes.extend(told)
         return text
 
     return asyncio.run(main()), routes

@@ -551,14 +551,15 @@ def test_a_timer_due_in_a_transcription_session_gives_up_instead_of_spinning(run
     run(main(), 20)
 
 
-def test_a_model_that_repeats_the_call_it_has_the_result_of_answers_instead(run: Run, make_fakes: MakeFakes) -> None:
-    fakes = make_fakes(
-        stt=FakeStt(["what is the weather in Paris"]),
-        llm=FakeLlm([[call()], [ToolCall("call_again", "get_weather", '{"city":"Paris"}')], tokens("It is 18 degrees.")]),
-        turn=FakeTurn(0.9),
-    )
+AGAIN = ToolCall("call_again", "get_weather", '{"city":"Paris"}')
+"""The weather call repeated after its result is in the conversation."""
 
-    async def main() -> None:
+
+def answer_after_the_weather(run: Run, fakes: FakeEngines) -> tuple[ResponseDone, Any]:
+    """A spoken weather question the engine answers with a call; its result is added and a
+    response asked for: that response's end, and the session's event log."""
+
+    async def main() -> tuple[ResponseDone, Any]:
         async with running(fakes, make_config()) as (session, log):
             session.update(tools=(WEATHER,))
             await say_turn(session)
@@ -566,11 +567,21 @@ def test_a_model_that_repeats_the_call_it_has_the_result_of_answers_instead(run:
             await session.add_tool_output("call_1", "It is 18 degrees in Paris.")
             await session.create_response()
             _, answer = await log.wait_type(ResponseDone, after=i_done + 1)
-            assert answer.text == "It is 18 degrees." and answer.calls == ()
-            assert len(log.of_type(FunctionCallAdded)) == 1  # the repeat was never sent
-            assert [c.tool_choice for c in fakes.llm.calls.items] == ["auto", "auto", "none"]
+            return answer, log
 
-    run(main(), 20)
+    return run(main(), 20)
+
+
+def weather_fakes(make_fakes: MakeFakes, second: list[str | ToolCall], *rest: list[str | ToolCall]) -> FakeEngines:
+    return make_fakes(stt=FakeStt(["what is the weather in Paris"]), llm=FakeLlm([[call()], second, *rest]), turn=FakeTurn(0.9))
+
+
+def test_a_model_that_repeats_the_call_it_has_the_result_of_answers_instead(run: Run, make_fakes: MakeFakes) -> None:
+    fakes = weather_fakes(make_fakes, [AGAIN], tokens("It is 18 degrees."))
+    answer, log = answer_after_the_weather(run, fakes)
+    assert answer.text == "It is 18 degrees." and answer.calls == ()
+    assert len(log.of_type(FunctionCallAdded)) == 1  # the repeat was never sent
+    assert [c.tool_choice for c in fakes.llm.calls.items] == ["auto", "auto", "none"]
 
 
 def turn_records(caplog: pytest.LogCaptureFixture) -> list[dict[str, Any]]:
@@ -587,23 +598,9 @@ def test_a_reply_cut_at_a_repeated_call_counts_the_pieces_it_read_as_its_tokens(
 ) -> None:
     # The second answer says something, then repeats the call it has the result of: the stage
     # closes that stream before the engine's usage (its last item) comes.
-    again = ToolCall("call_again", "get_weather", '{"city":"Paris"}')
-    fakes = make_fakes(
-        stt=FakeStt(["what is the weather in Paris"]), llm=FakeLlm([[call()], ["Let", " me", " see.", again]]), turn=FakeTurn(0.9)
-    )
-
-    async def main() -> None:
-        async with running(fakes, make_config()) as (session, log):
-            session.update(tools=(WEATHER,))
-            await say_turn(session)
-            i_done, _ = await log.wait_type(ResponseDone)
-            await session.add_tool_output("call_1", "It is 18 degrees in Paris.")
-            await session.create_response()
-            _, answer = await log.wait_type(ResponseDone, after=i_done + 1)
-            assert answer.text == "Let me see." and answer.calls == ()
-
     with caplog.at_level(logging.INFO, logger="voiceagent.session"):
-        run(main(), 20)
+        answer, _ = answer_after_the_weather(run, weather_fakes(make_fakes, ["Let", " me", " see.", AGAIN]))
+    assert answer.text == "Let me see." and answer.calls == ()
     first, second = [r["tokens"] for r in turn_records(caplog)]
     assert first["generated"] == 1  # ran to its end: the engine's own count
     assert second["generated"] == 4 and second["prompt"] is None  # three words and the call, read before the cut
@@ -629,24 +626,10 @@ class Routes:
 def test_an_answer_asked_again_in_words_keeps_the_route_of_the_attempt_that_spoke_first(
     run: Run, make_fakes: MakeFakes, caplog: pytest.LogCaptureFixture
 ) -> None:
-    fakes = make_fakes(
-        stt=FakeStt(["what is the weather in Paris"]),
-        llm=FakeLlm([[call()], [ToolCall("call_again", "get_weather", '{"city":"Paris"}')], tokens("It is 18 degrees.")]),
-        turn=FakeTurn(0.9),
-    )
+    fakes = weather_fakes(make_fakes, [AGAIN], tokens("It is 18 degrees."))
     fakes.engines.llm = Routes(fakes.engines.llm, ["large.primary", "large.primary", "small:thanks.primary"])
-
-    async def main() -> None:
-        async with running(fakes, make_config()) as (session, log):
-            session.update(tools=(WEATHER,))
-            await say_turn(session)
-            i_done, _ = await log.wait_type(ResponseDone)
-            await session.add_tool_output("call_1", "It is 18 degrees in Paris.")
-            await session.create_response()
-            await log.wait_type(ResponseDone, after=i_done + 1)
-
     with caplog.at_level(logging.INFO, logger="voiceagent.session"):
-        run(main(), 20)
+        answer_after_the_weather(run, fakes)
     records = turn_records(caplog)
     # The second reply's first attempt (the repeated call) was routed "large"; the words asked
     # for after it do not rename the route already reported for that reply.
