@@ -11,6 +11,7 @@ evaluated, then 40 single-token steps after it; twice each, alternating.  JSON o
 
 from __future__ import annotations
 
+import argparse
 import gc
 import json
 import time
@@ -62,4 +63,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    # No options; a parser so that ``--help`` describes the run instead of starting it.
+    argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0]).parse_args()
     main()

@@ -10,11 +10,11 @@ Usage: python scripts/make_fixtures.py [OUT_DIR]   (default .cache/fixtures)
 
 from __future__ import annotations
 
+import argparse
 import array
 import hashlib
 import shutil
 import subprocess
-import sys
 import tempfile
 import wave
 from dataclasses import dataclass, field
@@ -217,6 +217,8 @@ def make_all(out_dir: Path, *, engines: tuple[str, ...] = ("espeak",)) -> dict[s
 
 
 if __name__ == "__main__":
-    out = Path(sys.argv[1] if len(sys.argv) > 1 else ".cache/fixtures")
-    for name, path in make_all(out, engines=("espeak", "piper")).items():
+    # A parser, so that ``--help`` answers instead of becoming the output folder.
+    parser = argparse.ArgumentParser(description="Generate the spoken test fixtures (espeak-ng and Piper speech).")
+    parser.add_argument("out", nargs="?", default=".cache/fixtures", type=Path, help="output folder (default: .cache/fixtures)")
+    for name, path in make_all(parser.parse_args().out, engines=("espeak", "piper")).items():
         print(f"{name}: {path}")
