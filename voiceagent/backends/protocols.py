@@ -64,6 +64,7 @@ __all__ = [
     "LlmStats",
     "Pacing",
     "Piece",
+    "Report",
     "Routed",
     "SttBackend",
     "SttRequest",
@@ -215,10 +216,12 @@ Piece = str | ToolCall
 """What the model says: a text piece (one per token where the engine can tell) or one complete
 tool call."""
 
-LlmItem = str | ToolCall | Admitted | Routed | EndProbability | Usage
-"""One item of :meth:`LlmEngine.generate`'s stream: a :data:`Piece`, or what the engine observed
-about the generation (:class:`Admitted`, :class:`Routed`, :class:`EndProbability`,
-:class:`Usage`), in the stream's own order rather than through callbacks."""
+Report = Admitted | Routed | EndProbability | Usage
+"""What the engine observed about a generation, in the stream between the pieces."""
+
+LlmItem = Piece | Report
+"""One item of :meth:`LlmEngine.generate`'s stream: a :data:`Piece` or a :data:`Report`, in the
+stream's own order rather than through callbacks."""
 
 
 def is_piece(item: LlmItem) -> TypeGuard[Piece]:

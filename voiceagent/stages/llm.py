@@ -53,7 +53,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from voiceagent.backends.protocols import Admitted, EndProbability, LlmEngine, LlmRequest, Pacing, Routed, Usage
+from voiceagent.backends.protocols import Admitted, EndProbability, LlmEngine, LlmRequest, Pacing, Report, Routed, Usage
 from voiceagent.cache.semantic import CacheKey, SemanticCache
 from voiceagent.cache.store import CachedClause, CacheEntry
 from voiceagent.clock import Clock
@@ -230,7 +230,6 @@ class LlmStage(Stage):
         splitter = ClauseSplitter(first_max_words=self._first_clause_words)
         text = ""
         index = 0
-        first = True
         pacing = self._pacing = FirstClause(self._first_clause_words)
         verdict = _SentenceEnd(gen, self._sentence_end if event.speculative else None)
         reports = _Reports(self.ctx.clock, verdict, self._engine.name)
@@ -262,9 +261,7 @@ class LlmStage(Stage):
                         if isinstance(piece, (Admitted, Routed, EndProbability, Usage)):
                             reports.take(piece)
                             continue
-                        reports.piece()
-                        if first:
-                            first = False
+                        if reports.piece():
                             verdict.tell(None)  # none before the first piece: the engine cannot tell
                             self._first_token.open(gen)
                             if reports.admitted is not None:
@@ -328,7 +325,7 @@ class LlmStage(Stage):
                 prompt_tokens=reports.usage.prompt_tokens,
                 reused_tokens=reports.usage.reused_tokens,
                 generated_tokens=reports.usage.generated_tokens,
-                decode_s=max(0.0, done.t - first_token_t) if not first else 0.0,
+                decode_s=max(0.0, done.t - first_token_t) if reports.spoke else 0.0,
             )
         )
         # The engine that should answer did ("primary", or a router's "large.primary" /
@@ -541,7 +538,8 @@ class _Reports:
     def __init__(self, clock: Clock, verdict: _SentenceEnd, engine: str) -> None:
         self._clock = clock
         self._verdict = verdict
-        self._spoke = False
+        self.spoke = False
+        """A piece has been read (by any attempt)."""
         self._read = 0
         self._measured = False
         self.admitted: float | None = None
@@ -557,10 +555,11 @@ class _Reports:
         """An attempt's stream opens."""
         self._read, self._measured = 0, False
 
-    def piece(self) -> None:
-        """The attempt read a piece (text or a call)."""
+    def piece(self) -> bool:
+        """The attempt read a piece (text or a call): True for the reply's first."""
         self._read += 1
-        self._spoke = True
+        first, self.spoke = not self.spoke, True
+        return first
 
     def end(self) -> None:
         """The attempt's stream is closed.  One cut short (at a repeated call) sent no usage: its
@@ -570,12 +569,12 @@ class _Reports:
             u = self.usage
             self.usage = Usage(u.model, None, None, u.generated_tokens + self._read)
 
-    def take(self, item: Admitted | Routed | EndProbability | Usage) -> None:
+    def take(self, item: Report) -> None:
         if isinstance(item, Admitted):
             if self.admitted is None:
                 self.admitted = self._clock.now()
         elif isinstance(item, Routed):
-            if not self._spoke:
+            if not self.spoke:
                 self.route = (item.engine, item.reason)
         elif isinstance(item, EndProbability):
             self._verdict.tell(item.p)
