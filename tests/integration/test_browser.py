@@ -234,7 +234,9 @@ def test_browser_over_webrtc_answers_and_a_barge_in_stops_the_agents_track(
     # loaded machine), and the server keeps up to 5 s of the story queued on its track: there is
     # always audio not yet heard to cut, however slow the machine is today (with 3 s and the
     # default lead, a loaded run once had only its first clause, all heard).
-    mic = _wav(tmp_path / "mic.wav", (speech["long_story"], 8.0), (speech["capital"], 8.0))
+    # After the question, 14 s before the page's looping microphone asks for the story again: the
+    # answer to it must complete first (8 s was too short once on a loaded machine).
+    mic = _wav(tmp_path / "mic.wav", (speech["long_story"], 8.0), (speech["capital"], 14.0))
     PAGE_ERRORS.clear()
     cfg = _config(long_replies=True)
     cfg = dataclasses.replace(cfg, playout=dataclasses.replace(cfg.playout, lead_ms=5000))
