@@ -22,32 +22,40 @@ __all__ = ["given_keys", "load_config"]
 T = TypeVar("T")
 
 
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off")
+_NUMBERS: dict[type, tuple[str, tuple[type, ...]]] = {
+    # TOML's 2.7 or true is not an integer (int() would truncate), nor is true a number.
+    int: ("an integer", (bool, float)),
+    float: ("a number", (bool,)),
+}
+
+
 def _coerce(value: Any, typ: Any, key: str) -> Any:
     """Convert ``value`` (from TOML, or a string from env/flags) to ``typ``."""
+
+    def bad(what: str) -> ConfigError:
+        return ConfigError(f"invalid configuration: {key} must be {what}, got {value!r}")
+
     if typ is bool:
         if isinstance(value, bool):
             return value
-        if isinstance(value, str) and value.lower() in ("1", "true", "yes", "on", "0", "false", "no", "off"):
-            return value.lower() in ("1", "true", "yes", "on")
-        raise ConfigError(f"invalid configuration: {key} must be a boolean, got {value!r}")
-    if typ is int:
-        if isinstance(value, bool | float):  # TOML says 2.7 or true: not an integer (int() would truncate)
-            raise ConfigError(f"invalid configuration: {key} must be an integer, got {value!r}")
-        try:
-            return int(value)
-        except (TypeError, ValueError):
-            raise ConfigError(f"invalid configuration: {key} must be an integer, got {value!r}") from None
-    if typ is float:
-        if isinstance(value, bool):
-            raise ConfigError(f"invalid configuration: {key} must be a number, got {value!r}")
-        try:
-            return float(value)
-        except (TypeError, ValueError):
-            raise ConfigError(f"invalid configuration: {key} must be a number, got {value!r}") from None
+        word = value.lower() if isinstance(value, str) else None
+        if word in _TRUE or word in _FALSE:
+            return word in _TRUE
+        raise bad("a boolean")
     if typ is str:
-        if not isinstance(value, str):
-            raise ConfigError(f"invalid configuration: {key} must be a string, got {value!r}")
-        return value
+        if isinstance(value, str):
+            return value
+        raise bad("a string")
+    if typ in _NUMBERS:
+        what, refused = _NUMBERS[typ]
+        if isinstance(value, refused):
+            raise bad(what)
+        try:
+            return typ(value)
+        except (TypeError, ValueError):
+            raise bad(what) from None
     raise ConfigError(f"invalid configuration: {key} has an unsupported type")  # pragma: no cover
 
 
