@@ -99,7 +99,11 @@ def test_a_named_profile_is_checked_and_a_missing_model_is_its_error() -> None:
 
 
 def _started(
-    costs: dict[str, float], tmp_path: Path, names: tuple[str, ...] = ("quality", "balanced", "fast")
+    costs: dict[str, float],
+    tmp_path: Path,
+    names: tuple[str, ...] = ("quality", "balanced", "fast"),
+    budget_ms: float = 1000,
+    remeasure: bool | None = None,
 ) -> tuple[Any, list[_Engines]]:
     made: list[_Engines] = []
 
@@ -111,7 +115,8 @@ def _started(
         engines.turn_cost = _cost(engines.work_s)
         return {"llm": 0.1}
 
-    chosen = start(Plan(tuple((n, _load(n)) for n in names)), budget_ms=1000, cache_dir=tmp_path, load=load, warm_up_engines=warm)
+    candidates = tuple((n, _load(n)) for n in names)
+    chosen = start(Plan(candidates), budget_ms=budget_ms, cache_dir=tmp_path, load=load, warm_up_engines=warm, remeasure=remeasure)
     return chosen, made
 
 
@@ -127,6 +132,66 @@ def test_start_keeps_the_first_profile_that_fits_and_closes_the_ones_passed_over
     record = json.loads((tmp_path / "profile_auto.json").read_text())
     assert record["chosen"] == "balanced" and record["predicted_ms"] == {"quality": 1360.0, "balanced": 860.0}
     assert last_choice(tmp_path).startswith(chosen.choice + " [")
+
+
+def test_a_second_start_on_the_same_machine_begins_at_the_remembered_choice(tmp_path: Path) -> None:
+    costs = {"quality": 1.2, "balanced": 0.7, "fast": 0.3}
+    _started(costs, tmp_path)
+    when = json.loads((tmp_path / "profile_auto.json").read_text())["time"]
+    again, made = _started(costs, tmp_path)
+    assert [e.name for e in made] == ["balanced"], "a profile found too slow last time was loaded again"
+    assert again.config.profile == "balanced" and not made[0].closed
+    assert again.choice == (
+        "profile auto: balanced, the most accurate installed profile within server.turn_budget_ms 1000 ms; quality not measured "
+        f"again (over the budget on this machine at {when}; server.auto_remeasure=true measures them) "
+        "(predicted end of speech to first audio on this machine: balanced 860 ms)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("change", "why"),
+    [
+        ({"remeasure": True}, "asked to measure again"),
+        ({"budget_ms": 1500}, "another budget"),
+        ({"names": ("quality", "fast")}, "other installed profiles"),
+    ],
+)
+def test_a_start_measures_every_profile_again_when_asked_or_when_what_was_measured_changed(
+    tmp_path: Path, change: dict[str, Any], why: str
+) -> None:
+    costs = {"quality": 1.5, "balanced": 0.7, "fast": 0.3}
+    _started(costs, tmp_path)
+    _, made = _started(costs, tmp_path, **change)
+    assert made[0].name == "quality", why
+
+
+def test_a_start_measures_every_profile_again_on_another_machine_or_version(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from voiceagent.backends import auto_record
+
+    costs = {"quality": 1.2, "balanced": 0.7, "fast": 0.3}
+    _started(costs, tmp_path)
+    monkeypatch.setattr(auto_record, "_version", lambda package: "9.9")
+    _, made = _started(costs, tmp_path)
+    assert made[0].name == "quality"
+    monkeypatch.undo()
+    monkeypatch.setattr(auto_record, "_cpu_model", lambda: "another CPU")
+    _, made = _started(costs, tmp_path)
+    assert made[0].name == "quality"
+
+
+def test_a_remembered_choice_that_no_longer_fits_goes_on_to_the_quicker_profiles(tmp_path: Path) -> None:
+    _started({"quality": 1.2, "balanced": 0.7, "fast": 0.3}, tmp_path)
+    again, made = _started({"quality": 1.2, "balanced": 0.95, "fast": 0.3}, tmp_path)  # balanced: 1110 ms now
+    assert [e.name for e in made] == ["balanced", "fast"] and [e.closed for e in made] == [True, False]
+    assert again.config.profile == "fast"
+    assert json.loads((tmp_path / "profile_auto.json").read_text())["chosen"] == "fast"
+
+
+@pytest.mark.parametrize("content", ["{not json", "[]", '{"chosen": "quality"}', ""])
+def test_an_unreadable_or_foreign_record_means_measuring_again(tmp_path: Path, content: str) -> None:
+    (tmp_path / "profile_auto.json").write_text(content)
+    chosen, made = _started({"quality": 1.2, "balanced": 0.7, "fast": 0.3}, tmp_path)
+    assert [e.name for e in made] == ["quality", "balanced"] and chosen.config.profile == "balanced"
 
 
 def test_start_keeps_the_quickest_when_none_fits_and_says_so(tmp_path: Path) -> None:

@@ -18,22 +18,23 @@ unless the user set that key; each model passed over is one line naming the comm
 fetches it.  Nothing here downloads.
 
 The last choice is written to ``<cache_dir>/profile_auto.json``, which ``voiceagent models``
-shows.  Everything here blocks (loading models): call it from a worker thread.
+shows, with the machine, software, candidates and budget it was measured for
+(:mod:`voiceagent.backends.auto_record`).  While those are the same, the next start begins at
+that choice: the more accurate profiles it passed over are not loaded and timed again (a start
+of ``quality`` then ``fast`` becomes one of ``fast``); ``server.auto_remeasure`` measures them
+all again.  Everything here blocks (loading models): call it from a worker thread.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
-import os
-import platform
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
+from voiceagent.backends import auto_record
+from voiceagent.backends.auto_record import last_choice
 from voiceagent.backends.registry import Engines, load_engines, warm_up
 from voiceagent.capacity import TurnCost
 from voiceagent.config import Config
@@ -48,8 +49,6 @@ log = logging.getLogger(__name__)
 
 OWN_KEYS = ("stt.model", "llm.model", "llm.backend", "stt.device", "llm.quant", "stt.beam_size")
 """Settings that make a configuration the user's own choice of models: ``auto`` leaves it alone."""
-
-CHOICE_FILE = "profile_auto.json"
 
 
 @dataclass(frozen=True)
@@ -167,18 +166,33 @@ def start(
     load: Callable[[Config], Engines] | None = None,
     warm_up_engines: Callable[[Engines, Config], dict[str, float]] | None = None,
     before_warm_up: Callable[[Config, Engines], None] | None = None,
+    remeasure: bool | None = None,
 ) -> Started:
     """Load and warm the plan's first candidate that fits (blocking; see the module docstring).
     ``budget_ms`` defaults to the candidate's ``server.turn_budget_ms``; the choice is recorded
-    in ``cache_dir`` (default: the configuration's) when there was one to make.  ``load`` and
-    ``warm_up_engines`` default to the registry's (a test seam).  ``before_warm_up`` checks each
-    candidate's loaded engines before they are warmed (the server's instructions against the
-    LLM's window: priming would overflow it).  Engines passed over are closed; an error while
-    checking or warming one closes it and propagates."""
+    in ``cache_dir`` (default: the configuration's) when there was one to make.  A choice recorded
+    there for the same machine, software, candidates and budget (:mod:`.auto_record`) is where
+    the next start begins: the more accurate candidates it passed over are not loaded again,
+    unless ``remeasure`` (default: ``server.auto_remeasure``).  ``load`` and ``warm_up_engines``
+    default to the registry's (a test seam).  ``before_warm_up`` checks each candidate's loaded
+    engines before they are warmed (the server's instructions against the LLM's window: priming
+    would overflow it).  Engines passed over are closed; an error while checking or warming one
+    closes it and propagates."""
     load = load or load_engines
     warm_up_engines = warm_up_engines or warm_up
+    first = plan.config
+    budget = float(budget_ms if budget_ms is not None else first.server.turn_budget_ms)
+    cache = cache_dir or first.cache_path
+    key = auto_record.fingerprint(plan.candidates, budget) if plan.candidates[0][0] else {}
+    candidates = plan.candidates
+    kept = None
+    if key and len(candidates) > 1 and not (first.server.auto_remeasure if remeasure is None else remeasure):
+        kept = auto_record.remembered(cache, key)
+        if kept is not None:
+            names = [n for n, _ in candidates]
+            candidates = candidates[names.index(kept.chosen) :]
     measured: dict[str, float] = {}
-    for i, (name, config) in enumerate(plan.candidates):
+    for i, (name, config) in enumerate(candidates):
         engines = load(config)
         try:
             if before_warm_up is not None:
@@ -189,20 +203,21 @@ def start(
             raise
         if not name:  # not auto: nothing to choose
             return Started(config, engines, warm)
-        budget = float(budget_ms if budget_ms is not None else config.server.turn_budget_ms)
         cost = engines.turn_cost
         measured[name] = round(predicted_ms(config, cost), 1) if cost is not None else 0.0
-        last = i == len(plan.candidates) - 1
+        last = i == len(candidates) - 1
         if measured[name] <= budget or last:
-            line = _choice_line(name, measured, budget, [n for n, _ in plan.candidates])
-            _record(cache_dir or config.cache_path, name, line, measured, budget)
+            line = _choice_line(name, measured, budget, [n for n, _ in plan.candidates], kept)
+            auto_record.record(cache, name, line, measured, budget, key)
             return Started(config, engines, warm, line)
         log.info("profile auto: %s predicted %.0f ms, over the %.0f ms budget; trying the next", name, measured[name], budget)
         engines.close()
     raise AssertionError("a plan has at least one candidate")  # pragma: no cover
 
 
-def _choice_line(name: str, measured: dict[str, float], budget: float, installed: Sequence[str]) -> str:
+def _choice_line(
+    name: str, measured: dict[str, float], budget: float, installed: Sequence[str], kept: auto_record.Remembered | None
+) -> str:
     figures = ", ".join(f"{n} {ms:.0f} ms" for n, ms in measured.items())
     if measured[name] <= budget:
         why = f"the most accurate installed profile within server.turn_budget_ms {budget:.0f} ms"
@@ -210,29 +225,9 @@ def _choice_line(name: str, measured: dict[str, float], budget: float, installed
             why = "the only installed profile"
     else:
         why = f"none fits server.turn_budget_ms {budget:.0f} ms: the quickest installed"
+    skipped = installed[: installed.index(next(iter(measured)))]
+    if kept is not None and skipped:
+        # Said plainly: a user who changed nothing but expects a re-measure knows how to ask.
+        again = "server.auto_remeasure=true measures them"
+        why += f"; {', '.join(skipped)} not measured again (over the budget on this machine at {kept.time}; {again})"
     return f"profile auto: {name}, {why} (predicted end of speech to first audio on this machine: {figures})"
-
-
-def _record(cache_dir: Path, name: str, line: str, measured: dict[str, float], budget: float) -> None:
-    entry: dict[str, Any] = {
-        "chosen": name,
-        "line": line,
-        "predicted_ms": measured,
-        "turn_budget_ms": budget,
-        "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
-        "time": time.strftime("%Y-%m-%d %H:%M:%S"),
-    }
-    try:
-        cache_dir.mkdir(parents=True, exist_ok=True)
-        (cache_dir / CHOICE_FILE).write_text(json.dumps(entry, indent=2) + "\n")
-    except OSError as exc:  # a read-only cache must not stop a server that has chosen
-        log.warning("could not record the profile choice in %s: %s", cache_dir, exc)
-
-
-def last_choice(cache_dir: Path) -> str:
-    """The line and date of the last ``auto`` choice recorded in ``cache_dir`` ("" if none)."""
-    try:
-        entry = json.loads((cache_dir / CHOICE_FILE).read_text())
-        return f"{entry['line']} [{entry['time']}]"
-    except (OSError, ValueError, KeyError, TypeError):
-        return ""

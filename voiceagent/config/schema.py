@@ -85,6 +85,10 @@ class ServerConfig:
     """``profile = "auto"``: the end-of-speech → first-audio time one turn may take on this
     machine, predicted at start-up from the measured turn cost; the most accurate installed
     profile within it is chosen (:mod:`voiceagent.backends.auto_profile`)."""
+    auto_remeasure: bool = False
+    """``profile = "auto"``: measure every installed profile again at this start.  Otherwise a start
+    on the same machine, package versions, candidates and budget as the last choice begins at that
+    choice and loads none of the profiles it found too slow."""
     public_url: str = ""
     """Public wss:// base URL used in the TwiML document (telephony); empty: derived from the request."""
     auth: str = "auto"
