@@ -44,8 +44,9 @@ FILES = ("capital", "weather", "colour", "what_time", "paris_weather", "count")
 AUDIBLE = int(32768 * 10 ** (-50 / 20))  # -50 dBFS
 TAIL_S = 2.0
 CLIENT_PREFETCH = 1
-"""The client's jitter buffer, in packets: a browser's adapts (on loopback, one or two 20 ms
-packets); aiortc's default holds four (80 ms) whatever the network, which is aiortc's, not WebRTC's."""
+"""The client's jitter buffer, in packets, the decoded one included (1: each as it arrives): a
+browser's adapts (on loopback, one or two 20 ms packets); aiortc's default holds four and one more
+(100 ms) whatever the network, which is aiortc's, not WebRTC's."""
 
 
 def _speech(name: str) -> tuple[np.ndarray[Any, Any], float]:
@@ -107,10 +108,13 @@ async def over_webrtc(server: VoiceAgentServer, pcm16k: np.ndarray[Any, Any], en
     audio = np.concatenate([resample(pcm16k, 16_000, TRACK_RATE), np.zeros(int(TAIL_S * TRACK_RATE), dtype=np.int16)])
     (call,) = [call for call, _ in server._calls.values()]
     before = {"sent": await client.sent_bytes(), "received": await rtp_bytes_sent(call._pc)}
-    t0 = time.monotonic()
+    said = time.monotonic()
     client.mic.say(audio)
     await client.wait_for("response.done", 60)
-    elapsed = time.monotonic() - t0
+    elapsed = time.monotonic() - said
+    # The file's time zero is when its first frame went out (the microphone's next 20 ms tick),
+    # as the WebSocket's is when its first frame was sent.
+    t0 = client.mic.started if client.mic.started is not None else said
     after = {"sent": await client.sent_bytes(), "received": await rtp_bytes_sent(call._pc)}
     heard = [t + offset for t, peak, offset in client.frames if t > t0 and peak > AUDIBLE]
     await client.close()

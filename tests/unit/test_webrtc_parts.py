@@ -83,3 +83,82 @@ def test_the_agents_track_paces_20_ms_frames_and_a_clear_silences_it_at_once() -
         assert track.sent_audio_frames == 2
 
     asyncio.run(main())
+
+
+def test_a_silent_track_sends_a_replys_first_audio_at_once_and_paces_the_rest_from_it() -> None:
+    clock = VirtualClock()
+
+    async def main() -> None:
+        track = SpeakerTrack(clock.now, clock.sleep_until)
+        await track.next_frame()  # silence at 0 ms; the next tick is at 20 ms
+        clock.advance(0.005)
+        pending = asyncio.ensure_future(track.next_frame())
+        await asyncio.sleep(0)
+        assert not pending.done(), "a silent track sent its next frame before its tick"
+        track.push(np.full(24_000 // 10, 8000, dtype=np.int16))  # at 5 ms, the reply's first 100 ms
+        first = await asyncio.wait_for(pending, 5)  # the clock has not moved: no wait for the tick
+        assert np.abs(first.to_ndarray()).max() > 1000 and first.pts == FRAME_SAMPLES
+        after = asyncio.ensure_future(track.next_frame())
+        clock.advance(0.019)
+        await asyncio.sleep(0)
+        assert not after.done(), "the frame after the first came before 20 ms"
+        clock.advance(0.001)
+        second = await asyncio.wait_for(after, 5)
+        assert second.pts == 2 * FRAME_SAMPLES and np.abs(second.to_ndarray()).max() > 1000
+
+    asyncio.run(main())
+
+
+def test_a_cancelled_wait_of_a_silent_track_leaves_nothing_waiting() -> None:
+    clock = VirtualClock()
+
+    async def main() -> None:
+        track = SpeakerTrack(clock.now, clock.sleep_until)
+        await track.next_frame()
+        pending = asyncio.ensure_future(track.next_frame())
+        await asyncio.sleep(0)
+        pending.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await pending
+        await asyncio.sleep(0)
+        assert [t for t in asyncio.all_tasks() if t is not asyncio.current_task()] == []
+
+    asyncio.run(main())
+
+
+def _rtp(seq: int) -> object:
+    from aiortc.rtp import RtpPacket
+
+    packet = RtpPacket(payload_type=111, sequence_number=seq, timestamp=960 * seq)
+    packet._data = bytes([seq % 256])  # type: ignore[attr-defined]  # what the receiver's depayloader sets
+    return packet
+
+
+def test_the_microphones_jitter_buffer_decodes_a_packet_as_it_arrives_and_keeps_the_order() -> None:
+    from aiortc.jitterbuffer import JitterBuffer
+
+    from voiceagent.transports.webrtc import _audio_jitter_buffer
+
+    buffer = _audio_jitter_buffer(16, 1)
+    assert isinstance(buffer, JitterBuffer)
+    out = [buffer.add(_rtp(seq))[1] for seq in (100, 101)]
+    assert [(f.timestamp, f.data) for f in out] == [(96_000, b"d"), (96_960, b"e")], "a packet waited for the next one"
+    assert buffer.add(_rtp(103))[1] is None, "a packet was decoded before the one missing ahead of it"
+    frame = buffer.add(_rtp(102))[1]
+    assert frame is not None and frame.timestamp == 960 * 102
+    frame = buffer.add(_rtp(104))[1]
+    assert frame is not None and frame.timestamp == 960 * 103  # in order: 103 first, 104 stays
+    # 105 lost: 106 hands on 104, which waited; 106 and 107 wait for 105; the third after it
+    # gives it up, and of the three waiting the oldest is dropped so that one packet (20 ms), not
+    # three, stays behind.
+    frame = buffer.add(_rtp(106))[1]
+    assert frame is not None and frame.timestamp == 960 * 104
+    assert buffer.add(_rtp(107))[1] is None
+    frame = buffer.add(_rtp(108))[1]
+    assert frame is not None and frame.timestamp == 960 * 107
+    frame = buffer.add(_rtp(109))[1]
+    assert frame is not None and frame.timestamp == 960 * 108
+    held = _audio_jitter_buffer(16, 2)
+    assert held.add(_rtp(7))[1] is None
+    frame = held.add(_rtp(8))[1]
+    assert frame is not None and frame.timestamp == 960 * 7

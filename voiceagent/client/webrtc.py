@@ -60,8 +60,13 @@ class Microphone(MediaStreamTrack):
         self._start: float | None = None
         self._pts = 0
         self.said = asyncio.Event()  # set when the queue runs dry after a say()
+        self.started: float | None = None
+        """When the first frame of the last :meth:`say` went out (``time.monotonic``): the said
+        audio's time zero on this clock (a say() waits up to 20 ms for the next frame)."""
 
     def say(self, pcm: Int16Array) -> None:
+        if len(self._queue) == 0:
+            self.started = None
         self._queue = np.concatenate([self._queue, pcm])
         self.said.clear()
 
@@ -73,6 +78,8 @@ class Microphone(MediaStreamTrack):
         else:
             await asyncio.sleep(max(0.0, self._start + self._pts / TRACK_RATE - time.monotonic()))  # a microphone's pace
         chunk, self._queue = self._queue[:FRAME_SAMPLES], self._queue[FRAME_SAMPLES:]
+        if len(chunk) and self.started is None:
+            self.started = time.monotonic()
         if len(self._queue) == 0:
             self.said.set()
         frame = audio_frame(chunk, self._pts)
@@ -107,8 +114,9 @@ class RtcClient:
     first sample over -50 dBFS, 0 when none is)."""
     location: str = ""
     jitter_prefetch: int | None = None
-    """Packets the agent's track waits for before it is decoded: None keeps aiortc's (4, 80 ms, a
-    fixed buffer); a browser's adapts, and on a LAN holds one or two packets."""
+    """Packets in order the agent's track holds before it decodes the oldest, that one included
+    (1: each as it arrives): None keeps aiortc's buffer (4, and each packet waits for the next
+    one, 100 ms); a browser's adapts, and on a LAN holds one or two packets."""
     _cond: asyncio.Condition = field(default_factory=asyncio.Condition)
     _pc: Any = None
     _channel: Any = None

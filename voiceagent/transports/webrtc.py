@@ -49,6 +49,7 @@ from voiceagent.transports.realtime_wire import WIRE_RATE
 __all__ = [
     "EVENTS_CHANNEL",
     "FRAME_SAMPLES",
+    "LOSS_WAIT",
     "MIC_PREFETCH",
     "TRACK_RATE",
     "SpeakerTrack",
@@ -90,21 +91,59 @@ def allow_loopback_candidates() -> None:
 
 
 MIC_PREFETCH = 1
-"""Packets aiortc's jitter buffer holds before it decodes the microphone (its own choice: 4, 80 ms
-added to every end of speech).  The recognizer needs no smoothing of late packets, only their
-order; one packet (20 ms) keeps that on a LAN."""
+"""Packets the microphone's jitter buffer holds, the one it hands on included (aiortc's own
+choice: 4, 80 ms added to every end of speech).  The recognizer needs no smoothing of late
+packets, only their order; on a LAN a packet is decoded as it arrives."""
+
+
+LOSS_WAIT = 3
+"""Packets that may arrive after a missing one before it is given up as lost (60 ms): a packet
+that is only late comes within that on any link a conversation survives."""
+
+
+def _audio_jitter_buffer(capacity: int, prefetch: int) -> Any:
+    """An aiortc jitter buffer for audio that hands a packet on when it is complete.
+
+    aiortc's buffer serves video too, where a frame spans packets, so it calls a frame complete
+    only when a packet of the *next* frame has arrived: every audio packet (one Opus frame each)
+    waits 20 ms for its successor.  Here the oldest packet goes to the decoder once ``prefetch``
+    packets are in order from it (1: on arrival).  A missing packet holds the ones after it until
+    :data:`LOSS_WAIT` have come, then is given up (aiortc waits until the buffer overflows).
+    The receiver takes one packet per packet that arrives, so a backlog never drains by itself:
+    after a loss the oldest of more than ``prefetch + 1`` waiting packets are dropped, which costs
+    their 20 ms each once instead of that delay for the rest of the call."""
+    from aiortc.jitterbuffer import JitterBuffer, JitterFrame
+
+    class AudioJitterBuffer(JitterBuffer):
+        def _remove_frame(self, sequence_number: int) -> JitterFrame | None:
+            assert self._origin is not None  # set by add() before it calls this
+            held = [n for n in range(self.capacity) if self._packets[(self._origin + n) % self.capacity] is not None]
+            if not held or (held[0] > 0 and len(held) < LOSS_WAIT):
+                return None
+            self.remove(held[0])  # the packets missing ahead of the first held one, if any: lost
+            run = next((i for i, n in enumerate(held) if n - held[0] != i), len(held))
+            if run < self._prefetch:
+                return None
+            self.remove(max(0, run - self._prefetch - 1))
+            packet = self._packets[self._origin % self.capacity]
+            assert packet is not None
+            self.remove(1)
+            return JitterFrame(data=packet._data, timestamp=packet.timestamp)  # type: ignore[attr-defined]
+
+    return AudioJitterBuffer(capacity=capacity, prefetch=prefetch)
 
 
 def shorten_jitter_buffer(receiver: Any, prefetch: int) -> bool:
-    """Make ``receiver``'s (an aiortc RTCRtpReceiver for audio) jitter buffer decode after
-    ``prefetch`` packets; False when this aiortc keeps it elsewhere (nothing changed then)."""
+    """Give ``receiver`` (an aiortc RTCRtpReceiver for audio) a jitter buffer that decodes a packet
+    once ``prefetch`` packets are in order, itself included (see :func:`_audio_jitter_buffer`);
+    False when this aiortc keeps its buffer elsewhere (nothing changed then)."""
     from aiortc.jitterbuffer import JitterBuffer
 
     name = "_RTCRtpReceiver__jitter_buffer"  # aiortc has no setting for it
     current = getattr(receiver, name, None)
     if not isinstance(current, JitterBuffer):
         return False
-    setattr(receiver, name, JitterBuffer(capacity=current.capacity, prefetch=prefetch))
+    setattr(receiver, name, _audio_jitter_buffer(current.capacity, max(1, prefetch)))
     return True
 
 
@@ -139,6 +178,7 @@ class SpeakerTrack:
         self._now = clock_now
         self._sleep_until = sleep_until
         self._queue = np.zeros(0, dtype=np.int16)
+        self._pushed = asyncio.Event()
         self._resampler = StreamResampler(WIRE_RATE, TRACK_RATE)
         self._start: float | None = None
         self._pts = 0
@@ -158,6 +198,7 @@ class SpeakerTrack:
         out = self._resampler.process(pcm24k)
         if len(out):
             self._queue = np.concatenate([self._queue, out])
+            self._pushed.set()
 
     def clear(self) -> None:
         self._queue = np.zeros(0, dtype=np.int16)
@@ -168,12 +209,27 @@ class SpeakerTrack:
         return len(self._queue) * 1000.0 / TRACK_RATE
 
     async def next_frame(self) -> Any:
-        """The next 20 ms frame, at its time."""
+        """The next 20 ms frame, at its time; while the track is silent, at once when audio is
+        pushed (a reply's first audio does not wait up to 20 ms for the next tick: the frames after
+        it are paced from it)."""
         now = self._now()
         if self._start is None:
             self._start = now
-        else:
+        elif len(self._queue):
             await self._sleep_until(self._start + self._pts / TRACK_RATE)
+        else:
+            self._pushed.clear()
+            tick = asyncio.ensure_future(self._sleep_until(self._start + self._pts / TRACK_RATE))
+            pushed = asyncio.ensure_future(self._pushed.wait())
+            try:
+                done, _ = await asyncio.wait((tick, pushed), return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                tick.cancel()
+                pushed.cancel()
+            if tick not in done:
+                # Early by less than a frame: the RTP timestamps stay 20 ms apart, the receiver's
+                # jitter buffer takes a packet that comes early; the next ticks follow this one.
+                self._start = self._now() - self._pts / TRACK_RATE
         chunk, self._queue = self._queue[:FRAME_SAMPLES], self._queue[FRAME_SAMPLES:]
         if len(chunk):
             self.sent_audio_frames += 1
