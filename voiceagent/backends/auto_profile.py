@@ -208,7 +208,7 @@ def start(
         last = i == len(candidates) - 1
         if measured[name] <= budget or last:
             line = _choice_line(name, measured, budget, [n for n, _ in plan.candidates], kept)
-            auto_record.record(cache, name, line, measured, budget, key)
+            auto_record.record(cache, name, line, measured, budget, key, kept)
             return Started(config, engines, warm, line)
         log.info("profile auto: %s predicted %.0f ms, over the %.0f ms budget; trying the next", name, measured[name], budget)
         engines.close()
@@ -228,6 +228,7 @@ def _choice_line(
     skipped = installed[: installed.index(next(iter(measured)))]
     if kept is not None and skipped:
         # Said plainly: a user who changed nothing but expects a re-measure knows how to ask.
-        again = "server.auto_remeasure=true measures them"
-        why += f"; {', '.join(skipped)} not measured again (over the budget on this machine at {kept.time}; {again})"
+        then = ", ".join(f"{n} {kept.predicted_ms[n]:.0f} ms" if n in kept.predicted_ms else n for n in skipped)
+        again = "server.auto_remeasure=true measures them again"
+        why += f"; not measured at this start: {then}, over the budget on this machine at {kept.measured_at} ({again})"
     return f"profile auto: {name}, {why} (predicted end of speech to first audio on this machine: {figures})"

@@ -38,12 +38,12 @@ _SECTIONS = ("vad", "stt", "turn", "llm", "tts")
 
 @dataclasses.dataclass(frozen=True)
 class Remembered:
-    """A remembered choice that still applies: the profile, when it was measured, and the line
-    said then."""
+    """A remembered choice that still applies: the profile, when the profiles it passed over were
+    last measured, and their predicted times then (ms)."""
 
     chosen: str
-    time: str
-    line: str
+    measured_at: str
+    predicted_ms: dict[str, float]
 
 
 def _cpu_model() -> str:
@@ -89,16 +89,28 @@ def fingerprint(candidates: tuple[tuple[str, Config], ...], budget_ms: float) ->
     }
 
 
-def record(cache_dir: Path, name: str, line: str, measured: dict[str, float], budget: float, key: dict[str, Any]) -> None:
+def record(
+    cache_dir: Path,
+    name: str,
+    line: str,
+    measured: dict[str, float],
+    budget: float,
+    key: dict[str, Any],
+    kept: Remembered | None = None,
+) -> None:
     """Remember choice ``name`` (its ``line`` and figures) for ``key`` (:func:`fingerprint`); a
-    cache that cannot be written is a warning, never an error (the server has chosen)."""
+    start that began at ``kept`` keeps its figures and date for the profiles it did not measure.
+    A cache that cannot be written is a warning, never an error (the server has chosen)."""
+    now = time.strftime("%Y-%m-%d %H:%M:%S")
+    passed_over = {n: ms for n, ms in kept.predicted_ms.items() if n not in measured} if kept else {}
     entry: dict[str, Any] = {
         "chosen": name,
         "line": line,
-        "predicted_ms": measured,
+        "predicted_ms": {**passed_over, **measured},
         "turn_budget_ms": budget,
         "machine": f"{key['cpu']}, {key['cores']} cores",
-        "time": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "time": now,
+        "measured_at": kept.measured_at if kept and passed_over else now,
         "key": key,
     }
     try:
@@ -121,7 +133,12 @@ def remembered(cache_dir: Path, key: dict[str, Any]) -> Remembered | None:
     entry = _entry(cache_dir)
     if entry is None or entry.get("key") != key or entry.get("chosen") not in key["candidates"]:
         return None
-    return Remembered(str(entry["chosen"]), str(entry.get("time", "")), str(entry.get("line", "")))
+    chosen = str(entry["chosen"])
+    names = list(key["candidates"])
+    figures = entry.get("predicted_ms")
+    figures = figures if isinstance(figures, dict) else {}
+    before = {n: float(figures[n]) for n in names[: names.index(chosen)] if isinstance(figures.get(n), int | float)}
+    return Remembered(chosen, str(entry.get("measured_at", entry.get("time", ""))), before)
 
 
 def last_choice(cache_dir: Path) -> str:
