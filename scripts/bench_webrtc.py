@@ -1,17 +1,22 @@
 """End of speech → first agent audio at the client, over WebRTC and over the WebSocket, one server.
 
-One in-process server on loopback (the embedded models of the profile asked for, ``fast`` by
-default), the same spoken files, each asked over both transports in turn (WebSocket, then WebRTC,
-so neither always goes first).  The client's own clock: end of speech is when the file's last
-speech frame (by energy, :func:`voiceagent.replay.speech_turns`) was sent at real time; first
-audio is when the client would play the first sample of the answer over -50 dBFS (WebSocket: the
-deltas played back to back from their arrival; WebRTC: the agent's track frame that holds it, from
-its arrival), to the sample, so that neither transport's chunk size counts.  Bytes per second on the wire, from the start of speech to the
-answer's end: the WebSocket's text frames both ways; WebRTC's RTP both ways (aiortc's outbound
-statistics of the client and of the server's call; the data channel's events, SRTP, UDP and IP
-headers left out).
+One server in its own process, as users run it (``voiceagent serve``: the embedded models of the
+profile asked for, ``fast`` by default), the same spoken files, each asked over both transports in
+turn (WebSocket, then WebRTC, so neither always goes first), from clients in this process.  The
+client's own clock: end of speech is when the file's last speech frame (by energy,
+:func:`voiceagent.replay.speech_turns`) was sent at real time, counted from its first frame;
+first audio is when the client would play the first sample of the answer over -50 dBFS
+(WebSocket: the deltas played back to back from their arrival; WebRTC: the agent's track frame
+that holds it, from its arrival), to the sample, so that neither transport's chunk size counts.
+Bytes per second on the wire, from the start of speech to the answer's end: the WebSocket's text
+frames both ways; WebRTC's RTP payloads both ways (the client's outbound statistics, and the
+payloads its receiver took; the data channel's events, SRTP, UDP and IP headers left out).
 
-    .venv/bin/python scripts/bench_webrtc.py --out docs/bench/webrtc [--rounds 3] [--set KEY=VALUE ...]
+``--in-process`` runs the server in this process instead (its event loop, and the one
+interpreter, then carry both ends' Opus coding and SRTP too: how the figures of 2026-11-27 were
+taken).
+
+    .venv/bin/python -m scripts.bench_webrtc --out DIR [--rounds 3] [--in-process] [--set KEY=VALUE ...]
 
 Writes ``webrtc.json`` (every turn and the summary) into ``--out``.
 """
@@ -22,6 +27,7 @@ import argparse
 import asyncio
 import base64
 import json
+import os
 import statistics
 import time
 from pathlib import Path
@@ -30,9 +36,11 @@ from typing import Any
 import numpy as np
 from websockets.asyncio.client import connect
 
+from scripts.bench.metrics import read as read_metrics
+from scripts.bench.serve import ServeProcess
 from voiceagent.audio import read_wav, resample
 from voiceagent.backends.registry import load_engines, warm_up
-from voiceagent.client.webrtc import RtcClient, rtp_bytes_sent
+from voiceagent.client.webrtc import RtcClient
 from voiceagent.config import load_config
 from voiceagent.replay import speech_turns
 from voiceagent.transports.realtime_wire import WIRE_RATE
@@ -56,7 +64,44 @@ def _speech(name: str) -> tuple[np.ndarray[Any, Any], float]:
     return resample(pcm, rate, 16_000), turns[-1][1]
 
 
-async def over_websocket(server: VoiceAgentServer, pcm16k: np.ndarray[Any, Any], end_s: float) -> dict[str, Any]:
+class _Target:
+    """The server under test: its WebSocket URL, its HTTP base, and a wait until it is idle."""
+
+    def __init__(self, url: str, idle: Any) -> None:
+        self.url = url
+        self.base = "http://" + url.split("://", 1)[1].split("/", 1)[0]
+        self._idle = idle
+
+    async def wait_idle(self) -> None:
+        await self._idle()
+
+
+async def _no_sessions(base: str, timeout_s: float = 30.0) -> None:
+    """Until the server in the child process has no session open (its /metrics)."""
+    deadline = time.monotonic() + timeout_s
+    while (await asyncio.to_thread(read_metrics, base)).get("voiceagent_sessions_active", 0) > 0:
+        if time.monotonic() > deadline:
+            raise SystemExit(f"the server still had a session open {timeout_s:.0f} s after the turn")
+        await asyncio.sleep(0.1)
+
+
+def _count_received(client: RtcClient) -> list[int]:
+    """A running total of the RTP payload bytes the client's receivers take (aiortc keeps no
+    inbound byte count): the agent's track, as the server's outbound statistics count it."""
+    total = [0]
+    for transceiver in client._pc.getTransceivers():
+        receiver = transceiver.receiver
+        handle = receiver._handle_rtp_packet
+
+        async def counted(packet: Any, arrival_time_ms: int, handle: Any = handle) -> None:
+            total[0] += len(packet.payload)
+            await handle(packet, arrival_time_ms=arrival_time_ms)
+
+        receiver._handle_rtp_packet = counted
+    return total
+
+
+async def over_websocket(server: _Target, pcm16k: np.ndarray[Any, Any], end_s: float) -> dict[str, Any]:
     wire = np.concatenate([resample(pcm16k, 16_000, WIRE_RATE), np.zeros(int(TAIL_S * WIRE_RATE), dtype=np.int16)])
     ws = await connect(server.url, max_size=None)
     sent = received = 0
@@ -101,21 +146,21 @@ async def over_websocket(server: VoiceAgentServer, pcm16k: np.ndarray[Any, Any],
     }
 
 
-async def over_webrtc(server: VoiceAgentServer, pcm16k: np.ndarray[Any, Any], end_s: float) -> dict[str, Any]:
-    client = RtcClient(f"http://127.0.0.1:{server.port}", jitter_prefetch=CLIENT_PREFETCH)
+async def over_webrtc(server: _Target, pcm16k: np.ndarray[Any, Any], end_s: float) -> dict[str, Any]:
+    client = RtcClient(server.base, jitter_prefetch=CLIENT_PREFETCH)
     await client.connect()
+    received = _count_received(client)
     await client.wait_for("session.created", 10)
     audio = np.concatenate([resample(pcm16k, 16_000, TRACK_RATE), np.zeros(int(TAIL_S * TRACK_RATE), dtype=np.int16)])
-    (call,) = [call for call, _ in server._calls.values()]
-    before = {"sent": await client.sent_bytes(), "received": await rtp_bytes_sent(call._pc)}
+    before = {"sent": await client.sent_bytes(), "received": received[0]}
     said = time.monotonic()
     client.mic.say(audio)
     await client.wait_for("response.done", 60)
     elapsed = time.monotonic() - said
+    after = {"sent": await client.sent_bytes(), "received": received[0]}
     # The file's time zero is when its first frame went out (the microphone's next 20 ms tick),
     # as the WebSocket's is when its first frame was sent.
     t0 = client.mic.started if client.mic.started is not None else said
-    after = {"sent": await client.sent_bytes(), "received": await rtp_bytes_sent(call._pc)}
     heard = [t + offset for t, peak, offset in client.frames if t > t0 and peak > AUDIBLE]
     await client.close()
     return {
@@ -130,25 +175,42 @@ def _p(values: list[float], q: float) -> float | None:
     return round(float(np.percentile(values, q)), 1)
 
 
-async def bench(rounds: int, overrides: dict[str, str]) -> dict[str, Any]:
-    config = load_config(env={}, overrides={"server.port": "0", "server.max_sessions": "2", **overrides})
-    engines = await asyncio.to_thread(load_engines, config)
-    await asyncio.to_thread(warm_up, engines, config)
+async def _turns(server: _Target, rounds: int) -> list[dict[str, Any]]:
     turns: list[dict[str, Any]] = []
-    try:
-        async with VoiceAgentServer(config, engines) as server:
-            for r in range(rounds):
-                for n, name in enumerate(FILES):
-                    pcm, end_s = await asyncio.to_thread(_speech, name)
-                    order = ["websocket", "webrtc"] if (r + n) % 2 == 0 else ["webrtc", "websocket"]
-                    for transport in order:
-                        run = over_websocket if transport == "websocket" else over_webrtc
-                        result = await run(server, pcm, end_s)
-                        turns.append({"round": r, "file": name, "transport": transport, **result})
-                        print(json.dumps(turns[-1]), flush=True)
-                        await server.wait_idle()
-    finally:
-        engines.close()
+    for r in range(rounds):
+        for n, name in enumerate(FILES):
+            pcm, end_s = await asyncio.to_thread(_speech, name)
+            order = ["websocket", "webrtc"] if (r + n) % 2 == 0 else ["webrtc", "websocket"]
+            for transport in order:
+                run = over_websocket if transport == "websocket" else over_webrtc
+                result = await run(server, pcm, end_s)
+                turns.append({"round": r, "file": name, "transport": transport, **result})
+                print(json.dumps(turns[-1]), flush=True)
+                await server.wait_idle()
+    return turns
+
+
+async def bench(rounds: int, overrides: dict[str, str], in_process: bool) -> dict[str, Any]:
+    overrides = {"server.max_sessions": "2", **overrides}
+    if in_process:
+        config = load_config(env={}, overrides={"server.port": "0", **overrides})
+        engines = await asyncio.to_thread(load_engines, config)
+        await asyncio.to_thread(warm_up, engines, config)
+        try:
+            async with VoiceAgentServer(config, engines) as server:
+                turns = await _turns(_Target(server.url, server.wait_idle), rounds)
+        finally:
+            engines.close()
+    else:
+        for name in ("VOICEAGENT_PROFILE", "VOICEAGENT_CONFIG"):
+            os.environ.pop(name, None)  # the profile asked for, not the shell's
+        child = await asyncio.to_thread(ServeProcess, overrides, log_lines=200)
+        try:
+            base = _Target(child.url, None).base
+            turns = await _turns(_Target(child.url, lambda: _no_sessions(base)), rounds)
+        finally:
+            if await asyncio.to_thread(child.stop) != 0:
+                print("".join(child.lines()[-20:]), flush=True)
     summary: dict[str, Any] = {}
     for transport in ("websocket", "webrtc"):
         mine = [t for t in turns if t["transport"] == transport]
@@ -163,17 +225,26 @@ async def bench(rounds: int, overrides: dict[str, str]) -> dict[str, Any]:
         }
     ws, rtc = summary["websocket"]["p50_ms"], summary["webrtc"]["p50_ms"]
     summary["webrtc_minus_websocket_p50_ms"] = None if ws is None or rtc is None else round(rtc - ws, 1)
-    return {"profile": overrides.get("profile", "fast"), "files": list(FILES), "rounds": rounds, "summary": summary, "turns": turns}
+    server = "in-process" if in_process else "child process"
+    return {
+        "profile": overrides.get("profile", "fast"),
+        "server": server,
+        "files": list(FILES),
+        "rounds": rounds,
+        "summary": summary,
+        "turns": turns,
+    }
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--in-process", action="store_true", help="the server in this process (both ends share its interpreter)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     args = parser.parse_args()
     overrides = {"profile": "fast", **dict(item.split("=", 1) for item in args.set)}
-    report = asyncio.run(bench(args.rounds, overrides))
+    report = asyncio.run(bench(args.rounds, overrides, args.in_process))
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "webrtc.json").write_text(json.dumps(report, indent=2) + "\n")
     print(json.dumps(report["summary"], indent=2))
