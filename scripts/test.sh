@@ -19,7 +19,7 @@ fi
 workers=${VOICEAGENT_TEST_WORKERS:-3}
 if [ "$workers" -gt 1 ]; then
   echo "[test] pytest -m serial"; $V/python -m pytest -q -p no:cacheprovider -m serial
-  echo "[test] pytest -m 'not serial' -n $workers"; $V/python -m pytest -q -p no:cacheprovider -m "not serial" -n "$workers" --dist loadfile --no-loadscope-reorder
+  echo "[test] pytest -m 'not serial' -n $workers"; $V/python -m pytest -q -p no:cacheprovider -m "not serial" -n "$workers" --dist loadfile
 else
   echo "[test] pytest"; $V/python -m pytest -q -p no:cacheprovider
 fi
