@@ -258,7 +258,7 @@ class LlmStage(Stage):
                 reports.begin()
                 async with contextlib.aclosing(self._engine.generate(current)) as pieces:
                     async for piece in pieces:
-                        if isinstance(piece, (Admitted, Routed, EndProbability, Usage)):
+                        if isinstance(piece, Report):
                             reports.take(piece)
                             continue
                         if reports.piece():
