@@ -30,6 +30,7 @@ import json
 import os
 import statistics
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -65,24 +66,23 @@ def _speech(name: str) -> tuple[np.ndarray[Any, Any], float]:
 
 
 class _Target:
-    """The server under test: its WebSocket URL, its HTTP base, and a wait until it is idle."""
+    """The server under test: its WebSocket URL, its HTTP base, and a wait until it is idle
+    (``idle``: the in-process server's own; None: poll the child process's /metrics)."""
 
-    def __init__(self, url: str, idle: Any) -> None:
+    def __init__(self, url: str, idle: Callable[[], Awaitable[None]] | None = None) -> None:
         self.url = url
         self.base = "http://" + url.split("://", 1)[1].split("/", 1)[0]
         self._idle = idle
 
-    async def wait_idle(self) -> None:
-        await self._idle()
-
-
-async def _no_sessions(base: str, timeout_s: float = 30.0) -> None:
-    """Until the server in the child process has no session open (its /metrics)."""
-    deadline = time.monotonic() + timeout_s
-    while (await asyncio.to_thread(read_metrics, base)).get("voiceagent_sessions_active", 0) > 0:
-        if time.monotonic() > deadline:
-            raise SystemExit(f"the server still had a session open {timeout_s:.0f} s after the turn")
-        await asyncio.sleep(0.1)
+    async def wait_idle(self, timeout_s: float = 30.0) -> None:
+        if self._idle is not None:
+            await self._idle()
+            return
+        deadline = time.monotonic() + timeout_s
+        while (await asyncio.to_thread(read_metrics, self.base)).get("voiceagent_sessions_active", 0) > 0:
+            if time.monotonic() > deadline:
+                raise SystemExit(f"the server still had a session open {timeout_s:.0f} s after the turn")
+            await asyncio.sleep(0.1)
 
 
 def _count_received(client: RtcClient) -> list[int]:
@@ -206,8 +206,7 @@ async def bench(rounds: int, overrides: dict[str, str], in_process: bool) -> dic
             os.environ.pop(name, None)  # the profile asked for, not the shell's
         child = await asyncio.to_thread(ServeProcess, overrides, log_lines=200)
         try:
-            base = _Target(child.url, None).base
-            turns = await _turns(_Target(child.url, lambda: _no_sessions(base)), rounds)
+            turns = await _turns(_Target(child.url), rounds)
         finally:
             if await asyncio.to_thread(child.stop) != 0:
                 print("".join(child.lines()[-20:]), flush=True)

@@ -182,8 +182,9 @@ class RtcClient:
         return [t for t, peak, _ in self.frames if t > after and peak > threshold]
 
     async def sent_bytes(self) -> int:
-        """Bytes of RTP this client has sent so far (aiortc's statistics; it counts no received
-        bytes: the server's call counts what it sent, :func:`rtp_bytes_sent`)."""
+        """Bytes of RTP this client has sent so far (aiortc's statistics; they count no received
+        bytes: the sender's own :func:`rtp_bytes_sent` does, or a count at the receiver, as
+        ``scripts/bench_webrtc.py`` keeps)."""
         return await rtp_bytes_sent(self._pc)
 
     async def close(self) -> None:
