@@ -20,7 +20,9 @@ import pytest
 from tests.conftest import ROOT, make_fixtures
 from tests.profile import profile_config
 from voiceagent.audio import read_wav
+from voiceagent.backends.protocols import SttRequest, confidence_of
 from voiceagent.backends.whisper import WhisperStt
+from voiceagent.config import Config
 from voiceagent.text.stt_guard import check
 
 pytestmark = pytest.mark.models
@@ -82,3 +84,15 @@ def test_a_normal_sentence_is_decoded_once(model: tuple[str, WhisperStt]) -> Non
     loops = stt.loops
     assert stt.transcribe(_clip(*NORMAL), "en") == MOON
     assert stt.loops == loops  # no retry
+
+
+def test_a_clear_sentence_comes_with_the_transcribers_confidence_alone_and_in_a_batch(model: tuple[str, WhisperStt]) -> None:
+    _, stt = model
+    audio = _clip(*NORMAL)
+    alone = stt.transcribe(audio, "en")
+    sure = confidence_of(alone)
+    # A clear sentence is far above the level at which a word over the agent is doubted.
+    assert sure is not None and Config().turn.interruption_min_confidence < sure <= 1.0
+    batched = stt.transcribe_batch([SttRequest(audio, "en"), SttRequest(audio, "en")])  # one window: one batch
+    assert batched == [alone, alone]
+    assert [confidence_of(t) for t in batched] == [pytest.approx(sure, abs=0.05)] * 2

@@ -39,6 +39,7 @@ from voiceagent.conversation.effects import (
     TurnEnded,
 )
 from voiceagent.conversation.history import History
+from voiceagent.conversation.interruption import InterruptionPolicy
 from voiceagent.conversation.reply import ReplyState, ResponseOptions
 from voiceagent.errors import ProtocolError
 from voiceagent.events import (
@@ -479,6 +480,23 @@ def test_a_partial_decides_once_the_speech_has_lasted_a_second_and_the_held_part
     assert "barge_in" in show(effects) and not w.core.judging()
     # The segment's final then counts as an ordinary turn.
     assert w.core.segment_heard("Uh-huh, no wait.", -20.0) == (True, [])
+
+
+def test_a_doubted_word_resumes_the_reply_and_the_same_word_heard_clearly_cuts_it() -> None:
+    min_confidence = InterruptionPolicy.from_config(Config().turn).min_confidence
+    for confidence, cut in ((min_confidence / 3, False), (0.9, True)):
+        w = World()
+        reply = speaking_reply(w)
+        w.core.handle(w.ev(SpeechStarted, audio_ms=5000.0))
+        w.core.handle(w.ev(SpeechStopped, audio_ms=5400.0))
+        w.clock.advance(0.3)
+        takes, effects = w.core.segment_heard("Two.", -20.0, confidence)
+        assert takes is cut
+        if cut:
+            assert "barge_in" in show(effects) and w.core.active_response_id is None
+        else:  # a sneeze Whisper wrote as "2.": the reply goes on, whole
+            assert show(effects) == ["resume"] and w.core.active_response_id == reply.id
+            assert reply.item is not None and reply.item.heard_ms is None
 
 
 def test_no_words_resume_after_the_timeout_but_never_while_the_user_speaks() -> None:

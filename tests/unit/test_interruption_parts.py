@@ -66,6 +66,20 @@ def test_the_policy_judges_words_level_and_silence() -> None:
     assert not InterruptionPolicy(mode="immediate").judges
 
 
+def test_the_policy_doubts_a_word_or_two_the_transcriber_is_unsure_of_and_nothing_longer() -> None:
+    policy = InterruptionPolicy.from_config(Config().turn)
+    low = policy.min_confidence / 2
+    assert policy.min_confidence > 0
+    assert policy.verdict("BAM", -20.0, -20.0, "en", low) is Verdict.DOUBTED  # a hum, written as a word
+    assert policy.verdict("Stop now.", -20.0, -20.0, "en", low) is Verdict.DOUBTED
+    assert policy.verdict("Stop.", -20.0, -20.0, "en", policy.min_confidence) is Verdict.INTERRUPT
+    assert policy.verdict("Stop.", -20.0, -20.0, "en", None) is Verdict.INTERRUPT  # not told: trusted
+    assert policy.verdict("Stop it now.", -20.0, -20.0, "en", low) is Verdict.INTERRUPT  # three words: someone talking
+    assert policy.verdict("Yeah, right, stop.", -20.0, -20.0, "en", low) is Verdict.DOUBTED  # backchannels don't count
+    assert policy.verdict("Yeah.", -20.0, -20.0, "en", low) is Verdict.BACKCHANNEL
+    assert InterruptionPolicy(min_confidence=0.0).verdict("BAM", None, None, "en", 0.01) is Verdict.INTERRUPT
+
+
 def test_speech_level_is_the_loud_part_whatever_the_silence_around_it() -> None:
     rate = 16000
     t = np.arange(rate // 2) / rate

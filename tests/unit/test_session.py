@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from voiceagent.backends.protocols import LlmRequest, example_messages
+from voiceagent.backends.protocols import LlmRequest, Transcript, example_messages
 from voiceagent.capacity import TurnCost
 from voiceagent.clock import VirtualClock
 from voiceagent.config import DEFAULT_EXAMPLES, Config, PlayoutConfig, SttConfig, TurnConfig, VadConfig, parse_examples
@@ -570,6 +570,34 @@ def test_words_mode_a_backchannel_pauses_the_reply_which_then_resumes_whole_and_
             await log.wait_type(InputTranscriptDone, text="stop please")  # the interruption is the next turn
             said = [i.text for i in session.history.items if isinstance(i, UserItem)]
             assert said == ["tell me a story", "tell me another", "stop please"]
+
+    run(main(), 30)
+
+
+def test_words_mode_a_word_the_transcriber_doubts_does_not_cut_the_reply(run: Run, make_fakes: MakeFakes) -> None:
+    """The transcriber's confidence travels from the STT backend (a :class:`Transcript`) through
+    the final segment to the verdict: a sneeze written "Two." at low confidence resumes the reply."""
+    saying: list[str] = ["tell me a story"]
+    fakes = words_fakes(make_fakes, lambda audio: saying[0])
+    doubted = Transcript("Two.", Config().turn.interruption_min_confidence / 3)
+
+    async def main() -> None:
+        clock = VirtualClock()
+        async with running(fakes, make_config(lead_ms=125, interruption="words"), clock) as (session, log):
+            _, first = await story_under_way(session, log)
+            saying[0] = doubted
+            await speak(session, 128)
+            await pause(session, 160)
+            await until(lambda: session.turn.dropped == 1)  # judged: no turn
+            clock.advance(RESUME_SILENCE_S)
+            for _ in range(40):
+                clock.advance(CHUNK_S)
+                if log.of_type(ResponseDone):
+                    break
+                await log.wait_for(lambda e: isinstance(e, AudioDelta | ResponseDone), after=len(log.events))
+            _, done = await log.wait_type(ResponseDone, response_id=first.response_id)
+            assert done.status is ResponseStatus.COMPLETED and done.text == REPLY
+            assert log.of_type(PlaybackCleared) == [] and [i.text for i in session.history.items] == ["tell me a story", REPLY]
 
     run(main(), 30)
 

@@ -56,6 +56,7 @@ from voiceagent.tools.spec import Message, Tool, ToolCall, ToolChoice
 
 __all__ = [
     "Admitted",
+    "confidence_of",
     "EndProbability",
     "LlmContext",
     "LlmEngine",
@@ -67,6 +68,7 @@ __all__ = [
     "Report",
     "Routed",
     "SttBackend",
+    "Transcript",
     "SttRequest",
     "TtsBackend",
     "TurnBackend",
@@ -111,12 +113,35 @@ class SttRequest:
     prompt: str = ""
 
 
+class Transcript(str):
+    """A transcript (it *is* its text) with the transcriber's confidence in it.
+
+    ``confidence`` is in 0..1 (None: the backend gives none): for Whisper, the geometric mean of
+    its tokens' probabilities times the probability that the clip holds speech at all.  It is
+    low where the model guessed words at a sound (a hum written "BAM", a sneeze "2.").  A
+    :class:`Transcript` compares, hashes and prints as its text, so a backend may return one
+    wherever a ``str`` is asked for; :func:`confidence_of` reads it back from any ``str``."""
+
+    confidence: float | None
+
+    def __new__(cls, text: str, confidence: float | None = None) -> Transcript:
+        obj = super().__new__(cls, text)
+        obj.confidence = confidence
+        return obj
+
+
+def confidence_of(text: str) -> float | None:
+    """The confidence ``text`` carries when it is a :class:`Transcript` (else None)."""
+    return text.confidence if isinstance(text, Transcript) else None
+
+
 class SttBackend(Protocol):
     executor: Executor
 
     def transcribe(self, audio: Float32Array, language: str, prompt: str = "") -> str:
         """Whole-clip transcription of 16 kHz float audio (the lazy segments are consumed here).
-        ``prompt``: text the model reads as if it came just before the audio ("" for none)."""
+        ``prompt``: text the model reads as if it came just before the audio ("" for none).  A
+        backend that can say how sure it is returns a :class:`Transcript`."""
         ...
 
     def transcribe_batch(self, requests: Sequence[SttRequest]) -> list[str]:

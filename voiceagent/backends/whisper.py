@@ -36,13 +36,13 @@ from faster_whisper import WhisperModel
 from faster_whisper.feature_extractor import FeatureExtractor
 
 from voiceagent.audio import Float32Array
-from voiceagent.backends.protocols import SttRequest
+from voiceagent.backends.protocols import SttRequest, Transcript
 from voiceagent.models.checks import check_language
 from voiceagent.models.source import resolve
 from voiceagent.pipeline.scheduler import PriorityExecutor
 from voiceagent.text.stt_guard import check, max_tokens
 
-__all__ = ["MAX_PROMPT_TOKENS", "RETRY_REPETITION_PENALTY", "WhisperStt", "decode_guarded", "model_dir", "window_frames"]
+__all__ = ["MAX_PROMPT_TOKENS", "RETRY_REPETITION_PENALTY", "WhisperStt", "confidence", "decode_guarded", "model_dir", "window_frames"]
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +84,14 @@ def _max_length(new_tokens: int, prompt: int) -> int:
     base, greedy and beam 5: it writes at most ``min(max_length // 2, max_length - prompt + 1)``
     (224 gives 112 without a text prompt; a 41-token text prompt with max_length 20 gives nothing)."""
     return max(2 * new_tokens, new_tokens + prompt - 1)
+
+
+def confidence(mean_logprob: float, no_speech_prob: float) -> float:
+    """How sure Whisper is of a transcript (0..1): the geometric mean of its tokens'
+    probabilities (``exp`` of their mean log-probability) times the probability that the clip
+    holds speech.  Either factor alone left a short real interruption ("No.") and a sound Whisper
+    wrote as a word (a sneeze as "2.") too close together (docs/decisions/interruptions.md)."""
+    return math.exp(min(mean_logprob, 0.0)) * (1.0 - min(max(no_speech_prob, 0.0), 1.0))
 
 
 def decode_guarded(decode: Callable[[float], tuple[str, int]], seconds: float) -> tuple[str, str]:
@@ -193,10 +201,14 @@ class WhisperStt:
         # ``segments`` is lazy: the decoding happens in this loop, in the STT executor.
         texts: list[str] = []
         tokens = 0
+        logprob = no_speech = 0.0
         for seg in segments:
             texts.append(seg.text.strip())
             tokens += len(seg.tokens)
-        return " ".join(texts).strip(), tokens
+            logprob += seg.avg_logprob * len(seg.tokens)
+            no_speech = max(no_speech, seg.no_speech_prob)
+        sure = confidence(logprob / tokens, no_speech) if tokens else None
+        return Transcript(" ".join(texts).strip(), sure), tokens
 
     def _encode(self, audio: Float32Array, frames: int) -> ctranslate2.StorageView:
         return self._encode_many([audio], frames)
@@ -222,7 +234,9 @@ class WhisperStt:
         if result.no_speech_prob > _NO_SPEECH:
             return "", 0
         ids = result.sequences_ids[0]
-        return str(self._tokenizer.decode(ids)).strip(), len(ids)
+        # CTranslate2's score is the sequence's log-probability over its length (length_penalty 1).
+        sure = confidence(result.scores[0], result.no_speech_prob) if ids and result.scores else None
+        return Transcript(str(self._tokenizer.decode(ids)).strip(), sure), len(ids)
 
     def _generate(
         self, encoded: ctranslate2.StorageView, language: str, repetition_penalty: float, seconds: float, prefix: list[int]
@@ -234,6 +248,7 @@ class WhisperStt:
             beam_size=self._beam_size,
             max_length=_max_length(min(_MAX_NEW_TOKENS, max_tokens(seconds)), len(prompt)),
             return_no_speech_prob=True,
+            return_scores=True,
             suppress_blank=True,
             repetition_penalty=repetition_penalty,
         )
@@ -274,6 +289,7 @@ class WhisperStt:
                 beam_size=self._beam_size,
                 max_length=_max_length(new_tokens, len(prompts[0])),
                 return_no_speech_prob=True,
+                return_scores=True,
                 suppress_blank=True,
             )
             for (i, _), secs, result in zip(group, seconds, results, strict=True):

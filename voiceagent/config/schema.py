@@ -268,6 +268,11 @@ class TurnConfig:
     interruption_margin_db: float = 10.0
     """``words``: speech this much quieter than the user's own voice in their earlier turns (a
     second voice in the room, a radio) does not interrupt; 0: every voice counts."""
+    interruption_min_confidence: float = 0.22
+    """``words``: a transcript of one or two real words that the transcriber is less sure of than
+    this (0..1; Whisper: its tokens' mean probability times the chance of speech) is a sound it
+    wrote as words (a hum as "BAM", a sneeze as "2.") and does not interrupt; 0: never doubted.
+    Longer speech always counts (docs/decisions/interruptions.md)."""
     backchannels: str = ""
     """``words``: comma-separated phrases that never interrupt; empty: the built-in list of
     ``stt.language`` (voiceagent/text/backchannel.py)."""
@@ -284,6 +289,7 @@ class TurnConfig:
         _check(self.interruption_min_words >= 1, "turn.interruption_min_words", "must be >= 1")
         _check(self.false_interruption_timeout_ms >= 0, "turn.false_interruption_timeout_ms", "must be >= 0")
         _check(self.interruption_margin_db >= 0, "turn.interruption_margin_db", "must be >= 0")
+        _check(0.0 <= self.interruption_min_confidence < 1.0, "turn.interruption_min_confidence", "must be >= 0 and < 1")
 
 
 @dataclass(frozen=True)

@@ -211,12 +211,13 @@ class ConversationCore:
         else:
             self._user.speech_started(ev)
 
-    def segment_heard(self, text: str, level_db: float | None) -> tuple[bool, list[Effect]]:
-        """The final transcript of a speech segment (heard at ``level_db``), before the turn
-        stage uses it.  False: it was speech over a paused reply that is no interruption (a
-        backchannel, nothing, a quieter voice): the turn stage drops it, and the reply resumes
-        once the user is silent (:meth:`Interruptions.segment`)."""
-        verdict = self._floor.segment(text, level_db)
+    def segment_heard(self, text: str, level_db: float | None, confidence: float | None = None) -> tuple[bool, list[Effect]]:
+        """The final transcript of a speech segment (heard at ``level_db``, transcribed with
+        ``confidence``), before the turn stage uses it.  False: it was speech over a paused reply
+        that is no interruption (a backchannel, nothing, a doubted word, a quieter voice): the
+        turn stage drops it, and the reply resumes once the user is silent
+        (:meth:`Interruptions.segment`)."""
+        verdict = self._floor.segment(text, level_db, confidence)
         if verdict is Verdict.INTERRUPT:
             self._take_turn()
         return verdict in (None, Verdict.INTERRUPT), self._sink.take()

@@ -12,9 +12,10 @@ client is told nothing of it yet.  Then the words decide (:meth:`InterruptionPol
   partials of short speech are Whisper's guesses at a fragment: "Got it" heard as "Garden", a
   sneeze as "2.").  The agent is paused meanwhile, so waiting for the words costs the listener
   nothing;
-* a final transcript of backchannels only ("yeah, right"), of nothing (a cough, a door), or of
-  speech ``interruption_margin_db`` quieter than the user's own voice (a second voice in the
-  room): the reply **resumes** where it paused, once the user has been silent for
+* a final transcript of backchannels only ("yeah, right"), of nothing (a cough, a door), of
+  one or two words the transcriber doubts (under ``interruption_min_confidence``: a hum written
+  "BAM", a sneeze "2."), or of speech ``interruption_margin_db`` quieter than the user's own
+  voice (a second voice in the room): the reply **resumes** where it paused, once the user has been silent for
   :data:`RESUME_SILENCE_S` after their speech ended (a "Yeah, ... but" goes on after the comma),
   and stays whole.  The speech leaves no trace in the conversation: no item, no event;
 * nothing decided ``false_interruption_timeout_ms`` after the speech stopped: the reply resumes.
@@ -41,7 +42,7 @@ from voiceagent.errors import excerpt
 from voiceagent.events import SpeechStarted, TranscriptDelta
 from voiceagent.text.backchannel import phrases_for, real_words
 
-__all__ = ["PARTIAL_AFTER_S", "RESUME_SILENCE_S", "InterruptionPolicy", "Interruptions", "Pending", "Verdict"]
+__all__ = ["DOUBTED_MAX_WORDS", "PARTIAL_AFTER_S", "RESUME_SILENCE_S", "InterruptionPolicy", "Interruptions", "Pending", "Verdict"]
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +65,13 @@ class Verdict(enum.Enum):
     """No words at all (a cough, a noise)."""
     BACKGROUND = "background"
     """A voice quieter than the user's by more than the margin (someone else, a radio)."""
+    DOUBTED = "doubted"
+    """A word or two the transcriber is not sure of: a sound it wrote as words."""
+
+
+DOUBTED_MAX_WORDS = 2
+"""Transcripts of at most this many real words may be doubted (``interruption_min_confidence``):
+the sounds Whisper writes as words come out as one or two; longer speech is someone talking."""
 
 
 @dataclass(frozen=True)
@@ -75,6 +83,7 @@ class InterruptionPolicy:
     timeout_ms: int = 1000
     margin_db: float = 10.0
     backchannels: str = ""
+    min_confidence: float = 0.0
 
     @classmethod
     def from_config(cls, turn: TurnConfig) -> InterruptionPolicy:
@@ -84,6 +93,7 @@ class InterruptionPolicy:
             timeout_ms=turn.false_interruption_timeout_ms,
             margin_db=turn.interruption_margin_db,
             backchannels=turn.backchannels,
+            min_confidence=turn.interruption_min_confidence,
         )
 
     @property
@@ -91,13 +101,16 @@ class InterruptionPolicy:
         """Whether speech over the agent pauses it and is judged (else it cuts at once)."""
         return self.mode == "words"
 
-    def verdict(self, text: str, level_db: float | None, user_db: float | None, language: str) -> Verdict:
-        """What ``text`` (heard at ``level_db``) is, from a user whose voice is at ``user_db``
-        (None: not known yet, every level counts)."""
+    def verdict(self, text: str, level_db: float | None, user_db: float | None, language: str, confidence: float | None = None) -> Verdict:
+        """What ``text`` (heard at ``level_db``, transcribed with ``confidence``; None: not
+        known) is, from a user whose voice is at ``user_db`` (None: not known yet, every level
+        counts)."""
         if self.margin_db > 0 and level_db is not None and user_db is not None and level_db < user_db - self.margin_db:
             return Verdict.BACKGROUND
         words = real_words(text, phrases_for(language, self.backchannels))
         if len(words) >= self.min_words:
+            if confidence is not None and len(words) <= DOUBTED_MAX_WORDS and confidence < self.min_confidence:
+                return Verdict.DOUBTED
             return Verdict.INTERRUPT
         return Verdict.BACKCHANNEL if text.strip(" .,!?") else Verdict.NOTHING
 
@@ -149,31 +162,40 @@ class Interruptions:
             self._user.transcript(ev)
             return False
         pending.partials.append(ev)
-        if self._trusts(ev) and self._judge(ev.text, ev.level_db) is Verdict.INTERRUPT:
-            self._log(Verdict.INTERRUPT, ev.text, ev.level_db)
+        if self._trusts(ev) and self._judge(ev.text, ev.level_db, ev.confidence) is Verdict.INTERRUPT:
+            self._log(Verdict.INTERRUPT, ev.text, ev.level_db, ev.confidence)
             return True
         return False
 
-    def segment(self, text: str, level_db: float | None) -> Verdict | None:
-        """A speech segment's final transcript (heard at ``level_db``): None when nothing is
-        judged (the user's own turn, whose level is learnt); else its verdict.  A verdict other
-        than :attr:`Verdict.INTERRUPT` resumes the reply now or arms its resume
-        (:meth:`_dismissed`); an interruption is the core's to carry out."""
+    def segment(self, text: str, level_db: float | None, confidence: float | None = None) -> Verdict | None:
+        """A speech segment's final transcript (heard at ``level_db``, transcribed with
+        ``confidence``): None when nothing is judged (the user's own turn, whose level is
+        learnt); else its verdict.  A verdict other than :attr:`Verdict.INTERRUPT` resumes the
+        reply now or arms its resume (:meth:`_dismissed`); an interruption is the core's to
+        carry out."""
         if self.pending is None:
             if text.strip():
                 self._heard_user(level_db)
             return None
-        verdict = self._judge(text, level_db)
-        self._log(verdict, text, level_db)
+        verdict = self._judge(text, level_db, confidence)
+        self._log(verdict, text, level_db, confidence)
         if verdict is Verdict.INTERRUPT:
             self._heard_user(level_db)
         elif self._dismissed():
             self.close(resumed=True)
         return verdict
 
-    def _log(self, verdict: Verdict, text: str, level_db: float | None) -> None:
+    def _log(self, verdict: Verdict, text: str, level_db: float | None, confidence: float | None) -> None:
         level = "?" if level_db is None else f"{level_db:.1f}"
-        log.info("session %s: speech over the reply is %s: %s at %s dBFS", self._ctx.session, verdict.value, excerpt(text), level)
+        sure = "?" if confidence is None else f"{confidence:.2f}"
+        log.info(
+            "session %s: speech over the reply is %s: %s at %s dBFS, confidence %s",
+            self._ctx.session,
+            verdict.value,
+            excerpt(text),
+            level,
+            sure,
+        )
 
     def hand_over(self) -> int:
         """The speech being judged is the user's after all (an interruption, or its reply was
@@ -228,8 +250,8 @@ class Interruptions:
         or more (by the input stream's time)."""
         return self.pending is not None and partial.audio_ms - self.pending.started.audio_ms >= PARTIAL_AFTER_S * 1000.0
 
-    def _judge(self, text: str, level_db: float | None) -> Verdict:
-        return self.policy.verdict(text, level_db, self.user_db, self._ctx.host.settings.language)
+    def _judge(self, text: str, level_db: float | None, confidence: float | None) -> Verdict:
+        return self.policy.verdict(text, level_db, self.user_db, self._ctx.host.settings.language, confidence)
 
     def _due(self, token: int) -> bool:
         """Resume timeout ``token`` is due: True when it still stands (the user is silent)."""

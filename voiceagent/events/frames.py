@@ -111,11 +111,13 @@ class Silence(Event):
 class TranscriptDelta(Event):
     """STT: a partial transcript of the segment being spoken (replaces the previous partial);
     ``level_db``: the level of its audio (:func:`~voiceagent.audio.speech_level_db`);
-    ``audio_ms``: where the audio it transcribes ends (input-stream time; 0: not told)."""
+    ``audio_ms``: where the audio it transcribes ends (input-stream time; 0: not told);
+    ``confidence``: the transcriber's, 0..1 (None: not told; see ``backends.protocols.Transcript``)."""
 
     text: str
     level_db: float | None = None
     audio_ms: float = 0.0
+    confidence: float | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -124,6 +126,7 @@ class TranscriptSegment(Event):
 
     ``committed``: the segment is a whole manual commit (``input_audio_buffer.commit``).
     ``level_db``: the level of its speech (:func:`~voiceagent.audio.speech_level_db`).
+    ``confidence``: the transcriber's, 0..1 (None: not told; see ``backends.protocols.Transcript``).
     """
 
     text: str
@@ -132,6 +135,7 @@ class TranscriptSegment(Event):
     end_ms: float
     committed: bool = False
     level_db: float | None = None
+    confidence: float | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from voiceagent.audio import PIPELINE_RATE, Float32Array, Int16Array, int16_to_float, speech_level_db
-from voiceagent.backends.protocols import SttBackend, SttRequest
+from voiceagent.backends.protocols import SttBackend, SttRequest, confidence_of
 from voiceagent.config import SttConfig
 from voiceagent.errors import StageError
 from voiceagent.events import (
@@ -267,6 +267,7 @@ class SttStage(Stage):
                 end_ms=end_ms,
                 committed=committed,
                 level_db=speech_level_db(audio),
+                confidence=confidence_of(text),
             )
         )
         if failure is not None:
@@ -319,5 +320,6 @@ class SttStage(Stage):
                     text=text,
                     level_db=speech_level_db(audio),
                     audio_ms=end_ms,
+                    confidence=confidence_of(text),
                 )
             )
