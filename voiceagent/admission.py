@@ -13,12 +13,15 @@ seconds:
 
 The load (0–1) is the larger of the CPU share and the latency share.  A conversation is expected
 to cost one turn per :data:`PACE_S` (a natural pace) at the measured CPU per turn; before any turn
-is measured, at the start-up estimate.  A new session is admitted while the larger of the
-measured CPU share and what the open sessions are expected to cost, plus what the new one is
-expected to cost, stays under ``server.load_threshold``, and the latency share stays under it
-too.  Counting the open sessions at their expected cost keeps a crowd that connects to an idle
-server at the same second from being admitted on a load that has not seen any of them talk; the
-measured share takes over where callers talk more often than :data:`PACE_S`.
+is measured, at the start-up estimate.  A new session is admitted while the CPU share of the last
+:data:`PACE_S` (where every caller who talks at that pace has had a turn), plus the expected cost
+of each open session that has not been answered yet (:meth:`LoadMeter.observe_turn` names the
+session), plus the new one's, stays under ``server.load_threshold``, and the latency share stays
+under it too.  Counting the sessions not yet heard at their expected cost keeps a crowd that
+connects to an idle server at the same second from being admitted on a load that has not seen
+any of them talk; a session that has talked is in the measured share, and is not counted twice
+(counting every open session at the CPU per turn, which carries the listening around each turn,
+refused callers who arrived one by one at two thirds of the cores: docs/decisions/admission.md).
 
 Degrading in order (:class:`State`): past the threshold new sessions are refused (HTTP 503 with
 ``Retry-After``) while the running ones are still answered inside the budget (``full``); only
@@ -36,7 +39,7 @@ from __future__ import annotations
 import collections
 import enum
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 __all__ = ["MIN_TURNS", "PACE_S", "LoadMeter", "State", "Verdict"]
@@ -108,6 +111,7 @@ class LoadMeter:
         self._cpu = cpu
         self._samples: collections.deque[tuple[float, float, int]] = collections.deque()  # (wall, cpu, turns so far)
         self._turns: collections.deque[tuple[float, float]] = collections.deque()  # (wall, latency ms)
+        self._heard: set[str] = set()  # the open sessions that have had a turn answered
         self.turns = 0
         self.turns_over_budget = 0
         self.state = State.ACCEPTING
@@ -119,17 +123,28 @@ class LoadMeter:
         now = self._wall()
         self._samples.append((now, self._cpu(), self.turns))
         # Keep one sample at or before the longest window's start, so it is always covered.
-        while len(self._samples) > 2 and self._samples[1][0] <= now - self.turn_window_s:
+        while len(self._samples) > 2 and self._samples[1][0] <= now - max(self.turn_window_s, PACE_S):
             self._samples.popleft()
 
-    def observe_turn(self, latency_ms: float) -> None:
-        """One answered turn's end of speech → first audio."""
+    def observe_turn(self, latency_ms: float, session: str = "") -> None:
+        """One answered turn's end of speech → first audio; ``session``: whose (from then on its
+        cost is in the measured CPU share: :meth:`unheard`)."""
+        if session:
+            self._heard.add(session)
         self.turns += 1
         self._turns.append((self._wall(), latency_ms))
         if latency_ms > self.budget_ms:
             self.turns_over_budget += 1
 
+    def forget(self, session: str) -> None:
+        """``session`` closed."""
+        self._heard.discard(session)
+
     # ------------------------------------------------------------------ reads
+
+    def unheard(self, sessions: Iterable[str]) -> int:
+        """How many of ``sessions`` (open ones' ids) have had no turn answered yet."""
+        return sum(1 for s in sessions if s not in self._heard)
 
     def _since(self, seconds: float) -> tuple[float, float, int] | None:
         """The oldest sample within the last ``seconds`` (or the one just before them)."""
@@ -146,7 +161,15 @@ class LoadMeter:
     @property
     def cpu_load(self) -> float:
         """CPU seconds over wall seconds × cores in the last ``cpu_window_s`` (0 before two samples)."""
-        first = self._since(self.cpu_window_s)
+        return self._cpu_share(self.cpu_window_s)
+
+    @property
+    def paced_cpu_load(self) -> float:
+        """The CPU share over the last :data:`PACE_S`: every caller at a natural pace is in it."""
+        return self._cpu_share(PACE_S)
+
+    def _cpu_share(self, seconds: float) -> float:
+        first = self._since(seconds)
         if first is None:
             return 0.0
         w1, c1, _ = self._samples[-1]
@@ -194,22 +217,25 @@ class LoadMeter:
         """What one conversation is expected to cost, 0–1: a turn's CPU per :data:`PACE_S`."""
         return self.cpu_per_turn_s / (PACE_S * self.cores)
 
-    def predicted(self, sessions: int) -> float:
-        """The load with one more session: the larger of the measured CPU share and the open
-        sessions' expected cost, plus the new one's."""
+    def predicted(self, sessions: int, unheard: int | None = None) -> float:
+        """The load with one more session: the CPU share measured over the last :data:`PACE_S`
+        (at least the last ``cpu_window_s``'s), plus the expected cost of the ``unheard`` open
+        sessions (None: all ``sessions``) and of the new one."""
         each = self.session_load
-        return max(self.cpu_load, sessions * each) + each
+        unheard = sessions if unheard is None else min(unheard, sessions)
+        return max(self.cpu_load, self.paced_cpu_load) + unheard * each + each
 
-    def verdict(self, sessions: int) -> Verdict:
-        """May a new session open beside ``sessions`` open (or reserved) ones?  One is always
-        admitted to an empty server under the cap: there is nothing to protect."""
+    def verdict(self, sessions: int, unheard: int | None = None) -> Verdict:
+        """May a new session open beside ``sessions`` open (or reserved) ones, ``unheard`` of
+        which have had no turn answered yet (None: none has)?  One is always admitted to an empty
+        server under the cap: there is nothing to protect."""
         if self.max_sessions:  # the operator's fixed number replaces the load (as it replaced the measured capacity)
             if sessions >= self.max_sessions:
                 return Verdict(False, "max_sessions", f"server full: server.max_sessions ({self.max_sessions}) reached")
             return Verdict(True)
         if sessions == 0:
             return Verdict(True)
-        predicted = self.predicted(sessions)
+        predicted = self.predicted(sessions, unheard)
         if max(predicted, self.latency_load) < self.threshold:
             return Verdict(True)
         p95 = self.latency_p95_ms
@@ -217,16 +243,18 @@ class LoadMeter:
         return Verdict(
             False,
             "load",
-            f"server busy: load {self.load:.2f} with {sessions} sessions, {predicted:.2f} with one more (cpu {self.cpu_load:.2f}, "
+            f"server busy: load {self.load:.2f} with {sessions} sessions ({sessions if unheard is None else min(unheard, sessions)} "
+            f"not heard yet), {predicted:.2f} with one more (cpu {self.cpu_load:.2f}, {self.paced_cpu_load:.2f} over {PACE_S:.0f} s, "
             f"{self.cpu_per_turn_s:.1f} CPU-s a turn, {seen}, budget {self.budget_ms:.0f} ms), threshold {self.threshold:.2f}",
         )
 
-    def update_state(self, sessions: int) -> State | None:
-        """Re-derive :attr:`state`; returns the new state when it changed, else None."""
+    def update_state(self, sessions: int, unheard: int | None = None) -> State | None:
+        """Re-derive :attr:`state` (arguments as :meth:`verdict`'s); returns the new state when
+        it changed, else None."""
         p95 = self.latency_p95_ms
         if p95 is not None and p95 > self.budget_ms:
             state = State.OVER_BUDGET
-        elif sessions and not self.verdict(sessions).accept:
+        elif sessions and not self.verdict(sessions, unheard).accept:
             state = State.FULL
         else:
             state = State.ACCEPTING

@@ -226,6 +226,38 @@ def test_the_measured_load_refuses_new_sessions_and_tells_the_balancer(engines: 
     run(scenario(), 60)
 
 
+def test_sessions_not_heard_yet_count_at_their_expected_cost_and_heard_ones_by_the_measured_load(engines: Any, run: Any) -> None:
+    """Two open sessions that have not talked fill the load (each expected at 0.3 of the cores),
+    so a third is refused; once both have had a turn answered, their cost is what the CPU shows
+    (idle here) and the third is admitted.  The turns are reported where a session's reporter
+    reports them (``Metrics.observe_turn`` with its id): a spoken turn would only add time."""
+    clock = {"wall": 100.0, "cpu": 10.0}
+    # 12 CPU-s a turn, one turn per 20 s on 2 cores: 0.3 a session.
+    meter = LoadMeter(cores=2, budget_ms=2500, first_turn_s=12.0, wall=lambda: clock["wall"], cpu=lambda: clock["cpu"])
+
+    async def scenario() -> None:
+        config = _config(**{"server.max_sessions": "0"})
+        async with VoiceAgentServer(config, engines, load=meter) as server:
+            meter.sample()
+            first = await connect(server.url)
+            second = await connect(server.url)  # 0 + 1 × 0.3 + 0.3 = 0.6
+            for ws in (first, second):
+                assert '"session.created"' in str(await ws.recv())
+            with pytest.raises(InvalidStatus) as refused:  # 0 + 2 × 0.3 + 0.3 = 0.9
+                await connect(server.url)
+            assert b"(2 not heard yet)" in refused.value.response.body
+            for session in list(server.sessions):
+                server.metrics.observe_turn("completed", {"first_audio_sent": 700.0}, None, session.id)
+            clock["wall"] += 1.0
+            meter.sample()
+            async with connect(server.url) as third:  # 0 + 0 + 0.3
+                assert '"session.created"' in str(await third.recv())
+            await first.close()
+            await second.close()
+
+    run(scenario(), 60)
+
+
 def test_no_llama_sampler_outlives_its_generation(engines: Any, run: Any) -> None:
     """llama-cpp-python's per-generation sampler sits in a reference cycle; the context frees it as
     the generation ends (finished or closed early), else each turn leaked ~1.8 MB (the soak's RSS)."""

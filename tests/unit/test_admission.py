@@ -105,11 +105,38 @@ def test_the_cpu_measured_per_turn_replaces_the_first_estimate_after_a_few_turns
 def test_callers_who_talk_more_than_the_pace_show_in_the_measured_cpu() -> None:
     c = Clocks()
     m = meter(c, first_turn_s=0.4)  # 0.01 a session by the pace
-    c.run(10, 0.7, m)  # but the cores are 70 % busy
-    assert m.predicted(4) == pytest.approx(0.71)
-    assert m.verdict(4).accept
-    c.run(10, 0.8, m)
-    assert not m.verdict(4).accept
+    c.run(20, 0.7, m)  # but the cores are 70 % busy, and all four have been heard
+    assert m.predicted(4, unheard=0) == pytest.approx(0.71)
+    assert m.verdict(4, unheard=0).accept
+    c.run(20, 0.8, m)
+    assert not m.verdict(4, unheard=0).accept
+
+
+def test_sessions_already_heard_are_in_the_measured_cpu_and_not_counted_again() -> None:
+    """Callers arriving one by one: those who have talked cost what the CPU share over the last
+    20 s shows; only those not heard yet are counted at a turn's CPU per 20 s."""
+    c = Clocks()
+    m = meter(c)  # 4 CPU-s a turn: 0.1 a session by the pace
+    for _ in range(MIN_TURNS):
+        m.observe_turn(600.0, "sess_a")
+    m.observe_turn(600.0, "sess_b")
+    c.run(20, 0.4, m)  # 16 CPU-s over the 4 turns: 4 CPU-s a turn, 0.1 a session
+    assert m.unheard(["sess_a", "sess_b", "sess_c"]) == 1
+    assert m.session_load == pytest.approx(0.1)
+    assert m.predicted(3, m.unheard(["sess_a", "sess_b", "sess_c"])) == pytest.approx(0.6)
+    assert m.predicted(3) == pytest.approx(0.8)  # not told who was heard: none was
+    assert m.verdict(3, unheard=1).accept and not m.verdict(3).accept
+    m.forget("sess_a")  # closed: a new session of that id would be unheard again
+    assert m.unheard(["sess_a", "sess_b"]) == 1
+
+
+def test_the_admission_share_is_measured_over_the_pace_not_only_the_last_seconds() -> None:
+    c = Clocks()
+    m = meter(c, first_turn_s=0.4)
+    c.run(10, 0.9, m)  # a burst of turns 15 s ago...
+    c.run(10, 0.1, m)  # ...and a quiet spell since: the 10 s share forgets the burst
+    assert m.cpu_load == pytest.approx(0.1) and m.paced_cpu_load == pytest.approx(0.5)
+    assert m.predicted(4, unheard=0) == pytest.approx(0.51)
 
 
 def test_slow_turns_refuse_new_sessions_even_with_idle_cores() -> None:

@@ -77,7 +77,7 @@ class Metrics:
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
-        self._turn_listeners: list[Callable[[dict[str, float]], None]] = []
+        self._turn_listeners: list[Callable[[str, dict[str, float]], None]] = []
         r = self.registry
         self._active = Gauge("voiceagent_sessions_active", "sessions open now", registry=r)
         self._sessions = Counter("voiceagent_sessions", "sessions opened", registry=r)
@@ -177,8 +177,8 @@ class Metrics:
             child = self._queue_waits[queue] = self._queue_wait.labels(queue)
         child.observe(max(0.0, seconds))
 
-    def observe_turn(self, status: str, spans_ms: dict[str, float], llm_queue_ms: float | None = None) -> None:
-        """Count one ended response: its status, its spans and its wait for the LLM."""
+    def observe_turn(self, status: str, spans_ms: dict[str, float], llm_queue_ms: float | None = None, session: str = "") -> None:
+        """Count one ended response of ``session`` (its id): its status, its spans and its wait for the LLM."""
         self._turns.labels(status).inc()
         for name, ms in spans_ms.items():
             if name in MARKS:
@@ -186,10 +186,10 @@ class Metrics:
         if llm_queue_ms is not None:
             self._llm_queue.observe(llm_queue_ms / 1000.0)
         for listener in self._turn_listeners:
-            listener(spans_ms)
+            listener(session, spans_ms)
 
-    def on_turn(self, listener: Callable[[dict[str, float]], None]) -> None:
-        """Call ``listener`` with the spans of every ended response, whatever its status (in the
+    def on_turn(self, listener: Callable[[str, dict[str, float]], None]) -> None:
+        """Call ``listener`` with the session's id and the spans of every ended response, whatever its status (in the
         caller's thread: the sessions report from the event loop)."""
         self._turn_listeners.append(listener)
 

@@ -257,10 +257,10 @@ class VoiceAgentServer:
             max_sessions=cfg.max_sessions,
         )
 
-    def _turn_answered(self, spans_ms: dict[str, float]) -> None:
+    def _turn_answered(self, session: str, spans_ms: dict[str, float]) -> None:
         latency = spans_ms.get("first_audio_sent", spans_ms.get("tts_first_audio"))
         if latency is not None:
-            self.load.observe_turn(latency)
+            self.load.observe_turn(latency, session)
 
     def admission_line(self) -> str:
         """One line: how this server admits sessions."""
@@ -350,14 +350,14 @@ class VoiceAgentServer:
         new and running sessions (the degrading order of :class:`voiceagent.admission.State`)."""
         while True:
             self.load.sample()
-            changed = self.load.update_state(self._taken)
+            changed = self.load.update_state(self._taken, self._unheard)
             if changed is Admission.ACCEPTING:
                 log.info("admission: taking new sessions again (load %.2f, %d sessions)", self.load.load, len(self.sessions))
             elif changed is Admission.FULL:
                 log.warning(
                     "admission: refusing new sessions, the %d running are answered inside the budget (%s)",
                     len(self.sessions),
-                    self.load.verdict(self._taken).detail,
+                    self.load.verdict(self._taken, self._unheard).detail,
                 )
             elif changed is Admission.OVER_BUDGET:
                 log.warning(
@@ -374,9 +374,15 @@ class VoiceAgentServer:
         return len(self.sessions) + len(self._reserved)
 
     @property
+    def _unheard(self) -> int:
+        """Of :attr:`_taken`, the places whose cost the measured load has not seen: handshakes,
+        and sessions with no turn answered yet."""
+        return len(self._reserved) + self.load.unheard(s.id for s in self.sessions)
+
+    @property
     def taking_sessions(self) -> bool:
         """Ready, and the load admits one more session now."""
-        return self.ready and self.load.verdict(self._taken).accept
+        return self.ready and self.load.verdict(self._taken, self._unheard).accept
 
     async def _agent_check(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """HAProxy's agent-check: one line (``ready up NN%`` or ``drain``), then close.  Whatever
@@ -516,7 +522,7 @@ class VoiceAgentServer:
         if self.draining:
             self.metrics.refused("draining")
             return _text(http.HTTPStatus.SERVICE_UNAVAILABLE, "server is shutting down; retry later\n", Retry_After="5")
-        verdict = self.load.verdict(self._taken)
+        verdict = self.load.verdict(self._taken, self._unheard)
         if not verdict.accept:
             self.metrics.refused("capacity" if verdict.reason == "max_sessions" else "load")
             log.info("refused a new session: %s", verdict.detail)
@@ -598,6 +604,7 @@ class VoiceAgentServer:
             await session.aclose()
         finally:
             self.sessions.discard(session)
+            self.load.forget(session.id)
             if not self.sessions:
                 self._idle.set()
 
