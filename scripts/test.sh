@@ -12,12 +12,11 @@ echo "[test] mypy --strict voiceagent"; $V/mypy voiceagent
 if [ $# -gt 0 ]; then  # a selection of tests: run as asked
   echo "[test] pytest $*"; exec $V/python -m pytest -q -p no:cacheprovider "$@"
 fi
-# One process by default.  VOICEAGENT_TEST_WORKERS=3 runs the tests that measure the machine
-# (marked serial) alone first, then the rest on 3 workers (pytest-xdist, a file per worker): most
-# tests wait on audio paced in real time, so on a 2-core machine that takes 11-13 minutes from a
-# fresh clone instead of about 20.  CI stays on one process: 2 of the last 5 fresh runs on three
-# workers failed the CLI replay test under that load (docs/operations.md).
-workers=${VOICEAGENT_TEST_WORKERS:-1}
+# Three workers by default: the tests that measure the machine (marked serial) run alone first,
+# then the rest on 3 workers (pytest-xdist, a file per worker): most tests wait on audio paced in
+# real time, so on a 2-core machine that takes about 12 minutes from a fresh clone instead of
+# about 20 (docs/operations.md).  VOICEAGENT_TEST_WORKERS=1 runs everything in one process.
+workers=${VOICEAGENT_TEST_WORKERS:-3}
 if [ "$workers" -gt 1 ]; then
   echo "[test] pytest -m serial"; $V/python -m pytest -q -p no:cacheprovider -m serial
   echo "[test] pytest -m 'not serial' -n $workers"; $V/python -m pytest -q -p no:cacheprovider -m "not serial" -n "$workers" --dist loadfile
