@@ -76,8 +76,8 @@ class Case:
 
 
 class Judged(logging.Handler):
-    """The core's log lines about speech over a reply (what it heard, and why it was no
-    interruption), for each case's record."""
+    """The conversation's log lines about speech over a reply (what it heard, with the level and
+    the transcriber's confidence, and why it was no interruption), for each case's record."""
 
     def __init__(self) -> None:
         super().__init__(logging.INFO)
@@ -125,14 +125,14 @@ def _onset(pcm: Int16Array) -> float:
     return turns[0][0] if turns else 0.0
 
 
-def load_set(only: str | None, limit: int | None) -> tuple[Int16Array, float, list[Case]]:
+def load_set(only: str | None, limit: int | None, group: str | None = None) -> tuple[Int16Array, float, list[Case]]:
     spec = tomllib.loads(SET.read_text())
     question = _load(_speech(spec["question"], spec["question_voice"]))
     turns = speech_turns(question, RATE, turn_gap_s=1.0)
     q_end = turns[-1][1] if turns else len(question) / RATE
     cases: list[Case] = []
     for i, c in enumerate(spec["case"]):
-        if only and c["kind"] != only:
+        if (only and c["kind"] != only) or (group and c.get("group", "dev") != group):
             continue
         path = _noise(c["name"], c["sox"]) if "sox" in c else _speech(c["text"], c["voice"])
         pcm = _load(path, c.get("gain_db", 0.0))
@@ -279,8 +279,10 @@ def summarize(results: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 async def measure(args: argparse.Namespace, overrides: dict[str, str]) -> dict[str, Any]:
-    question, q_end, cases = load_set(args.only, args.limit)
-    core_log = logging.getLogger("voiceagent.conversation.core")
+    question, q_end, cases = load_set(args.only, args.limit, args.group)
+    # The conversation's package: the verdicts are logged by its interruption module since the
+    # core was split (#47), the pause and resume by the core.
+    core_log = logging.getLogger("voiceagent.conversation")
     core_log.addHandler(JUDGED)
     core_log.setLevel(logging.INFO)
     base = {"server.port": "0", "llm.instructions": STORY, "llm.max_tokens": "80", **overrides}
@@ -318,6 +320,7 @@ def main() -> int:
     parser.add_argument("--out", type=Path)
     parser.add_argument("--only", choices=("backchannel", "noise", "background", "interruption"))
     parser.add_argument("--limit", type=int)
+    parser.add_argument("--group", help="only the cases of this group (dev, held-out-1, ...)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     args = parser.parse_args()
     overrides = dict(s.split("=", 1) for s in args.set)

@@ -118,7 +118,7 @@ class Transcript(str):
 
     ``confidence`` is in 0..1 (None: the backend gives none): for Whisper, the geometric mean of
     its tokens' probabilities times the probability that the clip holds speech at all.  It is
-    low where the model guessed words at a sound (a hum written "BAM", a sneeze "2.").  A
+    low where the model guessed words at a sound (a hum written "BAM", an "ooh" "OO").  A
     :class:`Transcript` compares, hashes and prints as its text, so a backend may return one
     wherever a ``str`` is asked for; :func:`confidence_of` reads it back from any ``str``."""
 

@@ -268,10 +268,10 @@ class TurnConfig:
     interruption_margin_db: float = 10.0
     """``words``: speech this much quieter than the user's own voice in their earlier turns (a
     second voice in the room, a radio) does not interrupt; 0: every voice counts."""
-    interruption_min_confidence: float = 0.22
+    interruption_min_confidence: float = 0.12
     """``words``: a transcript of one or two real words that the transcriber is less sure of than
     this (0..1; Whisper: its tokens' mean probability times the chance of speech) is a sound it
-    wrote as words (a hum as "BAM", a sneeze as "2.") and does not interrupt; 0: never doubted.
+    wrote as words (a hum as "BAM", an "ooh" as "OO") and does not interrupt; 0: never doubted.
     Longer speech always counts (docs/decisions/interruptions.md)."""
     backchannels: str = ""
     """``words``: comma-separated phrases that never interrupt; empty: the built-in list of

@@ -14,7 +14,7 @@ client is told nothing of it yet.  Then the words decide (:meth:`InterruptionPol
   nothing;
 * a final transcript of backchannels only ("yeah, right"), of nothing (a cough, a door), of
   one or two words the transcriber doubts (under ``interruption_min_confidence``: a hum written
-  "BAM", a sneeze "2."), or of speech ``interruption_margin_db`` quieter than the user's own
+  "BAM", an "ooh" "OO"), or of speech ``interruption_margin_db`` quieter than the user's own
   voice (a second voice in the room): the reply **resumes** where it paused, once the user has been silent for
   :data:`RESUME_SILENCE_S` after their speech ended (a "Yeah, ... but" goes on after the comma),
   and stays whole.  The speech leaves no trace in the conversation: no item, no event;
