@@ -96,3 +96,15 @@ def test_a_clear_sentence_comes_with_the_transcribers_confidence_alone_and_in_a_
     batched = stt.transcribe_batch([SttRequest(audio, "en"), SttRequest(audio, "en")])  # one window: one batch
     assert batched == [alone, alone]
     assert [confidence_of(t) for t in batched] == [pytest.approx(sure, abs=0.05)] * 2
+
+
+def test_the_30_s_window_path_gives_the_confidence_too() -> None:
+    """``stt.window_s = 30`` hands the clip to faster-whisper's own loop (its segments carry the
+    log-probabilities): the confidence comes from those."""
+    backend = WhisperStt("whisper-tiny", profile_config().cache_path, threads=1, beam_size=1, window_s=30)
+    try:
+        text = backend.transcribe(_clip(*NORMAL), "en")
+        sure = confidence_of(text)
+        assert text == MOON and sure is not None and Config().turn.interruption_min_confidence < sure <= 1.0
+    finally:
+        backend.executor.shutdown(wait=False)
