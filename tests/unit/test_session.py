@@ -607,14 +607,33 @@ def test_words_mode_partials_decide_while_the_user_still_speaks_even_with_partia
     it has lasted a second those partials decide: "wait stop" cuts the reply before the user has
     stopped talking (``stt.partials`` is off here)."""
     saying = ["tell me a story"]
-    fakes = words_fakes(make_fakes, lambda audio: saying[0])
+    returned = [0]  # decodes that have returned (the fake records each call as it starts)
+
+    def hears(audio: Any) -> str:
+        try:
+            return saying[0]
+        finally:
+            returned[0] += 1
+
+    fakes = words_fakes(make_fakes, hears)
+
+    def cut_yet(log: EventLog, first: ResponseCreated) -> bool:
+        return any(isinstance(e, ResponseDone) and e.response_id == first.response_id for e in log.events)
 
     async def main() -> None:
         async with running(fakes, make_config(lead_ms=125, interruption="words"), VirtualClock()) as (session, log):
             _, first = await story_under_way(session, log)
             saying[0] = "wait stop"
             decodes = len(fakes.stt.calls.items)
-            await speak(session, 1600)  # no silence after it: the VAD has not seen the speech end
+            # The user keeps talking (no silence: the VAD never sees the speech end) until a
+            # partial decides.  Half a second at a time, each time until the decodes asked have
+            # returned: a judging partial is skipped while the one before it still runs, and on a
+            # loaded machine a decode can outlast the audio it judges.
+            for _ in range(10):
+                await speak(session, 500)
+                await until(lambda: returned[0] == len(fakes.stt.calls.items))
+                if cut_yet(log, first):
+                    break
             _, cut = await log.wait_type(ResponseDone, response_id=first.response_id)
             assert cut.status is ResponseStatus.CANCELLED and cut.reason == "turn_detected"
             assert len(fakes.stt.calls.items) > decodes  # a partial decided, with stt.partials off
