@@ -282,9 +282,9 @@ async def measure(args: argparse.Namespace, overrides: dict[str, str]) -> dict[s
     question, q_end, cases = load_set(args.only, args.limit, args.group)
     # The conversation's package: the verdicts are logged by its interruption module since the
     # core was split (#47), the pause and resume by the core.
-    core_log = logging.getLogger("voiceagent.conversation")
-    core_log.addHandler(JUDGED)
-    core_log.setLevel(logging.INFO)
+    conversation_log = logging.getLogger("voiceagent.conversation")
+    conversation_log.addHandler(JUDGED)
+    conversation_log.setLevel(logging.INFO)
     base = {"server.port": "0", "llm.instructions": STORY, "llm.max_tokens": "80", **overrides}
     configs = {mode: load_config(overrides={**base, "turn.interruption": mode}) for mode in ("immediate", "words")}
     engines = await asyncio.to_thread(load_engines, configs["words"])

@@ -56,7 +56,6 @@ from voiceagent.tools.spec import Message, Tool, ToolCall, ToolChoice
 
 __all__ = [
     "Admitted",
-    "confidence_of",
     "EndProbability",
     "LlmContext",
     "LlmEngine",
@@ -68,13 +67,14 @@ __all__ = [
     "Report",
     "Routed",
     "SttBackend",
-    "Transcript",
     "SttRequest",
+    "Transcript",
     "TtsBackend",
     "TurnBackend",
     "Usage",
     "VadBackend",
     "VadStream",
+    "confidence_of",
     "example_messages",
     "is_piece",
 ]

@@ -60,6 +60,7 @@ from websockets.typing import Subprotocol
 
 from voiceagent.admission import LoadMeter
 from voiceagent.admission import State as Admission
+from voiceagent.admission import Verdict as AdmissionVerdict
 from voiceagent.backends.registry import Engines
 from voiceagent.capacity import capacity
 from voiceagent.clock import Clock, MonotonicClock
@@ -357,7 +358,7 @@ class VoiceAgentServer:
                 log.warning(
                     "admission: refusing new sessions, the %d running are answered inside the budget (%s)",
                     len(self.sessions),
-                    self.load.verdict(self._taken, self._unheard).detail,
+                    self._verdict().detail,
                 )
             elif changed is Admission.OVER_BUDGET:
                 log.warning(
@@ -379,10 +380,14 @@ class VoiceAgentServer:
         and sessions with no turn answered yet."""
         return len(self._reserved) + self.load.unheard(s.id for s in self.sessions)
 
+    def _verdict(self) -> AdmissionVerdict:
+        """Whether the load admits one more session now, beside the places taken."""
+        return self.load.verdict(self._taken, self._unheard)
+
     @property
     def taking_sessions(self) -> bool:
         """Ready, and the load admits one more session now."""
-        return self.ready and self.load.verdict(self._taken, self._unheard).accept
+        return self.ready and self._verdict().accept
 
     async def _agent_check(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """HAProxy's agent-check: one line (``ready up NN%`` or ``drain``), then close.  Whatever
@@ -522,7 +527,7 @@ class VoiceAgentServer:
         if self.draining:
             self.metrics.refused("draining")
             return _text(http.HTTPStatus.SERVICE_UNAVAILABLE, "server is shutting down; retry later\n", Retry_After="5")
-        verdict = self.load.verdict(self._taken, self._unheard)
+        verdict = self._verdict()
         if not verdict.accept:
             self.metrics.refused("capacity" if verdict.reason == "max_sessions" else "load")
             log.info("refused a new session: %s", verdict.detail)
