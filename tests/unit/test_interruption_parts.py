@@ -13,7 +13,7 @@ from voiceagent.config import Config, VadConfig
 from voiceagent.conversation.interruption import InterruptionPolicy, Verdict
 from voiceagent.pipeline.hold import PlayoutHold
 from voiceagent.stages.vad import VadOptions
-from voiceagent.text.backchannel import BACKCHANNELS, phrases_for, real_words
+from voiceagent.text.backchannel import BACKCHANNELS, phrases_for, real_words, takes_floor
 
 EN = BACKCHANNELS["en"]
 
@@ -71,13 +71,34 @@ def test_the_policy_doubts_a_word_or_two_the_transcriber_is_unsure_of_and_nothin
     low = policy.min_confidence / 2
     assert policy.min_confidence > 0
     assert policy.verdict("BAM", -20.0, -20.0, "en", low) is Verdict.DOUBTED  # a hum, written as a word
-    assert policy.verdict("Stop now.", -20.0, -20.0, "en", low) is Verdict.DOUBTED
+    assert policy.verdict("Tusk now.", -20.0, -20.0, "en", low) is Verdict.DOUBTED
     assert policy.verdict("Stop.", -20.0, -20.0, "en", policy.min_confidence) is Verdict.INTERRUPT
     assert policy.verdict("Stop.", -20.0, -20.0, "en", None) is Verdict.INTERRUPT  # not told: trusted
     assert policy.verdict("Stop it now.", -20.0, -20.0, "en", low) is Verdict.INTERRUPT  # three words: someone talking
-    assert policy.verdict("Yeah, right, stop.", -20.0, -20.0, "en", low) is Verdict.DOUBTED  # backchannels don't count
+    assert policy.verdict("Yeah, right, champion.", -20.0, -20.0, "en", low) is Verdict.DOUBTED  # backchannels don't count
     assert policy.verdict("Yeah.", -20.0, -20.0, "en", low) is Verdict.BACKCHANNEL
     assert InterruptionPolicy(min_confidence=0.0).verdict("BAM", None, None, "en", 0.01) is Verdict.INTERRUPT
+
+
+def test_words_that_take_the_floor_are_never_doubted_however_unsure_the_transcriber() -> None:
+    policy = InterruptionPolicy.from_config(Config().turn)
+    low = policy.min_confidence / 10
+    # "Hey, wait." cut into two segments: each one word, each under the threshold.
+    for text in ("Hey", "wait", "Stop now.", "Yeah, right, stop.", "Sorry.", "No."):
+        assert policy.verdict(text, -20.0, -20.0, "en", low) is Verdict.INTERRUPT, text
+    assert policy.verdict("Champion.", -20.0, -20.0, "en", low) is Verdict.DOUBTED
+    # By the session's language: "stop" takes the floor in English, "warte" in German.
+    assert policy.verdict("warte", -20.0, -20.0, "de-DE", low) is Verdict.INTERRUPT
+    assert policy.verdict("warte", -20.0, -20.0, "en", low) is Verdict.DOUBTED
+    assert policy.verdict("Stop.", -20.0, -20.0, "sv", low) is Verdict.DOUBTED  # no list: nothing is exempt
+    # A floor word in a quieter voice is still someone else's.
+    assert policy.verdict("Stop.", -35.0, -20.0, "en", low) is Verdict.BACKGROUND
+
+
+def test_takes_floor_matches_whole_words_of_the_language() -> None:
+    assert takes_floor(["wait"], "en") and takes_floor(["nein"], "de")
+    assert not takes_floor(["waiting", "nonsense"], "en") and not takes_floor([], "en")
+    assert not takes_floor(["stop"], "xx")
 
 
 def test_speech_level_is_the_loud_part_whatever_the_silence_around_it() -> None:

@@ -14,7 +14,8 @@ client is told nothing of it yet.  Then the words decide (:meth:`InterruptionPol
   nothing;
 * a final transcript of backchannels only ("yeah, right"), of nothing (a cough, a door), of
   one or two words the transcriber doubts (under ``interruption_min_confidence``: a hum written
-  "BAM", an "ooh" "OO"), or of speech ``interruption_margin_db`` quieter than the user's own
+  "BAM", an "ooh" "OO"; never a word that takes the floor, such as "stop", "wait" or "hey":
+  :data:`~voiceagent.text.backchannel.FLOOR_WORDS`), or of speech ``interruption_margin_db`` quieter than the user's own
   voice (a second voice in the room): the reply **resumes** where it paused, once the user has been silent for
   :data:`RESUME_SILENCE_S` after their speech ended (a "Yeah, ... but" goes on after the comma),
   and stays whole.  The speech leaves no trace in the conversation: no item, no event;
@@ -40,7 +41,7 @@ from voiceagent.conversation.reply import Reply
 from voiceagent.conversation.user import UserInput
 from voiceagent.errors import excerpt
 from voiceagent.events import SpeechStarted, TranscriptDelta
-from voiceagent.text.backchannel import phrases_for, real_words
+from voiceagent.text.backchannel import phrases_for, real_words, takes_floor
 
 __all__ = ["DOUBTED_MAX_WORDS", "PARTIAL_AFTER_S", "RESUME_SILENCE_S", "InterruptionPolicy", "Interruptions", "Pending", "Verdict"]
 
@@ -109,7 +110,8 @@ class InterruptionPolicy:
             return Verdict.BACKGROUND
         words = real_words(text, phrases_for(language, self.backchannels))
         if len(words) >= self.min_words:
-            if confidence is not None and len(words) <= DOUBTED_MAX_WORDS and confidence < self.min_confidence:
+            doubtful = confidence is not None and confidence < self.min_confidence
+            if doubtful and len(words) <= DOUBTED_MAX_WORDS and not takes_floor(words, language):
                 return Verdict.DOUBTED
             return Verdict.INTERRUPT
         return Verdict.BACKCHANNEL if text.strip(" .,!?") else Verdict.NOTHING

@@ -15,6 +15,11 @@ Whatever the language, a word that only writes down a sound is no word either
 Whisper writes a hummed "uh-huh" or "mm-hmm", a laugh or a throat-clear that way.  A stutter
 before a word ("b-b-but") keeps the word; a real word of short hyphenated parts ("re-do") counts
 as a sound, which matters only when it is all the user said over the agent.
+
+Some words take the floor (:data:`FLOOR_WORDS`: "stop", "wait", "hey", "sorry"...): a listener
+says them to make the speaker yield.  :func:`takes_floor` finds one in a transcript; the
+interruption policy never doubts such a transcript, however unsure the transcriber is of it
+(a short "Hey," and "wait" cut into two segments each came out under the doubt threshold).
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from __future__ import annotations
 import functools
 import re
 
-__all__ = ["BACKCHANNELS", "NONVERBAL", "phrases_for", "real_words"]
+__all__ = ["BACKCHANNELS", "FLOOR_WORDS", "NONVERBAL", "phrases_for", "real_words", "takes_floor"]
 
 BACKCHANNELS: dict[str, tuple[str, ...]] = {
     "en": (
@@ -38,6 +43,18 @@ BACKCHANNELS: dict[str, tuple[str, ...]] = {
 }  # fmt: skip
 """Backchannels and fillers by language (``stt.language``); a language missing here gets none,
 so any word interrupts there."""
+
+FLOOR_WORDS: dict[str, frozenset[str]] = {
+    "en": frozenset((
+        "stop", "wait", "hold", "hang", "pause", "halt", "cancel", "enough", "quiet", "shh", "hush", "hey",
+        "excuse", "sorry", "pardon", "no", "nope", "listen", "actually",
+    )),
+    "es": frozenset(("para", "espera", "basta", "oye", "perdón", "perdona", "no", "alto", "calla")),
+    "fr": frozenset(("stop", "attends", "attendez", "arrête", "arrêtez", "pardon", "non", "écoute", "écoutez")),
+    "de": frozenset(("stopp", "stop", "halt", "warte", "moment", "nein", "entschuldigung", "hör", "ruhe")),
+}  # fmt: skip
+"""Words a listener says to make the speaker yield, by language: a transcript holding one is
+never doubted (:func:`takes_floor`).  A language missing here has none."""
 
 _WORD = re.compile(r"[\w'-]+")
 _SOUND_PART = r"(?:[aeiouhm]{1,4}|[a-z]{1,2})"
@@ -79,3 +96,10 @@ def real_words(text: str, phrases: tuple[str, ...]) -> list[str]:
                 out.append(words[i])
             i += 1
     return out
+
+
+def takes_floor(words: list[str], language: str) -> bool:
+    """Whether ``words`` (from :func:`real_words`) hold a word that takes the floor in
+    ``language`` (its primary tag)."""
+    floor = FLOOR_WORDS.get(language.split("-")[0].lower(), frozenset())
+    return any(w in floor for w in words)
