@@ -2,7 +2,9 @@
 
 * ``speech`` — the spoken fixtures from ``scripts/make_fixtures.py`` (espeak-ng), made once.
 * ``engines`` — the real packaged models, loaded once per test run (integration tests only).
-* ``run`` — run a coroutine to completion with a deadline (no pytest-asyncio needed).
+* ``run`` — run a coroutine to completion with a deadline (no pytest-asyncio needed); past the
+  deadline it fails with where every task and thread was, and how late the deadline fired (a
+  late one means the event loop was blocked).
 
 Servers the tests start as processes (``voiceagent serve``, the scripts) run the ``fast``
 profile, the defaults' models, unless the environment names another: the default ``auto`` would
@@ -16,8 +18,14 @@ multiplied by ``VOICEAGENT_TEST_TIMEOUT_SCALE`` (default 1) on slow machines.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib.util
+import io
 import os
+import sys
+import threading
+import time
+import traceback
 from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -61,9 +69,38 @@ def engines() -> Iterator[Any]:
     eng.close()
 
 
+def where_everything_is() -> str:
+    """The stack of every task of the running loop and of every thread, for a deadline's failure."""
+    out = io.StringIO()
+    for task in asyncio.all_tasks():
+        out.write(f"--- task {task.get_name()}\n")
+        task.print_stack(limit=12, file=out)
+    frames = sys._current_frames()
+    for thread in threading.enumerate():
+        frame = frames.get(thread.ident) if thread.ident is not None else None
+        if frame is not None:
+            out.write(f"--- thread {thread.name}\n{''.join(traceback.format_stack(frame, limit=12))}")
+    return out.getvalue()
+
+
+async def within(coro: Coroutine[Any, Any, T], timeout: float) -> T:
+    """``coro``'s result, or a TimeoutError after ``timeout`` seconds that says where it was."""
+    task = asyncio.ensure_future(coro)
+    started = time.monotonic()
+    done, _ = await asyncio.wait({task}, timeout=timeout)
+    if task in done:
+        return task.result()
+    late = time.monotonic() - started - timeout
+    report = where_everything_is()
+    task.cancel()
+    with contextlib.suppress(BaseException):  # what the cancelled scenario raises is not the news
+        await task
+    raise TimeoutError(f"not done within {timeout:g} s (the deadline fired {late:.1f} s late: more is a blocked event loop)\n{report}")
+
+
 @pytest.fixture
 def run() -> Callable[..., Any]:
     def _run(coro: Coroutine[Any, Any, T], timeout: float = 60.0) -> T:
-        return asyncio.run(asyncio.wait_for(coro, timeout * SCALE))
+        return asyncio.run(within(coro, timeout * SCALE))
 
     return _run
