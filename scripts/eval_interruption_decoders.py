@@ -24,13 +24,16 @@ from typing import Any
 import numpy as np
 
 from scripts import bench_interruptions
-from scripts.bench.stt import VadCutter
+from scripts.bench.stt import SttConfig, VadCutter, load_backend
 from voiceagent.audio import resample
 from voiceagent.backends.protocols import confidence_of
-from voiceagent.backends.whisper import WhisperStt
-from voiceagent.config import load_config
 
-SETUPS = {"tiny1": ("whisper-tiny", 1), "tiny5": ("whisper-tiny", 5), "base1": ("whisper-base", 1), "base5": ("whisper-base", 5)}
+SETUPS = {
+    "tiny1": SttConfig("whisper-tiny", 1),
+    "tiny5": SttConfig("whisper-tiny", 5),
+    "base1": SttConfig("whisper-base", 1),
+    "base5": SttConfig("whisper-base", 5),
+}
 
 
 def main() -> int:
@@ -38,10 +41,9 @@ def main() -> int:
     parser.add_argument("--out", type=Path)
     parser.add_argument("--group", help="only the cases of this group (dev, held-out-1, ...)")
     args = parser.parse_args()
-    cfg = load_config(env={})
     _, _, cases = bench_interruptions.load_set(None, None, args.group)
     cutter = VadCutter()
-    models = {name: WhisperStt(model, cfg.cache_path, 1, beam) for name, (model, beam) in SETUPS.items()}
+    models = {name: load_backend(setup) for name, setup in SETUPS.items()}
     out: list[dict[str, Any]] = []
     for case in cases:
         pcm = resample(case.pcm, bench_interruptions.RATE, 16000).astype(np.float32) / 32768
@@ -57,7 +59,7 @@ def main() -> int:
             record["cuts"].append(cut)
         out.append(record)
         print(json.dumps(record), file=sys.stderr, flush=True)
-    text = json.dumps({"setups": SETUPS, "cases": out}, indent=1)
+    text = json.dumps({"setups": {name: setup.label for name, setup in SETUPS.items()}, "cases": out}, indent=1)
     if args.out:
         args.out.write_text(text + "\n")
     print(text)

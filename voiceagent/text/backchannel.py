@@ -62,6 +62,11 @@ NONVERBAL = re.compile(rf"^(?:{_SOUND_PART}(?:-{_SOUND_PART})+|[hm]{{2,}}|h?[aei
 """A transcribed sound rather than a word (see the module docstring)."""
 
 
+def _primary(language: str) -> str:
+    """A language tag's primary subtag, lower case (``en-GB`` → ``en``): the lists' keys."""
+    return language.split("-")[0].lower()
+
+
 def _words(text: str) -> list[str]:
     return [w.strip("'-") for w in _WORD.findall(text.lower()) if w.strip("'-")]
 
@@ -71,7 +76,7 @@ def phrases_for(language: str, configured: str = "") -> tuple[str, ...]:
     the built-in list of ``language`` (its primary tag: ``en-GB`` reads ``en``)."""
     if configured.strip():
         return tuple(p.strip() for p in configured.split(",") if p.strip())
-    return BACKCHANNELS.get(language.split("-")[0].lower(), ())
+    return BACKCHANNELS.get(_primary(language), ())
 
 
 @functools.lru_cache(maxsize=16)
@@ -101,5 +106,5 @@ def real_words(text: str, phrases: tuple[str, ...]) -> list[str]:
 def takes_floor(words: list[str], language: str) -> bool:
     """Whether ``words`` (from :func:`real_words`) hold a word that takes the floor in
     ``language`` (its primary tag)."""
-    floor = FLOOR_WORDS.get(language.split("-")[0].lower(), frozenset())
+    floor = FLOOR_WORDS.get(_primary(language), frozenset())
     return any(w in floor for w in words)
