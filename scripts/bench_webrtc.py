@@ -16,7 +16,10 @@ payloads its receiver took; the data channel's events, SRTP, UDP and IP headers 
 interpreter, then carry both ends' Opus coding and SRTP too: how the figures of 2026-11-27 were
 taken).
 
-    .venv/bin/python -m scripts.bench_webrtc --out DIR [--rounds 3] [--in-process] [--set KEY=VALUE ...]
+Before the turns, ``--idle-s`` seconds of a call in which nobody speaks on each transport: the
+CPU the media path costs per second of call, in the server and in this client (``idle_cpu``).
+
+    .venv/bin/python -m scripts.bench_webrtc --out DIR [--rounds 3] [--idle-s 10] [--in-process] [--set KEY=VALUE ...]
 
 Writes ``webrtc.json`` (every turn and the summary) into ``--out``.
 """
@@ -65,14 +68,25 @@ def _speech(name: str) -> tuple[np.ndarray[Any, Any], float]:
     return resample(pcm, rate, 16_000), turns[-1][1]
 
 
+def _cpu_s(pid: int | None) -> float:
+    """User + system CPU seconds of process ``pid`` so far (None: this process)."""
+    if pid is None:
+        t = os.times()
+        return t.user + t.system
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 class _Target:
     """The server under test: its WebSocket URL, its HTTP base, and a wait until it is idle
-    (``idle``: the in-process server's own; None: poll the child process's /metrics)."""
+    (``idle``: the in-process server's own; None: poll the child process's /metrics); ``pid``: the
+    child server's process (None: the server runs in this process)."""
 
-    def __init__(self, url: str, idle: Callable[[], Awaitable[None]] | None = None) -> None:
+    def __init__(self, url: str, idle: Callable[[], Awaitable[None]] | None = None, pid: int | None = None) -> None:
         self.url = url
         self.base = "http://" + url.split("://", 1)[1].split("/", 1)[0]
         self._idle = idle
+        self.pid = pid
 
     async def wait_idle(self, timeout_s: float = 30.0) -> None:
         if self._idle is not None:
@@ -169,6 +183,46 @@ async def over_webrtc(server: _Target, pcm16k: np.ndarray[Any, Any], end_s: floa
     }
 
 
+async def idle_cpu(server: _Target, transport: str, seconds: float) -> dict[str, Any]:
+    """CPU per second of a call in which nobody speaks (the microphone sends silence, the agent's
+    track is quiet): the media path's own cost, in the server and in this client, in ms/s.  With
+    the server in this process, ``server_ms_per_s`` is the two together and ``client_ms_per_s`` None."""
+    if transport == "webrtc":
+        client = RtcClient(server.base, jitter_prefetch=CLIENT_PREFETCH)
+        await client.connect()
+        await client.wait_for("session.created", 10)
+        client.mic.say(np.zeros(int((seconds + 2) * TRACK_RATE), dtype=np.int16))
+        await asyncio.sleep(1.0)  # the call settled (ICE, DTLS, the first RTCP)
+        before = (_cpu_s(server.pid), _cpu_s(None), time.monotonic())
+        await asyncio.sleep(seconds)
+        after = (_cpu_s(server.pid), _cpu_s(None), time.monotonic())
+        await client.close()
+    else:
+        ws = await connect(server.url, max_size=None)
+        silence = json.dumps({"type": "input_audio_buffer.append", "audio": base64.b64encode(bytes(2 * WIRE_RATE // 50)).decode()})
+
+        async def drain() -> None:
+            async for _ in ws:
+                pass
+
+        reader = asyncio.create_task(drain())
+        t0 = time.monotonic()
+        frames = int((seconds + 1.0) / 0.02)
+        for i in range(frames):
+            if i == 50:
+                before = (_cpu_s(server.pid), _cpu_s(None), time.monotonic())
+            await ws.send(silence)
+            await asyncio.sleep(max(0.0, t0 + (i + 1) * 0.02 - time.monotonic()))
+        after = (_cpu_s(server.pid), _cpu_s(None), time.monotonic())
+        await ws.close()
+        reader.cancel()
+    elapsed = after[2] - before[2]
+    server_ms = (after[0] - before[0]) / elapsed * 1000
+    client_ms = None if server.pid is None else round((after[1] - before[1]) / elapsed * 1000, 1)
+    await server.wait_idle()
+    return {"transport": transport, "seconds": round(elapsed, 1), "server_ms_per_s": round(server_ms, 1), "client_ms_per_s": client_ms}
+
+
 def _p(values: list[float], q: float) -> float | None:
     if not values:
         return None
@@ -190,7 +244,15 @@ async def _turns(server: _Target, rounds: int) -> list[dict[str, Any]]:
     return turns
 
 
-async def bench(rounds: int, overrides: dict[str, str], in_process: bool) -> dict[str, Any]:
+async def _measure(server: _Target, rounds: int, idle_s: float) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    idle: list[dict[str, Any]] = []
+    for transport in ("websocket", "webrtc") if idle_s > 0 else ():
+        idle.append(await idle_cpu(server, transport, idle_s))
+        print(json.dumps(idle[-1]), flush=True)
+    return await _turns(server, rounds), idle
+
+
+async def bench(rounds: int, overrides: dict[str, str], in_process: bool, idle_s: float = 0.0) -> dict[str, Any]:
     overrides = {"server.max_sessions": "2", **overrides}
     if in_process:
         config = load_config(env={}, overrides={"server.port": "0", **overrides})
@@ -198,7 +260,7 @@ async def bench(rounds: int, overrides: dict[str, str], in_process: bool) -> dic
         await asyncio.to_thread(warm_up, engines, config)
         try:
             async with VoiceAgentServer(config, engines) as server:
-                turns = await _turns(_Target(server.url, server.wait_idle), rounds)
+                turns, idle = await _measure(_Target(server.url, server.wait_idle), rounds, idle_s)
         finally:
             engines.close()
     else:
@@ -206,7 +268,7 @@ async def bench(rounds: int, overrides: dict[str, str], in_process: bool) -> dic
             os.environ.pop(name, None)  # the profile asked for, not the shell's
         child = await asyncio.to_thread(ServeProcess, overrides, log_lines=200)
         try:
-            turns = await _turns(_Target(child.url), rounds)
+            turns, idle = await _measure(_Target(child.url, pid=child.proc.pid), rounds, idle_s)
         finally:
             if await asyncio.to_thread(child.stop) != 0:
                 print("".join(child.lines()[-20:]), flush=True)
@@ -231,6 +293,7 @@ async def bench(rounds: int, overrides: dict[str, str], in_process: bool) -> dic
         "files": list(FILES),
         "rounds": rounds,
         "summary": summary,
+        "idle_cpu": idle,
         "turns": turns,
     }
 
@@ -241,9 +304,10 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--in-process", action="store_true", help="the server in this process (both ends share its interpreter)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--idle-s", type=float, default=10.0, help="first, a silent call this long on each transport (0: none)")
     args = parser.parse_args()
     overrides = {"profile": "fast", **dict(item.split("=", 1) for item in args.set)}
-    report = asyncio.run(bench(args.rounds, overrides, args.in_process))
+    report = asyncio.run(bench(args.rounds, overrides, args.in_process, args.idle_s))
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "webrtc.json").write_text(json.dumps(report, indent=2) + "\n")
     print(json.dumps(report["summary"], indent=2))

@@ -4,6 +4,7 @@ agent's track (its pacing on a virtual clock, and a barge-in's clear)."""
 from __future__ import annotations
 
 import asyncio
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -67,44 +68,50 @@ def test_the_agents_track_paces_20_ms_frames_and_a_clear_silences_it_at_once() -
     async def main() -> None:
         track = SpeakerTrack(clock.now, clock.sleep_until)
         track.push(np.full(24_000 // 10, 8000, dtype=np.int16))  # 100 ms at the wire's 24 kHz
-        first = await track.next_frame()
-        assert first.sample_rate == TRACK_RATE and first.samples == FRAME_SAMPLES and first.pts == 0
-        pending = asyncio.ensure_future(track.next_frame())
+        pts, first = await track.next_chunk()
+        assert pts == 0 and len(first) == FRAME_SAMPLES
+        pending = asyncio.ensure_future(track.next_chunk())
         await asyncio.sleep(0)
         assert not pending.done(), "the second frame came before its 20 ms"
         clock.advance(0.02)
-        second = await asyncio.wait_for(pending, 5)
-        assert second.pts == FRAME_SAMPLES and np.abs(second.to_ndarray()).max() > 1000
-        track.clear()  # a barge-in: what is queued is dropped
+        pts, second = await asyncio.wait_for(pending, 5)
+        assert pts == FRAME_SAMPLES and np.abs(second).max() > 1000
+        track.clear()  # a barge-in: what is queued is dropped, and nothing more is sent
         assert track.queued_ms == 0
-        clock.advance(0.02)
-        third = await asyncio.wait_for(track.next_frame(), 5)
-        assert np.abs(third.to_ndarray()).max() == 0
+        after = asyncio.ensure_future(track.next_chunk())
+        for _ in range(50):
+            clock.advance(0.02)
+            await asyncio.sleep(0)
+        assert not after.done(), "a cleared track sent a frame"
+        after.cancel()
         assert track.sent_audio_frames == 2
 
     asyncio.run(main())
 
 
-def test_a_silent_track_sends_a_replys_first_audio_at_once_and_paces_the_rest_from_it() -> None:
+def test_a_silent_track_sends_a_replys_first_audio_at_once_with_its_timestamp_moved_over_the_gap() -> None:
     clock = VirtualClock()
 
     async def main() -> None:
         track = SpeakerTrack(clock.now, clock.sleep_until)
-        await track.next_frame()  # silence at 0 ms; the next tick is at 20 ms
-        clock.advance(0.005)
-        pending = asyncio.ensure_future(track.next_frame())
+        track.push(np.full(24_000 // 25, 8000, dtype=np.int16))  # 40 ms: two frames, at 0 and 20 ms
+        assert (await track.next_chunk())[0] == 0
+        clock.advance(0.02)
+        assert (await track.next_chunk())[0] == FRAME_SAMPLES
+        pending = asyncio.ensure_future(track.next_chunk())
+        clock.advance(1.005)  # a second of silence: nothing is sent
         await asyncio.sleep(0)
-        assert not pending.done(), "a silent track sent its next frame before its tick"
-        track.push(np.full(24_000 // 10, 8000, dtype=np.int16))  # at 5 ms, the reply's first 100 ms
-        first = await asyncio.wait_for(pending, 5)  # the clock has not moved: no wait for the tick
-        assert np.abs(first.to_ndarray()).max() > 1000 and first.pts == FRAME_SAMPLES
-        after = asyncio.ensure_future(track.next_frame())
+        assert not pending.done(), "a silent track sent a frame"
+        track.push(np.full(24_000 // 10, 8000, dtype=np.int16))  # at 1.025 s, the next reply
+        pts, first = await asyncio.wait_for(pending, 5)  # the clock has not moved: no wait for a tick
+        # The frame due at 40 ms goes at 1025 ms: 49 whole frames (985 ms) of silence skipped.
+        assert pts == (2 + 49) * FRAME_SAMPLES and np.abs(first).max() > 1000
+        after = asyncio.ensure_future(track.next_chunk())
         clock.advance(0.019)
         await asyncio.sleep(0)
         assert not after.done(), "the frame after the first came before 20 ms"
-        clock.advance(0.001)
-        second = await asyncio.wait_for(after, 5)
-        assert second.pts == 2 * FRAME_SAMPLES and np.abs(second.to_ndarray()).max() > 1000
+        clock.advance(0.0011)  # just past its tick (the clock's sums are floats)
+        assert (await asyncio.wait_for(after, 5))[0] == (2 + 50) * FRAME_SAMPLES
 
     asyncio.run(main())
 
@@ -114,16 +121,36 @@ def test_a_cancelled_wait_of_a_silent_track_leaves_nothing_waiting() -> None:
 
     async def main() -> None:
         track = SpeakerTrack(clock.now, clock.sleep_until)
-        await track.next_frame()
-        pending = asyncio.ensure_future(track.next_frame())
+        pending = asyncio.ensure_future(track.next_chunk())
         await asyncio.sleep(0)
         pending.cancel()
         with pytest.raises(asyncio.CancelledError):
             await pending
         await asyncio.sleep(0)
         assert [t for t in asyncio.all_tasks() if t is not asyncio.current_task()] == []
+        track.push(np.full(2400, 8000, dtype=np.int16))
+        assert (await asyncio.wait_for(track.next_chunk(), 5))[0] == 0, "the track did not go on after a cancelled wait"
 
     asyncio.run(main())
+
+
+def test_the_agents_packets_are_opus_that_decodes_to_the_pushed_audio_at_the_tracks_time() -> None:
+    import av
+
+    track = SpeakerTrack(VirtualClock().now, VirtualClock().sleep_until)
+    tone = (np.sin(np.arange(FRAME_SAMPLES * 6) * 2 * np.pi * 440 / TRACK_RATE) * 8000).astype(np.int16)
+    decoder = av.CodecContext.create("opus", "r")
+    decoder.sample_rate, decoder.layout = TRACK_RATE, "mono"
+    decoded = []
+    for i in range(6):
+        pts = 7 * FRAME_SAMPLES + i * FRAME_SAMPLES if i < 3 else 1000 * FRAME_SAMPLES + i * FRAME_SAMPLES  # a jump
+        packet = track.encode(tone[i * FRAME_SAMPLES : (i + 1) * FRAME_SAMPLES], pts)
+        assert packet.pts == pts and packet.time_base == Fraction(1, TRACK_RATE) and 0 < packet.size < 200
+        decoded += [f.to_ndarray().ravel() for f in decoder.decode(packet)]
+    level = np.abs(np.concatenate(decoded)[FRAME_SAMPLES:]).max() * 32768  # float samples
+    assert len(decoded) == 6 and 6000 < level < 10000, level  # the tone through the codec: its level kept
+    last = track.encode(tone[:100], 0)  # the end of a reply, shorter than a frame: padded, still one packet
+    assert last.size > 0
 
 
 def _rtp(seq: int) -> object:

@@ -32,8 +32,8 @@ from voiceagent.transports.webrtc import (
     EVENTS_CHANNEL,
     FRAME_SAMPLES,
     TRACK_RATE,
+    OpusPackets,
     allow_loopback_candidates,
-    audio_frame,
     shorten_jitter_buffer,
 )
 
@@ -50,7 +50,10 @@ def track_audio(path: Path, tail_s: float = 0.0) -> Int16Array:
 
 
 class Microphone(MediaStreamTrack):
-    """What the client says: :meth:`say` queues audio; frames go out at real time."""
+    """What the client says: :meth:`say` queues audio; 20 ms Opus packets go out at real time,
+    silence between (a browser's microphone never stops sending), coded here as a browser codes
+    them (mono; not aiortc's stereo through a thread per frame, which on a shared machine would
+    take CPU from the server under test)."""
 
     kind = "audio"
 
@@ -59,6 +62,7 @@ class Microphone(MediaStreamTrack):
         self._queue = np.zeros(0, dtype=np.int16)
         self._start: float | None = None
         self._pts = 0
+        self._opus = OpusPackets()
         self.said = asyncio.Event()  # set when the queue runs dry after a say()
         self.started: float | None = None
         """When the first frame of the last :meth:`say` went out (``time.monotonic``): the said
@@ -82,9 +86,9 @@ class Microphone(MediaStreamTrack):
             self.started = time.monotonic()
         if len(self._queue) == 0:
             self.said.set()
-        frame = audio_frame(chunk, self._pts)
+        packet = self._opus.encode(chunk, self._pts)
         self._pts += FRAME_SAMPLES
-        return frame
+        return packet
 
 
 async def rtp_bytes_sent(pc: Any) -> int:

@@ -7,8 +7,9 @@ Opus through PyAV).  Then:
 * **audio in**: the microphone track's frames (48 kHz Opus, decoded) are mixed to mono, resampled
   to 16 kHz and appended to the session, as ``input_audio_buffer.append`` would;
 * **audio out**: each response's audio goes on the server's track (:class:`SpeakerTrack`), 20 ms
-  frames at 48 kHz paced by the session's clock, never as ``response.output_audio.delta`` events;
-  a barge-in (``output_audio_buffer.cleared``) empties what the track holds at once;
+  Opus packets at 48 kHz paced by the session's clock, nothing between replies, never as
+  ``response.output_audio.delta`` events; a barge-in (``output_audio_buffer.cleared``) empties
+  what the track holds at once;
 * **events**: every other server event, and every client event, is the WebSocket path's JSON on
   the data channel, through the same codec and :class:`~voiceagent.transports.realtime.RealtimeCommands`.
   A message that is not JSON gets an ``error`` event; the call goes on.
@@ -51,6 +52,8 @@ __all__ = [
     "FRAME_SAMPLES",
     "LOSS_WAIT",
     "MIC_PREFETCH",
+    "SPEAKER_BITRATE",
+    "OpusPackets",
     "TRACK_RATE",
     "SpeakerTrack",
     "WebRtcCall",
@@ -165,10 +168,22 @@ def _ice_servers(spec: str) -> list[Any]:
     return servers
 
 
+SPEAKER_BITRATE = 32_000
+"""The agent's Opus stream, bit/s: mono speech at 48 kHz (the voice's own rate is 22–24 kHz) is
+clear at 24–40 kbit/s; aiortc's default encoder sends stereo at 96."""
+
+
 class SpeakerTrack:
-    """The agent's voice as an aiortc audio track: 20 ms frames at 48 kHz mono, one per 20 ms of
-    the session's clock, silence when nothing is queued.  :meth:`push` queues a response's audio
-    (24 kHz, the codec's wire rate); :meth:`clear` drops what is queued (a barge-in)."""
+    """The agent's voice as an aiortc audio track: 20 ms Opus packets (48 kHz mono), one per 20 ms
+    of the session's clock while there is audio, and **nothing while there is none** (discontinuous
+    transmission, as Opus's DTX does: the RTP timestamps jump over the gap and the receiver plays
+    silence).  A call spends most of its time listening; sending encoded silence 50 times a second
+    cost the server and the client CPU beside the models for no sound.
+
+    :meth:`push` queues a response's audio (24 kHz, the codec's wire rate); :meth:`clear` drops what
+    is queued (a barge-in).  The packets are encoded here, one 20 ms frame at a time on the event
+    loop (about 0.1 ms each, :class:`OpusPackets`), with their RTP timestamps set from this track's own
+    clock."""
 
     kind = "audio"
 
@@ -182,6 +197,7 @@ class SpeakerTrack:
         self._resampler = StreamResampler(WIRE_RATE, TRACK_RATE)
         self._start: float | None = None
         self._pts = 0
+        self._encoder = OpusPackets()
         self.sent_audio_frames = 0
         """Frames that carried the agent's audio (for tests and diagnostics)."""
         outer = self
@@ -190,7 +206,8 @@ class SpeakerTrack:
             kind = "audio"
 
             async def recv(self) -> Any:
-                return await outer.next_frame()
+                pts, chunk = await outer.next_chunk()
+                return outer.encode(chunk, pts)
 
         self.track = _Track()
 
@@ -208,34 +225,68 @@ class SpeakerTrack:
     def queued_ms(self) -> float:
         return len(self._queue) * 1000.0 / TRACK_RATE
 
-    async def next_frame(self) -> Any:
-        """The next 20 ms frame, at its time; while the track is silent, at once when audio is
-        pushed (a reply's first audio does not wait up to 20 ms for the next tick: the frames after
-        it are paced from it)."""
+    async def next_chunk(self) -> tuple[int, Int16Array]:
+        """The next 20 ms of audio (the last of a reply may be shorter) and its time in samples on
+        the track (its RTP timestamp), when it is due: at once when audio comes to a silent track
+        (the frames after it are paced from it), otherwise 20 ms after the one before.  Waits, with
+        nothing sent, while nothing is queued.  Cancellation: leaves the track as it was."""
+        while not len(self._queue):
+            self._pushed.clear()
+            await self._pushed.wait()
         now = self._now()
         if self._start is None:
             self._start = now
-        elif len(self._queue):
-            await self._sleep_until(self._start + self._pts / TRACK_RATE)
+        due = self._start + self._pts / TRACK_RATE
+        if now < due:
+            await self._sleep_until(due)  # audio goes on: its 20 ms tick
         else:
-            self._pushed.clear()
-            tick = asyncio.ensure_future(self._sleep_until(self._start + self._pts / TRACK_RATE))
-            pushed = asyncio.ensure_future(self._pushed.wait())
-            try:
-                done, _ = await asyncio.wait((tick, pushed), return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                tick.cancel()
-                pushed.cancel()
-            if tick not in done:
-                # Early by less than a frame: the RTP timestamps stay 20 ms apart, the receiver's
-                # jitter buffer takes a packet that comes early; the next ticks follow this one.
-                self._start = self._now() - self._pts / TRACK_RATE
+            # The track was silent (or starved): this frame goes now, its timestamp moved on by
+            # the whole frames of the gap, and the following ticks are counted from it.
+            self._pts += int((now - due) * TRACK_RATE) // FRAME_SAMPLES * FRAME_SAMPLES
+            self._start = now - self._pts / TRACK_RATE
         chunk, self._queue = self._queue[:FRAME_SAMPLES], self._queue[FRAME_SAMPLES:]
-        if len(chunk):
-            self.sent_audio_frames += 1
-        frame = audio_frame(chunk, self._pts)
+        pts = self._pts
         self._pts += FRAME_SAMPLES
-        return frame
+        self.sent_audio_frames += 1
+        return pts, chunk
+
+    def encode(self, chunk: Int16Array, pts: int) -> Any:
+        """``chunk`` (padded to 20 ms) as one Opus packet (an ``av.Packet``) stamped ``pts``."""
+        return self._encoder.encode(chunk, pts)
+
+
+class OpusPackets:
+    """20 ms frames of 48 kHz mono PCM → Opus packets (``av.Packet``, for an aiortc track's
+    ``recv``) stamped with the caller's own time, coded on the calling thread (about 0.1 ms a
+    frame at :data:`SPEAKER_BITRATE`).  aiortc's encoder, used when a track returns PCM, hops to a
+    thread for every frame, codes stereo at 96 kbit/s and, after a gap in the timestamps, stamps
+    the first packet with the time before it."""
+
+    def __init__(self, bitrate: int = SPEAKER_BITRATE) -> None:
+        self._bitrate = bitrate
+        self._codec: Any = None
+
+    def encode(self, chunk: Int16Array, pts: int) -> Any:
+        """``chunk`` (padded with silence to 20 ms) as one packet at ``pts`` (in samples)."""
+        import av
+
+        if self._codec is None:
+            self._codec = codec = av.CodecContext.create("libopus", "w")
+            codec.bit_rate = self._bitrate
+            codec.format = "s16"
+            codec.layout = "mono"
+            codec.sample_rate = TRACK_RATE
+            codec.time_base = fractions.Fraction(1, TRACK_RATE)
+            codec.options = {"application": "voip"}
+        packets = self._codec.encode(audio_frame(chunk, pts))
+        if len(packets) != 1:  # libopus codes a whole 20 ms frame at once, with no look-ahead held back
+            raise RuntimeError(f"the Opus encoder gave {len(packets)} packets for one 20 ms frame")
+        # FFmpeg stamps the packet from a queue of the frames it was given, which is a frame behind
+        # after a jump: the caller's time counts.
+        [packet] = packets
+        packet.pts = pts
+        packet.time_base = fractions.Fraction(1, TRACK_RATE)
+        return packet
 
 
 def audio_frame(chunk: Int16Array, pts: int) -> Any:
