@@ -163,6 +163,7 @@ class Session:
                 llm_started=first_token,
                 may_speculate=replies.core.may_speculate,
                 takes_turn=replies.segment_heard,
+                judging=replies.core.judging,
                 rejoin=self.stt.decode_clip if cfg.stt.rejoin else None,
             ),
             TurnOptions.from_config(cfg, min_audio_ms=turn_cost.audio_after_first_token_s * 1000.0 if turn_cost else 0.0),

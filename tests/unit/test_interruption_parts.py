@@ -13,7 +13,7 @@ from voiceagent.config import Config, VadConfig
 from voiceagent.conversation.interruption import InterruptionPolicy, Verdict
 from voiceagent.pipeline.hold import PlayoutHold
 from voiceagent.stages.vad import VadOptions
-from voiceagent.text.backchannel import BACKCHANNELS, phrases_for, real_words, takes_floor
+from voiceagent.text.backchannel import BACKCHANNELS, floor_words, phrases_for, real_words, takes_floor
 
 EN = BACKCHANNELS["en"]
 
@@ -38,11 +38,28 @@ EN = BACKCHANNELS["en"]
         ("D-d-m", []),  # a throat-clear
         ("B-b-but why?", ["b-b-but", "why"]),  # a stutter keeps its word
         ("Me, a ham!", ["me", "a", "ham"]),  # short words of the same letters are still words
+        ("TCH", []),  # a click of the tongue
+        ("BFF.", []),  # a puff of breath
+        ("C'M'M'", []),  # a low hum
+        ("Pfff, hmm.", []),
+        ("Why try?", ["why", "try"]),  # y is a vowel
+        ("MP3", ["mp3"]),  # a digit: a word
+        ("Ñññ", ["ñññ"]),  # letters outside a-z are not judged
         ("", []),
     ],
 )
 def test_real_words_are_what_is_left_without_backchannels(text: str, left: list[str]) -> None:
     assert real_words(text, EN) == left
+
+
+def test_the_floor_words_are_kept_even_when_they_look_like_a_sound() -> None:
+    assert real_words("Shh, psst!", EN) == []
+    assert real_words("Shh, psst!", EN, floor_words("en")) == ["shh", "psst"]
+    assert real_words("Pst, tch.", phrases_for("de"), floor_words("de-DE")) == ["pst"]
+    policy = InterruptionPolicy.from_config(Config().turn)
+    assert policy.verdict("Shh.", -20.0, -20.0, "en", confidence=0.05) is Verdict.INTERRUPT
+    assert policy.verdict("TCH", -20.0, -20.0, "en", confidence=0.59) is Verdict.BACKCHANNEL  # sure of it, still a sound
+    assert policy.verdict("BFF, stop!", -20.0, -20.0, "en") is Verdict.INTERRUPT
 
 
 def test_a_configured_list_replaces_the_languages_and_an_unknown_language_has_none() -> None:

@@ -602,6 +602,42 @@ def test_words_mode_a_word_the_transcriber_doubts_does_not_cut_the_reply(run: Ru
     run(main(), 30)
 
 
+def test_words_mode_a_split_interruption_is_judged_again_as_one_clip_with_the_dismissed_half(run: Run, make_fakes: MakeFakes) -> None:
+    """ "Hold on, please." cut at its comma: each half alone is heard as a word the transcriber
+    doubts and is dismissed; the second half, joined with the first and transcribed again as one
+    clip, is heard whole and cuts the reply, and the user's turn is the whole clip's text."""
+    halves = Transcript("Champion.", Config().turn.interruption_min_confidence / 3)
+    whole = Transcript("Hold on, please.", 0.6)
+    single: list[int] = []  # the longest clip of the first half's decodes, once it was dismissed
+    saying: list[str] = ["tell me a story"]
+
+    def hears(audio: Any) -> str:
+        if saying[0] is halves and single and len(audio) > 1.5 * single[0]:
+            return whole  # the joined clip: both halves and the gap between them
+        return saying[0]
+
+    fakes = words_fakes(make_fakes, hears)
+
+    async def main() -> None:
+        clock = VirtualClock()
+        async with running(fakes, make_config(lead_ms=125, interruption="words"), clock) as (session, log):
+            _, first = await story_under_way(session, log)
+            saying[0] = halves
+            before = len(fakes.stt.calls)
+            await speak(session, 128)
+            await pause(session, 160)
+            await until(lambda: session.turn.dropped == 1)  # the first half: doubted, dismissed
+            single.append(max(c.samples for c in fakes.stt.calls.items[before:]))
+            await speak(session, 128)  # the second half, before the reply resumes
+            await pause(session, 640)
+            _, cut = await log.wait_type(ResponseDone, response_id=first.response_id)
+            assert cut.status is ResponseStatus.CANCELLED and cut.reason == "turn_detected"
+            assert session.turn.joined_over_agent == 1 and session.turn.dropped == 1
+            await log.wait_type(InputTranscriptDone, text=str(whole))
+
+    run(main(), 30)
+
+
 def test_words_mode_partials_decide_while_the_user_still_speaks_even_with_partials_off(run: Run, make_fakes: MakeFakes) -> None:
     """While speech over a reply is judged, Whisper transcribes it every 500 ms of audio, and once
     it has lasted a second those partials decide: "wait stop" cuts the reply before the user has

@@ -41,7 +41,7 @@ from voiceagent.conversation.reply import Reply
 from voiceagent.conversation.user import UserInput
 from voiceagent.errors import excerpt
 from voiceagent.events import SpeechStarted, TranscriptDelta
-from voiceagent.text.backchannel import phrases_for, real_words, takes_floor
+from voiceagent.text.backchannel import floor_words, phrases_for, real_words, takes_floor
 
 __all__ = ["DOUBTED_MAX_WORDS", "PARTIAL_AFTER_S", "RESUME_SILENCE_S", "InterruptionPolicy", "Interruptions", "Pending", "Verdict"]
 
@@ -108,7 +108,7 @@ class InterruptionPolicy:
         counts)."""
         if self.margin_db > 0 and level_db is not None and user_db is not None and level_db < user_db - self.margin_db:
             return Verdict.BACKGROUND
-        words = real_words(text, phrases_for(language, self.backchannels))
+        words = real_words(text, phrases_for(language, self.backchannels), floor_words(language))
         if len(words) >= self.min_words:
             doubtful = confidence is not None and confidence < self.min_confidence
             if doubtful and len(words) <= DOUBTED_MAX_WORDS and not takes_floor(words, language):

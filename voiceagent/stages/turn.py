@@ -42,12 +42,13 @@ from typing import Protocol
 import numpy as np
 
 from voiceagent.audio import PIPELINE_RATE, Float32Array
-from voiceagent.backends.protocols import TurnBackend
+from voiceagent.backends.protocols import TurnBackend, confidence_of
 from voiceagent.config import Config
 from voiceagent.events import Event, Silence, SpeechStarted, SpeechStopped, TranscriptSegment, TurnConfirmed, UserTurn
 from voiceagent.pipeline import Channel, Stage, StageContext, run_in
 from voiceagent.pipeline.gate import GenerationGate
 from voiceagent.settings import SessionSettings
+from voiceagent.stages.dismissed import Dismissed, join
 from voiceagent.text.turn_words import ends_unfinished
 
 __all__ = [
@@ -188,21 +189,8 @@ class Endpointer:
         start = self._spans[0][0]
         if seg.end_ms - start > _REJOIN_MAX_S * 1000:
             return None
-        parts: list[Float32Array] = []
-        end = start
-        for (a, b), audio in zip([*self._spans, (seg.start_ms, seg.end_ms)], [*self._audio, seg.audio], strict=True):
-            if a >= end:
-                gap = int((a - end) * PIPELINE_RATE / 1000)
-                if gap:
-                    parts.append(np.zeros(gap, dtype=np.float32))
-            else:
-                # After a pause shorter than the prefix padding plus the tail (~400 ms), this
-                # segment's padding reaches back into audio the clip already holds, sometimes the
-                # end of the last word: keep it once, or Whisper hears that word twice.
-                audio = audio[int((end - a) * PIPELINE_RATE / 1000) :]
-            parts.append(audio)
-            end = max(end, b)
-        return dataclasses.replace(seg, audio=np.concatenate(parts), start_ms=start)
+        parts = [(a, b, audio) for (a, b), audio in zip(self._spans, self._audio, strict=True)]
+        return dataclasses.replace(seg, audio=join([*parts, (seg.start_ms, seg.end_ms, seg.audio)]), start_ms=start)
 
     def on_segment(self, seg: TranscriptSegment, respond: bool, *, alone: str | None = None) -> list[Action]:
         """``alone``: given when ``seg`` is :meth:`joined` transcribed again (it then replaces the
@@ -343,6 +331,10 @@ class TurnPorts:
     """Asked first for each segment's final transcript; False drops the segment as if it was
     never spoken (speech over the agent's reply that is no interruption: a backchannel, a
     cough).  None: every segment counts."""
+    judging: Callable[[], bool] | None = None
+    """Whether speech over a paused reply is being judged now: a segment then joins the dismissed
+    ones just before it and is judged as one clip with them (:mod:`~voiceagent.stages.dismissed`;
+    needs ``rejoin``).  None: each segment is judged alone."""
 
 
 @dataclass(frozen=True)
@@ -413,6 +405,10 @@ class TurnStage(Stage):
         self._min_audio_ms = options.min_audio_ms
         self._rejoin = ports.rejoin
         self._takes_turn = ports.takes_turn
+        self._judging = ports.judging
+        self._dismissed = Dismissed()
+        self.joined_over_agent = 0
+        """Segments over the agent judged joined with the dismissed ones before them."""
         self.dropped = 0
         """Segments dropped because they were no interruption of the agent (``takes_turn``)."""
         self.rejoined = 0
@@ -476,10 +472,14 @@ class TurnStage(Stage):
             self._marks = {"vad_stop": event.t}
             actions = ep.on_speech_stopped(event.audio_ms)
         elif isinstance(event, TranscriptSegment):
-            if not event.committed and self._takes_turn is not None and not await self._takes_turn(event):
-                self.dropped += 1
-                ep.discard()
-                return
+            if not event.committed and self._takes_turn is not None:
+                event = await self._with_dismissed(event)
+                if not await self._takes_turn(event):
+                    self.dropped += 1
+                    self._dismissed.hold(event)
+                    ep.discard()
+                    return
+                self._dismissed.clear()
             self._marks["transcript_final"] = event.t
             ep.speculative = self._speculative and self._may_speculate()
             rejoined = await self._rejoined(event)
@@ -492,6 +492,23 @@ class TurnStage(Stage):
         else:
             actions = []
         await self._apply(actions)
+
+    async def _with_dismissed(self, seg: TranscriptSegment) -> TranscriptSegment:
+        """``seg``, or, while speech over the agent is judged, ``seg`` joined with the dismissed
+        segments just before it and transcribed again as one clip (its confidence the clip's).
+        ``seg`` alone when nothing is held, or the decode failed or was not tried (busy)."""
+        if self._judging is None or self._rejoin is None or not self._judging():
+            self._dismissed.clear()
+            return seg
+        joined = self._dismissed.with_held(seg)
+        if joined is None:
+            return seg
+        text = await self._rejoin(joined.audio)
+        if not text:
+            return seg
+        self.joined_over_agent += 1
+        log.debug("session %s: speech over the reply judged with what was dismissed before it: %r", self.ctx.session_id, str(text))
+        return dataclasses.replace(joined, text=text, confidence=confidence_of(text))
 
     async def _rejoined(self, seg: TranscriptSegment) -> TranscriptSegment | None:
         """``seg`` joined with the turn's earlier segments and transcribed again as one clip; None

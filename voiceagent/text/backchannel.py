@@ -11,8 +11,12 @@ word).  The lists hold what the transcriber writes too: Whisper tiny hears "uh-h
 
 Whatever the language, a word that only writes down a sound is no word either
 (:data:`NONVERBAL`): syllables joined by hyphens, each of vowels, h and m or of one or two letters
-("a-a", "mm-mm", "a-ha-ha", "d-d-m"), a hum ("hmm", "mhm"), a vowel with an h ("ahh", "eh").
-Whisper writes a hummed "uh-huh" or "mm-hmm", a laugh or a throat-clear that way.  A stutter
+("a-a", "mm-mm", "a-ha-ha", "d-d-m"), a hum ("hmm", "mhm"), a vowel with an h ("ahh", "eh"), or
+Latin consonants with no vowel at all, y counted as one ("tch", "bff", "pfff", "c'm'm").
+Whisper writes a hummed "uh-huh" or "mm-hmm", a laugh, a throat-clear, a click of the tongue or a
+puff of breath that way.  The words that take the floor are kept even when they look like a sound
+("shh", "psst"), and so are words with digits or letters outside a-z.  An acronym alone ("BBC")
+counts as a sound: said over the agent with no other word, it is not a request.  A stutter
 before a word ("b-b-but") keeps the word; a real word of short hyphenated parts ("re-do") counts
 as a sound, which matters only when it is all the user said over the agent.
 
@@ -27,7 +31,7 @@ from __future__ import annotations
 import functools
 import re
 
-__all__ = ["BACKCHANNELS", "FLOOR_WORDS", "NONVERBAL", "phrases_for", "real_words", "takes_floor"]
+__all__ = ["BACKCHANNELS", "FLOOR_WORDS", "NONVERBAL", "floor_words", "phrases_for", "real_words", "takes_floor"]
 
 BACKCHANNELS: dict[str, tuple[str, ...]] = {
     "en": (
@@ -47,18 +51,18 @@ so any word interrupts there."""
 FLOOR_WORDS: dict[str, frozenset[str]] = {
     "en": frozenset((
         "stop", "wait", "hold", "hang", "pause", "halt", "cancel", "enough", "quiet", "shh", "hush", "hey",
-        "excuse", "sorry", "pardon", "no", "nope", "listen", "actually",
+        "excuse", "sorry", "pardon", "no", "nope", "listen", "actually", "psst", "pst",
     )),
     "es": frozenset(("para", "espera", "basta", "oye", "perdón", "perdona", "no", "alto", "calla")),
     "fr": frozenset(("stop", "attends", "attendez", "arrête", "arrêtez", "pardon", "non", "écoute", "écoutez")),
-    "de": frozenset(("stopp", "stop", "halt", "warte", "moment", "nein", "entschuldigung", "hör", "ruhe")),
+    "de": frozenset(("stopp", "stop", "halt", "warte", "moment", "nein", "entschuldigung", "hör", "ruhe", "pst", "psst")),
 }  # fmt: skip
 """Words a listener says to make the speaker yield, by language: a transcript holding one is
 never doubted (:func:`takes_floor`).  A language missing here has none."""
 
 _WORD = re.compile(r"[\w'-]+")
 _SOUND_PART = r"(?:[aeiouhm]{1,4}|[a-z]{1,2})"
-NONVERBAL = re.compile(rf"^(?:{_SOUND_PART}(?:-{_SOUND_PART})+|[hm]{{2,}}|h?[aeiou]h+)$")
+NONVERBAL = re.compile(rf"^(?:{_SOUND_PART}(?:-{_SOUND_PART})+|[hm]{{2,}}|h?[aeiou]h+|[b-df-hj-np-tv-xz'-]+)$")
 """A transcribed sound rather than a word (see the module docstring)."""
 
 
@@ -85,8 +89,9 @@ def _patterns(phrases: tuple[str, ...]) -> tuple[tuple[str, ...], ...]:
     return tuple(sorted({p for p in map(tuple, map(_words, phrases)) if p}, key=len, reverse=True))
 
 
-def real_words(text: str, phrases: tuple[str, ...]) -> list[str]:
-    """The words of ``text`` that are not part of a backchannel phrase, in order."""
+def real_words(text: str, phrases: tuple[str, ...], keep: frozenset[str] = frozenset()) -> list[str]:
+    """The words of ``text`` that are not part of a backchannel phrase nor a sound
+    (:data:`NONVERBAL`), in order; a word in ``keep`` (the floor words) is never taken for a sound."""
     patterns = _patterns(phrases)
     words = _words(text)
     out: list[str] = []
@@ -97,14 +102,20 @@ def real_words(text: str, phrases: tuple[str, ...]) -> list[str]:
                 i += len(pat)
                 break
         else:
-            if not NONVERBAL.match(words[i]):
+            if words[i] in keep or not NONVERBAL.match(words[i]):
                 out.append(words[i])
             i += 1
     return out
 
 
+def floor_words(language: str) -> frozenset[str]:
+    """The words that take the floor in ``language`` (its primary tag; none for a language
+    missing from :data:`FLOOR_WORDS`)."""
+    return FLOOR_WORDS.get(_primary(language), frozenset())
+
+
 def takes_floor(words: list[str], language: str) -> bool:
     """Whether ``words`` (from :func:`real_words`) hold a word that takes the floor in
     ``language`` (its primary tag)."""
-    floor = FLOOR_WORDS.get(_primary(language), frozenset())
+    floor = floor_words(language)
     return any(w in floor for w in words)
