@@ -21,6 +21,10 @@ client is told nothing of it yet.  Then the words decide (:meth:`InterruptionPol
   and stays whole.  The speech leaves no trace in the conversation: no item, no event;
 * nothing decided ``false_interruption_timeout_ms`` after the speech stopped: the reply resumes.
 
+A segment that starts within a second of a dismissed one is judged joined with it, transcribed
+again as one clip (the turn stage does it: :mod:`~voiceagent.stages.dismissed`): a short
+interruption cut at its comma ("Hey, wait.") is heard whole, not as two doubted words.
+
 The user's voice level is learnt from the segments that were turns.  A pause is never resumed
 while the user speaks: each new stretch of speech is judged again.
 
