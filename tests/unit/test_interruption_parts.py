@@ -83,7 +83,7 @@ def test_the_policy_judges_words_level_and_silence() -> None:
     assert not InterruptionPolicy(mode="immediate").judges
 
 
-def test_the_policy_doubts_a_word_or_two_the_transcriber_is_unsure_of_and_nothing_longer() -> None:
+def test_the_policy_doubts_words_the_transcriber_is_unsure_of_however_many() -> None:
     policy = InterruptionPolicy.from_config(Config().turn)
     low = policy.min_confidence / 2
     assert policy.min_confidence > 0
@@ -91,7 +91,9 @@ def test_the_policy_doubts_a_word_or_two_the_transcriber_is_unsure_of_and_nothin
     assert policy.verdict("Tusk now.", -20.0, -20.0, "en", low) is Verdict.DOUBTED
     assert policy.verdict("Stop.", -20.0, -20.0, "en", policy.min_confidence) is Verdict.INTERRUPT
     assert policy.verdict("Stop.", -20.0, -20.0, "en", None) is Verdict.INTERRUPT  # not told: trusted
-    assert policy.verdict("Stop it now.", -20.0, -20.0, "en", low) is Verdict.INTERRUPT  # three words: someone talking
+    assert policy.verdict("Stop it now.", -20.0, -20.0, "en", low) is Verdict.INTERRUPT  # a floor word
+    assert policy.verdict("You are not a man.", -20.0, -20.0, "en", low) is Verdict.DOUBTED  # a growl, written as a sentence
+    assert policy.verdict("You are not a man.", -20.0, -20.0, "en", policy.min_confidence) is Verdict.INTERRUPT
     assert policy.verdict("Yeah, right, champion.", -20.0, -20.0, "en", low) is Verdict.DOUBTED  # backchannels don't count
     assert policy.verdict("Yeah.", -20.0, -20.0, "en", low) is Verdict.BACKCHANNEL
     assert InterruptionPolicy(min_confidence=0.0).verdict("BAM", None, None, "en", 0.01) is Verdict.INTERRUPT

@@ -269,10 +269,10 @@ class TurnConfig:
     """``words``: speech this much quieter than the user's own voice in their earlier turns (a
     second voice in the room, a radio) does not interrupt; 0: every voice counts."""
     interruption_min_confidence: float = 0.12
-    """``words``: a transcript of one or two real words that the transcriber is less sure of than
-    this (0..1; Whisper: its tokens' mean probability times the chance of speech) is a sound it
-    wrote as words (a hum as "BAM", an "ooh" as "OO") and does not interrupt; 0: never doubted.
-    Longer speech always counts (docs/decisions/interruptions.md)."""
+    """``words``: a transcript that the transcriber is less sure of than this (0..1; Whisper: its
+    tokens' mean probability times the chance of speech) is a sound it wrote as words (a hum as
+    "BAM", an "ooh" as "OO", a growl as a sentence) and does not interrupt, unless it holds a word
+    that takes the floor ("stop", "wait"); 0: never doubted (docs/decisions/interruptions.md)."""
     backchannels: str = ""
     """``words``: comma-separated phrases that never interrupt; empty: the built-in list of
     ``stt.language`` (voiceagent/text/backchannel.py)."""

@@ -13,8 +13,8 @@ client is told nothing of it yet.  Then the words decide (:meth:`InterruptionPol
   sneeze as "2.").  The agent is paused meanwhile, so waiting for the words costs the listener
   nothing;
 * a final transcript of backchannels only ("yeah, right"), of nothing (a cough, a door), of
-  one or two words the transcriber doubts (under ``interruption_min_confidence``: a hum written
-  "BAM", an "ooh" "OO"; never a word that takes the floor, such as "stop", "wait" or "hey":
+  words the transcriber doubts (under ``interruption_min_confidence``: a hum written "BAM", an
+  "ooh" "OO", a growl written as a sentence; never a word that takes the floor, such as "stop", "wait" or "hey":
   :data:`~voiceagent.text.backchannel.FLOOR_WORDS`), or of speech ``interruption_margin_db`` quieter than the user's own
   voice (a second voice in the room): the reply **resumes** where it paused, once the user has been silent for
   :data:`RESUME_SILENCE_S` after their speech ended (a "Yeah, ... but" goes on after the comma),
@@ -47,7 +47,7 @@ from voiceagent.errors import excerpt
 from voiceagent.events import SpeechStarted, TranscriptDelta
 from voiceagent.text.backchannel import floor_words, phrases_for, real_words, takes_floor
 
-__all__ = ["DOUBTED_MAX_WORDS", "PARTIAL_AFTER_S", "RESUME_SILENCE_S", "InterruptionPolicy", "Interruptions", "Pending", "Verdict"]
+__all__ = ["PARTIAL_AFTER_S", "RESUME_SILENCE_S", "InterruptionPolicy", "Interruptions", "Pending", "Verdict"]
 
 log = logging.getLogger(__name__)
 
@@ -71,12 +71,8 @@ class Verdict(enum.Enum):
     BACKGROUND = "background"
     """A voice quieter than the user's by more than the margin (someone else, a radio)."""
     DOUBTED = "doubted"
-    """A word or two the transcriber is not sure of: a sound it wrote as words."""
-
-
-DOUBTED_MAX_WORDS = 2
-"""Transcripts of at most this many real words may be doubted (``interruption_min_confidence``):
-the sounds Whisper writes as words come out as one or two; longer speech is someone talking."""
+    """Words the transcriber is not sure of: a sound it wrote as words ("BAM", or a growl as a
+    whole sentence, "You are not a man." at 0.07)."""
 
 
 @dataclass(frozen=True)
@@ -115,7 +111,7 @@ class InterruptionPolicy:
         words = real_words(text, phrases_for(language, self.backchannels), floor_words(language))
         if len(words) >= self.min_words:
             doubtful = confidence is not None and confidence < self.min_confidence
-            if doubtful and len(words) <= DOUBTED_MAX_WORDS and not takes_floor(words, language):
+            if doubtful and not takes_floor(words, language):
                 return Verdict.DOUBTED
             return Verdict.INTERRUPT
         return Verdict.BACKCHANNEL if text.strip(" .,!?") else Verdict.NOTHING
