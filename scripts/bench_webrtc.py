@@ -41,6 +41,7 @@ import numpy as np
 from websockets.asyncio.client import connect
 
 from scripts.bench.metrics import read as read_metrics
+from scripts.bench.sampler import Sampler
 from scripts.bench.serve import ServeProcess
 from voiceagent.audio import read_wav, resample
 from voiceagent.backends.registry import load_engines, warm_up
@@ -70,11 +71,7 @@ def _speech(name: str) -> tuple[np.ndarray[Any, Any], float]:
 
 def _cpu_s(pid: int | None) -> float:
     """User + system CPU seconds of process ``pid`` so far (None: this process)."""
-    if pid is None:
-        t = os.times()
-        return t.user + t.system
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return Sampler.cpu_s("self" if pid is None else pid)
 
 
 class _Target:

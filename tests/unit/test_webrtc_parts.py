@@ -116,6 +116,26 @@ def test_a_silent_track_sends_a_replys_first_audio_at_once_with_its_timestamp_mo
     asyncio.run(main())
 
 
+def test_a_clear_while_a_frame_waits_for_its_tick_sends_nothing_until_the_next_audio() -> None:
+    clock = VirtualClock()
+
+    async def main() -> None:
+        track = SpeakerTrack(clock.now, clock.sleep_until)
+        track.push(np.full(24_000 // 10, 8000, dtype=np.int16))
+        await track.next_chunk()
+        pending = asyncio.ensure_future(track.next_chunk())  # waiting for the 20 ms tick
+        await asyncio.sleep(0)
+        track.clear()  # a barge-in meanwhile
+        clock.advance(0.02)
+        await asyncio.sleep(0)
+        assert not pending.done(), "a cleared track sent a frame at its tick"
+        track.push(np.full(24_000 // 10, 8000, dtype=np.int16))
+        _, chunk = await asyncio.wait_for(pending, 5)
+        assert np.abs(chunk).max() > 1000 and track.sent_audio_frames == 2
+
+    asyncio.run(main())
+
+
 def test_a_cancelled_wait_of_a_silent_track_leaves_nothing_waiting() -> None:
     clock = VirtualClock()
 

@@ -230,20 +230,24 @@ class SpeakerTrack:
         the track (its RTP timestamp), when it is due: at once when audio comes to a silent track
         (the frames after it are paced from it), otherwise 20 ms after the one before.  Waits, with
         nothing sent, while nothing is queued.  Cancellation: leaves the track as it was."""
-        while not len(self._queue):
-            self._pushed.clear()
-            await self._pushed.wait()
-        now = self._now()
-        if self._start is None:
-            self._start = now
-        due = self._start + self._pts / TRACK_RATE
-        if now < due:
+        while True:
+            while not len(self._queue):
+                self._pushed.clear()
+                await self._pushed.wait()
+            now = self._now()
+            if self._start is None:
+                self._start = now
+            due = self._start + self._pts / TRACK_RATE
+            if now >= due:
+                # The track was silent (or starved): this frame goes now, its timestamp moved on
+                # by the whole frames of the gap, and the following ticks are counted from it.
+                self._pts += int((now - due) * TRACK_RATE) // FRAME_SAMPLES * FRAME_SAMPLES
+                self._start = now - self._pts / TRACK_RATE
+                break
             await self._sleep_until(due)  # audio goes on: its 20 ms tick
-        else:
-            # The track was silent (or starved): this frame goes now, its timestamp moved on by
-            # the whole frames of the gap, and the following ticks are counted from it.
-            self._pts += int((now - due) * TRACK_RATE) // FRAME_SAMPLES * FRAME_SAMPLES
-            self._start = now - self._pts / TRACK_RATE
+            if len(self._queue):
+                break
+            # Cleared while waiting for the tick (a barge-in): nothing to send, wait for audio.
         chunk, self._queue = self._queue[:FRAME_SAMPLES], self._queue[FRAME_SAMPLES:]
         pts = self._pts
         self._pts += FRAME_SAMPLES
