@@ -43,6 +43,13 @@ from voiceagent.config import DEFAULT_EXAMPLES, DEFAULT_INSTRUCTIONS, load_confi
 from voiceagent.tools.spec import Message  # noqa: E402
 
 _NOISY = " The user's words come from speech recognition and may be misheard: answer what they most likely meant."
+# Issue #48: names the mechanism (a recogniser mishears a word for one that sounds alike) and
+# forbids the two ways a small model goes wrong with it: repeating the misheard words back, or
+# talking about the mistake instead of answering.
+_HEARD = (
+    " The user's words are written by a speech recogniser, which sometimes mishears a word as one that sounds alike."
+    " When a word does not fit, answer the question the user most likely asked, without mentioning the mistake."
+)
 
 
 @dataclass(frozen=True)
@@ -82,6 +89,7 @@ def variants(config_instructions: str, config_examples: tuple[tuple[str, str], .
         "config": Variant("config", config_instructions, config_examples),
         "plain": Variant("plain", plain, ()),
         "plain+noisy": Variant("plain+noisy", plain + _NOISY, ()),
+        "plain+heard": Variant("plain+heard", plain + _HEARD, ()),
         "ex1": Variant("ex1", plain, _EX1),
         "ex2": Variant("ex2", plain, _EX2),
         "ex2+noisy": Variant("ex2+noisy", plain + _NOISY, _EX2),

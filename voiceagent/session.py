@@ -148,7 +148,7 @@ class Session:
             ctx,
             stt_in,
             turn_in,
-            SttPorts(self._engines.stt, settings, self._engines.stt_finals, replies.core.judging),
+            SttPorts(self._engines.stt, settings, self._engines.stt_finals, self._engines.stt_partials, replies.core.judging),
             SttOptions.from_config(cfg.stt),
         )
         turn_cost = self._engines.turn_cost

@@ -339,6 +339,7 @@ class FakeEngines:
         *,
         vad: FakeVad | None = None,
         stt: FakeStt | None = None,
+        stt_partials: FakeStt | None = None,
         turn: FakeTurn | None = None,
         llm: FakeLlm | None = None,
         tts: FakeTts | None = None,
@@ -348,14 +349,20 @@ class FakeEngines:
     ) -> None:
         """``contexts``: the LLM pool's contexts (default: ``llm`` alone), stepped on ``llm``'s
         executor; ``window`` and ``count``: the pool's context length and token counter (default:
-        none, so the session estimates against ``llm.context``)."""
+        none, so the session estimates against ``llm.context``); ``stt_partials``: a second
+        transcriber for partials (``stt.partial_model``), run on ``stt``'s executor as the registry
+        runs it."""
         self.vad = vad or FakeVad()
         self.stt = stt or FakeStt(default="hello")
         self.turn = turn or FakeTurn()
         self.llm = llm or FakeLlm()
         self.tts = tts or FakeTts()
         self.pool = LlmPool(list(contexts) if contexts else [self.llm], self.llm.executor, name="fake", window=window, tokens=count)
-        self.engines = Engines(vad=self.vad, stt=self.stt, turn=self.turn, llm=self.pool, tts=self.tts)
+        self.stt_partials = stt_partials
+        if stt_partials is not None:
+            stt_partials.executor.shutdown(wait=True)
+            stt_partials.executor = self.stt.executor
+        self.engines = Engines(vad=self.vad, stt=self.stt, turn=self.turn, llm=self.pool, tts=self.tts, stt_partials=stt_partials)
 
     def close(self) -> None:
         for ex in (self.vad.executor, self.stt.executor, self.turn.executor, self.llm.executor, self.tts.executor):

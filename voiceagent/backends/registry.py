@@ -91,6 +91,9 @@ class Engines:
     load_seconds: dict[str, float] = field(default_factory=dict)
     turn_cost: TurnCost | None = None
     """One turn's critical-path work on this machine, measured by :func:`warm_up` (capacity)."""
+    stt_partials: SttBackend | None = None
+    """The model partial transcripts are decoded with (``stt.partial_model``), on ``stt``'s own
+    executor; None: ``stt``."""
     stt_finals: Coalescer[SttRequest, str] | None = None
     """Joins the final decodes that wait for ``stt`` at the same time into batches (``stt.batch``);
     None: one by one."""
@@ -121,6 +124,7 @@ def load_engines(config: Config) -> Engines:
     models = {
         "vad": ("vad.model", config.vad.model),
         "stt": ("stt.model", config.stt.model),
+        "stt_partials": ("stt.partial_model", config.stt.partial_model),
         "turn": ("turn.model", config.turn.model),
         "llm": ("llm.model", config.llm.model),
         "llm_fallback": ("llm.fallback_model", config.llm.fallback_model),
@@ -168,6 +172,24 @@ def load_engines(config: Config) -> Engines:
         config.stt.compute_type,
         config.stt.language,
     )
+    partials = None
+    if config.stt.partial_model and config.stt.partial_model != config.stt.model:
+        partials = timed(
+            "stt_partials",
+            _import(*_STT),
+            config.stt.partial_model,
+            cache,
+            config.stt.threads,
+            1,  # greedy: a partial is a draft of the words, and beam search is what costs
+            config.stt.window_s,
+            config.stt.device,
+            config.stt.compute_type,
+            config.stt.language,
+        )
+        # One decoder thread for both models: a final queued behind a partial would wait for
+        # it, and the priority executor runs finals first only among what it holds.
+        partials.executor.shutdown(wait=False)
+        partials.executor = stt.executor
     turn = None if config.turn.model == "none" else timed("turn", _import(*_TURN), config.turn.device, config.turn.model, cache)
     llm, pools = load_llm(config, timed)
     tts = timed("tts", _import(*_TTS), config.tts.model, config.tts.threads, config.tts.device, cache)
@@ -195,7 +217,18 @@ def load_engines(config: Config) -> Engines:
             voice.contended = busy_besides("tts")
     cache_ = timed("embed", _semantic_cache, config) if config.cache.semantic else None
     finals = Coalescer(stt.executor, stt.transcribe_batch, config.stt.batch) if config.stt.batch > 1 else None
-    return Engines(vad=vad, stt=stt, turn=turn, llm=llm, tts=tts, load_seconds=timings, voices=voices, cache=cache_, stt_finals=finals)
+    return Engines(
+        vad=vad,
+        stt=stt,
+        turn=turn,
+        llm=llm,
+        tts=tts,
+        load_seconds=timings,
+        voices=voices,
+        cache=cache_,
+        stt_finals=finals,
+        stt_partials=partials,
+    )
 
 
 def _semantic_cache(config: Config) -> SemanticCache:

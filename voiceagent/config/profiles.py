@@ -25,6 +25,8 @@ profile         STT                 LLM                 notes
                                                         about 3× tiny's decode time (greedy base was no better
                                                         than tiny); the session's tool descriptions
                                                         as Whisper's prompt (``stt.tools_prompt``);
+                                                        partials from Whisper tiny every 400 ms
+                                                        (``stt.partial_model``);
                                                         installed with the 1.5B by
                                                         ``VOICEAGENT_PROFILE=quality bash scripts/setup.sh``
 ==============  ==================  ==================  ==============================================================
@@ -111,6 +113,10 @@ PROFILES: dict[str, dict[str, str]] = {
         "stt.model": "whisper-base",
         "stt.beam_size": "5",
         "stt.tools_prompt": "true",
+        # Partials from tiny, every 400 ms of speech: they only feed the 1.5B's prefill, which then
+        # holds more of the user's words when they stop (docs/decisions/partial-model.md).
+        "stt.partial_model": "whisper-tiny",
+        "stt.partial_interval_ms": "400",
         "llm.model": "qwen2.5-1.5b",
         "llm.quant": "shipped",
     },

@@ -188,6 +188,13 @@ class SttConfig:
     partials: bool = True
     partial_interval_ms: int = 1200
     """Audio between two partial decodes while the user speaks (each costs an encoder pass)."""
+    partial_model: str = ""
+    """The model partial transcripts are decoded with, greedy ("": ``model`` itself).  The final
+    transcript, which the answer is judged by, stays ``model``'s; a partial only lets the LLM
+    evaluate the user's words while they still speak (``llm.prefill``) and shows progress, so a
+    cheaper model there costs no accuracy.  Both share one decoder thread, so a final still runs
+    before any queued partial.  In ``quality``: Whisper base at beam 5 for the final, tiny for
+    the partials (docs/decisions/partial-model.md)."""
     window_s: int = 0
     """Encoder window: 0 = auto (clip + 1 s, rounded up to 5 s, at least 10 s); 30 = Whisper's classic."""
     early_decode: bool = True

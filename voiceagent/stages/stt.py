@@ -74,6 +74,9 @@ class SttPorts:
     finals: Coalescer[SttRequest, str] | None = None
     """Where set (shared by every session on ``backend``), final decodes go through it, so that
     several sessions' finals waiting at once are decoded as one batch; None: one by one."""
+    partials: SttBackend | None = None
+    """The model partials are decoded with (``stt.partial_model``), run on ``backend``'s
+    executor; None: ``backend``."""
     judging: Callable[[], bool] | None = None
     """True while speech over the agent is being judged by its words: partials then come every
     :data:`JUDGING_INTERVAL_MS` (even with ``stt.partials`` off).  None: never."""
@@ -102,6 +105,7 @@ class SttStage(Stage):
         super().__init__(ctx, inbox, out)
         self._backend = ports.backend
         self._finals = ports.finals
+        self._partial_backend = ports.partials or ports.backend
         self._settings = ports.settings
         self._tools_prompt = options.tools_prompt
         self._partials = options.partials
@@ -307,7 +311,8 @@ class SttStage(Stage):
     async def _partial(self, audio: np.ndarray, end_ms: float) -> None:
         self.decodes += 1
         language, prompt = self._language_and_prompt()
-        text = await run_at(self._backend.executor, PRIORITY_PARTIAL, lambda: self._backend.transcribe(audio, language, prompt))
+        model = self._partial_backend
+        text = await run_at(self._backend.executor, PRIORITY_PARTIAL, lambda: model.transcribe(audio, language, prompt))
         if check(text, len(audio) / PIPELINE_RATE).looped:
             self.loops += 1
             return
