@@ -47,7 +47,7 @@ from voiceagent.text.turn_kind import small_talk_kind
 from voiceagent.tools.builtin import builtin_tools
 from voiceagent.tools.spec import Message, Tool, with_tools
 
-__all__ = ["Engines", "load_engines", "load_llm", "warm_up"]
+__all__ = ["Engines", "load_engines", "load_llm", "load_partials", "warm_up"]
 
 log = logging.getLogger(__name__)
 
@@ -116,6 +116,19 @@ class Engines:
         self.llm.close()
 
 
+def load_partials(config: Config, stt: SttBackend) -> SttBackend:
+    """The transcriber of ``stt.partial_model``, greedy (a partial is a draft of the words, and
+    beam search is what costs), running on ``stt``'s executor: one decoder thread for both, since
+    a final queued behind a partial in another executor would wait for it, and a priority
+    executor puts finals first only among what it holds.  Blocking (seconds)."""
+    s = config.stt
+    factory = _import(*_STT)
+    partials: SttBackend = factory(s.partial_model, config.cache_path, s.threads, 1, s.window_s, s.device, s.compute_type, s.language)
+    partials.executor.shutdown(wait=False)
+    partials.executor = stt.executor
+    return partials
+
+
 def load_engines(config: Config) -> Engines:
     """Load every configured model (blocking; seconds).  Call it once, off the event loop."""
     timings: dict[str, float] = {}
@@ -172,24 +185,7 @@ def load_engines(config: Config) -> Engines:
         config.stt.compute_type,
         config.stt.language,
     )
-    partials = None
-    if config.stt.partial_model and config.stt.partial_model != config.stt.model:
-        partials = timed(
-            "stt_partials",
-            _import(*_STT),
-            config.stt.partial_model,
-            cache,
-            config.stt.threads,
-            1,  # greedy: a partial is a draft of the words, and beam search is what costs
-            config.stt.window_s,
-            config.stt.device,
-            config.stt.compute_type,
-            config.stt.language,
-        )
-        # One decoder thread for both models: a final queued behind a partial would wait for
-        # it, and the priority executor runs finals first only among what it holds.
-        partials.executor.shutdown(wait=False)
-        partials.executor = stt.executor
+    partials = timed("stt_partials", load_partials, config, stt) if config.stt.partial_model not in ("", config.stt.model) else None
     turn = None if config.turn.model == "none" else timed("turn", _import(*_TURN), config.turn.device, config.turn.model, cache)
     llm, pools = load_llm(config, timed)
     tts = timed("tts", _import(*_TTS), config.tts.model, config.tts.threads, config.tts.device, cache)
