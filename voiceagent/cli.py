@@ -82,6 +82,8 @@ def _overrides(args: argparse.Namespace, **forced: str) -> dict[str, str]:
 def _configured_models(config: Config) -> dict[str, str]:
     """Catalog keys of the models this configuration runs in process, each with the setting naming it."""
     keys = {f"vad.{config.vad.model}": "vad.model", f"stt.{config.stt.model}": "stt.model"}
+    if config.stt.partial_model:
+        keys.setdefault(f"stt.{config.stt.partial_model}", "stt.partial_model")
     if config.turn.model != "none":
         keys[f"turn.{config.turn.model}"] = "turn.model"
     if config.llm.backend != "openai":  # openai: llm.model is the server's name for its model
@@ -101,6 +103,8 @@ def _model_settings(config: Config) -> dict[str, tuple[str, str]]:
     as ``setting -> (kind, value)`` (an LLM only where llama.cpp runs it: an OpenAI-compatible
     server names its own models, and vLLM reads Hugging Face folders and ids itself)."""
     settings = {"vad.model": ("vad", config.vad.model), "stt.model": ("stt", config.stt.model)}
+    if config.stt.partial_model:
+        settings["stt.partial_model"] = ("stt", config.stt.partial_model)
     if config.turn.model != "none":
         settings["turn.model"] = ("turn", config.turn.model)
     if config.llm.backend == "llama_cpp":

@@ -12,6 +12,7 @@ import pytest
 from tests.hub_cache import add_repo
 from tests.model_files import ENGLISH_ONLY, write_gguf, write_onnx, write_piper_voice, write_whisper_dir
 from voiceagent import cli
+from voiceagent.config import load_config
 from voiceagent.errors import ModelError
 from voiceagent.models import pull as model_pull
 from voiceagent.models.checks import check, check_language, gguf_metadata, onnx_inputs, whisper_multilingual
@@ -314,3 +315,14 @@ def test_pull_refuses_at_once_when_hf_hub_offline_is_set(monkeypatch: pytest.Mon
 def test_only_pull_takes_model_names(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["models", "verify", "tiny.en"]) == 2
     assert capsys.readouterr().err.strip() == "voiceagent: error: only 'voiceagent models pull' takes model names, not 'verify'"
+
+
+def test_a_wrong_partial_model_is_one_line_before_any_model_loads(tmp_path: Path) -> None:
+    """``stt.partial_model`` is checked with the other model settings (cli._require_models), not
+    first met by the loader after the VAD and the main Whisper have loaded."""
+    config = load_config(env={}, overrides={"profile": "fast", "stt.partial_model": str(tmp_path / "absent")})
+    with pytest.raises(ModelError, match=r"^stt.partial_model '.*/absent': no such file or folder: .*absent$"):
+        cli._require_models(config)
+    unknown = load_config(env={}, overrides={"profile": "fast", "stt.partial_model": "no-such-model"})
+    with pytest.raises(ModelError, match="unknown stt model 'no-such-model'"):
+        cli._require_models(unknown)
