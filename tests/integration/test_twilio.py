@@ -88,7 +88,15 @@ def test_twilio_call_gets_a_spoken_answer(engines: Any, speech: dict[str, Path],
     async def scenario() -> tuple[Any, Session]:
         async with VoiceAgentServer(_config(), engines) as server, FakeTwilioCall(_twilio_url(server)) as call:
             await call.say(pcm, rate)
-            await call.wait_until(lambda: call.quiet_for(1.5), 60 * SCALE)
+
+            def done() -> bool:
+                # The reply has ended on the server and the phone has played all of it: a pause
+                # between clauses on a loaded machine is not the end (the quiet alone once was).
+                replies = [i for s in server.sessions for i in s.history.items if isinstance(i, AssistantItem)]
+                ended = bool(replies) and replies[0].status != "in_progress"
+                return ended and call.marks_echoed == call.marks_sent and call.quiet_for(0.5)
+
+            await call.wait_until(done, 60 * SCALE)
             return call, _only_session(server)
 
     call, session = run(scenario(), timeout=90)
