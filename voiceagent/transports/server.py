@@ -71,6 +71,7 @@ from voiceagent.pipeline.loopload import loop_load
 from voiceagent.session import QUEUES, Session
 from voiceagent.transports.auth import SUBPROTOCOL, access_for, is_loopback
 from voiceagent.transports.http_post import Post, PostConnection
+from voiceagent.transports.probe_log import wire_logger
 from voiceagent.transports.realtime import RealtimeConnection
 from voiceagent.transports.twilio import TwilioConnection
 from voiceagent.transports.twilio_codec import stream_url, twiml
@@ -330,6 +331,7 @@ class VoiceAgentServer:
             # quarter for a zlib call on every message, and CPU, not bandwidth, is what limits how
             # many conversations a server holds (WebRTC's Opus is the answer to bandwidth).
             compression=None,
+            logger=wire_logger(),
             ping_interval=20,
             ping_timeout=20,
             ssl=context,
