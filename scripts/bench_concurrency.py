@@ -379,7 +379,7 @@ def main() -> int:
     # The capacity is what the server would admit by itself (server.max_sessions = 0); the bench
     # raises the limit so that it can also measure past it.
     trees = {"baseline": Path(args.baseline)} if args.baseline else {}
-    servers = {name: ServeProcess(ov, log_lines=0, tree=trees.get(name, ROOT)) for name, (ov, _) in variants.items()}
+    servers = {name: ServeProcess(ov, log_lines=None, tree=trees.get(name, ROOT)) for name, (ov, _) in variants.items()}
     auto = load_config(env={}, overrides={**overrides, "server.max_sessions": "0"})
     report: dict[str, Any] = {
         "machine": machine(),
@@ -412,6 +412,7 @@ def main() -> int:
                         pids = [server.proc.pid, *([proc.pid] if proc is not None else [])]
                         with Sampler(pids) as sampler, LoadPoller(server.url) as poller:
                             cpu0, t0, th0 = sampler.total_cpu_s(), time.monotonic(), sampler.threads_cpu_s()
+                            n_log = len(server.lines())
                             turns, errors, refused = asyncio.run(run_n(server.url, files, delays=delays))
                             cpu1, t1, th1 = sampler.total_cpu_s(), time.monotonic(), sampler.threads_cpu_s()
                         row = summarize(turns, errors, n * args.turns, cpu1 - cpu0, t1 - t0, sampler, refused)
@@ -421,6 +422,10 @@ def main() -> int:
                         ranked = sorted(per_turn.items(), key=lambda kv: -kv[1])
                         row["cpu_s_per_turn_by_thread"] = {k: round(v, 3) for k, v in ranked if v >= 0.001}
                         row["waterfall_ms"] = waterfall(turns)
+                        # Why each refused caller was refused, in the server's words (its load, the
+                        # sessions not heard yet, the CPU per turn): what to calibrate against.
+                        marker = "refused a new session: "
+                        row["refusal_reasons"] = [ln.split(marker, 1)[1].strip() for ln in server.lines()[n_log:] if marker in ln]
                         row["turn_results"] = [asdict(t) for t in turns]
                         report["results"][name].setdefault(arrangement, {})[str(n)] = row
                         print(
