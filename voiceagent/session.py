@@ -386,6 +386,11 @@ class Session:
         return await self.replies.respond(options)
 
     @property
+    def spoke(self) -> bool:
+        """True once any reply's audio went to the client."""
+        return self.replies.core.spoke
+
+    @property
     def active_response_id(self) -> str | None:
         """The response being generated or spoken, if any."""
         return self.replies.core.active_response_id

@@ -258,6 +258,37 @@ def test_sessions_not_heard_yet_count_at_their_expected_cost_and_heard_ones_by_t
     run(scenario(), 60)
 
 
+def test_a_session_whose_reply_is_being_heard_counts_by_the_measured_load(engines: Any, run: Any) -> None:
+    """From its first reply audio a session's turn is in the measured CPU share, so it no longer
+    counts at its expected cost while the rest of the reply plays: with two open sessions (each
+    expected at 0.3 of the cores), one of them hearing its first reply, a third is admitted (0 + 1
+    × 0.3 + 0.3 = 0.6); counted until the reply ended it would be refused (0.9)."""
+    clock = {"wall": 100.0, "cpu": 10.0}
+    meter = LoadMeter(cores=2, budget_ms=2500, first_turn_s=12.0, wall=lambda: clock["wall"], cpu=lambda: clock["cpu"])
+
+    async def scenario() -> None:
+        config = _config(**{"server.max_sessions": "0", "llm.max_tokens": "120"})
+        async with VoiceAgentServer(config, engines, load=meter) as server:
+            meter.sample()
+            async with connect(server.url) as first, connect(server.url) as second:
+                talker = Recorder(first)
+                pump = asyncio.create_task(talker.pump())
+                await talker.wait_for("session.created")
+                assert '"session.created"' in str(await second.recv())
+                await first.send(
+                    '{"type": "conversation.item.create", "item": {"type": "message", "role": "user", '
+                    '"content": [{"type": "input_text", "text": "Tell me a long story about a brave little dragon."}]}}'
+                )
+                await first.send('{"type": "response.create"}')
+                await talker.wait_for("response.output_audio.delta", 60)
+                assert not talker.of("response.done")  # still playing: no turn has been answered
+                async with connect(server.url) as third:
+                    assert '"session.created"' in str(await third.recv())
+                pump.cancel()
+
+    run(scenario(), 90)
+
+
 def test_no_llama_sampler_outlives_its_generation(engines: Any, run: Any) -> None:
     """llama-cpp-python's per-generation sampler sits in a reference cycle; the context frees it as
     the generation ends (finished or closed early), else each turn leaked ~1.8 MB (the soak's RSS)."""

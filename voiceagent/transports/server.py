@@ -379,8 +379,12 @@ class VoiceAgentServer:
     @property
     def _unheard(self) -> int:
         """Of :attr:`_taken`, the places whose cost the measured load has not seen: handshakes,
-        and sessions with no turn answered yet."""
-        return len(self._reserved) + self.load.unheard(s.id for s in self.sessions)
+        and sessions that have had no turn answered and no reply audio sent yet.  From its first
+        audio a turn's critical path (the final transcript, the first clause and its voice) is
+        spent and in the measured CPU share; counting it until the reply ended counted it twice
+        for the seconds the reply plays (callers arriving one by one were refused at 12 of 16
+        with p95 1.0 s, docs/decisions/admission.md)."""
+        return len(self._reserved) + self.load.unheard(s.id for s in self.sessions if not s.spoke)
 
     def _verdict(self) -> AdmissionVerdict:
         """Whether the load admits one more session now, beside the places taken."""
