@@ -15,9 +15,9 @@ The load (0–1) is the larger of the CPU share and the latency share.  A conver
 to cost one turn per :data:`PACE_S` (a natural pace) at the measured CPU per turn; before any turn
 is measured, at the start-up estimate.  A new session is admitted while the CPU share of the last
 :data:`PACE_S` (where every caller who talks at that pace has had a turn), plus the expected cost
-of each open session that has not been answered yet (:meth:`LoadMeter.observe_turn` names the
-session), plus the new one's, stays under ``server.load_threshold``, and the latency share stays
-under it too.  Counting the sessions not yet heard at their expected cost keeps a crowd that
+of each open session that has not been answered yet (:meth:`LoadMeter.unheard`), plus the new
+one's, stays under ``server.load_threshold``; so must the CPU share of the last few seconds plus
+the new one's, and the latency share.  Counting the sessions not yet heard at their expected cost keeps a crowd that
 connects to an idle server at the same second from being admitted on a load that has not seen
 any of them talk; a session that has talked is in the measured share, and is not counted twice
 (counting every open session at the CPU per turn, which carries the listening around each turn,
@@ -218,12 +218,17 @@ class LoadMeter:
         return self.cpu_per_turn_s / (PACE_S * self.cores)
 
     def predicted(self, sessions: int, unheard: int | None = None) -> float:
-        """The load with one more session: the CPU share measured over the last :data:`PACE_S`
-        (at least the last ``cpu_window_s``'s), plus the expected cost of the ``unheard`` open
-        sessions (None: all ``sessions``) and of the new one."""
+        """The load with one more session: the larger of the load now (the CPU share of the last
+        ``cpu_window_s``) and the load of the next :data:`PACE_S` (the share measured over the
+        last one plus the expected cost of the ``unheard`` open sessions, None: all
+        ``sessions``), plus the new one's expected cost.
+
+        The unheard sessions are not added to the short window's share: a session whose first
+        turn is being answered is in that share already, and adding both refused callers arriving
+        one by one while the CPU was at 0.55 of the cores (docs/decisions/admission.md)."""
         each = self.session_load
         unheard = sessions if unheard is None else min(unheard, sessions)
-        return max(self.cpu_load, self.paced_cpu_load) + unheard * each + each
+        return max(self.cpu_load, self.paced_cpu_load + unheard * each) + each
 
     def verdict(self, sessions: int, unheard: int | None = None) -> Verdict:
         """May a new session open beside ``sessions`` open (or reserved) ones, ``unheard`` of

@@ -189,3 +189,30 @@ def test_bad_arguments_are_refused() -> None:
         LoadMeter(cores=0, budget_ms=2500)
     with pytest.raises(ValueError):
         LoadMeter(cores=2, budget_ms=2500, threshold=1.5)
+
+
+def test_a_ramp_of_callers_is_not_counted_twice_in_the_recent_cpu_and_as_unheard() -> None:
+    """Callers arriving one by one: the last seconds' CPU share is high because the newest
+    callers' first turns are being answered, and those callers are still unheard.  The load of
+    the next 20 s is the 20 s share plus the unheard sessions; the load now is the recent share
+    alone; the new session is admitted under the larger of the two, not under their sum."""
+    c = Clocks()
+    m = meter(c, first_turn_s=4.0)  # 0.1 a session by the pace
+    c.run(10, 0.1, m)
+    c.run(10, 0.5, m)  # the ramp: 0.5 of the cores in the last 10 s, 0.3 over 20 s
+    assert m.cpu_load == pytest.approx(0.5) and m.paced_cpu_load == pytest.approx(0.3)
+    assert m.predicted(6, unheard=2) == pytest.approx(max(0.5, 0.3 + 0.2) + 0.1)  # 0.6, not 0.8
+    assert m.verdict(6, unheard=2).accept
+    assert not m.verdict(6, unheard=4).accept  # 0.3 + 0.4 + 0.1: the next 20 s would not fit
+    c.run(10, 0.7, m)  # the load now alone: 0.7 + 0.1
+    assert not m.verdict(6, unheard=0).accept
+
+
+def test_a_crowd_that_has_not_talked_is_counted_in_full() -> None:
+    """An idle server and a crowd connecting in the same second: nothing measured, every session
+    at its expected cost."""
+    c = Clocks()
+    m = meter(c, first_turn_s=4.0)
+    c.run(20, 0.0, m)
+    assert m.predicted(6) == pytest.approx(0.7)
+    assert m.verdict(6).accept and not m.verdict(7).accept
