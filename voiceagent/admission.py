@@ -17,11 +17,12 @@ is measured, at the start-up estimate.  A new session is admitted while the CPU 
 :data:`PACE_S` (where every caller who talks at that pace has had a turn), plus the expected cost
 of each open session that has not been answered yet (:meth:`LoadMeter.unheard`), plus the new
 one's, stays under ``server.load_threshold``; so must the CPU share of the last few seconds plus
-the new one's, and the latency share.  Counting the sessions not yet heard at their expected cost keeps a crowd that
-connects to an idle server at the same second from being admitted on a load that has not seen
-any of them talk; a session that has talked is in the measured share, and is not counted twice
-(counting every open session at the CPU per turn, which carries the listening around each turn,
-refused callers who arrived one by one at two thirds of the cores: docs/decisions/admission.md).
+the new one's, and the latency share.  Counting the sessions not yet heard at their expected
+cost keeps a crowd that connects to an idle server at the same second from being admitted on a
+load that has not seen any of them talk; a session whose reply has started is in the measured
+share, and is not counted twice (counting every open session at the CPU per turn, which carries
+the listening around each turn, refused callers who arrived one by one at two thirds of the
+cores: docs/decisions/admission.md).
 
 Degrading in order (:class:`State`): past the threshold new sessions are refused (HTTP 503 with
 ``Retry-After``) while the running ones are still answered inside the budget (``full``); only
