@@ -15,14 +15,16 @@ The load (0–1) is the larger of the CPU share and the latency share.  A conver
 to cost one turn per :data:`PACE_S` (a natural pace) at the measured CPU per turn; before any turn
 is measured, at the start-up estimate.  A new session is admitted while the CPU share of the last
 :data:`PACE_S` (where every caller who talks at that pace has had a turn), plus the expected cost
-of each open session that has not been answered yet (:meth:`LoadMeter.unheard`), plus the new
-one's, stays under ``server.load_threshold``; so must the CPU share of the last few seconds plus
-the new one's, and the latency share.  Counting the sessions not yet heard at their expected
-cost keeps a crowd that connects to an idle server at the same second from being admitted on a
-load that has not seen any of them talk; a session whose reply has started is in the measured
-share, and is not counted twice (counting every open session at the CPU per turn, which carries
-the listening around each turn, refused callers who arrived one by one at two thirds of the
-cores: docs/decisions/admission.md).
+of each open session that has not been heard yet (:meth:`LoadMeter.unheard`), plus the new
+one's, stays under ``server.load_threshold``; so must the latency share.  Counting the sessions
+not yet heard at their expected cost keeps a crowd that connects to an idle server at the same
+second from being admitted on a load that has not seen any of them talk; a session whose reply
+has started is in the measured share, and is not counted twice (counting every open session at
+the CPU per turn, which carries the listening around each turn, refused callers who arrived one
+by one at two thirds of the cores: docs/decisions/admission.md).  The share of the last few
+seconds (:attr:`LoadMeter.cpu_load`, the balancer's figure) does not decide: while callers
+arrive one by one it holds each newcomer's first turn within seconds, turns that the pace spreads
+over :data:`PACE_S`, and it refused callers at 15 of 24 with p95 1.7 s.
 
 Degrading in order (:class:`State`): past the threshold new sessions are refused (HTTP 503 with
 ``Retry-After``) while the running ones are still answered inside the budget (``full``); only
@@ -128,8 +130,10 @@ class LoadMeter:
             self._samples.popleft()
 
     def observe_turn(self, latency_ms: float, session: str = "") -> None:
-        """One answered turn's end of speech → first audio; ``session``: whose (from then on its
-        cost is in the measured CPU share: :meth:`unheard`)."""
+        """One turn's first audio, ``latency_ms`` after the end of its speech; ``session``: whose
+        (from then on its cost is in the measured CPU share: :meth:`unheard`).  Counted at the
+        first audio rather than when the reply ends: by then the turn's critical path is spent,
+        and counting at the end read the CPU of replies still playing against fewer turns."""
         if session:
             self._heard.add(session)
         self.turns += 1
@@ -219,17 +223,12 @@ class LoadMeter:
         return self.cpu_per_turn_s / (PACE_S * self.cores)
 
     def predicted(self, sessions: int, unheard: int | None = None) -> float:
-        """The load with one more session: the larger of the load now (the CPU share of the last
-        ``cpu_window_s``) and the load of the next :data:`PACE_S` (the share measured over the
-        last one plus the expected cost of the ``unheard`` open sessions, None: all
-        ``sessions``), plus the new one's expected cost.
-
-        The unheard sessions are not added to the short window's share: a session whose first
-        turn is being answered is in that share already, and adding both refused callers arriving
-        one by one while the CPU was at 0.55 of the cores (docs/decisions/admission.md)."""
+        """The load of the next :data:`PACE_S` with one more session: the CPU share measured over
+        the last one, plus the expected cost of the ``unheard`` open sessions (None: all
+        ``sessions``) and of the new one."""
         each = self.session_load
         unheard = sessions if unheard is None else min(unheard, sessions)
-        return max(self.cpu_load, self.paced_cpu_load + unheard * each) + each
+        return self.paced_cpu_load + (unheard + 1) * each
 
     def verdict(self, sessions: int, unheard: int | None = None) -> Verdict:
         """May a new session open beside ``sessions`` open (or reserved) ones, ``unheard`` of
@@ -250,7 +249,7 @@ class LoadMeter:
             False,
             "load",
             f"server busy: load {self.load:.2f} with {sessions} sessions ({sessions if unheard is None else min(unheard, sessions)} "
-            f"not heard yet), {predicted:.2f} with one more (cpu {self.cpu_load:.2f}, {self.paced_cpu_load:.2f} over {PACE_S:.0f} s, "
+            f"not heard yet), {predicted:.2f} with one more (cpu {self.paced_cpu_load:.2f} over {PACE_S:.0f} s, {self.cpu_load:.2f} now, "
             f"{self.cpu_per_turn_s:.1f} CPU-s a turn, {seen}, budget {self.budget_ms:.0f} ms), threshold {self.threshold:.2f}",
         )
 

@@ -230,7 +230,7 @@ def test_sessions_not_heard_yet_count_at_their_expected_cost_and_heard_ones_by_t
     """Two open sessions that have not talked fill the load (each expected at 0.3 of the cores),
     so a third is refused; once both have had a turn answered, their cost is what the CPU shows
     (idle here) and the third is admitted.  The turns are reported where a session's reporter
-    reports them (``Metrics.observe_turn`` with its id): a spoken turn would only add time."""
+    reports their first audio (``Metrics.first_audio`` with its id): a spoken turn would only add time."""
     clock = {"wall": 100.0, "cpu": 10.0}
     # 12 CPU-s a turn, one turn per 20 s on 2 cores: 0.3 a session.
     meter = LoadMeter(cores=2, budget_ms=2500, first_turn_s=12.0, wall=lambda: clock["wall"], cpu=lambda: clock["cpu"])
@@ -247,7 +247,7 @@ def test_sessions_not_heard_yet_count_at_their_expected_cost_and_heard_ones_by_t
                 await connect(server.url)
             assert b"(2 not heard yet)" in refused.value.response.body
             for session in list(server.sessions):
-                server.metrics.observe_turn("completed", {"first_audio_sent": 700.0}, None, session.id)
+                server.metrics.first_audio(session.id, 700.0)
             clock["wall"] += 1.0
             meter.sample()
             async with connect(server.url) as third:  # 0 + 0 + 0.3

@@ -191,20 +191,20 @@ def test_bad_arguments_are_refused() -> None:
         LoadMeter(cores=2, budget_ms=2500, threshold=1.5)
 
 
-def test_a_ramp_of_callers_is_not_counted_twice_in_the_recent_cpu_and_as_unheard() -> None:
+def test_a_ramp_of_callers_is_judged_by_the_next_20_s_not_by_the_last_seconds() -> None:
     """Callers arriving one by one: the last seconds' CPU share is high because the newest
-    callers' first turns are being answered, and those callers are still unheard.  The load of
-    the next 20 s is the 20 s share plus the unheard sessions; the load now is the recent share
-    alone; the new session is admitted under the larger of the two, not under their sum."""
+    callers' first turns are being answered right now, turns the pace spreads over 20 s.  The new
+    session is admitted by the load of the next 20 s (the 20 s share plus the unheard sessions,
+    who are not in it yet), not by the last 10 s, and not by their sum."""
     c = Clocks()
     m = meter(c, first_turn_s=4.0)  # 0.1 a session by the pace
     c.run(10, 0.1, m)
-    c.run(10, 0.5, m)  # the ramp: 0.5 of the cores in the last 10 s, 0.3 over 20 s
-    assert m.cpu_load == pytest.approx(0.5) and m.paced_cpu_load == pytest.approx(0.3)
-    assert m.predicted(6, unheard=2) == pytest.approx(max(0.5, 0.3 + 0.2) + 0.1)  # 0.6, not 0.8
+    c.run(10, 0.7, m)  # the ramp: 0.7 of the cores in the last 10 s, 0.4 over 20 s
+    assert m.cpu_load == pytest.approx(0.7) and m.paced_cpu_load == pytest.approx(0.4)
+    assert m.predicted(6, unheard=2) == pytest.approx(0.4 + 0.2 + 0.1)  # 0.7, not 0.7 + 0.1 or 1.0
     assert m.verdict(6, unheard=2).accept
-    assert not m.verdict(6, unheard=4).accept  # 0.3 + 0.4 + 0.1: the next 20 s would not fit
-    c.run(10, 0.7, m)  # the load now alone: 0.7 + 0.1
+    assert not m.verdict(6, unheard=3).accept  # 0.4 + 0.3 + 0.1: the next 20 s would not fit
+    c.run(10, 0.7, m)  # the pace confirms the ramp: 0.7 over 20 s
     assert not m.verdict(6, unheard=0).accept
 
 

@@ -2,7 +2,7 @@
 
 Each effect is written as a short string (:func:`show`): ``emit:EventName``, ``release``,
 ``answer``, ``arm``/``disarm`` (the idle timeout), ``mcp:TOOL``, ``cancel_mcp``, ``timer``,
-``report:STATUS``, ``completed``, ``barge_in``, ``prefill:TEXT``, ``pause`` (playout),
+``report:STATUS``, ``completed``, ``first_audio:MS``, ``barge_in``, ``prefill:TEXT``, ``pause`` (playout),
 ``resume``/``unpause`` (playout goes on: the reply resumed / was cut), ``arm_resume``."""
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from voiceagent.conversation.effects import (
     DisarmIdle,
     Effect,
     Emit,
+    FirstAudio,
     PausePlayout,
     Prefill,
     Release,
@@ -89,6 +90,8 @@ def show(effects: Sequence[Effect]) -> list[str]:
             out.append("completed")
         elif isinstance(fx, CountBargeIn):
             out.append("barge_in")
+        elif isinstance(fx, FirstAudio):
+            out.append(f"first_audio:{fx.latency_ms}")
         elif isinstance(fx, Prefill):
             out.append(f"prefill:{fx.text}")
         elif isinstance(fx, PausePlayout):
@@ -237,6 +240,20 @@ def test_a_completed_reply_reports_arms_the_idle_timeout_and_feeds_the_cache() -
     effects = w.end()
     assert show(effects) == ["emit:ResponseDone", "report:completed", "arm", "completed"]
     assert w.core.active_response_id is None and w.core.idle_armed
+
+
+def test_a_replys_first_audio_is_told_once_with_its_latency_from_the_end_of_speech() -> None:
+    """The server counts a turn for its admission by load at its first audio, not when the reply
+    ends; a reply that answers no speech (``response.create``) has no latency to tell."""
+    w = World()
+    w.turn()
+    w.clock.advance(0.6)
+    assert show(w.audio(200.0)) == ["first_audio:600.0", "emit:AudioDelta"]
+    w.clock.advance(0.2)
+    assert show(w.audio(200.0)) == ["emit:AudioDelta"]
+    w.end()
+    w.core.create_response(ResponseOptions())
+    assert show(w.audio(200.0)) == ["first_audio:None", "emit:AudioDelta"]
 
 
 def test_audio_of_a_stale_generation_is_dropped() -> None:

@@ -26,6 +26,7 @@ __all__ = [
     "PausePlayout",
     "Effect",
     "Emit",
+    "FirstAudio",
     "Prefill",
     "Release",
     "Report",
@@ -136,6 +137,16 @@ class Completed:
 
 
 @dataclass(frozen=True)
+class FirstAudio:
+    """Generation ``gen``'s first audio went to the client: the turn's critical path (final
+    transcript, first clause, its voice) is spent.  ``latency_ms``: from the end of the user's
+    speech (None for a reply that answers no speech)."""
+
+    gen: int
+    latency_ms: float | None
+
+
+@dataclass(frozen=True)
 class CountBargeIn:
     """A reply the listener was hearing was cut."""
 
@@ -178,6 +189,7 @@ Effect = (
     | StartTimer
     | Report
     | Completed
+    | FirstAudio
     | CountBargeIn
     | PausePlayout
     | ResumePlayout

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from voiceagent.conversation.calls import ToolCalls
 from voiceagent.conversation.context import CoreContext
-from voiceagent.conversation.effects import CountBargeIn, Release, Report, TurnEnded
+from voiceagent.conversation.effects import CountBargeIn, FirstAudio, Release, Report, TurnEnded
 from voiceagent.conversation.history import AssistantItem
 from voiceagent.conversation.reply import Reply, ReplyState, ResponseOptions
 from voiceagent.errors import ProtocolError, excerpt
@@ -123,7 +123,9 @@ class Replies:
         else:
             reply.item.add_audio(len(ev.pcm) * 1000.0 / ev.rate)
             self.spoke = self.spoke or len(ev.pcm) > 0
-            reply.timeline.mark("first_audio_sent", self._ctx.clock.now())
+            if "first_audio_sent" not in reply.timeline.marks:
+                reply.timeline.mark("first_audio_sent", self._ctx.clock.now())
+                self._ctx.sink.add(FirstAudio(reply.gen, reply.timeline.between_ms("speech_end", "first_audio_sent")))
         self._ctx.sink.emit(ev)
 
     def release(self, reply: Reply, *, audio: bool) -> None:

@@ -38,6 +38,7 @@ from voiceagent.conversation.effects import (
     DisarmIdle,
     Effect,
     Emit,
+    FirstAudio,
     PausePlayout,
     Prefill,
     Release,
@@ -290,6 +291,8 @@ class ReplyController:
             elif isinstance(fx, Completed):
                 if self._completed is not None:
                     self._completed(fx.gen)
+            elif isinstance(fx, FirstAudio):
+                self._metrics.first_audio(self._id, fx.latency_ms)
             elif isinstance(fx, CountBargeIn):
                 self._metrics.barge_in()
             elif isinstance(fx, PausePlayout | ResumePlayout | ArmResume):

@@ -35,7 +35,7 @@ class Reporter:
         active = self._metrics.sessions_active
         engine, route = reply.llm_route or (None, None)
         usage = reply.usage
-        self._metrics.observe_turn(status.value, spans, queue_ms, self._id)
+        self._metrics.observe_turn(status.value, spans, queue_ms)
         if reply.llm_route is not None:
             self._metrics.observe_llm_route(reply.llm_route)
         if usage is not None:

@@ -77,7 +77,7 @@ class Metrics:
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
-        self._turn_listeners: list[Callable[[str, dict[str, float]], None]] = []
+        self._audio_listeners: list[Callable[[str, float | None], None]] = []
         r = self.registry
         self._active = Gauge("voiceagent_sessions_active", "sessions open now", registry=r)
         self._sessions = Counter("voiceagent_sessions", "sessions opened", registry=r)
@@ -177,21 +177,25 @@ class Metrics:
             child = self._queue_waits[queue] = self._queue_wait.labels(queue)
         child.observe(max(0.0, seconds))
 
-    def observe_turn(self, status: str, spans_ms: dict[str, float], llm_queue_ms: float | None = None, session: str = "") -> None:
-        """Count one ended response of ``session`` (its id): its status, its spans and its wait for the LLM."""
+    def observe_turn(self, status: str, spans_ms: dict[str, float], llm_queue_ms: float | None = None) -> None:
+        """Count one ended response: its status, its spans and its wait for the LLM."""
         self._turns.labels(status).inc()
         for name, ms in spans_ms.items():
             if name in MARKS:
                 self._spans.labels(name).observe(ms / 1000.0)
         if llm_queue_ms is not None:
             self._llm_queue.observe(llm_queue_ms / 1000.0)
-        for listener in self._turn_listeners:
-            listener(session, spans_ms)
 
-    def on_turn(self, listener: Callable[[str, dict[str, float]], None]) -> None:
-        """Call ``listener`` with the session's id and the spans of every ended response, whatever its status (in the
-        caller's thread: the sessions report from the event loop)."""
-        self._turn_listeners.append(listener)
+    def first_audio(self, session: str, latency_ms: float | None) -> None:
+        """A reply of ``session`` (its id) sent its first audio, ``latency_ms`` after the end of
+        the user's speech (None: the reply answers no speech)."""
+        for listener in self._audio_listeners:
+            listener(session, latency_ms)
+
+    def on_first_audio(self, listener: Callable[[str, float | None], None]) -> None:
+        """Call ``listener`` with the session's id and the latency of every reply's first audio
+        (in the caller's thread: the sessions report from the event loop)."""
+        self._audio_listeners.append(listener)
 
     def observe_cache(self, result: str) -> None:
         """Count one semantic cache lookup by its result."""

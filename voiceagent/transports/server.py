@@ -220,7 +220,7 @@ class VoiceAgentServer:
         self._watchers: set[asyncio.Future[None]] = set()
         self.capacity, self.capacity_source = self._capacity()
         self.load = load or self._load_meter()
-        self.metrics.on_turn(self._turn_answered)
+        self.metrics.on_first_audio(self._turn_heard)
         self.access = access_for(config.server)
         self._idle = asyncio.Event()
         self._idle.set()
@@ -259,10 +259,13 @@ class VoiceAgentServer:
             max_sessions=cfg.max_sessions,
         )
 
-    def _turn_answered(self, session: str, spans_ms: dict[str, float]) -> None:
-        latency = spans_ms.get("first_audio_sent", spans_ms.get("tts_first_audio"))
-        if latency is not None:
-            self.load.observe_turn(latency, session)
+    def _turn_heard(self, session: str, latency_ms: float | None) -> None:
+        """A reply's first audio: the turn is counted from there, not when its reply ends, so the
+        CPU per turn does not count the CPU of turns whose replies still play against the turns
+        before them (read 3.7–4.3 CPU-s a turn during a ramp of callers against 1.7–2.1 over the
+        run, docs/decisions/admission.md)."""
+        if latency_ms is not None:
+            self.load.observe_turn(latency_ms, session)
 
     def admission_line(self) -> str:
         """One line: how this server admits sessions."""
