@@ -98,6 +98,7 @@ class LoadMeter:
         max_sessions: int = 0,
         cpu_window_s: float = 10.0,
         turn_window_s: float = 30.0,
+        cost_window_s: float = 60.0,
         wall: Callable[[], float] = time.monotonic,
         cpu: Callable[[], float] = time.process_time,
     ) -> None:
@@ -110,6 +111,7 @@ class LoadMeter:
         self.first_turn_s = first_turn_s
         self.cpu_window_s = cpu_window_s
         self.turn_window_s = turn_window_s
+        self.cost_window_s = cost_window_s
         self._wall = wall
         self._cpu = cpu
         self._samples: collections.deque[tuple[float, float, int]] = collections.deque()  # (wall, cpu, turns so far)
@@ -126,7 +128,7 @@ class LoadMeter:
         now = self._wall()
         self._samples.append((now, self._cpu(), self.turns))
         # Keep one sample at or before the longest window's start, so it is always covered.
-        while len(self._samples) > 2 and self._samples[1][0] <= now - max(self.turn_window_s, PACE_S):
+        while len(self._samples) > 2 and self._samples[1][0] <= now - max(self.turn_window_s, self.cost_window_s, PACE_S):
             self._samples.popleft()
 
     def observe_turn(self, latency_ms: float, session: str = "") -> None:
@@ -184,9 +186,11 @@ class LoadMeter:
 
     @property
     def cpu_per_turn_s(self) -> float:
-        """CPU seconds per answered turn over the last ``turn_window_s``, once :data:`MIN_TURNS`
-        were answered there; the start-up estimate before."""
-        first = self._since(self.turn_window_s)
+        """CPU seconds per turn over the last ``cost_window_s``, once :data:`MIN_TURNS` turns were
+        heard there; the start-up estimate before.  A minute rather than the pace: a turn's cost
+        swings with its reply's length, and over 30 s the figure read 1.5–2.1 CPU-s a turn in one
+        run, refusing the 15th of 16 callers on a high reading (docs/decisions/admission.md)."""
+        first = self._since(self.cost_window_s)
         if first is None:
             return self.first_turn_s
         _, c1, n1 = self._samples[-1]

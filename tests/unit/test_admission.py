@@ -102,6 +102,22 @@ def test_the_cpu_measured_per_turn_replaces_the_first_estimate_after_a_few_turns
     assert m.verdict(10).accept
 
 
+def test_the_cpu_per_turn_is_measured_over_the_last_minute() -> None:
+    """A turn's cost swings with its reply's length: the figure is averaged over a minute, and
+    what is older than that is forgotten."""
+    c = Clocks()
+    m = meter(c)
+    for busy in (0.1, 0.1, 0.1, 0.1, 0.15, 0.15):  # 10 s each, one turn in each
+        m.observe_turn(600.0)
+        c.run(10, busy, m)
+    # 2, 2, 2, 2, 3, 3 CPU-s: the last minute's mean, not the last 30 s' (2.67) nor the last turn's
+    assert m.cpu_per_turn_s == pytest.approx(14.0 / 6)
+    for _ in range(6):
+        m.observe_turn(600.0)
+        c.run(10, 0.15, m)
+    assert m.cpu_per_turn_s == pytest.approx(3.0)  # the cheap turns are a minute old
+
+
 def test_callers_who_talk_more_than_the_pace_show_in_the_measured_cpu() -> None:
     c = Clocks()
     m = meter(c, first_turn_s=0.4)  # 0.01 a session by the pace
