@@ -24,7 +24,7 @@ the CPU per turn, which carries the listening around each turn, refused callers 
 by one at two thirds of the cores: docs/decisions/admission.md).  The share of the last few
 seconds (:attr:`LoadMeter.cpu_load`, the balancer's figure) does not decide: while callers
 arrive one by one it holds each newcomer's first turn within seconds, turns that the pace spreads
-over :data:`PACE_S`, and it refused callers at 15 of 24 with p95 1.7 s.
+over :data:`PACE_S` (docs/decisions/admission.md, run 7).
 
 Degrading in order (:class:`State`): past the threshold new sessions are refused (HTTP 503 with
 ``Retry-After``) while the running ones are still answered inside the budget (``full``); only
@@ -188,8 +188,8 @@ class LoadMeter:
     def cpu_per_turn_s(self) -> float:
         """CPU seconds per turn over the last ``cost_window_s``, once :data:`MIN_TURNS` turns were
         heard there; the start-up estimate before.  A minute rather than the pace: a turn's cost
-        swings with its reply's length, and over 30 s the figure read 1.5–2.1 CPU-s a turn in one
-        run, refusing the 15th of 16 callers on a high reading (docs/decisions/admission.md)."""
+        swings with its reply's length, and over 30 s a few long replies refused callers the
+        machine could serve (docs/decisions/admission.md, run 7)."""
         first = self._since(self.cost_window_s)
         if first is None:
             return self.first_turn_s

@@ -123,8 +123,7 @@ class Replies:
         else:
             reply.item.add_audio(len(ev.pcm) * 1000.0 / ev.rate)
             self.spoke = self.spoke or len(ev.pcm) > 0
-            if "first_audio_sent" not in reply.timeline.marks:
-                reply.timeline.mark("first_audio_sent", self._ctx.clock.now())
+            if reply.timeline.mark("first_audio_sent", self._ctx.clock.now()):
                 self._ctx.sink.add(FirstAudio(reply.gen, reply.timeline.between_ms("speech_end", "first_audio_sent")))
         self._ctx.sink.emit(ev)
 

@@ -41,8 +41,12 @@ class TurnTimeline:
 
     marks: dict[str, float] = field(default_factory=dict)
 
-    def mark(self, name: str, t: float) -> None:
-        self.marks.setdefault(name, t)
+    def mark(self, name: str, t: float) -> bool:
+        """Record mark ``name`` at ``t`` unless it was reported before; True when this was its first report."""
+        if name in self.marks:
+            return False
+        self.marks[name] = t
+        return True
 
     def between_ms(self, start: str, end: str) -> float | None:
         """Milliseconds from mark ``start`` to mark ``end`` (None unless both exist)."""

@@ -261,9 +261,8 @@ class VoiceAgentServer:
 
     def _turn_heard(self, session: str, latency_ms: float | None) -> None:
         """A reply's first audio: the turn is counted from there, not when its reply ends, so the
-        CPU per turn does not count the CPU of turns whose replies still play against the turns
-        before them (read 3.7–4.3 CPU-s a turn during a ramp of callers against 1.7–2.1 over the
-        run, docs/decisions/admission.md)."""
+        CPU per turn does not divide the CPU of replies still playing among the turns before them
+        (docs/decisions/admission.md, run 7)."""
         if latency_ms is not None:
             self.load.observe_turn(latency_ms, session)
 
