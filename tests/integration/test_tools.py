@@ -202,3 +202,56 @@ def test_sdk_text_only_response_then_a_spoken_one(engines: Any, run: Any) -> Non
                 assert sum(len(base64.b64decode(e.delta)) for e in spoken if e.type == "response.output_audio.delta") > WIRE_RATE
 
     run(scenario(), 120)
+
+
+EMAIL_TOOL = {
+    "type": "function",
+    "name": "send_email",
+    "description": "Send an email for the user.",
+    "parameters": {
+        "type": "object",
+        "properties": {"to": {"type": "string"}, "subject": {"type": "string"}, "body": {"type": "string"}},
+        "required": ["to", "subject"],
+    },
+}
+DESK_INSTRUCTIONS = (
+    "You are the voice assistant of the Northwind conference. Answer in one short spoken sentence, from this information only. "
+    "The keynote is on Monday at 9:00 in the Great Hall. Lunch is served at noon in the Atrium."
+)
+
+
+def test_after_questions_answered_in_words_a_request_for_a_tool_is_still_a_call(engines: Any, run: Any) -> None:
+    """Two questions the instructions answer, then "Send an email to Anna…": a send_email call
+    (llm.call_check; with it off, this test failed on the 0.5B: the request was answered in
+    words, docs/decisions/tool-calls.md)."""
+    from openai import AsyncOpenAI
+
+    config = _config()
+    assert config.llm.call_check
+
+    async def ask(conn: Any, text: str) -> Any:
+        await conn.conversation.item.create(item={"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]})
+        await conn.response.create()
+        return await _until_done(conn, [])
+
+    async def scenario() -> None:
+        async with VoiceAgentServer(config, engines) as server:
+            client = AsyncOpenAI(api_key="not-needed", base_url=f"http://127.0.0.1:{server.port}/v1")
+            async with client.realtime.connect(model="voiceagent") as conn:
+                await conn.session.update(
+                    session={
+                        "type": "realtime",
+                        "output_modalities": ["text"],
+                        "instructions": DESK_INSTRUCTIONS,
+                        "tools": [WEATHER_TOOL, EMAIL_TOOL],
+                    }
+                )
+                for question in ("When is lunch served?", "Where is the keynote?"):
+                    done = await ask(conn, question)
+                    assert [i.type for i in done.response.output] == ["message"], done.response
+                done = await ask(conn, "Send an email to Anna saying that I will be late.")
+                calls = [i for i in done.response.output if i.type == "function_call"]
+                assert [c.name for c in calls] == ["send_email"], done.response
+                assert "anna" in json.loads(calls[0].arguments)["to"].lower(), calls[0].arguments
+
+    run(scenario(), 180)

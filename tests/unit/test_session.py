@@ -21,7 +21,7 @@ import pytest
 from voiceagent.backends.protocols import LlmRequest, Transcript, example_messages
 from voiceagent.capacity import TurnCost
 from voiceagent.clock import VirtualClock
-from voiceagent.config import DEFAULT_EXAMPLES, Config, PlayoutConfig, SttConfig, TurnConfig, VadConfig, parse_examples
+from voiceagent.config import DEFAULT_EXAMPLES, Config, LlmConfig, PlayoutConfig, SttConfig, TurnConfig, VadConfig, parse_examples
 from voiceagent.conversation.history import AssistantItem, UserItem
 from voiceagent.conversation.interruption import RESUME_SILENCE_S
 from voiceagent.errors import ProtocolError
@@ -63,11 +63,19 @@ PROMPT_HEAD = (Message("system", INSTRUCTIONS), *example_messages(Config().llm.e
 
 
 def make_config(
-    *, lead_ms: int = 2000, silence_ms: int = 320, complete_ms: int = 160, partials: bool = False, interruption: str = "immediate"
+    *,
+    lead_ms: int = 2000,
+    silence_ms: int = 320,
+    complete_ms: int = 160,
+    partials: bool = False,
+    interruption: str = "immediate",
+    call_check: bool = False,
 ) -> Config:
     """``interruption``: ``immediate`` by default here, so the fakes' wordless speech barges in
-    (the ``words`` mode has its own tests)."""
+    (the ``words`` mode has its own tests).  ``call_check``: off by default here, so a scripted
+    engine's replies go to the turns they are written for (the check has its own tests)."""
     return Config(
+        llm=LlmConfig(call_check=call_check),
         vad=VadConfig(min_speech_ms=64, stop_ms=96, barge_in_ms=96, prefix_padding_ms=96),
         stt=SttConfig(partials=partials, partial_interval_ms=200),
         turn=TurnConfig(silence_ms=silence_ms, complete_ms=complete_ms, threshold=0.5, speculative=True, interruption=interruption),

@@ -21,6 +21,9 @@ guard's cut is returned.  The window path also stops the decoder at
 :func:`voiceagent.text.stt_guard.max_tokens` for the clip's length, so a loop ends after a few copies
 (measured with the retry: tiny 0.6 s clips 0.6 s -> 0.25-0.3 s, base 4-5 s clips 1.2 s ->
 0.8-1.05 s).  A decode that does not loop is unchanged: same options, same text, same cost.
+
+Prompt echoes: a decode with a transcription prompt that wrote only the prompt's words back
+(:func:`voiceagent.text.stt_prompt.echoes_prompt`) is decoded once more without the prompt.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ from voiceagent.models.checks import check_language
 from voiceagent.models.source import resolve
 from voiceagent.pipeline.scheduler import PriorityExecutor
 from voiceagent.text.stt_guard import check, max_tokens
+from voiceagent.text.stt_prompt import echoes_prompt
 
 __all__ = ["MAX_PROMPT_TOKENS", "RETRY_REPETITION_PENALTY", "WhisperStt", "confidence", "decode_guarded", "model_dir", "window_frames"]
 
@@ -158,6 +162,9 @@ class WhisperStt:
         """Decodes the guard judged looping (each was retried)."""
         self.cuts = 0
         """Of those, the ones whose retry looped too, so the guard's cut was returned."""
+        self.echoes = 0
+        """Decodes that wrote their prompt back (:func:`~voiceagent.text.stt_prompt.echoes_prompt`),
+        each decoded again without it."""
 
     def transcribe(self, audio: Float32Array, language: str, prompt: str = "") -> str:
         seconds = len(audio) / _RATE
@@ -176,6 +183,10 @@ class WhisperStt:
             self.loops += 1
         if outcome == "cut":
             self.cuts += 1
+        if prompt.strip() and echoes_prompt(text, prompt):
+            # The decoder wrote its prompt back instead of the speech: hear it again unprompted.
+            self.echoes += 1
+            return self.transcribe(audio, language, "")
         return text
 
     def _prompt_tokens(self, prompt: str) -> list[int]:
@@ -296,5 +307,8 @@ class WhisperStt:
                 text, tokens = self._text(result)
                 if check(text, secs, tokens).looped:
                     text = self.transcribe(requests[i].audio, requests[i].language, requests[i].prompt)
+                elif requests[i].prompt.strip() and echoes_prompt(text, requests[i].prompt):
+                    self.echoes += 1
+                    text = self.transcribe(requests[i].audio, requests[i].language, "")
                 out[i] = text
         return [out[i] for i in range(len(requests))]

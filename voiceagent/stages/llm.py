@@ -41,6 +41,13 @@ arguments to the schema where it can); if that fails too it is notified as
 ``tool_choice`` "auto") of a tool that is not offered is dropped (logged, no error event: the
 client did nothing wrong) and, when nothing has been said yet, the turn is asked again with
 ``tool_choice`` "none": the listener hears an answer, not silence or JSON.
+
+Call check (``llm.call_check``): later in a conversation, with tools offered and ``tool_choice``
+"auto", whether the user's last words ask for a tool is first decided on the prompt they would
+have had as the conversation's first turn (:mod:`voiceagent.tools.call_check`: one token on the
+system message and the last user message, an anonymous request).  When that opens a call, the
+turn is asked with ``tool_choice`` "required".  The check is part of the turn: cancelling the
+turn cancels it; an engine that fails it leaves the turn at "auto" (logged).
 """
 
 from __future__ import annotations
@@ -76,6 +83,7 @@ from voiceagent.pipeline.gate import GenerationGate
 from voiceagent.settings import SessionSettings
 from voiceagent.text.clauses import ClauseSplitter
 from voiceagent.tools.args import check_arguments
+from voiceagent.tools.call_check import check_messages, opens_call
 from voiceagent.tools.retry import answered_calls, canonical, nameless, retried_call, retry_choice
 from voiceagent.tools.spec import Message, Tool, ToolCall
 
@@ -135,10 +143,12 @@ class LlmOptions:
 
     first_clause_words: int = 0
     prefill: bool = False
+    call_check: bool = False
+    """``llm.call_check`` (module docstring)."""
 
     @classmethod
     def from_config(cls, llm: LlmConfig) -> LlmOptions:
-        return cls(first_clause_words=llm.first_clause_words, prefill=llm.prefill)
+        return cls(first_clause_words=llm.first_clause_words, prefill=llm.prefill, call_check=llm.call_check)
 
 
 class LlmStage(Stage):
@@ -148,6 +158,7 @@ class LlmStage(Stage):
         super().__init__(ctx, inbox, out)
         self._sentence_end = ports.sentence_end
         self._prefill = options.prefill
+        self._call_check = options.call_check
         self._prefilling: asyncio.Task[None] | None = None
         self.prefilled = 0
         """Prompt tokens evaluated ahead of their turn for this session."""
@@ -234,6 +245,11 @@ class LlmStage(Stage):
         verdict = _SentenceEnd(gen, self._sentence_end if event.speculative else None)
         reports = _Reports(self.ctx.clock, verdict, self._engine.name)
         first_token_t = 0.0
+        await self.ctx.notify(self._mark(gen, "llm_request"))
+        choice = prompt.tool_choice
+        if self._call_check and prompt.tools and choice == "auto" and await self._asks_for_call(messages, prompt.tools):
+            log.info("session %s: the last words ask for a tool (call check): the turn is asked to call one", self.ctx.session_id)
+            choice = "required"
         request = LlmRequest(
             key=self.ctx.session_id,
             messages=messages,
@@ -241,10 +257,9 @@ class LlmStage(Stage):
             temperature=settings.temperature,
             pacing=pacing,
             tools=prompt.tools,
-            tool_choice=prompt.tool_choice,
+            tool_choice=choice,
             end_probability=verdict.wanted,
         )
-        await self.ctx.notify(self._mark(gen, "llm_request"))
         retry: list[ToolCall] = []
         calls = 0  # the calls this reply made (tool_choice "none" aside), good or not
         answered = answered_calls(messages)
@@ -335,6 +350,27 @@ class LlmStage(Stage):
         await self.emit(
             GenerationEnd(t=self.ctx.clock.now(), gen=gen, session=self.ctx.session_id, text=text, status=ResponseStatus.COMPLETED)
         )
+
+    async def _asks_for_call(self, messages: Sequence[Message], tools: tuple[Tool, ...]) -> bool:
+        """Whether the user's last message opens a call when read as its conversation's first
+        (module docstring, "Call check"); False when there is nothing to check or the engine
+        fails the check.  Cancellation propagates (the turn's own)."""
+        first = check_messages(messages)
+        if first is None:
+            return False
+        # No key: the check holds no conversation's sequence; its prompt's prefix (the system
+        # message) is copied from the conversation's own.
+        request = LlmRequest(key="", messages=first, max_tokens=1, temperature=0.0, tools=tools, tool_choice="auto")
+        pieces: list[str | ToolCall] = []
+        try:
+            async with contextlib.aclosing(self._engine.generate(request)) as stream:
+                async for piece in stream:
+                    if isinstance(piece, str | ToolCall):
+                        pieces.append(piece)
+        except Exception as exc:  # the turn goes on as it would have without the check
+            log.warning("session %s: the call check failed, the turn decides alone: %r", self.ctx.session_id, exc)
+            return False
+        return opens_call(pieces)
 
     def _may_store(self, gen: int, key: CacheKey | None, text: str, reusable: bool) -> None:
         """A completed reply of the primary engine without tool calls may be stored (``spoken``

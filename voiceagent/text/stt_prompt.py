@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from voiceagent.settings import SessionSettings
 
-__all__ = ["transcription_prompt"]
+__all__ = ["echoes_prompt", "transcription_prompt"]
 
 
 def transcription_prompt(settings: SessionSettings, from_tools: bool) -> str:
@@ -38,3 +38,32 @@ def transcription_prompt(settings: SessionSettings, from_tools: bool) -> str:
         if text:
             sentences.append(text if text[-1] in ".!?" else text + ".")
     return " ".join(sentences)
+
+
+_ECHO_MIN_WORDS = 3
+
+
+def _plain_words(text: str) -> list[str]:
+    return "".join(c if c.isalnum() else " " for c in text.lower()).split()
+
+
+def echoes_prompt(text: str, prompt: str) -> bool:
+    """Whether ``text`` (a transcript decoded with ``prompt``) is only the prompt written back:
+    at least three words, each inside a run of three or more of them that stands in the prompt
+    word for word, in its order (case and punctuation aside).  Whisper sometimes writes its prompt
+    instead of the speech: Whisper base, prompted with the tools' descriptions, heard "Book a taxi
+    to the airport at five in the evening." as "Order a taxi that picks the attendee up at the main
+    entrance.", one description word for word, and "Send an email to Anna saying that I will be
+    late." as "Send an email for the attendee of something in a number of minutes.", the halves of
+    two (scripts/eval_long_conversation.py).  A user who reads the descriptions aloud is rarer than
+    that, and such speech decoded again without the prompt is still heard."""
+    words = _plain_words(text)
+    if len(words) < _ECHO_MIN_WORDS:
+        return False
+    source = _plain_words(prompt)
+    runs = {tuple(source[i : i + _ECHO_MIN_WORDS]) for i in range(len(source) - _ECHO_MIN_WORDS + 1)}
+    covered = [False] * len(words)
+    for i in range(len(words) - _ECHO_MIN_WORDS + 1):
+        if tuple(words[i : i + _ECHO_MIN_WORDS]) in runs:
+            covered[i : i + _ECHO_MIN_WORDS] = [True] * _ECHO_MIN_WORDS
+    return all(covered)
