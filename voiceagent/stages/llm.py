@@ -362,6 +362,7 @@ class LlmStage(Stage):
         # message) is copied from the conversation's own.
         request = LlmRequest(key="", messages=first, max_tokens=1, temperature=0.0, tools=tools, tool_choice="auto")
         pieces: list[str | ToolCall] = []
+        t0 = self.ctx.clock.now()
         try:
             async with contextlib.aclosing(self._engine.generate(request)) as stream:
                 async for piece in stream:
@@ -370,7 +371,14 @@ class LlmStage(Stage):
         except Exception as exc:  # the turn goes on as it would have without the check
             log.warning("session %s: the call check failed, the turn decides alone: %r", self.ctx.session_id, exc)
             return False
-        return opens_call(pieces)
+        opened = opens_call(pieces)
+        log.debug(
+            "session %s: call check %s in %.0f ms",
+            self.ctx.session_id,
+            "opened a call" if opened else "answered",
+            (self.ctx.clock.now() - t0) * 1000,
+        )
+        return opened
 
     def _may_store(self, gen: int, key: CacheKey | None, text: str, reusable: bool) -> None:
         """A completed reply of the primary engine without tool calls may be stored (``spoken``
