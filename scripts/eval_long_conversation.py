@@ -22,7 +22,7 @@ when no tool is called and the reply holds the expected words.  A wrong turn is 
 
     .venv/bin/python scripts/eval_long_conversation.py --profiles default --out DIR
     .venv/bin/python scripts/eval_long_conversation.py --profiles fast,quality --out DIR   # both, one run
-    .venv/bin/python scripts/eval_long_conversation.py --profiles fast,fast+llm.call_check=false --out DIR   # an A/B
+    .venv/bin/python scripts/eval_long_conversation.py --profiles fast+llm.call_check=true,fast --out DIR   # an A/B
 
 Writes ``long_conversation.json`` to ``--out`` and prints one line a turn.
 """
