@@ -101,7 +101,11 @@ def test_a_barge_in_over_webrtc_silences_the_track_at_once_and_keeps_what_was_he
             assert heard and spoken.strip().startswith(heard), (heard, spoken)
             [session] = list(server.sessions)
             item = session.history.find(done["response"]["output"][0]["id"])
-            assert isinstance(item, AssistantItem) and len(item.text) < len(item.full_text), item
+            assert isinstance(item, AssistantItem) and item.status == "incomplete", item
+            # The history keeps what was heard: less than what was made, unless the model was so
+            # slow (a loaded CI machine) that everything it had made by the cut was played.
+            assert item.heard_ms is not None and item.full_text.startswith(item.text), item
+            assert len(item.text) < len(item.full_text) or item.audio_ms <= item.heard_ms + 1.0, item
             # The track is quiet from the clear on (frames in flight aside: 100 ms) while the user
             # goes on talking (the next answer comes after they stop, seconds later).
             assert [t for t in client.audible_frames(after=t_cleared + 0.1) if t < t_cleared + 1.0] == []

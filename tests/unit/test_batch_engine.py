@@ -497,3 +497,26 @@ def test_cells_another_sequence_shares_are_never_moved(engine: BatchedEngine, co
     assert not core.shifts  # read again instead (the fake fails a step that moves a shared cell)
     again = [*history, Message("user", "Me too?"), Message("assistant", "fine"), Message("user", "Still there?")]
     assert asyncio.run(ask(engine, "second", again)) == reply_for(again)
+
+
+def test_a_prefill_whose_caller_gave_up_is_still_waited_for_by_drained(engine: BatchedEngine, core: FakeBatch) -> None:
+    # A session that closes cancels its speculative prefill while the step thread is still busy
+    # with it.  The job is not released until the thread reaps it; a shutdown's drained() must wait
+    # for that (not read the caller's cancellation as its own) and then return.
+    gate = threading.Event()
+    core.gate = gate
+
+    async def main() -> None:
+        prefill = asyncio.ensure_future(engine.prefill("k", [SYSTEM, Message("user", "Partial words")]))
+        await until(lambda: engine.stats().busy > 0)
+        prefill.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await prefill
+        drained = asyncio.ensure_future(engine.drained())
+        await asyncio.sleep(0)  # drained() takes its snapshot of the jobs while the step is held
+        assert not drained.done()
+        gate.set()
+        await asyncio.wait_for(drained, 30)
+        assert engine.stats().busy == 0
+
+    asyncio.run(main())

@@ -157,6 +157,13 @@ class _Job:
         return len(self.prompt) - len(self.seq.tokens) if self.seq is not None and self.token is None and not self.done else 0
 
 
+async def _released(job: _Job) -> int:
+    """Wait for ``job.released``; cancelling this wait leaves the future alone.  A bare
+    ``wrap_future`` would cancel it, and every other waiter (a shutdown's :meth:`BatchedEngine.drained`)
+    would then read the caller's cancellation as its own while the job still holds its sequence."""
+    return await asyncio.shield(asyncio.wrap_future(job.released))
+
+
 @dataclass(eq=False)
 class _Seq:
     id: int
@@ -352,7 +359,7 @@ class BatchedEngine:
         job = _Job(_PREFILL, key, head, order)
         self._submit(job)
         try:
-            return await asyncio.wrap_future(job.released)
+            return await _released(job)
         except asyncio.CancelledError:
             self._cancel(job)
             raise
@@ -390,7 +397,7 @@ class BatchedEngine:
         with self._cond:
             jobs = [*self._incoming, *self._waiting, *self._active]
         for job in jobs:
-            await asyncio.wrap_future(job.released)
+            await _released(job)
 
     async def aclose(self) -> None:
         """Wait for every job to end (nothing of the engine belongs to a loop)."""
