@@ -125,3 +125,24 @@ def test_a_conversations_prefix_survives_seven_others_turns(engine: BatchedEngin
     # Everything up to the new question came from the KV cache: the first turn's prompt and reply.
     assert second.reused_tokens >= first.prompt_tokens + first.generated_tokens - 1
     assert second.prompt_tokens - second.reused_tokens <= 20
+
+
+def test_with_flash_attention_on_the_same_conversations_get_their_own_answers() -> None:
+    # llm.flash_attn is off by default (docs/decisions/flash-attention.md); on must still give each
+    # of several conversations decoding together its own right answer.
+    config = profile_config({"llm.batching": "true", "llm.sequences": "4", "llm.flash_attn": "true"})
+    if config.llm.backend != "llama_cpp":
+        pytest.skip(f"the embedded engine is tested here; this profile's LLM is {config.llm.backend}")
+    eng = llama_cpp.load(config.llm, config.cache_path)
+    assert isinstance(eng, BatchedEngine)
+    countries = ["France", "Japan", "Italy"]
+
+    async def main() -> list[str]:
+        return await asyncio.gather(*(answer(eng, f"fa-{c}", question(c)) for c in countries))
+
+    try:
+        replies = asyncio.run(main())
+    finally:
+        eng.close()
+    for country, reply in zip(countries, replies, strict=True):
+        assert CAPITALS[country] in reply, (country, reply)

@@ -111,7 +111,9 @@ class BatchContext:
     ``kv_tokens`` cells (module docstring).  ``window``: the longest sequence (``llm.context``),
     checked against the model's trained length."""
 
-    def __init__(self, path: Path, threads: int, window: int, sequences: int, kv_tokens: int, batch: int = 256) -> None:
+    def __init__(
+        self, path: Path, threads: int, window: int, sequences: int, kv_tokens: int, batch: int = 256, flash_attn: bool = False
+    ) -> None:
         verbose = bool(os.environ.get("VOICEAGENT_LLAMA_VERBOSE"))
         # The Llama object's own context is a token: the model, vocabulary and template are what it is for.
         self.llm = Llama(model_path=str(path), n_ctx=32, n_batch=8, n_threads=threads, use_mmap=True, verbose=verbose)
@@ -133,6 +135,9 @@ class BatchContext:
         params.n_seq_max = sequences
         params.n_threads = params.n_threads_batch = threads
         params.kv_unified = True
+        # Set either way: llama.cpp's "auto" turns it on for a CPU too, where it slows the small
+        # batches a turn waits for (``llm.flash_attn``).
+        params.flash_attn_type = llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED if flash_attn else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
         params.no_perf = True
         self.ctx = llama_cpp.llama_init_from_model(cast(Any, self.llm)._model.model, params)
         if not self.ctx:

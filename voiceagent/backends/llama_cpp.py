@@ -468,7 +468,7 @@ def load(config: LlmConfig, cache_dir: Path) -> LlmPool | BatchedEngine:
     path = gguf_path(config.model, cache_dir, config.quant)
     if config.batching:
         kv = config.kv_tokens or max(16384, 2 * config.context)
-        core = BatchContext(path, config.threads, config.context, config.sequences, kv)
+        core = BatchContext(path, config.threads, config.context, config.sequences, kv, flash_attn=config.flash_attn)
         return BatchedEngine(
             core, model=config.model, threads=config.threads, call_bias=config.call_bias, context_shift=config.context_shift
         )

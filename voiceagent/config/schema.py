@@ -338,6 +338,13 @@ class LlmConfig:
     """llama_cpp with ``batching``: the KV cache's cells, shared by every sequence (a prefix several
     conversations share is held once); 0 = max(16384, 2 × ``context``).  About 12 KB a token for
     the 0.5B, 28 KB for the 1.5B; when it is full, idle conversations' cells go first."""
+    flash_attn: bool = False
+    """llama_cpp with ``batching``: llama.cpp's flash attention (its own default turns it on for a
+    CPU too).  Off: on this CPU, with 12,000 characters of instructions, a turn's 32 new prompt
+    tokens took half the time and a step of eight conversations 40 % less; with short
+    instructions the two were level.  On, only a prompt nobody has cached yet (a client's own
+    long instructions, read on its first turn) goes 10–20 % faster
+    (docs/decisions/flash-attention.md).  The pool without ``batching`` always runs it off."""
     contexts: int = 8
     """llama_cpp without ``batching``: KV contexts over the one memory-mapped model (~25 MB each for the 0.5B at 2k).
     A conversation keeps its prefix warm in its own context while there are at least as many
