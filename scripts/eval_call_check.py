@@ -1,0 +1,120 @@
+#!/usr/bin/env python3
+"""How well ``llm.call_check``'s one token tells a request for a tool from other words.
+
+The check (voiceagent/tools/call_check.py) asks the model for one token on the system message
+and the user's last words, as if they opened the conversation, and reads a call when that token
+opens one.  Here that exact request (the engine's ``generate``, ``tool_choice`` "auto", one token,
+greedy) is made for sentences that ask for one of the long conversation's five tools and for
+sentences that need none, under several system messages:
+
+* ``short``: one generic line;
+* ``head``: the conference instructions' first line;
+* ``conf3k``: 3,000 characters of the conference instructions (scripts/bench/prompts.py).
+
+Each with the five tools, and with ``get_weather`` alone (the tool of tests/integration/test_protocol.py).
+A right check calls on every request and on none of the rest.  JSON on stdout::
+
+    .venv/bin/python -m scripts.eval_call_check --profiles fast,quality
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from scripts.bench.machine import machine  # noqa: E402
+from scripts.bench.prompts import instructions  # noqa: E402
+from scripts.eval_long_conversation import TOOLS, TURNS  # noqa: E402
+from voiceagent.backends.llama_cpp import load  # noqa: E402
+from voiceagent.backends.protocols import LlmEngine, LlmRequest  # noqa: E402
+from voiceagent.config import load_config  # noqa: E402
+from voiceagent.tools.call_check import opens_call  # noqa: E402
+from voiceagent.tools.spec import Message, Tool, ToolCall  # noqa: E402
+
+REQUESTS = [t.said for t in TURNS if t.tool] + [
+    "Can you email Bob that the meeting moved?",
+    "Set a reminder for 5 minutes.",
+    "What's the forecast for Rome?",
+    "Book me a cab to the station.",
+]
+WEATHER_REQUESTS = [s for s in REQUESTS if any(w in s.lower() for w in ("weather", "rain", "forecast"))]
+OTHERS = [t.said for t in TURNS if not t.tool] + [
+    "Say hi.",
+    "Hello.",
+    "Thank you.",
+    "Yes.",
+    "How are you?",
+    "Tell me a joke.",
+    "What time is it?",
+    "Who is the first speaker on Tuesday?",
+    "Okay, thanks, that's all.",
+    "Where can I get coffee?",
+    "Can you repeat that?",
+]
+SYSTEMS = {
+    "short": "You are a helpful voice assistant.",
+    "head": instructions(0).split("\n")[0],
+    "conf3k": instructions(3000),
+}
+
+
+async def opens(engine: LlmEngine, system: str, said: str, tools: tuple[Tool, ...]) -> bool:
+    request = LlmRequest(
+        key="", messages=[Message("system", system), Message("user", said)], max_tokens=1, temperature=0.0, tools=tools, tool_choice="auto"
+    )
+    pieces: list[str | ToolCall] = []
+    async with contextlib.aclosing(engine.generate(request)) as stream:
+        async for piece in stream:
+            if isinstance(piece, str | ToolCall):
+                pieces.append(piece)
+    return opens_call(pieces)
+
+
+async def run_profile(profile: str) -> list[dict[str, Any]]:
+    cfg = load_config(env={}, overrides={"profile": profile})
+    engine = load(cfg.llm, cfg.cache_path)
+    every = tuple(Tool(t["name"], t["description"], t["parameters"]) for t in TOOLS)
+    sets = {"five tools": (every, REQUESTS), "get_weather": (tuple(t for t in every if t.name == "get_weather"), WEATHER_REQUESTS)}
+    rows = []
+    try:
+        for name, system in SYSTEMS.items():
+            for set_name, (tools, requests) in sets.items():
+                called = {s: await opens(engine, system, s, tools) for s in [*requests, *OTHERS]}
+                row = {
+                    "profile": profile,
+                    "model": cfg.llm.model,
+                    "system": name,
+                    "tools": set_name,
+                    "requests_called": sum(called[s] for s in requests),
+                    "requests": len(requests),
+                    "false_calls": [s for s in OTHERS if called[s]],
+                    "others": len(OTHERS),
+                }
+                print(json.dumps(row), file=sys.stderr, flush=True)
+                rows.append(row)
+    finally:
+        engine.close()
+    return rows
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--profiles", default="fast,quality")
+    args = ap.parse_args()
+    rows = []
+    for profile in args.profiles.split(","):
+        rows += asyncio.run(run_profile(profile))
+    print(json.dumps({"machine": machine(), "command": "scripts/eval_call_check.py " + " ".join(sys.argv[1:]), "rows": rows}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
