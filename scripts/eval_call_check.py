@@ -12,7 +12,11 @@ sentences that need none, under several system messages:
 * ``conf3k``: 3,000 characters of the conference instructions (scripts/bench/prompts.py).
 
 Each with the five tools, and with ``get_weather`` alone (the tool of tests/integration/test_protocol.py).
-A right check calls on every request and on none of the rest.  JSON on stdout::
+A right check calls on every request and on none of the rest.
+
+Then the same sentences as whole first turns (``conf3k``, five tools, up to 60 tokens): the call
+the model makes, and whether ``llm.call_grounding`` lets it through (its arguments share a word
+with the sentence, voiceagent/tools/grounding.py).  JSON on stdout::
 
     .venv/bin/python -m scripts.eval_call_check --profiles fast,quality
 """
@@ -37,6 +41,7 @@ from voiceagent.backends.llama_cpp import load  # noqa: E402
 from voiceagent.backends.protocols import LlmEngine, LlmRequest  # noqa: E402
 from voiceagent.config import load_config  # noqa: E402
 from voiceagent.tools.call_check import opens_call  # noqa: E402
+from voiceagent.tools.grounding import grounded  # noqa: E402
 from voiceagent.tools.spec import Message, Tool, ToolCall  # noqa: E402
 
 REQUESTS = [t.said for t in TURNS if t.tool] + [
@@ -78,6 +83,27 @@ async def opens(engine: LlmEngine, system: str, said: str, tools: tuple[Tool, ..
     return opens_call(pieces)
 
 
+async def first_turn(engine: LlmEngine, system: str, said: str, tools: tuple[Tool, ...]) -> dict[str, Any]:
+    messages = [Message("system", system), Message("user", said)]
+    request = LlmRequest(key="", messages=messages, max_tokens=60, temperature=0.0, tools=tools, tool_choice="auto")
+    call: ToolCall | None = None
+    text = ""
+    async with contextlib.aclosing(engine.generate(request)) as stream:
+        async for piece in stream:
+            if isinstance(piece, ToolCall) and call is None:
+                call = piece
+            elif isinstance(piece, str):
+                text += piece
+    offered = next((t for t in tools if call is not None and t.name == call.name), None)
+    return {
+        "said": said,
+        "call": None if call is None else {"name": call.name, "arguments": call.arguments},
+        "offered": offered is not None,
+        "grounded": call is not None and grounded(call.arguments, messages, offered),
+        "text": text.strip()[:120],
+    }
+
+
 async def run_profile(profile: str) -> list[dict[str, Any]]:
     cfg = load_config(env={}, overrides={"profile": profile})
     engine = load(cfg.llm, cfg.cache_path)
@@ -100,6 +126,23 @@ async def run_profile(profile: str) -> list[dict[str, Any]]:
                 }
                 print(json.dumps(row), file=sys.stderr, flush=True)
                 rows.append(row)
+        turns = [await first_turn(engine, SYSTEMS["conf3k"], said, every) for said in [*REQUESTS, *OTHERS]]
+        made = {t["said"]: t["call"] is not None and t["offered"] for t in turns}
+        kept = {t["said"]: made[t["said"]] and t["grounded"] for t in turns}
+        row = {
+            "profile": profile,
+            "model": cfg.llm.model,
+            "first_turns": "conf3k, five tools",
+            "requests_called": sum(made[s] for s in REQUESTS),
+            "requests_called_grounded": sum(kept[s] for s in REQUESTS),
+            "requests": len(REQUESTS),
+            "false_calls": [s for s in OTHERS if made[s]],
+            "false_calls_grounded": [s for s in OTHERS if kept[s]],
+            "others": len(OTHERS),
+            "turns": turns,
+        }
+        print(json.dumps({k: v for k, v in row.items() if k != "turns"}), file=sys.stderr, flush=True)
+        rows.append(row)
     finally:
         engine.close()
     return rows

@@ -404,6 +404,11 @@ class LlmConfig:
     can call the `get_weather` function…"): its first-token logits were 0.06–0.53 apart, and 2.9
     or more apart on the questions that need no tool (scripts/eval_tools.py;
     docs/decisions/tool-calls.md).  0: off."""
+    call_grounding: bool = True
+    """Tools offered with ``tool_choice`` "auto": a call whose text arguments share no word with
+    anything said in the conversation (the 0.5B's ``get_weather("London")`` for "Hello.") is not
+    made, and the turn is answered in words (voiceagent/tools/grounding.py).  False for tools
+    whose text arguments the model works out rather than repeats ("NYC" → "New York")."""
     call_check: bool = False
     """Tools offered with ``tool_choice`` "auto", after the conversation's first exchange: decide
     whether the user's last words ask for a tool on the prompt they would have had as the first

@@ -40,7 +40,8 @@ arguments to the schema where it can); if that fails too it is notified as
 :class:`~voiceagent.events.ToolCallRejected`.  Either way the turn ends normally.  A call (with
 ``tool_choice`` "auto") of a tool that is not offered is dropped (logged, no error event: the
 client did nothing wrong) and, when nothing has been said yet, the turn is asked again with
-``tool_choice`` "none": the listener hears an answer, not silence or JSON.
+``tool_choice`` "none": the listener hears an answer, not silence or JSON.  So is a call whose
+text arguments nobody said (``llm.call_grounding``, :mod:`voiceagent.tools.grounding`).
 
 Call check (``llm.call_check``): later in a conversation, with tools offered and ``tool_choice``
 "auto", whether the user's last words ask for a tool is first decided on the prompt they would
@@ -84,6 +85,7 @@ from voiceagent.settings import SessionSettings
 from voiceagent.text.clauses import ClauseSplitter
 from voiceagent.tools.args import check_arguments
 from voiceagent.tools.call_check import check_messages, opens_call
+from voiceagent.tools.grounding import grounded
 from voiceagent.tools.retry import answered_calls, canonical, nameless, retried_call, retry_choice
 from voiceagent.tools.spec import Message, Tool, ToolCall
 
@@ -145,10 +147,14 @@ class LlmOptions:
     prefill: bool = False
     call_check: bool = False
     """``llm.call_check`` (module docstring)."""
+    call_grounding: bool = True
+    """``llm.call_grounding`` (module docstring)."""
 
     @classmethod
     def from_config(cls, llm: LlmConfig) -> LlmOptions:
-        return cls(first_clause_words=llm.first_clause_words, prefill=llm.prefill, call_check=llm.call_check)
+        return cls(
+            first_clause_words=llm.first_clause_words, prefill=llm.prefill, call_check=llm.call_check, call_grounding=llm.call_grounding
+        )
 
 
 class LlmStage(Stage):
@@ -159,6 +165,7 @@ class LlmStage(Stage):
         self._sentence_end = ports.sentence_end
         self._prefill = options.prefill
         self._call_check = options.call_check
+        self._call_grounding = options.call_grounding
         self._prefilling: asyncio.Task[None] | None = None
         self.prefilled = 0
         """Prompt tokens evaluated ahead of their turn for this session."""
@@ -486,6 +493,15 @@ class LlmStage(Stage):
             return "repeated"
         if request.tool_choice == "auto" and not nameless(call) and all(t.name != call.name for t in request.tools):
             log.info("session %s: the model called %r, which is not offered; answering without tools", self.ctx.session_id, call.name)
+            return "invented"
+        tool = next((t for t in request.tools if t.name == call.name), None)
+        if request.tool_choice == "auto" and self._call_grounding and not grounded(call.arguments, request.messages, tool):
+            log.info(
+                "session %s: the model called %r with arguments nobody said (%s); answering without tools",
+                self.ctx.session_id,
+                call.name,
+                call.arguments[:200],
+            )
             return "invented"
         return "call"
 
