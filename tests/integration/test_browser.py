@@ -271,9 +271,12 @@ def test_browser_over_webrtc_answers_and_a_barge_in_stops_the_agents_track(
                 raise AssertionError(f"the interruption got no answer: page {page_state!r}; history {items!r}") from None
             stats = await page.evaluate("() => JSON.parse(JSON.stringify(voiceagent))")
             received = await page.evaluate("() => voiceagent.received()")
-            cut = next(a for a in stats["assistant"] if a["status"] == "cancelled")
-            item = session.history.find(cut["item_id"])
-            assert isinstance(item, AssistantItem)
+            # The reply the barge-in cut: one that had sent audio.  A reply cancelled before its
+            # first audio (a turn taken back when the user went on speaking) is "cancelled" too.
+            cancelled = [session.history.find(a["item_id"]) for a in stats["assistant"] if a["status"] == "cancelled"]
+            cut = [i for i in cancelled if isinstance(i, AssistantItem) and i.audio_ms > 0]
+            assert cut, [(type(i).__name__, getattr(i, "audio_ms", None)) for i in cancelled]
+            item = cut[0]
             _save(await page.screenshot(full_page=True), "browser-webrtc.png")
             return {
                 "transport": transport,
