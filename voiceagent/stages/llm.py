@@ -491,10 +491,10 @@ class LlmStage(Stage):
             return "dropped"
         if (call.name, canonical(call.arguments)) in answered:
             return "repeated"
-        if request.tool_choice == "auto" and not nameless(call) and all(t.name != call.name for t in request.tools):
+        tool = next((t for t in request.tools if t.name == call.name), None)
+        if request.tool_choice == "auto" and not nameless(call) and tool is None:
             log.info("session %s: the model called %r, which is not offered; answering without tools", self.ctx.session_id, call.name)
             return "invented"
-        tool = next((t for t in request.tools if t.name == call.name), None)
         if request.tool_choice == "auto" and self._call_grounding and not grounded(call.arguments, request.messages, tool):
             log.info(
                 "session %s: the model called %r with arguments nobody said (%s); answering without tools",

@@ -89,4 +89,8 @@ def grounded(arguments: str, messages: Sequence[Message], tool: Tool | None = No
         return True
     said = _said(messages)
     # A shared stem counts too ("Berlin's" / "Berlin", "emails" / "email").
-    return bool(mine & said) or any(a[:5] == b[:5] for a in mine if len(a) >= 5 for b in said if len(b) >= 5)
+    return bool(mine & said) or bool(_stems(mine) & _stems(said))
+
+
+def _stems(found: set[str]) -> set[str]:
+    return {w[:5] for w in found if len(w) >= 5}
