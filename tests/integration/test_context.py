@@ -1,6 +1,6 @@
 """Long instructions and long conversations with the real LLM behind a real WebSocket server
-(issue #31): the prompt always fits the context window.  With ``llm.context`` raised, a
-conversation that outgrows it loses its oldest turns, announced, and every turn is answered with
+(issue #31): the prompt always fits the context window.  A conversation that outgrows it
+(the default 2,048 tokens, on a pool of one context) loses its oldest turns, announced, and every turn is answered with
 the instructions kept; on the defaults, instructions that cannot fit are refused at
 ``session.update`` with the sizes, and the session goes on with its previous settings."""
 
@@ -41,8 +41,8 @@ def knowledge_base() -> str:
 
 @pytest.fixture(scope="module")
 def long_context(engines: Any) -> Iterator[Engines]:
-    """The profile's models with an LLM pool of one context raised to 4096 tokens."""
-    config = profile_config({"llm.context": "4096", "llm.contexts": "1"})
+    """The profile's models with an LLM pool of one context of 2048 tokens (the default window)."""
+    config = profile_config({"llm.context": "2048", "llm.contexts": "1"})
     if config.llm.backend != "llama_cpp":
         pytest.skip(f"the embedded engine's window is tested here; this profile's LLM is {config.llm.backend}")
     pool = llama_cpp.load(config.llm, config.cache_path)
@@ -69,19 +69,21 @@ def test_a_conversation_that_outgrows_the_window_drops_its_oldest_turns_and_keep
     filler = " ".join(f"I also wondered about the {t} session and whether it is recorded for later viewing." for t in TOPICS * 2)
 
     async def scenario() -> None:
-        config = profile_config({"server.port": "0", "llm.context": "4096", "llm.max_tokens": "40"})
+        config = profile_config({"server.port": "0", "llm.context": "2048", "llm.max_tokens": "40"})
         async with VoiceAgentServer(config, long_context) as server:
             ws, rec, task = await _connected(server)
             await ws.send(json.dumps({"type": "session.update", "session": {"type": "realtime", "instructions": knowledge_base()}}))
             await rec.wait_for("session.updated", 30)
             created: list[str] = []
-            for turn in range(10):
-                question = "Where is the keynote held?" if turn == 9 else "Which room is the talk on Tuesday at 14:00 in?"
+            # Five turns: the second already outgrows the window, so three cuts are made (a cut
+            # keeps the instructions and the newest turn; each turn is a prefill of ~350 tokens).
+            for turn in range(5):
+                question = "Where is the keynote held?" if turn == 4 else "Which room is the talk on Tuesday at 14:00 in?"
                 response = await _ask(ws, rec, f"Question {turn}: {filler} {question}")
                 assert response["status"] == "completed", response
                 created += [e["item"]["id"] for e in rec.of("conversation.item.added") if e["item"]["role"] == "user"][len(created) :]
             deleted = [e["item_id"] for e in rec.of("conversation.item.deleted")]
-            assert deleted, "ten turns of ~350 tokens beside ~1,500 of instructions must outgrow 4,096 tokens"
+            assert deleted, "five turns of ~350 tokens beside ~1,500 of instructions must outgrow 2,048 tokens"
             # Oldest first, whole turns: the first user items created are the ones deleted.
             users_deleted = [i for i in deleted if i in created]
             assert users_deleted == created[: len(users_deleted)]
