@@ -45,11 +45,38 @@ EN = BACKCHANNELS["en"]
         ("Why try?", ["why", "try"]),  # y is a vowel
         ("MP3", ["mp3"]),  # a digit: a word
         ("Ñññ", ["ñññ"]),  # letters outside a-z are not judged
+        ("M.A.K. Right.", []),  # letters spelled with dots: a hummed "mhm, right"
+        ("What about the U.S.?", ["what", "about", "the"]),  # spelled letters are a sound, the words stay
+        ("Nine A.M.", ["nine"]),
+        ("dot, dot, dot", []),  # a short word again and again: a tut-tut
+        ("Tusk, tusk.", []),
+        ("La la la la.", []),
+        ("Yeah, tuk tuk.", []),  # the backchannel goes, the echo is left alone
+        ("Faster, faster.", ["faster", "faster"]),  # longer than ECHO_MAX_LETTERS: words
+        ("Dot, dash.", ["dot", "dash"]),  # two different words
+        ("Dot.", ["dot"]),  # said once: a word
+        ("2, 2", ["2", "2"]),  # digits: left alone
         ("", []),
     ],
 )
 def test_real_words_are_what_is_left_without_backchannels(text: str, left: list[str]) -> None:
     assert real_words(text, EN) == left
+
+
+def test_a_floor_word_said_again_and_again_is_kept() -> None:
+    assert real_words("No, no, no.", EN, floor_words("en")) == ["no", "no", "no"]
+    assert real_words("Wait, wait.", EN, floor_words("en")) == ["wait", "wait"]
+    assert real_words("No, no, no.", EN) == []  # without the floor words, a short echo is a sound
+
+
+def test_requests_about_the_agents_pace_and_volume_take_the_floor() -> None:
+    policy = InterruptionPolicy.from_config(Config().turn)
+    low = policy.min_confidence / 2
+    # Whisper heard "Slower." as "slow it" at 0.11: doubted as a sound before these were floor words.
+    for text in ("slow it", "Louder!", "Faster.", "Repeat that.", "Quieter, please."):
+        assert policy.verdict(text, -20.0, -20.0, "en", low) is Verdict.INTERRUPT, text
+    assert policy.verdict("langsamer", -20.0, -20.0, "de", low) is Verdict.INTERRUPT
+    assert policy.verdict("Slowly.", -20.0, -20.0, "en", low) is Verdict.DOUBTED  # whole words only
 
 
 def test_the_floor_words_are_kept_even_when_they_look_like_a_sound() -> None:

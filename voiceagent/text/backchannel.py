@@ -16,14 +16,21 @@ Latin consonants with no vowel at all, y counted as one ("tch", "bff", "pfff", "
 Whisper writes a hummed "uh-huh" or "mm-hmm", a laugh, a throat-clear, a click of the tongue or a
 puff of breath that way.  The words that take the floor are kept even when they look like a sound
 ("shh", "psst"), and so are words with digits or letters outside a-z.  An acronym alone ("BBC")
-counts as a sound: said over the agent with no other word, it is not a request.  A stutter
-before a word ("b-b-but") keeps the word; a real word of short hyphenated parts ("re-do") counts
-as a sound, which matters only when it is all the user said over the agent.
+counts as a sound: said over the agent with no other word, it is not a request; so do letters
+spelled with dots ("M.A.K.", Whisper's writing of a hummed "mhm").  A stutter before a word
+("b-b-but") keeps the word; a real word of short hyphenated parts ("re-do") counts as a sound,
+which matters only when it is all the user said over the agent.
+
+A short word said again and again with nothing else ("dot, dot, dot", "tusk, tusk", "la la la")
+is a sound written down as syllables too: Whisper writes a tut-tut, a click of the tongue or a
+hum that way.  Only words of letters, up to :data:`ECHO_MAX_LETTERS` of them, and never a floor
+word ("no, no, no" and "wait, wait" take the floor).
 
 Some words take the floor (:data:`FLOOR_WORDS`: "stop", "wait", "hey", "sorry"...): a listener
-says them to make the speaker yield.  :func:`takes_floor` finds one in a transcript; the
-interruption policy never doubts such a transcript, however unsure the transcriber is of it
-(a short "Hey," and "wait" cut into two segments each came out under the doubt threshold).
+says them to make the speaker yield, or to change how it speaks ("slower", "louder", "repeat").
+:func:`takes_floor` finds one in a transcript; the interruption policy never doubts such a
+transcript, however unsure the transcriber is of it (a short "Hey," and "wait" cut into two
+segments each came out under the doubt threshold).
 """
 
 from __future__ import annotations
@@ -31,7 +38,7 @@ from __future__ import annotations
 import functools
 import re
 
-__all__ = ["BACKCHANNELS", "FLOOR_WORDS", "NONVERBAL", "floor_words", "phrases_for", "real_words", "takes_floor"]
+__all__ = ["BACKCHANNELS", "ECHO_MAX_LETTERS", "FLOOR_WORDS", "NONVERBAL", "floor_words", "phrases_for", "real_words", "takes_floor"]
 
 BACKCHANNELS: dict[str, tuple[str, ...]] = {
     "en": (
@@ -52,15 +59,26 @@ FLOOR_WORDS: dict[str, frozenset[str]] = {
     "en": frozenset((
         "stop", "wait", "hold", "hang", "pause", "halt", "cancel", "enough", "quiet", "shh", "hush", "hey",
         "excuse", "sorry", "pardon", "no", "nope", "listen", "actually", "psst", "pst",
+        "slow", "slower", "faster", "louder", "quieter", "softer", "repeat",
     )),
-    "es": frozenset(("para", "espera", "basta", "oye", "perdón", "perdona", "no", "alto", "calla")),
-    "fr": frozenset(("stop", "attends", "attendez", "arrête", "arrêtez", "pardon", "non", "écoute", "écoutez")),
-    "de": frozenset(("stopp", "stop", "halt", "warte", "moment", "nein", "entschuldigung", "hör", "ruhe", "pst", "psst")),
+    "es": frozenset(("para", "espera", "basta", "oye", "perdón", "perdona", "no", "alto", "calla", "despacio", "repite")),
+    "fr": frozenset((
+        "stop", "attends", "attendez", "arrête", "arrêtez", "pardon", "non", "écoute", "écoutez", "doucement", "répète", "répétez",
+    )),
+    "de": frozenset((
+        "stopp", "stop", "halt", "warte", "moment", "nein", "entschuldigung", "hör", "ruhe", "pst", "psst", "langsamer", "lauter",
+        "leiser", "schneller",
+    )),
 }  # fmt: skip
 """Words a listener says to make the speaker yield, by language: a transcript holding one is
 never doubted (:func:`takes_floor`).  A language missing here has none."""
 
 _WORD = re.compile(r"[\w'-]+")
+_SPELLED = re.compile(r"\b(?:[^\W\d_]\.){2,}(?:[^\W\d_]\b)?")
+"""Letters spelled with dots ("M.A.K.", "U.S."): made one hyphenated token, which
+:data:`NONVERBAL` reads as a sound."""
+ECHO_MAX_LETTERS = 4
+"""The longest word that, said again and again with nothing else, is taken for a sound."""
 _SOUND_PART = r"(?:[aeiouhm]{1,4}|[a-z]{1,2})"
 NONVERBAL = re.compile(rf"^(?:{_SOUND_PART}(?:-{_SOUND_PART})+|[hm]{{2,}}|h?[aeiou]h+|[b-df-hj-np-tv-xz'-]+)$")
 """A transcribed sound rather than a word (see the module docstring)."""
@@ -72,6 +90,7 @@ def _primary(language: str) -> str:
 
 
 def _words(text: str) -> list[str]:
+    text = _SPELLED.sub(lambda m: "-".join(c for c in m.group(0) if c != "."), text)
     return [w.strip("'-") for w in _WORD.findall(text.lower()) if w.strip("'-")]
 
 
@@ -91,7 +110,8 @@ def _patterns(phrases: tuple[str, ...]) -> tuple[tuple[str, ...], ...]:
 
 def real_words(text: str, phrases: tuple[str, ...], keep: frozenset[str] = frozenset()) -> list[str]:
     """The words of ``text`` that are not part of a backchannel phrase nor a sound
-    (:data:`NONVERBAL`), in order; a word in ``keep`` (the floor words) is never taken for a sound."""
+    (:data:`NONVERBAL`, letters spelled with dots, or one short word said again and again with
+    nothing else), in order; a word in ``keep`` (the floor words) is never taken for a sound."""
     patterns = _patterns(phrases)
     words = _words(text)
     out: list[str] = []
@@ -105,6 +125,8 @@ def real_words(text: str, phrases: tuple[str, ...], keep: frozenset[str] = froze
             if words[i] in keep or not NONVERBAL.match(words[i]):
                 out.append(words[i])
             i += 1
+    if len(out) >= 2 and len(set(out)) == 1 and out[0].isalpha() and len(out[0]) <= ECHO_MAX_LETTERS and out[0] not in keep:
+        return []  # "dot, dot, dot": a sound written as a word said again and again
     return out
 
 
