@@ -70,8 +70,8 @@ FLOOR_WORDS: dict[str, frozenset[str]] = {
         "leiser", "schneller",
     )),
 }  # fmt: skip
-"""Words a listener says to make the speaker yield, by language: a transcript holding one is
-never doubted (:func:`takes_floor`).  A language missing here has none."""
+"""Words a listener says to make the speaker yield or speak otherwise, by language: a transcript
+holding one is never doubted (:func:`takes_floor`).  A language missing here has none."""
 
 _WORD = re.compile(r"[\w'-]+")
 _SPELLED = re.compile(r"\b(?:[^\W\d_]\.){2,}(?:[^\W\d_]\b)?")
