@@ -9,7 +9,12 @@ second decode of a short segment over a paused reply (a beam, a larger model) wo
 sounds and the misheard words better (docs/decisions/interruptions.md).  The server's own cuts
 differ by a frame or two, so its transcripts differ too: the bench is the measure of the rules.
 
+``--prompt NAME=TEXT`` adds a set-up: Whisper tiny, greedy, reading TEXT as the words before the
+clip (a transcription prompt: would a list of backchannels and floor words, or the agent's own
+story, make the sounds and short words come out right?).  ``--setups`` keeps only the named ones.
+
 Usage: .venv/bin/python -m scripts.eval_interruption_decoders [--out FILE] [--group NAME]
+                                                             [--setups tiny1,...] [--prompt NAME=TEXT ...]
 """
 
 from __future__ import annotations
@@ -27,6 +32,8 @@ from scripts import bench_interruptions
 from scripts.bench.stt import SttConfig, VadCutter, load_backend
 from voiceagent.audio import resample
 from voiceagent.backends.protocols import confidence_of
+from voiceagent.config import Config
+from voiceagent.conversation.interruption import InterruptionPolicy, Verdict
 
 SETUPS = {
     "tiny1": SttConfig("whisper-tiny", 1),
@@ -40,10 +47,25 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path)
     parser.add_argument("--group", help="only the cases of this group (dev, held-out-1, ...)")
+    parser.add_argument("--setups", default=",".join(SETUPS), help="comma-separated, of: " + ", ".join(SETUPS))
+    parser.add_argument("--prompt", action="append", default=[], metavar="NAME=TEXT", help="Whisper tiny, greedy, with TEXT as its prompt")
     args = parser.parse_args()
     _, _, cases = bench_interruptions.load_set(None, None, args.group)
     cutter = VadCutter()
-    models = {name: load_backend(setup) for name, setup in SETUPS.items()}
+    chosen = [n.strip() for n in args.setups.split(",") if n.strip()]
+    unknown = [n for n in chosen if n not in SETUPS]
+    if unknown:
+        parser.error(f"unknown set-ups {unknown}; known: {', '.join(SETUPS)}")
+    labels = {name: SETUPS[name].label for name in chosen}
+    models = {name: load_backend(SETUPS[name]) for name in chosen}
+    prompts = {name: "" for name in chosen}
+    for spec in args.prompt:
+        name, sep, text = spec.partition("=")
+        if not sep or not name.strip() or not text.strip():
+            parser.error(f"--prompt wants NAME=TEXT, got {spec!r}")
+        key = f"tiny1:{name.strip()}"
+        models[key] = models.get("tiny1") or load_backend(SETUPS["tiny1"])
+        prompts[key], labels[key] = text.strip(), f"{SETUPS['tiny1'].label}, prompt {text.strip()!r}"
     out: list[dict[str, Any]] = []
     for case in cases:
         pcm = resample(case.pcm, bench_interruptions.RATE, 16000).astype(np.float32) / 32768
@@ -52,18 +74,43 @@ def main() -> int:
             cut: dict[str, Any] = {"ms": round(end - start)}
             for name, stt in models.items():
                 t0 = time.perf_counter()
-                text = stt.transcribe(audio, "en")
+                text = stt.transcribe(audio, "en", prompts[name])
                 sure = confidence_of(text)
                 ms = round((time.perf_counter() - t0) * 1000)
                 cut[name] = {"text": str(text), "confidence": None if sure is None else round(sure, 3), "ms": ms}
             record["cuts"].append(cut)
         out.append(record)
         print(json.dumps(record), file=sys.stderr, flush=True)
-    text = json.dumps({"setups": {name: setup.label for name, setup in SETUPS.items()}, "cases": out}, indent=1)
+    summary = judged(out, list(models))
+    text = json.dumps({"setups": labels, "summary": summary, "cases": out}, indent=1)
     if args.out:
         args.out.write_text(text + "\n")
     print(text)
     return 0
+
+
+def judged(cases: list[dict[str, Any]], setups: list[str]) -> dict[str, dict[str, int]]:
+    """Per set-up, the cases today's rules (the default ``[turn]``; the voice's level left out,
+    which decides the quieter voices, so those are not counted) would get wrong: a backchannel or
+    a noise is lost when any of its cuts is judged an interruption, a real interruption missed
+    when none is."""
+    policy = InterruptionPolicy.from_config(Config().turn)
+    summary: dict[str, dict[str, int]] = {}
+    for name in setups:
+        counts = {"lost": 0, "false_cases": 0, "missed": 0, "interruptions": 0}
+        for case in cases:
+            if case["kind"] == "background":
+                continue
+            cuts = [c[name] for c in case["cuts"]]
+            interrupts = any(policy.verdict(c["text"], None, None, "en", c["confidence"]) is Verdict.INTERRUPT for c in cuts)
+            if case["kind"] == "interruption":
+                counts["interruptions"] += 1
+                counts["missed"] += not interrupts
+            else:
+                counts["false_cases"] += 1
+                counts["lost"] += interrupts
+        summary[name] = counts
+    return summary
 
 
 if __name__ == "__main__":
