@@ -59,13 +59,15 @@ def main() -> int:
     labels = {name: SETUPS[name].label for name in chosen}
     models = {name: load_backend(SETUPS[name]) for name in chosen}
     prompts = {name: "" for name in chosen}
-    for spec in args.prompt:
-        name, sep, text = spec.partition("=")
+    specs = [spec.partition("=") for spec in args.prompt]
+    for spec, (name, sep, text) in zip(args.prompt, specs, strict=True):
         if not sep or not name.strip() or not text.strip():
             parser.error(f"--prompt wants NAME=TEXT, got {spec!r}")
-        key = f"tiny1:{name.strip()}"
-        models[key] = models.get("tiny1") or load_backend(SETUPS["tiny1"])
-        prompts[key], labels[key] = text.strip(), f"{SETUPS['tiny1'].label}, prompt {text.strip()!r}"
+    if specs:  # every prompted set-up decodes with the one tiny model (loaded once)
+        tiny = models.get("tiny1") or load_backend(SETUPS["tiny1"])
+        for name, _, text in specs:
+            key = f"tiny1:{name.strip()}"
+            models[key], prompts[key], labels[key] = tiny, text.strip(), f"{SETUPS['tiny1'].label}, prompt {text.strip()!r}"
     out: list[dict[str, Any]] = []
     for case in cases:
         pcm = resample(case.pcm, bench_interruptions.RATE, 16000).astype(np.float32) / 32768
