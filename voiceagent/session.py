@@ -181,6 +181,7 @@ class Session:
                 sentence_end=self.turn.sentence_end if cfg.turn.text_threshold > 0 else None,
                 cache=self._engines.cache,
                 on_cache=self.metrics.observe_cache,
+                heard_before=self.turn.heard_so_far,
             ),
             LlmOptions.from_config(cfg.llm),
         )

@@ -300,6 +300,45 @@ def test_partials_prefill_the_coming_prompt_on_the_turns_context(run: Run, make_
     run(main(), 20)
 
 
+def _heard_by_level(audio: Any) -> str:
+    """A fake transcriber for a turn of two segments told apart by their level: the first
+    (amplitude 8000) says "what is the weather", the second (16000) "like in paris today", and a
+    clip holding both (the turn transcribed again as one) says both."""
+    peaks = [float(abs(chunk).max()) for chunk in (audio[i : i + 160] for i in range(0, len(audio), 160)) if len(chunk)]
+    first = any(0.2 < p < 0.3 for p in peaks)
+    second = any(p > 0.4 for p in peaks)
+    return " ".join(t for t, said in (("what is the weather", first), ("like in paris today", second)) if said)
+
+
+def test_a_partial_of_a_later_segment_is_prefilled_after_the_turns_earlier_words(run: Run, make_fakes: MakeFakes) -> None:
+    """The user pauses mid-sentence and goes on: a partial of the second segment is prefilled
+    after the first segment's words, as the turn's prompt will read (the second segment alone
+    would overwrite the cells the first segment's words already have, and the turn would
+    evaluate all its words again after the user stopped)."""
+    context = SequenceCheckingLlm("ctx", pieces=2)
+    fakes = make_fakes(stt=FakeStt(respond=_heard_by_level), contexts=[context], turn=FakeTurn(0.1))
+    config = dataclasses.replace(make_config(partials=True), llm=dataclasses.replace(make_config().llm, prefill=True))
+
+    async def main() -> None:
+        async with running(fakes, config) as (session, log):
+            await pause(session, 160)
+            await speak(session, 320)
+            await pause(session, 192)  # the segment ends (96 ms), the turn does not (320 ms)
+            await until(lambda: session.turn.heard_so_far() == "what is the weather")
+            await speak(session, 960, amplitude=16000)
+            await until(lambda: any("paris" in p.text for p in log.of_type(InputTranscriptDelta)))
+            await pause(session, 640)
+            await log.wait_type(ResponseDone)
+            later = [p for p in context.prefills.items if "paris" in p or "like" in p]
+            assert later, context.prefills.items
+            assert all(p.startswith("what is the weather like") for p in later), later
+            assert context.prompts.items[-1] == "what is the weather like in paris today"
+            assert session.turn.heard_so_far() == ""  # the turn is committed: nothing is pending
+            assert context.violations.items == []
+
+    run(main(), 20)
+
+
 def test_partials_give_way_while_the_shared_decoder_is_busy(run: Run, make_fakes: MakeFakes) -> None:
     """Another session's decode holds the shared STT executor: partials are skipped (counted),
     not queued in front of it; the final decode still comes once the executor is free."""

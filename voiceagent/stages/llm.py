@@ -137,6 +137,9 @@ class LlmPorts:
     """The process's semantic reply cache (module docstring); None: off."""
     on_cache: Callable[[str], None] | None = None
     """Told each cache lookup's result (``hit``, or why not), for the metrics."""
+    heard_before: Callable[[], str] | None = None
+    """The turn's words before the segment being spoken (the turn stage's ``heard_so_far``),
+    which a prefill puts before a partial transcript; None: a partial is prefilled alone."""
 
 
 @dataclass(frozen=True)
@@ -167,6 +170,7 @@ class LlmStage(Stage):
         self._call_check = options.call_check
         self._call_grounding = options.call_grounding
         self._prefilling: asyncio.Task[None] | None = None
+        self._heard_before = ports.heard_before or (lambda: "")
         self.prefilled = 0
         """Prompt tokens evaluated ahead of their turn for this session."""
         self._engine = ports.engine
@@ -185,16 +189,21 @@ class LlmStage(Stage):
         """Their clauses' audio, as the TTS stage reported it, until the listener has heard them."""
 
     def prefill(self, heard: str) -> None:
-        """The user's words so far (a partial transcript): have the engine evaluate the coming
-        prompt now.  The last word is left out: it may be cut off or still change, and the words
-        before it are what the final transcript most often begins with.  At most one prefill per
-        session runs; a partial that comes meanwhile is skipped (the next one will do)."""
+        """The user's words so far (a partial transcript of the segment being spoken): have the
+        engine evaluate the coming prompt now.  The last word is left out: it may be cut off or
+        still change, and the words before it are what the final transcript most often begins
+        with.  The turn's earlier segments (``heard_before``) go first: a turn of several segments
+        is answered from all of them, and a prompt of the last segment alone would overwrite the
+        cells its first words already had (from the speculative answer at the pause), so the turn
+        would evaluate every word of the user's message again after they stopped.  At most one
+        prefill per session runs; a partial that comes meanwhile is skipped (the next one will do)."""
         words = heard.split()[:-1]
         if not self._prefill or len(words) < PREFILL_MIN_WORDS:
             return
         if self._prefilling is not None and not self._prefilling.done():
             return
-        self._prefilling = self.spawn(self._prefill_now(" ".join(words)), "prefill")
+        text = " ".join([*self._heard_before().split(), *words])
+        self._prefilling = self.spawn(self._prefill_now(text), "prefill")
 
     def warm(self) -> None:
         """The session's prompt changed (a client's tools or instructions): evaluate its new

@@ -416,6 +416,13 @@ class TurnStage(Stage):
         self.doubted = 0
         """Speculations whose words the LLM judged unlikely to end a sentence (held as unfinished)."""
 
+    def heard_so_far(self) -> str:
+        """The words of the turn being spoken whose segments are transcribed (its earlier
+        segments, before a pause the turn went on after); "" between turns.  The LLM stage puts
+        them before a partial transcript of the segment being spoken when it prefills, so the
+        prefilled prompt is the one the turn will have (a partial covers its own segment only)."""
+        return self.endpointer.text
+
     def sentence_end(self, gen: int, prob: float | None) -> None:
         """Speculative answer ``gen``'s probability that the user's sentence ends after their
         words (None: its engine cannot tell); on the event loop.  Another generation's is ignored."""
