@@ -317,7 +317,8 @@ def test_a_partial_of_a_later_segment_is_prefilled_after_the_turns_earlier_words
     evaluate all its words again after the user stopped)."""
     context = SequenceCheckingLlm("ctx", pieces=2)
     fakes = make_fakes(stt=FakeStt(respond=_heard_by_level), contexts=[context], turn=FakeTurn(0.1))
-    config = dataclasses.replace(make_config(partials=True), llm=dataclasses.replace(make_config().llm, prefill=True))
+    config = make_config(partials=True)
+    config = dataclasses.replace(config, llm=dataclasses.replace(config.llm, prefill=True))
 
     async def main() -> None:
         async with running(fakes, config) as (session, log):
