@@ -22,10 +22,12 @@ or ``output_audio_buffer.cleared``, as OpenAI's clients do.  Per case and mode:
 JSON on stdout and in ``--out`` (stable keys: ``modes.MODE.{false_interruptions.{cases, lost,
 share, by_kind}, interruptions.{cases, honoured, stop_ms.{p50, p95}}, latency_ms.{p50, p95},
 groups.GROUP.{the same, of one group of cases: dev, held-out-1, held-out-2}}``,
-``latency_ratio`` (immediate p50 / words p50), ``cases``).
+``latency_ratio`` (the first mode's p50 / the last's: immediate / words by default), ``cases``).
+``--modes`` picks the servers compared (:data:`MODES`; ``words-unread,words`` measures the second
+reading of speech over the agent in backchannels and sounds against the same rules without it).
 
 Usage: .venv/bin/python scripts/bench_interruptions.py [--out FILE] [--only KIND] [--limit N]
-                                                       [--set section.key=value ...]
+                                                       [--modes immediate,words] [--set section.key=value ...]
 """
 
 from __future__ import annotations
@@ -57,6 +59,14 @@ ROOT = Path(__file__).resolve().parent.parent
 SET = Path(__file__).with_name("interruptions.toml")
 CACHE = ROOT / ".cache" / "interruptions"
 RATE = 24000  # the session's default input and output rate
+MODES = {
+    "immediate": {"turn.interruption": "immediate"},
+    "words": {"turn.interruption": "words"},
+    "words-unread": {"turn.interruption": "words", "turn.interruption_sound_margin": "-1"},
+}
+"""The servers a run can compare (``--modes``): today's default (``words``), the cut at
+``vad.barge_in_ms`` (``immediate``), and ``words`` without the second reading in backchannels
+and sounds (``words-unread``)."""
 FRAME_S = 0.02
 FALSE_KINDS = ("backchannel", "noise", "background")
 STOPS = ("input_audio_buffer.speech_started", "output_audio_buffer.cleared")  # a listener stops its playback at these
@@ -286,16 +296,17 @@ async def measure(args: argparse.Namespace, overrides: dict[str, str]) -> dict[s
     conversation_log.addHandler(JUDGED)
     conversation_log.setLevel(logging.INFO)
     base = {"server.port": "0", "llm.instructions": STORY, "llm.max_tokens": "80", **overrides}
-    configs = {mode: load_config(overrides={**base, "turn.interruption": mode}) for mode in ("immediate", "words")}
-    engines = await asyncio.to_thread(load_engines, configs["words"])
-    await asyncio.to_thread(warm_up, engines, configs["words"])
-    results: dict[str, list[dict[str, Any]]] = {"immediate": [], "words": []}
+    chosen = [m.strip() for m in args.modes.split(",") if m.strip()]
+    configs = {mode: load_config(overrides={**base, **MODES[mode]}) for mode in chosen}
+    engines = await asyncio.to_thread(load_engines, configs[chosen[-1]])
+    await asyncio.to_thread(warm_up, engines, configs[chosen[-1]])
+    results: dict[str, list[dict[str, Any]]] = {mode: [] for mode in chosen}
     servers = {mode: VoiceAgentServer(cfg, engines) for mode, cfg in configs.items()}
     for server in servers.values():
         await server.start()
     try:
         for i, case in enumerate(cases):
-            order = ("immediate", "words") if i % 2 == 0 else ("words", "immediate")
+            order = chosen if i % 2 == 0 else chosen[::-1]
             for mode in order:
                 JUDGED.take()
                 r = await run_case(servers[mode].url, question, q_end, case)
@@ -311,7 +322,8 @@ async def measure(args: argparse.Namespace, overrides: dict[str, str]) -> dict[s
     for mode, rs in results.items():
         modes[mode] = {**summarize(rs), "groups": {g: summarize([r for r in rs if r["group"] == g]) for g in groups}}
     p50 = {m: modes[m]["latency_ms"]["p50"] for m in modes}
-    ratio = round(p50["immediate"] / p50["words"], 3) if p50["immediate"] and p50["words"] else None
+    first, last = chosen[0], chosen[-1]
+    ratio = round(p50[first] / p50[last], 3) if len(chosen) > 1 and p50[first] and p50[last] else None
     return {"set": str(SET.relative_to(ROOT)), "overrides": overrides, "modes": modes, "latency_ratio": ratio, "cases": results}
 
 
@@ -322,7 +334,11 @@ def main() -> int:
     parser.add_argument("--limit", type=int)
     parser.add_argument("--group", help="only the cases of this group (dev, held-out-1, ...)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--modes", default="immediate,words", help="comma-separated, of: " + ", ".join(MODES))
     args = parser.parse_args()
+    unknown = [m for m in args.modes.split(",") if m.strip() and m.strip() not in MODES]
+    if unknown:
+        parser.error(f"unknown modes {unknown}")
     overrides = dict(s.split("=", 1) for s in args.set)
     report = asyncio.run(measure(args, overrides))
     text = json.dumps(report, indent=2)

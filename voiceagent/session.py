@@ -24,11 +24,11 @@ import datetime as dt
 import logging
 import math
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from types import TracebackType
 from typing import Any
 
-from voiceagent.audio import PIPELINE_RATE, Int16Array
+from voiceagent.audio import PIPELINE_RATE, Float32Array, Int16Array
 from voiceagent.backends.registry import Engines
 from voiceagent.clock import Clock, MonotonicClock
 from voiceagent.config import OPENAI_VOICES, Config
@@ -58,6 +58,7 @@ from voiceagent.stages.stt import SttOptions, SttPorts, SttStage
 from voiceagent.stages.tts import TtsOptions, TtsPorts, TtsStage
 from voiceagent.stages.turn import TurnOptions, TurnPorts, TurnStage
 from voiceagent.stages.vad import VadOptions, VadPorts, VadStage
+from voiceagent.text.backchannel import phrases_for
 from voiceagent.tools.spec import Tool, with_tools
 
 __all__ = ["QUEUES", "Session"]
@@ -165,6 +166,8 @@ class Session:
                 takes_turn=replies.segment_heard,
                 judging=replies.core.judging,
                 rejoin=self.stt.decode_clip if cfg.stt.rejoin else None,
+                reads_again=lambda seg: replies.core.reads_again(seg.text, seg.level_db, seg.confidence),
+                read_as_sounds=self._sound_reader(cfg),
             ),
             TurnOptions.from_config(cfg, min_audio_ms=turn_cost.audio_after_first_token_s * 1000.0 if turn_cost else 0.0),
         )
@@ -205,6 +208,18 @@ class Session:
             self._tasks.append(asyncio.create_task(stage.run(), name=f"{self.id}.{stage.name}"))
         self._channels = (self._vad_in, stt_in, turn_in, llm_in, tts_in, play_in)
         self.metrics.session_opened()
+
+    def _sound_reader(self, cfg: Config) -> Callable[[Float32Array], Awaitable[float | None]] | None:
+        """The turn stage's second reading of speech over a paused reply, in the session's
+        backchannels (its language's, or ``turn.backchannels``) and sounds; None where nothing
+        is judged so (``turn.interruption = immediate``, or ``interruption_sound_margin`` < 0)."""
+        if cfg.turn.interruption != "words" or cfg.turn.interruption_sound_margin < 0:
+            return None
+
+        def read(audio: Float32Array) -> Awaitable[float | None]:
+            return self.stt.read_as_sounds(audio, phrases_for(self.current_settings().language, cfg.turn.backchannels))
+
+        return read
 
     async def aclose(self) -> None:
         """Stop every stage.  Idempotent."""

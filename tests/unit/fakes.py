@@ -183,6 +183,25 @@ class FakeStt:
         return [self.transcribe(r.audio, r.language, r.prompt) for r in requests]
 
 
+class FakeSoundStt(FakeStt):
+    """A :class:`FakeStt` that also reads clips as sounds (``SoundReader``): ``margin(text)`` of
+    what it last transcribed; each reading recorded as (samples, language, phrases, thread)."""
+
+    def __init__(self, respond: Callable[[Float32Array], str], margin: Callable[[str], float | None]) -> None:
+        super().__init__(respond=respond)
+        self._margin = margin
+        self._last = ""
+        self.readings = Recorder()
+
+    def transcribe(self, audio: Float32Array, language: str, prompt: str = "") -> str:
+        self._last = super().transcribe(audio, language, prompt)
+        return self._last
+
+    def read_as_sounds(self, audio: Float32Array, language: str, phrases: tuple[str, ...]) -> float | None:
+        self.readings.record((len(audio), language, phrases, threading.current_thread().name))
+        return self._margin(self._last)
+
+
 class FakeTurn:
     def __init__(self, prob: float = 0.9) -> None:
         self.executor = executor("fake-turn")

@@ -586,3 +586,34 @@ def test_interrupt_response_false_keeps_its_meaning_in_words_mode() -> None:
     # No pause, nothing judged: the speech is the user's next turn, the reply goes on meanwhile.
     assert show(w.core.handle(w.ev(SpeechStarted, audio_ms=5000.0))) == ["emit:InputSpeechStarted"]
     assert not w.core.judging() and w.core.segment_heard("yeah", -20.0) == (True, [])
+
+
+def test_words_read_as_sounds_resume_the_reply_and_a_partial_of_them_does_not_decide() -> None:
+    w = World()
+    reply = speaking_reply(w)
+    w.core.segment_heard("tell me a story", -20.0)
+    w.core.handle(w.ev(SpeechStarted, audio_ms=5000.0))
+    # A hum-laugh's partial after more than a second: real words, but a second reading could
+    # dismiss them, so it waits for the final transcript (which gets that reading).
+    assert show(w.core.handle(w.ev(TranscriptDelta, text="I can make", audio_ms=6200.0))) == []
+    assert w.core.judging() and w.core.reads_again("I can make a name.", -20.0, 0.4)
+    w.core.handle(w.ev(SpeechStopped, audio_ms=6400.0))
+    w.clock.advance(0.3)
+    takes, effects = w.core.segment_heard("I can make a name.", -20.0, 0.4, -1.2)
+    assert not takes and show(effects) == ["resume"]
+    assert w.core.active_response_id == reply.id and reply.item is not None and reply.item.heard_ms is None
+    assert not w.core.reads_again("I can make a name.", -20.0, 0.4)  # nothing judged now: an ordinary turn
+
+
+def test_words_that_read_badly_as_sounds_cut_the_reply_and_a_floor_word_partial_still_decides() -> None:
+    w = World()
+    speaking_reply(w)
+    w.core.handle(w.ev(SpeechStarted, audio_ms=5000.0))
+    w.core.handle(w.ev(SpeechStopped, audio_ms=6000.0))
+    takes, effects = w.core.segment_heard("Can you tell me a joke?", -20.0, 0.6, -24.8)
+    assert takes and "barge_in" in show(effects)
+    w = World()
+    speaking_reply(w)
+    w.core.handle(w.ev(SpeechStarted, audio_ms=5000.0))
+    assert not w.core.reads_again("Hold on, please", -20.0, 0.4)
+    assert "barge_in" in show(w.core.handle(w.ev(TranscriptDelta, text="Hold on, please", audio_ms=6100.0)))

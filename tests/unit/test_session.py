@@ -50,7 +50,21 @@ from voiceagent.session import Session
 from voiceagent.stages.stt import PRIORITY_FINAL
 from voiceagent.tools.spec import Message, Tool, ToolCall
 
-from .fakes import EventLog, FakeEngines, FakeLlm, FakeStt, FakeTts, FakeTurn, Recorder, SequenceCheckingLlm, deadline, pause, speak, until
+from .fakes import (
+    EventLog,
+    FakeEngines,
+    FakeLlm,
+    FakeSoundStt,
+    FakeStt,
+    FakeTts,
+    FakeTurn,
+    Recorder,
+    SequenceCheckingLlm,
+    deadline,
+    pause,
+    speak,
+    until,
+)
 
 Run = Callable[..., Any]
 MakeFakes = Callable[..., FakeEngines]
@@ -646,6 +660,46 @@ def test_words_mode_a_word_the_transcriber_doubts_does_not_cut_the_reply(run: Ru
             _, done = await log.wait_type(ResponseDone, response_id=first.response_id)
             assert done.status is ResponseStatus.COMPLETED and done.text == REPLY
             assert log.of_type(PlaybackCleared) == [] and [i.text for i in session.history.items] == ["tell me a story", REPLY]
+
+    run(main(), 30)
+
+
+@pytest.mark.parametrize(("margin", "cut"), [(-0.4, False), (-12.0, True)])
+def test_words_mode_words_read_again_as_sounds_decide_by_the_margin(run: Run, make_fakes: MakeFakes, margin: float, cut: bool) -> None:
+    """The second reading travels from the STT backend (a ``SoundReader``, in its executor)
+    through the turn stage's segment to the verdict: "and then them" (a hummed "Mm-hmm, sure.")
+    that reads almost as well in backchannels resumes the reply whole; words that read far worse
+    cut it.  The user's own turn before it is not read again."""
+    saying: list[str] = ["tell me a story"]
+    stt = FakeSoundStt(respond=lambda audio: saying[0], margin=lambda text: margin)
+    fakes = make_fakes(stt=stt, llm=FakeLlm([tokens(REPLY), ["Okay", "."]]), tts=FakeTts(ms_per_word=125.0), turn=FakeTurn(0.9))
+
+    async def main() -> None:
+        clock = VirtualClock()
+        async with running(fakes, make_config(lead_ms=125, interruption="words"), clock) as (session, log):
+            _, first = await story_under_way(session, log)
+            assert stt.readings.items == []
+            saying[0] = Transcript("and then them", 0.5)
+            await speak(session, 128)
+            await pause(session, 160)
+            if cut:
+                _, done = await log.wait_type(ResponseDone, response_id=first.response_id)
+                assert done.status is ResponseStatus.CANCELLED and done.reason == "turn_detected"
+                await log.wait_type(InputTranscriptDone, text="and then them")
+            else:
+                await until(lambda: session.turn.dropped == 1)
+                clock.advance(RESUME_SILENCE_S)
+                for _ in range(40):
+                    clock.advance(CHUNK_S)
+                    if log.of_type(ResponseDone):
+                        break
+                    await log.wait_for(lambda e: isinstance(e, AudioDelta | ResponseDone), after=len(log.events))
+                _, done = await log.wait_type(ResponseDone, response_id=first.response_id)
+                assert done.status is ResponseStatus.COMPLETED and log.of_type(PlaybackCleared) == []
+                assert [i.text for i in session.history.items] == ["tell me a story", REPLY]
+            [(samples, language, phrases, thread)] = stt.readings.items
+            assert samples > 0 and language == "en" and "mm-hmm" in phrases and thread.startswith("fake-stt")
+            assert session.turn.read_again == 1
 
     run(main(), 30)
 

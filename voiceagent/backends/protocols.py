@@ -49,7 +49,7 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator, Iterator, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
-from typing import Protocol, TypeGuard
+from typing import Protocol, TypeGuard, runtime_checkable
 
 from voiceagent.audio import Float32Array, Int16Array
 from voiceagent.tools.spec import Message, Tool, ToolCall, ToolChoice
@@ -148,6 +148,18 @@ class SttBackend(Protocol):
         """The transcripts of several clips, in order, each what :meth:`transcribe` would give
         for it (a backend that cannot batch decodes them one by one).  For several sessions'
         final decodes that wait at the same time (:class:`voiceagent.pipeline.coalesce.Coalescer`)."""
+        ...
+
+
+@runtime_checkable
+class SoundReader(Protocol):
+    """An STT backend that can read a clip a second time in backchannels and sounds only
+    (:mod:`voiceagent.backends.whisper_sounds`): for speech over the agent's reply."""
+
+    def read_as_sounds(self, audio: Float32Array, language: str, phrases: tuple[str, ...]) -> float | None:
+        """How much less likely (nats, ≤ about 0) the best reading of ``audio`` in ``phrases``
+        and sound spellings is than the free reading; None: the clip is too long to read so
+        (the 30 s path).  Runs in the backend's executor like :meth:`SttBackend.transcribe`."""
         ...
 
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -40,9 +41,11 @@ from faster_whisper.feature_extractor import FeatureExtractor
 
 from voiceagent.audio import Float32Array
 from voiceagent.backends.protocols import SttRequest, Transcript
+from voiceagent.backends.whisper_sounds import read_as_sounds, sound_suppression
 from voiceagent.models.checks import check_language
 from voiceagent.models.source import resolve
 from voiceagent.pipeline.scheduler import PriorityExecutor
+from voiceagent.text.backchannel import SOUND_SPELLINGS
 from voiceagent.text.stt_guard import check, max_tokens
 from voiceagent.text.stt_prompt import echoes_prompt
 
@@ -64,6 +67,14 @@ RETRY_REPETITION_PENALTY = 1.2
 """For the one retry of a looping decode.  On the 12 loops reproduced (tiny and base, espeak-ng
 voices) 1.2 ended all of them after one copy; 1.05 and 1.1 left some looping; sampling at
 temperature 0.2-0.8 (Whisper's own fallback) left a third to a half of them looping and garbled others."""
+
+
+_RECENT_CLIPS = 8
+
+
+def _clip_key(audio: Float32Array) -> tuple[int, int]:
+    """A clip's identity for :attr:`WhisperStt._recent` (its length and its samples' hash)."""
+    return len(audio), hash(audio.tobytes())
 
 
 def model_dir(name: str, cache_dir: Path) -> Path:
@@ -157,6 +168,12 @@ class WhisperStt:
         self._task = tok.token_to_id("<|transcribe|>")
         self._no_ts = tok.token_to_id("<|notimestamps|>")
         self._tokenizer = tok
+        self._eot = tok.token_to_id("<|endoftext|>")
+        self._suppress: dict[tuple[str, ...], list[int]] = {}
+        self._recent: OrderedDict[tuple[int, int], tuple[ctranslate2.StorageView, list[int]]] = OrderedDict()
+        """The last clips transcribed greedily with no text prompt: their encoding and tokens,
+        which :meth:`read_as_sounds` reuses (it is asked about a segment just transcribed)."""
+        self._last_ids: list[int] = []
         self.executor = PriorityExecutor("stt")
         self.loops = 0
         """Decodes the guard judged looping (each was retried)."""
@@ -179,6 +196,10 @@ class WhisperStt:
             return self._generate(encoded, language, repetition_penalty, seconds, prefix)
 
         text, outcome = decode_guarded(decode, seconds)
+        if encoded is not None and not prefix and not outcome and self._beam_size == 1:
+            self._recent[_clip_key(audio)] = (encoded, self._last_ids)
+            while len(self._recent) > _RECENT_CLIPS:
+                self._recent.popitem(last=False)
         if outcome:
             self.loops += 1
         if outcome == "cut":
@@ -188,6 +209,36 @@ class WhisperStt:
             self.echoes += 1
             return self.transcribe(audio, language, "")
         return text
+
+    def read_as_sounds(self, audio: Float32Array, language: str, phrases: tuple[str, ...]) -> float | None:
+        """:class:`~voiceagent.backends.protocols.SoundReader`: the margin of
+        :func:`~voiceagent.backends.whisper_sounds.read_as_sounds`, with ``phrases`` and
+        :data:`~voiceagent.text.backchannel.SOUND_SPELLINGS` as its words (None on the 30 s path).
+        A clip this backend has just transcribed greedily without a prompt is not encoded nor
+        read freely again."""
+        frames = window_frames(len(audio), self._window_s)
+        if frames >= 3000:
+            return None
+        suppress = self._suppress.get(phrases)
+        if suppress is None:  # some 50,000 ids: made once per list
+            suppress = self._suppress[phrases] = sound_suppression(self._tokenizer, (*phrases, *SOUND_SPELLINGS), self._eot)
+        prompt = self._decoder_prompt([], language)
+        recent = self._recent.get(_clip_key(audio))
+        if recent is not None:
+            encoded, free_ids = recent
+        else:
+            encoded = self._encode(audio, frames)
+            (free,) = self._model.model.generate(
+                encoded, [prompt], beam_size=1, max_length=_max_length(min(_MAX_NEW_TOKENS, max_tokens(len(audio) / _RATE)), len(prompt))
+            )
+            free_ids = list(free.sequences_ids[0])
+        if not free_ids:
+            return None
+        reading = read_as_sounds(
+            self._model.model, lambda ids: str(self._tokenizer.decode(ids)), encoded, prompt, suppress, self._eot, free_ids
+        )
+        log.debug("read as sounds: %r as %r, margin %.2f", reading.free, reading.sounds, reading.margin)
+        return reading.margin
 
     def _prompt_tokens(self, prompt: str) -> list[int]:
         """``<|startofprev|>`` and the last :data:`MAX_PROMPT_TOKENS` tokens of ``prompt`` (none
@@ -242,9 +293,11 @@ class WhisperStt:
         return prompt
 
     def _text(self, result: ctranslate2.models.WhisperGenerationResult) -> tuple[str, int]:
+        self._last_ids = []
         if result.no_speech_prob > _NO_SPEECH:
             return "", 0
         ids = result.sequences_ids[0]
+        self._last_ids = list(ids)
         # CTranslate2's score is the sequence's log-probability over its length (length_penalty 1).
         sure = confidence(result.scores[0], result.no_speech_prob) if ids and result.scores else None
         return Transcript(str(self._tokenizer.decode(ids)).strip(), sure), len(ids)

@@ -211,13 +211,22 @@ class ConversationCore:
         else:
             self._user.speech_started(ev)
 
-    def segment_heard(self, text: str, level_db: float | None, confidence: float | None = None) -> tuple[bool, list[Effect]]:
+    def reads_again(self, text: str, level_db: float | None, confidence: float | None = None) -> bool:
+        """Whether a segment's final transcript, over a paused reply, is worth a second reading in
+        backchannels and sounds before :meth:`segment_heard` (the turn stage's ``reads_again``
+        port; :meth:`Interruptions.reads_again`)."""
+        return self._floor.reads_again(text, level_db, confidence)
+
+    def segment_heard(
+        self, text: str, level_db: float | None, confidence: float | None = None, sound_margin: float | None = None
+    ) -> tuple[bool, list[Effect]]:
         """The final transcript of a speech segment (heard at ``level_db``, transcribed with
-        ``confidence``), before the turn stage uses it.  False: it was speech over a paused reply
-        that is no interruption (a backchannel, nothing, a doubted word, a quieter voice): the
+        ``confidence``, read in backchannels and sounds ``sound_margin`` nats less likely), before
+        the turn stage uses it.  False: it was speech over a paused reply that is no interruption
+        (a backchannel, nothing, a doubted word, a sound written as words, a quieter voice): the
         turn stage drops it, and the reply resumes once the user is silent
         (:meth:`Interruptions.segment`)."""
-        verdict = self._floor.segment(text, level_db, confidence)
+        verdict = self._floor.segment(text, level_db, confidence, sound_margin)
         if verdict is Verdict.INTERRUPT:
             self._take_turn()
         return verdict in (None, Verdict.INTERRUPT), self._sink.take()

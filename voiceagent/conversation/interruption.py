@@ -73,6 +73,9 @@ class Verdict(enum.Enum):
     DOUBTED = "doubted"
     """Words the transcriber is not sure of: a sound it wrote as words ("BAM", or a growl as a
     whole sentence, "You are not a man." at 0.07)."""
+    SOUNDS = "sounds"
+    """Words that a second reading of the clip in backchannels and sounds only explains nearly
+    as well (within ``interruption_sound_margin``): "Mm-hmm, sure." heard as "and then them"."""
 
 
 @dataclass(frozen=True)
@@ -85,6 +88,8 @@ class InterruptionPolicy:
     margin_db: float = 10.0
     backchannels: str = ""
     min_confidence: float = 0.0
+    sound_margin: float = -1.0
+    """Negative: no second reading."""
 
     @classmethod
     def from_config(cls, turn: TurnConfig) -> InterruptionPolicy:
@@ -95,6 +100,7 @@ class InterruptionPolicy:
             margin_db=turn.interruption_margin_db,
             backchannels=turn.backchannels,
             min_confidence=turn.interruption_min_confidence,
+            sound_margin=turn.interruption_sound_margin,
         )
 
     @property
@@ -102,19 +108,39 @@ class InterruptionPolicy:
         """Whether speech over the agent pauses it and is judged (else it cuts at once)."""
         return self.mode == "words"
 
-    def verdict(self, text: str, level_db: float | None, user_db: float | None, language: str, confidence: float | None = None) -> Verdict:
-        """What ``text`` (heard at ``level_db``, transcribed with ``confidence``; None: not
-        known) is, from a user whose voice is at ``user_db`` (None: not known yet, every level
-        counts)."""
+    def verdict(
+        self,
+        text: str,
+        level_db: float | None,
+        user_db: float | None,
+        language: str,
+        confidence: float | None = None,
+        sound_margin: float | None = None,
+    ) -> Verdict:
+        """What ``text`` (heard at ``level_db``, transcribed with ``confidence``, read in
+        backchannels and sounds ``sound_margin`` nats less likely; None: not known) is, from a
+        user whose voice is at ``user_db`` (None: not known yet, every level counts)."""
         if self.margin_db > 0 and level_db is not None and user_db is not None and level_db < user_db - self.margin_db:
             return Verdict.BACKGROUND
         words = real_words(text, phrases_for(language, self.backchannels), floor_words(language))
         if len(words) >= self.min_words:
-            doubtful = confidence is not None and confidence < self.min_confidence
-            if doubtful and not takes_floor(words, language):
+            if takes_floor(words, language):
+                return Verdict.INTERRUPT
+            if confidence is not None and confidence < self.min_confidence:
                 return Verdict.DOUBTED
+            if sound_margin is not None and self.sound_margin >= 0 and sound_margin >= -self.sound_margin:
+                return Verdict.SOUNDS
             return Verdict.INTERRUPT
         return Verdict.BACKCHANNEL if text.strip(" .,!?") else Verdict.NOTHING
+
+    def reads_again(self, text: str, level_db: float | None, user_db: float | None, language: str, confidence: float | None) -> bool:
+        """Whether ``text`` would interrupt only for want of a second reading in backchannels and
+        sounds (its words take no floor and a reading could dismiss them): the reading is then
+        worth its decode (about 100 ms of Whisper tiny)."""
+        if self.sound_margin < 0 or self.verdict(text, level_db, user_db, language, confidence) is not Verdict.INTERRUPT:
+            return False
+        words = real_words(text, phrases_for(language, self.backchannels), floor_words(language))
+        return not takes_floor(words, language)
 
 
 @dataclass
@@ -158,45 +184,65 @@ class Interruptions:
     def partial(self, ev: TranscriptDelta) -> bool:
         """A partial transcript: the user's when nothing is judged; else held back, and True
         when it decides an interruption (:meth:`_trusts`), which the core then carries out
-        (:meth:`hand_over`, then the cut)."""
+        (:meth:`hand_over`, then the cut).  Words that a second reading in backchannels and sounds
+        could dismiss (:meth:`InterruptionPolicy.reads_again`) wait for the final transcript,
+        which gets that reading: the reply is paused meanwhile, so the wait costs no stop time."""
         pending = self.pending
         if pending is None:
             self._user.transcript(ev)
             return False
         pending.partials.append(ev)
-        if self._trusts(ev) and self._judge(ev.text, ev.level_db, ev.confidence) is Verdict.INTERRUPT:
+        if (
+            self._trusts(ev)
+            and self._judge(ev.text, ev.level_db, ev.confidence) is Verdict.INTERRUPT
+            and not self.reads_again(ev.text, ev.level_db, ev.confidence)
+        ):
             self._log(Verdict.INTERRUPT, ev.text, ev.level_db, ev.confidence)
             return True
         return False
 
-    def segment(self, text: str, level_db: float | None, confidence: float | None = None) -> Verdict | None:
+    def reads_again(self, text: str, level_db: float | None, confidence: float | None) -> bool:
+        """Whether a segment over the paused reply with this transcript is worth a second reading
+        in backchannels and sounds before it is judged (:meth:`InterruptionPolicy.reads_again`);
+        False when nothing is judged."""
+        if self.pending is None:
+            return False
+        return self.policy.reads_again(text, level_db, self.user_db, self._ctx.host.settings.language, confidence)
+
+    def segment(
+        self, text: str, level_db: float | None, confidence: float | None = None, sound_margin: float | None = None
+    ) -> Verdict | None:
         """A speech segment's final transcript (heard at ``level_db``, transcribed with
-        ``confidence``): None when nothing is judged (the user's own turn, whose level is
-        learnt); else its verdict.  A verdict other than :attr:`Verdict.INTERRUPT` resumes the
+        ``confidence``, its second reading ``sound_margin``): None when nothing is judged (the
+        user's own turn, whose level is learnt); else its verdict.  A verdict other than :attr:`Verdict.INTERRUPT` resumes the
         reply now or arms its resume (:meth:`_dismissed`); an interruption is the core's to
         carry out."""
         if self.pending is None:
             if text.strip():
                 self._heard_user(level_db)
             return None
-        verdict = self._judge(text, level_db, confidence)
-        self._log(verdict, text, level_db, confidence)
+        verdict = self._judge(text, level_db, confidence, sound_margin)
+        self._log(verdict, text, level_db, confidence, sound_margin)
         if verdict is Verdict.INTERRUPT:
             self._heard_user(level_db)
         elif self._dismissed():
             self.close(resumed=True)
         return verdict
 
-    def _log(self, verdict: Verdict, text: str, level_db: float | None, confidence: float | None) -> None:
+    def _log(
+        self, verdict: Verdict, text: str, level_db: float | None, confidence: float | None, sound_margin: float | None = None
+    ) -> None:
         level = "?" if level_db is None else f"{level_db:.1f}"
         sure = "?" if confidence is None else f"{confidence:.2f}"
+        read = "" if sound_margin is None else f", as sounds {sound_margin:+.2f}"
         log.info(
-            "session %s: speech over the reply is %s: %s at %s dBFS, confidence %s",
+            "session %s: speech over the reply is %s: %s at %s dBFS, confidence %s%s",
             self._ctx.session,
             verdict.value,
             excerpt(text),
             level,
             sure,
+            read,
         )
 
     def hand_over(self) -> int:
@@ -252,8 +298,8 @@ class Interruptions:
         or more (by the input stream's time)."""
         return self.pending is not None and partial.audio_ms - self.pending.started.audio_ms >= PARTIAL_AFTER_S * 1000.0
 
-    def _judge(self, text: str, level_db: float | None, confidence: float | None) -> Verdict:
-        return self.policy.verdict(text, level_db, self.user_db, self._ctx.host.settings.language, confidence)
+    def _judge(self, text: str, level_db: float | None, confidence: float | None, sound_margin: float | None = None) -> Verdict:
+        return self.policy.verdict(text, level_db, self.user_db, self._ctx.host.settings.language, confidence, sound_margin)
 
     def _due(self, token: int) -> bool:
         """Resume timeout ``token`` is due: True when it still stands (the user is silent)."""

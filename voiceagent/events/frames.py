@@ -127,6 +127,9 @@ class TranscriptSegment(Event):
     ``committed``: the segment is a whole manual commit (``input_audio_buffer.commit``).
     ``level_db``: the level of its speech (:func:`~voiceagent.audio.speech_level_db`).
     ``confidence``: the transcriber's, 0..1 (None: not told; see ``backends.protocols.Transcript``).
+    ``sound_margin``: for speech over the agent, how much less likely its best reading in
+    backchannels and sounds is than its transcript (nats; None: not read so; see
+    ``backends.whisper_sounds``).
     """
 
     text: str
@@ -136,6 +139,7 @@ class TranscriptSegment(Event):
     committed: bool = False
     level_db: float | None = None
     confidence: float | None = None
+    sound_margin: float | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -23,13 +23,14 @@ from the session's settings when the decode is queued.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
 from voiceagent.audio import PIPELINE_RATE, Float32Array, Int16Array, int16_to_float, speech_level_db
-from voiceagent.backends.protocols import SttBackend, SttRequest, confidence_of
+from voiceagent.backends.protocols import SoundReader, SttBackend, SttRequest, confidence_of
 from voiceagent.config import SttConfig
 from voiceagent.errors import StageError
 from voiceagent.events import (
@@ -53,6 +54,8 @@ from voiceagent.text.stt_guard import check
 from voiceagent.text.stt_prompt import transcription_prompt
 
 __all__ = ["SttOptions", "SttPorts", "SttStage"]
+
+log = logging.getLogger(__name__)
 
 _RING_MS = 2000.0  # audio kept before a speech start, for prefix padding
 _TAIL_MS = 96.0  # silence kept after the end of speech: Whisper clips the last word without it
@@ -224,6 +227,22 @@ class SttStage(Stage):
             return None
         text, failure = await self._decode(audio)
         return None if failure is not None else text
+
+    async def read_as_sounds(self, audio: Float32Array, phrases: tuple[str, ...]) -> float | None:
+        """The margin of a second reading of ``audio`` in ``phrases`` and sound spellings
+        (:class:`~voiceagent.backends.protocols.SoundReader`), at a final's priority; None when
+        the backend cannot read so, the clip is too long for it, or the reading failed (logged:
+        the transcript then decides alone).  Not skipped under load as :meth:`decode_clip` is:
+        it decides whether a paused reply resumes.  Cancellation: dropped if not started."""
+        backend = self._backend
+        if not isinstance(backend, SoundReader) or len(audio) < PIPELINE_RATE // 10:
+            return None
+        language = self._settings().language
+        try:
+            return await run_at(backend.executor, PRIORITY_FINAL, lambda: backend.read_as_sounds(audio, language, phrases))
+        except Exception:
+            log.exception("session %s: reading speech over the agent as sounds failed", self.ctx.session_id)
+            return None
 
     def _segment_audio(self, start_ms: float, speech_end_ms: float) -> Float32Array:
         """Segment audio up to ``speech_end_ms`` plus the tail; a tail not received yet is silence."""

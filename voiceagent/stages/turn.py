@@ -335,6 +335,13 @@ class TurnPorts:
     """Whether speech over a paused reply is being judged now: a segment then joins the dismissed
     ones just before it and is judged as one clip with them (:mod:`~voiceagent.stages.dismissed`;
     needs ``rejoin``).  None: each segment is judged alone."""
+    reads_again: Callable[[TranscriptSegment], bool] | None = None
+    """Asked of each segment's final transcript before ``takes_turn``: True when it is speech
+    over a paused reply that a second reading in backchannels and sounds could dismiss."""
+    read_as_sounds: Callable[[Float32Array], Awaitable[float | None]] | None = None
+    """That second reading of a segment's audio: its margin in nats
+    (:mod:`~voiceagent.backends.whisper_sounds`), carried to ``takes_turn`` in the segment's
+    ``sound_margin``; None: not read.  Both ports or neither."""
 
 
 @dataclass(frozen=True)
@@ -406,6 +413,10 @@ class TurnStage(Stage):
         self._rejoin = ports.rejoin
         self._takes_turn = ports.takes_turn
         self._judging = ports.judging
+        self._reads_again = ports.reads_again
+        self._read_as_sounds = ports.read_as_sounds
+        self.read_again = 0
+        """Segments over the agent read a second time in backchannels and sounds."""
         self._dismissed = Dismissed()
         self.joined_over_agent = 0
         """Segments over the agent judged joined with the dismissed ones before them."""
@@ -481,6 +492,7 @@ class TurnStage(Stage):
         elif isinstance(event, TranscriptSegment):
             if not event.committed and self._takes_turn is not None:
                 event = await self._with_dismissed(event)
+                event = await self._read_again(event)
                 if not await self._takes_turn(event):
                     self.dropped += 1
                     self._dismissed.hold(event)
@@ -516,6 +528,16 @@ class TurnStage(Stage):
         self.joined_over_agent += 1
         log.debug("session %s: speech over the reply judged with what was dismissed before it: %r", self.ctx.session_id, str(text))
         return dataclasses.replace(joined, text=text, confidence=confidence_of(text))
+
+    async def _read_again(self, seg: TranscriptSegment) -> TranscriptSegment:
+        """``seg`` with the margin of its second reading in backchannels and sounds, when the
+        ``reads_again`` port asks for one (else ``seg`` as it is).  Cancellation: the reading is
+        dropped with the stage's task, like any decode."""
+        if self._reads_again is None or self._read_as_sounds is None or not self._reads_again(seg):
+            return seg
+        margin = await self._read_as_sounds(seg.audio)
+        self.read_again += 1
+        return seg if margin is None else dataclasses.replace(seg, sound_margin=margin)
 
     async def _rejoined(self, seg: TranscriptSegment) -> TranscriptSegment | None:
         """``seg`` joined with the turn's earlier segments and transcribed again as one clip; None

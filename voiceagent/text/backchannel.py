@@ -38,7 +38,17 @@ from __future__ import annotations
 import functools
 import re
 
-__all__ = ["BACKCHANNELS", "ECHO_MAX_LETTERS", "FLOOR_WORDS", "NONVERBAL", "floor_words", "phrases_for", "real_words", "takes_floor"]
+__all__ = [
+    "BACKCHANNELS",
+    "ECHO_MAX_LETTERS",
+    "FLOOR_WORDS",
+    "NONVERBAL",
+    "SOUND_SPELLINGS",
+    "floor_words",
+    "phrases_for",
+    "real_words",
+    "takes_floor",
+]
 
 BACKCHANNELS: dict[str, tuple[str, ...]] = {
     "en": (
@@ -54,6 +64,15 @@ BACKCHANNELS: dict[str, tuple[str, ...]] = {
 }  # fmt: skip
 """Backchannels and fillers by language (``stt.language``); a language missing here gets none,
 so any word interrupts there."""
+
+SOUND_SPELLINGS: tuple[str, ...] = (
+    "mm", "mmm", "hmm", "hm", "mhm", "mm-hmm", "uh-huh", "uh", "um", "ah", "ahh", "oh", "ooh", "huh", "ha", "ha ha",
+    "haha", "hah", "heh", "ugh", "ahem", "achoo", "pfft", "pff", "tsk", "tut", "tch", "hmph", "oof", "whew", "phew",
+    "brr", "grr", "aww", "eh", "er", "erm", "la", "da", "ta", "psh",
+)  # fmt: skip
+"""How a sound a listener makes is written (a hum, a laugh, a click of the tongue, a sneeze), in
+any language: with the backchannels, the words a second reading of speech over the agent may
+use (:mod:`voiceagent.backends.whisper_sounds`)."""
 
 FLOOR_WORDS: dict[str, frozenset[str]] = {
     "en": frozenset((
