@@ -9,17 +9,24 @@ second decode of a short segment over a paused reply (a beam, a larger model) wo
 sounds and the misheard words better (docs/decisions/interruptions.md).  The server's own cuts
 differ by a frame or two, so its transcripts differ too: the bench is the measure of the rules.
 
+``--sound-reading`` also reads every cut a second time in backchannels and sounds only
+(:mod:`voiceagent.backends.whisper_sounds`, Whisper tiny greedy, as the server does) and judges
+the cases at several ``turn.interruption_sound_margin`` values: how many sounds that second
+reading saves, and whether it costs a real interruption.
+
 ``--prompt NAME=TEXT`` adds a set-up: Whisper tiny, greedy, reading TEXT as the words before the
 clip (a transcription prompt: would a list of backchannels and floor words, or the agent's own
 story, make the sounds and short words come out right?).  ``--setups`` keeps only the named ones.
 
 Usage: .venv/bin/python -m scripts.eval_interruption_decoders [--out FILE] [--group NAME]
                                                              [--setups tiny1,...] [--prompt NAME=TEXT ...]
+                                                             [--sound-reading]
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
@@ -34,6 +41,7 @@ from voiceagent.audio import resample
 from voiceagent.backends.protocols import confidence_of
 from voiceagent.config import Config
 from voiceagent.conversation.interruption import InterruptionPolicy, Verdict
+from voiceagent.text.backchannel import phrases_for
 
 SETUPS = {
     "tiny1": SttConfig("whisper-tiny", 1),
@@ -49,6 +57,9 @@ def main() -> int:
     parser.add_argument("--group", help="only the cases of this group (dev, held-out-1, ...)")
     parser.add_argument("--setups", default=",".join(SETUPS), help="comma-separated, of: " + ", ".join(SETUPS))
     parser.add_argument("--prompt", action="append", default=[], metavar="NAME=TEXT", help="Whisper tiny, greedy, with TEXT as its prompt")
+    parser.add_argument(
+        "--sound-reading", action="store_true", help="tiny1 cuts read again in backchannels and sounds; judged at several margins"
+    )
     args = parser.parse_args()
     _, _, cases = bench_interruptions.load_set(None, None, args.group)
     cutter = VadCutter()
@@ -80,37 +91,62 @@ def main() -> int:
                 sure = confidence_of(text)
                 ms = round((time.perf_counter() - t0) * 1000)
                 cut[name] = {"text": str(text), "confidence": None if sure is None else round(sure, 3), "ms": ms}
+                if args.sound_reading and name == "tiny1":
+                    t0 = time.perf_counter()
+                    margin = stt.read_as_sounds(audio, "en", phrases_for("en"))
+                    cut[name]["sound_margin"] = None if margin is None else round(margin, 3)
+                    cut[name]["sound_ms"] = round((time.perf_counter() - t0) * 1000)
             record["cuts"].append(cut)
         out.append(record)
         print(json.dumps(record), file=sys.stderr, flush=True)
     summary = judged(out, list(models))
-    text = json.dumps({"setups": labels, "summary": summary, "cases": out}, indent=1)
+    report: dict[str, Any] = {"setups": labels, "summary": summary}
+    if args.sound_reading:
+        report["sound_reading"] = {str(m): judged(out, ["tiny1"], m)["tiny1"] for m in SOUND_MARGINS}
+        report["sound_reading_ms"] = percentiles([c["tiny1"]["sound_ms"] for r in out for c in r["cuts"] if "sound_ms" in c["tiny1"]])
+    text = json.dumps({**report, "cases": out}, indent=1)
     if args.out:
         args.out.write_text(text + "\n")
     print(text)
     return 0
 
 
-def judged(cases: list[dict[str, Any]], setups: list[str]) -> dict[str, dict[str, int]]:
-    """Per set-up, the cases today's rules (the default ``[turn]``; the voice's level left out,
-    which decides the quieter voices, so those are not counted) would get wrong: a backchannel or
-    a noise is lost when any of its cuts is judged an interruption, a real interruption missed
-    when none is."""
-    policy = InterruptionPolicy.from_config(Config().turn)
+SOUND_MARGINS = (-1.0, 0.5, 1.0, 2.0, 3.0, 4.0, 5.0)
+"""``turn.interruption_sound_margin`` values ``--sound-reading`` judges at (-1: no second reading)."""
+
+
+def percentiles(values: list[float]) -> dict[str, float | None]:
+    if not values:
+        return {"p50": None, "p95": None}
+    return {"p50": round(float(np.percentile(values, 50))), "p95": round(float(np.percentile(values, 95)))}
+
+
+def judged(cases: list[dict[str, Any]], setups: list[str], sound_margin: float = -1.0) -> dict[str, dict[str, Any]]:
+    """Per set-up, the cases today's rules (the default ``[turn]``, ``sound_margin`` for the
+    second reading where a cut has one; the voice's level left out, which decides the quieter
+    voices, so those are not counted) would get wrong: a backchannel or a noise is lost when any
+    of its cuts is judged an interruption, a real interruption missed when none is."""
+    policy = dataclasses.replace(InterruptionPolicy.from_config(Config().turn), sound_margin=sound_margin)
     summary: dict[str, dict[str, int]] = {}
     for name in setups:
-        counts = {"lost": 0, "false_cases": 0, "missed": 0, "interruptions": 0}
+        counts: dict[str, Any] = {"lost": 0, "false_cases": 0, "missed": 0, "interruptions": 0, "lost_cases": [], "missed_cases": []}
         for case in cases:
             if case["kind"] == "background":
                 continue
             cuts = [c[name] for c in case["cuts"]]
-            interrupts = any(policy.verdict(c["text"], None, None, "en", c["confidence"]) is Verdict.INTERRUPT for c in cuts)
+            interrupts = any(
+                policy.verdict(c["text"], None, None, "en", c["confidence"], c.get("sound_margin")) is Verdict.INTERRUPT for c in cuts
+            )
             if case["kind"] == "interruption":
                 counts["interruptions"] += 1
                 counts["missed"] += not interrupts
+                if not interrupts:
+                    counts["missed_cases"].append(case["case"])
             else:
                 counts["false_cases"] += 1
                 counts["lost"] += interrupts
+                if interrupts:
+                    counts["lost_cases"].append(case["case"])
         summary[name] = counts
     return summary
 

@@ -28,7 +28,7 @@ CLI = [sys.executable, "-m", "voiceagent.cli"]
 def test_replay_in_process_on_two_fixtures_writes_turns_and_summary(
     speech: dict[str, Path], fixture_specs: dict[str, Any], tmp_path: Path
 ) -> None:
-    names = ["weather", "three_turns"]  # several files, one of several turns: in file order
+    names = ["weather", "two_turns"]  # several files, one of several turns: in file order
     out = tmp_path / "replay.json"
     proc = subprocess.run(
         [*CLI, "replay", *(str(speech[n]) for n in names), "--in-process", "--json", str(out)],

@@ -15,7 +15,10 @@ client is told nothing of it yet.  Then the words decide (:meth:`InterruptionPol
 * a final transcript of backchannels only ("yeah, right"), of nothing (a cough, a door), of
   words the transcriber doubts (under ``interruption_min_confidence``: a hum written "BAM", an
   "ooh" "OO", a growl written as a sentence; never a word that takes the floor, such as "stop", "wait" or "hey":
-  :data:`~voiceagent.text.backchannel.FLOOR_WORDS`), or of speech ``interruption_margin_db`` quieter than the user's own
+  :data:`~voiceagent.text.backchannel.FLOOR_WORDS`), of words that a second reading in
+  backchannels and sounds only explains within ``interruption_sound_margin`` (the turn stage asks
+  for that reading when :meth:`InterruptionPolicy.reads_again`; "Mm-hmm, sure." heard as "and
+  then them"; never floor words either), or of speech ``interruption_margin_db`` quieter than the user's own
   voice (a second voice in the room): the reply **resumes** where it paused, once the user has been silent for
   :data:`RESUME_SILENCE_S` after their speech ended (a "Yeah, ... but" goes on after the comma),
   and stays whole.  The speech leaves no trace in the conversation: no item, no event;
@@ -136,7 +139,7 @@ class InterruptionPolicy:
     def reads_again(self, text: str, level_db: float | None, user_db: float | None, language: str, confidence: float | None) -> bool:
         """Whether ``text`` would interrupt only for want of a second reading in backchannels and
         sounds (its words take no floor and a reading could dismiss them): the reading is then
-        worth its decode (about 100 ms of Whisper tiny)."""
+        worth its decode (100-550 ms of Whisper tiny on two cores)."""
         if self.sound_margin < 0 or self.verdict(text, level_db, user_db, language, confidence) is not Verdict.INTERRUPT:
             return False
         words = real_words(text, phrases_for(language, self.backchannels), floor_words(language))
