@@ -160,6 +160,7 @@ class WhisperStt:
         )
         self._beam_size = beam_size
         self._window_s = window_s
+        self._device = device
         self._features = FeatureExtractor(feature_size=self._model.feature_extractor.mel_filters.shape[0])
         tok = self._model.hf_tokenizer
         self._sot = [tok.token_to_id("<|startoftranscript|>")]
@@ -234,8 +235,14 @@ class WhisperStt:
             free_ids = list(free.sequences_ids[0])
         if not free_ids:
             return None
+
+        def repeat(n: int) -> ctranslate2.StorageView:
+            if self._device == "cpu":  # the encoding is in host memory: copied, not encoded again
+                return ctranslate2.StorageView.from_array(np.repeat(np.asarray(encoded), n, axis=0))
+            return self._encode_many([audio] * n, frames)  # in device memory: encoded again as one batch
+
         reading = read_as_sounds(
-            self._model.model, lambda ids: str(self._tokenizer.decode(ids)), encoded, prompt, suppress, self._eot, free_ids
+            self._model.model, lambda ids: str(self._tokenizer.decode(ids)), encoded, repeat, prompt, suppress, self._eot, free_ids
         )
         log.debug("read as sounds: %r as %r, margin %.2f", reading.free, reading.sounds, reading.margin)
         return reading.margin

@@ -73,17 +73,20 @@ def _log_softmax(logits: object) -> Float64Array:
 
 
 def forced_logprobs(
-    model: ctranslate2.models.Whisper, encoded: ctranslate2.StorageView, prompt: list[int], texts: Sequence[Sequence[int]], eot: int
+    model: ctranslate2.models.Whisper,
+    batch: ctranslate2.StorageView,
+    prompt: list[int],
+    texts: Sequence[Sequence[int]],
+    eot: int,
 ) -> list[float]:
     """The log-probability of each of ``texts`` (token ids) followed by the end of text, read
-    after ``prompt`` (``<|startoftranscript|>`` ... ``<|notimestamps|>``) from ``encoded`` (one
-    clip), every token allowed; one batched decode.  ``generate`` decodes the text after
+    after ``prompt`` (``<|startoftranscript|>`` ... ``<|notimestamps|>``) from ``batch`` (one
+    clip's encoding, once per text), every token allowed; one batched decode.  ``generate`` decodes the text after
     ``<|notimestamps|>`` as a forced prefix and returns each step's logits, those steps included;
     it decodes at most ``max_length // 2`` steps here, so ``2 × (longest + 1)`` gives each text
     its own steps and one more for the end of text."""
-    batch = np.repeat(np.asarray(encoded), len(texts), axis=0)
     results = model.generate(
-        ctranslate2.StorageView.from_array(batch),
+        batch,
         [prompt + list(ids) for ids in texts],
         beam_size=1,
         max_length=2 * (max(len(ids) for ids in texts) + 1),
@@ -103,6 +106,7 @@ def read_as_sounds(
     model: ctranslate2.models.Whisper,
     decode: Callable[[list[int]], str],
     encoded: ctranslate2.StorageView,
+    repeat: Callable[[int], ctranslate2.StorageView],
     prompt: list[int],
     suppress: list[int],
     eot: int,
@@ -110,7 +114,7 @@ def read_as_sounds(
 ) -> SoundReading:
     """The sound reading of one encoded clip whose free reading is ``free_ids`` (greedy, every
     token allowed), and their margin (see the module docstring).  ``decode``: the tokenizer's
-    ``decode`` (ids → text)."""
+    ``decode`` (ids → text); ``repeat(n)``: the clip's encoding ``n`` times over, as one batch."""
     (sounds,) = model.generate(
         encoded,
         [prompt],
@@ -121,6 +125,6 @@ def read_as_sounds(
         no_repeat_ngram_size=3,  # a constrained beam otherwise loops on "-..." for want of better
     )
     readings = [list(free_ids), *(list(ids) for ids in sounds.sequences_ids)]
-    free_lp, *sound_lps = forced_logprobs(model, encoded, prompt, readings, eot)
+    free_lp, *sound_lps = forced_logprobs(model, repeat(len(readings)), prompt, readings, eot)
     best = max(range(len(sound_lps)), key=sound_lps.__getitem__)
     return SoundReading(free=decode(readings[0]).strip(), sounds=decode(readings[best + 1]).strip(), margin=sound_lps[best] - free_lp)
