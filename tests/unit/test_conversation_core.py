@@ -599,7 +599,8 @@ def test_words_read_as_sounds_resume_the_reply_and_a_partial_of_them_does_not_de
     assert w.core.judging() and w.core.reads_again("I can make a name.", -20.0, 0.4)
     w.core.handle(w.ev(SpeechStopped, audio_ms=6400.0))
     w.clock.advance(0.3)
-    takes, effects = w.core.segment_heard("I can make a name.", -20.0, 0.4, -1.2)
+    within = -Config().turn.interruption_sound_margin / 2
+    takes, effects = w.core.segment_heard("I can make a name.", -20.0, 0.4, within)
     assert not takes and show(effects) == ["resume"]
     assert w.core.active_response_id == reply.id and reply.item is not None and reply.item.heard_ms is None
     assert not w.core.reads_again("I can make a name.", -20.0, 0.4)  # nothing judged now: an ordinary turn

@@ -188,7 +188,7 @@ def test_words_a_second_reading_explains_as_sounds_do_not_interrupt_but_floor_wo
     sure = 0.4  # above the doubt threshold: the words alone would interrupt
     assert policy.sound_margin > 0
     # "Mm-hmm, sure." heard as "and then them": as likely read "mm, sure".
-    assert policy.verdict("and then them", -20.0, -20.0, "en", sure, -0.5) is Verdict.SOUNDS
+    assert policy.verdict("and then them", -20.0, -20.0, "en", sure, -policy.sound_margin / 2) is Verdict.SOUNDS
     assert policy.verdict("and then them", -20.0, -20.0, "en", sure, -policy.sound_margin) is Verdict.SOUNDS
     # A real request reads far worse in backchannels and sounds.
     assert policy.verdict("Can you tell me a joke?", -20.0, -20.0, "en", sure, -24.8) is Verdict.INTERRUPT

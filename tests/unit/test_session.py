@@ -664,7 +664,7 @@ def test_words_mode_a_word_the_transcriber_doubts_does_not_cut_the_reply(run: Ru
     run(main(), 30)
 
 
-@pytest.mark.parametrize(("margin", "cut"), [(-0.4, False), (-12.0, True)])
+@pytest.mark.parametrize(("margin", "cut"), [(-Config().turn.interruption_sound_margin / 2, False), (-12.0, True)])
 def test_words_mode_words_read_again_as_sounds_decide_by_the_margin(run: Run, make_fakes: MakeFakes, margin: float, cut: bool) -> None:
     """The second reading travels from the STT backend (a ``SoundReader``, in its executor)
     through the turn stage's segment to the verdict: "and then them" (a hummed "Mm-hmm, sure.")

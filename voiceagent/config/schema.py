@@ -280,7 +280,7 @@ class TurnConfig:
     tokens' mean probability times the chance of speech) is a sound it wrote as words (a hum as
     "BAM", an "ooh" as "OO", a growl as a sentence) and does not interrupt, unless it holds a word
     that takes the floor ("stop", "wait"); 0: never doubted (docs/decisions/interruptions.md)."""
-    interruption_sound_margin: float = 3.0
+    interruption_sound_margin: float = 1.0
     """``words``: speech over the agent that would interrupt (real words, none taking the floor) is
     read a second time in backchannels and sounds only ("mm", "yeah", "ugh"...); when that reading
     is at most this much less likely than the transcript (nats), the words were a sound Whisper
