@@ -93,7 +93,7 @@ def main() -> int:
                 cut[name] = {"text": str(text), "confidence": None if sure is None else round(sure, 3), "ms": ms}
                 if args.sound_reading and name == "tiny1":
                     t0 = time.perf_counter()
-                    margin = stt.read_as_sounds(audio, "en", phrases_for("en"))
+                    margin = stt.read_as_sounds(audio, "en", phrases_for("en"), str(text))
                     cut[name]["sound_margin"] = None if margin is None else round(margin, 3)
                     cut[name]["sound_ms"] = round((time.perf_counter() - t0) * 1000)
             record["cuts"].append(cut)
@@ -121,6 +121,11 @@ def percentiles(values: list[float]) -> dict[str, float | None]:
     return {"p50": round(float(np.percentile(values, 50))), "p95": round(float(np.percentile(values, 95)))}
 
 
+def _read(policy: InterruptionPolicy, cut: dict[str, Any]) -> float | None:
+    """A cut's second-reading margin where the server would ask for one (else None)."""
+    return cut.get("sound_margin") if policy.reads_again(cut["text"], None, None, "en", cut["confidence"]) else None
+
+
 def judged(cases: list[dict[str, Any]], setups: list[str], sound_margin: float = -1.0) -> dict[str, dict[str, Any]]:
     """Per set-up, the cases today's rules (the default ``[turn]``, ``sound_margin`` for the
     second reading where a cut has one; the voice's level left out, which decides the quieter
@@ -135,7 +140,7 @@ def judged(cases: list[dict[str, Any]], setups: list[str], sound_margin: float =
                 continue
             cuts = [c[name] for c in case["cuts"]]
             interrupts = any(
-                policy.verdict(c["text"], None, None, "en", c["confidence"], c.get("sound_margin")) is Verdict.INTERRUPT for c in cuts
+                policy.verdict(c["text"], None, None, "en", c["confidence"], _read(policy, c)) is Verdict.INTERRUPT for c in cuts
             )
             if case["kind"] == "interruption":
                 counts["interruptions"] += 1

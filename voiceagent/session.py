@@ -28,7 +28,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from types import TracebackType
 from typing import Any
 
-from voiceagent.audio import PIPELINE_RATE, Float32Array, Int16Array
+from voiceagent.audio import PIPELINE_RATE, Int16Array
 from voiceagent.backends.registry import Engines
 from voiceagent.clock import Clock, MonotonicClock
 from voiceagent.config import OPENAI_VOICES, Config
@@ -47,6 +47,7 @@ from voiceagent.events import (
     InputTranscriptFailed,
     ItemTruncated,
     TextItemAdded,
+    TranscriptSegment,
 )
 from voiceagent.observability.metrics import Metrics
 from voiceagent.pipeline import Channel, Generations, StageContext
@@ -209,15 +210,15 @@ class Session:
         self._channels = (self._vad_in, stt_in, turn_in, llm_in, tts_in, play_in)
         self.metrics.session_opened()
 
-    def _sound_reader(self, cfg: Config) -> Callable[[Float32Array], Awaitable[float | None]] | None:
+    def _sound_reader(self, cfg: Config) -> Callable[[TranscriptSegment], Awaitable[float | None]] | None:
         """The turn stage's second reading of speech over a paused reply, in the session's
         backchannels (its language's, or ``turn.backchannels``) and sounds; None where nothing
         is judged so (``turn.interruption = immediate``, or ``interruption_sound_margin`` < 0)."""
         if cfg.turn.interruption != "words" or cfg.turn.interruption_sound_margin < 0:
             return None
 
-        def read(audio: Float32Array) -> Awaitable[float | None]:
-            return self.stt.read_as_sounds(audio, phrases_for(self.current_settings().language, cfg.turn.backchannels))
+        def read(seg: TranscriptSegment) -> Awaitable[float | None]:
+            return self.stt.read_as_sounds(seg.audio, seg.text, phrases_for(self.current_settings().language, cfg.turn.backchannels))
 
         return read
 

@@ -185,21 +185,16 @@ class FakeStt:
 
 class FakeSoundStt(FakeStt):
     """A :class:`FakeStt` that also reads clips as sounds (``SoundReader``): ``margin(text)`` of
-    what it last transcribed; each reading recorded as (samples, language, phrases, thread)."""
+    the transcript it is given; each reading recorded as (samples, language, phrases, text, thread)."""
 
     def __init__(self, respond: Callable[[Float32Array], str], margin: Callable[[str], float | None]) -> None:
         super().__init__(respond=respond)
         self._margin = margin
-        self._last = ""
         self.readings = Recorder()
 
-    def transcribe(self, audio: Float32Array, language: str, prompt: str = "") -> str:
-        self._last = super().transcribe(audio, language, prompt)
-        return self._last
-
-    def read_as_sounds(self, audio: Float32Array, language: str, phrases: tuple[str, ...]) -> float | None:
-        self.readings.record((len(audio), language, phrases, threading.current_thread().name))
-        return self._margin(self._last)
+    def read_as_sounds(self, audio: Float32Array, language: str, phrases: tuple[str, ...], text: str) -> float | None:
+        self.readings.record((len(audio), language, phrases, text, threading.current_thread().name))
+        return self._margin(text)
 
 
 class FakeTurn:

@@ -595,15 +595,15 @@ def test_words_read_as_sounds_resume_the_reply_and_a_partial_of_them_does_not_de
     w.core.handle(w.ev(SpeechStarted, audio_ms=5000.0))
     # A hum-laugh's partial after more than a second: real words, but a second reading could
     # dismiss them, so it waits for the final transcript (which gets that reading).
-    assert show(w.core.handle(w.ev(TranscriptDelta, text="I can make", audio_ms=6200.0))) == []
-    assert w.core.judging() and w.core.reads_again("I can make a name.", -20.0, 0.4)
+    assert show(w.core.handle(w.ev(TranscriptDelta, text="and mam", audio_ms=6200.0))) == []
+    assert w.core.judging() and w.core.reads_again("and mamam", -20.0, 0.4)
     w.core.handle(w.ev(SpeechStopped, audio_ms=6400.0))
     w.clock.advance(0.3)
     within = -Config().turn.interruption_sound_margin / 2
-    takes, effects = w.core.segment_heard("I can make a name.", -20.0, 0.4, within)
+    takes, effects = w.core.segment_heard("and mamam", -20.0, 0.4, within)
     assert not takes and show(effects) == ["resume"]
     assert w.core.active_response_id == reply.id and reply.item is not None and reply.item.heard_ms is None
-    assert not w.core.reads_again("I can make a name.", -20.0, 0.4)  # nothing judged now: an ordinary turn
+    assert not w.core.reads_again("and mamam", -20.0, 0.4)  # nothing judged now: an ordinary turn
 
 
 def test_words_that_read_badly_as_sounds_cut_the_reply_and_a_floor_word_partial_still_decides() -> None:

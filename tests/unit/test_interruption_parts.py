@@ -187,24 +187,28 @@ def test_words_a_second_reading_explains_as_sounds_do_not_interrupt_but_floor_wo
     policy = InterruptionPolicy.from_config(Config().turn)
     sure = 0.4  # above the doubt threshold: the words alone would interrupt
     assert policy.sound_margin > 0
-    # "Mm-hmm, sure." heard as "and then them": as likely read "mm, sure".
-    assert policy.verdict("and then them", -20.0, -20.0, "en", sure, -policy.sound_margin / 2) is Verdict.SOUNDS
-    assert policy.verdict("and then them", -20.0, -20.0, "en", sure, -policy.sound_margin) is Verdict.SOUNDS
+    # "Mm-hmm, sure." heard as "and mamam": as likely read "mm, sure".
+    assert policy.verdict("and mamam", -20.0, -20.0, "en", sure, -policy.sound_margin / 2) is Verdict.SOUNDS
+    assert policy.verdict("and mamam", -20.0, -20.0, "en", sure, -policy.sound_margin) is Verdict.SOUNDS
     # A real request reads far worse in backchannels and sounds.
     assert policy.verdict("Can you tell me a joke?", -20.0, -20.0, "en", sure, -24.8) is Verdict.INTERRUPT
-    assert policy.verdict("and then them", -20.0, -20.0, "en", sure, -policy.sound_margin - 0.01) is Verdict.INTERRUPT
-    assert policy.verdict("and then them", -20.0, -20.0, "en", sure, None) is Verdict.INTERRUPT  # not read: trusted
+    assert policy.verdict("and mamam", -20.0, -20.0, "en", sure, -policy.sound_margin - 0.01) is Verdict.INTERRUPT
+    assert policy.verdict("and mamam", -20.0, -20.0, "en", sure, None) is Verdict.INTERRUPT  # not read: trusted
     # A word that takes the floor is never dismissed so, nor are words when the reading is off.
     assert policy.verdict("No.", -20.0, -20.0, "en", sure, 0.0) is Verdict.INTERRUPT
-    assert InterruptionPolicy(sound_margin=-1.0).verdict("and then them", None, None, "en", sure, 0.0) is Verdict.INTERRUPT
+    assert InterruptionPolicy(sound_margin=-1.0).verdict("and mamam", None, None, "en", sure, 0.0) is Verdict.INTERRUPT
 
 
 def test_a_second_reading_is_asked_only_for_words_it_could_dismiss() -> None:
     policy = InterruptionPolicy.from_config(Config().turn)
-    assert policy.reads_again("I can make a name.", -20.0, -20.0, "en", 0.4)
-    assert policy.reads_again("I can make a name.", None, None, "en", None)
+    assert policy.reads_again("and mamam", -20.0, -20.0, "en", 0.4)
+    assert policy.reads_again("and mamam", None, None, "en", None)
     assert not policy.reads_again("Wait, what?", -20.0, -20.0, "en", 0.4)  # a floor word: interrupts anyway
     assert not policy.reads_again("Yeah, right.", -20.0, -20.0, "en", 0.4)  # a backchannel: dismissed anyway
     assert not policy.reads_again("BAM", -20.0, -20.0, "en", policy.min_confidence / 2)  # doubted anyway
-    assert not policy.reads_again("I can make a name.", -35.0, -20.0, "en", 0.4)  # a quieter voice: background
-    assert not InterruptionPolicy(sound_margin=-1.0).reads_again("I can make a name.", None, None, "en", 0.4)
+    assert not policy.reads_again("and mamam", -35.0, -20.0, "en", 0.4)  # a quieter voice: background
+    assert not InterruptionPolicy(sound_margin=-1.0).reads_again("and mamam", None, None, "en", 0.4)
+    # Three real words or more are a request: a reading in backchannels could stop after the
+    # first words ("Yeah, yeah, right." joined with a question read as sounds at -0.14).
+    assert not policy.reads_again("Yeah, yeah, right. What in the capital and friends?", -20.0, -20.0, "en", 0.45)
+    assert policy.reads_again("Yeah, right, and mamam", -20.0, -20.0, "en", 0.45)  # backchannels do not count

@@ -667,7 +667,7 @@ def test_words_mode_a_word_the_transcriber_doubts_does_not_cut_the_reply(run: Ru
 @pytest.mark.parametrize(("margin", "cut"), [(-Config().turn.interruption_sound_margin / 2, False), (-12.0, True)])
 def test_words_mode_words_read_again_as_sounds_decide_by_the_margin(run: Run, make_fakes: MakeFakes, margin: float, cut: bool) -> None:
     """The second reading travels from the STT backend (a ``SoundReader``, in its executor)
-    through the turn stage's segment to the verdict: "and then them" (a hummed "Mm-hmm, sure.")
+    through the turn stage's segment to the verdict: "and mamam" (a hummed "Mm-hmm, sure.")
     that reads almost as well in backchannels resumes the reply whole; words that read far worse
     cut it.  The user's own turn before it is not read again."""
     saying: list[str] = ["tell me a story"]
@@ -679,13 +679,13 @@ def test_words_mode_words_read_again_as_sounds_decide_by_the_margin(run: Run, ma
         async with running(fakes, make_config(lead_ms=125, interruption="words"), clock) as (session, log):
             _, first = await story_under_way(session, log)
             assert stt.readings.items == []
-            saying[0] = Transcript("and then them", 0.5)
+            saying[0] = Transcript("and mamam", 0.5)
             await speak(session, 128)
             await pause(session, 160)
             if cut:
                 _, done = await log.wait_type(ResponseDone, response_id=first.response_id)
                 assert done.status is ResponseStatus.CANCELLED and done.reason == "turn_detected"
-                await log.wait_type(InputTranscriptDone, text="and then them")
+                await log.wait_type(InputTranscriptDone, text="and mamam")
             else:
                 await until(lambda: session.turn.dropped == 1)
                 clock.advance(RESUME_SILENCE_S)
@@ -697,8 +697,9 @@ def test_words_mode_words_read_again_as_sounds_decide_by_the_margin(run: Run, ma
                 _, done = await log.wait_type(ResponseDone, response_id=first.response_id)
                 assert done.status is ResponseStatus.COMPLETED and log.of_type(PlaybackCleared) == []
                 assert [i.text for i in session.history.items] == ["tell me a story", REPLY]
-            [(samples, language, phrases, thread)] = stt.readings.items
+            [(samples, language, phrases, text, thread)] = stt.readings.items
             assert samples > 0 and language == "en" and "mm-hmm" in phrases and thread.startswith("fake-stt")
+            assert text == "and mamam"  # the transcript judged: the reading is weighed against it
             assert session.turn.read_again == 1
 
     run(main(), 30)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from typing import Any
 
 import numpy as np
@@ -40,6 +41,7 @@ class _Scripted(WhisperStt):
         self.texts = texts
         self.prompts: list[str] = []
         self._window_s = 0
+        self._recent = OrderedDict()
         self.loops = self.cuts = self.echoes = 0
 
     def _encode(self, audio: Any, frames: int) -> Any:

@@ -156,10 +156,10 @@ class SoundReader(Protocol):
     """An STT backend that can read a clip a second time in backchannels and sounds only
     (:mod:`voiceagent.backends.whisper_sounds`): for speech over the agent's reply."""
 
-    def read_as_sounds(self, audio: Float32Array, language: str, phrases: tuple[str, ...]) -> float | None:
+    def read_as_sounds(self, audio: Float32Array, language: str, phrases: tuple[str, ...], text: str) -> float | None:
         """How much less likely (nats, ≤ about 0) the best reading of ``audio`` in ``phrases``
-        and sound spellings is than the free reading; None: the clip is too long to read so
-        (the 30 s path).  Runs in the backend's executor like :meth:`SttBackend.transcribe`."""
+        and sound spellings is than ``text``, its transcript; None: the clip is too long to read
+        so (the 30 s path), or no text.  Runs in the backend's executor like :meth:`SttBackend.transcribe`."""
         ...
 
 

@@ -171,10 +171,9 @@ class WhisperStt:
         self._tokenizer = tok
         self._eot = tok.token_to_id("<|endoftext|>")
         self._suppress: dict[tuple[str, ...], list[int]] = {}
-        self._recent: OrderedDict[tuple[int, int], tuple[ctranslate2.StorageView, list[int]]] = OrderedDict()
-        """The last clips transcribed greedily with no text prompt: their encoding and tokens,
-        which :meth:`read_as_sounds` reuses (it is asked about a segment just transcribed)."""
-        self._last_ids: list[int] = []
+        self._recent: OrderedDict[tuple[int, int], ctranslate2.StorageView] = OrderedDict()
+        """The encodings of the last clips transcribed on the short-window path, which
+        :meth:`read_as_sounds` reuses (it is asked about a segment just transcribed)."""
         self.executor = PriorityExecutor("stt")
         self.loops = 0
         """Decodes the guard judged looping (each was retried)."""
@@ -197,8 +196,8 @@ class WhisperStt:
             return self._generate(encoded, language, repetition_penalty, seconds, prefix)
 
         text, outcome = decode_guarded(decode, seconds)
-        if encoded is not None and not prefix and not outcome and self._beam_size == 1:
-            self._recent[_clip_key(audio)] = (encoded, self._last_ids)
+        if encoded is not None:
+            self._recent[_clip_key(audio)] = encoded
             while len(self._recent) > _RECENT_CLIPS:
                 self._recent.popitem(last=False)
         if outcome:
@@ -211,30 +210,24 @@ class WhisperStt:
             return self.transcribe(audio, language, "")
         return text
 
-    def read_as_sounds(self, audio: Float32Array, language: str, phrases: tuple[str, ...]) -> float | None:
+    def read_as_sounds(self, audio: Float32Array, language: str, phrases: tuple[str, ...], text: str) -> float | None:
         """:class:`~voiceagent.backends.protocols.SoundReader`: the margin of
-        :func:`~voiceagent.backends.whisper_sounds.read_as_sounds`, with ``phrases`` and
-        :data:`~voiceagent.text.backchannel.SOUND_SPELLINGS` as its words (None on the 30 s path).
-        A clip this backend has just transcribed greedily without a prompt is not encoded nor
-        read freely again."""
+        :func:`~voiceagent.backends.whisper_sounds.read_as_sounds` against ``text`` (the
+        transcript being judged, as the loop guard left it: never a raw decode that looped), with
+        ``phrases`` and :data:`~voiceagent.text.backchannel.SOUND_SPELLINGS` as its words; None
+        on the 30 s path or for no text.  A clip this backend has just transcribed is not encoded
+        again."""
         frames = window_frames(len(audio), self._window_s)
-        if frames >= 3000:
+        ids = self._tokenizer.encode(" " + text.strip(), add_special_tokens=False).ids if text.strip() else []
+        if frames >= 3000 or not ids:
             return None
         suppress = self._suppress.get(phrases)
         if suppress is None:  # some 50,000 ids: made once per list
             suppress = self._suppress[phrases] = sound_suppression(self._tokenizer, (*phrases, *SOUND_SPELLINGS), self._eot)
         prompt = self._decoder_prompt([], language)
-        recent = self._recent.get(_clip_key(audio))
-        if recent is not None:
-            encoded, free_ids = recent
-        else:
+        encoded = self._recent.get(_clip_key(audio))
+        if encoded is None:
             encoded = self._encode(audio, frames)
-            (free,) = self._model.model.generate(
-                encoded, [prompt], beam_size=1, max_length=_max_length(min(_MAX_NEW_TOKENS, max_tokens(len(audio) / _RATE)), len(prompt))
-            )
-            free_ids = list(free.sequences_ids[0])
-        if not free_ids:
-            return None
 
         def repeat(n: int) -> ctranslate2.StorageView:
             if self._device == "cpu":  # the encoding is in host memory: copied, not encoded again
@@ -242,7 +235,7 @@ class WhisperStt:
             return self._encode_many([audio] * n, frames)  # in device memory: encoded again as one batch
 
         reading = read_as_sounds(
-            self._model.model, lambda ids: str(self._tokenizer.decode(ids)), encoded, repeat, prompt, suppress, self._eot, free_ids
+            self._model.model, lambda ids: str(self._tokenizer.decode(ids)), encoded, repeat, prompt, suppress, self._eot, ids
         )
         log.debug("read as sounds: %r as %r, margin %.2f", reading.free, reading.sounds, reading.margin)
         return reading.margin
@@ -300,11 +293,9 @@ class WhisperStt:
         return prompt
 
     def _text(self, result: ctranslate2.models.WhisperGenerationResult) -> tuple[str, int]:
-        self._last_ids = []
         if result.no_speech_prob > _NO_SPEECH:
             return "", 0
         ids = result.sequences_ids[0]
-        self._last_ids = list(ids)
         # CTranslate2's score is the sequence's log-probability over its length (length_penalty 1).
         sure = confidence(result.scores[0], result.no_speech_prob) if ids and result.scores else None
         return Transcript(str(self._tokenizer.decode(ids)).strip(), sure), len(ids)

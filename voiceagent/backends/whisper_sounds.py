@@ -5,7 +5,8 @@ can make a name.", a sigh as "But") and sure enough of them that a confidence th
 tell them from real short words.  What tells them apart is the question a person asks: *could
 this also have been a "mm" or a "yeah"?*  So the clip is read twice on one encoder pass:
 
-* the **free reading**: greedy, every token allowed (what the transcript says);
+* the **free reading**: the transcript being judged (Whisper's greedy decode, as the loop guard
+  left it);
 * the **sound reading**: a beam search in which every text token is suppressed except those that
   spell the backchannel phrases and the sound spellings
   (:data:`~voiceagent.text.backchannel.SOUND_SPELLINGS`) with their punctuation.
@@ -112,8 +113,8 @@ def read_as_sounds(
     eot: int,
     free_ids: Sequence[int],
 ) -> SoundReading:
-    """The sound reading of one encoded clip whose free reading is ``free_ids`` (greedy, every
-    token allowed), and their margin (see the module docstring).  ``decode``: the tokenizer's
+    """The sound reading of one encoded clip against its transcript ``free_ids`` (the free
+    reading), and their margin (see the module docstring).  ``decode``: the tokenizer's
     ``decode`` (ids → text); ``repeat(n)``: the clip's encoding ``n`` times over, as one batch."""
     (sounds,) = model.generate(
         encoded,

@@ -281,10 +281,10 @@ class TurnConfig:
     "BAM", an "ooh" as "OO", a growl as a sentence) and does not interrupt, unless it holds a word
     that takes the floor ("stop", "wait"); 0: never doubted (docs/decisions/interruptions.md)."""
     interruption_sound_margin: float = 1.0
-    """``words``: speech over the agent that would interrupt (real words, none taking the floor) is
-    read a second time in backchannels and sounds only ("mm", "yeah", "ugh"...); when that reading
+    """``words``: speech over the agent that would interrupt (one or two real words, none taking
+    the floor) is read a second time in backchannels and sounds only ("mm", "yeah", "ugh"...); when that reading
     is at most this much less likely than the transcript (nats), the words were a sound Whisper
-    wrote as words ("Mm-hmm, sure." as "and then them") and do not interrupt; a negative value:
+    wrote as words ("Mm-hmm, sure." as "and mamam") and do not interrupt; a negative value:
     no second reading (docs/decisions/interruptions.md)."""
     backchannels: str = ""
     """``words``: comma-separated phrases that never interrupt; empty: the built-in list of

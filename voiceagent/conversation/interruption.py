@@ -50,13 +50,19 @@ from voiceagent.errors import excerpt
 from voiceagent.events import SpeechStarted, TranscriptDelta
 from voiceagent.text.backchannel import floor_words, phrases_for, real_words, takes_floor
 
-__all__ = ["PARTIAL_AFTER_S", "RESUME_SILENCE_S", "InterruptionPolicy", "Interruptions", "Pending", "Verdict"]
+__all__ = ["PARTIAL_AFTER_S", "READ_AGAIN_MAX_WORDS", "RESUME_SILENCE_S", "InterruptionPolicy", "Interruptions", "Pending", "Verdict"]
 
 log = logging.getLogger(__name__)
 
 _LEVEL_WEIGHT = 0.3  # how much each new turn moves the user's learnt voice level
 PARTIAL_AFTER_S = 1.0
 """Speech that lasts this long is judged by its partial transcripts too (else by the final one)."""
+READ_AGAIN_MAX_WORDS = 2
+"""Speech over the agent with more real words than this is never read again as sounds: Whisper
+writes a sound as one or two words ("Guarded.", "On course.", "and mamam", "HMP8": every save
+of run 15), while a reading of a longer request in backchannels can stop after its first words
+and pay little for the rest (a dismissed "Yeah, yeah, right." joined with "What is the capital
+of France?" read as sounds at -0.14; docs/decisions/interruptions.md)."""
 RESUME_SILENCE_S = 0.3
 """Silence after the VAD's end of speech (itself ``vad.stop_ms`` of silence) before a judged
 reply resumes: a listener who says "yeah," and goes on ("but what about...") keeps it paused."""
@@ -138,12 +144,12 @@ class InterruptionPolicy:
 
     def reads_again(self, text: str, level_db: float | None, user_db: float | None, language: str, confidence: float | None) -> bool:
         """Whether ``text`` would interrupt only for want of a second reading in backchannels and
-        sounds (its words take no floor and a reading could dismiss them): the reading is then
-        worth its decode (100-550 ms of Whisper tiny on two cores)."""
+        sounds (at most :data:`READ_AGAIN_MAX_WORDS` real words, none taking the floor): the
+        reading is then worth its decode (100-550 ms of Whisper tiny on two cores)."""
         if self.sound_margin < 0 or self.verdict(text, level_db, user_db, language, confidence) is not Verdict.INTERRUPT:
             return False
         words = real_words(text, phrases_for(language, self.backchannels), floor_words(language))
-        return not takes_floor(words, language)
+        return len(words) <= READ_AGAIN_MAX_WORDS and not takes_floor(words, language)
 
 
 @dataclass

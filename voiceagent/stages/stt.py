@@ -228,8 +228,9 @@ class SttStage(Stage):
         text, failure = await self._decode(audio)
         return None if failure is not None else text
 
-    async def read_as_sounds(self, audio: Float32Array, phrases: tuple[str, ...]) -> float | None:
-        """The margin of a second reading of ``audio`` in ``phrases`` and sound spellings
+    async def read_as_sounds(self, audio: Float32Array, text: str, phrases: tuple[str, ...]) -> float | None:
+        """The margin of a second reading of ``audio`` in ``phrases`` and sound spellings against
+        ``text``, its final transcript
         (:class:`~voiceagent.backends.protocols.SoundReader`), at a final's priority; None when
         the backend cannot read so, the clip is too long for it, or the reading failed (logged:
         the transcript then decides alone).  Not skipped under load as :meth:`decode_clip` is:
@@ -239,7 +240,7 @@ class SttStage(Stage):
             return None
         language = self._settings().language
         try:
-            return await run_at(backend.executor, PRIORITY_FINAL, lambda: backend.read_as_sounds(audio, language, phrases))
+            return await run_at(backend.executor, PRIORITY_FINAL, lambda: backend.read_as_sounds(audio, language, phrases, text))
         except Exception:
             log.exception("session %s: reading speech over the agent as sounds failed", self.ctx.session_id)
             return None

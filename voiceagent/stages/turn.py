@@ -338,8 +338,8 @@ class TurnPorts:
     reads_again: Callable[[TranscriptSegment], bool] | None = None
     """Asked of each segment's final transcript before ``takes_turn``: True when it is speech
     over a paused reply that a second reading in backchannels and sounds could dismiss."""
-    read_as_sounds: Callable[[Float32Array], Awaitable[float | None]] | None = None
-    """That second reading of a segment's audio: its margin in nats
+    read_as_sounds: Callable[[TranscriptSegment], Awaitable[float | None]] | None = None
+    """That second reading of a segment (its audio against its transcript): its margin in nats
     (:mod:`~voiceagent.backends.whisper_sounds`), carried to ``takes_turn`` in the segment's
     ``sound_margin``; None: not read.  Both ports or neither."""
 
@@ -535,7 +535,7 @@ class TurnStage(Stage):
         dropped with the stage's task, like any decode."""
         if self._reads_again is None or self._read_as_sounds is None or not self._reads_again(seg):
             return seg
-        margin = await self._read_as_sounds(seg.audio)
+        margin = await self._read_as_sounds(seg)
         self.read_again += 1
         return seg if margin is None else dataclasses.replace(seg, sound_margin=margin)
 
