@@ -636,6 +636,19 @@ def test_words_mode_a_backchannel_pauses_the_reply_which_then_resumes_whole_and_
     run(main(), 30)
 
 
+async def resumed_to_the_end(clock: VirtualClock, log: EventLog, first: ResponseCreated) -> ResponseDone:
+    """After speech over the reply was dismissed: the silence the resume waits for, then the
+    playout clock run on until the reply's ``response.done``, which is returned."""
+    clock.advance(RESUME_SILENCE_S)
+    for _ in range(40):
+        clock.advance(CHUNK_S)
+        if log.of_type(ResponseDone):
+            break
+        await log.wait_for(lambda e: isinstance(e, AudioDelta | ResponseDone), after=len(log.events))
+    _, done = await log.wait_type(ResponseDone, response_id=first.response_id)
+    return done
+
+
 def test_words_mode_a_word_the_transcriber_doubts_does_not_cut_the_reply(run: Run, make_fakes: MakeFakes) -> None:
     """The transcriber's confidence travels from the STT backend (a :class:`Transcript`) through
     the final segment to the verdict: a sneeze written "Two." at low confidence resumes the reply."""
@@ -651,13 +664,7 @@ def test_words_mode_a_word_the_transcriber_doubts_does_not_cut_the_reply(run: Ru
             await speak(session, 128)
             await pause(session, 160)
             await until(lambda: session.turn.dropped == 1)  # judged: no turn
-            clock.advance(RESUME_SILENCE_S)
-            for _ in range(40):
-                clock.advance(CHUNK_S)
-                if log.of_type(ResponseDone):
-                    break
-                await log.wait_for(lambda e: isinstance(e, AudioDelta | ResponseDone), after=len(log.events))
-            _, done = await log.wait_type(ResponseDone, response_id=first.response_id)
+            done = await resumed_to_the_end(clock, log, first)
             assert done.status is ResponseStatus.COMPLETED and done.text == REPLY
             assert log.of_type(PlaybackCleared) == [] and [i.text for i in session.history.items] == ["tell me a story", REPLY]
 
@@ -688,13 +695,7 @@ def test_words_mode_words_read_again_as_sounds_decide_by_the_margin(run: Run, ma
                 await log.wait_type(InputTranscriptDone, text="and mamam")
             else:
                 await until(lambda: session.turn.dropped == 1)
-                clock.advance(RESUME_SILENCE_S)
-                for _ in range(40):
-                    clock.advance(CHUNK_S)
-                    if log.of_type(ResponseDone):
-                        break
-                    await log.wait_for(lambda e: isinstance(e, AudioDelta | ResponseDone), after=len(log.events))
-                _, done = await log.wait_type(ResponseDone, response_id=first.response_id)
+                done = await resumed_to_the_end(clock, log, first)
                 assert done.status is ResponseStatus.COMPLETED and log.of_type(PlaybackCleared) == []
                 assert [i.text for i in session.history.items] == ["tell me a story", REPLY]
             [(samples, language, phrases, text, thread)] = stt.readings.items
