@@ -103,7 +103,9 @@ def main() -> int:
     report: dict[str, Any] = {"setups": labels, "summary": summary}
     if args.sound_reading:
         report["sound_reading"] = {str(m): judged(out, ["tiny1"], m)["tiny1"] for m in SOUND_MARGINS}
-        report["sound_reading_ms"] = percentiles([c["tiny1"]["sound_ms"] for r in out for c in r["cuts"] if "sound_ms" in c["tiny1"]])
+        report["sound_reading_ms"] = bench_interruptions.percentiles(
+            [c["tiny1"]["sound_ms"] for r in out for c in r["cuts"] if "sound_ms" in c["tiny1"]]
+        )
     text = json.dumps({**report, "cases": out}, indent=1)
     if args.out:
         args.out.write_text(text + "\n")
@@ -113,12 +115,6 @@ def main() -> int:
 
 SOUND_MARGINS = (-1.0, 0.5, 1.0, 2.0, 3.0, 4.0, 5.0)
 """``turn.interruption_sound_margin`` values ``--sound-reading`` judges at (-1: no second reading)."""
-
-
-def percentiles(values: list[float]) -> dict[str, float | None]:
-    if not values:
-        return {"p50": None, "p95": None}
-    return {"p50": round(float(np.percentile(values, 50))), "p95": round(float(np.percentile(values, 95)))}
 
 
 def _read(policy: InterruptionPolicy, cut: dict[str, Any]) -> float | None:

@@ -24,7 +24,7 @@ import datetime as dt
 import logging
 import math
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from types import TracebackType
 from typing import Any
 
@@ -47,7 +47,6 @@ from voiceagent.events import (
     InputTranscriptFailed,
     ItemTruncated,
     TextItemAdded,
-    TranscriptSegment,
 )
 from voiceagent.observability.metrics import Metrics
 from voiceagent.pipeline import Channel, Generations, StageContext
@@ -168,7 +167,7 @@ class Session:
                 judging=replies.core.judging,
                 rejoin=self.stt.decode_clip if cfg.stt.rejoin else None,
                 reads_again=lambda seg: replies.core.reads_again(seg.text, seg.level_db, seg.confidence),
-                read_as_sounds=self._sound_reader(cfg),
+                read_as_sounds=lambda seg: self.stt.read_as_sounds(seg.audio, seg.text, self._backchannels(cfg)),
             ),
             TurnOptions.from_config(cfg, min_audio_ms=turn_cost.audio_after_first_token_s * 1000.0 if turn_cost else 0.0),
         )
@@ -210,17 +209,12 @@ class Session:
         self._channels = (self._vad_in, stt_in, turn_in, llm_in, tts_in, play_in)
         self.metrics.session_opened()
 
-    def _sound_reader(self, cfg: Config) -> Callable[[TranscriptSegment], Awaitable[float | None]] | None:
-        """The turn stage's second reading of speech over a paused reply, in the session's
-        backchannels (its language's, or ``turn.backchannels``) and sounds; None where nothing
-        is judged so (``turn.interruption = immediate``, or ``interruption_sound_margin`` < 0)."""
-        if cfg.turn.interruption != "words" or cfg.turn.interruption_sound_margin < 0:
-            return None
-
-        def read(seg: TranscriptSegment) -> Awaitable[float | None]:
-            return self.stt.read_as_sounds(seg.audio, seg.text, phrases_for(self.current_settings().language, cfg.turn.backchannels))
-
-        return read
+    def _backchannels(self, cfg: Config) -> tuple[str, ...]:
+        """The session's backchannel phrases now (``turn.backchannels``, else its language's): the
+        words, with the sound spellings, that the second reading of speech over a paused reply
+        may use.  Whether a segment is read so at all is the core's ``reads_again`` (never in
+        ``immediate`` mode, nor with ``turn.interruption_sound_margin`` < 0)."""
+        return phrases_for(self.current_settings().language, cfg.turn.backchannels)
 
     async def aclose(self) -> None:
         """Stop every stage.  Idempotent."""

@@ -237,7 +237,7 @@ class WhisperStt:
         reading = read_as_sounds(
             self._model.model, lambda ids: str(self._tokenizer.decode(ids)), encoded, repeat, prompt, suppress, self._eot, ids
         )
-        log.debug("read as sounds: %r as %r, margin %.2f", reading.free, reading.sounds, reading.margin)
+        log.debug("read as sounds: %r as %r, margin %.2f", text, reading.sounds, reading.margin)
         return reading.margin
 
     def _prompt_tokens(self, prompt: str) -> list[int]:

@@ -1,6 +1,6 @@
 """A second reading of a short clip, in backchannels and sounds only: how much worse does it explain the clip?
 
-Whisper tiny writes many sounds as words ("Mm-hmm, sure." as "and then them", a laugh-hum as "I
+Whisper tiny writes many sounds as words ("Mm-hmm, sure." as "and mamam", a laugh-hum as "I
 can make a name.", a sigh as "But") and sure enough of them that a confidence threshold cannot
 tell them from real short words.  What tells them apart is the question a person asks: *could
 this also have been a "mm" or a "yeah"?*  So the clip is read twice on one encoder pass:
@@ -15,7 +15,7 @@ Both are then scored under the *unconstrained* model, their end of text included
 Whisper ``generate`` returns every step's log-probabilities with ``return_logits_vocab``, the
 forced prefix's steps among them), so a reading that stops early or loops pays for it.  The
 **margin** is the sound reading's log-likelihood minus the free reading's (nats, at most about
-0): near 0, the clip is as much a "mm" as the words; a real request reads about 5-40 nats worse
+0): near 0, the clip is as much a "mm" as the words; a real request mostly reads 5-55 nats worse
 in backchannels (docs/decisions/interruptions.md has the figures).
 
 Pure functions of a loaded model; the caller confines them to the STT executor.
@@ -44,12 +44,11 @@ _EXTRA_TOKENS = 8
 
 @dataclass(frozen=True)
 class SoundReading:
-    """A clip read freely and in backchannels and sounds only (see the module docstring)."""
+    """A clip's best reading in backchannels and sounds only (see the module docstring)."""
 
-    free: str
     sounds: str
     margin: float
-    """Log-likelihood of ``sounds`` minus that of ``free`` under the free model (nats)."""
+    """Log-likelihood of ``sounds`` minus that of the transcript under the free model (nats)."""
 
 
 def sound_suppression(tokenizer: Tokenizer, phrases: Iterable[str], eot: int) -> list[int]:
@@ -128,4 +127,4 @@ def read_as_sounds(
     readings = [list(free_ids), *(list(ids) for ids in sounds.sequences_ids)]
     free_lp, *sound_lps = forced_logprobs(model, repeat(len(readings)), prompt, readings, eot)
     best = max(range(len(sound_lps)), key=sound_lps.__getitem__)
-    return SoundReading(free=decode(readings[0]).strip(), sounds=decode(readings[best + 1]).strip(), margin=sound_lps[best] - free_lp)
+    return SoundReading(sounds=decode(readings[best + 1]).strip(), margin=sound_lps[best] - free_lp)

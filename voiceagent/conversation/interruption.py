@@ -18,7 +18,7 @@ client is told nothing of it yet.  Then the words decide (:meth:`InterruptionPol
   :data:`~voiceagent.text.backchannel.FLOOR_WORDS`), of words that a second reading in
   backchannels and sounds only explains within ``interruption_sound_margin`` (the turn stage asks
   for that reading when :meth:`InterruptionPolicy.reads_again`; "Mm-hmm, sure." heard as "and
-  then them"; never floor words either), or of speech ``interruption_margin_db`` quieter than the user's own
+  mamam"; never floor words either), or of speech ``interruption_margin_db`` quieter than the user's own
   voice (a second voice in the room): the reply **resumes** where it paused, once the user has been silent for
   :data:`RESUME_SILENCE_S` after their speech ended (a "Yeah, ... but" goes on after the comma),
   and stays whole.  The speech leaves no trace in the conversation: no item, no event;
@@ -84,7 +84,7 @@ class Verdict(enum.Enum):
     whole sentence, "You are not a man." at 0.07)."""
     SOUNDS = "sounds"
     """Words that a second reading of the clip in backchannels and sounds only explains nearly
-    as well (within ``interruption_sound_margin``): "Mm-hmm, sure." heard as "and then them"."""
+    as well (within ``interruption_sound_margin``): "Mm-hmm, sure." heard as "and mamam"."""
 
 
 @dataclass(frozen=True)
@@ -145,7 +145,7 @@ class InterruptionPolicy:
     def reads_again(self, text: str, level_db: float | None, user_db: float | None, language: str, confidence: float | None) -> bool:
         """Whether ``text`` would interrupt only for want of a second reading in backchannels and
         sounds (at most :data:`READ_AGAIN_MAX_WORDS` real words, none taking the floor): the
-        reading is then worth its decode (100-550 ms of Whisper tiny on two cores)."""
+        reading is then worth its decode (100-250 ms of Whisper tiny on two cores)."""
         if self.sound_margin < 0 or self.verdict(text, level_db, user_db, language, confidence) is not Verdict.INTERRUPT:
             return False
         words = real_words(text, phrases_for(language, self.backchannels), floor_words(language))
