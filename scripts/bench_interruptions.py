@@ -295,8 +295,8 @@ async def measure(args: argparse.Namespace, overrides: dict[str, str]) -> dict[s
     conversation_log = logging.getLogger("voiceagent.conversation")
     conversation_log.addHandler(JUDGED)
     conversation_log.setLevel(logging.INFO)
-    # One case at a time on each server: admission by load would refuse the next case's
-    # connection while the last one's story still counts in the load (HTTP 503).
+    # One case at a time on each server, under a fixed cap: the bench judges verdicts, and its
+    # cases must not depend on admission by load.
     base = {"server.port": "0", "server.max_sessions": "2", "llm.instructions": STORY, "llm.max_tokens": "80", **overrides}
     chosen = [m.strip() for m in args.modes.split(",") if m.strip()]
     configs = {mode: load_config(overrides={**base, **MODES[mode]}) for mode in chosen}

@@ -397,6 +397,11 @@ class Session:
         return await self.replies.respond(options)
 
     @property
+    def closing(self) -> bool:
+        """True from the moment :meth:`aclose` is called (its stages may still be stopping)."""
+        return self._closed
+
+    @property
     def spoke(self) -> bool:
         """True once any reply's audio went to the client."""
         return self.replies.core.spoke

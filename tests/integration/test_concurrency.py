@@ -9,6 +9,7 @@ real-time pace together.  With one shared llama.cpp context this aborted the pro
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import http
 import socket
 import urllib.request
@@ -287,6 +288,40 @@ def test_a_session_whose_reply_is_being_heard_counts_by_the_measured_load(engine
                 pump.cancel()
 
     run(scenario(), 90)
+
+
+def test_a_caller_who_hangs_up_mid_reply_leaves_its_place_at_once(engines: Any, run: Any) -> None:
+    """A session whose client has gone no longer counts, although the server may still be
+    cancelling its reply: a caller who hangs up in the middle of a story and dials again at once
+    is admitted by a meter that refuses any second session (40 CPU-s a turn: 1.0 of the cores a
+    session).  Counted until its reply was cancelled, the first session refused the second call
+    (the interruption bench's sequential cases met that 503)."""
+    clock = {"wall": 100.0, "cpu": 10.0}
+    meter = LoadMeter(cores=2, budget_ms=2500, first_turn_s=40.0, wall=lambda: clock["wall"], cpu=lambda: clock["cpu"])
+
+    async def scenario() -> None:
+        config = _config(**{"server.max_sessions": "0", "llm.max_tokens": "120"})
+        async with VoiceAgentServer(config, engines, load=meter) as server:
+            meter.sample()
+            for _ in range(3):
+                async with connect(server.url) as caller:
+                    talker = Recorder(caller)
+                    pump = asyncio.create_task(talker.pump())
+                    await talker.wait_for("session.created")
+                    with pytest.raises(InvalidStatus):  # the meter admits one session at a time
+                        await connect(server.url)
+                    await caller.send(
+                        '{"type": "conversation.item.create", "item": {"type": "message", "role": "user", '
+                        '"content": [{"type": "input_text", "text": "Tell me a long story about a brave little dragon."}]}}'
+                    )
+                    await caller.send('{"type": "response.create"}')
+                    await talker.wait_for("response.output_audio.delta", 60)
+                    pump.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await pump
+                # Hung up mid-story; the next loop's call comes at once.
+
+    run(scenario(), 120)
 
 
 def test_no_llama_sampler_outlives_its_generation(engines: Any, run: Any) -> None:

@@ -217,6 +217,7 @@ class VoiceAgentServer:
         self.metrics.add_collector(self._collect)
         self.sessions: set[Session] = set()
         self._reserved: set[ServerConnection] = set()  # handshakes admitted, sessions not yet open
+        self._peers: dict[Session, ServerConnection] = {}  # each WebSocket session's connection
         self._watchers: set[asyncio.Future[None]] = set()
         self.capacity, self.capacity_source = self._capacity()
         self.load = load or self._load_meter()
@@ -373,10 +374,19 @@ class VoiceAgentServer:
                 )
             await asyncio.sleep(interval_s)  # a periodic sampler, not a wait for anything
 
+    def _in_use(self, session: Session) -> bool:
+        """Whether ``session`` still holds a place: not once its client has gone, although its
+        reply may still be being cancelled (a caller who hangs up and dials again at once was
+        refused by its own last call)."""
+        if session.closing:
+            return False
+        peer = self._peers.get(session)
+        return peer is None or peer.state is State.OPEN
+
     @property
     def _taken(self) -> int:
-        """Places taken: the open sessions and the handshakes admitted but not yet open."""
-        return len(self.sessions) + len(self._reserved)
+        """Places taken: the sessions in use and the handshakes admitted but not yet open."""
+        return sum(1 for s in self.sessions if self._in_use(s)) + len(self._reserved)
 
     @property
     def _unheard(self) -> int:
@@ -386,7 +396,7 @@ class VoiceAgentServer:
         spent and in the measured CPU share; counting it until the reply ended counted it twice
         for the seconds the reply plays (callers arriving one by one were refused at 12 of 16
         with p95 1.0 s, docs/decisions/admission.md)."""
-        return len(self._reserved) + self.load.unheard(s.id for s in self.sessions if not s.spoke)
+        return len(self._reserved) + self.load.unheard(s.id for s in self.sessions if self._in_use(s) and not s.spoke)
 
     def _verdict(self) -> AdmissionVerdict:
         """Whether the load admits one more session now, beside the places taken."""
@@ -617,6 +627,7 @@ class VoiceAgentServer:
             await session.aclose()
         finally:
             self.sessions.discard(session)
+            self._peers.pop(session, None)
             self.load.forget(session.id)
             if not self.sessions:
                 self._idle.set()
@@ -713,6 +724,7 @@ class VoiceAgentServer:
         query = parse_qs(parts.query)
         session = Session(self.engines, self.config, clock=self.clock, metrics=self.metrics)
         self.sessions.add(session)
+        self._peers[session] = ws
         self._idle.clear()
         try:
             await session.start()
