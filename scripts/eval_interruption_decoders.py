@@ -41,7 +41,7 @@ from voiceagent.audio import resample
 from voiceagent.backends.protocols import confidence_of
 from voiceagent.config import Config
 from voiceagent.conversation.interruption import InterruptionPolicy, Verdict
-from voiceagent.text.backchannel import floor_words, phrases_for
+from voiceagent.text.backchannel import phrases_for
 
 SETUPS = {
     "tiny1": SttConfig("whisper-tiny", 1),
@@ -59,11 +59,6 @@ def main() -> int:
     parser.add_argument("--prompt", action="append", default=[], metavar="NAME=TEXT", help="Whisper tiny, greedy, with TEXT as its prompt")
     parser.add_argument(
         "--sound-reading", action="store_true", help="tiny1 cuts read again in backchannels and sounds; judged at several margins"
-    )
-    parser.add_argument(
-        "--floor-reading",
-        action="store_true",
-        help="tiny1 cuts also read again in the words that take the floor and question words; judged at several margins",
     )
     args = parser.parse_args()
     _, _, cases = bench_interruptions.load_set(None, None, args.group)
@@ -101,12 +96,6 @@ def main() -> int:
                     margin = stt.read_as_sounds(audio, "en", phrases_for("en"), str(text))
                     cut[name]["sound_margin"] = None if margin is None else round(margin, 3)
                     cut[name]["sound_ms"] = round((time.perf_counter() - t0) * 1000)
-                if args.floor_reading and name == "tiny1":
-                    t0 = time.perf_counter()
-                    floor = stt.read_in_words(audio, "en", FLOOR_READING_WORDS, str(text))
-                    cut[name]["floor_text"] = None if floor is None else floor[0]
-                    cut[name]["floor_margin"] = None if floor is None else round(floor[1], 3)
-                    cut[name]["floor_ms"] = round((time.perf_counter() - t0) * 1000)
             record["cuts"].append(cut)
         out.append(record)
         print(json.dumps(record), file=sys.stderr, flush=True)
@@ -116,12 +105,6 @@ def main() -> int:
         report["sound_reading"] = {str(m): judged(out, ["tiny1"], m)["tiny1"] for m in SOUND_MARGINS}
         report["sound_reading_ms"] = bench_interruptions.percentiles(
             [c["tiny1"]["sound_ms"] for r in out for c in r["cuts"] if "sound_ms" in c["tiny1"]]
-        )
-    if args.floor_reading:
-        sound = 1.0 if args.sound_reading else -1.0
-        report["floor_reading"] = {str(m): judged(out, ["tiny1"], sound, m)["tiny1"] for m in FLOOR_MARGINS}
-        report["floor_reading_ms"] = bench_interruptions.percentiles(
-            [c["tiny1"]["floor_ms"] for r in out for c in r["cuts"] if c["tiny1"].get("floor_margin") is not None]
         )
     text = json.dumps({**report, "cases": out}, indent=1)
     if args.out:
@@ -134,21 +117,12 @@ SOUND_MARGINS = (-1.0, 0.5, 1.0, 2.0, 3.0, 4.0, 5.0)
 """``turn.interruption_sound_margin`` values ``--sound-reading`` judges at (-1: no second reading)."""
 
 
-FLOOR_MARGINS = (-1.0, 0.0, 0.5, 1.0, 2.0, 3.0, 4.0)
-"""Margins ``--floor-reading`` judges at (-1: no floor reading): a cut the rules would not take
-for an interruption is one when its reading in :data:`FLOOR_READING_WORDS` is at most this many
-nats less likely than its transcript."""
-FLOOR_READING_WORDS = (*sorted(floor_words("en")), "who", "what", "why", "how", "where", "when", "which", "on", "up", "me")
-
-
 def _read(policy: InterruptionPolicy, cut: dict[str, Any]) -> float | None:
     """A cut's second-reading margin where the server would ask for one (else None)."""
     return cut.get("sound_margin") if policy.reads_again(cut["text"], None, None, "en", cut["confidence"]) else None
 
 
-def judged(
-    cases: list[dict[str, Any]], setups: list[str], sound_margin: float = -1.0, floor_margin: float = -1.0
-) -> dict[str, dict[str, Any]]:
+def judged(cases: list[dict[str, Any]], setups: list[str], sound_margin: float = -1.0) -> dict[str, dict[str, Any]]:
     """Per set-up, the cases today's rules (the default ``[turn]``, ``sound_margin`` for the
     second reading where a cut has one; the voice's level left out, which decides the quieter
     voices, so those are not counted) would get wrong: a backchannel or a noise is lost when any
@@ -162,9 +136,7 @@ def judged(
                 continue
             cuts = [c[name] for c in case["cuts"]]
             interrupts = any(
-                policy.verdict(c["text"], None, None, "en", c["confidence"], _read(policy, c)) is Verdict.INTERRUPT
-                or (floor_margin >= 0 and c.get("floor_margin") is not None and c["floor_margin"] >= -floor_margin)
-                for c in cuts
+                policy.verdict(c["text"], None, None, "en", c["confidence"], _read(policy, c)) is Verdict.INTERRUPT for c in cuts
             )
             if case["kind"] == "interruption":
                 counts["interruptions"] += 1

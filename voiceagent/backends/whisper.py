@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import logging
 import math
-import re
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -42,7 +41,7 @@ from faster_whisper.feature_extractor import FeatureExtractor
 
 from voiceagent.audio import Float32Array
 from voiceagent.backends.protocols import SttRequest, Transcript
-from voiceagent.backends.whisper_sounds import SoundReading, read_within, sound_suppression
+from voiceagent.backends.whisper_sounds import read_as_sounds, sound_suppression
 from voiceagent.models.checks import check_language
 from voiceagent.models.source import resolve
 from voiceagent.pipeline.scheduler import PriorityExecutor
@@ -53,7 +52,6 @@ from voiceagent.text.stt_prompt import echoes_prompt
 __all__ = ["MAX_PROMPT_TOKENS", "RETRY_REPETITION_PENALTY", "WhisperStt", "confidence", "decode_guarded", "model_dir", "window_frames"]
 
 log = logging.getLogger(__name__)
-_WORD = re.compile(r"[\w'-]+")
 
 _RATE = 16000
 _HOP = 160
@@ -219,39 +217,13 @@ class WhisperStt:
         ``phrases`` and :data:`~voiceagent.text.backchannel.SOUND_SPELLINGS` as its words; None
         on the 30 s path or for no text.  A clip this backend has just transcribed is not encoded
         again."""
-        reading = self._read_within(audio, language, (*phrases, *SOUND_SPELLINGS), text, None)
-        if reading is None:
-            return None
-        log.debug("read as sounds: %r as %r, margin %.2f", text, reading.sounds, reading.margin)
-        return reading.margin
-
-    def read_in_words(self, audio: Float32Array, language: str, words: tuple[str, ...], text: str) -> tuple[str, float] | None:
-        """:class:`~voiceagent.backends.protocols.SoundReader`: the best reading of ``audio``
-        made of ``words`` only (whole words, lower case), and how much less likely it is than
-        ``text`` (nats); None on the 30 s path, for no text, or when no reading the beam found is
-        made of whole ``words``."""
-        vocabulary = frozenset(words)
-
-        def whole(reading: str) -> bool:
-            found = _WORD.findall(reading.lower())
-            return bool(found) and all(w in vocabulary for w in found)
-
-        reading = self._read_within(audio, language, words, text, whole)
-        if reading is None:
-            return None
-        log.debug("read in words: %r as %r, margin %.2f", text, reading.sounds, reading.margin)
-        return reading.sounds, reading.margin
-
-    def _read_within(
-        self, audio: Float32Array, language: str, vocabulary: tuple[str, ...], text: str, keep: Callable[[str], bool] | None
-    ) -> SoundReading | None:
         frames = window_frames(len(audio), self._window_s)
         ids = self._tokenizer.encode(" " + text.strip(), add_special_tokens=False).ids if text.strip() else []
         if frames >= 3000 or not ids:
             return None
-        suppress = self._suppress.get(vocabulary)
+        suppress = self._suppress.get(phrases)
         if suppress is None:  # some 50,000 ids: made once per list
-            suppress = self._suppress[vocabulary] = sound_suppression(self._tokenizer, vocabulary, self._eot)
+            suppress = self._suppress[phrases] = sound_suppression(self._tokenizer, (*phrases, *SOUND_SPELLINGS), self._eot)
         prompt = self._decoder_prompt([], language)
         encoded = self._recent.get(_clip_key(audio))
         if encoded is None:
@@ -262,9 +234,11 @@ class WhisperStt:
                 return ctranslate2.StorageView.from_array(np.repeat(np.asarray(encoded), n, axis=0))
             return self._encode_many([audio] * n, frames)  # in device memory: encoded again as one batch
 
-        return read_within(
-            self._model.model, lambda ids: str(self._tokenizer.decode(ids)), encoded, repeat, prompt, suppress, self._eot, ids, keep
+        reading = read_as_sounds(
+            self._model.model, lambda ids: str(self._tokenizer.decode(ids)), encoded, repeat, prompt, suppress, self._eot, ids
         )
+        log.debug("read as sounds: %r as %r, margin %.2f", text, reading.sounds, reading.margin)
+        return reading.margin
 
     def _prompt_tokens(self, prompt: str) -> list[int]:
         """``<|startofprev|>`` and the last :data:`MAX_PROMPT_TOKENS` tokens of ``prompt`` (none

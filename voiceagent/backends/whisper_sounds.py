@@ -33,7 +33,7 @@ from tokenizers import Tokenizer
 
 Float64Array = npt.NDArray[np.float64]
 
-__all__ = ["SOUND_BEAM", "SoundReading", "forced_logprobs", "read_as_sounds", "read_within", "sound_suppression"]
+__all__ = ["SOUND_BEAM", "SoundReading", "forced_logprobs", "read_as_sounds", "sound_suppression"]
 
 SOUND_BEAM = 4
 """Beam width of the sound reading; its hypotheses are all scored and the best kept."""
@@ -115,28 +115,7 @@ def read_as_sounds(
     """The sound reading of one encoded clip against its transcript ``free_ids`` (the free
     reading), and their margin (see the module docstring).  ``decode``: the tokenizer's
     ``decode`` (ids → text); ``repeat(n)``: the clip's encoding ``n`` times over, as one batch."""
-    reading = read_within(model, decode, encoded, repeat, prompt, suppress, eot, free_ids)
-    assert reading is not None  # with nothing to keep out, the beam's hypotheses all count
-    return reading
-
-
-def read_within(
-    model: ctranslate2.models.Whisper,
-    decode: Callable[[list[int]], str],
-    encoded: ctranslate2.StorageView,
-    repeat: Callable[[int], ctranslate2.StorageView],
-    prompt: list[int],
-    suppress: list[int],
-    eot: int,
-    free_ids: Sequence[int],
-    keep: Callable[[str], bool] | None = None,
-) -> SoundReading | None:
-    """The best reading of one encoded clip by a beam confined to the tokens ``suppress`` leaves,
-    against its transcript ``free_ids``, and their margin; only hypotheses whose text ``keep``
-    accepts count (None: all), and None when none is kept.  The beam composes words from the
-    pieces of the allowed ones ("P" of "Pause" and "alt" of "Halt" make "Palt"): ``keep`` is where
-    a reading that must be real words of a list is held to it."""
-    (found,) = model.generate(
+    (sounds,) = model.generate(
         encoded,
         [prompt],
         beam_size=SOUND_BEAM,
@@ -145,10 +124,7 @@ def read_within(
         suppress_tokens=suppress,
         no_repeat_ngram_size=3,  # a constrained beam otherwise loops on "-..." for want of better
     )
-    hypotheses = [list(ids) for ids in found.sequences_ids if keep is None or (ids and keep(decode(list(ids))))]
-    if not hypotheses:
-        return None
-    readings = [list(free_ids), *hypotheses]
-    free_lp, *lps = forced_logprobs(model, repeat(len(readings)), prompt, readings, eot)
-    best = max(range(len(lps)), key=lps.__getitem__)
-    return SoundReading(sounds=decode(readings[best + 1]).strip(), margin=lps[best] - free_lp)
+    readings = [list(free_ids), *(list(ids) for ids in sounds.sequences_ids)]
+    free_lp, *sound_lps = forced_logprobs(model, repeat(len(readings)), prompt, readings, eot)
+    best = max(range(len(sound_lps)), key=sound_lps.__getitem__)
+    return SoundReading(sounds=decode(readings[best + 1]).strip(), margin=sound_lps[best] - free_lp)
