@@ -212,3 +212,9 @@ def test_a_second_reading_is_asked_only_for_words_it_could_dismiss() -> None:
     # first words ("Yeah, yeah, right." joined with a question read as sounds at -0.14).
     assert not policy.reads_again("Yeah, yeah, right. What in the capital and friends?", -20.0, -20.0, "en", 0.45)
     assert policy.reads_again("Yeah, right, and mamam", -20.0, -20.0, "en", 0.45)  # backchannels do not count
+    # A question word asks: "Okay, but why?" read as sounds at -0.33 was a real question lost.
+    assert policy.reads_again("Okay, but fly.", -20.0, -20.0, "en", 0.45)
+    assert not policy.reads_again("Okay, but why?", -20.0, -20.0, "en", 0.45)
+    assert not policy.reads_again("Why?", -20.0, -20.0, "en", 0.45)
+    assert not policy.reads_again("¿Por qué?", -20.0, -20.0, "es", 0.45)
+    assert policy.reads_again("Pourquoi?", -20.0, -20.0, "en", 0.45)  # another language's question word is a word

@@ -18,8 +18,9 @@ client is told nothing of it yet.  Then the words decide (:meth:`InterruptionPol
   :data:`~voiceagent.text.backchannel.FLOOR_WORDS`), of words that a second reading in
   backchannels and sounds only explains within ``interruption_sound_margin`` (the turn stage asks
   for that reading when :meth:`InterruptionPolicy.reads_again`; "Mm-hmm, sure." heard as "and
-  mamam"; never floor words either), or of speech ``interruption_margin_db`` quieter than the user's own
-  voice (a second voice in the room): the reply **resumes** where it paused, once the user has been silent for
+  mamam"; never floor words either, nor a question word: "Okay, but why?"), or of speech
+  ``interruption_margin_db`` quieter than the user's own voice (a second voice in the room):
+  the reply **resumes** where it paused, once the user has been silent for
   :data:`RESUME_SILENCE_S` after their speech ended (a "Yeah, ... but" goes on after the comma),
   and stays whole.  The speech leaves no trace in the conversation: no item, no event;
 * nothing decided ``false_interruption_timeout_ms`` after the speech stopped: the reply resumes.
@@ -48,7 +49,7 @@ from voiceagent.conversation.reply import Reply
 from voiceagent.conversation.user import UserInput
 from voiceagent.errors import excerpt
 from voiceagent.events import SpeechStarted, TranscriptDelta
-from voiceagent.text.backchannel import floor_words, phrases_for, real_words, takes_floor
+from voiceagent.text.backchannel import asks, floor_words, phrases_for, real_words, takes_floor
 
 __all__ = ["PARTIAL_AFTER_S", "READ_AGAIN_MAX_WORDS", "RESUME_SILENCE_S", "InterruptionPolicy", "Interruptions", "Pending", "Verdict"]
 
@@ -144,12 +145,13 @@ class InterruptionPolicy:
 
     def reads_again(self, text: str, level_db: float | None, user_db: float | None, language: str, confidence: float | None) -> bool:
         """Whether ``text`` would interrupt only for want of a second reading in backchannels and
-        sounds (at most :data:`READ_AGAIN_MAX_WORDS` real words, none taking the floor): the
-        reading is then worth its decode (100-250 ms of Whisper tiny on two cores)."""
+        sounds (at most :data:`READ_AGAIN_MAX_WORDS` real words, none taking the floor nor asking
+        a question: "Okay, but why?" read as sounds within the margin was a real question lost):
+        the reading is then worth its decode (100-250 ms of Whisper tiny on two cores)."""
         if self.sound_margin < 0 or self.verdict(text, level_db, user_db, language, confidence) is not Verdict.INTERRUPT:
             return False
         words = real_words(text, phrases_for(language, self.backchannels), floor_words(language))
-        return len(words) <= READ_AGAIN_MAX_WORDS and not takes_floor(words, language)
+        return len(words) <= READ_AGAIN_MAX_WORDS and not takes_floor(words, language) and not asks(words, language)
 
 
 @dataclass

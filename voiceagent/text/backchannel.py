@@ -43,7 +43,9 @@ __all__ = [
     "ECHO_MAX_LETTERS",
     "FLOOR_WORDS",
     "NONVERBAL",
+    "QUESTION_WORDS",
     "SOUND_SPELLINGS",
+    "asks",
     "floor_words",
     "phrases_for",
     "real_words",
@@ -91,6 +93,17 @@ FLOOR_WORDS: dict[str, frozenset[str]] = {
 }  # fmt: skip
 """Words a listener says to make the speaker yield or speak otherwise, by language: a transcript
 holding one is never doubted (:func:`takes_floor`).  A language missing here has none."""
+
+QUESTION_WORDS: dict[str, frozenset[str]] = {
+    "en": frozenset(("who", "whom", "whose", "what", "why", "how", "where", "when", "which")),
+    "es": frozenset(("qué", "quién", "quiénes", "cómo", "dónde", "cuándo", "cuál", "cuánto")),
+    "fr": frozenset(("qui", "quoi", "pourquoi", "comment", "où", "quand", "quel", "quelle", "combien")),
+    "de": frozenset(("wer", "wen", "wem", "was", "warum", "wieso", "wie", "wo", "wann", "welche", "welcher")),
+}  # fmt: skip
+"""Words that ask, by language: short speech over the agent holding one is a question ("Why?",
+"Okay, but why?"), never read again as sounds (:func:`asks`).  No sound over the agent was ever
+transcribed with one in the interruption set's runs, while two short real questions were read in
+backchannels within 2.1 nats (docs/decisions/interruptions.md).  A language missing here has none."""
 
 _WORD = re.compile(r"[\w'-]+")
 _SPELLED = re.compile(r"\b(?:[^\W\d_]\.){2,}(?:[^\W\d_]\b)?")
@@ -153,6 +166,13 @@ def floor_words(language: str) -> frozenset[str]:
     """The words that take the floor in ``language`` (its primary tag; none for a language
     missing from :data:`FLOOR_WORDS`)."""
     return FLOOR_WORDS.get(_primary(language), frozenset())
+
+
+def asks(words: list[str], language: str) -> bool:
+    """Whether ``words`` (from :func:`real_words`) hold a question word of ``language`` (its
+    primary tag): :data:`QUESTION_WORDS`."""
+    question = QUESTION_WORDS.get(_primary(language), frozenset())
+    return any(w in question for w in words)
 
 
 def takes_floor(words: list[str], language: str) -> bool:
