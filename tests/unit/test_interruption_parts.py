@@ -24,6 +24,8 @@ EN = BACKCHANNELS["en"]
         ("Yeah, yeah. Right.", []),
         ("Uh-huh.", []),
         ("Uh-uh.", []),  # how Whisper tiny writes "uh-huh"
+        ("I make him, I make him.", []),  # how it writes a hummed "mhm, mhm"
+        ("I make him breakfast.", ["breakfast"]),  # the rest of a sentence still counts
         ("Mm-hmm, okay.", []),
         ("All right, I see!", []),
         ("Go on.", []),

@@ -59,6 +59,7 @@ BACKCHANNELS: dict[str, tuple[str, ...]] = {
         "got it", "true", "exactly", "really", "wow", "cool", "nice", "great", "alright", "all right",
         "interesting", "totally", "of course", "indeed", "i know", "makes sense", "that's right", "yeah right",
         "huh", "eh", "ha", "haha", "ahem",
+        "i make him",  # Whisper tiny's writing of a hummed "mhm" (runs 14, 17 and 18)
     ),
     "es": ("sí", "si", "ajá", "aja", "vale", "claro", "ya", "bueno", "mm", "mhm", "ah", "oh", "ok", "okay", "exacto", "entiendo"),
     "fr": ("oui", "ouais", "d'accord", "ok", "okay", "mm", "mhm", "ah", "oh", "bien sûr", "je vois", "exactement", "voilà", "bon"),
