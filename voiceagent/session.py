@@ -166,7 +166,7 @@ class Session:
                 takes_turn=replies.segment_heard,
                 judging=replies.core.judging,
                 rejoin=self.stt.decode_clip if cfg.stt.rejoin else None,
-                reads_again=lambda seg: replies.core.reads_again(seg.text, seg.level_db, seg.confidence),
+                reads_again=lambda seg: replies.core.reads_again(seg.text, seg.level_db, seg.confidence, seg.joined),
                 read_as_sounds=lambda seg: self.stt.read_as_sounds(seg.audio, seg.text, self._backchannels(cfg)),
             ),
             TurnOptions.from_config(cfg, min_audio_ms=turn_cost.audio_after_first_token_s * 1000.0 if turn_cost else 0.0),

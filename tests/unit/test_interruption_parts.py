@@ -210,9 +210,13 @@ def test_a_second_reading_is_asked_only_for_words_it_could_dismiss() -> None:
     assert not policy.reads_again("BAM", -20.0, -20.0, "en", policy.min_confidence / 2)  # doubted anyway
     assert not policy.reads_again("and mamam", -35.0, -20.0, "en", 0.4)  # a quieter voice: background
     assert not InterruptionPolicy(sound_margin=-1.0).reads_again("and mamam", None, None, "en", 0.4)
-    # Three real words or more are a request: a reading in backchannels could stop after the
-    # first words ("Yeah, yeah, right." joined with a question read as sounds at -0.14).
-    assert not policy.reads_again("Yeah, yeah, right. What in the capital and friends?", -20.0, -20.0, "en", 0.45)
+    # Five real words or more are a request.
+    assert not policy.reads_again("Yeah, yeah, right. Tell me about the capital of France.", -20.0, -20.0, "en", 0.45)
+    # Up to four alone ("and then them": a hummed "Mm-hmm, sure."), two when joined with
+    # dismissed speech before them (a reading of the joined clip can spell the backchannel and stop).
+    assert policy.reads_again("and then make them", -20.0, -20.0, "en", 0.45)
+    assert not policy.reads_again("and then make them", -20.0, -20.0, "en", 0.45, joined=True)
+    assert policy.reads_again("Yeah, yeah, and mamam", -20.0, -20.0, "en", 0.45, joined=True)
     assert policy.reads_again("Yeah, right, and mamam", -20.0, -20.0, "en", 0.45)  # backchannels do not count
     # A question word asks: "Okay, but why?" read as sounds at -0.33 was a real question lost.
     assert policy.reads_again("Okay, but fly.", -20.0, -20.0, "en", 0.45)

@@ -706,6 +706,56 @@ def test_words_mode_words_read_again_as_sounds_decide_by_the_margin(run: Run, ma
     run(main(), 30)
 
 
+@pytest.mark.parametrize("joined", [False, True])
+def test_words_mode_three_words_are_read_again_alone_but_not_joined_with_a_dismissed_backchannel(
+    run: Run, make_fakes: MakeFakes, joined: bool
+) -> None:
+    """Three real words over the agent are read again as sounds when judged alone ("and then
+    them", a hummed "Mm-hmm, sure.": dismissed at a margin of 0); joined with a dismissed
+    "Yeah, yeah." before them they are not (a reading of the joined clip could spell the
+    backchannel and stop), so "Yeah, yeah, make it funny." cuts the reply unread."""
+    saying: list[str] = ["tell me a story"]
+    single: list[int] = []  # the longest clip of the first half's decodes, once it was dismissed
+    joined_text = Transcript("Yeah, yeah, make it funny.", 0.6)
+
+    def hears(audio: Any) -> str:
+        if joined and single and len(audio) > 1.5 * single[0]:
+            return joined_text  # the joined clip: both halves and the gap between them
+        return saying[0]
+
+    stt = FakeSoundStt(respond=hears, margin=lambda text: 0.0)
+    fakes = make_fakes(stt=stt, llm=FakeLlm([tokens(REPLY), ["Okay", "."]]), tts=FakeTts(ms_per_word=125.0), turn=FakeTurn(0.9))
+
+    async def main() -> None:
+        clock = VirtualClock()
+        async with running(fakes, make_config(lead_ms=125, interruption="words"), clock) as (session, log):
+            _, first = await story_under_way(session, log)
+            if joined:
+                saying[0] = Transcript("Yeah, yeah.", 0.5)
+                before = len(stt.calls)
+                await speak(session, 128)
+                await pause(session, 160)
+                await until(lambda: session.turn.dropped == 1)  # a backchannel: dismissed, not read
+                single.append(max(c.samples for c in stt.calls.items[before:]))
+                saying[0] = Transcript("make it funny", 0.6)
+                await speak(session, 128)  # the second half, before the reply resumes
+                await pause(session, 640)
+                _, cut = await log.wait_type(ResponseDone, response_id=first.response_id)
+                assert cut.status is ResponseStatus.CANCELLED and cut.reason == "turn_detected"
+                assert session.turn.joined_over_agent == 1 and stt.readings.items == []
+                await log.wait_type(InputTranscriptDone, text=str(joined_text))
+            else:
+                saying[0] = Transcript("and then them", 0.3)
+                await speak(session, 128)
+                await pause(session, 160)
+                await until(lambda: session.turn.dropped == 1)
+                done = await resumed_to_the_end(clock, log, first)
+                assert done.status is ResponseStatus.COMPLETED
+                assert [r[3] for r in stt.readings.items] == ["and then them"]
+
+    run(main(), 30)
+
+
 def test_words_mode_a_split_interruption_is_judged_again_as_one_clip_with_the_dismissed_half(run: Run, make_fakes: MakeFakes) -> None:
     """ "Hold on, please." cut at its comma: each half alone is heard as a word the transcriber
     doubts and is dismissed; the second half, joined with the first and transcribed again as one

@@ -211,11 +211,11 @@ class ConversationCore:
         else:
             self._user.speech_started(ev)
 
-    def reads_again(self, text: str, level_db: float | None, confidence: float | None = None) -> bool:
-        """Whether a segment's final transcript, over a paused reply, is worth a second reading in
-        backchannels and sounds before :meth:`segment_heard` (the turn stage's ``reads_again``
-        port; :meth:`Interruptions.reads_again`)."""
-        return self._floor.reads_again(text, level_db, confidence)
+    def reads_again(self, text: str, level_db: float | None, confidence: float | None = None, joined: bool = False) -> bool:
+        """Whether a segment's final transcript (``joined`` with dismissed speech before it), over
+        a paused reply, is worth a second reading in backchannels and sounds before
+        :meth:`segment_heard` (the turn stage's ``reads_again`` port; :meth:`Interruptions.reads_again`)."""
+        return self._floor.reads_again(text, level_db, confidence, joined)
 
     def segment_heard(
         self, text: str, level_db: float | None, confidence: float | None = None, sound_margin: float | None = None

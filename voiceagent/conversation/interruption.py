@@ -51,19 +51,32 @@ from voiceagent.errors import excerpt
 from voiceagent.events import SpeechStarted, TranscriptDelta
 from voiceagent.text.backchannel import asks, floor_words, phrases_for, real_words, takes_floor
 
-__all__ = ["PARTIAL_AFTER_S", "READ_AGAIN_MAX_WORDS", "RESUME_SILENCE_S", "InterruptionPolicy", "Interruptions", "Pending", "Verdict"]
+__all__ = [
+    "PARTIAL_AFTER_S",
+    "READ_AGAIN_JOINED_MAX_WORDS",
+    "READ_AGAIN_MAX_WORDS",
+    "RESUME_SILENCE_S",
+    "InterruptionPolicy",
+    "Interruptions",
+    "Pending",
+    "Verdict",
+]
 
 log = logging.getLogger(__name__)
 
 _LEVEL_WEIGHT = 0.3  # how much each new turn moves the user's learnt voice level
 PARTIAL_AFTER_S = 1.0
 """Speech that lasts this long is judged by its partial transcripts too (else by the final one)."""
-READ_AGAIN_MAX_WORDS = 2
-"""Speech over the agent with more real words than this is never read again as sounds: Whisper
-writes a sound as one or two words ("Guarded.", "On course.", "and mamam", "HMP8": every save
-of run 15), while a reading of a longer request in backchannels can stop after its first words
-and pay little for the rest (a dismissed "Yeah, yeah, right." joined with "What is the capital
-of France?" read as sounds at -0.14; docs/decisions/interruptions.md)."""
+READ_AGAIN_MAX_WORDS = 4
+"""Speech over the agent with more real words than this is never read again as sounds.  Whisper
+writes a sound as one to four words ("Guarded.", "On course.", "and mamam", "HMP8", a hummed
+"Mm-hmm, sure." as "and then them" at +0.85), while real requests of three to five words read
+7.6 nats or more worse in backchannels (docs/decisions/interruptions.md)."""
+READ_AGAIN_JOINED_MAX_WORDS = 2
+"""The same bound for speech judged joined with dismissed speech before it: a reading of a
+backchannel joined with a request can spell the backchannel and stop, and pay little for the
+rest (a dismissed "Yeah, yeah, right." joined with "What is the capital of France?", heard
+"... What in the capital and friends?", read as sounds at -0.14)."""
 RESUME_SILENCE_S = 0.3
 """Silence after the VAD's end of speech (itself ``vad.stop_ms`` of silence) before a judged
 reply resumes: a listener who says "yeah," and goes on ("but what about...") keeps it paused."""
@@ -143,15 +156,25 @@ class InterruptionPolicy:
             return Verdict.INTERRUPT
         return Verdict.BACKCHANNEL if text.strip(" .,!?") else Verdict.NOTHING
 
-    def reads_again(self, text: str, level_db: float | None, user_db: float | None, language: str, confidence: float | None) -> bool:
+    def reads_again(
+        self,
+        text: str,
+        level_db: float | None,
+        user_db: float | None,
+        language: str,
+        confidence: float | None,
+        joined: bool = False,
+    ) -> bool:
         """Whether ``text`` would interrupt only for want of a second reading in backchannels and
-        sounds (at most :data:`READ_AGAIN_MAX_WORDS` real words, none taking the floor nor asking
-        a question: "Okay, but why?" read as sounds within the margin was a real question lost):
+        sounds (at most :data:`READ_AGAIN_MAX_WORDS` real words, :data:`READ_AGAIN_JOINED_MAX_WORDS`
+        when ``joined`` with dismissed speech before it, none taking the floor nor asking a
+        question: "Okay, but why?" read as sounds within the margin was a real question lost):
         the reading is then worth its decode (100-250 ms of Whisper tiny on two cores)."""
         if self.sound_margin < 0 or self.verdict(text, level_db, user_db, language, confidence) is not Verdict.INTERRUPT:
             return False
         words = real_words(text, phrases_for(language, self.backchannels), floor_words(language))
-        return len(words) <= READ_AGAIN_MAX_WORDS and not takes_floor(words, language) and not asks(words, language)
+        most = READ_AGAIN_JOINED_MAX_WORDS if joined else READ_AGAIN_MAX_WORDS
+        return len(words) <= most and not takes_floor(words, language) and not asks(words, language)
 
 
 @dataclass
@@ -212,13 +235,13 @@ class Interruptions:
             return True
         return False
 
-    def reads_again(self, text: str, level_db: float | None, confidence: float | None) -> bool:
-        """Whether a segment over the paused reply with this transcript is worth a second reading
-        in backchannels and sounds before it is judged (:meth:`InterruptionPolicy.reads_again`);
-        False when nothing is judged."""
+    def reads_again(self, text: str, level_db: float | None, confidence: float | None, joined: bool = False) -> bool:
+        """Whether a segment over the paused reply with this transcript (``joined`` with dismissed
+        speech before it) is worth a second reading in backchannels and sounds before it is judged
+        (:meth:`InterruptionPolicy.reads_again`); False when nothing is judged."""
         if self.pending is None:
             return False
-        return self.policy.reads_again(text, level_db, self.user_db, self._ctx.host.settings.language, confidence)
+        return self.policy.reads_again(text, level_db, self.user_db, self._ctx.host.settings.language, confidence, joined)
 
     def segment(
         self, text: str, level_db: float | None, confidence: float | None = None, sound_margin: float | None = None

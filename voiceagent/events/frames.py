@@ -130,6 +130,8 @@ class TranscriptSegment(Event):
     ``sound_margin``: for speech over the agent, how much less likely its best reading in
     backchannels and sounds is than its transcript (nats; None: not read so; see
     ``backends.whisper_sounds``).
+    ``joined``: speech over the agent joined with the dismissed segments just before it and
+    transcribed again as one clip (``stages.dismissed``).
     """
 
     text: str
@@ -140,6 +142,7 @@ class TranscriptSegment(Event):
     level_db: float | None = None
     confidence: float | None = None
     sound_margin: float | None = None
+    joined: bool = False
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

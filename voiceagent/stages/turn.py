@@ -527,7 +527,7 @@ class TurnStage(Stage):
             return seg
         self.joined_over_agent += 1
         log.debug("session %s: speech over the reply judged with what was dismissed before it: %r", self.ctx.session_id, str(text))
-        return dataclasses.replace(joined, text=text, confidence=confidence_of(text))
+        return dataclasses.replace(joined, text=text, confidence=confidence_of(text), joined=True)
 
     async def _read_again(self, seg: TranscriptSegment) -> TranscriptSegment:
         """``seg`` with the margin of its second reading in backchannels and sounds, when the
