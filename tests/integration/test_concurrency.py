@@ -259,6 +259,16 @@ def test_sessions_not_heard_yet_count_at_their_expected_cost_and_heard_ones_by_t
     run(scenario(), 60)
 
 
+async def _story_under_way(talker: Recorder) -> None:
+    """Ask ``talker``'s session for a long story in text; return once its first audio arrived."""
+    await talker.ws.send(
+        '{"type": "conversation.item.create", "item": {"type": "message", "role": "user", '
+        '"content": [{"type": "input_text", "text": "Tell me a long story about a brave little dragon."}]}}'
+    )
+    await talker.ws.send('{"type": "response.create"}')
+    await talker.wait_for("response.output_audio.delta", 60)
+
+
 def test_a_session_whose_reply_is_being_heard_counts_by_the_measured_load(engines: Any, run: Any) -> None:
     """From its first reply audio a session's turn is in the measured CPU share, so it no longer
     counts at its expected cost while the rest of the reply plays: with two open sessions (each
@@ -276,12 +286,7 @@ def test_a_session_whose_reply_is_being_heard_counts_by_the_measured_load(engine
                 pump = asyncio.create_task(talker.pump())
                 await talker.wait_for("session.created")
                 assert '"session.created"' in str(await second.recv())
-                await first.send(
-                    '{"type": "conversation.item.create", "item": {"type": "message", "role": "user", '
-                    '"content": [{"type": "input_text", "text": "Tell me a long story about a brave little dragon."}]}}'
-                )
-                await first.send('{"type": "response.create"}')
-                await talker.wait_for("response.output_audio.delta", 60)
+                await _story_under_way(talker)
                 assert not talker.of("response.done")  # still playing: no turn has been answered
                 async with connect(server.url) as third:
                     assert '"session.created"' in str(await third.recv())
@@ -310,12 +315,7 @@ def test_a_caller_who_hangs_up_mid_reply_leaves_its_place_at_once(engines: Any, 
                     await talker.wait_for("session.created")
                     with pytest.raises(InvalidStatus):  # the meter admits one session at a time
                         await connect(server.url)
-                    await caller.send(
-                        '{"type": "conversation.item.create", "item": {"type": "message", "role": "user", '
-                        '"content": [{"type": "input_text", "text": "Tell me a long story about a brave little dragon."}]}}'
-                    )
-                    await caller.send('{"type": "response.create"}')
-                    await talker.wait_for("response.output_audio.delta", 60)
+                    await _story_under_way(talker)
                     pump.cancel()
                     with contextlib.suppress(asyncio.CancelledError):
                         await pump
