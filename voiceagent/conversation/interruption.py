@@ -70,8 +70,9 @@ PARTIAL_AFTER_S = 1.0
 READ_AGAIN_MAX_WORDS = 4
 """Speech over the agent with more real words than this is never read again as sounds.  Whisper
 writes a sound as one to four words ("Guarded.", "On course.", "and mamam", "HMP8", a hummed
-"Mm-hmm, sure." as "and then them" at +0.85), while real requests of three to five words read
-7.6 nats or more worse in backchannels (docs/decisions/interruptions.md)."""
+"Mm-hmm, sure." as "and then them" at +0.85), while the real requests of three to five words
+that could be read (no floor word, no question word) read 7 nats or more worse in backchannels
+("Make it funny" -7.1, offline; docs/decisions/interruptions.md)."""
 READ_AGAIN_JOINED_MAX_WORDS = 2
 """The same bound for speech judged joined with dismissed speech before it: a reading of a
 backchannel joined with a request can spell the backchannel and stop, and pay little for the
