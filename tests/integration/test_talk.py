@@ -18,7 +18,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -28,14 +28,14 @@ import pytest
 
 from tests.integration.local_talk import talk_file
 from tests.profile import profile_config
-from voiceagent.audio import read_wav, resample, write_wav
+from voiceagent.audio import read_wav, resample
 from voiceagent.config import Config, ServerConfig
 from voiceagent.conversation.history import AssistantItem
 from voiceagent.replay import speech_turns
 from voiceagent.session import Session
 from voiceagent.talk.console import Console
 from voiceagent.talk.conversation import Conversation, TalkResult
-from voiceagent.talk.devices import FileMicrophone, FileSpeaker, SoundCardMicrophone, SoundCardSpeaker
+from voiceagent.talk.devices import FRAME_MS, FileSpeaker, SoundCardMicrophone, SoundCardSpeaker
 from voiceagent.talk.local import talk_local
 from voiceagent.talk.remote import talk_remote
 from voiceagent.transports.server import VoiceAgentServer
@@ -68,15 +68,65 @@ def _transcribe(engines: Any, pcm: np.ndarray[Any, Any], rate: int) -> str:
     return str(engines.stt.transcribe(audio.astype(np.float32), "en"))
 
 
-def _barge_in_file(speech: dict[str, Path], path: Path) -> Path:
-    """A long question, a pause in which the answer starts, a backchannel over it ("Yeah,
-    yeah. Right.": the answer pauses and goes on), then the user talks over it."""
-    parts = []
-    for name, silence_s in (("long_story", 2.0), ("backchannel", 0.5), ("capital", 1.0)):
-        pcm, rate = read_wav(speech[name])
-        parts += [pcm, np.zeros(int(silence_s * rate), dtype=np.int16)]
-    write_wav(path, np.concatenate(parts), 16000)
-    return path
+_MIC_RATE = 16000  # what a ``Microphone`` yields
+_FRAME = _MIC_RATE * FRAME_MS // 1000
+
+
+class _CuedMicrophone:
+    """A long question, silence until the answer has played for ``heard_s``, then a backchannel
+    over it ("Yeah, yeah. Right.": the answer pauses and goes on), then the user talks over it.
+
+    The answer's start is a cue, not a fixed pause: on a loaded machine the first audio once came
+    13.5 s after the question, long after a fixed script had interrupted nothing.  Frames are paced
+    in real time as a microphone delivers them; once the script is said it yields silence and
+    ``exhausted`` turns true (the ``Microphone`` contract).  ``playing`` reads the speaker.
+    """
+
+    def __init__(self, speech: dict[str, Path], playing: Callable[[], bool], heard_s: float = 0.5) -> None:
+        def said(name: str, silence_s: float) -> np.ndarray[Any, Any]:
+            pcm, rate = read_wav(speech[name])
+            pcm = resample(pcm, rate, _MIC_RATE)
+            return np.concatenate([pcm, np.zeros(int(silence_s * _MIC_RATE), dtype=np.int16)])
+
+        self._question = said("long_story", 0.0)
+        self._rest = np.concatenate([said("backchannel", 0.5), said("capital", 1.0)])
+        self._playing = playing
+        self._heard_frames = round(heard_s * 1000 / FRAME_MS)
+        self.exhausted = False
+        self.cued_after_s: float | None = None  # seconds of waiting for the answer, for messages
+
+    async def frames(self) -> AsyncIterator[np.ndarray[Any, Any]]:
+        t0 = time.monotonic()
+        n = 0
+        heard = 0
+        waited = 0
+        for script in (self._question, None, self._rest):
+            pos = 0
+            while True:
+                delay = t0 + n * FRAME_MS / 1000 - time.monotonic()
+                if delay > 0:
+                    await asyncio.sleep(delay)  # real-time pacing, as a microphone delivers
+                n += 1
+                if script is None:  # silence until the answer has been heard for a while
+                    heard = heard + 1 if self._playing() else 0
+                    waited += 1
+                    yield np.zeros(_FRAME, dtype=np.int16)
+                    if heard >= self._heard_frames:
+                        self.cued_after_s = waited * FRAME_MS / 1000
+                        break
+                    continue
+                frame = script[pos : pos + _FRAME]
+                pos += _FRAME
+                yield frame if len(frame) == _FRAME else np.concatenate([frame, np.zeros(_FRAME - len(frame), dtype=np.int16)])
+                if pos >= len(script):
+                    break
+        self.exhausted = True
+        while True:
+            delay = t0 + n * FRAME_MS / 1000 - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            n += 1
+            yield np.zeros(_FRAME, dtype=np.int16)
 
 
 def _server_config() -> Config:
@@ -87,10 +137,10 @@ def _story_config(cfg: Config) -> Config:
     """A long answer: the agent must still be talking when the interruption is decided, after the
     backchannel's pause and the interruption's own words, however slow the machine is today."""
     story = "You are a storyteller. Always answer with a long story of at least six sentences."
-    # 64 tokens are about 18 s of speech; the interruption starts about 4 s after the question
-    # ends and is decided within seconds of that, even when the first audio took 3 s.  The
-    # answer to the interruption, which the talk waits for in real time, is as long: more tokens
-    # only make the test slower (96 took 44 s).
+    # 64 tokens are about 18 s of speech; the interruption starts about 3 s after the first audio
+    # (``_CuedMicrophone``) and is decided within seconds of that.  The answer to the
+    # interruption, which the talk waits for in real time, is as long: more tokens only make the
+    # test slower (96 took 44 s).
     return dataclasses.replace(cfg, llm=dataclasses.replace(cfg.llm, instructions=story, max_tokens=64))
 
 
@@ -191,14 +241,12 @@ def _check_cut(result: TalkResult, item: Any) -> None:
 
 
 @models
-@pytest.mark.serial  # the answer must be speaking when the interruption comes: a loaded run once had sent nothing yet
 def test_talk_barge_in_in_process(engines: Any, speech: dict[str, Path], run: Callable[..., Any], tmp_path: Path) -> None:
-    mic_file = _barge_in_file(speech, tmp_path / "mic.wav")
     printed = io.StringIO()
 
     async def scenario() -> tuple[TalkResult, Any]:
-        mic = FileMicrophone(mic_file)
         speaker = FileSpeaker(tmp_path / "out.wav", engines.tts.sample_rate)
+        mic = _CuedMicrophone(speech, speaker.busy)
         speaker.start()
         try:
             async with Session(engines, _story_config(profile_config())) as session:
@@ -217,13 +265,12 @@ def test_talk_barge_in_in_process(engines: Any, speech: dict[str, Path], run: Ca
 
 @models
 def test_talk_barge_in_over_websocket(engines: Any, speech: dict[str, Path], run: Callable[..., Any], tmp_path: Path) -> None:
-    mic_file = _barge_in_file(speech, tmp_path / "mic.wav")
     printed = io.StringIO()
 
     async def scenario() -> tuple[TalkResult, Any]:
         async with VoiceAgentServer(_story_config(_server_config()), engines) as server:
-            mic = FileMicrophone(mic_file)
             speaker = FileSpeaker(tmp_path / "out.wav", 24000)
+            mic = _CuedMicrophone(speech, speaker.busy)
             speaker.start()
             conv = Conversation(speaker, Console(printed, live=False))
             talk = asyncio.create_task(talk_remote(f"ws://127.0.0.1:{server.port}/v1/realtime", mic, conv))
