@@ -16,6 +16,8 @@ or ``output_audio_buffer.cleared``, as OpenAI's clients do.  Per case and mode:
 * ``honoured`` (interruption): the reply was cancelled for ``turn_detected``;
 * ``stop_ms`` (interruption): from the first voiced sample of the interruption to the moment the
   listener's audio stopped (its buffer ran dry, or it was told to stop, whichever came first);
+* ``said_again`` (cases with ``again_s``): the reply went on after the clip, so the listener said
+  it again ``again_s`` after hearing it go on; ``stop_ms`` then counts from the second saying;
 * ``latency_ms``: from the end of the question's speech to the reply's first audio (the ordinary
   turn before the case, for the single-conversation latency of each mode).
 
@@ -63,10 +65,12 @@ MODES = {
     "immediate": {"turn.interruption": "immediate"},
     "words": {"turn.interruption": "words"},
     "words-unread": {"turn.interruption": "words", "turn.interruption_sound_margin": "-1"},
+    "words-once": {"turn.interruption": "words", "turn.interruption_insist_s": "0"},
 }
 """The servers a run can compare (``--modes``): today's default (``words``), the cut at
 ``vad.barge_in_ms`` (``immediate``), and ``words`` without the second reading in backchannels
-and sounds (``words-unread``)."""
+and sounds (``words-unread``), and ``words`` that never takes doubted speech said again for an
+interruption (``words-once``: ``turn.interruption_insist_s`` 0)."""
 FRAME_S = 0.02
 FALSE_KINDS = ("backchannel", "noise", "background")
 STOPS = ("input_audio_buffer.speech_started", "output_audio_buffer.cleared")  # a listener stops its playback at these
@@ -147,7 +151,7 @@ def load_set(only: str | None, limit: int | None, group: str | None = None) -> t
         path = _noise(c["name"], c["sox"]) if "sox" in c else _speech(c["text"], c["voice"])
         pcm = _load(path, c.get("gain_db", 0.0))
         gain = f", {c['gain_db']:+.0f} dB" if "gain_db" in c else ""
-        name = c.get("name") or f"{c['text']} ({c['voice']}{gain})"
+        name = c.get("name") or f"{c['text']} ({c['voice']}{gain})" + (", again" if "again_s" in c else "")
         point = spec["points_s"][i % len(spec["points_s"])]
         cases.append(Case(c["kind"], name, pcm, _onset(pcm), point, c, c.get("group", "dev")))
     return question, q_end, cases[:limit]
@@ -240,6 +244,17 @@ async def run_case(url: str, question: Int16Array, q_end_s: float, case: Case) -
             lis.queue.append(case.pcm)
             onset = t0 + case.onset_s
             clip_s = len(case.pcm) / RATE
+            again_s = case.spec.get("again_s")
+            if again_s is not None:  # the listener hears the reply go on, and says it again
+                went_on = lambda: lis.first("response.output_audio.delta", after=t0 + clip_s) is not None  # noqa: E731
+                await lis.until(lambda: done() or went_on(), clip_s + AFTER_S)
+                if not done():
+                    await lis.until(lambda: done(), float(again_s))  # the listener's reaction
+                if not done():
+                    t0 = time.monotonic()
+                    lis.queue.append(case.pcm)
+                    onset = t0 + case.onset_s
+                    out["said_again"] = True
             await lis.until(lambda: done(), clip_s + AFTER_S)
             ends = [e for _t, e in lis.events if e.get("type") == "response.done" and e["response"]["id"] == rid]
             status = ends[0]["response"]["status"] if ends else "in_progress"
