@@ -65,12 +65,10 @@ MODES = {
     "immediate": {"turn.interruption": "immediate"},
     "words": {"turn.interruption": "words"},
     "words-unread": {"turn.interruption": "words", "turn.interruption_sound_margin": "-1"},
-    "words-once": {"turn.interruption": "words", "turn.interruption_insist_s": "0"},
 }
 """The servers a run can compare (``--modes``): today's default (``words``), the cut at
 ``vad.barge_in_ms`` (``immediate``), and ``words`` without the second reading in backchannels
-and sounds (``words-unread``), and ``words`` that never takes doubted speech said again for an
-interruption (``words-once``: ``turn.interruption_insist_s`` 0)."""
+and sounds (``words-unread``)."""
 FRAME_S = 0.02
 FALSE_KINDS = ("backchannel", "noise", "background")
 STOPS = ("input_audio_buffer.speech_started", "output_audio_buffer.cleared")  # a listener stops its playback at these

@@ -286,11 +286,6 @@ class TurnConfig:
     is at most this much less likely than the transcript (nats), the words were a sound Whisper
     wrote as words ("Mm-hmm, sure." as "and mamam") and do not interrupt; a negative value:
     no second reading (docs/decisions/interruptions.md)."""
-    interruption_insist_s: float = 4.0
-    """``words``: speech dismissed as doubted words or as sounds (above) that comes again within
-    this many seconds of the last such speech over the same reply interrupts: a user who repeats
-    "Pause." after the reply went on is heard the second time, however Whisper wrote it.  A
-    backchannel, a noise with no words or a quieter voice never counts; 0: off."""
     backchannels: str = ""
     """``words``: comma-separated phrases that never interrupt; empty: the built-in list of
     ``stt.language`` (voiceagent/text/backchannel.py)."""
@@ -308,7 +303,6 @@ class TurnConfig:
         _check(self.false_interruption_timeout_ms >= 0, "turn.false_interruption_timeout_ms", "must be >= 0")
         _check(self.interruption_margin_db >= 0, "turn.interruption_margin_db", "must be >= 0")
         _check(0.0 <= self.interruption_min_confidence < 1.0, "turn.interruption_min_confidence", "must be >= 0 and < 1")
-        _check(self.interruption_insist_s >= 0, "turn.interruption_insist_s", "must be >= 0")
 
 
 @dataclass(frozen=True)

@@ -25,10 +25,6 @@ client is told nothing of it yet.  Then the words decide (:meth:`InterruptionPol
   and stays whole.  The speech leaves no trace in the conversation: no item, no event;
 * nothing decided ``false_interruption_timeout_ms`` after the speech stopped: the reply resumes.
 
-Doubted words or words read as sounds that come again within ``interruption_insist_s`` of the
-last over the same reply are an interruption: said again, they are no sound (a user repeats
-"Pause." that Whisper tiny wrote as "boss" and the reply went on over).
-
 A segment that starts within a second of a dismissed one is judged joined with it, transcribed
 again as one clip (the turn stage does it: :mod:`~voiceagent.stages.dismissed`): a short
 interruption cut at its comma ("Hey, wait.") is heard whole, not as two doubted words.
@@ -106,11 +102,6 @@ class Verdict(enum.Enum):
     as well (within ``interruption_sound_margin``): "Mm-hmm, sure." heard as "and mamam"."""
 
 
-_UNSURE = (Verdict.DOUBTED, Verdict.SOUNDS)
-"""Verdicts that a repetition overrules (``interruption_insist_s``): words the transcriber wrote
-but may have made up.  A backchannel, no words and a quieter voice are heard for what they are."""
-
-
 @dataclass(frozen=True)
 class InterruptionPolicy:
     """The server's interruption settings (``[turn]``), fixed for the session."""
@@ -123,9 +114,6 @@ class InterruptionPolicy:
     min_confidence: float = 0.0
     sound_margin: float = -1.0
     """Negative: no second reading."""
-    insist_s: float = 0.0
-    """Doubted words or sounds again within this many seconds of the last over the same reply
-    interrupt (:meth:`Interruptions.segment`); 0: never."""
 
     @classmethod
     def from_config(cls, turn: TurnConfig) -> InterruptionPolicy:
@@ -137,7 +125,6 @@ class InterruptionPolicy:
             backchannels=turn.backchannels,
             min_confidence=turn.interruption_min_confidence,
             sound_margin=turn.interruption_sound_margin,
-            insist_s=turn.interruption_insist_s,
         )
 
     @property
@@ -205,8 +192,6 @@ class Pending:
     """The resume armed since the speech stopped, if any."""
     stopped_t: float = 0.0
     """When the VAD last reported the end of the speech (the session's clock)."""
-    started_t: float = 0.0
-    """When the VAD last reported its start (the session's clock)."""
 
 
 class Interruptions:
@@ -222,13 +207,10 @@ class Interruptions:
         self.user_db: float | None = None
         """The user's voice level, learnt from their turns (dBFS; None: no turn yet)."""
         self._tokens = 0
-        self._doubted: tuple[int, float] | None = None
-        """The generation and the time (the session's clock) of the last speech dismissed as
-        doubted words or sounds, for :meth:`_insists`."""
 
     def open(self, ev: SpeechStarted, reply: Reply) -> None:
         """Voice started over ``reply``'s audio: pause it and wait for the words."""
-        self.pending = Pending(reply.gen, ev, started_t=self._ctx.clock.now())
+        self.pending = Pending(reply.gen, ev)
         self._ctx.sink.add(PausePlayout(reply.gen))
         tl = reply.listener
         heard = tl.heard_ms(self._ctx.clock.now())
@@ -275,51 +257,27 @@ class Interruptions:
                 self._heard_user(level_db)
             return None
         verdict = self._judge(text, level_db, confidence, sound_margin)
-        insists = verdict in _UNSURE and self._insists()
-        self._log(Verdict.INTERRUPT if insists else verdict, text, level_db, confidence, sound_margin, insists)
-        if verdict in _UNSURE and not insists:
-            self._doubted = (self.pending.gen, self._ctx.clock.now())
-        if insists:
-            verdict = Verdict.INTERRUPT
+        self._log(verdict, text, level_db, confidence, sound_margin)
         if verdict is Verdict.INTERRUPT:
             self._heard_user(level_db)
         elif self._dismissed():
             self.close(resumed=True)
         return verdict
 
-    def _insists(self) -> bool:
-        """Whether the speech being judged began within ``insist_s`` of the last speech over the
-        same reply dismissed as doubted words or sounds: said again, it is no sound.  A person
-        who is not heard repeats themselves ("Pause." ... "Pause!"); Whisper tiny writes a short
-        command said once as "boss" or "Hasso", doubted, and the reply went on over them."""
-        pending, last = self.pending, self._doubted
-        if pending is None or last is None or self.policy.insist_s <= 0:
-            return False
-        gen, t = last
-        return gen == pending.gen and pending.started_t - t <= self.policy.insist_s
-
     def _log(
-        self,
-        verdict: Verdict,
-        text: str,
-        level_db: float | None,
-        confidence: float | None,
-        sound_margin: float | None = None,
-        insists: bool = False,
+        self, verdict: Verdict, text: str, level_db: float | None, confidence: float | None, sound_margin: float | None = None
     ) -> None:
         level = "?" if level_db is None else f"{level_db:.1f}"
         sure = "?" if confidence is None else f"{confidence:.2f}"
         read = "" if sound_margin is None else f", as sounds {sound_margin:+.2f}"
-        again = ", said again after doubted speech" if insists else ""
         log.info(
-            "session %s: speech over the reply is %s: %s at %s dBFS, confidence %s%s%s",
+            "session %s: speech over the reply is %s: %s at %s dBFS, confidence %s%s",
             self._ctx.session,
             verdict.value,
             excerpt(text),
             level,
             sure,
             read,
-            again,
         )
 
     def hand_over(self) -> int:
@@ -342,7 +300,6 @@ class Interruptions:
         """The user speaks again while the pause lasts: no resume while they do."""
         assert self.pending is not None
         self.pending.speaking, self.pending.token = True, None
-        self.pending.started_t = self._ctx.clock.now()
 
     def speech_stopped(self) -> None:
         """The user fell silent: resume after the timeout unless a transcript decides first."""
