@@ -18,6 +18,10 @@ reading saves, and whether it costs a real interruption.
 clip (a transcription prompt: would a list of backchannels and floor words, or the agent's own
 story, make the sounds and short words come out right?).  ``--setups`` keeps only the named ones.
 
+``--language-id`` adds, per cut, Whisper base's probability that the cut is English (its
+language detection on the cut's encoding; tiny is English-only): whether a sound and a real
+word differ in how English they sound.
+
 Usage: .venv/bin/python -m scripts.eval_interruption_decoders [--out FILE] [--group NAME]
                                                              [--setups tiny1,...] [--prompt NAME=TEXT ...]
                                                              [--sound-reading]
@@ -28,6 +32,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -39,6 +44,7 @@ from scripts import bench_interruptions
 from scripts.bench.stt import SttConfig, VadCutter, load_backend
 from voiceagent.audio import resample
 from voiceagent.backends.protocols import confidence_of
+from voiceagent.backends.whisper import window_frames
 from voiceagent.config import Config
 from voiceagent.conversation.interruption import InterruptionPolicy, Verdict
 from voiceagent.text.backchannel import phrases_for
@@ -60,6 +66,7 @@ def main() -> int:
     parser.add_argument(
         "--sound-reading", action="store_true", help="tiny1 cuts read again in backchannels and sounds; judged at several margins"
     )
+    parser.add_argument("--language-id", action="store_true", help="Whisper base's P(English) for every cut")
     args = parser.parse_args()
     _, _, cases = bench_interruptions.load_set(None, None, args.group)
     cutter = VadCutter()
@@ -79,6 +86,7 @@ def main() -> int:
         for name, _, text in specs:
             key = f"tiny1:{name.strip()}"
             models[key], prompts[key], labels[key] = tiny, text.strip(), f"{SETUPS['tiny1'].label}, prompt {text.strip()!r}"
+    identifier = (models.get("base1") or load_backend(SETUPS["base1"])) if args.language_id else None
     out: list[dict[str, Any]] = []
     for case in cases:
         pcm = resample(case.pcm, bench_interruptions.RATE, 16000).astype(np.float32) / 32768
@@ -96,11 +104,15 @@ def main() -> int:
                     margin = stt.read_as_sounds(audio, "en", phrases_for("en"), str(text))
                     cut[name]["sound_margin"] = None if margin is None else round(margin, 3)
                     cut[name]["sound_ms"] = round((time.perf_counter() - t0) * 1000)
+            if identifier is not None:
+                cut["p_en"] = round(_english(identifier, audio), 3)
             record["cuts"].append(cut)
         out.append(record)
         print(json.dumps(record), file=sys.stderr, flush=True)
     summary = judged(out, list(models))
     report: dict[str, Any] = {"setups": labels, "summary": summary}
+    if identifier is not None:
+        report["language_id"] = _language_id(out)
     if args.sound_reading:
         report["sound_reading"] = {str(m): judged(out, ["tiny1"], m)["tiny1"] for m in SOUND_MARGINS}
         report["sound_reading_ms"] = bench_interruptions.percentiles(
@@ -115,6 +127,26 @@ def main() -> int:
 
 SOUND_MARGINS = (-1.0, 0.5, 1.0, 2.0, 3.0, 4.0, 5.0)
 """``turn.interruption_sound_margin`` values ``--sound-reading`` judges at (-1: no second reading)."""
+
+
+def _english(stt: Any, audio: np.ndarray) -> float:
+    """Whisper base's probability that ``audio`` is English (CTranslate2's language detection on
+    the clip's short-window encoding, as the server encodes it)."""
+    encoded = stt._encode(audio, window_frames(len(audio), stt._window_s))
+    return dict(stt._model.model.detect_language(encoded)[0]).get("<|en|>", 0.0)
+
+
+def _language_id(cases: list[dict[str, Any]]) -> dict[str, Any]:
+    """P(English) quartiles of the real interruptions' cuts and of the other cuts (the quieter
+    voices left out), and the real interruptions' cuts at their lowest."""
+    real = [c for r in cases if r["kind"] == "interruption" for c in r["cuts"]]
+    other = [c for r in cases if r["kind"] not in ("interruption", "background") for c in r["cuts"]]
+
+    def quartiles(cuts: list[dict[str, Any]]) -> list[float]:
+        return [round(q, 2) for q in statistics.quantiles([c["p_en"] for c in cuts], n=4)] if len(cuts) > 1 else []
+
+    lowest = sorted((c["p_en"], r["case"]) for r in cases if r["kind"] == "interruption" for c in r["cuts"])[:5]
+    return {"interruptions": quartiles(real), "others": quartiles(other), "interruptions_lowest": lowest}
 
 
 def _read(policy: InterruptionPolicy, cut: dict[str, Any]) -> float | None:
