@@ -17,8 +17,9 @@ Each session speaks ``--turns`` different questions (espeak-ng voices), one per 
 ``--slot`` seconds, so that every answer has been played before the next question.  Per N it
 reports answered turns, errors, p50/p95/max end of speech → first audio (client clock, as
 ``voiceagent replay``), the LLM queue wait (server's per-turn metrics), the server's CPU (cores
-busy) and its peak RSS and PSS (RSS counts the memory-mapped model once per LLM context; PSS
-counts shared pages once; with ``--llama-server`` that process is added).  The capacity the
+busy; ``client_cpu_cores``: the callers' own, in this process, taken from the same cores) and
+its peak RSS and PSS (RSS counts the memory-mapped model once per LLM context; PSS counts shared
+pages once; with ``--llama-server`` that process is added).  The capacity the
 server measured at start-up is printed beside them.
 
 With ``--engines batched,pool`` (the default) two servers run side by side, one on the batched
@@ -413,9 +414,13 @@ def main() -> int:
                         with Sampler(pids) as sampler, LoadPoller(server.url) as poller:
                             cpu0, t0, th0 = sampler.total_cpu_s(), time.monotonic(), sampler.threads_cpu_s()
                             n_log = len(server.lines())
+                            client0 = time.process_time()
                             turns, errors, refused = asyncio.run(run_n(server.url, files, delays=delays))
+                            client_s = time.process_time() - client0
                             cpu1, t1, th1 = sampler.total_cpu_s(), time.monotonic(), sampler.threads_cpu_s()
                         row = summarize(turns, errors, n * args.turns, cpu1 - cpu0, t1 - t0, sampler, refused)
+                        # The callers run in this process, on the server's cores: what they took from it.
+                        row["client_cpu_cores"] = round(client_s / (t1 - t0), 3) if t1 > t0 else None
                         row["load_vs_latency"] = load_vs_latency(turns, poller, t0)
                         # CPU seconds per answered turn, by thread name: where the machine's time went.
                         per_turn = {k: (v - th0.get(k, 0.0)) / max(1, row["answered"]) for k, v in th1.items()}
@@ -432,6 +437,7 @@ def main() -> int:
                             f"{name:8s} {arrangement:12s} N={n}: answered {row['answered']}/{row['turns']} "
                             f"refused {row['refused_sessions']} errors {row['errors']} load {row['load_vs_latency']} "
                             f"latency {row['latency_ms']} queue {row['llm_queue_ms']} cpu {row['cpu_cores']} "
+                            f"client cpu {row['client_cpu_cores']} "
                             f"gaps {row['playback_gap_ms']} ms in {row['turns_with_gaps']} turns "
                             f"rss/pss {row['peak_rss_mb']}/{row['peak_pss_mb']} MB",
                             flush=True,
