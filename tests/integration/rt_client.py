@@ -25,7 +25,7 @@ from voiceagent.client import Pacer, RealtimeClient, Response, messages
 from voiceagent.events import Event, ResponseDone
 from voiceagent.transports.realtime_wire import WIRE_RATE
 
-__all__ = ["WIRE_RATE", "Recorder", "append_msg", "scrape", "send_paced", "wire_audio"]
+__all__ = ["WIRE_RATE", "Recorder", "append_msg", "recording", "scrape", "send_paced", "wire_audio"]
 
 
 def wire_audio(path: Path, tail_s: float = 0.0) -> Int16Array:
@@ -98,6 +98,16 @@ class Recorder:
     def response(self, msg: dict[str, Any]) -> Response:
         """What the client core tracked of the response ``msg`` (a ``response.*`` event) belongs to."""
         return self.client.responses[msg["response"]["id"] if "response" in msg else msg["response_id"]]
+
+
+async def recording(ws: ClientConnection, timeout: float = 10.0) -> tuple[Recorder, asyncio.Task[None]]:
+    """A :class:`Recorder` of ``ws`` and the task that pumps it, once the server's
+    ``session.created`` has arrived (within ``timeout`` s).  The caller owns the task: cancel it,
+    or await it after closing ``ws``."""
+    rec = Recorder(ws)
+    pump = asyncio.create_task(rec.pump())
+    await rec.wait_for("session.created", timeout)
+    return rec, pump
 
 
 async def send_paced(ws: ClientConnection, pcm: Int16Array, speed: float = 1.0, chunk_ms: int = 20) -> None:

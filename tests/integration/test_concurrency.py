@@ -21,7 +21,7 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
 
-from tests.integration.rt_client import WIRE_RATE, Recorder, send_paced, wire_audio
+from tests.integration.rt_client import WIRE_RATE, Recorder, recording, send_paced, wire_audio
 from tests.integration.test_network import http_get
 from tests.profile import profile_config
 from voiceagent.admission import LoadMeter
@@ -96,9 +96,7 @@ async def _still_serves(server: VoiceAgentServer) -> None:
     body = await asyncio.to_thread(lambda: urllib.request.urlopen(f"http://127.0.0.1:{server.port}/healthz", timeout=10).read())
     assert body == b"ok\n"
     async with connect(server.url) as ws:
-        rec = Recorder(ws)
-        task = asyncio.create_task(rec.pump())
-        await rec.wait_for("session.created", 10)
+        _rec, task = await recording(ws)
         await ws.close()
         await task
 
@@ -126,9 +124,7 @@ def test_past_capacity_a_connection_is_refused_and_the_session_in_progress_goes_
     async def scenario() -> None:
         async with VoiceAgentServer(_config(**{"server.max_sessions": "1"}), engines) as server:
             ws = await connect(server.url, max_size=None)
-            rec = Recorder(ws)
-            task = asyncio.create_task(rec.pump())
-            await rec.wait_for("session.created", 10)
+            rec, task = await recording(ws)
             with pytest.raises(InvalidStatus) as refused:
                 await connect(server.url)
             response = refused.value.response
@@ -282,9 +278,7 @@ def test_a_session_whose_reply_is_being_heard_counts_by_the_measured_load(engine
         async with VoiceAgentServer(config, engines, load=meter) as server:
             meter.sample()
             async with connect(server.url) as first, connect(server.url) as second:
-                talker = Recorder(first)
-                pump = asyncio.create_task(talker.pump())
-                await talker.wait_for("session.created")
+                talker, pump = await recording(first, 60)
                 assert '"session.created"' in str(await second.recv())
                 await _story_under_way(talker)
                 assert not talker.of("response.done")  # still playing: no turn has been answered
@@ -310,9 +304,7 @@ def test_a_caller_who_hangs_up_mid_reply_leaves_its_place_at_once(engines: Any, 
             meter.sample()
             for _ in range(3):
                 async with connect(server.url) as caller:
-                    talker = Recorder(caller)
-                    pump = asyncio.create_task(talker.pump())
-                    await talker.wait_for("session.created")
+                    talker, pump = await recording(caller, 60)
                     with pytest.raises(InvalidStatus):  # the meter admits one session at a time
                         await connect(server.url)
                     await _story_under_way(talker)

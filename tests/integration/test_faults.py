@@ -3,7 +3,6 @@ injector of tests/faults.py wraps them): the client hears of it, and the next tu
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +10,7 @@ import pytest
 from websockets.asyncio.client import connect
 
 from tests.faults import Faults, inject
-from tests.integration.rt_client import Recorder, send_paced, wire_audio
+from tests.integration.rt_client import recording, send_paced, wire_audio
 from tests.profile import profile_config
 from tests.strict import check_server_event
 from voiceagent.transports.server import VoiceAgentServer
@@ -35,9 +34,7 @@ def test_a_backend_failing_mid_turn_is_reported_and_the_next_turn_works(
     async def main() -> list[dict[str, Any]]:
         async with VoiceAgentServer(config, faulty) as server:
             ws = await connect(server.url, max_size=None)
-            rec = Recorder(ws)
-            pump = asyncio.create_task(rec.pump())
-            await rec.wait_for("session.created", 10)
+            rec, pump = await recording(ws)
             faults.arm(kind, after=after)
             await send_paced(ws, wire_audio(speech["weather"], tail_s=1.5))
             error = await rec.wait_for("error", 60)

@@ -15,7 +15,7 @@ from websockets.asyncio.client import connect
 
 from tests.faults import Faults, FaultyLlm
 from tests.integration.llm_server import LlamaCppServer, SlowProxy
-from tests.integration.rt_client import Recorder, scrape
+from tests.integration.rt_client import recording, scrape
 from tests.llm_stream import text_and_routes
 from tests.profile import profile_config
 from voiceagent.backends.batch_engine import BatchedEngine
@@ -65,9 +65,7 @@ def test_a_server_stopped_mid_conversation_hands_its_turns_to_the_fallback_until
     async def main() -> str:
         async with VoiceAgentServer(config, mixed) as server:
             ws = await connect(server.url + "?voiceagent_metrics=1", max_size=None)
-            rec = Recorder(ws)
-            task = asyncio.create_task(rec.pump())
-            await rec.wait_for("session.created", 10)
+            rec, task = await recording(ws)
             for question, word, engine, why in script:
                 if question == "STOP":
                     await asyncio.to_thread(llm_server.kill)  # the LLM server goes away mid-conversation
@@ -180,9 +178,7 @@ def test_an_in_process_primary_hands_failed_and_late_turns_to_a_second_pool_and_
     async def main() -> None:
         async with VoiceAgentServer(config, mixed) as server:
             ws = await connect(server.url + "?voiceagent_metrics=1", max_size=None)
-            rec = Recorder(ws)
-            task = asyncio.create_task(rec.pump())
-            await rec.wait_for("session.created", 10)
+            rec, task = await recording(ws)
 
             async def ask(question: str) -> tuple[dict[str, Any], dict[str, Any]]:
                 mark = len(rec.events)

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from websockets.asyncio.client import connect
 
-from tests.integration.rt_client import Recorder, scrape
+from tests.integration.rt_client import recording, scrape
 from tests.profile import profile_config
 from voiceagent.backends.fallback import FallbackLlm
 from voiceagent.backends.registry import load_llm
@@ -43,9 +43,7 @@ def test_two_conversations_at_once_are_answered_by_the_engine_their_words_call_f
 
     async def converse(url: str, question: str, start: asyncio.Event) -> tuple[dict[str, Any], dict[str, Any], str]:
         async with connect(url + "?voiceagent_metrics=1", max_size=None) as ws:
-            rec = Recorder(ws)
-            task = asyncio.create_task(rec.pump())
-            await rec.wait_for("session.created", 10)
+            rec, task = await recording(ws)
             await start.wait()  # both questions leave together
             item = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": question}]}
             await ws.send(json.dumps({"type": "conversation.item.create", "item": item}))

@@ -23,7 +23,7 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import InvalidStatus
 from websockets.typing import Origin, Subprotocol
 
-from tests.integration.rt_client import Recorder
+from tests.integration.rt_client import recording
 from tests.profile import profile_config
 from voiceagent.transports.server import VoiceAgentServer
 
@@ -140,9 +140,7 @@ def test_audio_faster_than_real_time_history_size_and_idle_clients_are_limited(e
     async def main() -> None:
         async with VoiceAgentServer(config(audio_burst_s=1, max_history_items=2, idle_timeout_s=2), engines) as server:
             ws = await connect(server.url)
-            rec = Recorder(ws)
-            pump = asyncio.create_task(rec.pump())
-            await rec.wait_for("session.created", 10)
+            rec, pump = await recording(ws)
             for i in range(5):  # 2.5 s of audio at once: about 1 s is the burst allowance
                 await ws.send(silence_append(0.5, f"evt_a{i}"))
             refused = await rec.wait_for("error", 10)
@@ -167,9 +165,7 @@ def test_a_session_past_its_maximum_length_is_ended_with_a_reason(engines: Any, 
     async def main() -> None:
         async with VoiceAgentServer(config(max_session_s=1.5, idle_timeout_s=0), engines) as server:
             ws = await connect(server.url)
-            rec = Recorder(ws)
-            pump = asyncio.create_task(rec.pump())
-            await rec.wait_for("session.created", 10)
+            rec, pump = await recording(ws)
             ended = await rec.wait_for("error", 20)
             assert ended["error"]["code"] == "session_expired"
             await pump
@@ -182,9 +178,7 @@ def test_the_bad_messages_found_in_the_field_get_errors_that_echo_their_event_an
     async def main() -> None:
         async with VoiceAgentServer(config(), engines) as server:
             ws = await connect(server.url)
-            rec = Recorder(ws)
-            pump = asyncio.create_task(rec.pump())
-            await rec.wait_for("session.created", 10)
+            rec, pump = await recording(ws)
 
             async def error_for(message: str) -> dict[str, Any]:
                 mark = len(rec.events)
@@ -256,9 +250,7 @@ def test_serve_on_a_public_address_turns_auth_on_says_how_to_connect_and_drains_
         async def main() -> dict[str, Any]:
             assert await refused(url) == 401
             ws = await connect(url, additional_headers={"Authorization": f"Bearer {token}"})
-            rec = Recorder(ws)
-            pump = asyncio.create_task(rec.pump())
-            await rec.wait_for("session.created", 10)
+            rec, pump = await recording(ws)
             await ws.send(text_item("Say one short sentence about the sea."))
             await ws.send(json.dumps({"type": "response.create"}))
             await rec.wait_for("response.created", 30)

@@ -23,7 +23,7 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
 
 from tests.faults import Faults, inject
-from tests.integration.rt_client import Recorder, scrape, send_paced, wire_audio
+from tests.integration.rt_client import recording, scrape, send_paced, wire_audio
 from tests.profile import profile_config
 from voiceagent.backends.batch_engine import BatchedEngine
 from voiceagent.backends.llm_pool import LlmPool
@@ -58,9 +58,7 @@ def test_metrics_turn_log_and_spans_describe_a_good_turn_a_failed_one_and_a_refu
             with pytest.raises(InvalidStatus):
                 await connect(server.url)  # no token: 401
             ws = await connect(server.url, additional_headers={"Authorization": f"Bearer {TOKEN}"}, max_size=None)
-            rec = Recorder(ws)
-            pump = asyncio.create_task(rec.pump())
-            await rec.wait_for("session.created", 10)
+            rec, pump = await recording(ws)
             # session.tracing labels the turns' log lines and spans (and goes nowhere else).
             await ws.send(json.dumps({"type": "session.update", "session": {"type": "realtime", "tracing": TRACING}}))
             updated = await rec.wait_for("session.updated", 10)
@@ -157,9 +155,7 @@ def test_a_client_that_vanishes_mid_reply_leaves_no_task_thread_session_or_conte
 
     async def turn(server: VoiceAgentServer, vanish: bool, stop_reading: bool = False) -> weakref.ref[Any]:
         ws = await connect(server.url, max_size=None, max_queue=1 if stop_reading else 16)
-        rec = Recorder(ws)
-        pump = asyncio.create_task(rec.pump())
-        await rec.wait_for("session.created", 10)
+        rec, pump = await recording(ws)
         session = weakref.ref(next(iter(server.sessions)))
         await send_paced(ws, wire_audio(speech["weather"], tail_s=1.0))
         if not vanish:

@@ -15,7 +15,7 @@ import pytest
 from websockets.asyncio.client import connect
 
 from tests.integration.llm_server import LlamaCppServer, free_port
-from tests.integration.rt_client import Recorder
+from tests.integration.rt_client import recording
 from tests.profile import profile_config
 from voiceagent.backends.openai_llm import OpenAiLlm
 from voiceagent.backends.protocols import LlmRequest, is_piece
@@ -95,9 +95,7 @@ def test_a_server_killed_mid_reply_fails_the_turn_clearly_and_the_session_lives(
     async def main() -> None:
         async with VoiceAgentServer(config, mixed) as server:
             ws = await connect(server.url, max_size=None)
-            rec = Recorder(ws)
-            task = asyncio.create_task(rec.pump())
-            await rec.wait_for("session.created", 10)
+            rec, task = await recording(ws)
 
             async def ask(text: str) -> None:
                 item = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}

@@ -19,7 +19,7 @@ import pytest
 from websockets.asyncio.client import connect
 
 from tests.hub_cache import add_repo
-from tests.integration.rt_client import WIRE_RATE, Recorder, send_paced, wire_audio
+from tests.integration.rt_client import WIRE_RATE, recording, send_paced, wire_audio
 from tests.model_files import write_gguf
 from tests.profile import profile_config
 from voiceagent.backends.registry import Engines, load_engines
@@ -85,9 +85,7 @@ async def _spoken_turn(config: Config, speech: Path) -> tuple[Engines, str, str,
     try:
         async with VoiceAgentServer(config, engines) as server:
             ws = await connect(server.url, max_size=None)
-            rec = Recorder(ws)
-            task = asyncio.create_task(rec.pump())
-            await rec.wait_for("session.created", 10)
+            rec, task = await recording(ws)
             await send_paced(ws, wire_audio(speech), speed=1.0)
             done = await rec.wait_for("response.done", 60)
             transcript = (await rec.wait_for("conversation.item.input_audio_transcription.completed", 5))["transcript"]

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from websockets.asyncio.client import connect
 
-from tests.integration.rt_client import WIRE_RATE, Recorder, send_paced, wire_audio
+from tests.integration.rt_client import WIRE_RATE, Recorder, recording, send_paced, wire_audio
 from tests.profile import profile_config
 from tests.strict import check_server_event
 from voiceagent.audio import alaw_decode, alaw_encode, resample
@@ -42,9 +42,7 @@ def _config(**overrides: str) -> Config:
 
 async def _connected(server: VoiceAgentServer) -> tuple[Any, Recorder, asyncio.Task[None]]:
     ws = await connect(server.url, max_size=None)
-    rec = Recorder(ws)
-    task = asyncio.create_task(rec.pump())
-    await rec.wait_for("session.created", 10)
+    rec, task = await recording(ws)
     return ws, rec, task
 
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from websockets.asyncio.client import connect
 
-from tests.integration.rt_client import WIRE_RATE, Recorder, send_paced, wire_audio
+from tests.integration.rt_client import WIRE_RATE, Recorder, recording, send_paced, wire_audio
 from tests.profile import profile_config
 from voiceagent.config import Config
 from voiceagent.transports.server import VoiceAgentServer
@@ -32,9 +32,7 @@ def _config(**overrides: str) -> Config:
 
 async def _connected(server: VoiceAgentServer) -> tuple[Any, Recorder, asyncio.Task[None]]:
     ws = await connect(server.url, max_size=None)
-    rec = Recorder(ws)
-    task = asyncio.create_task(rec.pump())
-    await rec.wait_for("session.created", 10)
+    rec, task = await recording(ws)
     return ws, rec, task
 
 

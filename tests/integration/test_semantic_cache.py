@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from websockets.asyncio.client import connect
 
-from tests.integration.rt_client import Recorder, scrape, send_paced, wire_audio
+from tests.integration.rt_client import recording, scrape, send_paced, wire_audio
 from tests.profile import profile_config
 from voiceagent.backends.minilm import MiniLm
 from voiceagent.cache.semantic import SemanticCache
@@ -90,9 +90,7 @@ def test_a_second_conversation_asking_the_same_is_answered_from_the_cache_by_the
 
     async def conversation(url: str) -> tuple[str, str, bytes]:
         async with connect(url, max_size=None) as ws:
-            rec = Recorder(ws)
-            pump = asyncio.create_task(rec.pump())
-            await rec.wait_for("session.created", 10)
+            rec, pump = await recording(ws)
             await send_paced(ws, wire_audio(speech["weather"], tail_s=1.0))
             done = await rec.wait_for("response.done", 60)
             assert done["response"]["status"] == "completed", done

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from websockets.asyncio.client import connect
 
-from tests.integration.rt_client import Recorder, send_paced, wire_audio
+from tests.integration.rt_client import recording, send_paced, wire_audio
 from tests.llm_stream import text_and_routes
 from voiceagent.backends.fallback import FallbackLlm
 from voiceagent.backends.protocols import LlmRequest, is_piece
@@ -179,9 +179,7 @@ def test_a_spoken_question_is_answered_through_the_server_on_vllm(vllm_engines: 
     async def main() -> tuple[str, dict[str, Any]]:
         async with VoiceAgentServer(config, vllm_engines) as server:
             ws = await connect(server.url + "?voiceagent_metrics=1", max_size=None)
-            rec = Recorder(ws)
-            task = asyncio.create_task(rec.pump())
-            await rec.wait_for("session.created", 10)
+            rec, task = await recording(ws)
             await send_paced(ws, wire_audio(speech["long_question"], tail_s=1.5), speed=1.0)
             done = await rec.wait_for("response.done", 60)
             metrics = await rec.wait_for("voiceagent.turn_metrics", 10)
