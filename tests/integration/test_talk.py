@@ -88,45 +88,45 @@ class _CuedMicrophone:
             pcm = resample(pcm, rate, _MIC_RATE)
             return np.concatenate([pcm, np.zeros(int(silence_s * _MIC_RATE), dtype=np.int16)])
 
-        self._question = said("long_story", 0.0)
-        self._rest = np.concatenate([said("backchannel", 0.5), said("capital", 1.0)])
+        self._question = _framed(said("long_story", 0.0))
+        self._rest = _framed(np.concatenate([said("backchannel", 0.5), said("capital", 1.0)]))
         self._playing = playing
         self._heard_frames = round(heard_s * 1000 / FRAME_MS)
         self.exhausted = False
-        self.cued_after_s: float | None = None  # seconds of waiting for the answer, for messages
 
     async def frames(self) -> AsyncIterator[np.ndarray[Any, Any]]:
         t0 = time.monotonic()
         n = 0
-        heard = 0
-        waited = 0
-        for script in (self._question, None, self._rest):
-            pos = 0
-            while True:
-                delay = t0 + n * FRAME_MS / 1000 - time.monotonic()
-                if delay > 0:
-                    await asyncio.sleep(delay)  # real-time pacing, as a microphone delivers
-                n += 1
-                if script is None:  # silence until the answer has been heard for a while
-                    heard = heard + 1 if self._playing() else 0
-                    waited += 1
-                    yield np.zeros(_FRAME, dtype=np.int16)
-                    if heard >= self._heard_frames:
-                        self.cued_after_s = waited * FRAME_MS / 1000
-                        break
-                    continue
-                frame = script[pos : pos + _FRAME]
-                pos += _FRAME
-                yield frame if len(frame) == _FRAME else np.concatenate([frame, np.zeros(_FRAME - len(frame), dtype=np.int16)])
-                if pos >= len(script):
-                    break
-        self.exhausted = True
-        while True:
+        silence = np.zeros(_FRAME, dtype=np.int16)
+
+        async def tick() -> None:  # real-time pacing, as a microphone delivers
+            nonlocal n
             delay = t0 + n * FRAME_MS / 1000 - time.monotonic()
             if delay > 0:
                 await asyncio.sleep(delay)
             n += 1
-            yield np.zeros(_FRAME, dtype=np.int16)
+
+        for frame in self._question:
+            await tick()
+            yield frame
+        heard = 0
+        while heard < self._heard_frames:  # silence until the answer has been heard for a while
+            await tick()
+            heard = heard + 1 if self._playing() else 0
+            yield silence
+        for frame in self._rest:
+            await tick()
+            yield frame
+        self.exhausted = True
+        while True:
+            await tick()
+            yield silence
+
+
+def _framed(pcm: np.ndarray[Any, Any]) -> list[np.ndarray[Any, Any]]:
+    """``pcm`` as 20 ms frames, the last one padded with silence."""
+    padded = np.concatenate([pcm, np.zeros(-len(pcm) % _FRAME, dtype=np.int16)])
+    return list(padded.reshape(-1, _FRAME))
 
 
 def _server_config() -> Config:
