@@ -85,7 +85,12 @@ class StreamResampler:
     """Chunk-by-chunk resampling with state carried between chunks (soxr's streaming mode).
 
     Feeding a clip in pieces yields the same samples as resampling it whole, minus a short delay
-    that :meth:`flush` releases at the end of a stream.
+    that :meth:`flush` releases at the end of a stream.  The output is a function of the input
+    alone: the same samples however they are cut into chunks, in every run.  soxr's own int16
+    stream does not give that: it adds TPDF dither from a generator seeded per stream, so the
+    same call read "What is the capital of Italy?" in one run and "What is the capital
+    immediately?" in another (Whisper tiny on a borderline clip, a few LSB apart).  The stream
+    therefore runs in float32 and this class rounds.
     """
 
     def __init__(self, src_rate: int, dst_rate: int, quality: str = "HQ") -> None:
@@ -95,14 +100,19 @@ class StreamResampler:
         self.src_rate = src_rate
         self.dst_rate = dst_rate
         self._rs: soxr.ResampleStream | None = (
-            None if src_rate == dst_rate else soxr.ResampleStream(src_rate, dst_rate, 1, dtype="int16", quality=quality)
+            None if src_rate == dst_rate else soxr.ResampleStream(src_rate, dst_rate, 1, dtype="float32", quality=quality)
         )
 
     def process(self, pcm: Int16Array, *, last: bool = False) -> Int16Array:
+        """The resampled samples ``pcm`` completes (possibly none while the filter fills); with
+        ``last``, the stream's tail too."""
         if self._rs is None:
             return pcm
-        out = self._rs.resample_chunk(pcm, last=last)
-        return np.asarray(out, dtype=np.int16)
+        # The filter is linear: int16 values as floats need no scaling, and rounding back is exact
+        # for every sample that was not clipped.
+        out = self._rs.resample_chunk(pcm.astype(np.float32), last=last)
+        rounded: Int16Array = np.clip(np.rint(out), -32768, 32767).astype(np.int16)
+        return rounded
 
     def flush(self) -> Int16Array:
         return self.process(np.zeros(0, dtype=np.int16), last=True)
