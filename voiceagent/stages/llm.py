@@ -188,6 +188,11 @@ class LlmStage(Stage):
         self._voiced: dict[int, list[CachedClause]] = {}
         """Their clauses' audio, as the TTS stage reported it, until the listener has heard them."""
 
+    @property
+    def prefilling(self) -> bool:
+        """Whether a prefill (or warm-up) of this session is running: partials meanwhile are skipped."""
+        return self._prefilling is not None and not self._prefilling.done()
+
     def prefill(self, heard: str) -> None:
         """The user's words so far (a partial transcript of the segment being spoken): have the
         engine evaluate the coming prompt now.  The last word is left out: it may be cut off or
@@ -200,7 +205,7 @@ class LlmStage(Stage):
         words = heard.split()[:-1]
         if not self._prefill or len(words) < PREFILL_MIN_WORDS:
             return
-        if self._prefilling is not None and not self._prefilling.done():
+        if self.prefilling:
             return
         text = " ".join([*self._heard_before().split(), *words])
         self._prefilling = self.spawn(self._prefill_now(text), "prefill")
@@ -211,7 +216,7 @@ class LlmStage(Stage):
         tokens, ~1 s on the 0.5B and ~3 s on the 1.5B when the turn itself has to evaluate it.
         Skipped while a prefill runs (the next partial transcript prefills the new prompt) or with
         ``llm.prefill`` off; outside a running event loop there is no session to warm yet."""
-        if not self._prefill or (self._prefilling is not None and not self._prefilling.done()):
+        if not self._prefill or self.prefilling:
             return
         try:
             asyncio.get_running_loop()
