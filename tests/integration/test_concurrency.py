@@ -211,6 +211,8 @@ def test_the_measured_load_refuses_new_sessions_and_tells_the_balancer(engines: 
             assert 'voiceagent_sessions_refused_total{reason="load"} 1.0' in metrics
             assert 'voiceagent_load{measure="cpu"} 0.9' in metrics
             assert "voiceagent_accepting_sessions 0.0" in metrics
+            load_only = (await asyncio.to_thread(http_get, base + "/metrics?name[]=voiceagent_load"))[1]
+            assert 'voiceagent_load{measure="cpu"} 0.9' in load_only and "voiceagent_sessions_refused_total" not in load_only
             await first.send('{"type": "session.update", "session": {"instructions": "Be brief."}}')
             assert '"session.updated"' in str(await asyncio.wait_for(first.recv(), 10))  # the open one goes on
             busy(20, 0.0)

@@ -62,3 +62,15 @@ def test_collectors_are_read_at_each_scrape() -> None:
     assert samples(m)[("voiceagent_queue_depth", ())] == 3
     depth[0] = 7
     assert samples(m)[("voiceagent_queue_depth", ())] == 7
+
+
+def test_names_restrict_the_exposition_to_those_samples() -> None:
+    metrics = Metrics()
+    metrics.session_opened()
+    metrics.add_collector(lambda: [GaugeMetricFamily("voiceagent_load", "load", value=0.5)])
+    whole = metrics.render().decode()
+    assert "voiceagent_load 0.5" in whole and "voiceagent_sessions_active 1.0" in whole
+    some = metrics.render(["voiceagent_load"]).decode()
+    families = [f.name for f in text_string_to_metric_families(some)]
+    assert families == ["voiceagent_load"], some
+    assert "voiceagent_load 0.5" in some

@@ -16,7 +16,7 @@ Routes:
                                   new sessions are taken; 503 ``full load=…`` while the load
                                   refuses them, 503 while warming up or draining (readiness: a
                                   load balancer stops sending new sessions)
-  ``GET /metrics``                Prometheus text exposition
+  ``GET /metrics``                Prometheus text exposition (``?name[]=N``: only those samples)
 
 Access (:mod:`voiceagent.transports.auth`): a WebSocket upgrade (and the TwiML document) without
 an accepted token, when auth is on, gets HTTP 401; one from a foreign browser origin gets 403;
@@ -520,7 +520,8 @@ class VoiceAgentServer:
                 return _text(http.HTTPStatus.SERVICE_UNAVAILABLE, f"full load={self.load.load:.2f}\n", Retry_After=RETRY_AFTER)
             return _text(http.HTTPStatus.SERVICE_UNAVAILABLE, "draining\n" if self.draining else "warming up\n", Retry_After="5")
         if path == "/metrics":
-            return _bytes(http.HTTPStatus.OK, self.metrics.render(), CONTENT_TYPE)
+            names = parse_qs(urlsplit(request.path).query).get("name[]", [])
+            return _bytes(http.HTTPStatus.OK, self.metrics.render(names), CONTENT_TYPE)
         if path == TWIML_PATH:
             try:
                 url = stream_url(self.config.server.public_url, request.headers.get("Host"), request.headers.get("X-Forwarded-Proto"))
