@@ -43,15 +43,32 @@ class Periodic:
 
 
 class Sampler(Periodic):
-    """The processes ``pids`` (a server, and a llama-server beside it): their summed RSS and PSS
-    sampled every ``period`` seconds in a thread while in the ``with`` block (the peaks in
-    ``peak_rss`` / ``peak_pss``, bytes), and their CPU time read on demand."""
+    """The processes ``pids`` (a server, and a llama-server beside it): their summed RSS sampled
+    every ``period`` seconds and their summed PSS every ``pss_period`` seconds, in a thread while in
+    the ``with`` block (the peaks in ``peak_rss`` / ``peak_pss``, bytes), and their CPU time read on
+    demand.
 
-    def __init__(self, pids: list[int], period: float = 0.25) -> None:
+    PSS is read less often because reading it is not free: ``smaps_rollup`` walks every page
+    table of the process, about 40 ms of kernel time for a 1.6 GB server, holding the server's
+    mmap lock meanwhile.  At 4 reads a second that was 0.16 cores (py-spy of bench_concurrency.py
+    at 12 sessions): most of the benchmark's own CPU, on the two cores the server was measured on.
+    RSS comes from ``statm``, a constant-time read."""
+
+    def __init__(self, pids: list[int], period: float = 0.25, pss_period: float = 5.0) -> None:
         super().__init__(period)
         self.peak_rss = 0
         self.peak_pss = 0
         self.pids = pids
+        self._pss_every = max(1, round(pss_period / period))
+        self._samples = 0
+
+    @staticmethod
+    def rss(pid: int | str) -> int:
+        """RSS of a process in bytes, from ``/proc/PID/statm``; 0 when it cannot be read."""
+        try:
+            return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        except (OSError, IndexError, ValueError):
+            return 0
 
     @staticmethod
     def memory(pid: int | str) -> tuple[int, int]:
@@ -84,12 +101,11 @@ class Sampler(Periodic):
             return None
 
     def sample(self) -> None:
-        """The watched processes' summed RSS and PSS, into the peaks."""
-        rss = pss = 0
-        for pid in self.pids:
-            r, p = self.memory(pid)
-            rss, pss = rss + r, pss + p
-        self.peak_rss, self.peak_pss = max(self.peak_rss, rss), max(self.peak_pss, pss)
+        """The watched processes' summed RSS (and, every ``pss_period``, PSS), into the peaks."""
+        self.peak_rss = max(self.peak_rss, sum(self.rss(pid) for pid in self.pids))
+        if self._samples % self._pss_every == 0:
+            self.peak_pss = max(self.peak_pss, sum(self.memory(pid)[1] for pid in self.pids))
+        self._samples += 1
 
     def total_cpu_s(self) -> float:
         """CPU seconds so far of all the watched processes."""
