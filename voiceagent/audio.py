@@ -87,10 +87,9 @@ class StreamResampler:
     Feeding a clip in pieces yields the same samples as resampling it whole, minus a short delay
     that :meth:`flush` releases at the end of a stream.  The output is a function of the input
     alone: the same samples however they are cut into chunks, in every run.  soxr's own int16
-    stream does not give that: it adds TPDF dither from a generator seeded per stream, so the
-    same call read "What is the capital of Italy?" in one run and "What is the capital
-    immediately?" in another (Whisper tiny on a borderline clip, a few LSB apart).  The stream
-    therefore runs in float32 and this class rounds.
+    stream does not give that: it adds TPDF dither from a generator seeded per stream, a few LSB
+    that differ from run to run and are enough to change what Whisper hears in a borderline
+    clip (docs/operations.md).  The stream therefore runs in float32 and this class rounds.
     """
 
     def __init__(self, src_rate: int, dst_rate: int, quality: str = "HQ") -> None:
