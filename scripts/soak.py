@@ -81,7 +81,7 @@ class RssLog(Periodic):
     def sample(self) -> None:
         """The RSS and its anonymous part now."""
         now = time.monotonic()
-        self.samples.append((now, Sampler.memory(self.pid)[0]))
+        self.samples.append((now, Sampler.rss(self.pid)))  # statm: smaps_rollup would walk the page tables each second
         self.anon.append((now, rss_anon(self.pid)))
 
     def at(self, t: float, anon: bool = False) -> int:
