@@ -264,6 +264,10 @@ def test_talk_barge_in_in_process(engines: Any, speech: dict[str, Path], run: Ca
 
 
 @models
+# Alone, as its browser, Twilio and Realtime siblings: beside two workers' models (first audio
+# 2.8 s after the question) the backchannel's last word, "Right.", once became a turn of its own
+# and cut the story; the cause is not found yet (the server logs at INFO were not captured).
+@pytest.mark.serial
 def test_talk_barge_in_over_websocket(engines: Any, speech: dict[str, Path], run: Callable[..., Any], tmp_path: Path) -> None:
     printed = io.StringIO()
 
