@@ -71,19 +71,16 @@ class Sampler(Periodic):
             return 0
 
     @staticmethod
-    def memory(pid: int | str) -> tuple[int, int]:
-        """(RSS, PSS) of a process in bytes, from ``/proc/PID/smaps_rollup``; (0, 0) when it cannot be read."""
-        rss = pss = 0
+    def pss(pid: int | str) -> int:
+        """PSS of a process in bytes, from ``/proc/PID/smaps_rollup``; 0 when it cannot be read."""
         try:
             with open(f"/proc/{pid}/smaps_rollup") as fh:
                 for line in fh:
-                    if line.startswith("Rss:"):
-                        rss = int(line.split()[1]) * 1024
-                    elif line.startswith("Pss:"):
-                        pss = int(line.split()[1]) * 1024
+                    if line.startswith("Pss:"):
+                        return int(line.split()[1]) * 1024
         except OSError:
             pass
-        return rss, pss
+        return 0
 
     @staticmethod
     def cpu_s(pid: int | str) -> float:
@@ -104,7 +101,7 @@ class Sampler(Periodic):
         """The watched processes' summed RSS (and, every ``pss_period``, PSS), into the peaks."""
         self.peak_rss = max(self.peak_rss, sum(self.rss(pid) for pid in self.pids))
         if self._samples % self._pss_every == 0:
-            self.peak_pss = max(self.peak_pss, sum(self.memory(pid)[1] for pid in self.pids))
+            self.peak_pss = max(self.peak_pss, sum(self.pss(pid) for pid in self.pids))
         self._samples += 1
 
     def total_cpu_s(self) -> float:
