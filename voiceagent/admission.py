@@ -45,13 +45,17 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-__all__ = ["MIN_TURNS", "PACE_S", "LoadMeter", "State", "Verdict"]
+__all__ = ["IDLE_LOAD", "MIN_TURNS", "PACE_S", "LoadMeter", "State", "Verdict"]
 
 PACE_S = 20.0
 """Seconds between a caller's questions at a natural pace: a conversation is expected to cost one
 turn's CPU per this many seconds."""
 MIN_TURNS = 3
-"""Answered turns the CPU per turn is measured over before it replaces the start-up estimate."""
+"""Answered turns the CPU per turn is measured over before it replaces the start-up estimate
+(one, when that estimate is suspect: measured on a busy machine)."""
+IDLE_LOAD = 0.05
+"""A process whose CPU share over :data:`PACE_S` is under this is idle: it does not refuse a
+caller on a suspect start-up estimate alone."""
 
 
 class State(enum.Enum):
@@ -82,8 +86,11 @@ class LoadMeter:
 
     ``cores``: the cores this process may use.  ``first_turn_s``: the start-up estimate of one
     turn's CPU seconds (every thread, the listening around it included), used until
-    :data:`MIN_TURNS` turns are measured.  ``wall`` and ``cpu`` are the clocks (the process's CPU
-    time over all threads; injected in tests).
+    :data:`MIN_TURNS` turns are measured.  ``first_turn_suspect``: that estimate was measured while
+    the machine was busy (:attr:`voiceagent.capacity.TurnCost.contended`), so it may be many times
+    the truth: the first answered turn replaces it, and while it stands an idle process
+    (:data:`IDLE_LOAD`) admits callers whatever it predicts.  ``wall`` and ``cpu`` are the clocks
+    (the process's CPU time over all threads; injected in tests).
 
     Not thread-safe: call it from the event loop's thread only.
     """
@@ -95,6 +102,7 @@ class LoadMeter:
         budget_ms: float,
         threshold: float = 0.75,
         first_turn_s: float = 2.0,
+        first_turn_suspect: bool = False,
         max_sessions: int = 0,
         cpu_window_s: float = 10.0,
         turn_window_s: float = 30.0,
@@ -109,6 +117,7 @@ class LoadMeter:
         self.threshold = threshold
         self.max_sessions = max_sessions
         self.first_turn_s = first_turn_s
+        self.first_turn_suspect = first_turn_suspect
         self.cpu_window_s = cpu_window_s
         self.turn_window_s = turn_window_s
         self.cost_window_s = cost_window_s
@@ -186,18 +195,28 @@ class LoadMeter:
 
     @property
     def cpu_per_turn_s(self) -> float:
-        """CPU seconds per turn over the last ``cost_window_s``, once :data:`MIN_TURNS` turns were
-        heard there; the start-up estimate before.  A minute rather than the pace: a turn's cost
-        swings with its reply's length, and over 30 s a few long replies refused callers the
-        machine could serve (docs/decisions/admission.md, run 7)."""
+        """CPU seconds per turn over the last ``cost_window_s``, once :data:`MIN_TURNS` turns (one
+        for a suspect estimate) were heard there; the start-up estimate before.  A minute rather
+        than the pace: a turn's cost swings with its reply's length, and over 30 s a few long
+        replies refused callers the machine could serve (docs/decisions/admission.md, run 7)."""
+        measured = self._measured_cpu_per_turn_s()
+        return self.first_turn_s if measured is None else measured
+
+    def _measured_cpu_per_turn_s(self) -> float | None:
+        """:attr:`cpu_per_turn_s` as measured, or None while too few turns were answered."""
         first = self._since(self.cost_window_s)
         if first is None:
-            return self.first_turn_s
+            return None
         _, c1, n1 = self._samples[-1]
         turns = n1 - first[2]
-        if turns < MIN_TURNS:
-            return self.first_turn_s
+        if turns < (1 if self.first_turn_suspect else MIN_TURNS):
+            return None
         return max(0.0, c1 - first[1]) / turns
+
+    @property
+    def on_suspect_estimate(self) -> bool:
+        """The CPU per turn is still a start-up estimate measured on a busy machine."""
+        return self.first_turn_suspect and self._measured_cpu_per_turn_s() is None
 
     @property
     def latency_p95_ms(self) -> float | None:
@@ -247,14 +266,20 @@ class LoadMeter:
         predicted = self.predicted(sessions, unheard)
         if max(predicted, self.latency_load) < self.threshold:
             return Verdict(True)
+        if self.on_suspect_estimate and self.paced_cpu_load < IDLE_LOAD and self.latency_load < self.threshold:
+            # Nothing measured says busy: only a guess taken while another process held the cores
+            # does, and an idle machine refusing callers is the worse error.  The first answered
+            # turn replaces the guess.
+            return Verdict(True)
         p95 = self.latency_p95_ms
         seen = f"turn p95 {p95:.0f} ms" if p95 is not None else "no recent turn"
+        estimate = " (the start-up estimate)" if self._measured_cpu_per_turn_s() is None else ""
         return Verdict(
             False,
             "load",
             f"server busy: load {self.load:.2f} with {sessions} sessions ({sessions if unheard is None else min(unheard, sessions)} "
             f"not heard yet), {predicted:.2f} with one more (cpu {self.paced_cpu_load:.2f} over {PACE_S:.0f} s, {self.cpu_load:.2f} now, "
-            f"{self.cpu_per_turn_s:.1f} CPU-s a turn, {seen}, budget {self.budget_ms:.0f} ms), threshold {self.threshold:.2f}",
+            f"{self.cpu_per_turn_s:.1f} CPU-s a turn{estimate}, {seen}, budget {self.budget_ms:.0f} ms), threshold {self.threshold:.2f}",
         )
 
     def update_state(self, sessions: int, unheard: int | None = None) -> State | None:

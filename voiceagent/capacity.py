@@ -23,6 +23,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from voiceagent.contention import BUSY_SHARE
+
 __all__ = ["TurnCost", "capacity"]
 
 
@@ -38,6 +40,15 @@ class TurnCost:
     clause_tokens: int = 6
     llm_step8_s: float = 0.0
     """One decode step while 8 generations run at once (0: not measured, taken as 8 single steps)."""
+    contention: float = 0.0
+    """The share of the measurement's thread time spent waiting for a core that other work held
+    (:mod:`voiceagent.contention`): near 0 on an idle machine."""
+
+    @property
+    def contended(self) -> bool:
+        """Measured while the machine was busy: the figures are not this machine's speed (they
+        are too slow, by as much as the others took), so nothing lasting is built on them."""
+        return self.contention >= BUSY_SHARE
 
     @property
     def work_s(self) -> float:

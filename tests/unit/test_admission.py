@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from voiceagent.admission import MIN_TURNS, PACE_S, LoadMeter, State
+from voiceagent.admission import IDLE_LOAD, MIN_TURNS, PACE_S, LoadMeter, State
 
 
 class Clocks:
@@ -85,6 +85,40 @@ def test_a_crowd_connecting_to_an_idle_server_is_admitted_only_up_to_what_its_tu
     assert sessions == 7  # 6 open × 0.1 + the next 0.1 = 0.7 passed; 7 × 0.1 + 0.1 does not
     verdict = m.verdict(sessions)
     assert verdict.reason == "load" and "threshold 0.75" in verdict.detail and "0.80 with one more" in verdict.detail
+
+
+def test_an_idle_process_does_not_refuse_callers_on_an_estimate_measured_on_a_busy_machine() -> None:
+    """Issue #71: two replicas started together timed each other's model loading and each took
+    15.2 CPU-s a turn from it.  Such an estimate is marked suspect: while the process is idle it
+    refuses nobody on that estimate alone; a trusted estimate still guards against a crowd."""
+    c_trusted, c_suspect = Clocks(), Clocks()
+    trusted = meter(c_trusted, first_turn_s=15.2)
+    suspect = meter(c_suspect, first_turn_s=15.2, first_turn_suspect=True)
+    c_trusted.run(PACE_S, 0.01, trusted)
+    c_suspect.run(PACE_S, 0.01, suspect)
+    assert suspect.paced_cpu_load < IDLE_LOAD
+    assert not trusted.verdict(2).accept  # 2 quiet sessions at 0.38 each: the crowd rule
+    assert suspect.on_suspect_estimate and all(suspect.verdict(n).accept for n in range(1, 9))
+    # Busy (cpu over IDLE_LOAD): the estimate counts again, suspect or not.
+    c_suspect.run(PACE_S, 0.3, suspect)
+    refused = suspect.verdict(2)
+    assert not refused.accept and "15.2 CPU-s a turn (the start-up estimate)" in refused.detail
+    # Idle again; then turns slower than the budget refuse whatever the estimate.
+    c_suspect.run(PACE_S, 0.0, suspect)
+    assert suspect.verdict(2).accept
+    suspect.observe_turn(3000.0)
+    assert not suspect.verdict(2).accept
+
+
+def test_one_answered_turn_replaces_a_suspect_estimate() -> None:
+    c = Clocks()
+    m = meter(c, first_turn_s=15.2, first_turn_suspect=True)
+    c.run(5, 0.0, m)
+    m.observe_turn(600.0, "sess_a")
+    c.run(5, 0.2, m)  # 2 CPU-s for that one turn
+    assert not m.on_suspect_estimate
+    assert m.cpu_per_turn_s == pytest.approx(2.0)
+    assert m.verdict(4, m.unheard(["sess_a", "b", "c", "d"])).accept  # 0.05 a session now
 
 
 def test_the_cpu_measured_per_turn_replaces_the_first_estimate_after_a_few_turns() -> None:

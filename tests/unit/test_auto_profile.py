@@ -4,6 +4,7 @@ The real start-up on real models is tests/integration/test_auto_profile.py."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -212,6 +213,28 @@ def test_start_with_one_installed_profile_says_it_is_the_only_one(tmp_path: Path
     assert chosen.choice == (
         "profile auto: fast, the only installed profile (predicted end of speech to first audio on this machine: fast 460 ms)"
     )
+
+
+def test_a_choice_measured_on_a_busy_machine_is_not_recorded_and_the_quiet_record_stands(tmp_path: Path) -> None:
+    """A start beside another busy process (issue #71) measures every candidate slow: its choice
+    serves that start, but the next start on a quiet machine does not begin from it."""
+    _started({"quality": 1.2, "balanced": 0.7, "fast": 0.3}, tmp_path)  # a quiet start: balanced, recorded
+    quiet = (tmp_path / "profile_auto.json").read_text()
+    made: list[_Engines] = []
+
+    def load(config: Config) -> Any:
+        made.append(_Engines(config.profile, {"quality": 6.0, "balanced": 3.5, "fast": 1.5}[config.profile]))
+        return made[-1]
+
+    def busy(engines: Any, config: Config) -> dict[str, float]:
+        engines.turn_cost = dataclasses.replace(_cost(engines.work_s), contention=0.6)
+        return {}
+
+    candidates = tuple((n, _load(n)) for n in ("quality", "balanced", "fast"))
+    chosen = start(Plan(candidates), budget_ms=1000, cache_dir=tmp_path, load=load, warm_up_engines=busy, remeasure=True)
+    assert chosen.config.profile == "fast"
+    assert chosen.choice.endswith("; measured while the machine was busy (60 % waiting for a core), not recorded")
+    assert (tmp_path / "profile_auto.json").read_text() == quiet
 
 
 def test_start_without_a_choice_records_nothing(tmp_path: Path) -> None:

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
+
 from voiceagent.capacity import TurnCost, capacity
+from voiceagent.config import load_config
 
 
 def cost(work_ms: float) -> TurnCost:
@@ -40,3 +43,37 @@ def test_a_batching_llm_counts_the_first_clause_in_shared_steps() -> None:
     assert capacity(batched, 2500, 200) > capacity(linear, 2500, 200)
     # The step time grows with n between the measured points, and past 8 by the same slope.
     assert batched.step_s(1) == 0.03 and abs(batched.step_s(15) - 0.09) < 1e-9
+
+
+class _Watch:
+    """A ContentionWatch whose shares are given in advance, one per measurement."""
+
+    def __init__(self, shares: list[float]) -> None:
+        self.shares = shares
+
+    def __call__(self) -> _Watch:
+        return self
+
+    def __enter__(self) -> _Watch:
+        self.share = 0.0  # as the real watch: known only when the block has ended
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.share = self.shares.pop(0)
+
+
+def _measured(monkeypatch: pytest.MonkeyPatch, share: float) -> TurnCost:
+    from voiceagent.backends import registry
+
+    def measure(engines: object, config: object, repeats: int) -> TurnCost:
+        return TurnCost(stt_s=3.0, turn_s=0.0, llm_first_token_s=0.0, llm_token_s=0.0, tts_first_s=0.0)
+
+    monkeypatch.setattr(registry, "_measure_turn_cost", measure)
+    return registry.measure_turn_cost(None, load_config(env={}), watch=_Watch([share]))  # type: ignore[arg-type]
+
+
+def test_a_turn_cost_says_whether_it_was_measured_on_a_busy_machine(monkeypatch: pytest.MonkeyPatch) -> None:
+    quiet, busy = _measured(monkeypatch, 0.02), _measured(monkeypatch, 0.7)
+    assert quiet.contention == 0.02 and not quiet.contended
+    assert busy.contention == 0.7 and busy.contended and busy.stt_s == 3.0  # the figures kept, flagged
+    assert busy.as_dict()["contention"] == 0.7

@@ -17,6 +17,7 @@ LAYERS = [
     "audio",
     "clock",
     "playback",
+    "contention",
     "capacity",
     "admission",
     "observability",

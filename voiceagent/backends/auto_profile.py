@@ -17,7 +17,8 @@ real-size Whisper and LLM) uses the first one that is installed or in the Huggin
 unless the user set that key; each model passed over is one line naming the command that
 fetches it.  Nothing here downloads.
 
-The last choice is written to ``<cache_dir>/profile_auto.json``, which ``voiceagent models``
+The last choice is written to ``<cache_dir>/profile_auto.json`` (unless its measurement was taken
+on a busy machine, :attr:`voiceagent.capacity.TurnCost.contended`), which ``voiceagent models``
 shows, with the machine, software, candidates and budget it was measured for
 (:mod:`voiceagent.backends.auto_record`).  While those are the same, the next start begins at
 that choice: the more accurate profiles it passed over are not loaded and timed again (a start
@@ -39,6 +40,7 @@ from voiceagent.backends.registry import Engines, load_engines, warm_up
 from voiceagent.capacity import TurnCost
 from voiceagent.config import Config
 from voiceagent.config.profiles import AUTO_ORDER, PREFERRED
+from voiceagent.contention import startup_lock
 from voiceagent.errors import VoiceAgentError
 from voiceagent.models import catalog
 from voiceagent.models.source import origin_of, pull_command, resolve, snapshot_dir
@@ -193,7 +195,8 @@ def start(
             candidates = candidates[names.index(kept.chosen) :]
     measured: dict[str, float] = {}
     for i, (name, config) in enumerate(candidates):
-        engines = load(config)
+        with startup_lock(config.cache_path, shared=True):  # many load at once; none while one measures
+            engines = load(config)
         try:
             if before_warm_up is not None:
                 before_warm_up(config, engines)
@@ -208,7 +211,12 @@ def start(
         last = i == len(candidates) - 1
         if measured[name] <= budget or last:
             line = _choice_line(name, measured, budget, [n for n, _ in plan.candidates], kept)
-            auto_record.record(cache, name, line, measured, budget, key, kept)
+            if cost is not None and cost.contended:
+                # A busy machine measures every candidate slow: the choice stands for this start
+                # only, and the next start on a quiet machine measures again rather than begin here.
+                line += f"; measured while the machine was busy ({100 * cost.contention:.0f} % waiting for a core), not recorded"
+            else:
+                auto_record.record(cache, name, line, measured, budget, key, kept)
             return Started(config, engines, warm, line)
         log.info("profile auto: %s predicted %.0f ms, over the %.0f ms budget; trying the next", name, measured[name], budget)
         engines.close()

@@ -38,6 +38,7 @@ from voiceagent.cache.semantic import SemanticCache
 from voiceagent.cache.store import ReplyStore
 from voiceagent.capacity import TurnCost
 from voiceagent.config import Config
+from voiceagent.contention import ContentionWatch, startup_lock
 from voiceagent.errors import ConfigError, MissingDependencyError, ModelError, VoiceAgentError
 from voiceagent.models.catalog import load_catalog
 from voiceagent.pipeline.coalesce import Coalescer
@@ -290,17 +291,33 @@ def load_llm(config: Config, timed: Callable[..., Any] | None = None) -> tuple[L
 
 
 def warm_up(engines: Engines, config: Config) -> dict[str, float]:
-    """Run every model once so the first user turn is not the cold one (blocking).
+    """Run every model once so the first user turn is not the cold one, then measure the turn's
+    cost (blocking); returns each model's first-run seconds.
 
     The LLM is primed with the system prompt, so every context's KV cache (or the server's
-    prefix cache) already holds that prefix.
+    prefix cache) already holds that prefix.  The processes sharing the cache directory warm up
+    one at a time, and not while another loads (:func:`startup_lock`): the turn cost measured
+    here is then this machine's, not what is left of it beside a fleet's other start-ups.
     """
+    with startup_lock(config.cache_path, shared=False):
+        timings = _first_runs(engines, config)
+        engines.turn_cost = measure_turn_cost(engines, config)
+    return timings
+
+
+def _first_runs(engines: Engines, config: Config) -> dict[str, float]:
+    """Each model's first, cold run, timed (seconds, rounded)."""
     timings: dict[str, float] = {}
     rng = np.random.default_rng(0)
     noise = (rng.standard_normal(16000) * 0.01).astype(np.float32)
     t0 = time.perf_counter()
     engines.stt.transcribe(noise, config.stt.language)
     timings["stt"] = time.perf_counter() - t0
+    if engines.stt_partials is not None:
+        # Its first decode is a cold one too, and it would land on the thread a final needs.
+        t0 = time.perf_counter()
+        engines.stt_partials.transcribe(noise, config.stt.language)
+        timings["stt_partials"] = time.perf_counter() - t0
     if engines.turn is not None:
         t0 = time.perf_counter()
         engines.turn.completion_probability(noise)
@@ -317,7 +334,6 @@ def warm_up(engines: Engines, config: Config) -> dict[str, float]:
     # the middle of serving (where it reads as memory growth, though bounded).
     for _ in engines.tts.synthesize(_LONGEST_CLAUSE, 1.0):
         pass
-    engines.turn_cost = measure_turn_cost(engines, config)
     return {k: round(v, 3) for k, v in timings.items()}
 
 
@@ -342,10 +358,32 @@ _PROBE_QUESTION = "What is the capital of France?"
 _PROBE_CLAUSE = "The capital of France"
 
 
-def measure_turn_cost(engines: Engines, config: Config, repeats: int = 3) -> TurnCost:
+def measure_turn_cost(
+    engines: Engines, config: Config, repeats: int = 3, watch: Callable[[], ContentionWatch] = ContentionWatch
+) -> TurnCost:
     """Time one turn's critical-path work, stage by stage, on a spoken question (blocking; no
     session may be running); each figure is the median of ``repeats`` runs, as one run on a
-    shared machine is noisy.  The question is spoken by the TTS voice itself."""
+    shared machine is noisy.  The question is spoken by the TTS voice itself.
+
+    The timing is this machine's speed only if nothing else held the cores meanwhile, so the
+    cost carries the share of the measurement's thread time spent waiting for a core
+    (:attr:`TurnCost.contention`, :mod:`voiceagent.contention`); one taken on a busy machine
+    (:attr:`~TurnCost.contended`) is said so, for its users to distrust.  ``watch``: a test seam."""
+    with watch() as seen:
+        measured = _measure_turn_cost(engines, config, repeats)
+    cost = replace(measured, contention=seen.share)  # the share is known once the watch has ended
+    if cost.contended:
+        log.warning(
+            "turn cost measured while the machine was busy (%.0f %% of the time waiting for a core): admission replaces it "
+            "with the first answered turn, and profile auto does not record a choice made on it",
+            100 * cost.contention,
+        )
+    log.info("turn cost on this machine: %s", cost.as_dict())
+    return cost
+
+
+def _measure_turn_cost(engines: Engines, config: Config, repeats: int) -> TurnCost:
+    """One measurement of :func:`measure_turn_cost` (its contention not yet known)."""
     chunks = list(engines.tts.synthesize(_PROBE_QUESTION, 1.0))
     speech = int16_to_float(resample(np.concatenate(chunks), engines.tts.sample_rate, PIPELINE_RATE))
     turn = engines.turn
@@ -368,9 +406,7 @@ def measure_turn_cost(engines: Engines, config: Config, repeats: int = 3) -> Tur
     first_s, token_s = float(np.median([f for f, _ in llm])), float(np.median([t for _, t in llm]))
     tts_s = timed(first_audio)
     step8_s = asyncio.run(_llm_step(engines.llm, config, 8))
-    cost = TurnCost(stt_s=stt_s, turn_s=turn_s, llm_first_token_s=first_s, llm_token_s=token_s, tts_first_s=tts_s, llm_step8_s=step8_s)
-    log.info("turn cost on this machine: %s", cost.as_dict())
-    return cost
+    return TurnCost(stt_s=stt_s, turn_s=turn_s, llm_first_token_s=first_s, llm_token_s=token_s, tts_first_s=tts_s, llm_step8_s=step8_s)
 
 
 async def _llm_step(llm: LlmEngine, config: Config, n: int, tokens: int = 12) -> float:

@@ -241,7 +241,8 @@ class VoiceAgentServer:
         if cost is None:
             return 1, "turn cost not measured"
         n = capacity(cost, cfg.server.latency_budget_ms, cfg.vad.stop_ms)
-        return n, f"{cost.work_s * 1000:.0f} ms of work per turn, {cfg.server.latency_budget_ms} ms budget"
+        busy = f", measured on a busy machine ({100 * cost.contention:.0f} % waiting for a core)" if cost.contended else ""
+        return n, f"{cost.work_s * 1000:.0f} ms of work per turn{busy}, {cfg.server.latency_budget_ms} ms budget"
 
     def _load_meter(self) -> LoadMeter:
         cfg = self.config.server
@@ -257,6 +258,7 @@ class VoiceAgentServer:
             budget_ms=cfg.latency_budget_ms,
             threshold=cfg.load_threshold,
             first_turn_s=first,
+            first_turn_suspect=cost is not None and cost.contended,
             max_sessions=cfg.max_sessions,
         )
 
