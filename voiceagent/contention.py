@@ -37,7 +37,7 @@ log = logging.getLogger(__name__)
 BUSY_SHARE = 0.25
 """A measurement whose threads waited this share of their time for a core was taken on a busy
 machine: its wall times are not this machine's speed.  One process alone on an idle 2-core
-machine measures under 0.05 (docs/decisions/admission.md, run 19)."""
+machine measures under 0.05 (docs/decisions/startup-measurement.md)."""
 
 _TASKS = Path("/proc/self/task")
 
