@@ -207,21 +207,32 @@ def blocking_stream(engines: Engines, messages: list[Message], max_tokens: int, 
 
 
 def _engine_key(cfg: Config) -> tuple[Any, ...]:
-    """The settings :func:`load_engines` reads: configurations equal here can share models."""
-    s, llm = cfg.stt, cfg.llm
+    """The settings :func:`load_engines` reads: configurations equal here can share models.  The
+    LLM's whole section counts (its loader reads all of it); of the others, what the registry
+    reads (a variant of ``stt.partial_model`` once reused the default's models: its arm measured
+    nothing)."""
+    s, t = cfg.stt, cfg.tts
     return (
         cfg.vad.model,
+        cfg.vad.device,
         s.model,
+        s.partial_model,
         s.threads,
         s.beam_size,
         s.window_s,
+        s.batch,
+        s.device,
+        s.compute_type,
+        s.language,
         cfg.turn.model,
-        llm.backend,
-        llm.model,
-        llm.threads,
-        llm.context,
-        cfg.tts.model,
-        cfg.tts.threads,
+        cfg.turn.device,
+        json.dumps(asdict(cfg.llm), sort_keys=True, default=str),
+        t.model,
+        t.threads,
+        t.device,
+        json.dumps(t.voice_table, sort_keys=True, default=str),
+        cfg.cache.semantic,
+        cfg.cache.embed_model,
     )
 
 
