@@ -161,6 +161,7 @@ def test_openai_sdk_realtime_client_completes_a_spoken_turn(engines: Any, speech
     run(scenario(), 90)
 
 
+@pytest.mark.serial  # under a loaded parallel run the backchannel once became a turn (docs/operations.md)
 def test_a_backchannel_over_a_reply_pauses_it_and_the_openai_sdk_sees_it_whole(engines: Any, speech: dict[str, Path], run: Any) -> None:
     """``turn.interruption = "words"`` (the default): "Yeah, yeah. Right." said over the reply
     pauses its audio and the reply resumes: the official SDK sees no speech, no truncation, and
