@@ -83,3 +83,11 @@ def test_an_unwritable_directory_starts_without_the_lock(tmp_path: Path) -> None
     blocker.write_text("")
     with startup_lock(blocker / "sub", shared=False) as got:
         assert not got
+
+
+def test_the_lock_lives_in_the_cache_directory_unless_a_shared_one_is_set(tmp_path: Path) -> None:
+    from voiceagent.config import load_config
+
+    assert load_config(env={}, overrides={"cache_dir": str(tmp_path)}).startup_lock_path == tmp_path
+    shared = load_config(env={"VOICEAGENT_SERVER__STARTUP_LOCK_DIR": "/run/voiceagent-startup"}, overrides={"cache_dir": str(tmp_path)})
+    assert shared.startup_lock_path == Path("/run/voiceagent-startup")

@@ -195,7 +195,7 @@ def start(
             candidates = candidates[names.index(kept.chosen) :]
     measured: dict[str, float] = {}
     for i, (name, config) in enumerate(candidates):
-        with startup_lock(config.cache_path, shared=True):  # many load at once; none while one measures
+        with startup_lock(config.startup_lock_path, shared=True):  # many load at once; none while one measures
             engines = load(config)
         try:
             if before_warm_up is not None:

@@ -295,11 +295,12 @@ def warm_up(engines: Engines, config: Config) -> dict[str, float]:
     cost (blocking); returns each model's first-run seconds.
 
     The LLM is primed with the system prompt, so every context's KV cache (or the server's
-    prefix cache) already holds that prefix.  The processes sharing the cache directory warm up
-    one at a time, and not while another loads (:func:`startup_lock`): the turn cost measured
-    here is then this machine's, not what is left of it beside a fleet's other start-ups.
+    prefix cache) already holds that prefix.  The processes sharing the start-up lock's directory
+    (``server.startup_lock_dir``, else the cache directory) warm up one at a time, and not while
+    another loads (:func:`startup_lock`): the turn cost measured here is then this machine's, not
+    what is left of it beside a fleet's other start-ups.
     """
-    with startup_lock(config.cache_path, shared=False):
+    with startup_lock(config.startup_lock_path, shared=False):
         timings = _first_runs(engines, config)
         engines.turn_cost = measure_turn_cost(engines, config)
     return timings

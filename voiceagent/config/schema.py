@@ -89,6 +89,11 @@ class ServerConfig:
     """``profile = "auto"``: measure every installed profile again at this start.  Otherwise a start
     on the same machine, package versions, candidates and budget as the last choice begins at that
     choice and loads none of the profiles it found too slow."""
+    startup_lock_dir: str = ""
+    """Where start-ups take turns (:func:`voiceagent.contention.startup_lock`): the processes
+    sharing this directory load their models together but warm up and measure one at a time.
+    "" is ``cache_dir``, which replicas on one machine share; containers that each have their own
+    ``cache_dir`` (docker/compose.yaml) share a volume here instead."""
     public_url: str = ""
     """Public wss:// base URL used in the TwiML document (telephony); empty: derived from the request."""
     auth: str = "auto"
@@ -677,3 +682,8 @@ class Config:
     @property
     def cache_path(self) -> Path:
         return Path(os.path.expanduser(self.cache_dir))
+
+    @property
+    def startup_lock_path(self) -> Path:
+        """The directory of the start-up lock (``server.startup_lock_dir``, else ``cache_dir``)."""
+        return Path(os.path.expanduser(self.server.startup_lock_dir)) if self.server.startup_lock_dir else self.cache_path
