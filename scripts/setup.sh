@@ -26,6 +26,7 @@ if [ "$SERVE_ONLY" != 1 ]; then  # test-only tools
   command -v docker-compose >/dev/null || need+=(docker-compose)
   command -v openssl >/dev/null || need+=(openssl)  # a throw-away certificate for the TLS test
   command -v flite >/dev/null || need+=(flite)  # the spoken eval's voice from another engine (eval_quality.py)
+  command -v haproxy >/dev/null || need+=(haproxy)  # the fleet test's load balancer (tests/integration/test_fleet.py)
 fi
 ldconfig -p 2>/dev/null | grep -q libportaudio.so.2 || need+=(libportaudio2)
 command -v cmake >/dev/null || need+=(cmake)

@@ -1,0 +1,274 @@
+"""A fleet run for real (issue #71, item 1): Debian's HAProxy with the shipped docker/haproxy.cfg
+(hosts and ports substituted, nothing else), three ``voiceagent serve`` replicas on one shared
+OpenAI-compatible LLM server (``llama_cpp.server``), and WebSocket clients going through the
+proxy as a deployment's users would.  Loopback only.
+
+One fleet, in phases, because starting it is the expensive part:
+
+1. **full**: each replica admits two sessions (``server.max_sessions``, so the phase does not
+   depend on the machine's speed); six callers through the proxy land two on each, and the
+   seventh is refused with 503 and ``Retry-After``.  A place freed on one replica is where the
+   next caller lands.
+2. **drain**: SIGTERM to a replica in the middle of a reply: its agent tells HAProxy ``drain``,
+   new callers go elsewhere, the reply finishes, then the replica closes the call and exits 0.
+3. **failover**: SIGKILL to a replica holding a call: the caller's connection closes at the
+   proxy, its next connection lands on a live replica within 2 s, and a call on another replica
+   goes on answering."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosed, InvalidStatus
+
+from tests.conftest import SCALE
+from tests.integration.llm_server import LlamaCppServer, free_port
+
+pytestmark = pytest.mark.models
+
+ROOT = Path(__file__).resolve().parents[2]
+HAPROXY_CFG = ROOT / "docker" / "haproxy.cfg"
+CLI = [sys.executable, "-m", "voiceagent.cli"]
+CAP = 2
+"""Sessions each replica admits."""
+DRAIN_S = 30.0
+
+
+class Replica:
+    """One ``voiceagent serve`` on its own WebSocket and agent ports."""
+
+    def __init__(self, name: str, llm_url: str) -> None:
+        self.name = name
+        self.port, self.agent_port = free_port(), free_port()
+        sets = {
+            "server.agent_port": self.agent_port,
+            "server.max_sessions": CAP,
+            "server.drain_s": DRAIN_S,
+            "llm.backend": "openai",
+            "llm.base_url": llm_url,
+            "llm.model": "qwen",
+            "llm.first_token_budget_ms": 30000,  # a cold prompt beside the other workers' models
+        }
+        args = [*CLI, "serve", "--port", str(self.port)]
+        for key, value in sets.items():
+            args += ["--set", f"{key}={value}"]
+        self.proc = subprocess.Popen(
+            args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"}
+        )
+        self.lines: list[str] = []
+        self.ready = threading.Event()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.append(line)
+            if line.startswith("voiceagent ready: "):
+                self.ready.set()
+        self.ready.set()
+
+    def sessions(self) -> int:
+        """Its open sessions, from its own /metrics (not through the proxy)."""
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics?name[]=voiceagent_sessions_active", timeout=10) as resp:
+            for line in resp.read().decode().splitlines():
+                if line.startswith("voiceagent_sessions_active "):
+                    return int(float(line.split()[1]))
+        return 0
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+
+
+def haproxy_config(port: int, replicas: list[Replica]) -> str:
+    """docker/haproxy.cfg with the hosts substituted: loopback ports instead of the compose
+    service's DNS name (the template line's own options kept), nothing else changed."""
+    text = HAPROXY_CFG.read_text()
+    text, binds = re.subn(r"(?m)^(\s+)bind :8765$", rf"\1bind 127.0.0.1:{port}", text)
+    text, resolvers = re.subn(r"(?m)^resolvers docker\n(?:[ \t]+\S.*\n)+", "", text)
+    template = re.search(
+        r"(?m)^(\s+)server-template va \d+ voiceagent:8765 (.*) agent-port 8766 (.*?) resolvers docker init-addr none$", text
+    )
+    assert binds == 1 and resolvers == 1 and template, "docker/haproxy.cfg changed shape: update this substitution"
+    indent, before, after = template.groups()
+    servers = "\n".join(f"{indent}server {r.name} 127.0.0.1:{r.port} {before} agent-port {r.agent_port} {after}" for r in replicas)
+    return text[: template.start()] + servers + text[template.end() :]
+
+
+@contextlib.contextmanager
+def fleet() -> Iterator[tuple[int, list[Replica]]]:
+    """The LLM server, three replicas and HAProxy in front; yields the proxy's port."""
+    if shutil.which("haproxy") is None:
+        pytest.fail("haproxy is not installed: scripts/setup.sh installs it")
+    with contextlib.ExitStack() as stack:
+        llm = LlamaCppServer().start()
+        stack.callback(llm.stop)
+        replicas = [Replica(f"va{i}", llm.base_url) for i in range(3)]
+        for replica in replicas:
+            stack.callback(replica.stop)
+        for replica in replicas:
+            assert replica.ready.wait(600 * SCALE) and replica.proc.poll() is None, "".join(replica.lines[-40:])
+        port = free_port()
+        cfg = Path(stack.enter_context(tempfile.TemporaryDirectory())) / "haproxy.cfg"
+        cfg.write_text(haproxy_config(port, replicas))
+        proxy = subprocess.Popen(["haproxy", "-db", "-f", str(cfg)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        stack.callback(lambda: (proxy.kill(), proxy.wait()))
+        deadline = time.monotonic() + 30 * SCALE
+        while not _listening(port):
+            assert proxy.poll() is None, proxy.stdout.read() if proxy.stdout else ""
+            assert time.monotonic() < deadline, "haproxy is not listening"
+            time.sleep(0.05)  # polling another process's start, with a deadline
+        yield port, replicas
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as sock:
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+async def until(pred: Any, timeout: float, what: str) -> float:
+    """Poll ``pred()`` (blocking, run in a thread) until true; the seconds it took."""
+    t0 = time.monotonic()
+    while not await asyncio.to_thread(pred):
+        if time.monotonic() - t0 > timeout * SCALE:
+            raise AssertionError(f"{what}: not within {timeout * SCALE} s")
+        await asyncio.sleep(0.1)  # polling another process's state, with a deadline
+    return time.monotonic() - t0
+
+
+async def call(port: int) -> ClientConnection:
+    """A session through the proxy, once it is created (a refusal raises InvalidStatus)."""
+    ws = await connect(f"ws://127.0.0.1:{port}/v1/realtime", max_size=None, open_timeout=30)
+    first = json.loads(await asyncio.wait_for(ws.recv(), 30))
+    assert first["type"] == "session.created", first
+    return ws
+
+
+async def call_when_room(port: int, timeout: float) -> ClientConnection:
+    """A caller who, refused with 503, comes back after a moment, as Retry-After asks."""
+    deadline = time.monotonic() + timeout * SCALE
+    while True:
+        try:
+            return await call(port)
+        except InvalidStatus as exc:
+            if exc.response.status_code != 503 or time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.2)  # a refused caller's pause before trying again
+
+
+async def ask(ws: ClientConnection, text: str, on_start: Any = None) -> tuple[str, list[str]]:
+    """A text turn: the response's final status and every event type seen; ``on_start()`` runs
+    when the reply's first audio arrives (the middle of a reply)."""
+    item = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}
+    await ws.send(json.dumps({"type": "conversation.item.create", "item": item}))
+    await ws.send(json.dumps({"type": "response.create"}))
+    kinds: list[str] = []
+    async with asyncio.timeout(120 * SCALE):
+        async for raw in ws:
+            event = json.loads(raw)
+            kinds.append(event["type"])
+            if event["type"] == "response.output_audio.delta" and on_start is not None:
+                on_start()
+                on_start = None
+            if event["type"] == "response.done":
+                return str(event["response"]["status"]), kinds
+    raise AssertionError(f"the connection closed before response.done: {kinds}")
+
+
+def where(replicas: list[Replica]) -> list[int]:
+    """Each replica's open sessions."""
+    return [r.sessions() for r in replicas]
+
+
+async def call_placed(port: int, replicas: list[Replica]) -> tuple[ClientConnection, Replica]:
+    """A new call through the proxy and the replica it landed on (whose count rose)."""
+    before = await asyncio.to_thread(where, replicas)
+    ws = await call_when_room(port, 10)
+    after = await asyncio.to_thread(where, replicas)
+    risen = [r for r, b, a in zip(replicas, before, after, strict=True) if a > b]
+    assert len(risen) == 1, (before, after)
+    return ws, risen[0]
+
+
+def test_a_fleet_behind_haproxy_fills_drains_and_fails_over(run: Any) -> None:
+    with fleet() as (port, replicas):
+        run(_full(port, replicas), 300)
+        run(_drain_and_failover(port, replicas), 300)
+
+
+async def _full(port: int, replicas: list[Replica]) -> None:
+    placed = [await call_placed(port, replicas) for _ in range(CAP * len(replicas))]
+    assert where(replicas) == [CAP] * len(replicas)
+    # Every replica full: each tells HAProxy "drain" or refuses the upgrade itself.
+    with pytest.raises(InvalidStatus) as refused:
+        await call(port)
+    assert refused.value.response.status_code == 503
+    assert refused.value.response.headers.get("Retry-After"), refused.value.response.headers
+    # A place freed on one replica is where the next caller lands.
+    ws, freed = placed.pop(0)
+    await ws.close()
+    await until(lambda: freed.sessions() == CAP - 1, 10, "the closed call's place freed")
+    newcomer, landed = await call_placed(port, replicas)
+    assert landed is freed
+    for ws in [newcomer, *(ws for ws, _ in placed)]:
+        await ws.close()
+    await until(lambda: where(replicas) == [0] * len(replicas), 30, "every call closed")
+
+
+async def _drain_and_failover(port: int, replicas: list[Replica]) -> None:
+    placed = [await call_placed(port, replicas) for _ in range(len(replicas))]
+    on = {replica.name: ws for ws, replica in placed}
+    assert len(on) == len(replicas), [r.name for _, r in placed]  # one call on each
+    draining, killed, survivor = replicas
+
+    # Drain: SIGTERM in the middle of a reply; the reply finishes, then the replica exits.
+    status, kinds = await ask(
+        on[draining.name], "Tell me a story about a lighthouse keeper in five sentences.", lambda: draining.proc.send_signal(signal.SIGTERM)
+    )
+    assert status == "completed", kinds
+    await until(lambda: draining.proc.poll() is not None, DRAIN_S + 15, f"{draining.name} exits after its drain")
+    assert draining.proc.returncode == 0, "".join(draining.lines[-30:])
+    newcomer, _ = await call_placed(port, [killed, survivor])  # never on the draining one
+    await newcomer.close()  # its place is the one the failover below needs
+    await until(lambda: sum(where([killed, survivor])) == 2, 10, "the newcomer's place freed")
+
+    # Failover: SIGKILL a replica holding a call; its caller is closed at the proxy and its next
+    # connection lands on a live replica.
+    victim = on[killed.name]
+    killed.proc.send_signal(signal.SIGKILL)
+    t0 = time.monotonic()
+    with pytest.raises(ConnectionClosed):
+        async with asyncio.timeout(10 * SCALE):
+            async for _ in victim:
+                pass
+    # Back on a live replica: the proxy's upgrade accepted (HAProxy retries a refused connection
+    # on another server at once; the session's own start is the replica's, not the failover's).
+    back = await connect(f"ws://127.0.0.1:{port}/v1/realtime", max_size=None, open_timeout=30)
+    elapsed = time.monotonic() - t0
+    assert json.loads(await asyncio.wait_for(back.recv(), 30))["type"] == "session.created"
+    assert elapsed <= 2.0 * SCALE, f"back on a live replica {elapsed:.1f} s after the kill"
+    assert survivor.sessions() == 2  # its own call and the one that came back
+    # No other call noticed: the survivor's first call still answers.
+    status, kinds = await ask(on[survivor.name], "What is two plus two?")
+    assert status == "completed", kinds
+    for ws in (back, on[survivor.name]):
+        await ws.close()
