@@ -9,9 +9,11 @@ One fleet, in phases, because starting it is the expensive part:
    depend on the machine's speed); six callers through the proxy land two on each, and the
    seventh is refused with 503 and ``Retry-After``.  A place freed on one replica is where the
    next caller lands.
-2. **drain**: SIGTERM to a replica in the middle of a reply: its agent tells HAProxy ``drain``,
+2. **WebRTC**: offers through the proxy spread like the WebSockets, and each call's hangup
+   reaches the replica that holds it (docker/haproxy.cfg's stick table on the call id).
+3. **drain**: SIGTERM to a replica in the middle of a reply: its agent tells HAProxy ``drain``,
    new callers go elsewhere, the reply finishes, then the replica closes the call and exits 0.
-3. **failover**: SIGKILL to a replica holding a call: the caller's connection closes at the
+4. **failover**: SIGKILL to a replica holding a call: the caller's connection closes at the
    proxy, its next connection lands on a live replica within 2 s, and a call on another replica
    goes on answering."""
 
@@ -212,6 +214,7 @@ async def call_placed(port: int, replicas: list[Replica]) -> tuple[ClientConnect
 def test_a_fleet_behind_haproxy_fills_drains_and_fails_over(run: Any) -> None:
     with fleet() as (port, replicas):
         run(_full(port, replicas), 300)
+        run(_webrtc(port, replicas), 300)
         run(_drain_and_failover(port, replicas), 300)
 
 
@@ -232,6 +235,29 @@ async def _full(port: int, replicas: list[Replica]) -> None:
     for ws in [newcomer, *(ws for ws, _ in placed)]:
         await ws.close()
     await until(lambda: where(replicas) == [0] * len(replicas), 30, "every call closed")
+
+
+async def _webrtc(port: int, replicas: list[Replica]) -> None:
+    """WebRTC through the proxy as a browser would: the offer's POST lands on some replica (the
+    media then flows to it directly), and each call's hangup reaches the replica holding it (the
+    proxy remembers the call id from the answer's Location)."""
+    from voiceagent.client.webrtc import RtcClient, post_offer
+
+    base = f"http://127.0.0.1:{port}"
+    calls = []
+    for _ in replicas:
+        client = RtcClient(base)
+        await client.connect()
+        await client.wait_for("session.created", 30 * SCALE)
+        calls.append(client)
+    assert sorted(where(replicas)) == [1, 1, 1], where(replicas)  # spread like the WebSockets
+    # In the reverse order: with every replica idle the proxy rotates, and hangups in the offers'
+    # order would reach the right replicas by that rotation alone.
+    for client in reversed(calls):
+        status, body = await asyncio.to_thread(post_offer, f"{base}{client.location}/hangup", b"")
+        assert status == 200, (client.location, status, body)
+        await client.close()
+    await until(lambda: where(replicas) == [0] * len(replicas), 30, "every WebRTC call hung up")
 
 
 async def _drain_and_failover(port: int, replicas: list[Replica]) -> None:

@@ -37,7 +37,7 @@ from voiceagent.transports.webrtc import (
     shorten_jitter_buffer,
 )
 
-__all__ = ["Microphone", "RtcClient", "post_offer", "rtp_bytes_sent", "track_audio"]
+__all__ = ["Microphone", "RtcClient", "post_offer", "post_offer_located", "rtp_bytes_sent", "track_audio"]
 
 
 _LOUD = int(32768 * 10 ** (-50 / 20))
@@ -98,12 +98,21 @@ async def rtp_bytes_sent(pc: Any) -> int:
 
 def post_offer(url: str, body: bytes, content_type: str = "application/sdp", headers: dict[str, str] | None = None) -> tuple[int, str]:
     """POST ``body``; the status and the body (blocking: call it through ``asyncio.to_thread``)."""
+    status, text, _ = post_offer_located(url, body, content_type, headers)
+    return status, text
+
+
+def post_offer_located(
+    url: str, body: bytes, content_type: str = "application/sdp", headers: dict[str, str] | None = None
+) -> tuple[int, str, str]:
+    """:func:`post_offer`, with the answer's ``Location`` header ("" when none): the call's own
+    URL, where its later requests (hangup) go."""
     req = urllib.request.Request(url, data=body, method="POST", headers={"Content-Type": content_type, **(headers or {})})
     try:
         with urllib.request.urlopen(req, timeout=20) as resp:
-            return resp.status, resp.read().decode()
+            return resp.status, resp.read().decode(), resp.headers.get("Location", "")
     except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode()
+        return exc.code, exc.read().decode(), ""
 
 
 @dataclass
@@ -117,6 +126,7 @@ class RtcClient:
     """Each frame of the agent's track: (arrival time, peak sample, seconds into the frame of its
     first sample over -50 dBFS, 0 when none is)."""
     location: str = ""
+    """The call's URL path from the answer's ``Location`` (``/v1/realtime/calls/{id}``), once connected."""
     jitter_prefetch: int | None = None
     """Packets in order the agent's track holds before it decodes the oldest, that one included
     (1: each as it arrives): None keeps aiortc's buffer (4, and each packet waits for the next
@@ -136,7 +146,8 @@ class RtcClient:
         channel.on("message", self._on_message)
         pc.on("track", lambda track: self._tasks.append(asyncio.ensure_future(self._read(track))))
         await pc.setLocalDescription(await pc.createOffer())
-        status, answer = await asyncio.to_thread(post_offer, f"{self.base}/v1/realtime/calls", pc.localDescription.sdp.encode())
+        offer = pc.localDescription.sdp.encode()
+        status, answer, self.location = await asyncio.to_thread(post_offer_located, f"{self.base}/v1/realtime/calls", offer)
         assert status == 201, (status, answer)
         await pc.setRemoteDescription(RTCSessionDescription(sdp=answer, type="answer"))
         if self.jitter_prefetch is not None:
