@@ -14,11 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 import re
-import subprocess
-import sys
-import threading
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from typing import Any
@@ -26,62 +22,25 @@ from typing import Any
 import pytest
 from websockets.asyncio.client import connect
 
+from tests.integration.serve_process import ServeProcess
+
 pytestmark = [pytest.mark.models, pytest.mark.serial]
 
-CLI = [sys.executable, "-m", "voiceagent.cli"]
 REPLICAS = 3
 CALLERS = 4
 READY_S = 600.0
 """A guard for three start-ups sharing two cores (each about 20 s alone), never a measurement."""
 
 
-class Replica:
-    """One ``voiceagent serve`` process: its output, read on by a thread, and its ready line."""
-
-    def __init__(self) -> None:
-        self.proc = subprocess.Popen(
-            [*CLI, "serve", "--port", "0"],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        )
-        self.lines: list[str] = []
-        self.ready = threading.Event()
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.lines.append(line)
-            if line.startswith("voiceagent ready: "):
-                self.ready.set()
-        self.ready.set()  # ended: the waiter finds no ready line and says why
-
-    @property
-    def url(self) -> str:
-        ready = next(line for line in self.lines if line.startswith("voiceagent ready: "))
-        return ready.split()[2]
-
-    def output(self) -> str:
-        return "".join(self.lines[-40:])
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait()
-
-
 @contextmanager
-def replicas(n: int) -> Iterator[list[Replica]]:
+def replicas(n: int) -> Iterator[list[ServeProcess]]:
     """``n`` replicas started at the same instant, once all are ready."""
     with ExitStack() as stack:
-        started = [Replica() for _ in range(n)]
+        started = [ServeProcess() for _ in range(n)]
         for replica in started:
             stack.callback(replica.stop)
         for replica in started:
-            assert replica.ready.wait(READY_S), replica.output()
-            assert any(line.startswith("voiceagent ready: ") for line in replica.lines), replica.output()
+            assert replica.ready.wait(READY_S) and replica.started, replica.output()
         yield started
 
 
