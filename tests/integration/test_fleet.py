@@ -42,7 +42,9 @@ from tests.conftest import SCALE
 from tests.integration.llm_server import LlamaCppServer, free_port
 from tests.integration.serve_process import ServeProcess
 
-pytestmark = pytest.mark.models
+# Alone (serial): in a loaded parallel run every replica once answered "drain" for 10 s in the
+# drain phase, with at most two calls on each (docs/operations.md); not yet explained.
+pytestmark = [pytest.mark.models, pytest.mark.serial]
 
 ROOT = Path(__file__).resolve().parents[2]
 HAPROXY_CFG = ROOT / "docker" / "haproxy.cfg"
