@@ -17,16 +17,14 @@ fi
 # the models' load, whose deadlines they would otherwise share; then the rest on 3 workers
 # (pytest-xdist, a file per worker): most of those wait on audio paced in real time, so on a
 # 2-core machine the whole takes about 10-12 minutes from a fresh clone instead of about 20
-# (docs/operations.md).  VOICEAGENT_TEST_WORKERS=1 runs everything in one process.  The fleet test
-# (marker "fleet") is left out until its drain phase passes reliably in a fresh clone
-# (docs/operations.md); run it with: bash scripts/test.sh -m fleet tests/integration/test_fleet.py
+# (docs/operations.md).  VOICEAGENT_TEST_WORKERS=1 runs everything in one process.
 workers=${VOICEAGENT_TEST_WORKERS:-3}
 if [ "$workers" -gt 1 ]; then
-  echo "[test] pytest -m serial"; $V/python -m pytest -q -p no:cacheprovider -m "serial and not fleet"
+  echo "[test] pytest -m serial"; $V/python -m pytest -q -p no:cacheprovider -m serial
   echo "[test] pytest tests/unit tests/env -m 'not serial' -n 2"
   $V/python -m pytest -q -p no:cacheprovider -m "not serial" -n 2 tests/unit tests/env
   echo "[test] pytest -m 'not serial' -n $workers (the rest)"
-  $V/python -m pytest -q -p no:cacheprovider -m "not serial and not fleet" -n "$workers" --dist loadfile --ignore=tests/unit --ignore=tests/env
+  $V/python -m pytest -q -p no:cacheprovider -m "not serial" -n "$workers" --dist loadfile --ignore=tests/unit --ignore=tests/env
 else
-  echo "[test] pytest"; $V/python -m pytest -q -p no:cacheprovider -m "not fleet"
+  echo "[test] pytest"; $V/python -m pytest -q -p no:cacheprovider
 fi

@@ -340,4 +340,7 @@ def test_the_proxy_weighs_each_replica_by_the_load_its_agent_reports() -> None:
         assert "agent-check" in words, words
         assert words[words.index("agent-port") + 1] == str(agent_port), words
         assert "agent-inter" in words, words
+        # The agent's "NN%" scales the configured weight in integers: at the default weight of 1
+        # any answer under 100% is weight 0, and the replica takes no new session.
+        assert "weight" in words and int(words[words.index("weight") + 1]) >= 100, words
         assert words[words.index("check") - 1].endswith(":8765"), "the health check stays on the WebSocket port (liveness)"

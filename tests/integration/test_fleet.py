@@ -1,5 +1,5 @@
 """A fleet run for real (issue #71, item 1): Debian's HAProxy with the shipped docker/haproxy.cfg
-(hosts and ports substituted, nothing else), three ``voiceagent serve`` replicas on one shared
+(hosts and ports substituted, and a runtime API socket added to read it), three ``voiceagent serve`` replicas on one shared
 OpenAI-compatible LLM server (``llama_cpp.server``), and WebSocket clients going through the
 proxy as a deployment's users would.  Loopback only.
 
@@ -11,9 +11,12 @@ One fleet, in phases, because starting it is the expensive part:
    next caller lands.
 2. **WebRTC**: offers through the proxy spread over the replicas, and each call's hangup
    reaches the replica that holds it (docker/haproxy.cfg's stick table on the call id).
-3. **drain**: SIGTERM to a replica in the middle of a reply: its agent tells HAProxy ``drain``,
+3. **spread by load**: with a call on each replica, one answers a spoken turn; its agent's weight
+   falls (read from HAProxy's runtime API, the one line the test adds to the file), and the
+   next two callers land on the two idle replicas.
+4. **drain**: SIGTERM to a replica in the middle of a reply: its agent tells HAProxy ``drain``,
    new callers go elsewhere, the reply finishes, then the replica closes the call and exits 0.
-4. **failover**: SIGKILL to a replica holding a call: the caller's connection closes at the
+5. **failover**: SIGKILL to a replica holding a call: the caller's connection closes at the
    proxy, its next connection lands on a live replica within 2 s, and a call on another replica
    goes on answering."""
 
@@ -28,7 +31,9 @@ import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -40,12 +45,13 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from tests.conftest import SCALE
 from tests.integration.llm_server import LlamaCppServer, free_port
+from tests.integration.rt_client import send_paced, wire_audio
 from tests.integration.serve_process import ServeProcess
 
-# Not in the default run (marker "fleet", scripts/test.sh): in two fresh clones, once in the
-# parallel part and once alone, every replica's agent answered "drain" for 10 s in the drain
-# phase, with at most two calls on each (docs/operations.md); not yet explained.
-pytestmark = [pytest.mark.models, pytest.mark.serial, pytest.mark.fleet]
+# In the parallel part: admission here is by count (server.max_sessions), and what the phases
+# wait for they read (each replica's /metrics, HAProxy's runtime API), so load slows it, never
+# decides it (three runs beside two busy loops: 118-127 s, against 65 s alone).
+pytestmark = [pytest.mark.models, pytest.mark.fleet]
 
 ROOT = Path(__file__).resolve().parents[2]
 HAPROXY_CFG = ROOT / "docker" / "haproxy.cfg"
@@ -80,10 +86,13 @@ class Replica(ServeProcess):
         return 0
 
 
-def haproxy_config(port: int, replicas: list[Replica]) -> str:
+def haproxy_config(port: int, replicas: list[Replica], stats: Path) -> str:
     """docker/haproxy.cfg with the hosts substituted: loopback ports instead of the compose
-    service's DNS name (the template line's own options kept), nothing else changed."""
+    service's DNS name (the template line's own options kept).  One line is added: a runtime API
+    socket at ``stats``, through which the test reads the weights the proxy applied."""
     text = HAPROXY_CFG.read_text()
+    text, globals_ = re.subn(r"(?m)^global\n", f"global\n    stats socket {stats} level user\n", text)
+    assert globals_ == 1, "docker/haproxy.cfg has no global section"
     text, binds = re.subn(r"(?m)^(\s+)bind :8765$", rf"\1bind 127.0.0.1:{port}", text)
     text, resolvers = re.subn(r"(?m)^resolvers docker\n(?:[ \t]+\S.*\n)+", "", text)
     template = re.search(
@@ -96,7 +105,7 @@ def haproxy_config(port: int, replicas: list[Replica]) -> str:
 
 
 @contextlib.contextmanager
-def fleet() -> Iterator[tuple[int, list[Replica]]]:
+def fleet() -> Iterator[tuple[int, list[Replica], Proxy]]:
     """The LLM server, three replicas and HAProxy in front; yields the proxy's port."""
     if shutil.which("haproxy") is None:
         pytest.fail("haproxy is not installed: scripts/setup.sh installs it")
@@ -109,16 +118,78 @@ def fleet() -> Iterator[tuple[int, list[Replica]]]:
         for replica in replicas:
             assert replica.ready.wait(600 * SCALE) and replica.started, replica.output()
         port = free_port()
-        cfg = Path(stack.enter_context(tempfile.TemporaryDirectory())) / "haproxy.cfg"
-        cfg.write_text(haproxy_config(port, replicas))
-        proxy = subprocess.Popen(["haproxy", "-db", "-f", str(cfg)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        stack.callback(lambda: (proxy.kill(), proxy.wait()))
+        tmp = Path(stack.enter_context(tempfile.TemporaryDirectory()))
+        cfg = tmp / "haproxy.cfg"
+        cfg.write_text(haproxy_config(port, replicas, tmp / "stats.sock"))
+        proxy = Proxy(cfg, tmp / "stats.sock")
+        stack.callback(proxy.stop)
         deadline = time.monotonic() + 30 * SCALE
         while not _listening(port):
-            assert proxy.poll() is None, proxy.stdout.read() if proxy.stdout else ""
+            assert proxy.proc.poll() is None, proxy.output()
             assert time.monotonic() < deadline, "haproxy is not listening"
             time.sleep(0.05)  # polling another process's start, with a deadline
-        yield port, replicas
+        try:
+            yield port, replicas, proxy
+        except BaseException as exc:
+            # What each part thought at the failure: the proxy's server state changes (it logs
+            # each DOWN, DRAIN and UP on its output), each replica's readiness and log.
+            raise AssertionError(f"{exc!r}\n{report(proxy, replicas)}") from exc
+
+
+class Proxy:
+    """``haproxy -db -f CFG``; its output (server state changes, alerts) read on by a thread."""
+
+    def __init__(self, cfg: Path, stats: Path) -> None:
+        self.stats = stats
+        self.proc = subprocess.Popen(["haproxy", "-db", "-f", str(cfg)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self.lines: list[str] = []
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.append(f"{time.strftime('%H:%M:%S')} {line}")
+
+    def output(self) -> str:
+        return "".join(self.lines[-60:])
+
+    def weights(self) -> dict[str, int]:
+        """Each server's weight as the proxy applies it now (``show servers state``; the agent's
+        "NN%" and "drain" set it), by name."""
+        with socket.socket(socket.AF_UNIX) as sock:
+            sock.settimeout(5)
+            sock.connect(str(self.stats))
+            sock.sendall(b"show servers state voiceagent\n")
+            data = b""
+            while chunk := sock.recv(65536):
+                data += chunk
+        lines = data.decode().splitlines()
+        header = next(line for line in lines if line.startswith("# be_id")).split()[1:]
+        rows = [dict(zip(header, line.split(), strict=False)) for line in lines if line and line[0].isdigit() and " " in line]
+        return {row["srv_name"]: int(row["srv_uweight"]) for row in rows}
+
+    def stop(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+
+
+def report(proxy: Proxy, replicas: list[Replica]) -> str:
+    """The proxy's output and each live replica's /readyz, sessions and last log lines."""
+    parts = [f"--- haproxy (at {time.strftime('%H:%M:%S')}):\n{proxy.output()}"]
+    for r in replicas:
+        state = "exited" if r.proc.poll() is not None else _readyz(r.port)
+        parts.append(f"--- {r.name}: {state}\n{r.output(25)}")
+    return "\n".join(parts)
+
+
+def _readyz(port: int) -> str:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5) as resp:
+            return f"{resp.status} {resp.read().decode().strip()}"
+    except urllib.error.HTTPError as exc:
+        return f"{exc.code} {exc.read().decode().strip()}"
+    except OSError as exc:
+        return repr(exc)
 
 
 def _listening(port: int) -> bool:
@@ -175,6 +246,24 @@ async def ask(ws: ClientConnection, text: str, on_start: Any = None) -> tuple[st
     raise AssertionError(f"the connection closed before response.done: {kinds}")
 
 
+async def speak(ws: ClientConnection, wav: Path) -> str:
+    """A spoken turn: ``wav`` sent at the pace of speech, then silence, until the reply's
+    response.done; its final status.  A spoken turn, unlike a text one, has an end of speech, so
+    its latency is measured and counted in the replica's load."""
+    sender = asyncio.create_task(send_paced(ws, wire_audio(wav, tail_s=3.0)))
+    try:
+        async with asyncio.timeout(120 * SCALE):
+            async for raw in ws:
+                event = json.loads(raw)
+                if event["type"] == "response.done":
+                    return str(event["response"]["status"])
+        raise AssertionError("the connection closed before response.done")
+    finally:
+        sender.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await sender
+
+
 def where(replicas: list[Replica]) -> list[int]:
     """Each replica's open sessions."""
     return [r.sessions() for r in replicas]
@@ -190,11 +279,18 @@ async def call_placed(port: int, replicas: list[Replica]) -> tuple[ClientConnect
     return ws, risen[0]
 
 
-def test_a_fleet_behind_haproxy_fills_drains_and_fails_over(run: Any) -> None:
-    with fleet() as (port, replicas):
+def test_a_fleet_behind_haproxy_fills_spreads_by_load_drains_and_fails_over(run: Any, speech: dict[str, Path]) -> None:
+    with fleet() as (port, replicas, proxy):
         run(_full(port, replicas), 300)
         run(_webrtc(port, replicas), 300)
-        run(_drain_and_failover(port, replicas), 300)
+        run(_spread_drain_and_failover(port, replicas, proxy, speech["capital"]), 400)
+
+
+async def _spread_drain_and_failover(port: int, replicas: list[Replica], proxy: Proxy, speech: Path) -> None:
+    """The last three phases on one event loop: they share the calls placed one on each replica."""
+    on = await _one_on_each(port, replicas)
+    await _spread_by_load(port, replicas, proxy, on, speech)
+    await _drain_and_failover(port, replicas, on)
 
 
 async def _full(port: int, replicas: list[Replica]) -> None:
@@ -241,11 +337,11 @@ async def _webrtc(port: int, replicas: list[Replica]) -> None:
     await until(lambda: where(replicas) == [0] * len(replicas), 30, "every WebRTC call hung up")
 
 
-async def _drain_and_failover(port: int, replicas: list[Replica]) -> None:
-    # One call on each replica.  The proxy weighs each by the load its agent reports, so a
-    # replica still busy from the last phase may get a second caller before an idle-looking one
-    # gets its first: callers keep coming until each has one (a full replica refuses, and the
-    # proxy tries another), and the extra ones hang up.
+async def _one_on_each(port: int, replicas: list[Replica]) -> dict[str, ClientConnection]:
+    """One call on each replica, by name.  The proxy weighs each by the load its agent reports,
+    so a replica still busy from the last phase may get a second caller before an idle-looking
+    one gets its first: callers keep coming until each has one (a full replica refuses, and the
+    proxy tries another), and the extra ones hang up."""
     on: dict[str, ClientConnection] = {}
     extra: list[ClientConnection] = []
     while len(on) < len(replicas):
@@ -258,6 +354,33 @@ async def _drain_and_failover(port: int, replicas: list[Replica]) -> None:
     for ws in extra:
         await ws.close()
     await until(lambda: where(replicas) == [1] * len(replicas), 10, "one call left on each replica")
+    return on
+
+
+async def _spread_by_load(port: int, replicas: list[Replica], proxy: Proxy, on: dict[str, ClientConnection], speech: Path) -> None:
+    """A replica made busy gets fewer new sessions.  Each holds one call; the first answers a
+    spoken turn, so its measured load (that turn's latency against the budget) rises
+    and its agent's weight falls.  Once the proxy applies the weights (read from its runtime API,
+    not waited for by the clock), two new callers land on the two idle replicas: at one call
+    each, HAProxy's leastconn ranks a server by (its calls + 1) / its weight."""
+    busy, *idle = replicas
+    assert await speak(on[busy.name], speech) == "completed"
+
+    def lighter() -> bool:
+        weights = proxy.weights()
+        return all(0 < weights[busy.name] < weights[r.name] for r in idle)
+
+    await until(lighter, 15, f"the proxy weighs {busy.name} below the idle replicas")
+    weights = proxy.weights()
+    print(f"the proxy's weights before the two callers: {weights}")  # shown with -s, and on a failure
+    placed = [await call_placed(port, replicas) for _ in idle]
+    assert sorted(r.name for _, r in placed) == sorted(r.name for r in idle), (weights, [r.name for _, r in placed])
+    for ws, _ in placed:
+        await ws.close()
+    await until(lambda: where(replicas) == [1] * len(replicas), 10, "the new callers' places freed")
+
+
+async def _drain_and_failover(port: int, replicas: list[Replica], on: dict[str, ClientConnection]) -> None:
     draining, killed, survivor = replicas
 
     # Drain: SIGTERM in the middle of a reply; the reply finishes, then the replica exits.
