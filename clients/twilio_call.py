@@ -146,6 +146,16 @@ class FakeTwilioCall:
 
     # ------------------------------------------------------------------ caller side
 
+    async def press(self, digit: str) -> None:
+        """The caller presses a key: a ``dtmf`` message, as Twilio sends it."""
+        dtmf = {"track": "inbound_track", "digit": digit}
+        await self._send({"event": "dtmf", "sequenceNumber": self._next_seq(), "streamSid": self.stream_sid, "dtmf": dtmf})
+
+    @property
+    def ended_by_server(self) -> bool:
+        """The server closed the stream (the agent hung up or transferred the call)."""
+        return self.close_code is not None
+
     async def say(self, pcm: Int16Array, rate: int, started: asyncio.Future[int] | None = None) -> None:
         """Queue speech (any rate) after what is already queued; returns once it has all been sent.
 

@@ -59,6 +59,7 @@ from voiceagent.stages.tts import TtsOptions, TtsPorts, TtsStage
 from voiceagent.stages.turn import TurnOptions, TurnPorts, TurnStage
 from voiceagent.stages.vad import VadOptions, VadPorts, VadStage
 from voiceagent.text.backchannel import phrases_for
+from voiceagent.tools.phone import PhoneTools
 from voiceagent.tools.spec import Tool, with_tools
 
 __all__ = ["QUEUES", "Session"]
@@ -88,7 +89,10 @@ class Session:
         metrics: Metrics | None = None,
         session_id: str | None = None,
         wall_clock: Callable[[], dt.datetime] | None = None,
+        phone: PhoneTools | None = None,
     ) -> None:
+        """``phone``: the call-control tools of a phone call's session (its transport carries out
+        their :class:`~voiceagent.events.CallControl` events); None for every other session."""
         self.id = session_id or new_id("sess")
         self.config = config
         self.clock: Clock = clock or MonotonicClock()
@@ -106,7 +110,7 @@ class Session:
         self._arrivals: deque[tuple[float, float]] = deque(maxlen=3000)  # (end_ms, clock time)
         self._started = False
         self._closed = False
-        self.replies = ReplyController(self.id, self.clock, config, self.metrics, self.history, self, wall_clock, self._fitter)
+        self.replies = ReplyController(self.id, self.clock, config, self.metrics, self.history, self, wall_clock, self._fitter, phone)
         self.scope: Generations = self.replies.generations
 
     # ------------------------------------------------------------------ lifecycle

@@ -241,7 +241,8 @@ def test_twiml_document(engines: Any, run: Callable[..., Any]) -> None:
 
     (ctype, body), (ctype2, body2) = run(scenario(), timeout=20)
     assert ctype.startswith("text/xml") and ctype2.startswith("text/xml")
-    assert '<Response><Connect><Stream url="wss://abc123.ngrok.app/twilio"/></Connect></Response>' in body
+    connect = '<Connect action="/twilio/twiml/next" method="GET">'
+    assert f'<Response>{connect}<Stream url="wss://abc123.ngrok.app/twilio"/></Connect></Response>' in body
     assert '<Stream url="wss://voice.example.com/twilio"/>' in body2
 
 

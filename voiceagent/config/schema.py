@@ -23,6 +23,7 @@ __all__ = [
     "Config",
     "GpuConfig",
     "LlmConfig",
+    "PhoneConfig",
     "PlayoutConfig",
     "ServerConfig",
     "SttConfig",
@@ -631,6 +632,45 @@ class CacheConfig:
 
 
 @dataclass(frozen=True)
+class PhoneConfig:
+    tools: bool = True
+    """Offer the call-control tools on phone calls (voiceagent/tools/phone.py): ``end_call`` (the
+    agent says goodbye, then hangs up) and ``send_dtmf`` (keypad tones, for a phone menu); plus
+    ``transfer_call`` where ``transfer_targets`` names somewhere to send callers."""
+    transfer_targets: str = ""
+    """Where ``transfer_call`` may send a caller, by name: ``sales=+15551234567,desk=sip:desk@pbx.example``.
+    Only these: the model picks a name, never a number, so a caller cannot talk it into dialling
+    one of theirs.  Empty: no transfers."""
+    dtmf_gap_ms: int = 2000
+    """Keys the caller presses are collected until ``#`` or this long without another key, then
+    given to the conversation as one user message ("The caller pressed 1 2 3 on the keypad.")."""
+
+    def __post_init__(self) -> None:
+        self.targets  # noqa: B018 - parsed once here, so a bad pair stops start-up
+        _check(100 <= self.dtmf_gap_ms <= 30000, "phone.dtmf_gap_ms", "must be 100..30000")
+
+    @property
+    def targets(self) -> dict[str, str]:
+        """``transfer_targets`` as name → target (``+E164``, ``tel:`` or ``sip:``/``sips:`` URI)."""
+        targets: dict[str, str] = {}
+        for pair in (p.strip() for p in self.transfer_targets.split(",")):
+            if not pair:
+                continue
+            name, sep, target = (part.strip() for part in pair.partition("="))
+            _check(
+                bool(sep) and _TARGET_NAME.fullmatch(name) is not None and _TARGET.fullmatch(target) is not None,
+                "phone.transfer_targets",
+                f"{pair!r} is not name=target (target: +15551234567, tel:+15551234567 or sip:user@host)",
+            )
+            targets[name] = target
+        return targets
+
+
+_TARGET_NAME = re.compile(r"[A-Za-z0-9_-]{1,40}")
+_TARGET = re.compile(r"\+?[0-9]{3,15}|tel:\+?[0-9]{3,15}|sips?:[^\s<>\"@]+@[^\s<>\"]+")
+
+
+@dataclass(frozen=True)
 class GpuConfig:
     speech_vram_mb: int = 3072
     """GPU memory kept for the speech models on the device (Whisper, turn, TTS, their CUDA
@@ -653,6 +693,7 @@ class Config:
     gpu: GpuConfig = field(default_factory=GpuConfig)
     tools: ToolsConfig = field(default_factory=ToolsConfig)
     cache: CacheConfig = field(default_factory=CacheConfig)
+    phone: PhoneConfig = field(default_factory=PhoneConfig)
     profile: str = "auto"
     """A named set of settings (voiceagent.config.profiles): ``fast``, ``balanced`` or ``quality`` (the
     CPU stack's models, from quickest to best answers) or ``gpu``.  ``auto``: at start-up, the most

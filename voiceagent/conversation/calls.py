@@ -20,6 +20,7 @@ from voiceagent.conversation.history import CANCELLED_OUTPUT, McpCallItem, new_i
 from voiceagent.conversation.reply import Reply, ReplyState, ResponseOptions
 from voiceagent.errors import ProtocolError, excerpt
 from voiceagent.events import (
+    CallControl,
     CallSummary,
     ErrorEvent,
     FunctionCallAdded,
@@ -102,11 +103,13 @@ class ToolCalls:
         self._call_added(reply, ev, now, item_id, prev)
         self._ctx.trim()
         if self._toolbox.runs_here(ev.name, client_tools):
-            output, timer = self._toolbox.run(ev.name, ev.arguments)
+            output, effect = self._toolbox.run(ev.name, ev.arguments)
             self._add_output(ev.call_id, output, synthetic=False)
             reply.answer_after = True
-            if timer is not None:
-                self._ctx.sink.add(StartTimer(timer))
+            if isinstance(effect, TimerRequest):
+                self._ctx.sink.add(StartTimer(effect))
+            elif effect is not None:  # call control: the phone transport carries it out
+                self._ctx.sink.emit(CallControl(t=now, gen=ev.gen, session=self._ctx.session, response_id=reply.id, action=effect))
 
     def _call_added(
         self, reply: Reply, ev: ToolCallMade, now: float, item_id: str, previous: str | None, *, in_conversation: bool = True

@@ -63,6 +63,7 @@ from voiceagent.settings import SessionSettings
 from voiceagent.stages.llm import LlmPrompt
 from voiceagent.tools.builtin import BuiltinTools, TimerRequest
 from voiceagent.tools.mcp import McpError
+from voiceagent.tools.phone import PhoneTools
 from voiceagent.tools.spec import Tool
 
 __all__ = ["ConversationHost", "ReplyController"]
@@ -111,9 +112,11 @@ class ReplyController:
         host: ConversationHost,
         wall_clock: Callable[[], dt.datetime] | None = None,
         fitter: PromptFitter | None = None,
+        phone: PhoneTools | None = None,
     ) -> None:
         """``wall_clock``: the local time the built-in tools report; ``fitter``: cuts the history
-        to the LLM's window before each prompt (None: never cut)."""
+        to the LLM's window before each prompt (None: never cut); ``phone``: the call-control
+        tools of a phone session (None: not one)."""
         self._id = session_id
         self._clock = clock
         self._metrics = metrics
@@ -122,7 +125,7 @@ class ReplyController:
         scope = GenerationScope()
         self.mcp = McpServers(session_id, clock, scope, host.emit, config.tools.mcp_timeout_s, config.tools.mcp_allowed)
         """The session's MCP servers (``session.update`` names them)."""
-        toolbox = self._toolbox = ToolBox(self.mcp, builtin)
+        toolbox = self._toolbox = ToolBox(self.mcp, builtin, phone)
         self.core = ConversationCore(session_id, clock, config, history, host, toolbox, scope)
         self._prompter = Prompter(session_id, clock, scope, history, toolbox, fitter, metrics)
         self._reporter = Reporter(session_id, config, metrics)

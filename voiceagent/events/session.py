@@ -9,9 +9,11 @@ from voiceagent.audio import Int16Array
 from voiceagent.events.base import Event
 from voiceagent.events.frames import ResponseStatus
 from voiceagent.tools.mcp import McpTool
+from voiceagent.tools.phone import CallAction
 
 __all__ = [
     "AudioDelta",
+    "CallControl",
     "CallSummary",
     "ErrorEvent",
     "FunctionCallAdded",
@@ -284,6 +286,17 @@ class TurnMetrics(Event):
     llm_route: str | None = None
     playback_gap_ms: float = 0.0
     """Silence inside the reply's audio: chunks that were not ready when the one before them ended."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CallControl(Event):
+    """A phone session's call-control tool ran (:mod:`voiceagent.tools.phone`): the phone
+    transport carries ``action`` out.  A hang-up or a transfer waits until the replies made up to
+    and including the one after ``response_id`` (the goodbye the tool asked for) have been heard;
+    digits are played at once."""
+
+    response_id: str
+    action: CallAction
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

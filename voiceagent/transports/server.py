@@ -69,12 +69,13 @@ from voiceagent.errors import ProtocolError
 from voiceagent.observability.metrics import CONTENT_TYPE, Metrics
 from voiceagent.pipeline.loopload import loop_load
 from voiceagent.session import QUEUES, Session
+from voiceagent.tools.phone import PhoneTools
 from voiceagent.transports.auth import SUBPROTOCOL, access_for, is_loopback
 from voiceagent.transports.http_post import Post, PostConnection
 from voiceagent.transports.probe_log import wire_logger
 from voiceagent.transports.realtime import RealtimeConnection
 from voiceagent.transports.twilio import TwilioConnection
-from voiceagent.transports.twilio_codec import stream_url, twiml
+from voiceagent.transports.twilio_codec import after_stream_twiml, stream_url, twiml
 from voiceagent.transports.webrtc import WebRtcCall, WebRtcError
 from voiceagent.web import static_file
 
@@ -85,6 +86,10 @@ log = logging.getLogger(__name__)
 REALTIME_PATH = "/v1/realtime"
 TWILIO_PATH = "/twilio"
 TWIML_PATH = "/twilio/twiml"
+TWIML_NEXT_PATH = "/twilio/twiml/next"
+"""The ``<Connect>``'s action: what a call does once the agent ended its stream (GET, with
+Twilio's ``CallSid``): the transfer's ``<Dial>``, else ``<Hangup/>``."""
+_TRANSFERS_KEPT = 1000
 CALLS_PATH = "/v1/realtime/calls"
 FIRST_TURN_FACTOR = 5.0
 """A whole turn's CPU seconds (the listening around it included) over its critical path's
@@ -227,6 +232,7 @@ class VoiceAgentServer:
         self._idle.set()
         self._server: WsServer | None = None
         self._calls: dict[str, tuple[WebRtcCall, asyncio.Task[None]]] = {}  # WebRTC calls by id
+        self._transfers: dict[str, str] = {}  # Twilio call id → where the agent transferred it
         self._load_watch: asyncio.Task[None] | None = None
         self._admission_watch: asyncio.Task[None] | None = None
         self._agent: asyncio.Server | None = None
@@ -497,7 +503,7 @@ class VoiceAgentServer:
         path = _route_path(request.path)
         if path == CALLS_PATH:
             return _text(http.HTTPStatus.METHOD_NOT_ALLOWED, "POST an SDP offer here\n", Allow="POST")
-        if path == TWIML_PATH:
+        if path in (TWIML_PATH, TWIML_NEXT_PATH):
             refusal = self.access.check(request.path, request.headers)
             if refusal is not None:
                 self.metrics.refused("unauthorized" if refusal.status == http.HTTPStatus.UNAUTHORIZED else "forbidden")
@@ -528,11 +534,18 @@ class VoiceAgentServer:
             try:
                 url = stream_url(self.config.server.public_url, request.headers.get("Host"), request.headers.get("X-Forwarded-Proto"))
                 token = self.access.token_in(request.path, request.headers)
+                action = TWIML_NEXT_PATH
                 if token is not None:
                     url += f"/{token}"  # Twilio's stream URL takes no query string: the token is a path segment
+                    action += f"?token={token}"
             except ValueError as exc:
                 return _text(http.HTTPStatus.BAD_REQUEST, f"{exc}\n")
-            return _text(http.HTTPStatus.OK, twiml(url), "text/xml; charset=utf-8")
+            return _text(http.HTTPStatus.OK, twiml(url, action), "text/xml; charset=utf-8")
+        if path == TWIML_NEXT_PATH:
+            call_sid = parse_qs(urlsplit(request.path).query).get("CallSid", [""])[0]
+            target = self._transfers.pop(call_sid, None)
+            log.info("twilio call %s: after its stream, %s", call_sid or "-", f"dial {target}" if target else "hang up")
+            return _text(http.HTTPStatus.OK, after_stream_twiml(target), "text/xml; charset=utf-8")
         static = static_file(path)
         if static is not None:
             body, content_type = static
@@ -725,7 +738,8 @@ class VoiceAgentServer:
         parts = urlsplit(ws.request.path)
         path = _route_path(ws.request.path)
         query = parse_qs(parts.query)
-        session = Session(self.engines, self.config, clock=self.clock, metrics=self.metrics)
+        phone = PhoneTools(self.config.phone.targets) if path == TWILIO_PATH and self.config.phone.tools else None
+        session = Session(self.engines, self.config, clock=self.clock, metrics=self.metrics, phone=phone)
         self.sessions.add(session)
         self._peers[session] = ws
         self._idle.clear()
@@ -738,6 +752,11 @@ class VoiceAgentServer:
                 conn = RealtimeConnection(ws, session, self.engines.tts.sample_rate, send_metrics=query.get("voiceagent_metrics") == ["1"])
             log.info("session %s opened on %s from %s", session.id, path, ws.remote_address)
             await conn.run()
+            if isinstance(conn, TwilioConnection) and conn.transfer is not None:
+                # Twilio asks TWIML_NEXT_PATH next, on whichever request: kept by call id.
+                while len(self._transfers) >= _TRANSFERS_KEPT:
+                    self._transfers.pop(next(iter(self._transfers)))
+                self._transfers[conn.codec.call_sid] = conn.transfer.target
         finally:
             await self._end_session(session)
             log.info("session %s closed", session.id)

@@ -9,20 +9,35 @@ closed with code 1008 and the reason; other calls are not affected.
 Writer: reply audio goes out as ``media`` + ``mark`` pairs as soon as each chunk exists.  On
 barge-in (:class:`~voiceagent.events.PlaybackCleared`) a ``clear`` is sent at once and the
 assistant item is truncated to what the echoed marks say the caller heard.
+
+Keys and call control (issue #68, item 4): the caller's ``dtmf`` keys are collected until ``#``
+or ``phone.dtmf_gap_ms`` without another, then become one user message and a response (a reply
+being spoken is cancelled first: a key press answers a question, as speech would).  The
+session's call-control tools (:class:`~voiceagent.events.CallControl`): ``send_dtmf`` plays
+keypad tones in the call's audio (Media Streams has no key message); ``end_call`` and
+``transfer_call`` end the stream once the goodbye after the tool call has been heard (every mark
+echoed).  Twilio then runs the ``<Connect>``'s ``action``: the server answers it with a
+``<Dial>`` for a transfer (:attr:`TwilioConnection.transfer`), else ``<Hangup/>``.
+
+Cancellation: the key collector's timer is a task of the connection, cancelled with it.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 
 from websockets.asyncio.server import ServerConnection
 
 from voiceagent.audio import PIPELINE_RATE
 from voiceagent.errors import ProtocolError
-from voiceagent.events import InputTranscriptDone, PlaybackCleared, ResponseDone
+from voiceagent.events import CallControl, InputTranscriptDone, PlaybackCleared, ResponseDone
 from voiceagent.session import Session
+from voiceagent.tools.phone import HangUp, SendDigits, Transfer
 from voiceagent.transports.connection import SessionConnection
-from voiceagent.transports.twilio_codec import Dtmf, MarkEcho, Media, Start, Stop, TwilioCodec
+from voiceagent.transports.dtmf import dtmf_tones
+from voiceagent.transports.twilio_codec import TWILIO_RATE, Dtmf, MarkEcho, Media, Start, Stop, TwilioCodec
 
 __all__ = ["CLOSE_POLICY", "TwilioConnection"]
 
@@ -33,7 +48,7 @@ CLOSE_UNSUPPORTED = 1003  # RFC 6455 "unsupported data": a binary frame
 
 
 class TwilioConnection(SessionConnection):
-    """Serves one Media Streams connection.  ``dtmf`` collects the digits the caller pressed."""
+    """Serves one Media Streams connection.  ``dtmf``: every key the caller pressed, in order."""
 
     def __init__(self, ws: ServerConnection, session: Session, voice_rate: int) -> None:
         super().__init__(ws, session)
@@ -41,9 +56,27 @@ class TwilioConnection(SessionConnection):
         self.dtmf: list[str] = []
         self.dropped_ms = 0.0
         """Caller audio refused for arriving faster than real time (``server.audio_burst_s``)."""
+        self.transfer: Transfer | None = None
+        """Set when the agent transferred the call: the ``<Connect>`` action's answer dials it."""
+        self.ended_by_agent = False
+        """The agent ended the stream (``end_call`` or ``transfer_call``), not the caller."""
+        self._keys: list[str] = []  # pressed and not yet given to the conversation
+        self._keys_due: asyncio.Task[None] | None = None
+        self._ending: CallControl | None = None  # a hang-up or transfer waiting for its goodbye
+        self._goodbye_done = False
+        self._played = asyncio.Condition()  # notified at each mark echo
 
     async def serve(self) -> None:
         """Serve until ``stop`` or the peer goes away."""
+        try:
+            await self._serve()
+        finally:
+            if self._keys_due is not None:
+                self._keys_due.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await self._keys_due
+
+    async def _serve(self) -> None:
         async for frame in self.frames():
             if isinstance(frame, bytes):
                 await self._refuse(CLOSE_UNSUPPORTED, "binary frames are not part of Media Streams")
@@ -75,17 +108,81 @@ class TwilioConnection(SessionConnection):
             elif len(cmd.pcm):
                 self.dropped_ms += len(cmd.pcm) * 1000.0 / PIPELINE_RATE  # faster than a phone line can send
         elif isinstance(cmd, MarkEcho):
-            pass  # the codec recorded the playback position
+            # The codec recorded the playback position; a goodbye waiting to be heard looks again.
+            async with self._played:
+                self._played.notify_all()
         elif isinstance(cmd, Dtmf):
             self.dtmf.append(cmd.digit)
             log.info("twilio stream %s: caller pressed %s", self.codec.stream_sid, cmd.digit)
+            await self._key(cmd.digit)
         elif isinstance(cmd, Start):
             log.info("twilio call %s started: stream %s, session %s", cmd.call_sid, cmd.stream_sid, self.session.id)
+
+    async def _key(self, digit: str) -> None:
+        """Collect ``digit``; ``#`` or ``phone.dtmf_gap_ms`` without another key sends the keys."""
+        if self._keys_due is not None:
+            self._keys_due.cancel()
+            self._keys_due = None
+        if digit != "#":
+            self._keys.append(digit)
+            self._keys_due = asyncio.create_task(self._keys_after_gap(), name=f"{self.session.id}.keys")
+        elif self._keys:
+            await self._send_keys()
+
+    async def _keys_after_gap(self) -> None:
+        clock = self.session.clock
+        await clock.sleep_until(clock.now() + self.session.config.phone.dtmf_gap_ms / 1000.0)
+        self._keys_due = None
+        await self._send_keys()
+
+    async def _send_keys(self) -> None:
+        keys, self._keys = " ".join(self._keys), []
+        if self.session.active_response_id is not None:
+            await self.session.cancel_response("dtmf")
+        await self.session.add_text(f"(The caller pressed {keys} on the phone keypad.)")
+        await self.session.create_response()
+
+    async def _control(self, event: CallControl) -> None:
+        action = event.action
+        if isinstance(action, SendDigits):
+            tones = dtmf_tones(action.digits, TWILIO_RATE)
+            for message in self.codec.media(tones):
+                await self.send(message)
+            log.info("twilio stream %s: sent keys %s", self.codec.stream_sid, action.digits)
+        elif isinstance(action, HangUp | Transfer) and self._ending is None:
+            self._ending = event
+
+    async def _end_when_heard(self) -> None:
+        """End the stream once every mark came back: the goodbye was heard to its end."""
+        async with self._played:
+            await self._played.wait_for(lambda: self.codec.marks_pending == 0)
+        assert self._ending is not None
+        action = self._ending.action
+        self.transfer = action if isinstance(action, Transfer) else None
+        self.ended_by_agent = True
+        log.info(
+            "twilio call %s: the agent %s",
+            self.codec.call_sid or self.codec.stream_sid,
+            f"transfers it to {action.name}" if isinstance(action, Transfer) else "hangs up",
+        )
+        await self.ws.close()
 
     async def write(self) -> None:
         async for event in self.session.events():
             for message in self.codec.encode(event):
                 await self.send(message)
+            if isinstance(event, CallControl):
+                await self._control(event)
+            elif (
+                isinstance(event, ResponseDone)
+                and self._ending is not None
+                and event.response_id != self._ending.response_id
+                and not self._goodbye_done
+            ):
+                # The reply after the tool call (its goodbye) has ended: hang up once it is heard.
+                # On the writer, so every one of its marks was sent before the wait starts.
+                self._goodbye_done = True
+                await self._end_when_heard()
             if isinstance(event, PlaybackCleared):
                 await self._cut_to_heard(event)
             elif isinstance(event, InputTranscriptDone) and self.session.config.log_transcripts:

@@ -27,7 +27,7 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
-from xml.sax.saxutils import quoteattr
+from xml.sax.saxutils import escape, quoteattr
 
 from voiceagent.audio import PIPELINE_RATE, Int16Array, StreamResampler, mulaw_decode, mulaw_encode
 from voiceagent.errors import ProtocolError, excerpt
@@ -44,6 +44,7 @@ __all__ = [
     "Stop",
     "TwilioCodec",
     "TwilioCommand",
+    "after_stream_twiml",
     "stream_url",
     "twiml",
 ]
@@ -269,6 +270,15 @@ class TwilioCodec:
             return self._chunk(out, out.resampler.flush())
         return []
 
+    def media(self, pcm: Int16Array) -> list[dict[str, Any]]:
+        """``media`` messages of 8 kHz audio that belongs to no reply (keypad tones), 20 ms each,
+        without marks: no playback position hangs on it."""
+        if self.stream_sid is None:
+            return []
+        frame = TWILIO_RATE // 50
+        payloads = (base64.b64encode(mulaw_encode(pcm[i : i + frame])).decode("ascii") for i in range(0, len(pcm), frame))
+        return [{"event": "media", "streamSid": self.stream_sid, "media": {"payload": p}} for p in payloads]
+
     def _chunk(self, out: _Outgoing, pcm: Int16Array) -> list[dict[str, Any]]:
         if len(pcm) == 0:
             return []
@@ -311,9 +321,23 @@ def stream_url(public_url: str, host: str | None, forwarded_proto: str | None = 
     return f"{scheme}://{host}/twilio"
 
 
-def twiml(url: str) -> str:
-    """The TwiML document that connects a call to the media stream at ``url``."""
-    return f'<?xml version="1.0" encoding="UTF-8"?>\n<Response><Connect><Stream url={quoteattr(url)}/></Connect></Response>\n'
+def twiml(url: str, action: str | None = None) -> str:
+    """The TwiML document that connects a call to the media stream at ``url``; ``action``: where
+    Twilio asks what to do once the server ends the stream (a transfer's ``<Dial>``)."""
+    after = f' action={quoteattr(action)} method="GET"' if action else ""
+    return f'<?xml version="1.0" encoding="UTF-8"?>\n<Response><Connect{after}><Stream url={quoteattr(url)}/></Connect></Response>\n'
+
+
+def after_stream_twiml(target: str | None) -> str:
+    """What a call does once the server ended its stream: dial ``target`` (a transfer: a number,
+    ``tel:`` or ``sip:`` URI), or hang up (None)."""
+    if target is None:
+        body = "<Hangup/>"
+    elif target.startswith(("sip:", "sips:")):
+        body = f"<Dial><Sip>{escape(target)}</Sip></Dial>"
+    else:
+        body = f"<Dial>{escape(target.removeprefix('tel:'))}</Dial>"
+    return f'<?xml version="1.0" encoding="UTF-8"?>\n<Response>{body}</Response>\n'
 
 
 # ---------------------------------------------------------------------- field helpers
