@@ -158,7 +158,7 @@ def _history(server: VoiceAgentServer) -> list[Any]:
 
 
 def test_end_call_hangs_up_once_the_goodbye_is_heard() -> None:
-    fakes = _scripted([ToolCall("c1", "end_call", "{}")], ["Goodbye, and thank you for calling."])
+    fakes = _scripted([ToolCall("c1", "end_call", "{}")], ["Goodbye, and thank you for calling."], heard="thank you, goodbye")
 
     async def body(server: VoiceAgentServer, call: Any) -> tuple[Any, list[Any], str]:
         await call.say(tone(600), 16000)
@@ -168,7 +168,7 @@ def test_end_call_hangs_up_once_the_goodbye_is_heard() -> None:
         return call, items, after
 
     try:
-        call, _, after = _run(_phone_call(fakes, _config(), body))
+        call, _, after = _run(_phone_call(fakes, _config(tools=True), body))
     finally:
         fakes.close()
     assert call.close_code == 1000
@@ -178,6 +178,30 @@ def test_end_call_hangs_up_once_the_goodbye_is_heard() -> None:
     assert "<Hangup/>" in after
     offered = [t.name for t in fakes.llm.calls.items[0].tools]
     assert "end_call" in offered and "send_dtmf" in offered and "transfer_call" not in offered
+
+
+def test_end_call_when_the_caller_said_no_goodbye_is_not_a_hang_up() -> None:
+    # What the default 0.5B did with a real caller (docs/reports/phone-tools-2026-12-02.md).
+    fakes = _scripted([ToolCall("c1", "end_call", "{}")], ["Let me see who can help you."], heard="can you put me through to sales please")
+
+    async def body(server: VoiceAgentServer, call: Any) -> list[Any]:
+        await call.say(tone(600), 16000)
+
+        def done() -> bool:
+            replies = [i for i in _history(server) if isinstance(i, AssistantItem)]
+            return bool(replies) and replies[-1].status != "in_progress" and call.quiet_for(0.3)
+
+        await call.wait_until(done, 20 * SCALE)
+        assert not call.ended_by_server
+        return _history(server)
+
+    try:
+        items = _run(_phone_call(fakes, _config(tools=True), body))
+    finally:
+        fakes.close()
+    assert [i.text for i in items if isinstance(i, AssistantItem)] == ["Let me see who can help you."]
+    assert not any(getattr(i, "name", "") == "end_call" for i in items)
+    assert fakes.llm.calls.items[-1].tool_choice == "none"  # asked again without tools, as for any call nobody asked for
 
 
 def test_transfer_call_goes_to_the_named_target_after_its_announcement() -> None:
@@ -195,7 +219,7 @@ def test_transfer_call_goes_to_the_named_target_after_its_announcement() -> None
         return fakes.llm.calls.items, after, again
 
     try:
-        calls, after, again = _run(_phone_call(fakes, _config(transfer_targets="sales=+15551234567"), body))
+        calls, after, again = _run(_phone_call(fakes, _config(tools=True, transfer_targets="sales=+15551234567"), body))
     finally:
         fakes.close()
     transfer = next(t for t in calls[0].tools if t.name == "transfer_call")
@@ -219,7 +243,7 @@ def test_send_dtmf_plays_the_keys_as_tones_the_far_end_can_read() -> None:
         return call.heard_audio()
 
     try:
-        heard = _run(_phone_call(fakes, _config(), body))
+        heard = _run(_phone_call(fakes, _config(tools=True), body))
     finally:
         fakes.close()
     assert "4#" in detect_keys(heard, 8000)
@@ -247,7 +271,7 @@ def test_the_callers_keys_become_one_message_at_hash_or_after_the_gap() -> None:
 @pytest.mark.parametrize("where", ["realtime", "phone tools off"])
 def test_no_call_control_tools_off_the_phone_or_when_turned_off(where: str) -> None:
     fakes = _scripted()
-    config = _config(tools=where == "realtime")
+    config = _config(tools=where == "realtime")  # on for the Realtime session: still not offered there
 
     async def realtime(server: VoiceAgentServer) -> None:
         async with connect(f"ws://127.0.0.1:{server.port}/v1/realtime") as ws:

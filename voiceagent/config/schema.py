@@ -633,10 +633,13 @@ class CacheConfig:
 
 @dataclass(frozen=True)
 class PhoneConfig:
-    tools: bool = True
+    tools: bool = False
     """Offer the call-control tools on phone calls (voiceagent/tools/phone.py): ``end_call`` (the
     agent says goodbye, then hangs up) and ``send_dtmf`` (keypad tones, for a phone menu); plus
-    ``transfer_call`` where ``transfer_targets`` names somewhere to send callers."""
+    ``transfer_call`` where ``transfer_targets`` names somewhere to send callers.  Off by default:
+    the default 0.5B model chose the wrong one (``end_call`` for "put me through to sales") and
+    their listing costs each call's first answer (docs/reports/phone-tools-2026-12-02.md); turn it
+    on with a model that calls tools well.  The caller's keys reach the conversation either way."""
     transfer_targets: str = ""
     """Where ``transfer_call`` may send a caller, by name: ``sales=+15551234567,desk=sip:desk@pbx.example``.
     Only these: the model picks a name, never a number, so a caller cannot talk it into dialling

@@ -79,7 +79,12 @@ def _declared(tool: Tool | None, parsed: object) -> object:
 def grounded(arguments: str, messages: Sequence[Message], tool: Tool | None = None) -> bool:
     """Whether the call's ``arguments`` (JSON text) for ``tool`` share a word with what
     ``messages`` say outside the system message; True when its declared arguments hold no text
-    word to judge by, or the text does not parse (argument checking reports those)."""
+    word to judge by, or the text does not parse (argument checking reports those).  A tool with
+    a :attr:`~voiceagent.tools.spec.Tool.cue` also needs the user's last message to match it."""
+    if tool is not None and tool.cue:
+        last = next((m.content for m in reversed(messages) if m.role == "user"), "")
+        if re.search(tool.cue, last, re.IGNORECASE) is None:
+            return False
     try:
         parsed = json.loads(arguments) if arguments.strip() else {}
     except ValueError:

@@ -31,6 +31,9 @@ END_CALL = Tool(
     "end_call",
     "Hang up the phone call, after your goodbye. Use it when the caller says goodbye or asks to end the call.",
     {"type": "object", "properties": {}, "additionalProperties": False},
+    # Only when the caller has just said goodbye or asked to hang up: the default 0.5B called it
+    # for "Can you put me through to sales, please?" and the caller was hung up on.
+    cue=r"\b(?:good[- ]?bye|bye|hang up|end (?:the|this) call|that'?s all|that is all|nothing else)\b",
 )
 SEND_DTMF = Tool(
     "send_dtmf",
@@ -106,18 +109,18 @@ class PhoneTools:
             return json.dumps({"error": f"{type(exc).__name__}: {exc}"}), None
 
     def _run(self, name: str, args: dict[str, object]) -> tuple[str, CallAction]:
+        # Each output reads well aloud: a small model sometimes speaks a tool's output as it is
+        # (the 0.5B said "The call will end after your goodbye. Say goodbye now..." to a caller).
         if name == END_CALL.name:
-            return "The call will end after your goodbye. Say goodbye now, in one short sentence.", HangUp()
+            return "Goodbye, and thank you for calling.", HangUp()
         if name == SEND_DTMF.name:
             digits = str(args["digits"]).replace(" ", "").upper()
             if not 1 <= len(digits) <= _MAX_DIGITS or any(d not in DTMF_DIGITS for d in digits):
                 raise ValueError(f"digits must be 1 to {_MAX_DIGITS} of {DTMF_DIGITS}, got {digits!r}")
-            return f"The keys {digits} were pressed.", SendDigits(digits)
+            return f"I pressed {' '.join(digits)}.", SendDigits(digits)
         if name == "transfer_call" and self.targets:
             target = str(args["target"])
             if target not in self.targets:
                 raise ValueError(f"unknown target {target!r}: one of {', '.join(sorted(self.targets))}")
-            return f"The call will be transferred to {target} after your next sentence. Tell the caller now.", Transfer(
-                target, self.targets[target]
-            )
+            return f"I am transferring you to {target} now.", Transfer(target, self.targets[target])
         raise KeyError(name)

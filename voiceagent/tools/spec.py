@@ -19,6 +19,10 @@ class Tool:
     description: str = ""
     parameters: Mapping[str, Any] = field(default_factory=lambda: {"type": "object", "properties": {}})
     """A JSON Schema of the arguments object."""
+    cue: str = ""
+    """A server tool's regular expression that the user's last message must match for a call to
+    count (:func:`voiceagent.tools.grounding.grounded`): a call with no arguments to ground, such
+    as hanging up, is otherwise the model's guess alone.  Never sent to a model."""
 
 
 @dataclass(frozen=True, slots=True)
