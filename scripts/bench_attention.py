@@ -26,15 +26,12 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from scripts.bench.machine import machine  # noqa: E402
-from scripts.bench.prompts import instructions  # noqa: E402
-from voiceagent.backends.llama_batch import BatchContext, Entry  # noqa: E402
-from voiceagent.backends.llama_cpp import gguf_path  # noqa: E402
-from voiceagent.config import load_config  # noqa: E402
-from voiceagent.tools.spec import Message  # noqa: E402
+from scripts.bench.machine import machine
+from scripts.bench.prompts import instructions
+from voiceagent.backends.llama_batch import BatchContext, Entry
+from voiceagent.backends.llama_cpp import gguf_path
+from voiceagent.config import load_config
+from voiceagent.tools.spec import Message
 
 NEW = 32
 """Prompt tokens of a turn's pass (its words and the reply before them)."""

@@ -28,21 +28,17 @@ import asyncio
 import contextlib
 import json
 import sys
-from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from scripts.bench.machine import machine  # noqa: E402
-from scripts.bench.prompts import instructions  # noqa: E402
-from scripts.eval_long_conversation import TOOLS, TURNS  # noqa: E402
-from voiceagent.backends.llama_cpp import load  # noqa: E402
-from voiceagent.backends.protocols import LlmEngine, LlmRequest  # noqa: E402
-from voiceagent.config import load_config  # noqa: E402
-from voiceagent.tools.call_check import opens_call  # noqa: E402
-from voiceagent.tools.grounding import grounded  # noqa: E402
-from voiceagent.tools.spec import Message, Tool, ToolCall  # noqa: E402
+from scripts.bench.machine import machine
+from scripts.bench.prompts import instructions
+from scripts.eval_long_conversation import TOOLS, TURNS
+from voiceagent.backends.llama_cpp import load
+from voiceagent.backends.protocols import LlmEngine, LlmRequest
+from voiceagent.config import load_config
+from voiceagent.tools.call_check import opens_call
+from voiceagent.tools.grounding import grounded
+from voiceagent.tools.spec import Message, Tool, ToolCall
 
 REQUESTS = [t.said for t in TURNS if t.tool] + [
     "Can you email Bob that the meeting moved?",

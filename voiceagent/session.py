@@ -24,7 +24,7 @@ import datetime as dt
 import logging
 import math
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from types import TracebackType
 from typing import Any
 
@@ -47,6 +47,7 @@ from voiceagent.events import (
     InputTranscriptFailed,
     ItemTruncated,
     TextItemAdded,
+    TranscriptSegment,
 )
 from voiceagent.observability.metrics import Metrics
 from voiceagent.pipeline import Channel, Generations, StageContext
@@ -170,8 +171,8 @@ class Session:
                 takes_turn=replies.segment_heard,
                 judging=replies.core.judging,
                 rejoin=self.stt.decode_clip if cfg.stt.rejoin else None,
-                reads_again=lambda seg: replies.core.reads_again(seg.text, seg.level_db, seg.confidence, seg.joined),
-                read_as_sounds=lambda seg: self.stt.read_as_sounds(seg.audio, seg.text, self._backchannels(cfg)),
+                reads_again=replies.core.floor.reads_segment_again,
+                read_as_sounds=self._read_as_sounds,
             ),
             TurnOptions.from_config(cfg, min_audio_ms=turn_cost.audio_after_first_token_s * 1000.0 if turn_cost else 0.0),
         )
@@ -213,12 +214,13 @@ class Session:
         self._channels = (self._vad_in, stt_in, turn_in, llm_in, tts_in, play_in)
         self.metrics.session_opened()
 
-    def _backchannels(self, cfg: Config) -> tuple[str, ...]:
-        """The session's backchannel phrases now (``turn.backchannels``, else its language's): the
-        words, with the sound spellings, that the second reading of speech over a paused reply
-        may use.  Whether a segment is read so at all is the core's ``reads_again`` (never in
-        ``immediate`` mode, nor with ``turn.interruption_sound_margin`` < 0)."""
-        return phrases_for(self.current_settings().language, cfg.turn.backchannels)
+    def _read_as_sounds(self, seg: TranscriptSegment) -> Awaitable[float | None]:
+        """The second reading of a segment over a paused reply (the turn stage's port), in the
+        session's backchannel phrases now (``turn.backchannels``, else its language's) and sound
+        spellings.  Whether a segment is read so at all is the floor's ``reads_segment_again``
+        (never in ``immediate`` mode, nor with ``turn.interruption_sound_margin`` < 0)."""
+        phrases = phrases_for(self.current_settings().language, self.config.turn.backchannels)
+        return self.stt.read_as_sounds(seg.audio, seg.text, phrases)
 
     async def aclose(self) -> None:
         """Stop every stage.  Idempotent."""

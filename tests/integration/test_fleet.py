@@ -14,9 +14,11 @@ One fleet, in phases, because starting it is the expensive part:
 3. **spread by load**: with a call on each replica, one answers a spoken turn; its agent's weight
    falls (read from HAProxy's runtime API, the one line the test adds to the file), and the
    next two callers land on the two idle replicas.
-4. **drain**: SIGTERM to a replica in the middle of a reply: its agent tells HAProxy ``drain``,
+4. **retry**: a replica full since its agent's last check refuses the upgrade, and HAProxy puts
+   the caller on another without the client seeing the refusal.
+5. **drain**: SIGTERM to a replica in the middle of a reply: its agent tells HAProxy ``drain``,
    new callers go elsewhere, the reply finishes, then the replica closes the call and exits 0.
-5. **failover**: SIGKILL to a replica holding a call: the caller's connection closes at the
+6. **failover**: SIGKILL to a replica holding a call: the caller's connection closes at the
    proxy, its next connection lands on a live replica within 2 s, and a call on another replica
    goes on answering."""
 
@@ -79,11 +81,18 @@ class Replica(ServeProcess):
 
     def sessions(self) -> int:
         """Its open sessions, from its own /metrics (not through the proxy)."""
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics?name[]=voiceagent_sessions_active", timeout=10) as resp:
+        return int(self._metric("voiceagent_sessions_active", "voiceagent_sessions_active "))
+
+    def refusals(self) -> int:
+        """Handshakes it refused for being full (``server.max_sessions``), from its /metrics."""
+        return int(self._metric("voiceagent_sessions_refused_total", 'voiceagent_sessions_refused_total{reason="capacity"} '))
+
+    def _metric(self, name: str, prefix: str) -> float:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics?name[]={name}", timeout=10) as resp:
             for line in resp.read().decode().splitlines():
-                if line.startswith("voiceagent_sessions_active "):
-                    return int(float(line.split()[1]))
-        return 0
+                if line.startswith(prefix):
+                    return float(line.split()[1])
+        return 0.0
 
 
 def haproxy_config(port: int, replicas: list[Replica], stats: Path) -> str:
@@ -290,6 +299,7 @@ async def _spread_drain_and_failover(port: int, replicas: list[Replica], proxy: 
     """The last three phases on one event loop: they share the calls placed one on each replica."""
     on = await _one_on_each(port, replicas)
     await _spread_by_load(port, replicas, proxy, on, speech)
+    await _retry_past_a_full_one(port, replicas, proxy, on)
     await _drain_and_failover(port, replicas, on)
 
 
@@ -378,6 +388,41 @@ async def _spread_by_load(port: int, replicas: list[Replica], proxy: Proxy, on: 
     for ws, _ in placed:
         await ws.close()
     await until(lambda: where(replicas) == [1] * len(replicas), 10, "the new callers' places freed")
+
+
+async def _retry_past_a_full_one(port: int, replicas: list[Replica], proxy: Proxy, on: dict[str, ClientConnection]) -> None:
+    """A replica that filled up since its agent last answered refuses the upgrade itself (503),
+    and HAProxy's retry (``retry-on 503``, ``redispatch``) puts the caller on one with room: the
+    client sees only its session.  The first replica is filled with two sessions opened on it
+    directly, which the proxy does not count, so it holds the fewest of the proxy's connections
+    and is where the proxy sends the next caller until its agent's next check says ``drain``
+    (every 2 s).  That window is raced: an attempt that lost it (the agent answered first, and
+    the proxy sent the caller elsewhere without asking the full one) is tried again."""
+    full, *others = replicas
+    await on.pop(full.name).close()
+    await until(lambda: full.sessions() == 0, 10, f"{full.name}'s call closed")
+    retried = False
+    for _ in range(5):
+        await until(lambda: proxy.weights()[full.name] > 0, 15, f"{full.name} open in the proxy again")
+        direct = [await connect(f"ws://127.0.0.1:{full.port}/v1/realtime", max_size=None) for _ in range(CAP)]
+        refused = await asyncio.to_thread(full.refusals)
+        before = await asyncio.to_thread(where, others)
+        caller = await call(port)  # no retry of its own: a refusal would raise here
+        after = await asyncio.to_thread(where, others)
+        retried = await asyncio.to_thread(full.refusals) > refused
+        assert sum(after) == sum(before) + 1, (before, after)  # on a replica with room
+        for ws in (caller, *direct):
+            await ws.close()
+        await until(lambda b=before: full.sessions() == 0 and where(others) == b, 10, "the attempt's sessions closed")
+        if retried:
+            break
+    assert retried, f"in five attempts the proxy never sent a caller to {full.name} while it was full and open in the proxy"
+    # The drain phase wants one call on each replica again: the emptied one, open in the proxy
+    # again, holds the fewest of its connections.
+    await until(lambda: proxy.weights()[full.name] > 0, 15, f"{full.name} open in the proxy again")
+    ws, home = await call_placed(port, [full])
+    assert home is full
+    on[full.name] = ws
 
 
 async def _drain_and_failover(port: int, replicas: list[Replica], on: dict[str, ClientConnection]) -> None:

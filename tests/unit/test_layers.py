@@ -1,6 +1,10 @@
 """The import graph of ``voiceagent`` points one way: each top-level unit (a package or a root
 module) imports only units below it in :data:`LAYERS`, never one above.  Lazy imports inside
-functions and ``TYPE_CHECKING`` imports count too: they are still a dependency a reader meets."""
+functions and ``TYPE_CHECKING`` imports count too: they are still a dependency a reader meets.
+
+And the layout's other rules: ``Session`` wires its stages to named methods, never lambdas (a
+lambda hides a piece of behaviour where no test or reader looks for it), and no file of the
+project edits ``sys.path`` (the editable install puts the checkout on it)."""
 
 from __future__ import annotations
 
@@ -88,3 +92,44 @@ def test_tool_calling_is_one_low_package() -> None:
         assert not imported_units(path), path
     # and no tool-calling module is left elsewhere
     assert not [p for p in PACKAGE.rglob("*tool*.py") if tools not in p.parents]
+
+
+def test_the_session_wires_its_stages_without_lambdas() -> None:
+    tree = ast.parse((PACKAGE / "session.py").read_text())
+    lambdas = [node.lineno for node in ast.walk(tree) if isinstance(node, ast.Lambda)]
+    assert not lambdas, f"voiceagent/session.py: lambdas at lines {lambdas}; wire a named method of the part that owns the behaviour"
+
+
+_MUTATORS = ("insert", "append", "extend", "remove")
+
+
+def _edits_sys_path(tree: ast.AST) -> list[int]:
+    """Lines that change ``sys.path`` (a call of one of its mutating methods, or an assignment)."""
+    lines = []
+    for node in ast.walk(tree):
+        target = None
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in ("insert", "append", "extend", "remove")
+        ):
+            target = node.func.value
+        elif isinstance(node, ast.Assign | ast.AugAssign):
+            target = node.targets[0] if isinstance(node, ast.Assign) else node.target
+        if isinstance(target, ast.Attribute) and target.attr == "path" and isinstance(target.value, ast.Name) and target.value.id == "sys":
+            lines.append(node.lineno)
+    return sorted(lines)
+
+
+def test_no_file_edits_sys_path() -> None:
+    root = PACKAGE.parent
+    edits = []
+    for folder in ("voiceagent", "scripts", "tests", "clients"):
+        for path in sorted((root / folder).rglob("*.py")):
+            edits += [f"{path.relative_to(root)}:{line}" for line in _edits_sys_path(ast.parse(path.read_text()))]
+    assert not edits, "sys.path edits (run scripts as python -m scripts.NAME instead):\n" + "\n".join(edits)
+
+
+def test_the_rules_catch_what_they_forbid() -> None:
+    assert _edits_sys_path(ast.parse("import sys\nsys.path.insert(0, 'x')\nsys.path += ['y']\nsys.path = []")) == [2, 3, 4]
+    assert _edits_sys_path(ast.parse("import sys\nfor p in sys.path:\n    print(p)")) == []

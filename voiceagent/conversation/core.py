@@ -92,7 +92,8 @@ class ConversationCore:
         self._replies = Replies(self._ctx, self._calls)
         self._user = UserInput(self._ctx)
         self._idle = IdleTimeout(self._ctx)
-        self._floor = Interruptions(self._ctx, InterruptionPolicy.from_config(config.turn), self._user)
+        self.floor = Interruptions(self._ctx, InterruptionPolicy.from_config(config.turn), self._user)
+        """Speech over a reply and its judging (the turn stage reads segments through it)."""
 
     # ------------------------------------------------------------------ queries
 
@@ -139,7 +140,7 @@ class ConversationCore:
     def judging(self) -> bool:
         """Whether a reply is paused while speech over it is judged (the STT stage asks, to
         transcribe that speech sooner)."""
-        return self._floor.pending is not None
+        return self.floor.pending is not None
 
     def may_speculate(self) -> bool:
         """No speculative answer while a call waits for its output: its prompt is not known yet."""
@@ -161,10 +162,10 @@ class ConversationCore:
         until their ``response.done``."""
         gen = self._scope.next()
         self._replies.drop_unreleased(gen)
-        if self._floor.pending is not None:
+        if self.floor.pending is not None:
             # The paused reply is superseded (a cancel, a response.create): the speech being judged
             # is the user's as any other.
-            self._floor.hand_over()
+            self.floor.hand_over()
         return gen
 
     # ------------------------------------------------------------------ what stages observe
@@ -175,10 +176,10 @@ class ConversationCore:
         if isinstance(ev, SpeechStarted):
             self._speech_started(ev)
         elif isinstance(ev, SpeechStopped):
-            if self._floor.pending is not None:
-                self._floor.speech_stopped()
+            if self.floor.pending is not None:
+                self.floor.speech_stopped()
         elif isinstance(ev, TranscriptDelta):
-            if self._floor.partial(ev):
+            if self.floor.partial(ev):
                 self._take_turn()
         elif isinstance(ev, TurnEnded):
             self._confirm(ev)
@@ -197,25 +198,19 @@ class ConversationCore:
 
     def _speech_started(self, ev: SpeechStarted) -> None:
         self._idle.disarm()
-        if self._floor.pending is not None:
-            self._floor.speech_started()  # still being judged: no resume while the user speaks
+        if self.floor.pending is not None:
+            self.floor.speech_started()  # still being judged: no resume while the user speaks
             return
         detection = self._host.settings.turn_detection
         playing = self._replies.playing
         if playing is not None and self.agent_audible() and (detection is None or detection.interrupt_response):
-            if self._floor.policy.judges:
-                self._floor.open(ev, playing)
+            if self.floor.policy.judges:
+                self.floor.open(ev, playing)
                 return
             self._user.speech_started(ev)  # speech_started first, then the interrupted response's done (OpenAI's order)
             self._interrupt("turn_detected")
         else:
             self._user.speech_started(ev)
-
-    def reads_again(self, text: str, level_db: float | None, confidence: float | None = None, joined: bool = False) -> bool:
-        """Whether a segment's final transcript (``joined`` with dismissed speech before it), over
-        a paused reply, is worth a second reading in backchannels and sounds before
-        :meth:`segment_heard` (the turn stage's ``reads_again`` port; :meth:`Interruptions.reads_again`)."""
-        return self._floor.reads_again(text, level_db, confidence, joined)
 
     def segment_heard(
         self, text: str, level_db: float | None, confidence: float | None = None, sound_margin: float | None = None
@@ -226,20 +221,20 @@ class ConversationCore:
         (a backchannel, nothing, a doubted word, a sound written as words, a quieter voice): the
         turn stage drops it, and the reply resumes once the user is silent
         (:meth:`Interruptions.segment`)."""
-        verdict = self._floor.segment(text, level_db, confidence, sound_margin)
+        verdict = self.floor.segment(text, level_db, confidence, sound_margin)
         if verdict is Verdict.INTERRUPT:
             self._take_turn()
         return verdict in (None, Verdict.INTERRUPT), self._sink.take()
 
     def resume_due(self, token: int) -> list[Effect]:
         """Resume timeout ``token`` is due: the paused reply goes on if nothing decided since."""
-        self._floor.resume_due(token)
+        self.floor.resume_due(token)
         return self._sink.take()
 
     def _take_turn(self) -> None:
         """The speech over the paused reply is an interruption: the client hears of it now (its
         start, its partial transcripts), then the reply is cut as in a barge-in."""
-        if not self._scope.is_stale(self._floor.hand_over()):
+        if not self._scope.is_stale(self.floor.hand_over()):
             self._interrupt("turn_detected")
 
     def _confirm(self, ended: TurnEnded) -> None:

@@ -48,7 +48,7 @@ from voiceagent.conversation.effects import ArmResume, PausePlayout, ResumePlayo
 from voiceagent.conversation.reply import Reply
 from voiceagent.conversation.user import UserInput
 from voiceagent.errors import excerpt
-from voiceagent.events import SpeechStarted, TranscriptDelta
+from voiceagent.events import SpeechStarted, TranscriptDelta, TranscriptSegment
 from voiceagent.text.backchannel import asks, floor_words, phrases_for, real_words, takes_floor
 
 __all__ = [
@@ -243,6 +243,10 @@ class Interruptions:
         if self.pending is None:
             return False
         return self.policy.reads_again(text, level_db, self.user_db, self._ctx.host.settings.language, confidence, joined)
+
+    def reads_segment_again(self, seg: TranscriptSegment) -> bool:
+        """:meth:`reads_again` of a final segment (the turn stage's ``reads_again`` port)."""
+        return self.reads_again(seg.text, seg.level_db, seg.confidence, seg.joined)
 
     def segment(
         self, text: str, level_db: float | None, confidence: float | None = None, sound_margin: float | None = None
