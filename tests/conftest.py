@@ -104,27 +104,3 @@ def run() -> Callable[..., Any]:
         return asyncio.run(within(coro, timeout * SCALE))
 
     return _run
-
-
-# The parallel part (scripts/test.sh: xdist, --dist loadfile) hands out test files in the order
-# they are collected, and a long file that starts last is the run's tail: the longest go first
-# (longest-processing-time first).  Seconds each took in a loaded parallel run (--durations,
-# 2026-12-02): faults 136, fleet about 120, shutdown 102, tools 87, concurrency 85, fallback 80,
-# realtime 75, browser 64, agents SDK 62, context 61.  The other files keep their order after these.
-LONGEST_FIRST = (
-    "test_faults.py",
-    "test_fleet.py",
-    "test_shutdown.py",
-    "test_tools.py",
-    "test_concurrency.py",
-    "test_llm_fallback.py",
-    "test_realtime.py",
-    "test_browser.py",
-    "test_agents_sdk.py",
-    "test_context.py",
-)
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: the rest keep their order
