@@ -154,7 +154,7 @@ class Session:
             ctx,
             stt_in,
             turn_in,
-            SttPorts(self._engines.stt, settings, self._engines.stt_finals, self._engines.stt_partials, replies.core.judging),
+            SttPorts(self._engines.stt, settings, self._engines.stt_finals, self._engines.stt_partials, replies.core.floor.judging),
             SttOptions.from_config(cfg.stt),
         )
         turn_cost = self._engines.turn_cost
@@ -169,7 +169,7 @@ class Session:
                 llm_started=first_token,
                 may_speculate=replies.core.may_speculate,
                 takes_turn=replies.segment_heard,
-                judging=replies.core.judging,
+                judging=replies.core.floor.judging,
                 rejoin=self.stt.decode_clip if cfg.stt.rejoin else None,
                 reads_again=replies.core.floor.reads_segment_again,
                 read_as_sounds=self._read_as_sounds,

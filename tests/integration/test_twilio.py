@@ -158,7 +158,7 @@ def test_twilio_barge_in_clears_and_cuts_history_to_played_audio(engines: Any, s
             # then goes on; the phone is not cleared and the caller's words make no turn.
             session = _only_session(server)
             await call.say(backchannel, b_rate)
-            await call.wait_until(lambda: session.turn.dropped >= 1 and not session.replies.core.judging(), 20 * SCALE)
+            await call.wait_until(lambda: session.turn.dropped >= 1 and not session.replies.core.floor.judging(), 20 * SCALE)
             clears_after_backchannel = len(call.clears)
             await call.wait_until(lambda: call.received_ms - call.heard_ms >= unplayed_ms, 60 * SCALE)
             started: asyncio.Future[int] = asyncio.get_running_loop().create_future()

@@ -445,14 +445,14 @@ def test_speech_over_a_reply_pauses_it_and_a_backchannel_resumes_it_whole() -> N
     w.core.segment_heard("tell me a story", -20.0)  # the user's own turn: their voice's level
     # The client hears nothing of the speech yet; only playout pauses.
     assert show(w.core.handle(w.ev(SpeechStarted, audio_ms=5000.0))) == ["pause"]
-    assert w.core.judging() and w.core.generations.current == gen
+    assert w.core.floor.judging() and w.core.generations.current == gen
     assert show(w.core.handle(w.ev(TranscriptDelta, text="Yeah,", level_db=-21.0))) == []  # held
     assert show(w.core.handle(w.ev(SpeechStopped, audio_ms=5600.0))) == ["arm_resume"]
     w.clock.advance(0.3)  # the final transcript comes after a little silence
     takes, effects = w.core.segment_heard("Yeah, yeah. Right.", -21.0)
     assert not takes and show(effects) == ["resume"]
     # The reply goes on, whole: nothing was cut, no generation moved, no user item.
-    assert not w.core.judging() and w.core.generations.current == gen and w.core.active_response_id == reply.id
+    assert not w.core.floor.judging() and w.core.generations.current == gen and w.core.active_response_id == reply.id
     assert reply.item is not None and reply.item.heard_ms is None
     assert [i.role for i in w.history.items] == ["user", "assistant"]
 
@@ -473,7 +473,7 @@ def test_real_words_over_a_paused_reply_cut_it_as_a_barge_in(text: str) -> None:
     assert started.audio_ms == 5000.0
     [cleared] = emitted(effects, PlaybackCleared)
     assert cleared.heard_ms == pytest.approx(1500.0) and reply.item is not None and reply.item.heard_ms == pytest.approx(1500.0)
-    assert not w.core.judging() and w.core.active_response_id is None
+    assert not w.core.floor.judging() and w.core.active_response_id is None
 
 
 def test_a_partial_decides_once_the_speech_has_lasted_a_second_and_the_held_partials_follow_in_order() -> None:
@@ -494,7 +494,7 @@ def test_a_partial_decides_once_the_speech_has_lasted_a_second_and_the_held_part
         "emit:InputTranscriptDelta",
         "prefill:Uh-huh, no wait",
     ]
-    assert "barge_in" in show(effects) and not w.core.judging()
+    assert "barge_in" in show(effects) and not w.core.floor.judging()
     # The segment's final then counts as an ordinary turn.
     assert w.core.segment_heard("Uh-huh, no wait.", -20.0) == (True, [])
 
@@ -523,7 +523,7 @@ def test_no_words_resume_after_the_timeout_but_never_while_the_user_speaks() -> 
     [arm] = w.core.handle(w.ev(SpeechStopped, audio_ms=5400.0))
     assert isinstance(arm, ArmResume) and arm.deadline == pytest.approx(w.clock.now() + 1.0)
     w.core.handle(w.ev(SpeechStarted, audio_ms=5600.0))  # they speak again: that timeout is stale
-    assert w.core.resume_due(arm.token) == [] and w.core.judging()
+    assert w.core.resume_due(arm.token) == [] and w.core.floor.judging()
     # A cough's segment while they still speak: dropped, but no resume yet.
     assert w.core.segment_heard("", -25.0) == (False, [])
     [arm2] = w.core.handle(w.ev(SpeechStopped, audio_ms=6000.0))
@@ -552,7 +552,7 @@ def test_a_cancel_during_the_pause_ends_it_and_the_speech_is_the_users() -> None
     w.core.handle(w.ev(SpeechStarted, audio_ms=5000.0))
     stopped, effects = w.core.cancel_response()
     assert stopped and show(effects)[:2] == ["unpause", "emit:InputSpeechStarted"]
-    assert not w.core.judging()
+    assert not w.core.floor.judging()
     assert w.core.segment_heard("yeah", -20.0) == (True, [])  # no longer judged: an ordinary turn
 
 
@@ -574,7 +574,7 @@ def test_a_backchannel_decided_at_once_waits_for_a_little_silence_so_yeah_but_st
     [arm] = effects
     assert not takes and isinstance(arm, ArmResume) and arm.deadline == pytest.approx(w.clock.now() + 0.2)
     w.core.handle(w.ev(SpeechStarted, audio_ms=5500.0))  # "... but what about the princess?"
-    assert w.core.resume_due(arm.token) == [] and w.core.judging()
+    assert w.core.resume_due(arm.token) == [] and w.core.floor.judging()
     w.core.handle(w.ev(SpeechStopped, audio_ms=7000.0))
     takes, effects = w.core.segment_heard("but what about the princess?", -20.0)
     assert takes and "barge_in" in show(effects)
@@ -585,7 +585,7 @@ def test_interrupt_response_false_keeps_its_meaning_in_words_mode() -> None:
     speaking_reply(w)
     # No pause, nothing judged: the speech is the user's next turn, the reply goes on meanwhile.
     assert show(w.core.handle(w.ev(SpeechStarted, audio_ms=5000.0))) == ["emit:InputSpeechStarted"]
-    assert not w.core.judging() and w.core.segment_heard("yeah", -20.0) == (True, [])
+    assert not w.core.floor.judging() and w.core.segment_heard("yeah", -20.0) == (True, [])
 
 
 def test_words_read_as_sounds_resume_the_reply_and_a_partial_of_them_does_not_decide() -> None:
@@ -596,14 +596,14 @@ def test_words_read_as_sounds_resume_the_reply_and_a_partial_of_them_does_not_de
     # A hum-laugh's partial after more than a second: real words, but a second reading could
     # dismiss them, so it waits for the final transcript (which gets that reading).
     assert show(w.core.handle(w.ev(TranscriptDelta, text="and mam", audio_ms=6200.0))) == []
-    assert w.core.judging() and w.core.reads_again("and mamam", -20.0, 0.4)
+    assert w.core.floor.judging() and w.core.floor.reads_again("and mamam", -20.0, 0.4)
     w.core.handle(w.ev(SpeechStopped, audio_ms=6400.0))
     w.clock.advance(0.3)
     within = -Config().turn.interruption_sound_margin / 2
     takes, effects = w.core.segment_heard("and mamam", -20.0, 0.4, within)
     assert not takes and show(effects) == ["resume"]
     assert w.core.active_response_id == reply.id and reply.item is not None and reply.item.heard_ms is None
-    assert not w.core.reads_again("and mamam", -20.0, 0.4)  # nothing judged now: an ordinary turn
+    assert not w.core.floor.reads_again("and mamam", -20.0, 0.4)  # nothing judged now: an ordinary turn
 
 
 def test_words_that_read_badly_as_sounds_cut_the_reply_and_a_floor_word_partial_still_decides() -> None:
@@ -616,5 +616,5 @@ def test_words_that_read_badly_as_sounds_cut_the_reply_and_a_floor_word_partial_
     w = World()
     speaking_reply(w)
     w.core.handle(w.ev(SpeechStarted, audio_ms=5000.0))
-    assert not w.core.reads_again("Hold on, please", -20.0, 0.4)
+    assert not w.core.floor.reads_again("Hold on, please", -20.0, 0.4)
     assert "barge_in" in show(w.core.handle(w.ev(TranscriptDelta, text="Hold on, please", audio_ms=6100.0)))

@@ -2,9 +2,11 @@
 module) imports only units below it in :data:`LAYERS`, never one above.  Lazy imports inside
 functions and ``TYPE_CHECKING`` imports count too: they are still a dependency a reader meets.
 
-And the layout's other rules: ``Session`` wires its stages to named methods, never lambdas (a
-lambda hides a piece of behaviour where no test or reader looks for it), and no file of the
-project edits ``sys.path`` (the editable install puts the checkout on it)."""
+And the layout's other rules: each module of the conversation core stays under
+:data:`CORE_MAX_LINES` (one concept each: a growing one is two), ``Session`` wires its stages to
+named methods, never lambdas (a lambda hides a piece of behaviour where no test or reader looks
+for it), and no file of the project edits ``sys.path`` (the editable install puts the checkout
+on it)."""
 
 from __future__ import annotations
 
@@ -133,3 +135,11 @@ def test_no_file_edits_sys_path() -> None:
 def test_the_rules_catch_what_they_forbid() -> None:
     assert _edits_sys_path(ast.parse("import sys\nsys.path.insert(0, 'x')\nsys.path += ['y']\nsys.path = []")) == [2, 3, 4]
     assert _edits_sys_path(ast.parse("import sys\nfor p in sys.path:\n    print(p)")) == []
+
+
+CORE_MAX_LINES = 400
+
+
+def test_each_module_of_the_conversation_core_stays_small() -> None:
+    long = {p.name: n for p in sorted((PACKAGE / "conversation").glob("*.py")) if (n := len(p.read_text().splitlines())) > CORE_MAX_LINES}
+    assert not long, f"conversation modules over {CORE_MAX_LINES} lines: {long}; split out a concept"

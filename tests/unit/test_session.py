@@ -608,7 +608,7 @@ def test_words_mode_a_backchannel_pauses_the_reply_which_then_resumes_whole_and_
             await pause(session, 160)
             await fakes.stt.calls.wait(2)
             hold = session.replies.hold
-            assert hold.paused == first.gen and session.replies.core.judging()
+            assert hold.paused == first.gen and session.replies.core.floor.judging()
             decodes.set()
             await until(lambda: session.turn.dropped == 1)  # "yeah" judged: no turn, a resume armed
             assert hold.paused == first.gen  # not yet: after a little silence

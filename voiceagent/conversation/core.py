@@ -93,7 +93,8 @@ class ConversationCore:
         self._user = UserInput(self._ctx)
         self._idle = IdleTimeout(self._ctx)
         self.floor = Interruptions(self._ctx, InterruptionPolicy.from_config(config.turn), self._user)
-        """Speech over a reply and its judging (the turn stage reads segments through it)."""
+        """Speech over a reply and its judging: the STT and turn stages ask it (``judging``,
+        ``reads_segment_again``)."""
 
     # ------------------------------------------------------------------ queries
 
@@ -136,11 +137,6 @@ class ConversationCore:
         """Whether the listener may be hearing the agent now (the VAD asks, for barge-in)."""
         playing = self._replies.playing
         return playing is not None and playing.audible(self._clock.now())
-
-    def judging(self) -> bool:
-        """Whether a reply is paused while speech over it is judged (the STT stage asks, to
-        transcribe that speech sooner)."""
-        return self.floor.pending is not None
 
     def may_speculate(self) -> bool:
         """No speculative answer while a call waits for its output: its prompt is not known yet."""
@@ -359,7 +355,7 @@ class ConversationCore:
 
     def _quiet(self) -> bool:
         """No user speech (being judged or not) and no response under way."""
-        return self.active_response_id is None and not self._user.speaking and not self.judging()
+        return self.active_response_id is None and not self._user.speaking and not self.floor.judging()
 
     def _speaks(self, reply: Reply) -> bool:
         return reply.options.audio if reply.options.audio is not None else self._host.settings.audio

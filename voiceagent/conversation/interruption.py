@@ -244,6 +244,11 @@ class Interruptions:
             return False
         return self.policy.reads_again(text, level_db, self.user_db, self._ctx.host.settings.language, confidence, joined)
 
+    def judging(self) -> bool:
+        """Whether a reply is paused while speech over it is judged (the STT stage asks, to
+        transcribe that speech sooner; the turn stage, to rejoin dismissed speech)."""
+        return self.pending is not None
+
     def reads_segment_again(self, seg: TranscriptSegment) -> bool:
         """:meth:`reads_again` of a final segment (the turn stage's ``reads_again`` port)."""
         return self.reads_again(seg.text, seg.level_db, seg.confidence, seg.joined)
