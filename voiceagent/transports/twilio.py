@@ -140,7 +140,10 @@ class TwilioConnection(SessionConnection):
         if self.session.active_response_id is not None:
             await self.session.cancel_response("dtmf")
         await self.session.add_text(f"(The caller pressed {keys} on the phone keypad.)")
-        await self.session.create_response()
+        try:
+            await self.session.create_response()
+        except ProtocolError as exc:  # a session that cannot answer now: the keys stay in its history
+            log.warning("twilio stream %s: keys %s not answered: %s", self.codec.stream_sid, keys, exc.message)
 
     async def _control(self, event: CallControl) -> None:
         action = event.action
