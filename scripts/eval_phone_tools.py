@@ -6,7 +6,7 @@ records what the agent said, which call-control tools it called, whether the ser
 call, and the first reply audio's arrival after the caller's audio was sent (a relative figure:
 it includes the end-of-turn silence, the same with the tools on and off).
 
-    .venv/bin/python -m scripts.eval_phone_tools --profile fast --tools off,on --out docs/bench/phone_tools/fast.json
+    .venv/bin/python -m scripts.eval_phone_tools --profile fast --tools off,on --out docs/bench/phone_tools
 
 The spoken files are espeak-ng's (the fixtures, and three sentences made here).  About a minute
 a setting on two cores (the quality profile: three).
@@ -17,15 +17,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
-import importlib.util
-import json
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+from clients.twilio_call import FakeTwilioCall
+from scripts.bench.report import emit_json
 from scripts.make_fixtures import FIXTURES, make
 from voiceagent.audio import read_wav
 from voiceagent.backends.registry import Engines, load_engines, warm_up
@@ -36,15 +35,6 @@ from voiceagent.transports.server import VoiceAgentServer
 ROOT = Path(__file__).resolve().parents[1]
 SENTENCES = {"goodbye": "Thank you, that is all I needed. Goodbye.", "sales": "Can you put me through to sales, please?"}
 CALLS = (("capital", "colour", "goodbye"), ("sales",))
-
-
-def _twilio_call() -> Any:
-    spec = importlib.util.spec_from_file_location("twilio_call", ROOT / "clients" / "twilio_call.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["twilio_call"] = module
-    spec.loader.exec_module(module)
-    return module.FakeTwilioCall
 
 
 def _speech(out: Path) -> dict[str, Path]:
@@ -81,10 +71,9 @@ async def _turn(server: VoiceAgentServer, call: Any, wav: Path) -> dict[str, Any
 async def _run(base: Config, engines: Engines, tools: bool, wavs: dict[str, Path]) -> list[list[dict[str, Any]]]:
     phone = PhoneConfig(tools=tools, transfer_targets="sales=+15551234567")
     config = dataclasses.replace(base, server=ServerConfig(port=0), phone=phone)
-    fake_call = _twilio_call()
     calls = []
     for script in CALLS:
-        async with VoiceAgentServer(config, engines) as server, fake_call(f"ws://127.0.0.1:{server.port}/twilio") as call:
+        async with VoiceAgentServer(config, engines) as server, FakeTwilioCall(f"ws://127.0.0.1:{server.port}/twilio") as call:
             turns = []
             for name in script:
                 turns.append(await _turn(server, call, wavs[name]))
@@ -98,7 +87,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--profile", default="fast")
     ap.add_argument("--tools", default="off,on", help="comma-separated: off, on")
-    ap.add_argument("--out", type=Path, default=None, help="write the JSON here too")
+    ap.add_argument("--out", type=Path, default=None, help="a folder: the JSON goes to PROFILE.json there too")
     args = ap.parse_args()
     base = load_config(env={}, overrides={"profile": args.profile})
     engines = load_engines(base)
@@ -109,11 +98,7 @@ def main() -> int:
         for setting in args.tools.split(","):
             result[f"tools_{setting}"] = asyncio.run(_run(base, engines, setting == "on", wavs))
     engines.close()
-    text = json.dumps(result, indent=1)
-    print(text)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text + "\n")
+    emit_json(result, args.out, f"{args.profile}.json")
     return 0
 
 

@@ -9,9 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import importlib.util
 import json
-import sys
 import time
 import urllib.request
 from collections.abc import Callable
@@ -23,6 +21,7 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
+from clients.twilio_call import FakeTwilioCall
 from tests.profile import profile_config
 from voiceagent.audio import read_wav, resample
 from voiceagent.config import Config, PlayoutConfig, ServerConfig
@@ -35,21 +34,7 @@ from voiceagent.transports.server import VoiceAgentServer
 
 pytestmark = pytest.mark.models
 
-ROOT = Path(__file__).resolve().parents[2]
 SCALE = float(__import__("os").environ.get("VOICEAGENT_TEST_TIMEOUT_SCALE", "1"))
-
-
-def _load_call_module() -> Any:
-    spec = importlib.util.spec_from_file_location("twilio_call", ROOT / "clients" / "twilio_call.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["twilio_call"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-twilio_call = _load_call_module()
-FakeTwilioCall = twilio_call.FakeTwilioCall
 
 
 def _config(*, lead_ms: int | None = None, **server: Any) -> Config:

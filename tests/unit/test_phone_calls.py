@@ -14,19 +14,17 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import importlib.util
 import json
 import os
-import sys
 import urllib.request
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy as np
 import pytest
 from websockets.asyncio.client import connect
 
+from clients.twilio_call import FakeTwilioCall
 from tests.unit.fakes import FakeEngines, FakeLlm, FakeStt, tone
 from voiceagent.audio import Int16Array
 from voiceagent.config import Config, PhoneConfig, ServerConfig, load_config
@@ -38,28 +36,9 @@ from voiceagent.transports.dtmf import FREQUENCIES, GAP_MS, TONE_MS, dtmf_tones
 from voiceagent.transports.server import VoiceAgentServer
 from voiceagent.transports.twilio_codec import after_stream_twiml, twiml
 
-ROOT = Path(__file__).resolve().parents[2]
 SCALE = float(os.environ.get("VOICEAGENT_TEST_TIMEOUT_SCALE", "1"))
 T = TypeVar("T")
-
-
-def _twilio_call_module() -> Any:
-    spec = importlib.util.spec_from_file_location("twilio_call", ROOT / "clients" / "twilio_call.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["twilio_call"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-FakeTwilioCall = _twilio_call_module().FakeTwilioCall
-
-
-def _run(coro: Awaitable[T], timeout: float = 30.0) -> T:
-    async def within() -> T:
-        return await asyncio.wait_for(coro, timeout * SCALE)
-
-    return asyncio.run(within())
+Run = Callable[..., Any]
 
 
 def _config(**phone: Any) -> Config:
@@ -157,7 +136,7 @@ def _history(server: VoiceAgentServer) -> list[Any]:
     return [item for s in server.sessions for item in s.history.items]
 
 
-def test_end_call_hangs_up_once_the_goodbye_is_heard() -> None:
+def test_end_call_hangs_up_once_the_goodbye_is_heard(run: Run) -> None:
     fakes = _scripted([ToolCall("c1", "end_call", "{}")], ["Goodbye, and thank you for calling."], heard="thank you, goodbye")
 
     async def body(server: VoiceAgentServer, call: Any) -> tuple[Any, list[Any], str]:
@@ -168,7 +147,7 @@ def test_end_call_hangs_up_once_the_goodbye_is_heard() -> None:
         return call, items, after
 
     try:
-        call, _, after = _run(_phone_call(fakes, _config(tools=True), body))
+        call, _, after = run(_phone_call(fakes, _config(tools=True), body))
     finally:
         fakes.close()
     assert call.close_code == 1000
@@ -180,7 +159,7 @@ def test_end_call_hangs_up_once_the_goodbye_is_heard() -> None:
     assert "end_call" in offered and "send_dtmf" in offered and "transfer_call" not in offered
 
 
-def test_end_call_when_the_caller_said_no_goodbye_is_not_a_hang_up() -> None:
+def test_end_call_when_the_caller_said_no_goodbye_is_not_a_hang_up(run: Run) -> None:
     # What the default 0.5B did with a real caller (docs/reports/phone-tools-2026-12-02.md).
     fakes = _scripted([ToolCall("c1", "end_call", "{}")], ["Let me see who can help you."], heard="can you put me through to sales please")
 
@@ -196,7 +175,7 @@ def test_end_call_when_the_caller_said_no_goodbye_is_not_a_hang_up() -> None:
         return _history(server)
 
     try:
-        items = _run(_phone_call(fakes, _config(tools=True), body))
+        items = run(_phone_call(fakes, _config(tools=True), body))
     finally:
         fakes.close()
     assert [i.text for i in items if isinstance(i, AssistantItem)] == ["Let me see who can help you."]
@@ -204,7 +183,7 @@ def test_end_call_when_the_caller_said_no_goodbye_is_not_a_hang_up() -> None:
     assert fakes.llm.calls.items[-1].tool_choice == "none"  # asked again without tools, as for any call nobody asked for
 
 
-def test_transfer_call_goes_to_the_named_target_after_its_announcement() -> None:
+def test_transfer_call_goes_to_the_named_target_after_its_announcement(run: Run) -> None:
     # The caller names the department: a call's arguments must come from the conversation
     # (voiceagent/tools/grounding.py), and a transfer nobody asked for is the worst kind.
     fakes = _scripted(
@@ -219,7 +198,7 @@ def test_transfer_call_goes_to_the_named_target_after_its_announcement() -> None
         return fakes.llm.calls.items, after, again
 
     try:
-        calls, after, again = _run(_phone_call(fakes, _config(tools=True, transfer_targets="sales=+15551234567"), body))
+        calls, after, again = run(_phone_call(fakes, _config(tools=True, transfer_targets="sales=+15551234567"), body))
     finally:
         fakes.close()
     transfer = next(t for t in calls[0].tools if t.name == "transfer_call")
@@ -228,7 +207,7 @@ def test_transfer_call_goes_to_the_named_target_after_its_announcement() -> None
     assert "<Hangup/>" in again  # a transfer is used once
 
 
-def test_send_dtmf_plays_the_keys_as_tones_the_far_end_can_read() -> None:
+def test_send_dtmf_plays_the_keys_as_tones_the_far_end_can_read(run: Run) -> None:
     fakes = _scripted([ToolCall("c1", "send_dtmf", '{"digits": "4#"}')], ["Done."])
 
     async def body(server: VoiceAgentServer, call: Any) -> Int16Array:
@@ -243,13 +222,13 @@ def test_send_dtmf_plays_the_keys_as_tones_the_far_end_can_read() -> None:
         return call.heard_audio()
 
     try:
-        heard = _run(_phone_call(fakes, _config(tools=True), body))
+        heard = run(_phone_call(fakes, _config(tools=True), body))
     finally:
         fakes.close()
     assert "4#" in detect_keys(heard, 8000)
 
 
-def test_the_callers_keys_become_one_message_at_hash_or_after_the_gap() -> None:
+def test_the_callers_keys_become_one_message_at_hash_or_after_the_gap(run: Run) -> None:
     fakes = _scripted()
 
     async def body(server: VoiceAgentServer, call: Any) -> list[str]:
@@ -261,7 +240,7 @@ def test_the_callers_keys_become_one_message_at_hash_or_after_the_gap() -> None:
         return [i.text for i in _history(server) if isinstance(i, UserItem)]
 
     try:
-        users = _run(_phone_call(fakes, _config(dtmf_gap_ms=300), body))
+        users = run(_phone_call(fakes, _config(dtmf_gap_ms=300), body))
     finally:
         fakes.close()
     assert users == ["(The caller pressed 4 2 on the phone keypad.)", "(The caller pressed 7 on the phone keypad.)"]
@@ -269,7 +248,7 @@ def test_the_callers_keys_become_one_message_at_hash_or_after_the_gap() -> None:
 
 
 @pytest.mark.parametrize("where", ["realtime", "phone tools off"])
-def test_no_call_control_tools_off_the_phone_or_when_turned_off(where: str) -> None:
+def test_no_call_control_tools_off_the_phone_or_when_turned_off(where: str, run: Run) -> None:
     fakes = _scripted()
     config = _config(tools=where == "realtime")  # on for the Realtime session: still not offered there
 
@@ -296,7 +275,7 @@ def test_no_call_control_tools_off_the_phone_or_when_turned_off(where: str) -> N
             await _phone_call(fakes, config, body)
 
     try:
-        _run(scenario())
+        run(scenario())
     finally:
         fakes.close()
     assert fakes.llm.calls.items
