@@ -58,8 +58,6 @@ class TwilioConnection(SessionConnection):
         """Caller audio refused for arriving faster than real time (``server.audio_burst_s``)."""
         self.transfer: Transfer | None = None
         """Set when the agent transferred the call: the ``<Connect>`` action's answer dials it."""
-        self.ended_by_agent = False
-        """The agent ended the stream (``end_call`` or ``transfer_call``), not the caller."""
         self._keys: list[str] = []  # pressed and not yet given to the conversation
         self._keys_due: asyncio.Task[None] | None = None
         self._ending: CallControl | None = None  # a hang-up or transfer waiting for its goodbye
@@ -162,7 +160,6 @@ class TwilioConnection(SessionConnection):
         assert self._ending is not None
         action = self._ending.action
         self.transfer = action if isinstance(action, Transfer) else None
-        self.ended_by_agent = True
         log.info(
             "twilio call %s: the agent %s",
             self.codec.call_sid or self.codec.stream_sid,
