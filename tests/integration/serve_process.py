@@ -1,13 +1,18 @@
 """A ``voiceagent serve`` child process for tests that run several (replicas of a fleet): its
-output read on by a thread, its ready line, and a hard stop."""
+output read on by a thread, its ready line, and a hard stop; and :func:`until`, the wait for
+another process's state."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
 import threading
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
+
+from tests.conftest import SCALE
 
 READY = "voiceagent ready: "
 
@@ -52,3 +57,15 @@ class ServeProcess:
         if self.proc.poll() is None:
             self.proc.kill()
         self.proc.wait()
+
+
+async def until(pred: Callable[[], bool], timeout: float, what: str, every: float = 0.1) -> float:
+    """Poll ``pred()`` (blocking: a request to another process, run in a thread) every ``every``
+    seconds until true; the seconds it took.  ``timeout`` is a guard, scaled by
+    ``VOICEAGENT_TEST_TIMEOUT_SCALE``; past it, an AssertionError names ``what``."""
+    t0 = time.monotonic()
+    while not await asyncio.to_thread(pred):
+        if time.monotonic() - t0 > timeout * SCALE:
+            raise AssertionError(f"{what}: not within {timeout * SCALE} s")
+        await asyncio.sleep(every)  # polling another process's state, with a deadline
+    return time.monotonic() - t0

@@ -48,7 +48,7 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 from tests.conftest import SCALE
 from tests.integration.llm_server import LlamaCppServer, free_port
 from tests.integration.rt_client import send_paced, wire_audio
-from tests.integration.serve_process import ServeProcess
+from tests.integration.serve_process import ServeProcess, until
 
 # In the parallel part: admission here is by count (server.max_sessions), and what the phases
 # wait for they read (each replica's /metrics, HAProxy's runtime API), so load slows it, never
@@ -208,16 +208,6 @@ def _readyz(port: int) -> str:
 def _listening(port: int) -> bool:
     with socket.socket() as sock:
         return sock.connect_ex(("127.0.0.1", port)) == 0
-
-
-async def until(pred: Any, timeout: float, what: str) -> float:
-    """Poll ``pred()`` (blocking, run in a thread) until true; the seconds it took."""
-    t0 = time.monotonic()
-    while not await asyncio.to_thread(pred):
-        if time.monotonic() - t0 > timeout * SCALE:
-            raise AssertionError(f"{what}: not within {timeout * SCALE} s")
-        await asyncio.sleep(0.1)  # polling another process's state, with a deadline
-    return time.monotonic() - t0
 
 
 async def call(port: int) -> ClientConnection:

@@ -25,6 +25,8 @@ from typing import Any
 import pytest
 from websockets.asyncio.client import ClientConnection, connect
 
+from tests.integration.serve_process import until
+
 pytestmark = pytest.mark.models
 
 CLI = [sys.executable, "-m", "voiceagent.cli"]
@@ -63,16 +65,6 @@ def metric(base: str, name: str) -> float:
             if line.startswith(name + " "):
                 return float(line.rsplit(" ", 1)[1])
     return 0.0
-
-
-async def until(pred: Any, timeout: float, what: str) -> float:
-    """Poll ``pred()`` (a blocking call, run in a thread) until true; the seconds it took."""
-    t0 = time.monotonic()
-    while not await asyncio.to_thread(pred):
-        if time.monotonic() - t0 > timeout:
-            raise AssertionError(f"{what}: not within {timeout} s")
-        await asyncio.sleep(0.25)  # polling a remote effect, with a deadline
-    return time.monotonic() - t0
 
 
 def small_socket(base: str) -> socket.socket:
@@ -122,7 +114,7 @@ def test_sigterm_ends_the_process_in_time_with_careless_clients_connected(run: A
 
         async def main() -> tuple[float, list[Any]]:
             careless: list[Any] = [await flooder(base), await mid_reply_reader(base), half_handshake(base)]
-            await until(lambda: metric(base, "voiceagent_sessions_active") == 2, 30, "both sessions open")
+            await until(lambda: metric(base, "voiceagent_sessions_active") == 2, 30, "both sessions open", every=0.25)
             t0 = time.monotonic()
             proc.send_signal(signal.SIGTERM)
             await asyncio.to_thread(proc.wait, drain_s + GRACE_S + 30)
@@ -180,7 +172,7 @@ def test_clients_that_stop_reading_and_vanish_leave_nothing_counted(run: Any) ->
                         sock.shutdown(socket.SHUT_RDWR)  # a FIN, with nothing read
                         ws.transport.abort()
                 gone = f"wave {wave}: sessions counted after the clients left"
-                await until(lambda: metric(base, "voiceagent_sessions_active") == 0, 30, gone)
+                await until(lambda: metric(base, "voiceagent_sessions_active") == 0, 30, gone, every=0.25)
             # As many as before: four sessions open and talk.
             admitted = [await connect(base + "/v1/realtime") for _ in range(4)]
             for ws in admitted:
