@@ -67,10 +67,6 @@ class BuiltinTools:
         tool always wins over a built-in of the same name."""
         return (*client_tools, *(t for t in self.tools if all(c.name != t.name for c in client_tools)))
 
-    def runs(self, name: str, client_tools: tuple[Tool, ...]) -> bool:
-        """Whether the server itself runs a call of ``name``: a built-in the client did not define."""
-        return self.handles(name) and all(t.name != name for t in client_tools)
-
     def call(self, name: str, arguments: str) -> tuple[str, TimerRequest | None]:
         """:meth:`run`, with a failure given back to the model as its output (a JSON ``error``)
         rather than raised: the conversation goes on and the model can say what went wrong."""
