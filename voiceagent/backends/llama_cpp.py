@@ -142,8 +142,8 @@ class LlamaCppContext:
             # llama-cpp-python leaves it off unless asked (llama.cpp's own default is on, and the
             # batched engine has it).  On, a long prompt evaluates faster, decoding is no slower,
             # and each context keeps less attention scratch resident after its first long prompt,
-            # which read as the pool soak's RSS growth (scripts/bench_flash_attn.py; figures in
-            # docs/bench/memory/flash_attn_pool.json and docs/reports/soak-2026-11-26.md).
+            # which read as the pool soak's RSS growth (figures in docs/bench/memory/flash_attn_pool.json
+            # and docs/reports/soak-2026-11-26.md; the retired bench: git show 5b498f1:scripts/bench_flash_attn.py).
             flash_attn=True,
             verbose=bool(os.environ.get("VOICEAGENT_LLAMA_VERBOSE")),
         )
