@@ -1,7 +1,7 @@
-"""Benchmarks, evaluations and developer tools; each module runs as ``python -m scripts.NAME``
-(or ``python scripts/NAME.py``).
+"""Set-up and test scripts: ``setup.sh``, ``setup_vllm.sh``, ``test.sh``, and the Python tools they
+and the tests use, each run as ``python -m scripts.NAME``: ``make_fixtures`` (the spoken fixtures)
+and ``gpu_probe`` (which stages run faster on CUDA).
 
-The scripts are entry points: what more than one of them uses lives in :mod:`scripts.bench`, and
-a script imports shared code only from there (and from ``scripts.make_fixtures`` and
-``scripts.fuzz``), never from another script.  They import it as ``scripts.bench.NAME``: the
-project's editable install puts the checkout on the import path, so no script edits ``sys.path``."""
+The benchmarks and evaluations are the package :mod:`benchmarks` (``python -m benchmarks`` lists
+them).  The project's editable install puts the checkout on the import path, so no script edits
+``sys.path``."""

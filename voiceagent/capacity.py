@@ -15,7 +15,7 @@ time measured at start-up for one generation and for 8 at once (``llm_step8_s``)
 interpolated; an engine that steps one generation at a time measures 8 × the single step there,
 and the sum is the linear one.
 
-``scripts/bench_concurrency.py`` checks the model against real simultaneous turns and reports
+``benchmarks/concurrency.py`` checks the model against real simultaneous turns and reports
 the capacity it predicts beside the latencies it measured.
 """
 

@@ -19,7 +19,7 @@ import numpy as np
 from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed
 
-from scripts.bench.metrics import read
+from benchmarks.common.metrics import read
 from voiceagent.audio import Int16Array, read_wav, resample
 from voiceagent.client import Pacer, RealtimeClient, Response, messages
 from voiceagent.events import Event, ResponseDone
@@ -122,5 +122,5 @@ async def send_paced(ws: ClientConnection, pcm: Int16Array, speed: float = 1.0, 
 
 def scrape(port: int) -> dict[str, float]:
     """The in-process server's ``/metrics`` on ``port`` (blocking: call it through
-    ``asyncio.to_thread``; format: :func:`scripts.bench.metrics.read`)."""
+    ``asyncio.to_thread``; format: :func:`benchmarks.common.metrics.read`)."""
     return read(f"http://127.0.0.1:{port}")

@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from scripts.bench.serve import ServeProcess
+from benchmarks.common.serve import ServeProcess
 from voiceagent import cli
 from voiceagent.backends import auto_profile
 from voiceagent.config import load_config

@@ -2,7 +2,7 @@
 the capital of Italy?" then "And how many people live there?" must be about Rome, not Italy.
 
 Real models through the in-process talk driver, spoken by the Piper voice; the accepted and
-rejected answers are the spoken eval's own (``scripts/eval_questions.toml``), so the test and the
+rejected answers are the spoken eval's own (``benchmarks/eval_questions.toml``), so the test and the
 eval judge alike."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from scripts.bench.questions import load_questions
-from scripts.bench.scoring import answer_correct, echoes
+from benchmarks.common.questions import load_questions
+from benchmarks.common.scoring import answer_correct, echoes
 from tests.conftest import ROOT, make_fixtures
 from tests.integration.local_talk import talk_file
 from tests.profile import profile_config
@@ -28,7 +28,7 @@ pytestmark = pytest.mark.models
     strict=False,
 )
 def test_the_follow_up_about_the_capital_is_answered_about_rome(engines: Any, run: Any, tmp_path: Path) -> None:
-    questions = {q.id: q for q in load_questions(ROOT / "scripts" / "eval_questions.toml")}
+    questions = {q.id: q for q in load_questions(ROOT / "benchmarks" / "eval_questions.toml")}
     lead, follow = questions["capital_italy"], questions["rome_population"]
     assert follow.follows == lead.id
     # Spoken by Piper, which the shared `speech` fixture (espeak-ng only) does not make

@@ -1,4 +1,4 @@
-"""The protocol fuzzer (scripts/fuzz_server.py) in CI: a smaller run against a real server.
+"""The protocol fuzzer (python -m benchmarks.fuzz) in CI: a smaller run against a real server.
 
 The server runs here, on the shared real models; the fuzzer runs as a child process with
 ``--url``, so its hostile clients do not share this interpreter with the server.  Afterwards the
@@ -55,7 +55,7 @@ def test_fuzzer_run_no_crash_no_1011_errors_for_bad_messages_and_a_good_session_
         async with VoiceAgentServer(config, engines) as server:
             proc = await asyncio.create_subprocess_exec(
                 sys.executable,
-                str(ROOT / "scripts" / "fuzz_server.py"),
+                *("-m", "benchmarks.fuzz"),
                 *("--messages", str(MESSAGES), "--seed", "7", "--clients", "4"),
                 *("--baseline-turns", "0", "--min-turns", "1"),
                 # not the stalled readers (40-50 s each: tests/unit/test_keepalive.py covers them)

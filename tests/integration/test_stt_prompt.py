@@ -2,7 +2,7 @@
 
 * Whisper base at beam 5 (the ``quality`` profile) hears "What's the weather in Paris?", read by
   the three espeak-ng voices of the spoken eval in which it heard "What's the winner in Paris?"
-  without a prompt (scripts/eval_stt.py on scripts/eval_tool_questions.toml), when the session's
+  without a prompt (benchmarks/eval_stt.py on benchmarks/eval_tool_questions.toml), when the session's
   weather tool's description is the prompt.
 * A prompt does not eat into the decoder's token cap (CTranslate2 counts the prompt's tokens in
   ``max_length``): a capped decode still writes its tokens, an uncapped one the whole sentence.

@@ -1,7 +1,7 @@
 """The real Piper voice over clauses of growing length: the process's memory levels off.
 
 With ONNX Runtime's CPU arena (the voice before), each longer clause grew the anonymous RSS for
-good: +350 MB over clauses of up to 160 characters (scripts/bench_tts_memory.py).  Without it,
+good: +350 MB over clauses of up to 160 characters (benchmarks/tts_memory.py).  Without it,
 and with the heap trimmed, it stays within a small margin of where it started.
 """
 

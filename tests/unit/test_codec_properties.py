@@ -11,14 +11,14 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from scripts.fuzz.realtime_gen import KNOWN_TYPES
+from benchmarks.fuzz.realtime_gen import KNOWN_TYPES
 from voiceagent.config import Config
 from voiceagent.errors import ProtocolError
 from voiceagent.settings import settings_from_config
 from voiceagent.transports.realtime_codec import RealtimeCodec
 from voiceagent.transports.twilio_codec import TwilioCodec
 
-REALTIME_TYPES = list(KNOWN_TYPES)  # the client events the fuzzer sends (scripts/fuzz/realtime_gen.py)
+REALTIME_TYPES = list(KNOWN_TYPES)  # the client events the fuzzer sends (benchmarks/fuzz/realtime_gen.py)
 TWILIO_EVENTS = ["connected", "start", "media", "mark", "dtmf", "stop"]
 FIELDS = [
     "type", "event_id", "session", "audio", "item", "item_id", "audio_end_ms", "response", "response_id", "role", "content", "text",

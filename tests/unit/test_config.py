@@ -222,7 +222,7 @@ def test_the_cpu_profiles_choose_their_models_from_a_flag_the_file_or_the_enviro
     ):
         assert cfg.profile == profile
         assert _models(cfg) == ("silero", stt, "smart-turn-v3", llm, "joe")
-        assert cfg.stt.beam_size == beam  # beam search only where it paid: base (scripts/eval_stt.py)
+        assert cfg.stt.beam_size == beam  # beam search only where it paid: base (benchmarks/eval_stt.py)
         assert cfg.stt.tools_prompt is (stt == "whisper-base")  # the tools' prompt too: tiny lost by it
         assert cfg.stt.partial_model == ("whisper-tiny" if stt == "whisper-base" else "")  # base's partials from tiny
         assert _endpointing(cfg) == (160, 500, 400, 0.5)  # the same endpointing in all three

@@ -1,14 +1,12 @@
-"""The pure parts of scripts/eval_end_of_turn.py: which utterances are judged, the AUC and the
+"""The pure parts of benchmarks/eval_end_of_turn.py: which utterances are judged, the AUC and the
 held shares.  No models."""
 
 from __future__ import annotations
 
 import pytest
 
-from scripts.bench.questions import Question
-from tests.conftest import _load_script
-
-et = _load_script("eval_end_of_turn")
+from benchmarks import eval_end_of_turn as et
+from benchmarks.common.questions import Question
 
 
 def test_whole_questions_their_truncations_and_paused_halves_lose_their_final_punctuation() -> None:
@@ -43,6 +41,6 @@ def test_held_shares_per_threshold_and_the_report() -> None:
         {"threshold": 0.001, "complete": 0.0, "half": 0.5, "truncated": None},
         {"threshold": 0.01, "complete": 0.25, "half": 0.5, "truncated": None},
     ]
-    text = et.markdown({"machine": "2 cores", "command": "scripts/eval_end_of_turn.py", "judges": {"LLM x, text": r}})
+    text = et.markdown({"machine": "2 cores", "command": "python -m benchmarks.eval_end_of_turn", "judges": {"LLM x, text": r}})
     assert "AUC whole vs half 0.875." in text
     assert "| 0.01 | 25 % | 50 % | – |" in text

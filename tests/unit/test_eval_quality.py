@@ -1,4 +1,4 @@
-"""The pure parts of scripts/eval_quality.py and of the harness it shares (scripts/bench/: questions,
+"""The pure parts of benchmarks/eval_quality.py and of the harness it shares (benchmarks/common/: questions,
 scoring, speech, conversations): WER, answer matching, speakability, the question file and how
 questions are packed into conversations.  No models, no server, no audio."""
 
@@ -11,14 +11,14 @@ from typing import Any
 
 import pytest
 
-from scripts.bench import conversations, scoring, speech
-from scripts.bench import questions as question_file
+from benchmarks.common import conversations, scoring, speech
+from benchmarks.common import questions as question_file
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _load() -> Any:
-    return importlib.import_module("scripts.eval_quality")
+    return importlib.import_module("benchmarks.eval_quality")
 
 
 eq = _load()
@@ -141,7 +141,7 @@ def test_question_file_parses_with_enough_questions(questions: list[Any]) -> Non
 
 
 def test_the_tool_requests_file_parses_and_each_names_what_its_call_needs() -> None:
-    requests = question_file.load_questions(eq.ROOT / "scripts" / "eval_tool_questions.toml")
+    requests = question_file.load_questions(eq.ROOT / "benchmarks" / "eval_tool_questions.toml")
     assert len(requests) >= 20 and {q.category for q in requests} == {question_file.TOOLS_CATEGORY}
     # The accepted words are the call's argument as spoken, so a transcript can be checked for them.
     assert all(any(a in scoring.normalize(q.spoken) for a in q.accept) for q in requests), [q.id for q in requests]

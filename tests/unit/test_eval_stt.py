@@ -1,4 +1,4 @@
-"""The pure parts of scripts/eval_stt.py and scripts/bench/stt.py: configuration specs, how a
+"""The pure parts of benchmarks/eval_stt.py and benchmarks/common/stt.py: configuration specs, how a
 question's clip is padded, and the report.  No models: the speech comes from a stand-in speaker."""
 
 from __future__ import annotations
@@ -8,12 +8,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from scripts.bench import stt
-from scripts.bench.questions import Question
-from scripts.bench.speech import RATE, Voice
-from tests.conftest import _load_script
-
-es = _load_script("eval_stt")
+from benchmarks import eval_stt as es
+from benchmarks.common import stt
+from benchmarks.common.questions import Question
+from benchmarks.common.speech import RATE, Voice
 
 
 def test_a_config_is_model_beam_and_an_optional_prompt() -> None:
@@ -72,7 +70,7 @@ def _result(label: str, heard: list[tuple[str, int]]) -> dict[str, Any]:
 def test_the_report_counts_which_transcripts_a_config_changed_for_better_or_worse() -> None:
     report = {
         "machine": "2 cores",
-        "command": "scripts/eval_stt.py",
+        "command": "python -m benchmarks.eval_stt",
         "questions": 3,
         "voice_notes": [],
         "results": [

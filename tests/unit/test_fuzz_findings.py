@@ -1,4 +1,4 @@
-"""What scripts/fuzz_server.py found against a live server, pinned down on the codecs.
+"""What the protocol fuzzer (benchmarks/fuzz/) found against a live server, pinned down on the codecs.
 
 Each of these reached the connection handler as an exception other than ProtocolError (the server
 then closed the connection with 1011), or was accepted although the protocol forbids it.

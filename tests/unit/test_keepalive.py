@@ -1,6 +1,6 @@
 """A client that stops answering pings (it reads nothing, or is gone without a FIN) is ended with
 close code 1008 and the reason ``ping_timeout``, not the WebSocket library's 1011 (internal
-error), which reads as a server fault.  Found by scripts/fuzz_server.py (a stalled reader).
+error), which reads as a server fault.  Found by the fuzzer, benchmarks/fuzz/ (a stalled reader).
 
 Real sockets on loopback, the transports over a real session on fake models, and a server with
 short keepalive settings; the client is a raw socket that completes the handshake and then only
@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from websockets.asyncio.server import ServerConnection, serve
 
-from scripts.fuzz.frames import server_frames  # the fuzzer's reader of raw server frames
+from benchmarks.fuzz.frames import server_frames  # the fuzzer's reader of raw server frames
 from tests.unit.fakes import FakeEngines
 from voiceagent.config import Config
 from voiceagent.session import Session

@@ -3,7 +3,7 @@
 Why: a model run that allocates large, variably sized buffers (Piper synthesizing a long clause,
 from several threads, each with its own glibc arena) leaves its freed blocks in the heap, where
 they count in the process's RSS until something reuses them: over a conversation the RSS wandered
-up and down by 100 MB and more (scripts/bench_tts_memory.py).  ``malloc_trim`` returns the free
+up and down by 100 MB and more (benchmarks/tts_memory.py).  ``malloc_trim`` returns the free
 pages, but it walks the heap (2–30 ms) and the next run faults the pages back in (a synthesis
 right after a trim took about 30 % longer), so it runs only when the heap holds more than
 ``slack`` bytes free, which ``mallinfo2`` tells in about 0.3 ms, and at most once per

@@ -12,7 +12,7 @@ from another (:meth:`copy`) shares the cells of the copied prefix instead of dup
 
 On a CPU a decode step of a small model is bound by reading the weights, so one step that
 carries the next token of 8 sequences costs far less than 8 steps (measured on the 2-core EPYC
-for the 0.5B: 10 ms for one sequence, 34 ms for 8; ``scripts/bench_concurrency.py`` reports it).
+for the 0.5B: 10 ms for one sequence, 34 ms for 8; ``benchmarks/concurrency.py`` reports it).
 """
 
 from __future__ import annotations

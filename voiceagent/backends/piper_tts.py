@@ -31,7 +31,7 @@ def _session(path: str, threads: int, device: str = "cpu") -> ort.InferenceSessi
     # No memory arena on the CPU: the arena kept growing with every longer clause and never gave
     # anything back (+350 MB over a few clauses of up to 160 characters), which read as a leak over
     # a long conversation.  Synthesis is no slower without it; the glibc heap it uses instead is
-    # trimmed (PiperTts.heap; scripts/bench_tts_memory.py, docs/reports/memory-2026-11-26.md).
+    # trimmed (PiperTts.heap; benchmarks/tts_memory.py, docs/reports/memory-2026-11-26.md).
     opts.enable_cpu_mem_arena = device != "cpu"
     return ort.InferenceSession(path, sess_options=opts, providers=onnx_providers(device))
 

@@ -8,7 +8,7 @@ Two decoding paths:
 * ``window_s = 0`` (auto, the default) or 1..29: the clip is padded only to a short window
   (the clip plus 1 s, rounded up to 5 s, at least 10 s) and CTranslate2 encodes just that.  The
   encoder cost falls roughly in proportion (tiny: ~35 ms for 10 s instead of ~260 ms), and on the
-  spoken fixtures the transcripts matched the 30 s path; ``scripts/bench_latency.py`` measures both.
+  spoken fixtures the transcripts matched the 30 s path; ``benchmarks/latency.py`` measures both.
 
 Repetition loops: greedy Whisper on the short window can write one phrase until its
 length limit ("Tell me... Tell me..." for 112 tokens from the first 0.6 s of a sentence; a whole

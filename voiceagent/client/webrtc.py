@@ -199,7 +199,7 @@ class RtcClient:
     async def sent_bytes(self) -> int:
         """Bytes of RTP this client has sent so far (aiortc's statistics; they count no received
         bytes: the sender's own :func:`rtp_bytes_sent` does, or a count at the receiver, as
-        ``scripts/bench_webrtc.py`` keeps)."""
+        ``benchmarks/webrtc.py`` keeps)."""
         return await rtp_bytes_sent(self._pc)
 
     async def close(self) -> None:

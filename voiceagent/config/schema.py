@@ -220,7 +220,7 @@ class SttConfig:
     ``quality`` profile: on 130 spoken tool requests Whisper base at beam 5 went from 13.2 to
     12.0 % WER and heard "weather" in 18 of 20 instead of 11 ("What's the winner in Paris?"), on
     the eval's 335 other questions from 11.3 to 11.4 %, for about 15 ms more per decode.  Off for
-    tiny, which lost 2.7 points on those (14.6 -> 17.3 %).  ``scripts/eval_stt.py``,
+    tiny, which lost 2.7 points on those (14.6 -> 17.3 %).  ``benchmarks/eval_stt.py``,
     docs/decisions/stt-tools-prompt.md."""
 
     def __post_init__(self) -> None:
@@ -257,7 +257,7 @@ class TurnConfig:
     """The LLM's probability that the user's sentence ends after their words, below which the
     turn waits ``doubt_ms`` of silence: read from the speculative answer's prompt, as it starts,
     on the embedded LLM only (0: off).  At 0.003 the 0.5B holds every first half of the eval's
-    paused questions and none of their whole texts (scripts/eval_end_of_turn.py); in the spoken
+    paused questions and none of their whole texts (benchmarks/eval_end_of_turn.py); in the spoken
     eval it took false cut-offs from 5 to 3 of 9 at the same p50 (docs/decisions/text-end-of-turn.md).  Needs ``speculative``."""
     doubt_ms: int = 1000
     """Silence that ends a turn whose words the LLM doubts end a sentence (``text_threshold``),
@@ -332,7 +332,7 @@ class LlmConfig:
     """llama_cpp: the weights as run.  ``shipped``: the GGUF as its packages carry it (Q4_K_M, in
     fact mostly Q5_0 tensors for the 0.5B); ``iq4_nl`` or ``q4_0``: converted from it once, at
     set-up or first load, into the cache (llama.cpp's own quantizer).  IQ4_NL took 22–29 % less
-    time per token and 18–37 % less per prompt on a 2-core CPU (scripts/bench_llm_weights.py), and
+    time per token and 18–37 % less per prompt on a 2-core CPU (benchmarks/llm_weights.py), and
     llama.cpp keeps a 183 MB repacked copy per context (28 MB shipped).
     The 0.5B's answers scored within one question of the shipped file's on the text eval, but
     41.8 against 47.8 % right on the same misheard transcripts (docs/decisions/llm-weights.md).
@@ -414,7 +414,7 @@ class LlmConfig:
     call starts with (``<tool_call>``, ``<``, `````) at the reply's first token only.  The 1.5B as
     shipped wavered there between making a weather call and telling the user how to make it ("you
     can call the `get_weather` function…"): its first-token logits were 0.06–0.53 apart, and 2.9
-    or more apart on the questions that need no tool (scripts/eval_tools.py;
+    or more apart on the questions that need no tool (benchmarks/eval_tools.py;
     docs/decisions/tool-calls.md).  0: off."""
     call_grounding: bool = True
     """Tools offered with ``tool_choice`` "auto": a call whose text arguments share no word with
@@ -611,8 +611,8 @@ class CacheConfig:
     threshold: float = 0.58
     """The cosine similarity a hit needs besides the lexical guards (voiceagent/text/
     question_match.py): the highest that loses none of the paraphrases of
-    scripts/eval_cache_pairs.toml that the guards let through; the guards alone refuse all its
-    near misses (scripts/eval_cache.py, docs/reports/semantic-cache-2026-11-26.md)."""
+    benchmarks/eval_cache_pairs.toml that the guards let through; the guards alone refuse all its
+    near misses (benchmarks/eval_cache.py, docs/reports/semantic-cache-2026-11-26.md)."""
     ttl_s: float = 3600.0
     """How long a reply stays reusable."""
     max_entries: int = 2000

@@ -19,7 +19,7 @@ reports the probability that the user's sentence ends where their words end (the
 next token would be ".", "?", "!" or the end of the turn; :attr:`LlmRequest.end_probability`).
 Below the threshold the turn waits for ``doubt_ms`` of silence ("How many wheels", "Which
 country"): the whole questions of the eval score above 0.003 and their first halves, paused for
-600-800 ms, below it (``scripts/eval_end_of_turn.py``).  Shorter than ``incomplete_ms``: a word
+600-800 ms, below it (``benchmarks/eval_end_of_turn.py``).  Shorter than ``incomplete_ms``: a word
 no sentence ends on is near certain, the LLM's doubt is not (Whisper's mishearings score low
 too), and a whole question it doubts waits for it.  Until the probability is in, the turn is not
 confirmed (for at most ``doubt_ms``): it arrives before the answer's first token, and the held
@@ -98,7 +98,7 @@ EAGERNESS: dict[str, Endpointing] = {
 }
 """``semantic_vad``'s ``eagerness`` → the endpointing it runs with (``auto`` is ``medium``, as
 OpenAI's).  ``server_vad`` runs with the server's ``turn`` settings and the client's
-``silence_duration_ms`` instead.  Measured per level by ``scripts/bench_eagerness.py``."""
+``silence_duration_ms`` instead.  Measured per level by ``benchmarks/eagerness.py``."""
 EAGERNESS["auto"] = EAGERNESS["medium"]
 _REJOIN_MAX_S = 20  # a longer turn is not transcribed again as one clip
 

@@ -8,7 +8,7 @@ prompt is, in order of preference:
 * with ``stt.tools_prompt`` on, the descriptions of the tools the session offers: a user of a
   session with a ``get_weather`` tool is likely to ask about the weather, and Whisper base heard
   "What's the weather in Paris?" as "What's the winner in Paris?" in 3 of 5 voices without the
-  tool's "Get the current weather in a city." and in none with it (scripts/eval_stt.py);
+  tool's "Get the current weather in a city." and in none with it (benchmarks/eval_stt.py);
 * none.
 
 The conversation's own history is not used: as a prompt it helped base by half a point and cost
@@ -55,7 +55,7 @@ def echoes_prompt(text: str, prompt: str) -> bool:
     to the airport at five in the evening." as "Order a taxi that picks the attendee up at the main
     entrance.", one description word for word, and "Send an email to Anna saying that I will be
     late." as "Send an email for the attendee of something in a number of minutes.", the halves of
-    two (scripts/eval_long_conversation.py).  A user who reads the descriptions aloud is rarer than
+    two (benchmarks/eval_long_conversation.py).  A user who reads the descriptions aloud is rarer than
     that, and such speech decoded again without the prompt is still heard."""
     words = _plain_words(text)
     if len(words) < _ECHO_MIN_WORDS:

@@ -2,7 +2,7 @@
 
 The turn model (Smart Turn) judges a pause by its sound.  A speaker who pauses to think often
 drops the voice as if the sentence were over, and then the model calls the turn complete: on the
-spoken evaluation (scripts/eval_quality.py) it gave the first halves of the paused questions a
+spoken evaluation (benchmarks/eval_quality.py) it gave the first halves of the paused questions a
 completion probability of 0.5 or more in 42 of 45 cases.  The words say otherwise, and cheaply.
 
 The rule is deliberately narrow: only words that almost never end an English sentence (articles,

@@ -4,7 +4,7 @@ A small model follows the conversation it reads more than the words of its last 
 a few exchanges answered in words, asked "Send an email to Anna saying I will be late." the
 0.5B repeated the sentence back and the 1.5B said "I've sent an email to Anna", neither calling
 the tool they were offered; the same sentence as a conversation's first message drew the right
-call from both (scripts/eval_long_conversation.py; docs/decisions/tool-calls.md, "Calls later in
+call from both (benchmarks/eval_long_conversation.py; docs/decisions/tool-calls.md, "Calls later in
 a conversation").
 
 So, later in a conversation, whether to call is decided on the prompt the turn would have had

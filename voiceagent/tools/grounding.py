@@ -2,7 +2,7 @@
 
 Offered tools with ``tool_choice`` "auto", the 0.5B answered "Hello.", "Yes.", "Say hi." and
 "What time is it?" with ``get_weather({"city": "London"})``: a city nobody said
-(scripts/eval_call_check.py; docs/decisions/tool-calls.md, "Calls nobody asked for").  A call
+(benchmarks/eval_call_check.py; docs/decisions/tool-calls.md, "Calls nobody asked for").  A call
 whose text arguments share no word with anything said in the conversation (the user's words, the
 agent's replies, the tools' results; not the system message, whose instructions name many
 things) was not asked for.  The stage answers such a turn in words, as it does a call of a tool

@@ -56,6 +56,6 @@ CALL_TOOLS = "When one of your tools can answer, call it."
 def with_tools(instructions: str, tools: Sequence[Tool]) -> str:
     """The system text of a prompt offering ``tools``: ``instructions``, then :data:`CALL_TOOLS`
     when any are offered (why: docs/decisions/tool-calls.md).  The session,
-    the start-up priming and scripts/eval_tools.py all render it here, so the prefix that start-up
+    the start-up priming and benchmarks/eval_tools.py all render it here, so the prefix that start-up
     warms is the one a session then asks for."""
     return f"{instructions} {CALL_TOOLS}" if tools else instructions

@@ -3,7 +3,7 @@
 ``websockets`` logs each plain HTTP exchange at INFO: "HTTP response sent (200 OK)" and then
 "connection closed". A load balancer checking ``/readyz`` every second or two, or a scraper
 reading ``/metrics``, fills the log with them and costs the event loop a formatted write each
-time (about 8 % of its CPU with ``bench_concurrency``'s poller at 2 Hz). Successful plain HTTP
+time (about 8 % of its CPU with ``benchmarks.concurrency``'s poller at 2 Hz). Successful plain HTTP
 exchanges are therefore logged only at DEBUG; refusals (4xx, 5xx: a 503 while full, a 401) and
 every WebSocket connection's lines stay at INFO.
 """
