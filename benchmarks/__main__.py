@@ -37,6 +37,7 @@ INDEX: tuple[Benchmark, ...] = (
     Benchmark("against_pipecat", "7 min", "the same turns through voiceagent and stock Pipecat on the same models (needs Pipecat's deps)"),
     Benchmark("webrtc", "~5 min", "end of speech -> first heard audio, WebRTC against the WebSocket; bytes on the wire; idle CPU"),
     Benchmark("eagerness", "~5 min", "semantic_vad eagerness levels on the paused questions: false cut-offs and latency per level"),
+    Benchmark("plots", "5 s", "no measurement: redraws a finished run's picture from its JSON (latency, Pipecat, concurrency, quality)"),
     Benchmark("startup", "2 min", "profile=auto's start-up: measuring every installed profile against starting at the remembered one"),
     # Many conversations, long runs
     Benchmark("concurrency", "~17 min", "1 to 12 conversations at once on real servers, batched engine against the pool: latency, CPU"),

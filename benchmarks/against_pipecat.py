@@ -55,7 +55,8 @@ What is *not* equal, and favours one side:
 Outputs (``--out``, default ``artifacts/bench``): ``pipecat.json`` (stable keys: per side ``n``,
 ``answered``, ``p50``/``p95``/``p99``/``mean`` in ms, per-turn values, the ratio pipecat/ours at
 p50 and p95, machine, commit, settings), ``pipecat.md`` (a short table) and ``pipecat.png`` (each
-side's latencies as a CDF; ``--replot pipecat.json`` redraws it from a finished run).
+side's latencies as a CDF; ``python -m benchmarks.plots pipecat.json`` redraws it from a finished
+run without Pipecat).
 
 **Dependencies.**  The project does not install ``pipecat-ai`` (it only unpacks the Smart Turn
 weights out of its wheel), so Pipecat and its runtime dependencies are missing from ``.venv``; this
@@ -145,6 +146,7 @@ from pipecat.workers.runner import WorkerRunner  # noqa: E402
 
 from benchmarks.common.inprocess import QUICK, reset_engines  # noqa: E402
 from benchmarks.common.machine import cpu_times, machine, steal_pct  # noqa: E402
+from benchmarks.common.plots import pipecat_cdf  # noqa: E402
 from benchmarks.common.stats import percentiles  # noqa: E402
 from scripts import make_fixtures  # noqa: E402
 from tests.integration.llm_server import LlamaCppServer  # noqa: E402
@@ -602,39 +604,6 @@ def build_report(
     }
 
 
-def plot(report: dict[str, Any], path: Path) -> None:
-    """Draw ``report``'s per-turn latencies, ours against Pipecat, as a CDF with each side's p50
-    and p95 marked, into the PNG ``path``."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6.4, 4))
-    for side, label, color in (("ours", "voiceagent", "tab:blue"), ("pipecat", "Pipecat (stock)", "tab:orange")):
-        vals = np.sort([t["latency_ms"] for t in report[side] if t["latency_ms"] is not None])
-        if not len(vals):
-            continue
-        summary = report["summary"][side]
-        ax.step(
-            vals,
-            np.arange(1, len(vals) + 1) / len(vals),
-            where="post",
-            color=color,
-            label=f"{label}: p50 {summary['p50']:.0f} ms, p95 {summary['p95']:.0f} ms",
-        )
-        for key, style in (("p50", "--"), ("p95", ":")):
-            ax.axvline(summary[key], color=color, lw=0.8, ls=style)
-    ax.set_xlabel("end of user speech → first agent audio (ms)")
-    ax.set_ylabel("fraction of turns")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, loc="lower right")
-    ax.set_title(f"Same models, same fixtures, one run ({report['machine']}, {report['date'][:10]})", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0] if __doc__ else None)
     ap.add_argument("--out", default=str(ROOT / "artifacts" / "bench"))
@@ -642,13 +611,7 @@ def main() -> int:
     ap.add_argument("--files", nargs="+", metavar="NAME", help="only these fixtures (names from scripts/make_fixtures.py)")
     ap.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE", help="settings of ours (and the shared LLM file)")
     ap.add_argument("--log-level", default="WARNING", help="Pipecat's loguru level (its own default is DEBUG)")
-    ap.add_argument("--replot", metavar="PIPECAT_JSON", help="only redraw the plot of an earlier run, beside its JSON")
     args = ap.parse_args()
-    if args.replot:
-        path = Path(args.replot)
-        plot(json.loads(path.read_text()), path.with_suffix(".png"))
-        print(f"wrote {path.with_suffix('.png')}")
-        return 0
     logger.remove()
     logger.add(sys.stderr, level=args.log_level)
     out = Path(args.out)
@@ -701,7 +664,7 @@ def main() -> int:
     report["wall_s"] = round(time.monotonic() - t_start, 1)
     (out / "pipecat.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
     (out / "pipecat.md").write_text(markdown(report))
-    plot(report, out / "pipecat.png")
+    pipecat_cdf(report, out / "pipecat.png")
     print(markdown(report))
     print(f"wrote {out}/pipecat.json, pipecat.md, pipecat.png in {report['wall_s']} s")
     return 0

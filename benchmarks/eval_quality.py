@@ -413,29 +413,39 @@ def markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _short(profile: str) -> str:
+    """A profile's name for the picture: a variant (``quality+stt.beam_size=1``) as ``quality'``,
+    its settings left to the legend, so that long ones cannot push the plot off its canvas."""
+    base, _, settings = profile.partition("+")
+    return base + ("'" * (1 + settings.count("+")) if settings else "")
+
+
 def plot(report: dict[str, Any], path: Path) -> None:
+    """Accuracy (held-out questions hollow) against p50 latency with a line to p95, one colour a
+    profile, into the PNG ``path``."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    fig, ax = plt.subplots(figsize=(7, 5.2))
     for p, e in report["profiles"].items():
         if "summary" not in e or e["summary"]["latency_ms"]["p50"] is None:
             continue
         s, lat = e["summary"], e["summary"]["latency_ms"]
-        (dot,) = ax.plot(lat["p50"], s["accuracy_pct"], "o", markersize=9, label=f"{p} ({e['models']['stt']}, {e['models']['llm']})")
+        label = f"{_short(p)}: {e['models']['stt']}, {e['models']['llm']}" + (f"\n  {p.partition('+')[2]}" if "+" in p else "")
+        (dot,) = ax.plot(lat["p50"], s["accuracy_pct"], "o", markersize=9, label=label)
         if lat["p95"] is not None:
             ax.plot([lat["p50"], lat["p95"]], [s["accuracy_pct"]] * 2, "-", color=dot.get_color(), alpha=0.4, lw=2)
         if e["held_out"]["accuracy_pct"] is not None:
             ax.plot(lat["p50"], e["held_out"]["accuracy_pct"], "o", mfc="none", color=dot.get_color(), markersize=9)
-        ax.annotate(p, (lat["p50"], s["accuracy_pct"]), textcoords="offset points", xytext=(8, 4))
+        ax.annotate(_short(p), (lat["p50"], s["accuracy_pct"]), textcoords="offset points", xytext=(6, -12))
     ax.set_xlabel("end of speech → first audio, p50 ms (line to p95)")
-    ax.set_ylabel("answer accuracy % (hollow: held-out questions)")
+    ax.set_ylabel("right answers % (hollow: held-out questions)")
     ax.set_ylim(0, 105)
     ax.set_xlim(left=0)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, loc="lower right")
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=1, frameon=False)
     ax.set_title("Spoken quality against latency, per profile")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
