@@ -59,12 +59,27 @@ class TalkResult:
 
 
 class Conversation:
-    """See the module docstring.  ``tail_s``: quiet time after which a finished input ends the talk."""
+    """See the module docstring.  ``tail_s``: quiet time after which a finished input ends the
+    talk; ``pending_tail_s``: the longer quiet allowed while the user's speech has been heard but
+    not yet answered or transcribed (on a loaded machine the transcript may come seconds after
+    the speech: ending then would drop the last question unanswered).  ``clock``: the seconds
+    those quiet times are measured on."""
 
-    def __init__(self, speaker: Speaker, console: Console, *, tail_s: float = 2.0) -> None:
+    def __init__(
+        self,
+        speaker: Speaker,
+        console: Console,
+        *,
+        tail_s: float = 2.0,
+        pending_tail_s: float = 20.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.speaker = speaker
+        self._clock = clock
         self.console = console
         self.tail_s = tail_s
+        self.pending_tail_s = pending_tail_s
+        self._user_pending = False  # speech heard, no transcript or response since
         self.result = TalkResult()
         self._open: dict[str, str] = {}  # response id → item id, while in progress
         self._agent_text: dict[str, str] = {}
@@ -72,23 +87,26 @@ class Conversation:
         self._heard: dict[str, float] = {}
         self._audio_item: str | None = None
         self._done: dict[str, Turn] = {}
-        self._last_activity = time.monotonic()
+        self._last_activity = clock()
 
     def _touch(self) -> None:
-        self._last_activity = time.monotonic()
+        self._last_activity = self._clock()
 
     # ------------------------------------------------------------------ user side
 
     def user_speaking(self, text: str = "") -> None:
         """The user is talking; ``text``: the partial transcript so far."""
         self._touch()
+        self._user_pending = True
         self.console.partial("you", text or "…")
 
     def user_stopped(self) -> None:
         self._touch()
+        self._user_pending = True
 
     def user_final(self, item_id: str, text: str) -> None:
         self._touch()
+        self._user_pending = False
         self.result.turns.append(Turn("user", item_id, text))
         self.console.user(text)
 
@@ -96,6 +114,7 @@ class Conversation:
 
     def response_started(self, response_id: str, item_id: str) -> None:
         self._touch()
+        self._user_pending = False
         self._open[response_id] = item_id
         self._agent_text[item_id] = ""
 
@@ -172,8 +191,11 @@ class Conversation:
     # ------------------------------------------------------------------ end of a file conversation
 
     def idle(self) -> bool:
-        """No response in progress, nothing left to play and ``tail_s`` of quiet."""
-        return not self._open and not self.speaker.busy() and time.monotonic() - self._last_activity >= self.tail_s
+        """No response in progress, nothing left to play, and ``tail_s`` of quiet, or
+        ``pending_tail_s`` while speech heard has had neither a transcript nor a response (speech
+        the server drops as a sound gets neither, so that wait is bounded too)."""
+        quiet = self._clock() - self._last_activity
+        return not self._open and not self.speaker.busy() and quiet >= (self.pending_tail_s if self._user_pending else self.tail_s)
 
 
 async def feed_microphone(
