@@ -70,9 +70,19 @@ async def next_piece(gen: AsyncGenerator[LlmItem, None]) -> str:
 
 def test_simultaneous_generations_each_answer_their_own_prompt_in_shared_steps(engine: BatchedEngine, core: FakeBatch) -> None:
     questions = [f"Question number {i}?" for i in range(4)]
+    gate = threading.Event()
+    core.gate = gate
 
     async def main() -> list[str]:
-        return await asyncio.gather(*(ask(engine, f"k{i}", messages(q)) for i, q in enumerate(questions)))
+        # The first question's pass holds the step thread until the other three are waiting, so
+        # they meet in the steps however fast this machine's threads run today (started at
+        # once, the first could finish alone on a loaded machine before the others arrived).
+        tasks = [asyncio.ensure_future(ask(engine, "k0", messages(questions[0])))]
+        await until(lambda: engine.stats().busy > 0)
+        tasks += [asyncio.ensure_future(ask(engine, f"k{i}", messages(q))) for i, q in enumerate(questions) if i]
+        await until(lambda: engine.stats().waiting == 3)
+        gate.set()
+        return list(await asyncio.gather(*tasks))
 
     answers = asyncio.run(main())
     assert answers == [reply_for(messages(q)) for q in questions]
