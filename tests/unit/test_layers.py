@@ -43,6 +43,7 @@ LAYERS = [
     "web",
     "transports",
     "client",
+    "sip",
     "replay",
     "talk",
     "cli",

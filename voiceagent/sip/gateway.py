@@ -1,0 +1,311 @@
+"""The SIP gateway process: PJSIP answers calls and bridges each to a server session.
+
+Run by ``voiceagent serve`` when ``server.sip_port`` is set (:mod:`.supervisor`), or by hand::
+
+    python -m voiceagent.sip.gateway --port 5060 --server ws://127.0.0.1:8765 --allow 127.0.0.1
+
+Threads, and why:
+* the **main thread** owns PJSIP (``threadCnt = 0``): it polls ``libHandleEvents`` and carries
+  out what the loop asks of a call (answer, hang up, transfer) from a queue, because PJSIP's
+  objects must be driven from threads it knows and its callbacks arrive here;
+* PJSIP's **clock thread** calls each call's media port every 20 ms: frames go to the loop by
+  ``call_soon_threadsafe`` and the agent's audio comes from the call's :class:`~.playout.Playout`;
+* an **event loop thread** runs one :class:`~.bridge.CallBridge` per call.
+
+A call is admitted by its source address (:class:`~.allow.AllowList`), else refused 403 before
+any session exists.  At most ``--max-calls`` calls at once; more are refused 486 (busy).  The
+codecs offered are PCMU, PCMA and G.722 (with telephone-event); PJSIP's conference bridge turns
+each into 8 kHz frames for the server.  No TLS or SRTP transport is configured (the wheel's
+bundled OpenSSL is old: docs/decisions/sip-stack.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import logging
+import queue
+import signal
+import sys
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from .allow import AllowList, source_host
+from .bridge import RATE, CallBridge, Next
+
+log = logging.getLogger("voiceagent.sip")
+
+FRAME_MS = 20
+CODECS = {"G722/16000": 255, "PCMU/8000": 254, "PCMA/8000": 253}
+"""Codec priorities (PJSIP's names), the wideband one first where the caller offers it; every
+other codec is disabled."""
+
+try:  # the extra `voiceagent[sip]`; without it the gateway says so in one line
+    import pjsua2 as pj
+except ImportError:  # pragma: no cover - exercised where the wheel is missing
+    pj = None
+
+# PJSIP's classes are subclassed for their callbacks; without the module the names stay plain
+# objects so that this file imports (and says what is missing) everywhere.
+_PortBase: Any = pj.AudioMediaPort if pj is not None else object
+_CallBase: Any = pj.Call if pj is not None else object
+_AccountBase: Any = pj.Account if pj is not None else object
+
+
+def _require_pjsua2() -> Any:
+    if pj is None:
+        raise SystemExit(
+            "server.sip_port needs PJSIP's Python bindings: pip install 'voiceagent[sip]' "
+            "(wheels exist for CPython 3.11-3.12 on x86_64 Linux)"
+        )
+    return pj
+
+
+class MediaPort(_PortBase):  # type: ignore[misc]
+    """One call's audio: caller frames to the bridge, the agent's from its playout.  Its two
+    callbacks run on PJSIP's clock thread every 20 ms: they only copy and hand over."""
+
+    def __init__(self, bridge: CallBridge, loop: asyncio.AbstractEventLoop, name: str) -> None:
+        super().__init__()
+        self._bridge = bridge
+        self._loop = loop
+        fmt = pj.MediaFormatAudio()
+        fmt.type = pj.PJMEDIA_TYPE_AUDIO
+        fmt.clockRate = RATE
+        fmt.channelCount = 1
+        fmt.bitsPerSample = 16
+        fmt.frameTimeUsec = FRAME_MS * 1000
+        self.createPort(f"call-{name}", fmt)
+
+    def onFrameReceived(self, frame: Any) -> None:  # noqa: N802 - PJSIP's name
+        if frame.type == pj.PJMEDIA_FRAME_TYPE_AUDIO and frame.size:
+            pcm = np.frombuffer(bytes(frame.buf), dtype="<i2").copy()
+            self._loop.call_soon_threadsafe(self._bridge.inbound, pcm)
+
+    def onFrameRequested(self, frame: Any) -> None:  # noqa: N802 - PJSIP's name
+        pcm, passed = self._bridge.playout.pull(RATE * FRAME_MS // 1000)
+        if passed:
+            self._loop.call_soon_threadsafe(self._bridge.marks_passed, passed)
+        frame.type = pj.PJMEDIA_FRAME_TYPE_AUDIO
+        frame.buf = pj.ByteVector(pcm.astype("<i2").tobytes())
+        frame.size = len(pcm) * 2
+
+
+class SipCall(_CallBase):  # type: ignore[misc]
+    """One call, from ringing to its end.  Its callbacks run on PJSIP's thread."""
+
+    def __init__(self, gateway: Gateway, account: Any, call_id: int) -> None:
+        super().__init__(account, call_id)
+        self.gateway = gateway
+        self.pj_id = call_id
+        self.sid = f"sip{next(gateway.ids)}"
+        self.caller = ""
+        self.bridge: CallBridge | None = None
+        self.port: MediaPort | None = None
+        self.ended = False
+
+    def start_bridge(self) -> None:
+        """Ask the server for a session; the call is answered once it has one (``on_open``)."""
+        gateway = self.gateway
+
+        def on_open() -> None:  # on the loop; the answer on PJSIP's thread
+            gateway.later(self._answer)
+
+        def on_end(step: Next | None) -> None:
+            if step is not None:
+                gateway.later(lambda: self._finish(step))
+
+        self.bridge = CallBridge(gateway.ws_url, gateway.next_url, self.sid, self.caller, on_open, on_end)
+        asyncio.run_coroutine_threadsafe(self.bridge.run(), gateway.loop)
+
+    def onCallMediaState(self, prm: Any) -> None:  # noqa: N802 - PJSIP's name
+        info = self.getInfo()  # held: its media vector points into it (a temporary's would be freed)
+        for media in info.media:
+            if media.type == pj.PJMEDIA_TYPE_AUDIO and media.status == pj.PJSUA_CALL_MEDIA_ACTIVE and self.bridge is not None:
+                audio = self.getAudioMedia(media.index)
+                if self.port is None:
+                    self.port = MediaPort(self.bridge, self.gateway.loop, self.sid)
+                audio.startTransmit(self.port)  # again after a re-INVITE (hold, resume)
+                self.port.startTransmit(audio)
+
+    def onDtmfDigit(self, prm: Any) -> None:  # noqa: N802 - PJSIP's name
+        if self.bridge is not None:
+            self.gateway.loop.call_soon_threadsafe(self.bridge.dtmf, prm.digit)
+
+    def onCallState(self, prm: Any) -> None:  # noqa: N802 - PJSIP's name
+        info = self.getInfo()
+        if info.state == pj.PJSIP_INV_STATE_DISCONNECTED:
+            log.info("sip call %s: ended (%s %s)", self.sid, info.lastStatusCode, info.lastReason)
+            self.ended = True
+            if self.bridge is not None:
+                self.gateway.loop.call_soon_threadsafe(self.bridge.hung_up)
+            self.gateway.calls.pop(self.pj_id, None)
+
+    def _answer(self) -> None:
+        if not self.ended:
+            op = pj.CallOpParam()
+            op.statusCode = 200
+            self.answer(op)
+            log.info("sip call %s from %s: answered", self.sid, self.caller)
+
+    def _finish(self, step: Next) -> None:
+        if self.ended:
+            return
+        if step.refuse is not None:
+            log.info("sip call %s: refused %d (the server did not take the session)", self.sid, step.refuse)
+            self.end(step.refuse)
+        elif step.transfer:
+            log.info("sip call %s: transferred to %s", self.sid, step.transfer)
+            self.xfer(step.transfer, pj.CallOpParam(True))
+        else:
+            self.end(200)
+
+    def end(self, status: int) -> None:
+        """Hang up (BYE once answered; before that, this final status)."""
+        if not self.ended:
+            op = pj.CallOpParam()
+            op.statusCode = status
+            try:
+                self.hangup(op)
+            except Exception as exc:  # PJSIP raises its own Error for a call already gone
+                log.info("sip call %s: hang-up: %s", self.sid, exc)
+
+
+class SipAccount(_AccountBase):  # type: ignore[misc]
+    """The gateway's one account: where INVITEs arrive and are admitted or refused."""
+
+    def __init__(self, gateway: Gateway) -> None:
+        super().__init__()
+        self.gateway = gateway
+
+    def onIncomingCall(self, prm: Any) -> None:  # noqa: N802 - PJSIP's name
+        gateway = self.gateway
+        call = SipCall(gateway, self, prm.callId)
+        source = prm.rdata.srcAddress
+        if not gateway.allow.admits(source_host(source)):
+            log.warning("sip: refused a call from %s (not in server.sip_allow)", source)
+            call.end(403)
+            return
+        if len(gateway.calls) >= gateway.max_calls:
+            log.warning("sip: refused a call from %s: %d calls already", source, len(gateway.calls))
+            call.end(486)
+            return
+        gateway.calls[prm.callId] = call
+        call.caller = call.getInfo().remoteUri
+        op = pj.CallOpParam()
+        op.statusCode = 180  # ringing while the server opens the session: answered once it has
+        call.answer(op)
+        call.start_bridge()
+
+
+class Gateway:
+    """PJSIP's endpoint, account and calls, on the thread that calls :meth:`run`."""
+
+    def __init__(self, host: str, port: int, server: str, allow: AllowList, max_calls: int, token: str = "") -> None:
+        self.host = host
+        self.port = port
+        self.ws_url = server.rstrip("/") + "/twilio" + (f"/{token}" if token else "")
+        self.next_url = server.replace("ws://", "http://").replace("wss://", "https://").rstrip("/") + "/twilio/twiml/next"
+        if token:
+            self.next_url += f"?token={token}"
+        self.allow = allow
+        self.max_calls = max_calls
+        self.calls: dict[int, SipCall] = {}
+        self.ids = itertools.count(1)
+        self._todo: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self._stop = threading.Event()
+        self.loop = asyncio.new_event_loop()
+        self._loop_thread = threading.Thread(target=self.loop.run_forever, name="sip-loop", daemon=True)
+
+    def run(self) -> None:
+        """Listen and serve calls until :meth:`stop`; then every call gets a BYE (or 503)."""
+        lib = _require_pjsua2()
+        ep = lib.Endpoint()
+        ep.libCreate()
+        cfg = lib.EpConfig()
+        cfg.uaConfig.threadCnt = 0
+        cfg.uaConfig.maxCalls = max(4, self.max_calls + 2)
+        cfg.uaConfig.userAgent = "voiceagent"
+        cfg.logConfig.level = 2
+        cfg.logConfig.consoleLevel = 2
+        cfg.medConfig.clockRate = 16000
+        cfg.medConfig.sndClockRate = 16000
+        cfg.medConfig.noVad = True
+        ep.libInit(cfg)
+        ep.audDevManager().setNullDev()  # no sound card: the bridge's clock still runs
+        for name in [c.codecId for c in ep.codecEnum2()]:
+            ep.codecSetPriority(name, next((p for k, p in CODECS.items() if name.startswith(k)), 0))
+        tcfg = lib.TransportConfig()
+        tcfg.port = self.port
+        tcfg.boundAddress = self.host
+        try:
+            ep.transportCreate(lib.PJSIP_TRANSPORT_UDP, tcfg)
+            ep.transportCreate(lib.PJSIP_TRANSPORT_TCP, tcfg)
+        except lib.Error as exc:
+            ep.libDestroy()
+            raise SystemExit(f"sip gateway: cannot listen on {self.host}:{self.port}: {exc.reason}") from None
+        ep.libStart()
+        account = SipAccount(self)
+        acfg = lib.AccountConfig()
+        acfg.idUri = f"sip:agent@{self.host}:{self.port}"
+        account.create(acfg)
+        self._loop_thread.start()
+        print(f"sip gateway: listening on {self.host}:{self.port} (udp, tcp), calls to {self.ws_url}", flush=True)
+        try:
+            while not self._stop.is_set():
+                ep.libHandleEvents(10)
+                self._run_todo()
+        finally:
+            for call in list(self.calls.values()):
+                call.end(503)
+            ep.libHandleEvents(100)
+            self.calls.clear()
+            account.shutdown()
+            del account  # no Python reference to a PJSIP object may outlive libDestroy()
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            ep.libDestroy()
+
+    def _run_todo(self) -> None:
+        while True:
+            try:
+                job = self._todo.get_nowait()
+            except queue.Empty:
+                return
+            job()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def later(self, job: Callable[[], None]) -> None:
+        """Run ``job`` on PJSIP's thread (from any thread)."""
+        self._todo.put(job)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description="voiceagent's SIP gateway: answers calls and bridges each to a server session")
+    ap.add_argument("--host", default="127.0.0.1", help="the address to listen on")
+    ap.add_argument("--port", type=int, default=5060)
+    ap.add_argument("--server", default="ws://127.0.0.1:8765", help="the voiceagent server (its WebSocket base URL)")
+    ap.add_argument("--allow", default="127.0.0.1,::1", help="comma-separated addresses or networks that may call ('*': any)")
+    ap.add_argument("--max-calls", type=int, default=16)
+    ap.add_argument("--token", default="", help="the server's client token, when it needs one")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        allow = AllowList(args.allow.split(","))
+    except ValueError as exc:
+        print(f"--allow: {exc}", file=sys.stderr)
+        return 2
+    gateway = Gateway(args.host, args.port, args.server, allow, args.max_calls, args.token)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: gateway.stop())
+    gateway.run()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

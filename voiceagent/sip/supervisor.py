@@ -1,0 +1,138 @@
+"""``voiceagent serve``'s side of the SIP gateway: start it as a child process, restart it when it
+dies, stop it at shutdown.
+
+The gateway is a process of its own so that a fault in PJSIP's native code ends its calls only,
+never the server's WebSocket and WebRTC sessions (docs/decisions/sip-stack.md).  A gateway that
+exits by itself is started again after a pause that doubles up to 30 s; each restart is logged
+and counted (``restarts``).  A gateway that cannot start at all (the extra not installed, the port
+taken) stops ``serve`` at start-up with its one line, as any other bad setting does.
+
+Cancellation: cancelling :meth:`SipGateway.start` kills the child; :meth:`SipGateway.stop` is
+idempotent and always reaps it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import sys
+
+from voiceagent.errors import VoiceAgentError
+
+__all__ = ["SipGateway", "SipGatewayError"]
+
+log = logging.getLogger(__name__)
+
+READY = "sip gateway: listening on"
+START_S = 30.0
+
+
+class SipGatewayError(VoiceAgentError):
+    """The gateway could not start; the message is its own last line."""
+
+
+class SipGateway:
+    """The child process: ``python -m voiceagent.sip.gateway`` with these arguments."""
+
+    def __init__(self, host: str, port: int, server_url: str, allow: str, max_calls: int, token: str = "") -> None:
+        self.args = [
+            "-m",
+            "voiceagent.sip.gateway",
+            "--host",
+            host,
+            "--port",
+            str(port),
+            "--server",
+            server_url,
+            "--allow",
+            allow,
+            "--max-calls",
+            str(max_calls),
+        ]
+        self._token = token
+        self.restarts = 0
+        self._proc: asyncio.subprocess.Process | None = None
+        self._watch: asyncio.Task[None] | None = None
+        self._stopping = False
+        self.ready_line = ""
+        self.listening = False
+        """The current child has said it listens (false from its exit until the next one has)."""
+
+    async def start(self) -> None:
+        """Start the gateway and wait for it to listen; raises :class:`SipGatewayError` with its
+        last line when it exits first or says nothing within 30 s."""
+        await self._spawn()
+        self._watch = asyncio.create_task(self._supervise(), name="sip-gateway")
+
+    async def _spawn(self) -> None:
+        env_token = ["--token", self._token] if self._token else []
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, *self.args, *env_token, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
+        )
+        self._proc = proc
+        assert proc.stdout is not None
+        last = ""
+        try:
+            async with asyncio.timeout(START_S):
+                while line := (await proc.stdout.readline()).decode(errors="replace").rstrip():
+                    if line.startswith(READY):
+                        self.ready_line = line
+                        self.listening = True
+                        log.info(line)
+                        return
+                    last = line
+        except TimeoutError:
+            last = last or f"no answer within {START_S:.0f} s"
+        except BaseException:
+            await self._kill(proc)
+            raise
+        await self._kill(proc)
+        raise SipGatewayError(f"the SIP gateway did not start: {last or 'it exited'}")
+
+    async def _supervise(self) -> None:
+        pause = 1.0
+        while True:
+            proc = self._proc
+            assert proc is not None and proc.stdout is not None
+            async for raw in proc.stdout:  # its log, into ours
+                log.info("%s", raw.decode(errors="replace").rstrip())
+            code = await proc.wait()
+            self.listening = False
+            if self._stopping:
+                return
+            self.restarts += 1
+            log.error("the SIP gateway exited (%s); its calls ended; starting it again in %.0f s", code, pause)
+            await asyncio.sleep(pause)
+            pause = min(30.0, pause * 2)
+            try:
+                await self._spawn()
+            except SipGatewayError as exc:
+                log.error("%s", exc)
+
+    @property
+    def pid(self) -> int | None:
+        """The running child's process id."""
+        return self._proc.pid if self._proc is not None and self._proc.returncode is None else None
+
+    async def stop(self) -> None:
+        """End the gateway (its calls get a BYE) and wait for it."""
+        self._stopping = True
+        if self._watch is not None:
+            self._watch.cancel()
+            await asyncio.gather(self._watch, return_exceptions=True)  # a cancellation of stop() itself still propagates
+            self._watch = None
+        if self._proc is not None:
+            await self._kill(self._proc, gently=True)
+            self._proc = None
+
+    @staticmethod
+    async def _kill(proc: asyncio.subprocess.Process, gently: bool = False) -> None:
+        if proc.returncode is None:
+            proc.send_signal(signal.SIGTERM if gently else signal.SIGKILL)
+            try:
+                async with asyncio.timeout(5.0):
+                    await proc.wait()
+            except TimeoutError:
+                proc.kill()
+                await proc.wait()
