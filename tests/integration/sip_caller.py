@@ -1,0 +1,109 @@
+"""baresip (Debian's ``baresip-core``) as a real SIP caller for the tests: it plays a WAV into the
+call (``aufile``), records what it hears (``sndfile``: ``dump-…-dec.wav`` in its folder) and takes
+commands over ``ctrl_tcp`` (netstring JSON: dial, hangup).  Loopback only; no sound card (ALSA's
+``null`` device plays what it receives into nothing)."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import numpy as np
+
+from voiceagent.audio import Int16Array, read_wav, resample, write_wav
+
+from .llm_server import free_port
+
+CODEC_RATES = {"PCMU": 8000, "PCMA": 8000, "G722": 16000}
+
+
+class Baresip:
+    """One baresip process with its own config folder under ``folder``."""
+
+    def __init__(self, folder: Path, question: Path, codec: str = "PCMU", tail_s: float = 60.0) -> None:
+        self.folder = folder
+        self.codec = codec
+        self.rate = CODEC_RATES[codec]
+        (folder / "rec").mkdir(parents=True, exist_ok=True)
+        # aufile needs the codec's own rate; the question is followed by silence, for the turn to
+        # end and the answer to be heard (baresip hangs up when its file ends).
+        pcm, rate = read_wav(question)
+        pcm = resample(pcm, rate, self.rate)
+        write_wav(folder / "say.wav", np.concatenate([pcm, np.zeros(int(tail_s * self.rate), dtype=np.int16)]), self.rate)
+        self.ctrl_port = free_port()
+        sip_port = free_port()
+        (folder / "config").write_text(
+            "\n".join(
+                [
+                    "poll_method epoll",
+                    f"sip_listen 127.0.0.1:{sip_port}",
+                    "net_interface 127.0.0.1",
+                    "audio_player alsa,null",
+                    f"audio_source aufile,{folder / 'say.wav'}",
+                    "module_path /usr/lib/baresip/modules",
+                    # Only the codec asked for: the gateway then has no other to choose.
+                    "module g722.so" if codec == "G722" else "module g711.so",
+                    "module aufile.so",
+                    "module sndfile.so",
+                    "module alsa.so",
+                    "module_app account.so",
+                    "module_app menu.so",
+                    "module_app ctrl_tcp.so",
+                    f"ctrl_tcp_listen 127.0.0.1:{self.ctrl_port}",
+                    f"snd_path {folder / 'rec'}",
+                    "",
+                ]
+            )
+        )
+        (folder / "accounts").write_text(f"<sip:caller@127.0.0.1:{sip_port}>;regint=0;audio_codecs={codec}\n")
+        self.log = (folder / "baresip.log").open("w")
+        self.proc = subprocess.Popen(["baresip", "-f", str(folder)], stdout=self.log, stderr=subprocess.STDOUT)
+        self._wait_for_ctrl()
+
+    def _wait_for_ctrl(self, within_s: float = 20.0) -> None:
+        deadline = time.monotonic() + within_s
+        while True:  # its control port opens once it has loaded its modules
+            try:
+                socket.create_connection(("127.0.0.1", self.ctrl_port), timeout=1).close()
+                return
+            except OSError:
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"baresip did not start: {self.output()}") from None
+                time.sleep(0.1)
+
+    def command(self, name: str, params: str = "") -> None:
+        body = json.dumps({"command": name, "params": params, "token": name}).encode()
+        with socket.create_connection(("127.0.0.1", self.ctrl_port), timeout=5) as sock:
+            sock.sendall(f"{len(body)}:".encode() + body + b",")
+            sock.recv(4096)  # its answer: the command was taken
+
+    def dial(self, uri: str) -> None:
+        self.command("dial", uri)
+
+    def hangup(self) -> None:
+        self.command("hangup")
+
+    def heard(self) -> Int16Array:
+        """What it has received so far, at the codec's rate (the dump is written as it goes)."""
+        dumps = sorted((self.folder / "rec").glob("dump-*-dec.wav"))
+        if not dumps:
+            return np.zeros(0, dtype=np.int16)
+        raw = dumps[-1].read_bytes()[44:]  # the header's sizes are written only at the end
+        return np.frombuffer(raw[: len(raw) // 2 * 2], dtype="<i2").copy()
+
+    def output(self) -> str:
+        self.log.flush()
+        return (self.folder / "baresip.log").read_text(errors="replace")[-3000:]
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
