@@ -23,7 +23,7 @@ CODEC_RATES = {"PCMU": 8000, "PCMA": 8000, "G722": 16000}
 class Baresip:
     """One baresip process with its own config folder under ``folder``."""
 
-    def __init__(self, folder: Path, question: Path, codec: str = "PCMU", tail_s: float = 60.0) -> None:
+    def __init__(self, folder: Path, question: Path, codec: str = "PCMU", tail_s: float = 60.0, silent: bool = False) -> None:
         self.folder = folder
         self.codec = codec
         self.rate = CODEC_RATES[codec]
@@ -31,7 +31,7 @@ class Baresip:
         # aufile needs the codec's own rate; the question is followed by silence, for the turn to
         # end and the answer to be heard (baresip hangs up when its file ends).
         pcm, rate = read_wav(question)
-        pcm = resample(pcm, rate, self.rate)
+        pcm = resample(pcm, rate, self.rate) if not silent else np.zeros(0, dtype=np.int16)  # silent: keys only
         write_wav(folder / "say.wav", np.concatenate([pcm, np.zeros(int(tail_s * self.rate), dtype=np.int16)]), self.rate)
         self.ctrl_port = free_port()
         sip_port = free_port()

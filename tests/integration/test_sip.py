@@ -174,3 +174,32 @@ def test_a_gateway_that_dies_is_started_again_and_answers_the_next_call(
 
     first, second = run(scenario(), 120)
     assert second and second != first
+
+
+def test_the_callers_keys_reach_the_conversation(engines: Any, speech: dict[str, Path], run: Any, tmp_path: Path) -> None:
+    config = profile_config({"server.port": "0", "phone.dtmf_gap_ms": "1000"})
+    sip_port = free_port()
+
+    async def scenario() -> list[Any]:
+        async with VoiceAgentServer(config, engines) as server:
+            gateway = SipGateway("127.0.0.1", sip_port, f"ws://127.0.0.1:{server.port}", "127.0.0.1", 4)
+            await gateway.start()
+            caller = Baresip(tmp_path / "baresip", speech["capital"], "PCMU", silent=True)
+            try:
+                caller.dial(f"sip:agent@127.0.0.1:{sip_port}")
+                await _until(lambda: bool(server.sessions), 20, "a session for the call", caller.output)
+                session = next(iter(server.sessions))
+                await _until(lambda: "Call established" in caller.output(), 10, "the call answered", caller.output)
+                caller.command("sndcode", "42#")  # RFC 4733 events, as a phone's keypad sends them
+
+                def keys() -> list[Any]:
+                    return [i for i in session.history.items if isinstance(i, UserItem) and "keypad" in i.text]
+
+                await _until(lambda: bool(keys()), 20, "the keys in the conversation", caller.output)
+                return keys()
+            finally:
+                caller.close()
+                await gateway.stop()
+
+    items = run(scenario(), 90)
+    assert "pressed 4 2" in items[0].text, items[0].text
