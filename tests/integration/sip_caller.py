@@ -23,7 +23,9 @@ CODEC_RATES = {"PCMU": 8000, "PCMA": 8000, "G722": 16000}
 class Baresip:
     """One baresip process with its own config folder under ``folder``."""
 
-    def __init__(self, folder: Path, question: Path, codec: str = "PCMU", tail_s: float = 60.0, silent: bool = False) -> None:
+    def __init__(
+        self, folder: Path, question: Path, codec: str = "PCMU", tail_s: float = 60.0, silent: bool = False, user: str = "caller"
+    ) -> None:
         self.folder = folder
         self.codec = codec
         self.rate = CODEC_RATES[codec]
@@ -34,7 +36,7 @@ class Baresip:
         pcm = resample(pcm, rate, self.rate) if not silent else np.zeros(0, dtype=np.int16)  # silent: keys only
         write_wav(folder / "say.wav", np.concatenate([pcm, np.zeros(int(tail_s * self.rate), dtype=np.int16)]), self.rate)
         self.ctrl_port = free_port()
-        sip_port = free_port()
+        self.sip_port = sip_port = free_port()
         (folder / "config").write_text(
             "\n".join(
                 [
@@ -58,7 +60,7 @@ class Baresip:
                 ]
             )
         )
-        (folder / "accounts").write_text(f"<sip:caller@127.0.0.1:{sip_port}>;regint=0;audio_codecs={codec}\n")
+        (folder / "accounts").write_text(f"<sip:{user}@127.0.0.1:{sip_port}>;regint=0;audio_codecs={codec}\n")
         self.log = (folder / "baresip.log").open("w")
         self.proc = subprocess.Popen(["baresip", "-f", str(folder)], stdout=self.log, stderr=subprocess.STDOUT)
         self._wait_for_ctrl()

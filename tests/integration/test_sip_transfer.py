@@ -1,0 +1,90 @@
+"""The agent's transfer on a SIP call, to a second real phone: the gateway sends baresip a REFER
+once the announcement has played, and baresip places the new call to the named target.  The
+engines are scripted (the transfer is the model's choice; what is tested is the call)."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from tests.conftest import SCALE
+from tests.integration.llm_server import free_port
+from tests.integration.sip_caller import Baresip
+from tests.unit.fakes import FakeEngines, FakeLlm, FakeStt, tone
+from voiceagent.audio import write_wav
+from voiceagent.config import Config, PhoneConfig, ServerConfig
+from voiceagent.sip.supervisor import SipGateway
+from voiceagent.tools.spec import ToolCall
+from voiceagent.transports.server import VoiceAgentServer
+
+pytestmark = pytest.mark.skipif(shutil.which("baresip") is None, reason="baresip-core is not installed (scripts/setup.sh installs it)")
+pytest.importorskip("pjsua2", reason="the sip extra is not installed (scripts/setup.sh installs it)")
+
+
+async def _until(ready: Callable[[], bool], within_s: float, what: str, report: Callable[[], str] = str) -> None:
+    deadline = time.monotonic() + within_s * SCALE
+    while not ready():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {within_s * SCALE:.0f} s: {what}\n{report()}")
+        await asyncio.sleep(0.1)
+
+
+def test_the_agents_transfer_sends_a_refer_and_the_caller_calls_the_target(speech: dict[str, Path], run: Any, tmp_path: Path) -> None:
+    fakes = FakeEngines(
+        stt=FakeStt(default="can I talk to sales"),
+        llm=FakeLlm([[ToolCall("c1", "transfer_call", '{"target": "sales"}')], ["I am putting you through to sales."]], default=("Yes.",)),
+    )
+    # One segment of "speech" for the scripted VAD (a spoken sentence's pauses would make several
+    # turns, each taking a scripted reply).
+    said = tmp_path / "said.wav"
+    write_wav(said, np.concatenate([np.zeros(3 * 8000, dtype=np.int16), tone(800, rate=8000)]), 8000)  # well into the call
+    sip_port = free_port()
+
+    async def scenario() -> str:
+        sales = Baresip(tmp_path / "sales", speech["capital"], "PCMU", silent=True, user="sales")
+        target = f"sip:sales@127.0.0.1:{sales.sip_port}"
+        config = dataclasses.replace(
+            Config(), server=ServerConfig(port=0), phone=PhoneConfig(tools=True, transfer_targets=f"sales={target}")
+        )
+        try:
+            async with VoiceAgentServer(config, fakes.engines) as server:
+                gateway = SipGateway("127.0.0.1", sip_port, f"ws://127.0.0.1:{server.port}", "127.0.0.1", 4)
+                await gateway.start()
+                caller = Baresip(tmp_path / "caller", said, "PCMU")
+                try:
+                    caller.dial(f"sip:agent@127.0.0.1:{sip_port}")
+                    await _until(
+                        lambda: "Incoming call" in sales.output(),
+                        30,
+                        "the transferred call at the target",
+                        lambda: (
+                            str(
+                                [
+                                    (type(i).__name__, getattr(i, "text", ""), getattr(i, "status", ""))
+                                    for s in server.sessions
+                                    for i in s.history.items
+                                ]
+                            )
+                            + caller.output()[-600:]
+                        ),
+                    )
+                    return caller.output()
+                finally:
+                    caller.close()
+                    await gateway.stop()
+        finally:
+            sales.close()
+
+    try:
+        output = run(scenario(), 90)
+    finally:
+        fakes.close()
+    assert "transfer" in output.lower(), output
