@@ -1,6 +1,7 @@
-"""The agent's transfer on a SIP call, to a second real phone: the gateway sends baresip a REFER
-once the announcement has played, and baresip places the new call to the named target.  The
-engines are scripted (the transfer is the model's choice; what is tested is the call)."""
+"""The agent's call control on a SIP call, with real phones: ``transfer_call`` sends baresip a
+REFER once the announcement has played, and baresip places the new call to the named target (a
+second baresip); ``end_call`` ends the call with a BYE after the goodbye.  The engines are
+scripted (the tool call is the model's choice; what is tested is the call)."""
 
 from __future__ import annotations
 
@@ -88,3 +89,33 @@ def test_the_agents_transfer_sends_a_refer_and_the_caller_calls_the_target(speec
     finally:
         fakes.close()
     assert "transfer" in output.lower(), output
+
+
+def test_the_agents_end_call_hangs_up_with_a_bye_after_the_goodbye(speech: dict[str, Path], run: Any, tmp_path: Path) -> None:
+    fakes = FakeEngines(
+        stt=FakeStt(default="thank you, goodbye"),
+        llm=FakeLlm([[ToolCall("c1", "end_call", "{}")], ["Goodbye, and thank you for calling."]], default=("Yes.",)),
+    )
+    said = tmp_path / "said.wav"
+    write_wav(said, np.concatenate([np.zeros(3 * 8000, dtype=np.int16), tone(800, rate=8000)]), 8000)
+    sip_port = free_port()
+
+    async def scenario() -> tuple[str, int]:
+        config = dataclasses.replace(Config(), server=ServerConfig(port=0), phone=PhoneConfig(tools=True))
+        async with VoiceAgentServer(config, fakes.engines) as server:
+            gateway = SipGateway("127.0.0.1", sip_port, f"ws://127.0.0.1:{server.port}", "127.0.0.1", 4)
+            await gateway.start()
+            caller = Baresip(tmp_path / "caller", said, "PCMU")
+            try:
+                caller.dial(f"sip:agent@127.0.0.1:{sip_port}")
+                await _until(lambda: "terminated" in caller.output(), 30, "the agent's hang-up at the caller", caller.output)
+                return caller.output(), len(server.sessions)
+            finally:
+                caller.close()
+                await gateway.stop()
+
+    try:
+        output, sessions = run(scenario(), 90)
+    finally:
+        fakes.close()
+    assert "Call with sip:agent@" in output and sessions == 0, output[-2000:]
