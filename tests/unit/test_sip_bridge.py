@@ -227,3 +227,53 @@ def test_a_call_the_server_cannot_take_is_refused_not_answered(run: Run) -> None
     finally:
         fakes.close()
     assert not opened and step == Next(refuse=503)
+
+
+# ---------------------------------------------------------------------- wideband streams (G.722 calls)
+
+
+def _started(codec: Any, encoding: str, rate: int) -> None:
+    import json
+
+    codec.decode(json.dumps({"event": "connected", "protocol": "Call", "version": "1.0.0"}))
+    start = {"streamSid": "MZ1", "callSid": "c1", "mediaFormat": {"encoding": encoding, "sampleRate": rate, "channels": 1}}
+    codec.decode(json.dumps({"event": "start", "streamSid": "MZ1", "start": start}))
+
+
+def test_a_wideband_stream_carries_16_bit_pcm_at_16_khz_both_ways() -> None:
+    import base64
+    import json
+
+    from voiceagent.errors import ProtocolError
+    from voiceagent.events import AudioDelta, ResponseCreated, ResponseDone, ResponseStatus
+    from voiceagent.transports.twilio_codec import TwilioCodec
+
+    codec = TwilioCodec(16000)
+    _started(codec, "audio/x-l16", 16000)
+    assert codec.rate == 16000
+    caller = tone(400, rate=16000)
+    got = []
+    for start in range(0, len(caller), 320):
+        payload = base64.b64encode(caller[start : start + 320].astype("<i2").tobytes()).decode()
+        got.append(codec.decode(json.dumps({"event": "media", "streamSid": "MZ1", "media": {"payload": payload}})))
+    heard = np.concatenate([g.pcm for g in got])  # type: ignore[attr-defined]
+    assert abs(len(heard) - len(caller)) <= 320 and np.abs(heard).max() > 5000  # 16 kHz in, 16 kHz to the pipeline
+    with pytest.raises(ProtocolError, match="even number of bytes"):
+        codec.decode(json.dumps({"event": "media", "streamSid": "MZ1", "media": {"payload": base64.b64encode(b"abc").decode()}}))
+    base = {"t": 0.0, "gen": 1, "session": "s1"}
+    codec.encode(ResponseCreated(**base, response_id="r1", item_id="i1"))  # type: ignore[arg-type]
+    out = codec.encode(AudioDelta(**base, response_id="r1", item_id="i1", pcm=tone(1000, rate=16000), rate=16000, offset_ms=0.0))  # type: ignore[arg-type]
+    out += codec.encode(ResponseDone(**base, response_id="r1", item_id="i1", status=ResponseStatus.COMPLETED, text=""))  # type: ignore[arg-type]
+    sent = b"".join(base64.b64decode(m["media"]["payload"]) for m in out if m["event"] == "media")
+    assert abs(len(sent) // 2 - 16000) <= 160  # one second of 16-bit samples at 16 kHz
+    marks = [m["mark"]["name"] for m in out if m["event"] == "mark"]
+    echo = [codec.decode(json.dumps({"event": "mark", "streamSid": "MZ1", "mark": {"name": n}})) for n in marks]
+    assert echo[-1].played_ms == pytest.approx(len(sent) / 2 / 16, abs=1.0)  # type: ignore[attr-defined]
+
+
+def test_any_other_format_is_refused_with_the_two_that_are_accepted() -> None:
+    from voiceagent.errors import ProtocolError
+    from voiceagent.transports.twilio_codec import TwilioCodec
+
+    with pytest.raises(ProtocolError, match="audio/x-mulaw at 8000 Hz or audio/x-l16 at 16000 Hz"):
+        _started(TwilioCodec(16000), "audio/x-l16", 8000)

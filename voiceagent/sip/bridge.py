@@ -1,8 +1,8 @@
 """One SIP call's side of the server: a WebSocket to the server's own Twilio Media Streams
 endpoint, on loopback, as a Twilio call would open it.
 
-The server already does everything a phone call needs on that endpoint: μ-law at 8 kHz both
-ways, playback position from echoed marks, barge-in by ``clear``, the caller's keys as ``dtmf``,
+The server already does everything a phone call needs on that endpoint: playback position from
+echoed marks, barge-in by ``clear``, the caller's keys as ``dtmf``,
 the phone tools (hang-up and transfer end the stream; where the call goes next is answered at
 ``/twilio/twiml/next``).  Bridging to it keeps one implementation of all that; the gateway only
 turns RTP into those messages and back.
@@ -29,10 +29,12 @@ from typing import Any
 from urllib.parse import quote
 from xml.sax.saxutils import unescape
 
+import numpy as np
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
-from voiceagent.audio import Int16Array, mulaw_decode, mulaw_encode
+from voiceagent.audio import Int16Array
+from voiceagent.transports.twilio_codec import WIDEBAND
 
 from .playout import Playout
 
@@ -40,8 +42,10 @@ __all__ = ["RATE", "CallBridge", "Next", "next_step"]
 
 log = logging.getLogger(__name__)
 
-RATE = 8000
-"""The call's audio towards the server: G.711's rate (PJSIP's bridge converts G.722 to it)."""
+RATE = 16000
+"""The call's audio towards the server: 16-bit PCM at 16 kHz, the stream's wideband format, for
+every call: PJSIP's bridge turns G.722 into it as it is and G.711 up to it, so a wideband call
+reaches the transcriber wideband and one code path serves both."""
 
 
 @dataclass(frozen=True)
@@ -94,7 +98,7 @@ class CallBridge:
         has stopped reading; the call is ending or the loop is far behind): audio is not queued
         without bound."""
         self._chunk += 1
-        payload = base64.b64encode(mulaw_encode(pcm)).decode()
+        payload = base64.b64encode(pcm.astype("<i2").tobytes()).decode()
         msg = {"event": "media", "streamSid": self.stream_sid, "media": {"track": "inbound", "chunk": str(self._chunk), "payload": payload}}
         self._offer(msg)
 
@@ -134,7 +138,7 @@ class CallBridge:
                     "callSid": self.call_id,
                     "accountSid": "sip",
                     "tracks": ["inbound"],
-                    "mediaFormat": {"encoding": "audio/x-mulaw", "sampleRate": RATE, "channels": 1},
+                    "mediaFormat": {"encoding": WIDEBAND[0], "sampleRate": WIDEBAND[1], "channels": 1},
                     "customParameters": {"From": self.caller},
                 }
                 await self._send({"event": "start", "streamSid": self.stream_sid, "start": start})
@@ -170,7 +174,7 @@ class CallBridge:
                 msg = json.loads(raw)
                 event = msg.get("event")
                 if event == "media":
-                    self.playout.write(mulaw_decode(base64.b64decode(msg["media"]["payload"])))
+                    self.playout.write(np.frombuffer(base64.b64decode(msg["media"]["payload"]), dtype="<i2").astype(np.int16))
                 elif event == "mark":
                     self.playout.mark(msg["mark"]["name"])
                 elif event == "clear":

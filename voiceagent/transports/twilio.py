@@ -37,7 +37,7 @@ from voiceagent.session import Session
 from voiceagent.tools.phone import HangUp, SendDigits, Transfer
 from voiceagent.transports.connection import SessionConnection
 from voiceagent.transports.dtmf import dtmf_tones
-from voiceagent.transports.twilio_codec import TWILIO_RATE, Dtmf, MarkEcho, Media, Start, Stop, TwilioCodec
+from voiceagent.transports.twilio_codec import Dtmf, MarkEcho, Media, Start, Stop, TwilioCodec
 
 __all__ = ["CLOSE_POLICY", "TwilioConnection"]
 
@@ -146,7 +146,7 @@ class TwilioConnection(SessionConnection):
     async def _control(self, event: CallControl) -> None:
         action = event.action
         if isinstance(action, SendDigits):
-            tones = dtmf_tones(action.digits, TWILIO_RATE)
+            tones = dtmf_tones(action.digits, self.codec.rate)
             for message in self.codec.media(tones):
                 await self.send(message)
             log.info("twilio stream %s: sent keys %s", self.codec.stream_sid, action.digits)

@@ -6,10 +6,11 @@ turns one session event into the messages to send back.
 
 Audio: inbound μ-law 8 kHz is decoded and resampled to the pipeline's 16 kHz; reply audio (the
 voice's rate) is resampled to 8 kHz and μ-law encoded, one resampler per response (soxr, state
-carried between chunks).
+carried between chunks).  A stream whose ``start.mediaFormat`` asks for :data:`WIDEBAND` (the SIP
+gateway's G.722 calls) carries 16-bit PCM at 16 kHz both ways instead.
 
 Playback position: every outgoing ``media`` message is followed by a ``mark`` whose name maps to
-the item position (ms of the assistant item, counted in 8 kHz samples sent) at the end of that
+the item position (ms of the assistant item, counted in samples sent) at the end of that
 chunk.  Twilio echoes a mark once
 the audio before it has **played**, so the last echoed mark of an item is what the caller heard.
 After a ``clear`` Twilio also echoes the marks of the audio it discarded; those are ignored.
@@ -28,6 +29,8 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 from xml.sax.saxutils import escape, quoteattr
+
+import numpy as np
 
 from voiceagent.audio import PIPELINE_RATE, Int16Array, StreamResampler, mulaw_decode, mulaw_encode
 from voiceagent.errors import ProtocolError, excerpt
@@ -51,6 +54,10 @@ __all__ = [
 
 TWILIO_RATE = 8000
 _ENCODING = "audio/x-mulaw"
+WIDEBAND = ("audio/x-l16", 16000)
+"""The one other media format a stream may ask for in ``start.mediaFormat``: 16-bit
+little-endian PCM at 16 kHz, which Twilio never sends but the SIP gateway does for a G.722 call
+(voiceagent/sip), so that a wideband call reaches the transcriber wideband."""
 
 
 @dataclass(frozen=True)
@@ -103,7 +110,7 @@ TwilioCommand = Connected | Start | Media | Dtmf | MarkEcho | Stop
 class _Outgoing:
     item_id: str
     resampler: StreamResampler
-    sent: int = 0  # 8 kHz samples of this item sent so far
+    sent: int = 0  # samples of this item sent so far, at the call's rate
 
 
 @dataclass
@@ -128,6 +135,8 @@ class TwilioCodec:
         self.last_sequence = 0
         self.sequence_gaps = 0
         """How many times a sequence number skipped ahead (frames lost on the way)."""
+        self.rate = TWILIO_RATE
+        """The call's audio rate both ways: 8 kHz μ-law, or 16 kHz PCM (:data:`WIDEBAND`)."""
         self._in_rs = StreamResampler(TWILIO_RATE, PIPELINE_RATE, quality="LQ")  # low delay: see audio.StreamResampler
         self._out: dict[str, _Outgoing] = {}  # by response id
         self._marks = _MarkBook()
@@ -188,10 +197,11 @@ class TwilioCodec:
         encoding = fmt.get("encoding", _ENCODING)
         rate = _int(fmt, "sampleRate", "start.mediaFormat.sampleRate") if "sampleRate" in fmt else TWILIO_RATE
         channels = _int(fmt, "channels", "start.mediaFormat.channels") if "channels" in fmt else 1
-        if encoding != _ENCODING or rate != TWILIO_RATE or channels != 1:
+        if (encoding, rate) not in ((_ENCODING, TWILIO_RATE), WIDEBAND) or channels != 1:
             raise ProtocolError(
                 "unsupported_format",
-                f"only {_ENCODING} at {TWILIO_RATE} Hz mono is supported, got {encoding} at {rate} Hz x{channels}",
+                f"only {_ENCODING} at {TWILIO_RATE} Hz or {WIDEBAND[0]} at {WIDEBAND[1]} Hz, mono, is supported,"
+                f" got {encoding} at {rate} Hz x{channels}",
                 param="start.mediaFormat",
             )
         tracks = start.get("tracks", ["inbound"])
@@ -202,6 +212,9 @@ class TwilioCodec:
             raise ProtocolError("invalid_value", "'start.customParameters' must be an object", param="start.customParameters")
         self.stream_sid = sid
         self.call_sid = _opt_str(start, "callSid")
+        if (encoding, rate) == WIDEBAND:
+            self.rate = rate
+            self._in_rs = StreamResampler(rate, PIPELINE_RATE, quality="LQ")
         return Start(sid, self.call_sid, _opt_str(start, "accountSid"), tuple(tracks), {str(k): str(v) for k, v in params.items()})
 
     def _media(self, msg: dict[str, Any]) -> Media:
@@ -218,7 +231,17 @@ class TwilioCodec:
         if track not in ("inbound", "inbound_track"):
             # Only the caller's side is conversation input; an outbound track echo is not.
             return Media(mulaw_decode(b""), track, timestamp)
-        return Media(self._in_rs.process(mulaw_decode(raw)), track, timestamp)
+        return Media(self._in_rs.process(self._decode(raw)), track, timestamp)
+
+    def _decode(self, raw: bytes) -> Int16Array:
+        if self.rate == TWILIO_RATE:
+            return mulaw_decode(raw)
+        if len(raw) % 2:
+            raise ProtocolError("invalid_audio", "16-bit PCM needs an even number of bytes", param="media.payload")
+        return np.frombuffer(raw, dtype="<i2").astype(np.int16)
+
+    def _encode(self, pcm: Int16Array) -> bytes:
+        return mulaw_encode(pcm) if self.rate == TWILIO_RATE else pcm.astype("<i2").tobytes()
 
     def _mark_echo(self, name: str) -> MarkEcho:
         entry = self._marks.pending.pop(name, None)
@@ -251,7 +274,7 @@ class TwilioCodec:
         if self.stream_sid is None:
             return []
         if isinstance(ev, ResponseCreated):
-            self._out[ev.response_id] = _Outgoing(ev.item_id, StreamResampler(self.voice_rate, TWILIO_RATE))
+            self._out[ev.response_id] = _Outgoing(ev.item_id, StreamResampler(self.voice_rate, self.rate))
             return []
         if isinstance(ev, AudioDelta):
             out = self._out.get(ev.response_id)
@@ -271,23 +294,23 @@ class TwilioCodec:
         return []
 
     def media(self, pcm: Int16Array) -> list[dict[str, Any]]:
-        """``media`` messages of 8 kHz audio that belongs to no reply (keypad tones), 20 ms each,
-        without marks: no playback position hangs on it."""
+        """``media`` messages of audio at :attr:`rate` that belongs to no reply (keypad tones), 20 ms
+        each, without marks: no playback position hangs on it."""
         if self.stream_sid is None:
             return []
-        frame = TWILIO_RATE // 50
-        payloads = (base64.b64encode(mulaw_encode(pcm[i : i + frame])).decode("ascii") for i in range(0, len(pcm), frame))
+        frame = self.rate // 50
+        payloads = (base64.b64encode(self._encode(pcm[i : i + frame])).decode("ascii") for i in range(0, len(pcm), frame))
         return [{"event": "media", "streamSid": self.stream_sid, "media": {"payload": p}} for p in payloads]
 
     def _chunk(self, out: _Outgoing, pcm: Int16Array) -> list[dict[str, Any]]:
         if len(pcm) == 0:
             return []
-        # soxr's output starts at the item's first sample, so 8 kHz samples sent are item time:
-        # the mark is at the end of everything sent so far (the resampler's tail is still inside).
+        # soxr's output starts at the item's first sample, so samples sent are item time: the
+        # mark is at the end of everything sent so far (the resampler's tail is still inside).
         out.sent += len(pcm)
         name = f"m{next(self._mark_ids)}"
-        self._marks.pending[name] = (out.item_id, out.sent * 1000.0 / TWILIO_RATE)
-        payload = base64.b64encode(mulaw_encode(pcm)).decode("ascii")
+        self._marks.pending[name] = (out.item_id, out.sent * 1000.0 / self.rate)
+        payload = base64.b64encode(self._encode(pcm)).decode("ascii")
         return [
             {"event": "media", "streamSid": self.stream_sid, "media": {"payload": payload}},
             {"event": "mark", "streamSid": self.stream_sid, "mark": {"name": name}},
