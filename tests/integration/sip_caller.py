@@ -90,7 +90,14 @@ class Baresip:
 
     def heard(self) -> Int16Array:
         """What it has received so far, at the codec's rate (the dump is written as it goes)."""
-        dumps = sorted((self.folder / "rec").glob("dump-*-dec.wav"))
+        return self._dump("dec")
+
+    def sent(self) -> Int16Array:
+        """What it has sent so far (its ``-enc`` dump), on the same clock as :meth:`heard`."""
+        return self._dump("enc")
+
+    def _dump(self, kind: str) -> Int16Array:
+        dumps = sorted((self.folder / "rec").glob(f"dump-*-{kind}.wav"))
         if not dumps:
             return np.zeros(0, dtype=np.int16)
         raw = dumps[-1].read_bytes()[44:]  # the header's sizes are written only at the end
