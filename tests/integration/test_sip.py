@@ -23,7 +23,7 @@ from tests.conftest import SCALE
 from tests.integration.llm_server import free_port
 from tests.integration.sip_caller import Baresip
 from tests.profile import profile_config
-from voiceagent.audio import resample
+from voiceagent.audio import read_wav, resample, write_wav
 from voiceagent.conversation.history import AssistantItem, UserItem
 from voiceagent.replay import speech_turns
 from voiceagent.sip.supervisor import SipGateway
@@ -203,3 +203,53 @@ def test_the_callers_keys_reach_the_conversation(engines: Any, speech: dict[str,
 
     items = run(scenario(), 90)
     assert "pressed 4 2" in items[0].text, items[0].text
+
+
+def test_talking_over_the_agent_on_a_sip_call_cuts_its_reply_to_what_was_heard(
+    engines: Any, speech: dict[str, Path], run: Any, tmp_path: Path
+) -> None:
+    story = "You are a storyteller. Always answer with a long story of at least six sentences."
+    config = profile_config({"server.port": "0", "llm.instructions": story, "llm.max_tokens": "64"})
+    sip_port = free_port()
+
+    async def scenario() -> list[Any]:
+        async with VoiceAgentServer(config, engines) as server:
+            gateway = SipGateway("127.0.0.1", sip_port, f"ws://127.0.0.1:{server.port}", "127.0.0.1", 4)
+            await gateway.start()
+            caller = Baresip(tmp_path / "baresip", speech["long_story"], "PCMU")
+            # The interruption, ready at the codec's rate: said once the story is heard (a cue, not a
+            # fixed pause: on a loaded machine the story's first audio may come late).
+            interruption = tmp_path / "interrupt.wav"
+            pcm, rate = read_wav(speech["capital"])
+            write_wav(interruption, np.concatenate([resample(pcm, rate, 8000), np.zeros(8000 * 30, dtype=np.int16)]), 8000)
+            try:
+                caller.dial(f"sip:agent@127.0.0.1:{sip_port}")
+                await _until(lambda: bool(server.sessions), 20, "a session for the call", caller.output)
+                session = next(iter(server.sessions))
+
+                def story_heard_s() -> float:
+                    said = speech_turns(caller.sent(), caller.rate)
+                    if not said:
+                        return 0.0
+                    heard = speech_turns(caller.heard(), caller.rate, turn_gap_s=0.05)
+                    return sum(e - s for s, e in heard if s > said[-1][1])
+
+                await _until(lambda: story_heard_s() >= 1.5, 60, "the story heard for 1.5 s", caller.output)
+                caller.command("ausrc", f"aufile,{interruption}")
+
+                def cut() -> list[AssistantItem]:
+                    return [i for i in session.history.items if isinstance(i, AssistantItem) and i.heard_ms is not None]
+
+                await _until(lambda: bool(cut()), 30, "the story cut by the interruption", caller.output)
+                await _until(lambda: len([i for i in session.history.items if isinstance(i, UserItem)]) >= 2, 30, "the interruption a turn")
+                return list(session.history.items)
+            finally:
+                caller.close()
+                await gateway.stop()
+
+    items = run(scenario(), 180)
+    story = next(i for i in items if isinstance(i, AssistantItem))
+    assert story.heard_ms is not None and 0 < story.heard_ms < story.audio_ms, (story.heard_ms, story.audio_ms)
+    assert len(story.text) < len(story.full_text), (story.text, story.full_text)
+    users = [i for i in items if isinstance(i, UserItem)]
+    assert {"capital", "france"} & _words(users[1].text), users[1].text
