@@ -253,3 +253,39 @@ def test_talking_over_the_agent_on_a_sip_call_cuts_its_reply_to_what_was_heard(
     assert len(story.text) < len(story.full_text), (story.text, story.full_text)
     users = [i for i in items if isinstance(i, UserItem)]
     assert {"capital", "france"} & _words(users[1].text), users[1].text
+
+
+def test_a_call_put_on_hold_and_resumed_goes_on(engines: Any, speech: dict[str, Path], run: Any, tmp_path: Path) -> None:
+    config = profile_config({"server.port": "0", "llm.instructions": "Answer in one short sentence."})
+    sip_port = free_port()
+
+    async def scenario() -> list[Any]:
+        async with VoiceAgentServer(config, engines) as server:
+            gateway = SipGateway("127.0.0.1", sip_port, f"ws://127.0.0.1:{server.port}", "127.0.0.1", 4)
+            await gateway.start()
+            caller = Baresip(tmp_path / "baresip", speech["capital"], "PCMU", silent=True)
+            question = tmp_path / "question.wav"
+            pcm, rate = read_wav(speech["weather"])
+            write_wav(question, np.concatenate([resample(pcm, rate, 8000), np.zeros(8000 * 30, dtype=np.int16)]), 8000)
+            try:
+                caller.dial(f"sip:agent@127.0.0.1:{sip_port}")
+                await _until(lambda: "Call established" in caller.output(), 20, "the call answered", caller.output)
+                session = next(iter(server.sessions))
+                caller.command("hold")  # a re-INVITE with the stream sendonly
+                await _until(lambda: caller.output().count("update 'audio'") >= 2, 10, "the hold's re-INVITE", caller.output)
+                caller.command("resume")  # and back: sendrecv
+                await _until(lambda: caller.output().count("update 'audio'") >= 3, 10, "the resume's re-INVITE", caller.output)
+                caller.command("ausrc", f"aufile,{question}")
+
+                def answered() -> list[AssistantItem]:
+                    return [i for i in session.history.items if isinstance(i, AssistantItem) and i.status == "completed"]
+
+                await _until(lambda: bool(answered()), 60, "a question after the resume answered", caller.output)
+                return list(session.history.items)
+            finally:
+                caller.close()
+                await gateway.stop()
+
+    items = run(scenario(), 120)
+    users = [i for i in items if isinstance(i, UserItem)]
+    assert users and "moon" in _words(users[-1].text), users
