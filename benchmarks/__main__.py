@@ -35,7 +35,7 @@ INDEX: tuple[Benchmark, ...] = (
     # One conversation's latency
     Benchmark("latency", "6 min", "end of speech -> first audio, 20 turns on the real server against a naive chain of the same models"),
     Benchmark("against_pipecat", "7 min", "the same turns through voiceagent and stock Pipecat on the same models (needs Pipecat's deps)"),
-    Benchmark("sip_latency", "~4 min", "end of speech -> first audio over SIP (baresip, G.711 and G.722) against the WebSocket, same server"),
+    Benchmark("sip_latency", "~4 min", "end of speech -> first audio over SIP (baresip, G.711 and G.722) against the WebSocket"),
     Benchmark("webrtc", "~5 min", "end of speech -> first heard audio, WebRTC against the WebSocket; bytes on the wire; idle CPU"),
     Benchmark("eagerness", "~5 min", "semantic_vad eagerness levels on the paused questions: false cut-offs and latency per level"),
     Benchmark("plots", "5 s", "no measurement: redraws a finished run's picture from its JSON (latency, Pipecat, concurrency, quality)"),
