@@ -277,3 +277,33 @@ def test_any_other_format_is_refused_with_the_two_that_are_accepted() -> None:
 
     with pytest.raises(ProtocolError, match="audio/x-mulaw at 8000 Hz or audio/x-l16 at 16000 Hz"):
         _started(TwilioCodec(16000), "audio/x-l16", 8000)
+
+
+def test_unreadable_messages_from_the_server_are_skipped_and_the_call_goes_on(run: Run) -> None:
+    import base64
+    import json
+
+    from websockets.asyncio.server import ServerConnection, serve
+
+    pcm = tone(100, rate=RATE)
+
+    async def server(ws: ServerConnection) -> None:
+        await ws.recv()  # connected
+        await ws.recv()  # start
+        for bad in ("not json", json.dumps({"event": "media"}), json.dumps({"event": "media", "media": {"payload": "***"}}), b"\x00"):
+            await ws.send(bad)
+        await ws.send(json.dumps({"event": "media", "media": {"payload": base64.b64encode(pcm.astype("<i2").tobytes()).decode()}}))
+        await ws.send(json.dumps({"event": "mark", "mark": {"name": "m1"}}))
+        await ws.close()
+
+    async def main() -> tuple[Next | None, int]:
+        ended: asyncio.Future[Next | None] = asyncio.get_running_loop().create_future()
+        async with serve(server, "127.0.0.1", 0) as srv:
+            port = srv.sockets[0].getsockname()[1]
+            bridge = CallBridge(f"ws://127.0.0.1:{port}", "http://127.0.0.1:9/next", "sip9", "", lambda: None, ended.set_result)
+            await bridge.run()
+            return await ended, bridge.playout.queued
+
+    step, queued = run(main(), 30)
+    assert queued == len(pcm)  # the good message after four bad ones was played
+    assert step == Next(None)  # the server ended the stream; no next step known: hang up

@@ -125,7 +125,15 @@ class CallBridge:
     # ------------------------------------------------------------------ the session
 
     async def run(self) -> None:
-        """Open the stream, carry audio both ways until either side ends, then tell ``on_end``."""
+        """Open the stream, carry audio both ways until either side ends, then tell ``on_end``
+        (once, whatever happened: a bridge that fails still ends its call, never leaves it open)."""
+        try:
+            await self._run()
+        except Exception:
+            log.exception("sip call %s: the bridge failed; the call is ended", self.call_id)
+            self._on_end(None if self._hung_up else Next(None))
+
+    async def _run(self) -> None:
         ended_by_server = False
         opened = False
         try:
@@ -169,18 +177,25 @@ class CallBridge:
     async def _read(self, ws: ClientConnection) -> None:
         try:
             async for raw in ws:
-                if not isinstance(raw, str):
-                    continue
-                msg = json.loads(raw)
-                event = msg.get("event")
-                if event == "media":
-                    self.playout.write(np.frombuffer(base64.b64decode(msg["media"]["payload"]), dtype="<i2").astype(np.int16))
-                elif event == "mark":
-                    self.playout.mark(msg["mark"]["name"])
-                elif event == "clear":
-                    self.marks_passed(self.playout.clear())
+                try:
+                    self._apply(raw)
+                except (ValueError, KeyError, TypeError, AttributeError) as exc:  # a message we cannot read: skipped, the call goes on
+                    log.warning("sip call %s: unreadable message from the server skipped (%s): %.120r", self.call_id, exc, raw)
         except ConnectionClosed:
             pass
+
+    def _apply(self, raw: str | bytes) -> None:
+        if not isinstance(raw, str):
+            return
+        msg = json.loads(raw)
+        event = msg.get("event")
+        if event == "media":
+            data = base64.b64decode(msg["media"]["payload"], validate=True)
+            self.playout.write(np.frombuffer(data[: len(data) // 2 * 2], dtype="<i2").astype(np.int16))
+        elif event == "mark":
+            self.playout.mark(str(msg["mark"]["name"]))
+        elif event == "clear":
+            self.marks_passed(self.playout.clear())
 
     async def _write(self, ws: ClientConnection) -> None:
         while (msg := await self._outbox.get()) is not None:
