@@ -186,15 +186,18 @@ class SipAccount(_AccountBase):  # type: ignore[misc]
         gateway = self.gateway
         call = SipCall(gateway, self, prm.callId)
         source = prm.rdata.srcAddress
+        busy = sum(1 for c in gateway.calls.values() if c.bridge is not None)
+        # Held until PJSIP says the call is over, refused ones too: a Python call object freed
+        # while PJSIP still reports on its call would take the process down.
+        gateway.calls[prm.callId] = call
         if not gateway.allow.admits(source_host(source)):
             log.warning("sip: refused a call from %s (not in server.sip_allow)", source)
             call.end(403)
             return
-        if len(gateway.calls) >= gateway.max_calls:
-            log.warning("sip: refused a call from %s: %d calls already", source, len(gateway.calls))
+        if busy >= gateway.max_calls:
+            log.warning("sip: refused a call from %s: %d calls already", source, busy)
             call.end(486)
             return
-        gateway.calls[prm.callId] = call
         call.caller = call.getInfo().remoteUri
         op = pj.CallOpParam()
         op.statusCode = 180  # ringing while the server opens the session: answered once it has
