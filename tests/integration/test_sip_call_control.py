@@ -1,7 +1,8 @@
 """The agent's call control on a SIP call, with real phones: ``transfer_call`` sends baresip a
 REFER once the announcement has played, and baresip places the new call to the named target (a
 second baresip); ``end_call`` ends the call with a BYE after the goodbye.  The engines are
-scripted (the tool call is the model's choice; what is tested is the call)."""
+scripted (the tool call is the model's choice; what is tested is the call).  And a caller past
+``server.sip_max_calls`` is told busy (486) while the first call goes on."""
 
 from __future__ import annotations
 
@@ -119,3 +120,31 @@ def test_the_agents_end_call_hangs_up_with_a_bye_after_the_goodbye(speech: dict[
     finally:
         fakes.close()
     assert "Call with sip:agent@" in output and sessions == 0, output[-2000:]
+
+
+def test_a_call_past_sip_max_calls_is_busy_and_the_first_goes_on(speech: dict[str, Path], run: Any, tmp_path: Path) -> None:
+    fakes = FakeEngines()
+    sip_port = free_port()
+
+    async def scenario() -> tuple[str, int]:
+        async with VoiceAgentServer(dataclasses.replace(Config(), server=ServerConfig(port=0)), fakes.engines) as server:
+            gateway = SipGateway("127.0.0.1", sip_port, f"ws://127.0.0.1:{server.port}", "127.0.0.1", 1)
+            await gateway.start()
+            first = Baresip(tmp_path / "first", speech["capital"], "PCMU", silent=True)
+            second = Baresip(tmp_path / "second", speech["capital"], "PCMU", silent=True, user="second")
+            try:
+                first.dial(f"sip:agent@127.0.0.1:{sip_port}")
+                await _until(lambda: "Call established" in first.output(), 20, "the first call answered", first.output)
+                second.dial(f"sip:agent@127.0.0.1:{sip_port}")
+                await _until(lambda: "486" in second.output(), 20, "the second caller told busy", second.output)
+                return second.output(), len(server.sessions)
+            finally:
+                first.close()
+                second.close()
+                await gateway.stop()
+
+    try:
+        output, sessions = run(scenario(), 60)
+    finally:
+        fakes.close()
+    assert "486 Busy Here" in output and sessions == 1, output[-1500:]
