@@ -148,7 +148,7 @@ class TwilioGen:
                         json.dumps(
                             {
                                 "event": "start",
-                                "start": {"streamSid": "MZ2", "mediaFormat": {"encoding": "audio/x-l16", "sampleRate": "16000"}},
+                                "start": {"streamSid": "MZ2", "mediaFormat": {"encoding": "audio/x-alaw", "sampleRate": "8000"}},
                             }
                         ),
                         json.dumps({"event": "start", "start": {"streamSid": "MZ2", "mediaFormat": {"channels": "2"}}}),

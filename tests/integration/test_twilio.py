@@ -243,7 +243,7 @@ BAD_FRAMES: list[tuple[str, list[str | bytes], int, str]] = [
                 {
                     "event": "start",
                     "sequenceNumber": "1",
-                    "start": {"streamSid": "MZ1", "mediaFormat": {"encoding": "audio/x-l16", "sampleRate": "16000"}},
+                    "start": {"streamSid": "MZ1", "mediaFormat": {"encoding": "audio/x-alaw", "sampleRate": "8000"}},
                 }
             )
         ],
