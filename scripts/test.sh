@@ -16,7 +16,7 @@ fi
 # then the unit and environment tests (fakes on real threads, no models) on 2 workers, away from
 # the models' load, whose deadlines they would otherwise share; then the rest on 3 workers
 # (pytest-xdist, a file per worker): most of those wait on audio paced in real time, so on a
-# 2-core machine the whole takes about 10-12 minutes from a fresh clone instead of about 20
+# 2-core machine the whole takes about 16 minutes from a fresh clone instead of about 20
 # (docs/operations.md).  VOICEAGENT_TEST_WORKERS=1 runs everything in one process.
 workers=${VOICEAGENT_TEST_WORKERS:-3}
 if [ "$workers" -gt 1 ]; then
