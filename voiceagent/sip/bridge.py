@@ -89,6 +89,7 @@ class CallBridge:
         self._chunk = 0
         self._seq = 0
         self._hung_up = False
+        self._ended = False
         self.stream_sid = "MZ" + call_id
 
     # ------------------------------------------------------------------ from PJSIP (via the loop)
@@ -96,7 +97,9 @@ class CallBridge:
     def inbound(self, pcm: Int16Array) -> None:
         """One frame of the caller's audio at :data:`RATE`.  A full outbox drops it (the server
         has stopped reading; the call is ending or the loop is far behind): audio is not queued
-        without bound."""
+        without bound.  After the call's end, frames are dropped without a word."""
+        if self._hung_up or self._ended:
+            return
         self._chunk += 1
         payload = base64.b64encode(pcm.astype("<i2").tobytes()).decode()
         msg = {"event": "media", "streamSid": self.stream_sid, "media": {"track": "inbound", "chunk": str(self._chunk), "payload": payload}}
@@ -113,6 +116,8 @@ class CallBridge:
         """The caller ended the call: ``stop`` the stream, then close."""
         if not self._hung_up:
             self._hung_up = True
+            while not self._outbox.empty():  # a full outbox must not swallow the end of the call
+                self._outbox.get_nowait()
             self._offer({"event": "stop", "streamSid": self.stream_sid, "stop": {"callSid": self.call_id}})
             self._offer(None)
 
@@ -132,6 +137,8 @@ class CallBridge:
         except Exception:
             log.exception("sip call %s: the bridge failed; the call is ended", self.call_id)
             self._on_end(None if self._hung_up else Next(None))
+        finally:
+            self._ended = True
 
     async def _run(self) -> None:
         ended_by_server = False

@@ -107,17 +107,21 @@ class SipCall(_CallBase):  # type: ignore[misc]
         self.bridge: CallBridge | None = None
         self.port: MediaPort | None = None
         self.ended = False
+        self.answered = False
 
     def start_bridge(self) -> None:
         """Ask the server for a session; the call is answered once it has one (``on_open``)."""
-        gateway = self.gateway
+        gateway, pj_id = self.gateway, self.pj_id
 
+        # The callbacks name the call by its id, not by reference: a bridge holding its call would
+        # make a cycle that only the garbage collector frees, on whatever thread it runs (PJSIP's
+        # objects must be freed on its own thread, and before libDestroy).
         def on_open() -> None:  # on the loop; the answer on PJSIP's thread
-            gateway.later(self._answer)
+            gateway.later(lambda: gateway.call_do(pj_id, lambda call: call.answer_now()))
 
         def on_end(step: Next | None) -> None:
             if step is not None:
-                gateway.later(lambda: self._finish(step))
+                gateway.later(lambda: gateway.call_do(pj_id, lambda call: call.finish(step)))
 
         self.bridge = CallBridge(gateway.ws_url, gateway.next_url, self.sid, self.caller, on_open, on_end)
         asyncio.run_coroutine_threadsafe(self.bridge.run(), gateway.loop)
@@ -136,6 +140,14 @@ class SipCall(_CallBase):  # type: ignore[misc]
         if self.bridge is not None:
             self.gateway.loop.call_soon_threadsafe(self.bridge.dtmf, prm.digit)
 
+    def onCallTransferStatus(self, prm: Any) -> None:  # noqa: N802 - PJSIP's name
+        # The transferee reports the new call's progress; this side's part ends with it either
+        # way (PJSIP does not hang up the transferor by itself).
+        if prm.finalNotify or prm.statusCode >= 300:
+            log.info("sip call %s: transfer %s (%s)", self.sid, "done" if prm.statusCode < 300 else "failed", prm.statusCode)
+            prm.cont = False
+            self.end(200)
+
     def onCallState(self, prm: Any) -> None:  # noqa: N802 - PJSIP's name
         info = self.getInfo()
         if info.state == pj.PJSIP_INV_STATE_DISCONNECTED:
@@ -145,17 +157,22 @@ class SipCall(_CallBase):  # type: ignore[misc]
                 self.gateway.loop.call_soon_threadsafe(self.bridge.hung_up)
             self.gateway.calls.pop(self.pj_id, None)
 
-    def _answer(self) -> None:
+    def answer_now(self) -> None:
         if not self.ended:
             op = pj.CallOpParam()
             op.statusCode = 200
             self.answer(op)
+            self.answered = True
             log.info("sip call %s from %s: answered", self.sid, self.caller)
 
-    def _finish(self, step: Next) -> None:
+    def finish(self, step: Next) -> None:
+        """The call's end as the server's side decided it: refused, transferred or hung up."""
         if self.ended:
             return
-        if step.refuse is not None:
+        if not self.answered:  # never answered: a final error, never a 200 that would connect it
+            log.info("sip call %s: refused %d (the server did not take the session)", self.sid, step.refuse or 503)
+            self.end(step.refuse or 503)
+        elif step.refuse is not None:
             log.info("sip call %s: refused %d (the server did not take the session)", self.sid, step.refuse)
             self.end(step.refuse)
         elif step.transfer:
@@ -183,6 +200,17 @@ class SipAccount(_AccountBase):  # type: ignore[misc]
         self.gateway = gateway
 
     def onIncomingCall(self, prm: Any) -> None:  # noqa: N802 - PJSIP's name
+        # An exception escaping a PJSIP callback would abort the process: a call we fail on is
+        # refused with 500, and the gateway goes on.
+        try:
+            self._incoming(prm)
+        except Exception:
+            log.exception("sip: an incoming call failed")
+            call = self.gateway.calls.get(prm.callId)
+            if call is not None:
+                call.end(500)
+
+    def _incoming(self, prm: Any) -> None:
         gateway = self.gateway
         call = SipCall(gateway, self, prm.callId)
         source = prm.rdata.srcAddress
@@ -263,8 +291,7 @@ class Gateway:
                 ep.libHandleEvents(10)
                 self._run_todo()
         finally:
-            for call in list(self.calls.values()):
-                call.end(503)
+            self._end_all()
             ep.libHandleEvents(100)
             self.calls.clear()
             account.shutdown()
@@ -272,13 +299,27 @@ class Gateway:
             self.loop.call_soon_threadsafe(self.loop.stop)
             ep.libDestroy()
 
+    def _end_all(self) -> None:
+        # In a function of its own: no loop variable may keep a call alive past libDestroy().
+        for call in list(self.calls.values()):
+            call.end(503)
+
     def _run_todo(self) -> None:
         while True:
             try:
                 job = self._todo.get_nowait()
             except queue.Empty:
                 return
-            job()
+            try:
+                job()
+            except Exception:  # a call's failure (a REFER to a bad URI) ends that call's work, not the gateway
+                log.exception("sip: a call's step failed")
+
+    def call_do(self, pj_id: int, step: Callable[[SipCall], None]) -> None:
+        """On PJSIP's thread: ``step`` on call ``pj_id``, if it is still there."""
+        call = self.calls.get(pj_id)
+        if call is not None:
+            step(call)
 
     def stop(self) -> None:
         self._stop.set()

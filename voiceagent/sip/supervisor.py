@@ -75,7 +75,8 @@ class SipGateway:
         last = ""
         try:
             async with asyncio.timeout(START_S):
-                while line := (await proc.stdout.readline()).decode(errors="replace").rstrip():
+                while raw := await proc.stdout.readline():  # b"" only at its end: a blank line is not one
+                    line = raw.decode(errors="replace").rstrip()
                     if line.startswith(READY):
                         self.ready_line = line
                         self.listening = True
@@ -107,7 +108,7 @@ class SipGateway:
             pause = min(30.0, pause * 2)
             try:
                 await self._spawn()
-            except SipGatewayError as exc:
+            except (SipGatewayError, OSError) as exc:  # tried again after the next pause
                 log.error("%s", exc)
 
     @property
