@@ -5,19 +5,40 @@ commands over ``ctrl_tcp`` (netstring JSON: dial, hangup).  Loopback only; no so
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
+from tests.conftest import SCALE
 from voiceagent.audio import Int16Array, read_wav, resample, write_wav
+from voiceagent.sip.supervisor import SipGateway
+from voiceagent.transports.server import VoiceAgentServer
 
 from .llm_server import free_port
 
 CODEC_RATES = {"PCMU": 8000, "PCMA": 8000, "G722": 16000}
+
+
+def gateway_for(server: VoiceAgentServer, sip_port: int, allow: str = "127.0.0.1", max_calls: int = 4) -> SipGateway:
+    """The SIP gateway of ``server`` (not yet started), listening on loopback at ``sip_port``."""
+    return SipGateway("127.0.0.1", sip_port, f"ws://127.0.0.1:{server.port}", allow, max_calls)
+
+
+async def until_state(ready: Callable[[], bool], within_s: float, what: str, report: Callable[[], str] = str) -> None:
+    """Wait for another process's state (a file, a session, baresip's log), polled on the event
+    loop; ``within_s`` is a guard scaled for a loaded run.  ``report()`` is added to the failure:
+    the other process's output at that moment."""
+    deadline = time.monotonic() + within_s * SCALE
+    while not ready():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {within_s * SCALE:.0f} s: {what}\n{report()}")
+        await asyncio.sleep(0.1)
 
 
 class Baresip:

@@ -6,13 +6,11 @@ session at once.  A caller outside ``server.sip_allow`` is refused 403, and no s
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import os
 import shutil
 import signal
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,12 +19,11 @@ import pytest
 
 from tests.conftest import SCALE
 from tests.integration.llm_server import free_port
-from tests.integration.sip_caller import Baresip
+from tests.integration.sip_caller import Baresip, gateway_for, until_state
 from tests.profile import profile_config
 from voiceagent.audio import read_wav, resample, write_wav
 from voiceagent.conversation.history import AssistantItem, UserItem
 from voiceagent.replay import speech_turns
-from voiceagent.sip.supervisor import SipGateway
 from voiceagent.transports.server import VoiceAgentServer
 
 pytestmark = [
@@ -38,16 +35,6 @@ pjsua2 = pytest.importorskip("pjsua2", reason="the sip extra is not installed (s
 
 def _words(text: str) -> set[str]:
     return {w.strip(".,!?;:'\"").lower() for w in text.split() if len(w.strip(".,!?;:'\"")) > 2}
-
-
-async def _until(ready: Callable[[], bool], within_s: float, what: str, report: Callable[[], str] = str) -> None:
-    """Wait for another process's state (a file, a session), polled; bounded.  ``report()`` is
-    added to the failure: the other process's output at that moment."""
-    deadline = time.monotonic() + within_s * SCALE
-    while not ready():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {within_s * SCALE:.0f} s: {what}\n{report()}")
-        await asyncio.sleep(0.1)
 
 
 def _played(pcm: np.ndarray[Any, Any], rate: int, audio_ms: float) -> bool:
@@ -66,26 +53,26 @@ def test_a_baresip_call_is_answered_and_its_hang_up_frees_the_session(
 
     async def scenario() -> tuple[list[Any], np.ndarray[Any, Any], int, float]:
         async with VoiceAgentServer(config, engines) as server:
-            gateway = SipGateway("127.0.0.1", sip_port, f"ws://127.0.0.1:{server.port}", "127.0.0.1", 4)
+            gateway = gateway_for(server, sip_port)
             await gateway.start()
             caller = Baresip(tmp_path / "baresip", speech["capital"], codec)
             try:
                 caller.dial(f"sip:agent@127.0.0.1:{sip_port}")
-                await _until(lambda: bool(server.sessions), 20, "a session for the call", caller.output)
+                await until_state(lambda: bool(server.sessions), 20, "a session for the call", caller.output)
                 session = next(iter(server.sessions))
 
                 def answered() -> list[AssistantItem]:
                     return [i for i in session.history.items if isinstance(i, AssistantItem) and i.status == "completed"]
 
-                await _until(lambda: bool(answered()), 60, "a completed answer", caller.output)
+                await until_state(lambda: bool(answered()), 60, "a completed answer", caller.output)
                 reply = answered()[0]
                 # The answer is heard in real time: wait for as much voice as it holds.
-                await _until(lambda: _played(caller.heard(), caller.rate, reply.audio_ms), 60, "the answer played to the caller")
+                await until_state(lambda: _played(caller.heard(), caller.rate, reply.audio_ms), 60, "the answer played to the caller")
                 heard = caller.heard()
                 items = list(session.history.items)
                 caller.hangup()
                 t_bye = time.monotonic()
-                await _until(lambda: not server.sessions, 10, "the session ended after the caller's hang-up")
+                await until_state(lambda: not server.sessions, 10, "the session ended after the caller's hang-up")
                 freed_s = time.monotonic() - t_bye
                 return items, heard, caller.rate, freed_s
             finally:
@@ -109,12 +96,12 @@ def test_a_caller_outside_the_allow_list_is_refused_with_403_and_gets_no_session
 
     async def scenario() -> tuple[str, int]:
         async with VoiceAgentServer(config, engines) as server:
-            gateway = SipGateway("127.0.0.1", sip_port, f"ws://127.0.0.1:{server.port}", "10.9.9.0/24", 4)
+            gateway = gateway_for(server, sip_port, allow="10.9.9.0/24")
             await gateway.start()
             caller = Baresip(tmp_path / "baresip", speech["capital"], "PCMU")
             try:
                 caller.dial(f"sip:agent@127.0.0.1:{sip_port}")
-                await _until(lambda: "403" in caller.output(), 20, "a 403 for the caller", caller.output)
+                await until_state(lambda: "403" in caller.output(), 20, "a 403 for the caller", caller.output)
                 return caller.output(), len(server.sessions)
             finally:
                 caller.close()
@@ -154,20 +141,20 @@ def test_a_gateway_that_dies_is_started_again_and_answers_the_next_call(
 
     async def scenario() -> tuple[int, int]:
         async with VoiceAgentServer(config, engines) as server:
-            gateway = SipGateway("127.0.0.1", sip_port, f"ws://127.0.0.1:{server.port}", "127.0.0.1", 4)
+            gateway = gateway_for(server, sip_port)
             await gateway.start()
             try:
                 assert gateway.pid is not None
                 os.kill(gateway.pid, signal.SIGKILL)  # a fault in native code, as the decision record fears
                 first = gateway.pid
-                await _until(lambda: gateway.restarts == 1 and gateway.listening, 30, "the gateway started again")
+                await until_state(lambda: gateway.restarts == 1 and gateway.listening, 30, "the gateway started again")
                 caller = Baresip(tmp_path / "baresip", speech["capital"], "PCMU")
                 try:
                     caller.dial(f"sip:agent@127.0.0.1:{sip_port}")
-                    await _until(lambda: bool(server.sessions), 20, "a session for the call after the restart", caller.output)
+                    await until_state(lambda: bool(server.sessions), 20, "a session for the call after the restart", caller.output)
                 finally:
                     caller.close()
-                await _until(lambda: not server.sessions, 10, "the session ended with baresip")
+                await until_state(lambda: not server.sessions, 10, "the session ended with baresip")
                 return first, gateway.pid or 0
             finally:
                 await gateway.stop()
@@ -182,20 +169,20 @@ def test_the_callers_keys_reach_the_conversation(engines: Any, speech: dict[str,
 
     async def scenario() -> list[Any]:
         async with VoiceAgentServer(config, engines) as server:
-            gateway = SipGateway("127.0.0.1", sip_port, f"ws://127.0.0.1:{server.port}", "127.0.0.1", 4)
+            gateway = gateway_for(server, sip_port)
             await gateway.start()
             caller = Baresip(tmp_path / "baresip", speech["capital"], "PCMU", silent=True)
             try:
                 caller.dial(f"sip:agent@127.0.0.1:{sip_port}")
-                await _until(lambda: bool(server.sessions), 20, "a session for the call", caller.output)
+                await until_state(lambda: bool(server.sessions), 20, "a session for the call", caller.output)
                 session = next(iter(server.sessions))
-                await _until(lambda: "Call established" in caller.output(), 10, "the call answered", caller.output)
+                await until_state(lambda: "Call established" in caller.output(), 10, "the call answered", caller.output)
                 caller.command("sndcode", "42#")  # RFC 4733 events, as a phone's keypad sends them
 
                 def keys() -> list[Any]:
                     return [i for i in session.history.items if isinstance(i, UserItem) and "keypad" in i.text]
 
-                await _until(lambda: bool(keys()), 20, "the keys in the conversation", caller.output)
+                await until_state(lambda: bool(keys()), 20, "the keys in the conversation", caller.output)
                 return keys()
             finally:
                 caller.close()
@@ -214,7 +201,7 @@ def test_talking_over_the_agent_on_a_sip_call_cuts_its_reply_to_what_was_heard(
 
     async def scenario() -> list[Any]:
         async with VoiceAgentServer(config, engines) as server:
-            gateway = SipGateway("127.0.0.1", sip_port, f"ws://127.0.0.1:{server.port}", "127.0.0.1", 4)
+            gateway = gateway_for(server, sip_port)
             await gateway.start()
             caller = Baresip(tmp_path / "baresip", speech["long_story"], "PCMU")
             # The interruption, ready at the codec's rate: said once the story is heard (a cue, not a
@@ -224,7 +211,7 @@ def test_talking_over_the_agent_on_a_sip_call_cuts_its_reply_to_what_was_heard(
             write_wav(interruption, np.concatenate([resample(pcm, rate, 8000), np.zeros(8000 * 30, dtype=np.int16)]), 8000)
             try:
                 caller.dial(f"sip:agent@127.0.0.1:{sip_port}")
-                await _until(lambda: bool(server.sessions), 20, "a session for the call", caller.output)
+                await until_state(lambda: bool(server.sessions), 20, "a session for the call", caller.output)
                 session = next(iter(server.sessions))
 
                 def story_heard_s() -> float:
@@ -234,14 +221,16 @@ def test_talking_over_the_agent_on_a_sip_call_cuts_its_reply_to_what_was_heard(
                     heard = speech_turns(caller.heard(), caller.rate, turn_gap_s=0.05)
                     return sum(e - s for s, e in heard if s > said[-1][1])
 
-                await _until(lambda: story_heard_s() >= 1.5, 60, "the story heard for 1.5 s", caller.output)
+                await until_state(lambda: story_heard_s() >= 1.5, 60, "the story heard for 1.5 s", caller.output)
                 caller.command("ausrc", f"aufile,{interruption}")
 
                 def cut() -> list[AssistantItem]:
                     return [i for i in session.history.items if isinstance(i, AssistantItem) and i.heard_ms is not None]
 
-                await _until(lambda: bool(cut()), 30, "the story cut by the interruption", caller.output)
-                await _until(lambda: len([i for i in session.history.items if isinstance(i, UserItem)]) >= 2, 30, "the interruption a turn")
+                await until_state(lambda: bool(cut()), 30, "the story cut by the interruption", caller.output)
+                await until_state(
+                    lambda: len([i for i in session.history.items if isinstance(i, UserItem)]) >= 2, 30, "the interruption a turn"
+                )
                 return list(session.history.items)
             finally:
                 caller.close()
@@ -261,7 +250,7 @@ def test_a_call_put_on_hold_and_resumed_goes_on(engines: Any, speech: dict[str, 
 
     async def scenario() -> list[Any]:
         async with VoiceAgentServer(config, engines) as server:
-            gateway = SipGateway("127.0.0.1", sip_port, f"ws://127.0.0.1:{server.port}", "127.0.0.1", 4)
+            gateway = gateway_for(server, sip_port)
             await gateway.start()
             caller = Baresip(tmp_path / "baresip", speech["capital"], "PCMU", silent=True)
             question = tmp_path / "question.wav"
@@ -269,12 +258,12 @@ def test_a_call_put_on_hold_and_resumed_goes_on(engines: Any, speech: dict[str, 
             write_wav(question, np.concatenate([resample(pcm, rate, 8000), np.zeros(8000 * 30, dtype=np.int16)]), 8000)
             try:
                 caller.dial(f"sip:agent@127.0.0.1:{sip_port}")
-                await _until(lambda: "Call established" in caller.output(), 20, "the call answered", caller.output)
+                await until_state(lambda: "Call established" in caller.output(), 20, "the call answered", caller.output)
                 session = next(iter(server.sessions))
                 caller.command("hold")  # a re-INVITE with the stream sendonly
-                await _until(lambda: caller.output().count("update 'audio'") >= 2, 10, "the hold's re-INVITE", caller.output)
+                await until_state(lambda: caller.output().count("update 'audio'") >= 2, 10, "the hold's re-INVITE", caller.output)
                 caller.command("resume")  # and back: sendrecv
-                await _until(lambda: caller.output().count("update 'audio'") >= 3, 10, "the resume's re-INVITE", caller.output)
+                await until_state(lambda: caller.output().count("update 'audio'") >= 3, 10, "the resume's re-INVITE", caller.output)
                 caller.command("ausrc", f"aufile,{question}")
 
                 def answered() -> bool:
@@ -285,7 +274,7 @@ def test_a_call_put_on_hold_and_resumed_goes_on(engines: Any, speech: dict[str, 
                     asked = [n for n, i in enumerate(items) if isinstance(i, UserItem) and "moon" in _words(i.text)]
                     return bool(asked) and any(isinstance(i, AssistantItem) and i.status == "completed" for i in items[asked[0] + 1 :])
 
-                await _until(answered, 60, "the question after the resume answered", caller.output)
+                await until_state(answered, 60, "the question after the resume answered", caller.output)
                 return list(session.history.items)
             finally:
                 caller.close()

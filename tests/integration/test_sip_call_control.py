@@ -6,37 +6,24 @@ scripted (the tool call is the model's choice; what is tested is the call).  And
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import shutil
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
-from tests.conftest import SCALE
 from tests.integration.llm_server import free_port
-from tests.integration.sip_caller import Baresip
+from tests.integration.sip_caller import Baresip, gateway_for, until_state
 from tests.unit.fakes import FakeEngines, FakeLlm, FakeStt, tone
 from voiceagent.audio import write_wav
 from voiceagent.config import Config, PhoneConfig, ServerConfig
-from voiceagent.sip.supervisor import SipGateway
 from voiceagent.tools.spec import ToolCall
 from voiceagent.transports.server import VoiceAgentServer
 
 pytestmark = pytest.mark.skipif(shutil.which("baresip") is None, reason="baresip-core is not installed (scripts/setup.sh installs it)")
 pytest.importorskip("pjsua2", reason="the sip extra is not installed (scripts/setup.sh installs it)")
-
-
-async def _until(ready: Callable[[], bool], within_s: float, what: str, report: Callable[[], str] = str) -> None:
-    deadline = time.monotonic() + within_s * SCALE
-    while not ready():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {within_s * SCALE:.0f} s: {what}\n{report()}")
-        await asyncio.sleep(0.1)
 
 
 def test_the_agents_transfer_sends_a_refer_and_the_caller_calls_the_target(speech: dict[str, Path], run: Any, tmp_path: Path) -> None:
@@ -58,12 +45,12 @@ def test_the_agents_transfer_sends_a_refer_and_the_caller_calls_the_target(speec
         )
         try:
             async with VoiceAgentServer(config, fakes.engines) as server:
-                gateway = SipGateway("127.0.0.1", sip_port, f"ws://127.0.0.1:{server.port}", "127.0.0.1", 4)
+                gateway = gateway_for(server, sip_port)
                 await gateway.start()
                 caller = Baresip(tmp_path / "caller", said, "PCMU")
                 try:
                     caller.dial(f"sip:agent@127.0.0.1:{sip_port}")
-                    await _until(
+                    await until_state(
                         lambda: "Incoming call" in sales.output(),
                         30,
                         "the transferred call at the target",
@@ -104,12 +91,12 @@ def test_the_agents_end_call_hangs_up_with_a_bye_after_the_goodbye(speech: dict[
     async def scenario() -> tuple[str, int]:
         config = dataclasses.replace(Config(), server=ServerConfig(port=0), phone=PhoneConfig(tools=True))
         async with VoiceAgentServer(config, fakes.engines) as server:
-            gateway = SipGateway("127.0.0.1", sip_port, f"ws://127.0.0.1:{server.port}", "127.0.0.1", 4)
+            gateway = gateway_for(server, sip_port)
             await gateway.start()
             caller = Baresip(tmp_path / "caller", said, "PCMU")
             try:
                 caller.dial(f"sip:agent@127.0.0.1:{sip_port}")
-                await _until(lambda: "terminated" in caller.output(), 30, "the agent's hang-up at the caller", caller.output)
+                await until_state(lambda: "terminated" in caller.output(), 30, "the agent's hang-up at the caller", caller.output)
                 return caller.output(), len(server.sessions)
             finally:
                 caller.close()
@@ -128,15 +115,15 @@ def test_a_call_past_sip_max_calls_is_busy_and_the_first_goes_on(speech: dict[st
 
     async def scenario() -> tuple[str, int]:
         async with VoiceAgentServer(dataclasses.replace(Config(), server=ServerConfig(port=0)), fakes.engines) as server:
-            gateway = SipGateway("127.0.0.1", sip_port, f"ws://127.0.0.1:{server.port}", "127.0.0.1", 1)
+            gateway = gateway_for(server, sip_port, max_calls=1)
             await gateway.start()
             first = Baresip(tmp_path / "first", speech["capital"], "PCMU", silent=True)
             second = Baresip(tmp_path / "second", speech["capital"], "PCMU", silent=True, user="second")
             try:
                 first.dial(f"sip:agent@127.0.0.1:{sip_port}")
-                await _until(lambda: "Call established" in first.output(), 20, "the first call answered", first.output)
+                await until_state(lambda: "Call established" in first.output(), 20, "the first call answered", first.output)
                 second.dial(f"sip:agent@127.0.0.1:{sip_port}")
-                await _until(lambda: "486" in second.output(), 20, "the second caller told busy", second.output)
+                await until_state(lambda: "486" in second.output(), 20, "the second caller told busy", second.output)
                 return second.output(), len(server.sessions)
             finally:
                 first.close()
