@@ -32,7 +32,7 @@ from voiceagent.models.checks import check_language
 from voiceagent.models.source import cached_repos, hub_cache, origin_of, resolve
 from voiceagent.observability import logs
 from voiceagent.replay import ReplayResult, format_table, replay_file, summarize
-from voiceagent.sip.supervisor import SipGateway
+from voiceagent.sip.supervisor import SipGateway, check_port
 from voiceagent.talk import TalkOptions, run_talk
 from voiceagent.tools.builtin import builtin_tools
 from voiceagent.tools.spec import with_tools
@@ -253,6 +253,9 @@ async def _start_sip(server: VoiceAgentServer) -> SipGateway | None:
 def cmd_serve(args: argparse.Namespace) -> int:
     plan = _plan(args)
     _logging(plan.config)
+    server_cfg = plan.config.server
+    if server_cfg.sip_port:  # before the models load: a port that is taken is one line at once
+        check_port(server_cfg.sip_host or server_cfg.host, server_cfg.sip_port)
     asyncio.run(_serve(plan))
     return 0
 

@@ -269,16 +269,27 @@ def test_a_call_put_on_hold_and_resumed_goes_on(engines: Any, speech: dict[str, 
                 def answered() -> bool:
                     # The question's answer: a completed reply after the user turn that asked it.
                     # (Whatever else the line carried around the hold, a click heard as words, may
-                    # have made a turn of its own before it.)
+                    # have made a turn of its own before it.)  The question is known by two of its
+                    # words: through the phone band Whisper tiny has heard it as "Tell me a fun
+                    # fact, and I'll see you soon." (what a phone line costs is the accuracy
+                    # benchmark's to measure; here the call must go on).
                     items = list(session.history.items)
-                    asked = [n for n, i in enumerate(items) if isinstance(i, UserItem) and "moon" in _words(i.text)]
+                    asked = [n for n, i in enumerate(items) if isinstance(i, UserItem) and _asked(i.text)]
                     return bool(asked) and any(isinstance(i, AssistantItem) and i.status == "completed" for i in items[asked[0] + 1 :])
 
-                await until_state(answered, 60, "the question after the resume answered", caller.output)
+                def report() -> str:
+                    return f"history: {list(session.history.items)}\n{caller.output()[-3000:]}"
+
+                await until_state(answered, 60, "the question after the resume answered", report)
                 return list(session.history.items)
             finally:
                 caller.close()
                 await gateway.stop()
 
     items = run(scenario(), 120)
-    assert any(isinstance(i, UserItem) and "moon" in _words(i.text) for i in items), items
+    assert any(isinstance(i, UserItem) and _asked(i.text) for i in items), items
+
+
+def _asked(text: str) -> bool:
+    """Whether a user turn is the hold test's question, "Tell me a fun fact about the moon." """
+    return len({"tell", "fun", "fact", "moon"} & _words(text)) >= 2

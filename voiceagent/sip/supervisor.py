@@ -15,17 +15,39 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
+import socket
 import sys
 
 from voiceagent.errors import VoiceAgentError
 
-__all__ = ["SipGateway", "SipGatewayError"]
+__all__ = ["TOKEN_ENV", "SipGateway", "SipGatewayError", "check_port"]
 
 log = logging.getLogger(__name__)
 
 READY = "sip gateway: listening on"
 START_S = 30.0
+TOKEN_ENV = "VOICEAGENT_SIP_GATEWAY_TOKEN"
+"""The server's client token reaches the child here, not on its command line (which ``ps`` shows
+to every user of the machine)."""
+
+
+def check_port(host: str, port: int) -> None:
+    """Raise :class:`SipGatewayError` with the gateway's own line when ``host:port`` cannot be
+    bound over UDP and TCP now.  ``serve`` asks before it loads its models, so a port that is
+    taken costs the user one second rather than a model load; the gateway's own bind stays the
+    authority (the port may be taken in between)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    for kind in (socket.SOCK_DGRAM, socket.SOCK_STREAM):
+        with socket.socket(family, kind) as probe:
+            if kind == socket.SOCK_STREAM:  # as PJSIP binds: a listener lingering in TIME_WAIT is no owner
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind((host.strip("[]"), port))
+            except OSError as exc:
+                reason = exc.strerror or str(exc)
+                raise SipGatewayError(f"the SIP gateway did not start: sip gateway: cannot listen on {host}:{port}: {reason}") from None
 
 
 class SipGatewayError(VoiceAgentError):
@@ -66,9 +88,9 @@ class SipGateway:
         self._watch = asyncio.create_task(self._supervise(), name="sip-gateway")
 
     async def _spawn(self) -> None:
-        env_token = ["--token", self._token] if self._token else []
+        env = {**os.environ, TOKEN_ENV: self._token}
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, *self.args, *env_token, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
+            sys.executable, *self.args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, env=env
         )
         self._proc = proc
         assert proc.stdout is not None
