@@ -6,6 +6,7 @@ builds them)."""
 
 from __future__ import annotations
 
+import base64
 import ipaddress
 import json
 import os
@@ -147,6 +148,16 @@ class ServerConfig:
     sip_max_calls: int = 16
     """SIP calls at once; the next caller gets 486 (busy).  Each call is also a session, so
     admission by load applies to it as to any other."""
+    sip_webhook_url: str = ""
+    """OpenAI's call-control API: each SIP call rings while ``realtime.call.incoming`` is POSTed
+    here, signed with ``sip_webhook_secret``; the application answers it with
+    ``POST /v1/realtime/calls/{call_id}/accept`` (or ``reject``) (docs/telephony.md).  "" (the
+    default): every call is answered at once with the server's own session."""
+    sip_webhook_secret: str = ""
+    """The webhooks' signing secret (``whsec_`` + base64, as OpenAI's; the application's
+    ``client.webhooks.unwrap`` checks it).  Needed with ``sip_webhook_url``."""
+    sip_accept_timeout_s: float = 30.0
+    """A call the application neither accepts nor rejects within this long is refused (480)."""
 
     def __post_init__(self) -> None:
         _check(self.auth in ("auto", "on", "off"), "server.auth", "must be auto, on or off")
@@ -166,6 +177,15 @@ class ServerConfig:
         _check(self.turn_budget_ms >= 100, "server.turn_budget_ms", "must be >= 100")
         _check(0 <= self.sip_port <= 65535, "server.sip_port", "must be 0..65535 (0: off)")
         _check(self.sip_max_calls >= 1, "server.sip_max_calls", "must be >= 1")
+        _check(self.sip_accept_timeout_s > 0, "server.sip_accept_timeout_s", "must be > 0")
+        if self.sip_webhook_url:
+            _check(self.sip_webhook_url.startswith(("http://", "https://")), "server.sip_webhook_url", "must be an http(s) URL")
+            _check(bool(self.sip_webhook_secret), "server.sip_webhook_secret", "is needed with server.sip_webhook_url")
+        if self.sip_webhook_secret.startswith("whsec_"):
+            try:
+                base64.b64decode(self.sip_webhook_secret[6:], validate=True)
+            except ValueError:
+                _check(False, "server.sip_webhook_secret", "is base64 after its whsec_ prefix")
         for entry in (e.strip() for e in self.sip_allow.split(",")):
             if entry and entry != "*":
                 try:

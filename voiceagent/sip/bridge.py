@@ -59,7 +59,13 @@ class Next:
 
 def next_step(twiml: str) -> Next:
     """Read the server's after-stream TwiML: ``<Dial><Sip>uri</Sip></Dial>`` and
-    ``<Dial>number</Dial>`` transfer (a number as ``tel:``); anything else hangs up."""
+    ``<Dial>number</Dial>`` transfer (a number as ``tel:``); ``<Reject status="N"/>`` refuses
+    the call with SIP status N (``reason="busy"`` alone: 486, else 603); anything else hangs up."""
+    reject = re.search(r"<Reject\b([^>]*)/?>", twiml)
+    if reject:
+        status = re.search(r'status="(\d{3})"', reject.group(1))
+        busy = 'reason="busy"' in reject.group(1)
+        return Next(refuse=int(status.group(1)) if status else 486 if busy else 603)
     sip = re.search(r"<Sip>([^<]+)</Sip>", twiml)
     if sip:
         return Next(unescape(sip.group(1)).strip())
@@ -70,17 +76,27 @@ def next_step(twiml: str) -> Next:
 
 
 class CallBridge:
-    """One call's WebSocket session.  ``on_open`` is called once the server took the session (the
-    call may be answered then); ``on_end`` once, at the end, with what the call does next (``None``
-    when the caller hung up first).  Both are called on the loop."""
+    """One call's WebSocket session.  ``on_open`` is called once the server says to answer (at
+    once, or once an application accepted the call: OpenAI's call-control API); ``on_end`` once,
+    at the end, with what the call does next (``None`` when the caller hung up first).  Both are
+    called on the loop.  ``sip_headers``: the INVITE's headers, for the server's webhook."""
 
     def __init__(
-        self, ws_url: str, next_url: str, call_id: str, caller: str, on_open: Callable[[], None], on_end: Callable[[Next | None], None]
+        self,
+        ws_url: str,
+        next_url: str,
+        call_id: str,
+        caller: str,
+        on_open: Callable[[], None],
+        on_end: Callable[[Next | None], None],
+        sip_headers: list[tuple[str, str]] | None = None,
     ) -> None:
         self.ws_url = ws_url
         self.next_url = next_url
         self.call_id = call_id
         self.caller = caller
+        self.sip_headers = sip_headers or []
+        self._answered = False
         self.playout = Playout()
         self._on_open = on_open
         self._on_end = on_end
@@ -154,10 +170,9 @@ class CallBridge:
                     "accountSid": "sip",
                     "tracks": ["inbound"],
                     "mediaFormat": {"encoding": WIDEBAND[0], "sampleRate": WIDEBAND[1], "channels": 1},
-                    "customParameters": {"From": self.caller},
+                    "customParameters": {"From": self.caller, "voiceagent_gateway": "sip", "sip_headers": json.dumps(self.sip_headers)},
                 }
                 await self._send({"event": "start", "streamSid": self.stream_sid, "start": start})
-                self._on_open()
                 writer = asyncio.create_task(self._write(ws), name=f"sip-{self.call_id}-out")
                 try:
                     await self._read(ws)
@@ -203,6 +218,9 @@ class CallBridge:
             self.playout.mark(str(msg["mark"]["name"]))
         elif event == "clear":
             self.marks_passed(self.playout.clear())
+        elif event == "answer" and not self._answered:  # the server's word to answer the call
+            self._answered = True
+            self._on_open()
 
     async def _write(self, ws: ClientConnection) -> None:
         while (msg := await self._outbox.get()) is not None:

@@ -25,6 +25,7 @@ import argparse
 import asyncio
 import itertools
 import logging
+import os
 import queue
 import signal
 import sys
@@ -36,6 +37,7 @@ import numpy as np
 
 from .allow import AllowList, source_host
 from .bridge import RATE, CallBridge, Next
+from .supervisor import TOKEN_ENV
 
 log = logging.getLogger("voiceagent.sip")
 
@@ -63,6 +65,25 @@ def _require_pjsua2() -> Any:
             "(wheels exist for CPython 3.11-3.12 on x86_64 Linux)"
         )
     return pj
+
+
+_PRIVATE_HEADERS = {"authorization", "proxy-authorization"}
+
+
+def invite_headers(message: str) -> list[tuple[str, str]]:
+    """The headers of a SIP request's text, in order, repeats kept, credentials left out (OpenAI's
+    webhook carries them so; an application treats them as untrusted metadata)."""
+    head = message.replace("\r\n", "\n").split("\n\n", 1)[0].split("\n")[1:]
+    headers: list[tuple[str, str]] = []
+    for line in head:
+        if line[:1] in (" ", "\t") and headers:  # a folded continuation line
+            name, value = headers[-1]
+            headers[-1] = (name, f"{value} {line.strip()}")
+            continue
+        name, sep, value = line.partition(":")
+        if sep and name.strip().lower() not in _PRIVATE_HEADERS:
+            headers.append((name.strip(), value.strip()))
+    return headers
 
 
 class MediaPort(_PortBase):  # type: ignore[misc]
@@ -104,6 +125,7 @@ class SipCall(_CallBase):  # type: ignore[misc]
         self.pj_id = call_id
         self.sid = f"sip{next(gateway.ids)}"
         self.caller = ""
+        self.sip_headers: list[tuple[str, str]] = []
         self.bridge: CallBridge | None = None
         self.port: MediaPort | None = None
         self.ended = False
@@ -123,7 +145,7 @@ class SipCall(_CallBase):  # type: ignore[misc]
             if step is not None:
                 gateway.later(lambda: gateway.call_do(pj_id, lambda call: call.finish(step)))
 
-        self.bridge = CallBridge(gateway.ws_url, gateway.next_url, self.sid, self.caller, on_open, on_end)
+        self.bridge = CallBridge(gateway.ws_url, gateway.next_url, self.sid, self.caller, on_open, on_end, self.sip_headers)
         asyncio.run_coroutine_threadsafe(self.bridge.run(), gateway.loop)
 
     def onCallMediaState(self, prm: Any) -> None:  # noqa: N802 - PJSIP's name
@@ -227,6 +249,7 @@ class SipAccount(_AccountBase):  # type: ignore[misc]
             call.end(486)
             return
         call.caller = call.getInfo().remoteUri
+        call.sip_headers = invite_headers(prm.rdata.wholeMsg)
         op = pj.CallOpParam()
         op.statusCode = 180  # ringing while the server opens the session: answered once it has
         call.answer(op)
@@ -336,7 +359,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--server", default="ws://127.0.0.1:8765", help="the voiceagent server (its WebSocket base URL)")
     ap.add_argument("--allow", default="127.0.0.1,::1", help="comma-separated addresses or networks that may call ('*': any)")
     ap.add_argument("--max-calls", type=int, default=16)
-    ap.add_argument("--token", default="", help="the server's client token, when it needs one")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
@@ -344,7 +366,8 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"--allow: {exc}", file=sys.stderr)
         return 2
-    gateway = Gateway(args.host, args.port, args.server, allow, args.max_calls, args.token)
+    # The server's token comes in the environment: a command line is visible to every user (ps).
+    gateway = Gateway(args.host, args.port, args.server, allow, args.max_calls, os.environ.get(TOKEN_ENV, ""))
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: gateway.stop())
     gateway.run()

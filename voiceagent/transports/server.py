@@ -7,7 +7,10 @@ Routes:
                                   ``sdp`` and ``session`` fields of a multipart form) answered
                                   ``201`` with the SDP answer (:mod:`voiceagent.transports.webrtc`);
                                   ``POST /v1/realtime`` takes the same offer (the older form)
-  ``POST /v1/realtime/calls/ID/hangup``  ends that call
+  ``POST /v1/realtime/calls/ID/hangup``  ends that call (WebRTC or SIP)
+  ``POST /v1/realtime/calls/ID/accept|reject|refer``  OpenAI's call control of a SIP call
+                                  (:mod:`voiceagent.transports.phone_calls`); 409 in the wrong state
+  ``ws://HOST:PORT/v1/realtime?call_id=ID``  a Realtime socket attached to that SIP call
   ``ws://HOST:PORT/twilio``       Twilio Media Streams (a phone call)
   ``GET /twilio/twiml``           the TwiML that connects a call to ``/twilio``
   ``GET /``                       the browser microphone page (and its scripts)
@@ -71,7 +74,9 @@ from voiceagent.pipeline.loopload import loop_load
 from voiceagent.session import QUEUES, Session
 from voiceagent.tools.phone import PhoneTools
 from voiceagent.transports.auth import SUBPROTOCOL, access_for, is_loopback
+from voiceagent.transports.call_attach import AttachedConnection
 from voiceagent.transports.http_post import Post, PostConnection
+from voiceagent.transports.phone_calls import PhoneCalls, call_control
 from voiceagent.transports.probe_log import wire_logger
 from voiceagent.transports.realtime import RealtimeConnection
 from voiceagent.transports.twilio import TwilioConnection
@@ -97,6 +102,7 @@ FIRST_TURN_FACTOR = 5.0
 RETRY_AFTER = "5"
 """Seconds a refused client is told to wait: a few load samples, and about a turn's length."""
 _HANGUP = re.compile(r"/v1/realtime/calls/([A-Za-z0-9_]{1,64})/hangup")
+_CONTROL = re.compile(r"/v1/realtime/calls/([A-Za-z0-9_]{1,64})/(accept|reject|refer|hangup)")
 
 
 def _usable_cores() -> int:
@@ -232,7 +238,9 @@ class VoiceAgentServer:
         self._idle.set()
         self._server: WsServer | None = None
         self._calls: dict[str, tuple[WebRtcCall, asyncio.Task[None]]] = {}  # WebRTC calls by id
-        self._transfers: dict[str, str] = {}  # Twilio call id → where the agent transferred it
+        self._transfers: dict[str, tuple[str | None, int | None]] = {}  # Twilio call id → (transfer target, SIP refusal)
+        self.phone_calls = PhoneCalls()
+        """The SIP gateway's calls, for OpenAI's call-control API."""
         self._load_watch: asyncio.Task[None] | None = None
         self._admission_watch: asyncio.Task[None] | None = None
         self._agent: asyncio.Server | None = None
@@ -508,6 +516,8 @@ class VoiceAgentServer:
             if refusal is not None:
                 self.metrics.refused("unauthorized" if refusal.status == http.HTTPStatus.UNAUTHORIZED else "forbidden")
                 return _text(http.HTTPStatus(refusal.status), refusal.reason + "\n", WWW_Authenticate="Bearer")
+        if path == REALTIME_PATH and "call_id" in parse_qs(urlsplit(request.path).query):
+            return self._attach_check(request)
         if path in (REALTIME_PATH, TWILIO_PATH):
             refused = self._admission(request)
             if refused is not None:
@@ -543,9 +553,10 @@ class VoiceAgentServer:
             return _text(http.HTTPStatus.OK, twiml(url, action), "text/xml; charset=utf-8")
         if path == TWIML_NEXT_PATH:
             call_sid = parse_qs(urlsplit(request.path).query).get("CallSid", [""])[0]
-            target = self._transfers.pop(call_sid, None)
-            log.info("twilio call %s: after its stream, %s", call_sid or "-", f"dial {target}" if target else "hang up")
-            return _text(http.HTTPStatus.OK, after_stream_twiml(target), "text/xml; charset=utf-8")
+            target, refuse = self._transfers.pop(call_sid, (None, None))
+            step = f"refuse {refuse}" if refuse is not None else f"dial {target}" if target else "hang up"
+            log.info("twilio call %s: after its stream, %s", call_sid or "-", step)
+            return _text(http.HTTPStatus.OK, after_stream_twiml(target, refuse), "text/xml; charset=utf-8")
         static = static_file(path)
         if static is not None:
             body, content_type = static
@@ -568,11 +579,32 @@ class VoiceAgentServer:
             return _text(http.HTTPStatus.SERVICE_UNAVAILABLE, f"{verdict.detail}; retry later\n", Retry_After=RETRY_AFTER)
         return None
 
+    def _attach_check(self, request: Request) -> Response | None:
+        """A socket attaching to a call: auth as any other, then the call must exist (404).  It
+        opens no session, so admission does not count it."""
+        refusal = self.access.check(request.path, request.headers)
+        if refusal is not None:
+            self.metrics.refused("unauthorized" if refusal.status == http.HTTPStatus.UNAUTHORIZED else "forbidden")
+            return _text(http.HTTPStatus(refusal.status), refusal.reason + "\n", WWW_Authenticate="Bearer")
+        call_id = parse_qs(urlsplit(request.path).query)["call_id"][0]
+        if self.phone_calls.get(call_id) is None:
+            return _text(http.HTTPStatus.NOT_FOUND, f"no call {call_id[:64]}\n")
+        return None
+
     async def _post(self, request: Request, post: Post) -> Response:
-        """A plain POST: a WebRTC offer (a new call) or a call's hangup."""
+        """A plain POST: a WebRTC offer (a new call) or a call's control."""
         if post.error is not None:
             return _text(post.error[0], post.error[1] + "\n")
         path = urlsplit(request.path).path
+        control = _CONTROL.fullmatch(path)
+        if control is not None and (self.phone_calls.get(control.group(1)) is not None or control.group(2) != "hangup"):
+            refusal = self.access.check(request.path, request.headers)
+            if refusal is not None:
+                return _text(http.HTTPStatus(refusal.status), refusal.reason + "\n", WWW_Authenticate="Bearer")
+            status, error = await call_control(self.phone_calls, control.group(1), control.group(2), post.body)
+            if error is None:
+                return _text(http.HTTPStatus(status), "")
+            return _bytes(http.HTTPStatus(status), json.dumps(error).encode(), "application/json")
         hangup = _HANGUP.fullmatch(path)
         if hangup is not None:
             refusal = self.access.check(request.path, request.headers)
@@ -738,6 +770,11 @@ class VoiceAgentServer:
         parts = urlsplit(ws.request.path)
         path = _route_path(ws.request.path)
         query = parse_qs(parts.query)
+        if path == REALTIME_PATH and "call_id" in query:
+            call = self.phone_calls.get(query["call_id"][0])
+            if call is not None:  # it may have ended since the handshake's check
+                await AttachedConnection(ws, call, self.engines.tts.sample_rate).run()
+            return
         phone = PhoneTools(self.config.phone.targets) if path == TWILIO_PATH and self.config.phone.tools else None
         session = Session(self.engines, self.config, clock=self.clock, metrics=self.metrics, phone=phone)
         self.sessions.add(session)
@@ -747,16 +784,18 @@ class VoiceAgentServer:
             await session.start()
             conn: RealtimeConnection | TwilioConnection
             if path == TWILIO_PATH:
-                conn = TwilioConnection(ws, session, self.engines.tts.sample_rate)
+                cfg = self.config.server
+                webhook = (cfg.sip_webhook_url, cfg.sip_webhook_secret) if cfg.sip_webhook_url else None
+                conn = TwilioConnection(ws, session, self.engines.tts.sample_rate, self.phone_calls, webhook)
             else:
                 conn = RealtimeConnection(ws, session, self.engines.tts.sample_rate, send_metrics=query.get("voiceagent_metrics") == ["1"])
             log.info("session %s opened on %s from %s", session.id, path, ws.remote_address)
             await conn.run()
-            if isinstance(conn, TwilioConnection) and conn.transfer is not None:
-                # Twilio asks TWIML_NEXT_PATH next, on whichever request: kept by call id.
+            if isinstance(conn, TwilioConnection) and (conn.transfer is not None or conn.refuse is not None):
+                # Twilio (or the SIP gateway) asks TWIML_NEXT_PATH next, on whichever request: kept by call id.
                 while len(self._transfers) >= _TRANSFERS_KEPT:
                     self._transfers.pop(next(iter(self._transfers)))
-                self._transfers[conn.codec.call_sid] = conn.transfer.target
+                self._transfers[conn.codec.call_sid] = (conn.transfer.target if conn.transfer else None, conn.refuse)
         finally:
             await self._end_session(session)
             log.info("session %s closed", session.id)

@@ -19,14 +19,26 @@ keypad tones in the call's audio (Media Streams has no key message); ``end_call`
 echoed).  Twilio then runs the ``<Connect>``'s ``action``: the server answers it with a
 ``<Dial>`` for a transfer (:attr:`TwilioConnection.transfer`), else ``<Hangup/>``.
 
-Cancellation: the key collector's timer is a task of the connection, cancelled with it.
+Calls from the SIP gateway (its ``start`` carries ``customParameters.voiceagent_gateway =
+"sip"``) are also :class:`~voiceagent.transports.phone_calls.PhoneCall` objects, for OpenAI's
+call-control API: the gateway answers the call only when this connection sends it ``{"event":
+"answer"}``, at once, or, with ``server.sip_webhook_url`` set, once the application accepted
+the ``realtime.call.incoming`` webhook (a call neither accepted nor rejected within
+``server.sip_accept_timeout_s`` is refused with 480).  The session's events and the caller's keys
+(``input_audio_buffer.dtmf_event_received``) go to the connections attached to the call.
+
+Cancellation: the key collector's timer and the ringing call's wait are tasks of the
+connection, cancelled with it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
+import time
+from typing import Any
 
 from websockets.asyncio.server import ServerConnection
 
@@ -37,7 +49,11 @@ from voiceagent.session import Session
 from voiceagent.tools.phone import HangUp, SendDigits, Transfer
 from voiceagent.transports.connection import SessionConnection
 from voiceagent.transports.dtmf import dtmf_tones
+from voiceagent.transports.phone_calls import PhoneCall, PhoneCalls
+from voiceagent.transports.realtime_codec import RealtimeCodec
+from voiceagent.transports.realtime_commands import UpdateSession
 from voiceagent.transports.twilio_codec import Dtmf, MarkEcho, Media, Start, Stop, TwilioCodec
+from voiceagent.transports.webhooks import WebhookError, deliver, incoming_call
 
 __all__ = ["CLOSE_POLICY", "TwilioConnection"]
 
@@ -50,9 +66,24 @@ CLOSE_UNSUPPORTED = 1003  # RFC 6455 "unsupported data": a binary frame
 class TwilioConnection(SessionConnection):
     """Serves one Media Streams connection.  ``dtmf``: every key the caller pressed, in order."""
 
-    def __init__(self, ws: ServerConnection, session: Session, voice_rate: int) -> None:
+    def __init__(
+        self,
+        ws: ServerConnection,
+        session: Session,
+        voice_rate: int,
+        calls: PhoneCalls | None = None,
+        webhook: tuple[str, str] | None = None,
+    ) -> None:
         super().__init__(ws, session)
         self.codec = TwilioCodec(voice_rate)
+        self._voice_rate = voice_rate
+        self._calls = calls
+        self._webhook = webhook  # (url, secret) of realtime.call.incoming, for the gateway's calls
+        self.call: PhoneCall | None = None
+        """The gateway's call this stream carries (None for a Twilio call)."""
+        self.refuse: int | None = None
+        """A SIP status the call is refused with (the application rejected it, or no answer came)."""
+        self._ringing: asyncio.Task[None] | None = None
         self.dtmf: list[str] = []
         self.dropped_ms = 0.0
         """Caller audio refused for arriving faster than real time (``server.audio_burst_s``)."""
@@ -69,10 +100,13 @@ class TwilioConnection(SessionConnection):
         try:
             await self._serve()
         finally:
-            if self._keys_due is not None:
-                self._keys_due.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await self._keys_due
+            for task in (self._keys_due, self._ringing):
+                if task is not None:
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
+            if self.call is not None and self._calls is not None:
+                self._calls.remove(self.call)
 
     async def _serve(self) -> None:
         async for frame in self.frames():
@@ -112,9 +146,67 @@ class TwilioConnection(SessionConnection):
         elif isinstance(cmd, Dtmf):
             self.dtmf.append(cmd.digit)
             log.info("twilio stream %s: caller pressed %s", self.codec.stream_sid, cmd.digit)
+            if self.call is not None:
+                event = {"type": "input_audio_buffer.dtmf_event_received", "event": cmd.digit, "received_at": int(time.time())}
+                self.call.publish(event)
             await self._key(cmd.digit)
         elif isinstance(cmd, Start):
             log.info("twilio call %s started: stream %s, session %s", cmd.call_sid, cmd.stream_sid, self.session.id)
+            if cmd.custom_parameters.get("voiceagent_gateway") == "sip" and self._calls is not None:
+                self._ring(cmd)
+
+    # ------------------------------------------------------------------ the gateway's calls
+
+    def _ring(self, start: Start) -> None:
+        """Make the gateway's call a :class:`PhoneCall` and answer it when it is accepted."""
+        try:
+            headers = [(str(h[0]), str(h[1])) for h in json.loads(start.custom_parameters.get("sip_headers", "[]"))]
+        except (ValueError, TypeError, IndexError):
+            headers = []
+        self.call = PhoneCall(self.session, headers, self._answer_call, self._end_call)
+        assert self._calls is not None
+        self._calls.add(self.call)
+        self._ringing = asyncio.create_task(self._until_answered(self.call), name=f"{self.session.id}.ringing")
+
+    async def _until_answered(self, call: PhoneCall) -> None:
+        if self._webhook is None:
+            await call.accept(None)
+            return
+        url, secret = self._webhook
+        log.info("call %s: ringing; realtime.call.incoming to %s", call.call_id, url)
+        try:
+            await asyncio.to_thread(deliver, url, secret, incoming_call(call.call_id, call.sip_headers))
+        except WebhookError as exc:
+            log.error("call %s: the webhook was not taken (%s): the call is refused", call.call_id, exc)
+            if call.state == "ringing":
+                await call.reject(503)
+            return
+        try:
+            async with asyncio.timeout(self.session.config.server.sip_accept_timeout_s):
+                await call.decided()
+        except TimeoutError:
+            if call.state == "ringing":
+                log.warning("call %s: neither accepted nor rejected in time: refused (480)", call.call_id)
+                await call.reject(480)
+
+    async def _answer_call(self, session_config: dict[str, Any] | None) -> None:
+        """Apply the accept's session configuration (strictly: a field this server does not honour
+        is a :class:`ProtocolError`, the call still ringing), then tell the gateway to answer."""
+        if session_config is not None:
+            codec = RealtimeCodec(self.session.settings, self._voice_rate)
+            cmd = codec.decode(json.dumps({"type": "session.update", "session": session_config}))
+            assert isinstance(cmd, UpdateSession)
+            if cmd.refused:
+                raise cmd.refused[0]
+            await self.session.check_update(**cmd.changes)
+            self.session.update(**cmd.changes)
+        await self.send({"event": "answer", "streamSid": self.codec.stream_sid})
+
+    async def _end_call(self, transfer: str | None, refuse: int | None) -> None:
+        """End the stream; the gateway then transfers the call, refuses it or hangs up."""
+        self.transfer = Transfer(transfer, transfer) if transfer else None
+        self.refuse = refuse
+        await self.ws.close()
 
     async def _key(self, digit: str) -> None:
         """Collect ``digit``; ``#`` or ``phone.dtmf_gap_ms`` without another key sends the keys."""
@@ -171,6 +263,8 @@ class TwilioConnection(SessionConnection):
         async for event in self.session.events():
             for message in self.codec.encode(event):
                 await self.send(message)
+            if self.call is not None:
+                self.call.publish(event)
             if isinstance(event, CallControl):
                 await self._control(event)
             elif (

@@ -351,10 +351,13 @@ def twiml(url: str, action: str | None = None) -> str:
     return f'<?xml version="1.0" encoding="UTF-8"?>\n<Response><Connect{after}><Stream url={quoteattr(url)}/></Connect></Response>\n'
 
 
-def after_stream_twiml(target: str | None) -> str:
+def after_stream_twiml(target: str | None, refuse: int | None = None) -> str:
     """What a call does once the server ended its stream: dial ``target`` (a transfer: a number,
-    ``tel:`` or ``sip:`` URI), or hang up (None)."""
-    if target is None:
+    ``tel:`` or ``sip:`` URI), be refused (``refuse``: a SIP status, for a call the SIP gateway has
+    not answered; Twilio's ``<Reject>`` reads ``reason`` only, the gateway ``status``), or hang up."""
+    if refuse is not None:
+        body = f'<Reject reason="{"busy" if refuse == 486 else "rejected"}" status="{int(refuse)}"/>'
+    elif target is None:
         body = "<Hangup/>"
     elif target.startswith(("sip:", "sips:")):
         body = f"<Dial><Sip>{escape(target)}</Sip></Dial>"

@@ -1,0 +1,206 @@
+"""OpenAI's call-control API over the SIP gateway's calls: each call has an id (``rtc_…``), rings
+until an application accepts or rejects it, and may be transferred (``refer``), hung up, and
+watched and steered by Realtime WebSockets attached with ``/v1/realtime?call_id=…``.
+
+A :class:`PhoneCall` is created by the call's transport (the Twilio stream the gateway opened)
+with the three things only it can do: answer with a session configuration, end the call (with a
+transfer or a refusal) and tell it apart from calls that ended.  This module keeps the states
+and the observers; the HTTP routes (:mod:`voiceagent.transports.server`) and the attached
+connections (:mod:`voiceagent.transports.call_attach`) find calls here by id.
+
+States: ``ringing`` → ``accepted`` → ``ended``, or ``ringing`` → ``ended`` (rejected, hung up,
+timed out, or the caller gave up).  ``accept`` and ``reject`` are for a ringing call only;
+``refer`` for an accepted one; ``hangup`` for any call not ended.  A call in the wrong state is
+a :class:`CallStateError` (HTTP 409), never a silent no-op.
+
+Observers: each attached connection gets a bounded queue of the call's session events (and of
+the messages only a phone call has, such as the caller's keys); a queue that fills (a watcher
+that stopped reading) is dropped and told so with ``None``, never allowed to hold up the call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import secrets
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from typing import Any
+
+from voiceagent.errors import ProtocolError
+from voiceagent.events import Event
+from voiceagent.session import Session
+
+__all__ = ["CallStateError", "Observed", "PhoneCall", "PhoneCalls", "call_control"]
+
+log = logging.getLogger(__name__)
+
+Observed = Event | dict[str, Any] | None
+"""What an attached connection reads: a session event, a ready server message, or ``None`` at
+the call's end."""
+
+_OBSERVER_QUEUE = 2048
+
+
+class CallStateError(Exception):
+    """The call is not in a state that allows this action (HTTP 409)."""
+
+
+class PhoneCall:
+    """One SIP call.  ``answer(session_config)`` applies the configuration (raising
+    :class:`~voiceagent.errors.ProtocolError` for a bad one, the call still ringing) and answers;
+    ``end(transfer, refuse)`` ends the call's stream."""
+
+    def __init__(
+        self,
+        session: Session,
+        sip_headers: Sequence[tuple[str, str]],
+        answer: Callable[[dict[str, Any] | None], Awaitable[None]],
+        end: Callable[[str | None, int | None], Awaitable[None]],
+    ) -> None:
+        self.call_id = "rtc_" + secrets.token_hex(16)
+        self.session = session
+        self.sip_headers = list(sip_headers)
+        self.state = "ringing"
+        self.observers: set[asyncio.Queue[Observed]] = set()
+        self._answer = answer
+        self._end = end
+        self._lock = asyncio.Lock()  # one action at a time: two accepts never both apply
+        self._decided = asyncio.Event()
+
+    async def accept(self, session_config: dict[str, Any] | None = None) -> None:
+        async with self._lock:
+            self._expect("ringing", "accepted")
+            await self._answer(session_config)
+            self.state = "accepted"
+            self._decided.set()
+        log.info("call %s: accepted (session %s)", self.call_id, self.session.id)
+
+    async def reject(self, status: int = 603) -> None:
+        async with self._lock:
+            self._expect("ringing", "rejected")
+            self.state = "ended"
+            self._decided.set()
+            await self._end(None, status)
+        log.info("call %s: rejected with %d", self.call_id, status)
+
+    async def refer(self, target: str) -> None:
+        async with self._lock:
+            self._expect("accepted", "transferred")
+            self.state = "ended"
+            await self._end(target, None)
+        log.info("call %s: transferred to %s", self.call_id, target)
+
+    async def hangup(self) -> None:
+        async with self._lock:
+            if self.state == "ended":
+                raise CallStateError(f"call {self.call_id} has ended")
+            ringing = self.state == "ringing"
+            self.state = "ended"
+            self._decided.set()
+            await self._end(None, 603 if ringing else None)
+        log.info("call %s: hung up", self.call_id)
+
+    async def decided(self) -> None:
+        """Return once the call was accepted or ended (cancellable)."""
+        await self._decided.wait()
+
+    def _expect(self, state: str, action: str) -> None:
+        if self.state != state:
+            raise CallStateError(f"call {self.call_id} is {self.state}: only a {state} call can be {action}")
+
+    # ------------------------------------------------------------------ observers
+
+    def attach(self) -> asyncio.Queue[Observed]:
+        queue: asyncio.Queue[Observed] = asyncio.Queue(maxsize=_OBSERVER_QUEUE)
+        self.observers.add(queue)
+        return queue
+
+    def detach(self, queue: asyncio.Queue[Observed]) -> None:
+        self.observers.discard(queue)
+
+    def publish(self, item: Event | dict[str, Any]) -> None:
+        """Hand ``item`` to every attached connection, at once (never waits)."""
+        for queue in list(self.observers):
+            try:
+                queue.put_nowait(item)
+            except asyncio.QueueFull:
+                log.warning("call %s: an attached connection stopped reading; it is detached", self.call_id)
+                self._close(queue)
+
+    def ended(self) -> None:
+        """The call is over (whoever ended it): every attached connection is told."""
+        self.state = "ended"
+        self._decided.set()
+        for queue in list(self.observers):
+            self._close(queue)
+
+    def _close(self, queue: asyncio.Queue[Observed]) -> None:
+        self.observers.discard(queue)
+        while queue.full():
+            queue.get_nowait()
+        queue.put_nowait(None)
+
+
+class PhoneCalls:
+    """The server's SIP calls by id, from the first ring to the end."""
+
+    def __init__(self) -> None:
+        self._calls: dict[str, PhoneCall] = {}
+
+    def add(self, call: PhoneCall) -> None:
+        self._calls[call.call_id] = call
+
+    def remove(self, call: PhoneCall) -> None:
+        self._calls.pop(call.call_id, None)
+        call.ended()
+
+    def get(self, call_id: str) -> PhoneCall | None:
+        return self._calls.get(call_id)
+
+    def __iter__(self) -> Iterator[PhoneCall]:
+        return iter(list(self._calls.values()))
+
+    def __len__(self) -> int:
+        return len(self._calls)
+
+
+async def call_control(calls: PhoneCalls, call_id: str, action: str, body: bytes) -> tuple[int, dict[str, Any] | None]:
+    """Apply ``POST /v1/realtime/calls/{call_id}/{action}`` (``body``: its JSON); the HTTP status
+    and, for a refusal, OpenAI's error object (``{"error": {...}}``, which the ``openai`` package
+    raises as ``BadRequestError``, ``NotFoundError`` or ``ConflictError``)."""
+    call = calls.get(call_id)
+    if call is None:
+        return 404, _error(f"no call {call_id}", "call_not_found")
+    try:
+        params = json.loads(body or b"{}")
+        if not isinstance(params, dict):
+            raise ValueError("the body must be a JSON object")
+    except ValueError as exc:
+        return 400, _error(f"bad JSON body: {exc}", "invalid_json")
+    try:
+        if action == "accept":
+            if params.get("type", "realtime") != "realtime":
+                return 400, _error("type must be 'realtime' (GPT-Live sessions are not served here yet)", "invalid_value", "type")
+            await call.accept(params or None)
+        elif action == "reject":
+            status = params.get("status_code", 603)
+            if not isinstance(status, int) or isinstance(status, bool) or not 400 <= status <= 699:
+                return 400, _error("status_code must be a SIP final status, 400-699", "invalid_value", "status_code")
+            await call.reject(status)
+        elif action == "refer":
+            target = params.get("target_uri")
+            if not isinstance(target, str) or not target.startswith(("sip:", "sips:", "tel:")):
+                return 400, _error("target_uri must be a sip:, sips: or tel: URI", "invalid_value", "target_uri")
+            await call.refer(target)
+        else:
+            await call.hangup()
+    except CallStateError as exc:
+        return 409, _error(str(exc), "invalid_call_state")
+    except ProtocolError as exc:  # the accept's session configuration
+        return 400, _error(exc.message, exc.code, exc.param)
+    return 200, None
+
+
+def _error(message: str, code: str, param: str | None = None) -> dict[str, Any]:
+    return {"error": {"message": message, "type": "invalid_request_error", "code": code, "param": param}}

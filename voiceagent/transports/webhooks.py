@@ -1,0 +1,81 @@
+"""Webhooks as OpenAI sends them: the ``realtime.call.incoming`` event of a phone call, signed the
+Standard Webhooks way, so that an application's ``client.webhooks.unwrap(body, headers)`` (the
+``openai`` package) verifies it unchanged.
+
+Signature: ``webhook-signature: v1,<base64 HMAC-SHA256 of "id.timestamp.body">`` with the
+secret's bytes (a ``whsec_`` secret is base64 after its prefix), beside ``webhook-id`` and
+``webhook-timestamp`` (Unix seconds).
+
+:func:`deliver` is blocking (``urllib``): callers run it in an executor.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import secrets
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from typing import Any
+
+__all__ = ["WebhookError", "check_secret", "deliver", "incoming_call", "signed_headers"]
+
+TIMEOUT_S = 10.0
+"""How long the application has to take the webhook (its answer's body is not read)."""
+
+
+class WebhookError(Exception):
+    """The webhook could not be delivered: the reason, for the log."""
+
+
+def check_secret(secret: str) -> bytes:
+    """The signing key of ``secret`` (``whsec_`` + base64, or any other string as its bytes);
+    ValueError for a ``whsec_`` secret that is not base64."""
+    if secret.startswith("whsec_"):
+        try:
+            return base64.b64decode(secret[6:], validate=True)
+        except ValueError:
+            raise ValueError("a whsec_ secret is base64 after its prefix") from None
+    return secret.encode()
+
+
+def signed_headers(secret: str, body: bytes, msg_id: str | None = None, timestamp: int | None = None) -> dict[str, str]:
+    """The three Standard Webhooks headers for ``body``."""
+    msg_id = msg_id or "wh_" + secrets.token_hex(12)
+    ts = str(int(time.time()) if timestamp is None else timestamp)
+    mac = hmac.new(check_secret(secret), f"{msg_id}.{ts}.".encode() + body, hashlib.sha256).digest()
+    return {"webhook-id": msg_id, "webhook-timestamp": ts, "webhook-signature": "v1," + base64.b64encode(mac).decode()}
+
+
+def incoming_call(call_id: str, sip_headers: Sequence[tuple[str, str]], media_security: str = "rtp") -> dict[str, Any]:
+    """The ``realtime.call.incoming`` event of ``call_id`` (the INVITE's headers, in order)."""
+    return {
+        "object": "event",
+        "id": "evt_" + secrets.token_hex(12),
+        "type": "realtime.call.incoming",
+        "created_at": int(time.time()),
+        "data": {
+            "call_id": call_id,
+            "sip_headers": [{"name": name, "value": value} for name, value in sip_headers],
+            "sip_media_security": media_security,
+        },
+    }
+
+
+def deliver(url: str, secret: str, event: dict[str, Any]) -> int:
+    """POST ``event`` to ``url``, signed; its HTTP status (2xx).  Raises :class:`WebhookError`
+    for a refusal (any other status), a timeout or a connection that fails."""
+    body = json.dumps(event, separators=(",", ":")).encode()
+    headers = {"Content-Type": "application/json", "User-Agent": "voiceagent", **signed_headers(secret, body)}
+    request = urllib.request.Request(url, data=body, headers=headers, method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=TIMEOUT_S) as resp:
+            return int(resp.status)
+    except urllib.error.HTTPError as exc:
+        raise WebhookError(f"{url} answered {exc.code}") from None
+    except (OSError, ValueError) as exc:
+        raise WebhookError(f"{url}: {exc}") from None
