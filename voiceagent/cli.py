@@ -23,6 +23,7 @@ from pathlib import Path
 
 from voiceagent.backends import auto_profile
 from voiceagent.backends.registry import Engines
+from voiceagent.client.sip_call import CallNotPlacedError, place_and_follow
 from voiceagent.config import Config, given_keys, load_config
 from voiceagent.config.profiles import AUTO_ORDER, PROFILES
 from voiceagent.conversation.prompt_fit import PromptFitter
@@ -246,6 +247,7 @@ async def _start_sip(server: VoiceAgentServer) -> SipGateway | None:
         await server.aclose()
         server.engines.close()
         raise
+    sip.place_calls_for(server.phone_calls)  # POST /v1/sip/calls
     print(sip.ready_line, flush=True)
     return sip
 
@@ -275,6 +277,16 @@ async def _replay(args: argparse.Namespace, plan: auto_profile.Plan | None) -> R
             await server.aclose()
             server.engines.close()
     return ReplayResult(turns, summarize(turns))
+
+
+def cmd_call(args: argparse.Namespace) -> int:
+    """Exit 0 when the call was answered, 1 when it ended unanswered (busy, declined, no answer)."""
+    session = {"type": "realtime", "instructions": args.instructions} if args.instructions else None
+    try:
+        record = place_and_follow(args.server, args.to, session=session, timeout_s=args.timeout, token=args.token or "")
+    except CallNotPlacedError as exc:
+        raise VoiceAgentError(f"the call was not placed: {exc}") from None
+    return 0 if record["answered"] else 1
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
@@ -441,6 +453,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--certfile", help="TLS certificate (PEM): serve wss:// and https:// (with --keyfile)")
     p.add_argument("--keyfile", help="TLS private key (PEM)")
     p.set_defaults(func=cmd_serve)
+
+    p = sub.add_parser("call", help="have a running server (with server.sip_port) call a phone over SIP, and follow the call")
+    p.add_argument("to", help="sip:user@host[:port] or tel:+number (through your trunk)")
+    p.add_argument("--server", default="http://127.0.0.1:8765", help="the server (default http://127.0.0.1:8765)")
+    p.add_argument("--instructions", help="the call's instructions (default: the server's)")
+    p.add_argument("--timeout", type=float, default=30, help="seconds to ring before giving up (default 30)")
+    p.add_argument("--token", help="the server's client token, when auth is on")
+    p.set_defaults(func=cmd_call)
 
     p = sub.add_parser("talk", parents=[common], help="talk to the agent through the sound card (or audio files)")
     p.add_argument("--url", help="a running server's ws://HOST:PORT/v1/realtime (default: run the models in this process)")

@@ -26,8 +26,11 @@ CODEC_RATES = {"PCMU": 8000, "PCMA": 8000, "G722": 16000}
 
 
 def gateway_for(server: VoiceAgentServer, sip_port: int, allow: str = "127.0.0.1", max_calls: int = 4) -> SipGateway:
-    """The SIP gateway of ``server`` (not yet started), listening on loopback at ``sip_port``."""
-    return SipGateway("127.0.0.1", sip_port, f"ws://127.0.0.1:{server.port}", allow, max_calls)
+    """The SIP gateway of ``server`` (not yet started), listening on loopback at ``sip_port``, and
+    placing the server's calls as ``serve``'s does."""
+    gateway = SipGateway("127.0.0.1", sip_port, f"ws://127.0.0.1:{server.port}", allow, max_calls)
+    gateway.place_calls_for(server.phone_calls)
+    return gateway
 
 
 async def until_state(ready: Callable[[], bool], within_s: float, what: str, report: Callable[[], str] = str) -> None:
@@ -45,7 +48,14 @@ class Baresip:
     """One baresip process with its own config folder under ``folder``."""
 
     def __init__(
-        self, folder: Path, question: Path, codec: str = "PCMU", tail_s: float = 60.0, silent: bool = False, user: str = "caller"
+        self,
+        folder: Path,
+        question: Path,
+        codec: str = "PCMU",
+        tail_s: float = 60.0,
+        silent: bool = False,
+        user: str = "caller",
+        answer: str = "manual",
     ) -> None:
         self.folder = folder
         self.codec = codec
@@ -81,9 +91,11 @@ class Baresip:
                 ]
             )
         )
-        (folder / "accounts").write_text(f"<sip:{user}@127.0.0.1:{sip_port}>;regint=0;audio_codecs={codec}\n")
+        (folder / "accounts").write_text(f"<sip:{user}@127.0.0.1:{sip_port}>;regint=0;audio_codecs={codec};answermode={answer}\n")
         self.log = (folder / "baresip.log").open("w")
-        self.proc = subprocess.Popen(["baresip", "-f", str(folder)], stdout=self.log, stderr=subprocess.STDOUT)
+        # Line-buffered: its log is a file, which C buffers by the block, and a short call's last
+        # lines ("... terminated") would wait there for lines that never come.
+        self.proc = subprocess.Popen(["stdbuf", "-oL", "baresip", "-f", str(folder)], stdout=self.log, stderr=subprocess.STDOUT)
         self._wait_for_ctrl()
 
     def _wait_for_ctrl(self, within_s: float = 20.0) -> None:
@@ -123,6 +135,12 @@ class Baresip:
             return np.zeros(0, dtype=np.int16)
         raw = dumps[-1].read_bytes()[44:]  # the header's sizes are written only at the end
         return np.frombuffer(raw[: len(raw) // 2 * 2], dtype="<i2").copy()
+
+    def call_ended(self) -> bool:
+        """Whether its call has ended: baresip says "session closed: …" at the other side's BYE
+        (and "… terminated" at its menu's end of a call, not always printed)."""
+        out = self.output()
+        return "session closed" in out or "terminated" in out
 
     def output(self) -> str:
         self.log.flush()

@@ -96,7 +96,7 @@ def test_the_agents_end_call_hangs_up_with_a_bye_after_the_goodbye(speech: dict[
             caller = Baresip(tmp_path / "caller", said, "PCMU")
             try:
                 caller.dial(f"sip:agent@127.0.0.1:{sip_port}")
-                await until_state(lambda: "terminated" in caller.output(), 30, "the agent's hang-up at the caller", caller.output)
+                await until_state(caller.call_ended, 30, "the agent's hang-up at the caller", caller.output)
                 return caller.output(), len(server.sessions)
             finally:
                 caller.close()

@@ -138,7 +138,7 @@ def test_an_openai_application_accepts_attaches_hears_keys_transfers_hangs_up_an
                 await client.realtime.calls.accept(call_id, type="realtime")
                 await until_state(lambda: "Call established" in second.output(), 20, "the second call answered", second.output)
                 await client.realtime.calls.hangup(call_id)
-                await until_state(lambda: "terminated" in second.output(), 20, "the second call hung up", second.output)
+                await until_state(second.call_ended, 20, "the second call hung up", second.output)
 
                 # A third, rejected as busy; an action on a call that has ended is refused.
                 third = phone("third")

@@ -25,9 +25,10 @@ from voiceagent.config import Config, ServerConfig
 from voiceagent.errors import ConfigError
 from voiceagent.sip.bridge import CallBridge, Next, next_step
 from voiceagent.sip.gateway import invite_headers
+from voiceagent.transports.phone_calls import valid_uri
 from voiceagent.transports.server import VoiceAgentServer
 from voiceagent.transports.twilio_codec import after_stream_twiml
-from voiceagent.transports.webhooks import incoming_call, signed_headers
+from voiceagent.transports.webhooks import WebhookError, deliver, incoming_call, signed_headers
 
 SECRET = "whsec_" + base64.b64encode(b"0123456789abcdef0123456789abcdef").decode()
 Run = Callable[..., Any]
@@ -202,3 +203,32 @@ def test_a_call_nobody_answers_is_refused_480(run: Run, hooked: Callable[..., An
         assert not opened.is_set()
 
     hooked(run, scenario, sip_accept_timeout_s=0.5)
+
+
+def test_a_target_that_could_carry_a_header_of_its_own_is_refused() -> None:
+    assert valid_uri("sip:desk@pbx.example:5060;transport=tcp") and valid_uri("tel:+15551234567")
+    assert not valid_uri("sip:desk@pbx.example\r\nX-Evil: 1")
+    assert not valid_uri("sip:desk @pbx.example")
+    assert not valid_uri("mailto:desk@pbx.example")
+    assert not valid_uri("sip:" + "a" * 300)
+    assert not valid_uri(None)
+
+
+def test_a_webhook_answered_with_a_redirect_is_not_delivered() -> None:
+    class Moved(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.send_response(302)  # urllib would follow it as a GET, the event left behind
+            self.send_header("Location", "/elsewhere")
+            self.end_headers()
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Moved)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        with pytest.raises(WebhookError, match="302"):
+            deliver(f"http://127.0.0.1:{httpd.server_address[1]}/hook", SECRET, incoming_call("rtc_1", []))
+    finally:
+        httpd.shutdown()
+        httpd.server_close()

@@ -157,7 +157,8 @@ class ServerConfig:
     """The webhooks' signing secret (``whsec_`` + base64, as OpenAI's; the application's
     ``client.webhooks.unwrap`` checks it).  Needed with ``sip_webhook_url``."""
     sip_accept_timeout_s: float = 30.0
-    """A call the application neither accepts nor rejects within this long is refused (480)."""
+    """A call the application neither accepts nor rejects within this long after taking the webhook
+    is refused (480); the webhook's POST itself may take up to 10 s more."""
 
     def __post_init__(self) -> None:
         _check(self.auth in ("auto", "on", "off"), "server.auth", "must be auto, on or off")

@@ -90,12 +90,15 @@ class CallBridge:
         on_open: Callable[[], None],
         on_end: Callable[[Next | None], None],
         sip_headers: list[tuple[str, str]] | None = None,
+        outbound: str = "",
     ) -> None:
         self.ws_url = ws_url
         self.next_url = next_url
         self.call_id = call_id
         self.caller = caller
         self.sip_headers = sip_headers or []
+        self.outbound = outbound
+        """The server's id of a call the gateway placed (it was answered before the stream opened)."""
         self._answered = False
         self.playout = Playout()
         self._on_open = on_open
@@ -170,7 +173,12 @@ class CallBridge:
                     "accountSid": "sip",
                     "tracks": ["inbound"],
                     "mediaFormat": {"encoding": WIDEBAND[0], "sampleRate": WIDEBAND[1], "channels": 1},
-                    "customParameters": {"From": self.caller, "voiceagent_gateway": "sip", "sip_headers": json.dumps(self.sip_headers)},
+                    "customParameters": {
+                        "From": self.caller,
+                        "voiceagent_gateway": "sip",
+                        "sip_headers": json.dumps(self.sip_headers),
+                        **({"voiceagent_outbound": self.outbound} if self.outbound else {}),
+                    },
                 }
                 await self._send({"event": "start", "streamSid": self.stream_sid, "start": start})
                 writer = asyncio.create_task(self._write(ws), name=f"sip-{self.call_id}-out")
@@ -243,5 +251,5 @@ class CallBridge:
         try:
             return next_step(await asyncio.to_thread(fetch))
         except OSError as exc:
-            log.warning("sip call %s: no answer from %s (%s): hanging up", self.call_id, url, exc)
+            log.warning("sip call %s: no answer from %s (%s): hanging up", self.call_id, url.split("?", 1)[0], exc)  # no token in logs
             return Next(None)

@@ -24,12 +24,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import itertools
+import json
 import logging
 import os
 import queue
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -37,7 +39,7 @@ import numpy as np
 
 from .allow import AllowList, source_host
 from .bridge import RATE, CallBridge, Next
-from .supervisor import TOKEN_ENV
+from .supervisor import OUTBOUND, TOKEN_ENV
 
 log = logging.getLogger("voiceagent.sip")
 
@@ -130,6 +132,10 @@ class SipCall(_CallBase):  # type: ignore[misc]
         self.port: MediaPort | None = None
         self.ended = False
         self.answered = False
+        self.outbound = ""
+        """The server's id of a call this gateway placed ("" for an incoming call)."""
+        self.deadline: float | None = None  # an outbound call not answered by then is cancelled
+        self.timed_out = False
 
     def start_bridge(self) -> None:
         """Ask the server for a session; the call is answered once it has one (``on_open``)."""
@@ -145,10 +151,17 @@ class SipCall(_CallBase):  # type: ignore[misc]
             if step is not None:
                 gateway.later(lambda: gateway.call_do(pj_id, lambda call: call.finish(step)))
 
-        self.bridge = CallBridge(gateway.ws_url, gateway.next_url, self.sid, self.caller, on_open, on_end, self.sip_headers)
+        self.bridge = CallBridge(
+            gateway.ws_url, gateway.next_url, self.sid, self.caller, on_open, on_end, self.sip_headers, outbound=self.outbound
+        )
         asyncio.run_coroutine_threadsafe(self.bridge.run(), gateway.loop)
+        if self.outbound:  # answered already: its media may be up before the bridge was
+            self._connect_media()
 
     def onCallMediaState(self, prm: Any) -> None:  # noqa: N802 - PJSIP's name
+        self._connect_media()
+
+    def _connect_media(self) -> None:
         info = self.getInfo()  # held: its media vector points into it (a temporary's would be freed)
         for media in info.media:
             if media.type == pj.PJMEDIA_TYPE_AUDIO and media.status == pj.PJSUA_CALL_MEDIA_ACTIVE and self.bridge is not None:
@@ -172,15 +185,25 @@ class SipCall(_CallBase):  # type: ignore[misc]
 
     def onCallState(self, prm: Any) -> None:  # noqa: N802 - PJSIP's name
         info = self.getInfo()
+        if self.outbound and info.state == pj.PJSIP_INV_STATE_EARLY and not self.answered:
+            report(self.outbound, "ringing")
+        elif self.outbound and info.state == pj.PJSIP_INV_STATE_CONFIRMED and not self.answered:
+            self.answered = True
+            log.info("sip call %s to %s: answered", self.sid, self.caller)
+            report(self.outbound, "answered")
+            self.start_bridge()
         if info.state == pj.PJSIP_INV_STATE_DISCONNECTED:
             log.info("sip call %s: ended (%s %s)", self.sid, info.lastStatusCode, info.lastReason)
+            if self.outbound:
+                reason = "no answer" if self.timed_out else str(info.lastReason)
+                report(self.outbound, "ended", 0 if self.timed_out else int(info.lastStatusCode), reason)
             self.ended = True
             if self.bridge is not None:
                 self.gateway.loop.call_soon_threadsafe(self.bridge.hung_up)
             self.gateway.calls.pop(self.pj_id, None)
 
     def answer_now(self) -> None:
-        if not self.ended:
+        if not self.ended and not self.answered:
             op = pj.CallOpParam()
             op.statusCode = 200
             self.answer(op)
@@ -199,7 +222,11 @@ class SipCall(_CallBase):  # type: ignore[misc]
             self.end(step.refuse)
         elif step.transfer:
             log.info("sip call %s: transferred to %s", self.sid, step.transfer)
-            self.xfer(step.transfer, pj.CallOpParam(True))
+            try:
+                self.xfer(step.transfer, pj.CallOpParam(True))
+            except Exception as exc:  # a URI PJSIP refuses: the call must not stay up without its bridge
+                log.warning("sip call %s: the transfer failed (%s): hanging up", self.sid, exc)
+                self.end(200)
         else:
             self.end(200)
 
@@ -256,13 +283,24 @@ class SipAccount(_AccountBase):  # type: ignore[misc]
         call.start_bridge()
 
 
+def report(call_id: str, status: str, status_code: int = 0, reason: str = "", **more: Any) -> None:
+    """Tell the supervisor how a call this gateway placed goes: one line on stdout."""
+    fields = {"id": call_id, "status": status, **({"sip_status": status_code} if status_code else {}), **more}
+    if reason:
+        fields["reason"] = reason
+    print(OUTBOUND + json.dumps(fields), flush=True)
+
+
 class Gateway:
-    """PJSIP's endpoint, account and calls, on the thread that calls :meth:`run`."""
+    """PJSIP's endpoint, account and calls, on the thread that calls :meth:`run`.  Calls to place
+    arrive on stdin, one JSON object a line (``{"dial": uri, "id": call_id, "timeout_s": 30}``);
+    how each goes is reported on stdout (:func:`report`)."""
 
     def __init__(self, host: str, port: int, server: str, allow: AllowList, max_calls: int, token: str = "") -> None:
         self.host = host
         self.port = port
         self.ws_url = server.rstrip("/") + "/twilio" + (f"/{token}" if token else "")
+        self.shown_url = server.rstrip("/") + "/twilio"  # the token left out: for lines that are logged
         self.next_url = server.replace("ws://", "http://").replace("wss://", "https://").rstrip("/") + "/twilio/twiml/next"
         if token:
             self.next_url += f"?token={token}"
@@ -274,6 +312,7 @@ class Gateway:
         self._stop = threading.Event()
         self.loop = asyncio.new_event_loop()
         self._loop_thread = threading.Thread(target=self.loop.run_forever, name="sip-loop", daemon=True)
+        self.account: Any = None
 
     def run(self) -> None:
         """Listen and serve calls until :meth:`stop`; then every call gets a BYE (or 503)."""
@@ -307,16 +346,20 @@ class Gateway:
         acfg = lib.AccountConfig()
         acfg.idUri = f"sip:agent@{self.host}:{self.port}"
         account.create(acfg)
+        self.account = account
         self._loop_thread.start()
-        print(f"sip gateway: listening on {self.host}:{self.port} (udp, tcp), calls to {self.ws_url}", flush=True)
+        threading.Thread(target=self._read_commands, name="sip-commands", daemon=True).start()
+        print(f"sip gateway: listening on {self.host}:{self.port} (udp, tcp), calls to {self.shown_url}", flush=True)
         try:
             while not self._stop.is_set():
                 ep.libHandleEvents(10)
                 self._run_todo()
+                self._cancel_unanswered()
         finally:
             self._end_all()
             ep.libHandleEvents(100)
             self.calls.clear()
+            self.account = None
             account.shutdown()
             del account  # no Python reference to a PJSIP object may outlive libDestroy()
             self.loop.call_soon_threadsafe(self.loop.stop)
@@ -326,6 +369,46 @@ class Gateway:
         # In a function of its own: no loop variable may keep a call alive past libDestroy().
         for call in list(self.calls.values()):
             call.end(503)
+
+    # ------------------------------------------------------------------ calls this gateway places
+
+    def _read_commands(self) -> None:
+        """stdin's commands (a thread of its own: reading blocks); its end stops nothing."""
+        for line in sys.stdin:
+            try:
+                cmd = json.loads(line)
+                call_id, uri, timeout_s = str(cmd["id"]), str(cmd["dial"]), float(cmd.get("timeout_s", 30))
+            except (ValueError, KeyError, TypeError) as exc:
+                log.warning("sip: a command that cannot be read was skipped (%s): %.120r", exc, line)
+                continue
+            self.later(lambda c=call_id, u=uri, t=timeout_s: self._dial(c, u, t))  # type: ignore[misc]
+
+    def _dial(self, call_id: str, uri: str, timeout_s: float) -> None:
+        """On PJSIP's thread: call ``uri``; once answered it is bridged as an incoming call is."""
+        if sum(1 for c in self.calls.values() if not c.ended) >= self.max_calls:
+            report(call_id, "ended", 0, f"{self.max_calls} calls already (server.sip_max_calls)")
+            return
+        call = SipCall(self, self.account, pj.PJSUA_INVALID_ID)
+        call.outbound, call.caller = call_id, uri
+        try:
+            call.makeCall(uri, pj.CallOpParam(True))
+        except pj.Error as exc:  # a URI PJSIP cannot call: nothing was sent
+            report(call_id, "ended", 0, f"cannot call {uri}: {exc.reason}")
+            return
+        call.pj_id = call.getId()
+        call.deadline = time.monotonic() + timeout_s
+        self.calls[call.pj_id] = call
+        log.info("sip call %s: dialling %s for %s", call.sid, uri, call_id)
+        report(call_id, "dialing")
+
+    def _cancel_unanswered(self) -> None:
+        now = time.monotonic()
+        for call in [c for c in self.calls.values() if c.deadline is not None and not c.answered and not c.ended]:
+            if now >= call.deadline:  # type: ignore[operator]
+                call.deadline = None
+                call.timed_out = True
+                log.info("sip call %s: no answer; cancelled", call.sid)
+                call.end(487)
 
     def _run_todo(self) -> None:
         while True:

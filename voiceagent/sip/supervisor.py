@@ -14,19 +14,26 @@ idempotent and always reaps it.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import signal
 import socket
 import sys
+from collections.abc import Callable
+from typing import Any
 
 from voiceagent.errors import VoiceAgentError
+from voiceagent.transports.phone_calls import PhoneCalls
 
 __all__ = ["TOKEN_ENV", "SipGateway", "SipGatewayError", "check_port"]
 
 log = logging.getLogger(__name__)
 
 READY = "sip gateway: listening on"
+OUTBOUND = "sip gateway: outbound "
+"""The gateway's lines about the calls it places: this prefix, then a JSON object (``id``,
+``status``: dialing, ringing, answered or ended, and ``sip_status`` and ``reason`` at the end)."""
 START_S = 30.0
 TOKEN_ENV = "VOICEAGENT_SIP_GATEWAY_TOKEN"
 """The server's client token reaches the child here, not on its command line (which ``ps`` shows
@@ -80,6 +87,9 @@ class SipGateway:
         self.ready_line = ""
         self.listening = False
         """The current child has said it listens (false from its exit until the next one has)."""
+        self.on_report: Callable[[dict[str, Any]], None] = lambda fields: None
+        """Told each line the gateway reports about a call it places (:data:`OUTBOUND`'s JSON)."""
+        self._placing: set[str] = set()  # calls placed and not yet ended
 
     async def start(self) -> None:
         """Start the gateway and wait for it to listen; raises :class:`SipGatewayError` with its
@@ -90,7 +100,12 @@ class SipGateway:
     async def _spawn(self) -> None:
         env = {**os.environ, TOKEN_ENV: self._token}
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, *self.args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, env=env
+            sys.executable,
+            *self.args,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+            env=env,
         )
         self._proc = proc
         assert proc.stdout is not None
@@ -119,9 +134,14 @@ class SipGateway:
             proc = self._proc
             assert proc is not None and proc.stdout is not None
             async for raw in proc.stdout:  # its log, into ours
-                log.info("%s", raw.decode(errors="replace").rstrip())
+                line = raw.decode(errors="replace").rstrip()
+                log.info("%s", line)
+                if line.startswith(OUTBOUND):
+                    self._reported(line)
             code = await proc.wait()
             self.listening = False
+            for call_id in list(self._placing):  # the calls it was placing ended with it
+                self._reported(OUTBOUND + json.dumps({"id": call_id, "status": "ended", "reason": "the SIP gateway exited"}))
             if self._stopping:
                 return
             self.restarts += 1
@@ -132,6 +152,31 @@ class SipGateway:
                 await self._spawn()
             except (SipGatewayError, OSError) as exc:  # tried again after the next pause
                 log.error("%s", exc)
+
+    def place_calls_for(self, calls: PhoneCalls) -> None:
+        """Make this gateway the one ``calls`` places its calls through (``POST /v1/sip/calls``)."""
+        calls.dialer = self
+        self.on_report = calls.report
+
+    async def dial(self, call_id: str, uri: str, timeout_s: float) -> None:
+        """Ask the gateway to call ``uri`` as ``call_id`` (its progress comes to :attr:`on_report`);
+        :class:`SipGatewayError` while no gateway runs."""
+        proc = self._proc
+        if proc is None or proc.stdin is None or proc.returncode is not None or not self.listening:
+            raise SipGatewayError("the SIP gateway is not running")
+        self._placing.add(call_id)
+        proc.stdin.write((json.dumps({"dial": uri, "id": call_id, "timeout_s": timeout_s}) + "\n").encode())
+        await proc.stdin.drain()
+
+    def _reported(self, line: str) -> None:
+        try:
+            fields = json.loads(line[len(OUTBOUND) :])
+        except ValueError:
+            log.warning("an unreadable line from the SIP gateway: %.120r", line)
+            return
+        if fields.get("status") == "ended":
+            self._placing.discard(str(fields.get("id")))
+        self.on_report(fields)
 
     @property
     def pid(self) -> int | None:

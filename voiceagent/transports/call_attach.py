@@ -15,7 +15,6 @@ Cancellation: cancelling :meth:`AttachedConnection.run` detaches and closes the 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 from typing import Any
@@ -24,7 +23,7 @@ from websockets.asyncio.server import ServerConnection
 from websockets.exceptions import ConnectionClosed
 
 from voiceagent.errors import ProtocolError
-from voiceagent.transports.phone_calls import PhoneCall
+from voiceagent.transports.phone_calls import Observed, PhoneCall
 from voiceagent.transports.realtime import RealtimeCommands
 from voiceagent.transports.realtime_codec import RealtimeCodec
 from voiceagent.transports.realtime_wire import message
@@ -67,11 +66,10 @@ class AttachedConnection:
         finally:
             self.call.detach(queue)
             writer.cancel()
-            with contextlib.suppress(asyncio.CancelledError, ConnectionClosed):
-                await writer
+            await asyncio.gather(writer, return_exceptions=True)  # a cancellation of run() itself still propagates
             log.info("call %s: a connection detached", self.call.call_id)
 
-    async def _write(self, queue: asyncio.Queue[Any]) -> None:
+    async def _write(self, queue: asyncio.Queue[Observed]) -> None:
         while True:
             item = await queue.get()
             if item is None:

@@ -8,6 +8,11 @@ transfer or a refusal) and tell it apart from calls that ended.  This module kee
 and the observers; the HTTP routes (:mod:`voiceagent.transports.server`) and the attached
 connections (:mod:`voiceagent.transports.call_attach`) find calls here by id.
 
+Calls the server places (``POST /v1/sip/calls``, ``voiceagent call``) are :class:`OutboundCall`
+records while the gateway dials (``dialing``, ``ringing``), and once answered also a
+:class:`PhoneCall` under the same id, accepted at once with the configuration they were placed
+with; busy, declined, unreachable and unanswered calls end with the SIP status and reason.
+
 States: ``ringing`` → ``accepted`` → ``ended``, or ``ringing`` → ``ended`` (rejected, hung up,
 timed out, or the caller gave up).  ``accept`` and ``reject`` are for a ringing call only;
 ``refer`` for an accepted one; ``hangup`` for any call not ended.  A call in the wrong state is
@@ -24,14 +29,20 @@ import asyncio
 import json
 import logging
 import secrets
+import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Protocol, TypeGuard
 
-from voiceagent.errors import ProtocolError
+from websockets.exceptions import ConnectionClosed
+
+from voiceagent.errors import ProtocolError, VoiceAgentError
 from voiceagent.events import Event
 from voiceagent.session import Session
+from voiceagent.transports.realtime_codec import RealtimeCodec
+from voiceagent.transports.realtime_commands import UpdateSession
 
-__all__ = ["CallStateError", "Observed", "PhoneCall", "PhoneCalls", "call_control"]
+__all__ = ["CallStateError", "Dialer", "Observed", "OutboundCall", "PhoneCall", "PhoneCalls", "call_control", "place_call", "valid_uri"]
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +51,37 @@ Observed = Event | dict[str, Any] | None
 the call's end."""
 
 _OBSERVER_QUEUE = 2048
+_PLACED_KEPT = 1000  # outbound calls' records kept for GET after they ended, oldest dropped first
+
+
+class Dialer(Protocol):
+    """What places calls: the SIP gateway's supervisor (:class:`voiceagent.sip.supervisor.SipGateway`)."""
+
+    async def dial(self, call_id: str, uri: str, timeout_s: float) -> None: ...
+
+
+@dataclass
+class OutboundCall:
+    """A call the server places, as ``GET /v1/sip/calls/{id}`` shows it."""
+
+    id: str
+    to: str
+    session: dict[str, Any] | None
+    status: str = "dialing"
+    sip_status: int | None = None
+    reason: str | None = None
+    created_at: int = field(default_factory=lambda: int(time.time()))
+
+    def as_object(self) -> dict[str, Any]:
+        return {
+            "object": "sip.call",
+            "id": self.id,
+            "to": self.to,
+            "status": self.status,
+            "sip_status": self.sip_status,
+            "reason": self.reason,
+            "created_at": self.created_at,
+        }
 
 
 class CallStateError(Exception):
@@ -57,8 +99,9 @@ class PhoneCall:
         sip_headers: Sequence[tuple[str, str]],
         answer: Callable[[dict[str, Any] | None], Awaitable[None]],
         end: Callable[[str | None, int | None], Awaitable[None]],
+        call_id: str = "",
     ) -> None:
-        self.call_id = "rtc_" + secrets.token_hex(16)
+        self.call_id = call_id or new_call_id()
         self.session = session
         self.sip_headers = list(sip_headers)
         self.state = "ringing"
@@ -72,7 +115,8 @@ class PhoneCall:
         async with self._lock:
             self._expect("ringing", "accepted")
             await self._answer(session_config)
-            self.state = "accepted"
+            if self.state == "ringing":  # the caller may have hung up meanwhile
+                self.state = "accepted"
             self._decided.set()
         log.info("call %s: accepted (session %s)", self.call_id, self.session.id)
 
@@ -83,6 +127,18 @@ class PhoneCall:
             self._decided.set()
             await self._end(None, status)
         log.info("call %s: rejected with %d", self.call_id, status)
+
+    async def reject_if_ringing(self, status: int) -> bool:
+        """Reject the call unless it was decided first (checked under the call's lock, so that an
+        accept in progress wins); whether it was rejected."""
+        async with self._lock:
+            if self.state != "ringing":
+                return False
+            self.state = "ended"
+            self._decided.set()
+            await self._end(None, status)
+        log.info("call %s: refused with %d", self.call_id, status)
+        return True
 
     async def refer(self, target: str) -> None:
         async with self._lock:
@@ -142,11 +198,43 @@ class PhoneCall:
         queue.put_nowait(None)
 
 
+def new_call_id() -> str:
+    return "rtc_" + secrets.token_hex(16)
+
+
 class PhoneCalls:
-    """The server's SIP calls by id, from the first ring to the end."""
+    """The server's SIP calls by id, from the first ring to the end, and the calls it placed."""
 
     def __init__(self) -> None:
         self._calls: dict[str, PhoneCall] = {}
+        self.placed: dict[str, OutboundCall] = {}
+        self.dialer: Dialer | None = None
+        """Set while a SIP gateway runs beside the server (``server.sip_port``)."""
+
+    async def place(self, to: str, session: dict[str, Any] | None, timeout_s: float) -> OutboundCall:
+        """Dial ``to``; the record follows the call (:meth:`report`).  The dialer's errors propagate."""
+        if self.dialer is None:
+            raise CallStateError("the server places calls only with its SIP gateway on (server.sip_port)")
+        call = OutboundCall(new_call_id(), to, session)
+        while len(self.placed) >= _PLACED_KEPT:
+            self.placed.pop(next(iter(self.placed)))
+        self.placed[call.id] = call
+        await self.dialer.dial(call.id, to, timeout_s)
+        log.info("call %s: dialling %s", call.id, to)
+        return call
+
+    def report(self, fields: dict[str, Any]) -> None:
+        """The gateway's word on a placed call (``id``, ``status``, ``sip_status``, ``reason``)."""
+        call = self.placed.get(str(fields.get("id")))
+        if call is None:
+            return
+        call.status = str(fields.get("status", call.status))
+        if "sip_status" in fields:
+            call.sip_status = int(fields["sip_status"])
+        if "reason" in fields:
+            call.reason = str(fields["reason"])
+        if call.status == "ended":
+            log.info("call %s to %s: ended (%s %s)", call.id, call.to, call.sip_status or "-", call.reason or "")
 
     def add(self, call: PhoneCall) -> None:
         self._calls[call.call_id] = call
@@ -190,16 +278,68 @@ async def call_control(calls: PhoneCalls, call_id: str, action: str, body: bytes
             await call.reject(status)
         elif action == "refer":
             target = params.get("target_uri")
-            if not isinstance(target, str) or not target.startswith(("sip:", "sips:", "tel:")):
-                return 400, _error("target_uri must be a sip:, sips: or tel: URI", "invalid_value", "target_uri")
+            if not valid_uri(target):
+                return 400, _error(
+                    "target_uri must be a sip:, sips: or tel: URI (no spaces, at most 256 characters)", "invalid_value", "target_uri"
+                )
             await call.refer(target)
         else:
             await call.hangup()
     except CallStateError as exc:
         return 409, _error(str(exc), "invalid_call_state")
+    except ConnectionClosed:  # the caller hung up while the action was being applied
+        return 404, _error(f"call {call_id} has ended", "call_not_found")
     except ProtocolError as exc:  # the accept's session configuration
         return 400, _error(exc.message, exc.code, exc.param)
     return 200, None
+
+
+async def place_call(calls: PhoneCalls, body: bytes, codec: RealtimeCodec) -> tuple[int, dict[str, Any]]:
+    """``POST /v1/sip/calls``: ``{"to": "sip:…" | "tel:…", "session": {…}, "timeout_s": 30}``; the
+    session configuration is checked now (``codec`` decodes it as a ``session.update``, strictly),
+    so that a call is never answered into a session that refuses it.  201 and the call's record,
+    or an error object."""
+    try:
+        params = json.loads(body or b"{}")
+        if not isinstance(params, dict):
+            raise ValueError("the body must be a JSON object")
+    except ValueError as exc:
+        return 400, _error(f"bad JSON body: {exc}", "invalid_json")
+    unknown = set(params) - {"to", "session", "timeout_s"}
+    if unknown:
+        return 400, _error(f"unknown field(s): {', '.join(sorted(unknown))}", "unknown_parameter", sorted(unknown)[0])
+    to, session, timeout_s = params.get("to"), params.get("session"), params.get("timeout_s", 30)
+    if not valid_uri(to):
+        return 400, _error("to must be a sip:, sips: or tel: URI", "invalid_value", "to")
+    if isinstance(timeout_s, bool) or not isinstance(timeout_s, int | float) or not 1 <= timeout_s <= 300:
+        return 400, _error("timeout_s must be 1-300 (seconds to wait for an answer)", "invalid_value", "timeout_s")
+    if session is not None:
+        if not isinstance(session, dict):
+            return 400, _error("session must be an object (a session.update's configuration)", "invalid_value", "session")
+        try:
+            cmd = codec.decode(json.dumps({"type": "session.update", "session": session}))
+        except ProtocolError as exc:
+            return 400, _error(exc.message, exc.code, exc.param)
+        if isinstance(cmd, UpdateSession) and cmd.refused:
+            return 400, _error(cmd.refused[0].message, cmd.refused[0].code, cmd.refused[0].param)
+    try:
+        call = await calls.place(to, session, float(timeout_s))
+    except CallStateError as exc:
+        return 503, _error(str(exc), "sip_off")
+    except VoiceAgentError as exc:  # the gateway is not running (restarting)
+        return 503, _error(exc.message, "sip_unavailable")
+    return 201, call.as_object()
+
+
+def valid_uri(uri: object) -> TypeGuard[str]:
+    """A ``sip:``, ``sips:`` or ``tel:`` URI that can go into a SIP header as it is: printable,
+    no whitespace (a line break would start a header of the sender's choosing), at most 256."""
+    return (
+        isinstance(uri, str)
+        and uri.startswith(("sip:", "sips:", "tel:"))
+        and len(uri) <= 256
+        and all(c.isprintable() and not c.isspace() for c in uri)
+    )
 
 
 def _error(message: str, code: str, param: str | None = None) -> dict[str, Any]:

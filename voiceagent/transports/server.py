@@ -11,6 +11,8 @@ Routes:
   ``POST /v1/realtime/calls/ID/accept|reject|refer``  OpenAI's call control of a SIP call
                                   (:mod:`voiceagent.transports.phone_calls`); 409 in the wrong state
   ``ws://HOST:PORT/v1/realtime?call_id=ID``  a Realtime socket attached to that SIP call
+  ``POST /v1/sip/calls``          place a SIP call (``{"to": "sip:…", "session": {…}, "timeout_s":
+                                  30}``): 201 with its record; ``GET /v1/sip/calls/ID`` follows it
   ``ws://HOST:PORT/twilio``       Twilio Media Streams (a phone call)
   ``GET /twilio/twiml``           the TwiML that connects a call to ``/twilio``
   ``GET /``                       the browser microphone page (and its scripts)
@@ -72,13 +74,15 @@ from voiceagent.errors import ProtocolError
 from voiceagent.observability.metrics import CONTENT_TYPE, Metrics
 from voiceagent.pipeline.loopload import loop_load
 from voiceagent.session import QUEUES, Session
+from voiceagent.settings import settings_from_config
 from voiceagent.tools.phone import PhoneTools
 from voiceagent.transports.auth import SUBPROTOCOL, access_for, is_loopback
 from voiceagent.transports.call_attach import AttachedConnection
 from voiceagent.transports.http_post import Post, PostConnection
-from voiceagent.transports.phone_calls import PhoneCalls, call_control
+from voiceagent.transports.phone_calls import PhoneCalls, call_control, place_call
 from voiceagent.transports.probe_log import wire_logger
 from voiceagent.transports.realtime import RealtimeConnection
+from voiceagent.transports.realtime_codec import RealtimeCodec
 from voiceagent.transports.twilio import TwilioConnection
 from voiceagent.transports.twilio_codec import after_stream_twiml, stream_url, twiml
 from voiceagent.transports.webrtc import WebRtcCall, WebRtcError
@@ -103,6 +107,8 @@ RETRY_AFTER = "5"
 """Seconds a refused client is told to wait: a few load samples, and about a turn's length."""
 _HANGUP = re.compile(r"/v1/realtime/calls/([A-Za-z0-9_]{1,64})/hangup")
 _CONTROL = re.compile(r"/v1/realtime/calls/([A-Za-z0-9_]{1,64})/(accept|reject|refer|hangup)")
+SIP_CALLS_PATH = "/v1/sip/calls"
+_SIP_CALL = re.compile(r"/v1/sip/calls/([A-Za-z0-9_]{1,64})")
 
 
 def _usable_cores() -> int:
@@ -529,6 +535,8 @@ class VoiceAgentServer:
             self._watchers.add(watcher)
             watcher.add_done_callback(self._watchers.discard)
             return None  # go on with the WebSocket handshake
+        if path == SIP_CALLS_PATH or _SIP_CALL.fullmatch(path):
+            return self._placed_call(request, path)
         if path == "/healthz":
             return _text(http.HTTPStatus.OK, "ok\n")
         if path == "/readyz":
@@ -563,6 +571,17 @@ class VoiceAgentServer:
             return _bytes(http.HTTPStatus.OK, body, content_type)
         return _text(http.HTTPStatus.NOT_FOUND, f"no route for {path}\n")
 
+    def _placed_call(self, request: Request, path: str) -> Response:
+        """``GET /v1/sip/calls/ID``: how a call the server placed goes."""
+        refusal = self.access.check(request.path, request.headers)
+        if refusal is not None:
+            return _text(http.HTTPStatus(refusal.status), refusal.reason + "\n", WWW_Authenticate="Bearer")
+        placed = _SIP_CALL.fullmatch(path)
+        record = self.phone_calls.placed.get(placed.group(1)) if placed is not None else None
+        if record is None:
+            return _text(http.HTTPStatus.NOT_FOUND, "no such call\n" if placed else "POST a call to place here\n")
+        return _bytes(http.HTTPStatus.OK, json.dumps(record.as_object()).encode(), "application/json")
+
     def _admission(self, request: Request) -> Response | None:
         """The refusal of a new session (auth, draining, capacity), or None: it may open."""
         refusal = self.access.check(request.path, request.headers)
@@ -579,6 +598,13 @@ class VoiceAgentServer:
             return _text(http.HTTPStatus.SERVICE_UNAVAILABLE, f"{verdict.detail}; retry later\n", Retry_After=RETRY_AFTER)
         return None
 
+    def _remember_next(self, call_sid: str, transfer: str | None, refuse: int | None) -> None:
+        """Twilio (or the SIP gateway) asks TWIML_NEXT_PATH what a call does once its stream ends,
+        on whichever request: kept by call id, before the stream closes."""
+        while len(self._transfers) >= _TRANSFERS_KEPT:
+            self._transfers.pop(next(iter(self._transfers)))
+        self._transfers[call_sid] = (transfer, refuse)
+
     def _attach_check(self, request: Request) -> Response | None:
         """A socket attaching to a call: auth as any other, then the call must exist (404).  It
         opens no session, so admission does not count it."""
@@ -587,8 +613,11 @@ class VoiceAgentServer:
             self.metrics.refused("unauthorized" if refusal.status == http.HTTPStatus.UNAUTHORIZED else "forbidden")
             return _text(http.HTTPStatus(refusal.status), refusal.reason + "\n", WWW_Authenticate="Bearer")
         call_id = parse_qs(urlsplit(request.path).query)["call_id"][0]
-        if self.phone_calls.get(call_id) is None:
+        call = self.phone_calls.get(call_id)
+        if call is None:
             return _text(http.HTTPStatus.NOT_FOUND, f"no call {call_id[:64]}\n")
+        if call.state != "accepted":  # as OpenAI's: a call is watched once it has been accepted
+            return _text(http.HTTPStatus.CONFLICT, f"call {call_id} is {call.state}: accept it first\n")
         return None
 
     async def _post(self, request: Request, post: Post) -> Response:
@@ -605,6 +634,13 @@ class VoiceAgentServer:
             if error is None:
                 return _text(http.HTTPStatus(status), "")
             return _bytes(http.HTTPStatus(status), json.dumps(error).encode(), "application/json")
+        if path == SIP_CALLS_PATH:
+            refusal = self.access.check(request.path, request.headers)
+            if refusal is not None:
+                return _text(http.HTTPStatus(refusal.status), refusal.reason + "\n", WWW_Authenticate="Bearer")
+            codec = RealtimeCodec(settings_from_config(self.config), self.engines.tts.sample_rate)
+            status, body = await place_call(self.phone_calls, post.body, codec)
+            return _bytes(http.HTTPStatus(status), json.dumps(body).encode(), "application/json")
         hangup = _HANGUP.fullmatch(path)
         if hangup is not None:
             refusal = self.access.check(request.path, request.headers)
@@ -786,16 +822,11 @@ class VoiceAgentServer:
             if path == TWILIO_PATH:
                 cfg = self.config.server
                 webhook = (cfg.sip_webhook_url, cfg.sip_webhook_secret) if cfg.sip_webhook_url else None
-                conn = TwilioConnection(ws, session, self.engines.tts.sample_rate, self.phone_calls, webhook)
+                conn = TwilioConnection(ws, session, self.engines.tts.sample_rate, self.phone_calls, webhook, self._remember_next)
             else:
                 conn = RealtimeConnection(ws, session, self.engines.tts.sample_rate, send_metrics=query.get("voiceagent_metrics") == ["1"])
             log.info("session %s opened on %s from %s", session.id, path, ws.remote_address)
             await conn.run()
-            if isinstance(conn, TwilioConnection) and (conn.transfer is not None or conn.refuse is not None):
-                # Twilio (or the SIP gateway) asks TWIML_NEXT_PATH next, on whichever request: kept by call id.
-                while len(self._transfers) >= _TRANSFERS_KEPT:
-                    self._transfers.pop(next(iter(self._transfers)))
-                self._transfers[conn.codec.call_sid] = (conn.transfer.target if conn.transfer else None, conn.refuse)
         finally:
             await self._end_session(session)
             log.info("session %s closed", session.id)

@@ -24,7 +24,7 @@ Calls from the SIP gateway (its ``start`` carries ``customParameters.voiceagent_
 call-control API: the gateway answers the call only when this connection sends it ``{"event":
 "answer"}``, at once, or, with ``server.sip_webhook_url`` set, once the application accepted
 the ``realtime.call.incoming`` webhook (a call neither accepted nor rejected within
-``server.sip_accept_timeout_s`` is refused with 480).  The session's events and the caller's keys
+``server.sip_accept_timeout_s`` of the webhook's delivery is refused with 480).  The session's events and the caller's keys
 (``input_audio_buffer.dtmf_event_received``) go to the connections attached to the call.
 
 Cancellation: the key collector's timer and the ringing call's wait are tasks of the
@@ -34,10 +34,10 @@ connection, cancelled with it.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 from websockets.asyncio.server import ServerConnection
@@ -53,7 +53,7 @@ from voiceagent.transports.phone_calls import PhoneCall, PhoneCalls
 from voiceagent.transports.realtime_codec import RealtimeCodec
 from voiceagent.transports.realtime_commands import UpdateSession
 from voiceagent.transports.twilio_codec import Dtmf, MarkEcho, Media, Start, Stop, TwilioCodec
-from voiceagent.transports.webhooks import WebhookError, deliver, incoming_call
+from voiceagent.transports.webhooks import WEBHOOK_POOL, WebhookError, deliver, incoming_call
 
 __all__ = ["CLOSE_POLICY", "TwilioConnection"]
 
@@ -73,6 +73,7 @@ class TwilioConnection(SessionConnection):
         voice_rate: int,
         calls: PhoneCalls | None = None,
         webhook: tuple[str, str] | None = None,
+        after_stream: Callable[[str, str | None, int | None], None] = lambda call_sid, transfer, refuse: None,
     ) -> None:
         super().__init__(ws, session)
         self.codec = TwilioCodec(voice_rate)
@@ -84,6 +85,9 @@ class TwilioConnection(SessionConnection):
         self.refuse: int | None = None
         """A SIP status the call is refused with (the application rejected it, or no answer came)."""
         self._ringing: asyncio.Task[None] | None = None
+        self._after_stream = after_stream
+        """Told (call sid, transfer target, refusal) before the stream closes: the call's next
+        step must be known before the gateway or Twilio asks for it."""
         self.dtmf: list[str] = []
         self.dropped_ms = 0.0
         """Caller audio refused for arriving faster than real time (``server.audio_burst_s``)."""
@@ -100,13 +104,18 @@ class TwilioConnection(SessionConnection):
         try:
             await self._serve()
         finally:
-            for task in (self._keys_due, self._ringing):
-                if task is not None:
+            try:
+                tasks = [t for t in (self._keys_due, self._ringing) if t is not None]
+                for task in tasks:
                     task.cancel()
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await task
-            if self.call is not None and self._calls is not None:
-                self._calls.remove(self.call)
+                # Their own failures are logged, not raised here; a cancellation of serve() itself
+                # still propagates from the gather.
+                for task, result in zip(tasks, await asyncio.gather(*tasks, return_exceptions=True), strict=True):
+                    if isinstance(result, Exception):
+                        log.warning("twilio stream %s: %s failed: %r", self.codec.stream_sid or "-", task.get_name(), result)
+            finally:
+                if self.call is not None and self._calls is not None:
+                    self._calls.remove(self.call)
 
     async def _serve(self) -> None:
         async for frame in self.frames():
@@ -152,7 +161,7 @@ class TwilioConnection(SessionConnection):
             await self._key(cmd.digit)
         elif isinstance(cmd, Start):
             log.info("twilio call %s started: stream %s, session %s", cmd.call_sid, cmd.stream_sid, self.session.id)
-            if cmd.custom_parameters.get("voiceagent_gateway") == "sip" and self._calls is not None:
+            if cmd.custom_parameters.get("voiceagent_gateway") == "sip" and self._calls is not None and self.call is None:
                 self._ring(cmd)
 
     # ------------------------------------------------------------------ the gateway's calls
@@ -161,33 +170,42 @@ class TwilioConnection(SessionConnection):
         """Make the gateway's call a :class:`PhoneCall` and answer it when it is accepted."""
         try:
             headers = [(str(h[0]), str(h[1])) for h in json.loads(start.custom_parameters.get("sip_headers", "[]"))]
-        except (ValueError, TypeError, IndexError):
+        except (ValueError, TypeError, IndexError, KeyError):
             headers = []
-        self.call = PhoneCall(self.session, headers, self._answer_call, self._end_call)
         assert self._calls is not None
+        placed = self._calls.placed.get(start.custom_parameters.get("voiceagent_outbound", ""))
+        self.call = PhoneCall(self.session, headers, self._answer_call, self._end_call, placed.id if placed else "")
         self._calls.add(self.call)
-        self._ringing = asyncio.create_task(self._until_answered(self.call), name=f"{self.session.id}.ringing")
+        config = placed.session if placed else None
+        self._ringing = asyncio.create_task(self._until_answered(self.call, placed is not None, config), name=f"{self.session.id}.ringing")
 
-    async def _until_answered(self, call: PhoneCall) -> None:
+    async def _until_answered(self, call: PhoneCall, placed: bool, config: dict[str, Any] | None) -> None:
+        if placed:  # a call the server placed: answered by the callee already, configured when placed
+            try:
+                await call.accept(config)
+            except ProtocolError as exc:  # checked when placed; a session that cannot take it keeps its own
+                log.error("call %s: its session configuration was refused (%s); the server's is kept", call.call_id, exc.message)
+                await call.accept(None)
+            return
         if self._webhook is None:
             await call.accept(None)
             return
         url, secret = self._webhook
         log.info("call %s: ringing; realtime.call.incoming to %s", call.call_id, url)
+        loop = asyncio.get_running_loop()
         try:
-            await asyncio.to_thread(deliver, url, secret, incoming_call(call.call_id, call.sip_headers))
+            # Its own threads: a slow application never holds up the pool the engines use.
+            await loop.run_in_executor(WEBHOOK_POOL, deliver, url, secret, incoming_call(call.call_id, call.sip_headers))
         except WebhookError as exc:
             log.error("call %s: the webhook was not taken (%s): the call is refused", call.call_id, exc)
-            if call.state == "ringing":
-                await call.reject(503)
+            await call.reject_if_ringing(503)
             return
         try:
             async with asyncio.timeout(self.session.config.server.sip_accept_timeout_s):
                 await call.decided()
         except TimeoutError:
-            if call.state == "ringing":
+            if await call.reject_if_ringing(480):
                 log.warning("call %s: neither accepted nor rejected in time: refused (480)", call.call_id)
-                await call.reject(480)
 
     async def _answer_call(self, session_config: dict[str, Any] | None) -> None:
         """Apply the accept's session configuration (strictly: a field this server does not honour
@@ -206,6 +224,7 @@ class TwilioConnection(SessionConnection):
         """End the stream; the gateway then transfers the call, refuses it or hangs up."""
         self.transfer = Transfer(transfer, transfer) if transfer else None
         self.refuse = refuse
+        self._after_stream(self.codec.call_sid, transfer, refuse)
         await self.ws.close()
 
     async def _key(self, digit: str) -> None:
@@ -252,6 +271,8 @@ class TwilioConnection(SessionConnection):
         assert self._ending is not None
         action = self._ending.action
         self.transfer = action if isinstance(action, Transfer) else None
+        if self.transfer is not None:
+            self._after_stream(self.codec.call_sid, self.transfer.target, None)
         log.info(
             "twilio call %s: the agent %s",
             self.codec.call_sid or self.codec.stream_sid,

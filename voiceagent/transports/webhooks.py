@@ -12,6 +12,7 @@ secret's bytes (a ``whsec_`` secret is base64 after its prefix), beside ``webhoo
 from __future__ import annotations
 
 import base64
+import concurrent.futures
 import hashlib
 import hmac
 import json
@@ -22,10 +23,22 @@ import urllib.request
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["WebhookError", "check_secret", "deliver", "incoming_call", "signed_headers"]
+__all__ = ["WEBHOOK_POOL", "WebhookError", "check_secret", "deliver", "incoming_call", "signed_headers"]
 
 TIMEOUT_S = 10.0
 """How long the application has to take the webhook (its answer's body is not read)."""
+WEBHOOK_POOL = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="webhook")
+"""The threads :func:`deliver` runs on: apart from the default executor, which the engines use."""
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """A redirect is a failure: urllib would turn the POST into a GET without its body."""
+
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+_OPENER = urllib.request.build_opener(_NoRedirect)
 
 
 class WebhookError(Exception):
@@ -73,7 +86,7 @@ def deliver(url: str, secret: str, event: dict[str, Any]) -> int:
     headers = {"Content-Type": "application/json", "User-Agent": "voiceagent", **signed_headers(secret, body)}
     request = urllib.request.Request(url, data=body, headers=headers, method="POST")
     try:
-        with urllib.request.urlopen(request, timeout=TIMEOUT_S) as resp:
+        with _OPENER.open(request, timeout=TIMEOUT_S) as resp:
             return int(resp.status)
     except urllib.error.HTTPError as exc:
         raise WebhookError(f"{url} answered {exc.code}") from None
