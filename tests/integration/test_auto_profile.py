@@ -39,12 +39,24 @@ def test_serve_with_no_profile_chooses_an_installed_one_says_why_and_serves_on_i
         # The choice; a line about the profiles not installed may come before it.
         lines = [line for line in server.log if re.search(r"profile auto: \w+, ", line)]
         assert len(lines) == 1, list(server.log)[-20:]
-        m = re.search(r"profile auto: (\w+), (.*) \(predicted end of speech to first audio on this machine: (.*)\)$", lines[0].strip())
+        # (A busy machine's measurement is said after the figures.)
+        m = re.search(
+            r"profile auto: (\w+), (.*) \(predicted end of speech to first audio on this machine: ([^)]*)\)(; measured while .*)?$",
+            lines[0].strip(),
+        )
         assert m is not None, lines[0]
-        chosen, why, figures = m.groups()
+        chosen, why, figures, _ = m.groups()
         assert chosen in installed and server.ready["profile"] == chosen
         if installed == ["fast"]:
-            assert why == "the only installed profile" and re.fullmatch(r"fast \d+ ms", figures)
+            # Alone, it is chosen whether or not it fits the budget on this machine today (a slow
+            # day measured it over); the line says which, and it must agree with its own figure.
+            predicted = re.fullmatch(r"fast (\d+) ms", figures)
+            assert predicted is not None, figures
+            budget = load_config(env={}).server.turn_budget_ms
+            fits = int(predicted.group(1)) <= budget
+            assert why == (
+                "the only installed profile" if fits else f"none fits server.turn_budget_ms {budget:.0f} ms: the quickest installed"
+            ), lines[0]
         else:  # every profile tried before the chosen one was measured and named
             tried = installed[: installed.index(chosen) + 1]
             assert [f.split()[0] for f in figures.split(", ")] == tried

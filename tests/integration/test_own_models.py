@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 from websockets.asyncio.client import connect
 
+from tests.conftest import SCALE
 from tests.hub_cache import add_repo
 from tests.integration.rt_client import WIRE_RATE, recording, send_paced, wire_audio
 from tests.model_files import write_gguf
@@ -154,11 +155,14 @@ def test_a_hub_id_missing_from_the_cache_stops_serve_with_one_line_naming_the_pu
 
 def test_models_pull_against_an_unreachable_hub_fails_in_one_line_within_seconds(tmp_path: Path) -> None:
     t0 = time.monotonic()
-    proc = _cli("models", "pull", "tiny.en", env={"HF_HOME": str(tmp_path), "HF_ENDPOINT": "http://127.0.0.1:9"}, timeout=30)
+    proc = _cli("models", "pull", "tiny.en", env={"HF_HOME": str(tmp_path), "HF_ENDPOINT": "http://127.0.0.1:9"}, timeout=60)
     elapsed = time.monotonic() - t0
     line = _one_line(proc)
     assert line.startswith("voiceagent: error: could not fetch tiny.en from http://127.0.0.1:9: "), line
-    assert elapsed < 10, f"{elapsed:.1f} s"
+    # A guard against retries or a wait on the network, sized for a loaded machine (the command
+    # alone takes about 3 s, most of it importing; 17 s was seen beside a busy suite), never a
+    # measurement: it must stay well under what a retry loop would take.
+    assert elapsed < 25 * SCALE, f"{elapsed:.1f} s"
     assert not (tmp_path / "hub" / "models--Systran--faster-whisper-tiny.en").exists()
 
 
