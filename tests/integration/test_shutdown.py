@@ -108,6 +108,9 @@ def half_handshake(base: str) -> socket.socket:
     return sock
 
 
+# Alone: "within drain_s plus a few seconds" is a claim about this machine's time, and beside a
+# busy parallel run the exit took 8.8 and 9.4 s (the process's own teardown shares its cores).
+@pytest.mark.serial
 def test_sigterm_ends_the_process_in_time_with_careless_clients_connected(run: Any) -> None:
     drain_s = 3.0
     with serving(f"server.drain_s={drain_s:g}", "server.max_sessions=8") as (proc, base, lines):

@@ -192,6 +192,9 @@ def test_the_callers_keys_reach_the_conversation(engines: Any, speech: dict[str,
     assert "pressed 4 2" in items[0].text, items[0].text
 
 
+# Alone, as its Twilio, browser and Realtime siblings: the interruption needs the story's voice
+# ahead of its playback, and twice beside a busy parallel run the story was not cut within 30 s.
+@pytest.mark.serial
 def test_talking_over_the_agent_on_a_sip_call_cuts_its_reply_to_what_was_heard(
     engines: Any, speech: dict[str, Path], run: Any, tmp_path: Path
 ) -> None:
