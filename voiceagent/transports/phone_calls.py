@@ -260,12 +260,9 @@ async def call_control(calls: PhoneCalls, call_id: str, action: str, body: bytes
     call = calls.get(call_id)
     if call is None:
         return 404, _error(f"no call {call_id}", "call_not_found")
-    try:
-        params = json.loads(body or b"{}")
-        if not isinstance(params, dict):
-            raise ValueError("the body must be a JSON object")
-    except ValueError as exc:
-        return 400, _error(f"bad JSON body: {exc}", "invalid_json")
+    params = _json_object(body)
+    if params is None:
+        return 400, _error("the body must be a JSON object", "invalid_json")
     try:
         if action == "accept":
             if params.get("type", "realtime") != "realtime":
@@ -299,12 +296,9 @@ async def place_call(calls: PhoneCalls, body: bytes, codec: RealtimeCodec) -> tu
     session configuration is checked now (``codec`` decodes it as a ``session.update``, strictly),
     so that a call is never answered into a session that refuses it.  201 and the call's record,
     or an error object."""
-    try:
-        params = json.loads(body or b"{}")
-        if not isinstance(params, dict):
-            raise ValueError("the body must be a JSON object")
-    except ValueError as exc:
-        return 400, _error(f"bad JSON body: {exc}", "invalid_json")
+    params = _json_object(body)
+    if params is None:
+        return 400, _error("the body must be a JSON object", "invalid_json")
     unknown = set(params) - {"to", "session", "timeout_s"}
     if unknown:
         return 400, _error(f"unknown field(s): {', '.join(sorted(unknown))}", "unknown_parameter", sorted(unknown)[0])
@@ -340,6 +334,15 @@ def valid_uri(uri: object) -> TypeGuard[str]:
         and len(uri) <= 256
         and all(c.isprintable() and not c.isspace() for c in uri)
     )
+
+
+def _json_object(body: bytes) -> dict[str, Any] | None:
+    """The request's JSON object (an empty body: ``{}``), or None when it is not one."""
+    try:
+        params = json.loads(body or b"{}")
+    except ValueError:
+        return None
+    return params if isinstance(params, dict) else None
 
 
 def _error(message: str, code: str, param: str | None = None) -> dict[str, Any]:
