@@ -232,6 +232,9 @@ def test_browser_barge_in_truncates_to_played_audio(engines: Any, speech: dict[s
 
 
 @pytest.mark.models
+# Alone, as its WebSocket twin above: twice beside a busy parallel run (2026-12-02) the story had
+# sent only its first clause when the interruption came, so nothing was left unheard to cut.
+@pytest.mark.serial
 @browser
 def test_browser_over_webrtc_answers_and_a_barge_in_stops_the_agents_track(
     engines: Any, speech: dict[str, Path], run: Callable[..., Any], tmp_path: Path
