@@ -42,7 +42,18 @@ from voiceagent.session import Session
 from voiceagent.transports.realtime_codec import RealtimeCodec
 from voiceagent.transports.realtime_commands import UpdateSession
 
-__all__ = ["CallStateError", "Dialer", "Observed", "OutboundCall", "PhoneCall", "PhoneCalls", "call_control", "place_call", "valid_uri"]
+__all__ = [
+    "CallStateError",
+    "Dialer",
+    "Observed",
+    "OutboundCall",
+    "PhoneCall",
+    "PhoneCalls",
+    "call_control",
+    "place_call",
+    "session_changes",
+    "valid_uri",
+]
 
 log = logging.getLogger(__name__)
 
@@ -311,11 +322,9 @@ async def place_call(calls: PhoneCalls, body: bytes, codec: RealtimeCodec) -> tu
         if not isinstance(session, dict):
             return 400, _error("session must be an object (a session.update's configuration)", "invalid_value", "session")
         try:
-            cmd = codec.decode(json.dumps({"type": "session.update", "session": session}))
+            session_changes(codec, session)
         except ProtocolError as exc:
             return 400, _error(exc.message, exc.code, exc.param)
-        if isinstance(cmd, UpdateSession) and cmd.refused:
-            return 400, _error(cmd.refused[0].message, cmd.refused[0].code, cmd.refused[0].param)
     try:
         call = await calls.place(to, session, float(timeout_s))
     except CallStateError as exc:
@@ -334,6 +343,17 @@ def valid_uri(uri: object) -> TypeGuard[str]:
         and len(uri) <= 256
         and all(c.isprintable() and not c.isspace() for c in uri)
     )
+
+
+def session_changes(codec: RealtimeCodec, config: dict[str, Any]) -> dict[str, Any]:
+    """``config`` (a ``session.update``'s session, as an accept or a placed call gives it) read by
+    ``codec`` into the changes to apply; strictly: a field this server does not honour, or a bad
+    one, is a :class:`~voiceagent.errors.ProtocolError` (there is no session yet to send it to)."""
+    cmd = codec.decode(json.dumps({"type": "session.update", "session": config}))
+    assert isinstance(cmd, UpdateSession)
+    if cmd.refused:
+        raise cmd.refused[0]
+    return cmd.changes
 
 
 def _json_object(body: bytes) -> dict[str, Any] | None:

@@ -105,7 +105,6 @@ FIRST_TURN_FACTOR = 5.0
 (:class:`voiceagent.capacity.TurnCost`): the first estimate, before turns are measured."""
 RETRY_AFTER = "5"
 """Seconds a refused client is told to wait: a few load samples, and about a turn's length."""
-_HANGUP = re.compile(r"/v1/realtime/calls/([A-Za-z0-9_]{1,64})/hangup")
 _CONTROL = re.compile(r"/v1/realtime/calls/([A-Za-z0-9_]{1,64})/(accept|reject|refer|hangup)")
 SIP_CALLS_PATH = "/v1/sip/calls"
 _SIP_CALL = re.compile(r"/v1/sip/calls/([A-Za-z0-9_]{1,64})")
@@ -518,10 +517,9 @@ class VoiceAgentServer:
         if path == CALLS_PATH:
             return _text(http.HTTPStatus.METHOD_NOT_ALLOWED, "POST an SDP offer here\n", Allow="POST")
         if path in (TWIML_PATH, TWIML_NEXT_PATH):
-            refusal = self.access.check(request.path, request.headers)
-            if refusal is not None:
-                self.metrics.refused("unauthorized" if refusal.status == http.HTTPStatus.UNAUTHORIZED else "forbidden")
-                return _text(http.HTTPStatus(refusal.status), refusal.reason + "\n", WWW_Authenticate="Bearer")
+            refused = self._unauthorized(request)
+            if refused is not None:
+                return refused
         if path == REALTIME_PATH and "call_id" in parse_qs(urlsplit(request.path).query):
             return self._attach_check(request)
         if path in (REALTIME_PATH, TWILIO_PATH):
@@ -571,11 +569,20 @@ class VoiceAgentServer:
             return _bytes(http.HTTPStatus.OK, body, content_type)
         return _text(http.HTTPStatus.NOT_FOUND, f"no route for {path}\n")
 
+    def _unauthorized(self, request: Request) -> Response | None:
+        """The 401 or 403 of a request without an accepted token (or from a foreign origin),
+        counted; None when it may go on."""
+        refusal = self.access.check(request.path, request.headers)
+        if refusal is None:
+            return None
+        self.metrics.refused("unauthorized" if refusal.status == http.HTTPStatus.UNAUTHORIZED else "forbidden")
+        return _text(http.HTTPStatus(refusal.status), refusal.reason + "\n", WWW_Authenticate="Bearer")
+
     def _placed_call(self, request: Request, path: str) -> Response:
         """``GET /v1/sip/calls/ID``: how a call the server placed goes."""
-        refusal = self.access.check(request.path, request.headers)
-        if refusal is not None:
-            return _text(http.HTTPStatus(refusal.status), refusal.reason + "\n", WWW_Authenticate="Bearer")
+        refused = self._unauthorized(request)
+        if refused is not None:
+            return refused
         placed = _SIP_CALL.fullmatch(path)
         record = self.phone_calls.placed.get(placed.group(1)) if placed is not None else None
         if record is None:
@@ -584,10 +591,9 @@ class VoiceAgentServer:
 
     def _admission(self, request: Request) -> Response | None:
         """The refusal of a new session (auth, draining, capacity), or None: it may open."""
-        refusal = self.access.check(request.path, request.headers)
-        if refusal is not None:
-            self.metrics.refused("unauthorized" if refusal.status == http.HTTPStatus.UNAUTHORIZED else "forbidden")
-            return _text(http.HTTPStatus(refusal.status), refusal.reason + "\n", WWW_Authenticate="Bearer")
+        refused = self._unauthorized(request)
+        if refused is not None:
+            return refused
         if self.draining:
             self.metrics.refused("draining")
             return _text(http.HTTPStatus.SERVICE_UNAVAILABLE, "server is shutting down; retry later\n", Retry_After="5")
@@ -608,10 +614,9 @@ class VoiceAgentServer:
     def _attach_check(self, request: Request) -> Response | None:
         """A socket attaching to a call: auth as any other, then the call must exist (404).  It
         opens no session, so admission does not count it."""
-        refusal = self.access.check(request.path, request.headers)
-        if refusal is not None:
-            self.metrics.refused("unauthorized" if refusal.status == http.HTTPStatus.UNAUTHORIZED else "forbidden")
-            return _text(http.HTTPStatus(refusal.status), refusal.reason + "\n", WWW_Authenticate="Bearer")
+        refused = self._unauthorized(request)
+        if refused is not None:
+            return refused
         call_id = parse_qs(urlsplit(request.path).query)["call_id"][0]
         call = self.phone_calls.get(call_id)
         if call is None:
@@ -627,21 +632,21 @@ class VoiceAgentServer:
         path = urlsplit(request.path).path
         control = _CONTROL.fullmatch(path)
         if control is not None and (self.phone_calls.get(control.group(1)) is not None or control.group(2) != "hangup"):
-            refusal = self.access.check(request.path, request.headers)
-            if refusal is not None:
-                return _text(http.HTTPStatus(refusal.status), refusal.reason + "\n", WWW_Authenticate="Bearer")
+            refused = self._unauthorized(request)
+            if refused is not None:
+                return refused
             status, error = await call_control(self.phone_calls, control.group(1), control.group(2), post.body)
             if error is None:
                 return _text(http.HTTPStatus(status), "")
             return _bytes(http.HTTPStatus(status), json.dumps(error).encode(), "application/json")
         if path == SIP_CALLS_PATH:
-            refusal = self.access.check(request.path, request.headers)
-            if refusal is not None:
-                return _text(http.HTTPStatus(refusal.status), refusal.reason + "\n", WWW_Authenticate="Bearer")
+            refused = self._unauthorized(request)
+            if refused is not None:
+                return refused
             codec = RealtimeCodec(settings_from_config(self.config), self.engines.tts.sample_rate)
             status, body = await place_call(self.phone_calls, post.body, codec)
             return _bytes(http.HTTPStatus(status), json.dumps(body).encode(), "application/json")
-        hangup = _HANGUP.fullmatch(path)
+        hangup = control  # a WebRTC call's hangup: every other action returned above
         if hangup is not None:
             refusal = self.access.check(request.path, request.headers)
             if refusal is not None:

@@ -49,9 +49,8 @@ from voiceagent.session import Session
 from voiceagent.tools.phone import HangUp, SendDigits, Transfer
 from voiceagent.transports.connection import SessionConnection
 from voiceagent.transports.dtmf import dtmf_tones
-from voiceagent.transports.phone_calls import PhoneCall, PhoneCalls
+from voiceagent.transports.phone_calls import PhoneCall, PhoneCalls, session_changes
 from voiceagent.transports.realtime_codec import RealtimeCodec
-from voiceagent.transports.realtime_commands import UpdateSession
 from voiceagent.transports.twilio_codec import Dtmf, MarkEcho, Media, Start, Stop, TwilioCodec
 from voiceagent.transports.webhooks import WEBHOOK_POOL, WebhookError, deliver, incoming_call
 
@@ -211,13 +210,9 @@ class TwilioConnection(SessionConnection):
         """Apply the accept's session configuration (strictly: a field this server does not honour
         is a :class:`ProtocolError`, the call still ringing), then tell the gateway to answer."""
         if session_config is not None:
-            codec = RealtimeCodec(self.session.settings, self._voice_rate)
-            cmd = codec.decode(json.dumps({"type": "session.update", "session": session_config}))
-            assert isinstance(cmd, UpdateSession)
-            if cmd.refused:
-                raise cmd.refused[0]
-            await self.session.check_update(**cmd.changes)
-            self.session.update(**cmd.changes)
+            changes = session_changes(RealtimeCodec(self.session.settings, self._voice_rate), session_config)
+            await self.session.check_update(**changes)
+            self.session.update(**changes)
         await self.send({"event": "answer", "streamSid": self.codec.stream_sid})
 
     async def _end_call(self, transfer: str | None, refuse: int | None) -> None:
