@@ -13,10 +13,20 @@ from functools import cache
 from typing import Any
 
 import pydantic
+from openai.types.live.client_event import ClientEvent as LiveClientEvent
+from openai.types.live.server_event import ServerEvent as LiveServerEvent
 from openai.types.realtime.realtime_client_event import RealtimeClientEvent
 from openai.types.realtime.realtime_server_event import RealtimeServerEvent
 
-__all__ = ["EXTENSIONS", "check_server_event", "client_event_types", "server_event_types"]
+__all__ = [
+    "EXTENSIONS",
+    "check_live_server_event",
+    "check_server_event",
+    "client_event_types",
+    "live_client_event_types",
+    "live_server_event_types",
+    "server_event_types",
+]
 
 EXTENSIONS = frozenset({"voiceagent.turn_metrics"})
 """Server events of this project's own (sent only on opt-in: ``?voiceagent_metrics=1``)."""
@@ -47,13 +57,37 @@ def client_event_types() -> frozenset[str]:
     return frozenset(_models(RealtimeClientEvent))
 
 
+@cache
+def live_server_models() -> dict[str, type[pydantic.BaseModel]]:
+    return _models(LiveServerEvent)
+
+
+def live_server_event_types() -> frozenset[str]:
+    """Every GPT-Live server event type the installed ``openai`` package declares."""
+    return frozenset(live_server_models())
+
+
+def live_client_event_types() -> frozenset[str]:
+    """Every GPT-Live client event type the installed ``openai`` package declares."""
+    return frozenset(_models(LiveClientEvent))
+
+
+def check_live_server_event(msg: dict[str, Any]) -> str | None:
+    """:func:`check_server_event` for GPT-Live (``openai.types.live``): no extensions there."""
+    return _check(msg, live_server_models())
+
+
 def check_server_event(msg: dict[str, Any]) -> str | None:
     """None when ``msg`` validates against its type's model; else why not (one line per error).
     An extension event (:data:`EXTENSIONS`) passes; an unknown type does not."""
-    kind = msg.get("type")
-    if kind in EXTENSIONS:
+    if msg.get("type") in EXTENSIONS:
         return None
-    model = server_models().get(str(kind))
+    return _check(msg, server_models())
+
+
+def _check(msg: dict[str, Any], models: dict[str, type[pydantic.BaseModel]]) -> str | None:
+    kind = msg.get("type")
+    model = models.get(str(kind))
     if model is None:
         return f"{kind!r} is not a server event type of the openai package"
     try:

@@ -11,6 +11,9 @@ __all__ = [
     "DEFAULT_EXAMPLES",
     "DEFAULT_INSTRUCTIONS",
     "IDLE_PROMPT",
+    "LIVE_ACKNOWLEDGEMENT",
+    "LIVE_COMMENTARY",
+    "LIVE_THINKING",
     "MCP_APOLOGY",
     "parse_examples",
     "timer_note",
@@ -63,6 +66,18 @@ ANSWER_FROM_TOOLS = "Answer the user now, in one short spoken sentence, from the
 """Closes a prompt that ends with tool outputs.  Without a word on what to do with them, the 0.5B
 model mostly writes another call (often as text, which would be spoken); this line turned that
 into a spoken answer in every case tried (tests/integration/test_tools.py)."""
+
+LIVE_ACKNOWLEDGEMENT = (
+    " You have handed the user's request on and the answer is not back yet: in a few words, tell the "
+    "user you are looking into it. Do not answer the request itself."
+)
+"""A GPT-Live delegation's automatic spoken acknowledgement (one answer's prompt, out of the history)."""
+
+LIVE_COMMENTARY = " Tell the user this now, briefly and in your own words: {content}"
+"""Commentary a GPT-Live application appends for the whole session (``delegation_id`` null)."""
+
+LIVE_THINKING = "Background for later answers (do not read it out): {content}"
+"""Silent context a GPT-Live application appends (``session.thinking.append``): joins the instructions."""
 
 IDLE_PROMPT = " The user has said nothing for a while: in one short sentence, ask whether they are still there or invite them to go on."
 """Added to the instructions of the response an idle timeout starts (``idle_timeout_ms``): the

@@ -26,20 +26,26 @@ __all__ = ["WireAudio"]
 class WireAudio:
     """Formats (``input_format``, ``output_format``: keys of :data:`FORMATS`) and resamplers."""
 
-    def __init__(self, voice_rate: int) -> None:
+    def __init__(self, voice_rate: int, pcm_rate: int = FORMATS["audio/pcm"]) -> None:
         self.voice_rate = voice_rate
+        self.pcm_rate = pcm_rate
+        """The rate of ``audio/pcm`` (Realtime's is 24 kHz; GPT-Live's may be 16 kHz)."""
         self.input_format = "audio/pcm"
         self.output_format = "audio/pcm"
         self.fixed = False
         """True where the audio does not travel as events (a WebRTC call's tracks): the formats a
         client names are then left as they are (``audio/pcm``)."""
-        self._in = StreamResampler(FORMATS[self.input_format], PIPELINE_RATE, quality="LQ")
+        self._in = StreamResampler(self.rate(self.input_format), PIPELINE_RATE, quality="LQ")
         self._out: dict[str, StreamResampler | None] = {}  # None: opened, no audio yet
+
+    def rate(self, kind: str) -> int:
+        """The sample rate of format ``kind``."""
+        return self.pcm_rate if kind == "audio/pcm" else FORMATS[kind]
 
     def set_input_format(self, kind: str) -> None:
         if kind != self.input_format:
             self.input_format = kind
-            self._in = StreamResampler(FORMATS[kind], PIPELINE_RATE, quality="LQ")
+            self._in = StreamResampler(self.rate(kind), PIPELINE_RATE, quality="LQ")
 
     def to_session(self, raw: bytes) -> Int16Array:
         """Input bytes in the input format (a whole number of samples) → 16 kHz samples."""
@@ -62,7 +68,7 @@ class WireAudio:
             return self._bytes(pcm)
         rs = self._out[response_id]
         if rs is None:
-            rs = self._out[response_id] = StreamResampler(rate or self.voice_rate, FORMATS[self.output_format])
+            rs = self._out[response_id] = StreamResampler(rate or self.voice_rate, self.rate(self.output_format))
         return self._bytes(rs.process(pcm))
 
     def close(self, response_id: str, *, flush: bool) -> bytes:

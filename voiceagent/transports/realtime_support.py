@@ -32,6 +32,7 @@ __all__ = [
     "Support",
     "markdown",
     "refusals",
+    "table_lines",
 ]
 
 
@@ -199,14 +200,15 @@ _CONTAINERS = frozenset({"audio", "audio.input", "audio.output"})
 _VENDOR = "voiceagent."
 
 
-def refusals(obj: dict[str, Any], where: str, rows: tuple[Support, ...]) -> list[ProtocolError]:
+def refusals(obj: dict[str, Any], where: str, rows: tuple[Support, ...], containers: frozenset[str] = _CONTAINERS) -> list[ProtocolError]:
     """The errors ``obj`` (a ``session`` or a ``response``, named ``where``) earns by its fields:
     ``unknown_parameter`` for a field not in ``rows``, ``unsupported_field`` for a refused one
-    with a value other than null.  Nested objects (``audio``, ``audio.input``,
-    ``audio.output``) are walked; what is not an object there is left to the decoder."""
+    with a value other than null.  Nested objects (``containers``: Realtime's ``audio``,
+    ``audio.input``, ``audio.output``) are walked; what is not an object there is left to the
+    decoder."""
     table = {row.name: row for row in rows}
     # This server's own objects are walked only where the table has rows under them (the session's).
-    containers = _CONTAINERS | {name.split(".")[0] for name in table if name.startswith(_VENDOR)}
+    containers = containers | {name.split(".")[0] for name in table if name.startswith(_VENDOR)}
     errors: list[ProtocolError] = []
 
     def walk(node: dict[str, Any], prefix: str) -> None:
@@ -228,7 +230,7 @@ def refusals(obj: dict[str, Any], where: str, rows: tuple[Support, ...]) -> list
     return errors
 
 
-def _table(title: str, rows: tuple[Support, ...]) -> list[str]:
+def table_lines(title: str, rows: tuple[Support, ...]) -> list[str]:
     lines = [f"| {title} | status | notes |", "|---|---|---|"]
     lines += [f"| `{row.name}` | {row.status.value} | {row.note} |" for row in rows]
     return lines
@@ -237,10 +239,10 @@ def _table(title: str, rows: tuple[Support, ...]) -> list[str]:
 def markdown() -> str:
     """The five tables as docs/protocol.md shows them."""
     parts = [
-        _table("client event", CLIENT_EVENTS),
-        _table("server event", SERVER_EVENTS),
-        _table("`session` field (`session.update`)", SESSION_FIELDS),
-        _table("`session.voiceagent` field (this server's own)", VENDOR_SESSION_FIELDS),
-        _table("`response` field (`response.create`)", RESPONSE_FIELDS),
+        table_lines("client event", CLIENT_EVENTS),
+        table_lines("server event", SERVER_EVENTS),
+        table_lines("`session` field (`session.update`)", SESSION_FIELDS),
+        table_lines("`session.voiceagent` field (this server's own)", VENDOR_SESSION_FIELDS),
+        table_lines("`response` field (`response.create`)", RESPONSE_FIELDS),
     ]
     return "\n\n".join("\n".join(p) for p in parts) + "\n"

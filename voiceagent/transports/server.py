@@ -11,6 +11,7 @@ Routes:
   ``POST /v1/realtime/calls/ID/accept|reject|refer``  OpenAI's call control of a SIP call
                                   (:mod:`voiceagent.transports.phone_calls`); 409 in the wrong state
   ``ws://HOST:PORT/v1/realtime?call_id=ID``  a Realtime socket attached to that SIP call
+  ``ws://HOST:PORT/v1/live/sessions``  OpenAI's GPT-Live protocol (``client.live.connect()``)
   ``POST /v1/sip/calls``          place a SIP call (``{"to": "sip:…", "session": {…}, "timeout_s":
                                   30}``): 201 with its record; ``GET /v1/sip/calls/ID`` follows it
   ``ws://HOST:PORT/twilio``       Twilio Media Streams (a phone call)
@@ -79,6 +80,7 @@ from voiceagent.tools.phone import PhoneTools
 from voiceagent.transports.auth import SUBPROTOCOL, access_for, is_loopback
 from voiceagent.transports.call_attach import AttachedConnection
 from voiceagent.transports.http_post import Post, PostConnection
+from voiceagent.transports.live import LIVE_PATH, LiveConnection
 from voiceagent.transports.phone_calls import PhoneCalls, call_control, place_call
 from voiceagent.transports.probe_log import wire_logger
 from voiceagent.transports.realtime import RealtimeConnection
@@ -522,7 +524,7 @@ class VoiceAgentServer:
                 return refused
         if path == REALTIME_PATH and "call_id" in parse_qs(urlsplit(request.path).query):
             return self._attach_check(request)
-        if path in (REALTIME_PATH, TWILIO_PATH):
+        if path in (REALTIME_PATH, TWILIO_PATH, LIVE_PATH):
             refused = self._admission(request)
             if refused is not None:
                 return refused
@@ -823,8 +825,10 @@ class VoiceAgentServer:
         self._idle.clear()
         try:
             await session.start()
-            conn: RealtimeConnection | TwilioConnection
-            if path == TWILIO_PATH:
+            conn: RealtimeConnection | TwilioConnection | LiveConnection
+            if path == LIVE_PATH:
+                conn = LiveConnection(ws, session, self.engines.tts.sample_rate)
+            elif path == TWILIO_PATH:
                 cfg = self.config.server
                 webhook = (cfg.sip_webhook_url, cfg.sip_webhook_secret) if cfg.sip_webhook_url else None
                 conn = TwilioConnection(ws, session, self.engines.tts.sample_rate, self.phone_calls, webhook, self._remember_next)

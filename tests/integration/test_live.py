@@ -1,0 +1,242 @@
+"""GPT-Live (``/v1/live/sessions``) with the ``openai`` package's ``client.live.connect()`` as the
+client, unchanged but for its base URL, against the real server and models.
+
+Every server event is read raw, validated against ``openai.types.live`` (:mod:`tests.strict`) and
+parsed by the SDK; no ``error`` may come in any scenario but the one that asks for it.
+
+* a spoken turn: the question transcribed, the answer spoken (audio and transcript);
+* a text turn: commentary the application appends (``delegation_id`` null) is spoken;
+* a client-delegated round trip: the agent delegates the weather, the application answers with
+  commentary for that delegation, and the answer is spoken;
+* ``session.update``, mute and unmute: muted speech is never heard, unmuted speech is;
+* an interruption: speech over the answer cuts it, and the new question is answered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import dataclasses
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from openai import AsyncOpenAI
+from openai.resources.live.live import AsyncLiveConnection
+
+from tests.integration.rt_client import wire_audio
+from tests.profile import profile_config
+from tests.strict import check_live_server_event
+from voiceagent.audio import Int16Array
+from voiceagent.client.pacer import Pacer
+from voiceagent.config import Config, ServerConfig
+from voiceagent.conversation.history import AssistantItem
+from voiceagent.transports.server import VoiceAgentServer
+
+pytestmark = pytest.mark.models
+
+PARIS_WEATHER = "It is 18 degrees and sunny in Paris."
+
+
+def _config() -> Config:
+    return dataclasses.replace(profile_config(), server=ServerConfig(port=0))
+
+
+def _client(server: VoiceAgentServer) -> AsyncOpenAI:
+    base = server.url.replace("ws://", "http://").removesuffix("/realtime")
+    return AsyncOpenAI(api_key="unused", base_url=base, max_retries=0)
+
+
+@dataclasses.dataclass
+class Live:
+    """One GPT-Live connection: every server event, raw, in arrival order."""
+
+    conn: AsyncLiveConnection
+    events: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    arrived: asyncio.Condition = dataclasses.field(default_factory=asyncio.Condition)
+
+    async def pump(self) -> None:
+        while True:
+            raw = await self.conn.recv_bytes()
+            event = json.loads(raw)
+            self.conn.parse_event(raw)  # the SDK's own parsing must take it
+            async with self.arrived:
+                self.events.append(event)
+                self.arrived.notify_all()
+
+    async def wait(self, pred: Callable[[list[dict[str, Any]]], bool], timeout: float, what: str) -> None:
+        async def _wait() -> None:
+            async with self.arrived:
+                await self.arrived.wait_for(lambda: pred(self.events))
+
+        try:
+            await asyncio.wait_for(_wait(), timeout)
+        except TimeoutError:
+            types = [e["type"] for e in self.events if e["type"] != "session.output_audio.delta"]
+            raise AssertionError(f"no {what} within {timeout} s: {types[-20:]}; heard {self.heard()!r}; said {self.said()!r}") from None
+
+    def of(self, kind: str) -> list[dict[str, Any]]:
+        return [e for e in self.events if e["type"] == kind]
+
+    def said(self) -> str:
+        return "".join(e["delta"] for e in self.of("session.output_transcript.delta"))
+
+    def heard(self) -> str:
+        return "".join(e["delta"] for e in self.of("session.input_transcript.delta"))
+
+    def check_clean(self) -> None:
+        invalid = [why for why in map(check_live_server_event, self.events) if why is not None]
+        assert not invalid, invalid
+        assert not self.of("error"), self.of("error")
+
+    async def speak(self, pcm: Int16Array) -> None:
+        """24 kHz speech at a microphone's pace (pacing, not synchronisation)."""
+
+        async def send(chunk: Int16Array) -> None:
+            await self.conn.session.input_audio.append(audio=base64.b64encode(chunk.astype("<i2").tobytes()).decode())
+
+        await Pacer(send, chunk_ms=20).play(pcm)
+
+
+async def _session(server: VoiceAgentServer, scenario: Callable[[Live], Any], **session: Any) -> Live:
+    async with _client(server).live.connect() as conn:
+        live = Live(conn)
+        pump = asyncio.create_task(live.pump())
+        try:
+            await conn.session.start(session={"model": "gpt-live-1", **session})
+            await live.wait(lambda ev: any(e["type"] == "session.started" for e in ev), 30, "session.started")
+            await scenario(live)
+            await conn.session.close()
+            await live.wait(lambda ev: any(e["type"] == "session.closed" for e in ev), 30, "session.closed")
+        finally:
+            pump.cancel()
+            await asyncio.gather(pump, return_exceptions=True)  # cancelled, or ended by the close
+    return live
+
+
+def _said(needle: Callable[[str], bool]) -> Callable[[list[dict[str, Any]]], bool]:
+    def pred(events: list[dict[str, Any]]) -> bool:
+        return needle("".join(e["delta"] for e in events if e["type"] == "session.output_transcript.delta").lower())
+
+    return pred
+
+
+def _answered_after(word: str) -> Callable[[list[dict[str, Any]]], bool]:
+    """An output transcript after the input transcript that has ``word``."""
+
+    def pred(events: list[dict[str, Any]]) -> bool:
+        kinds = [e["type"] for e in events]
+        asked = [n for n, e in enumerate(events) if e["type"] == "session.input_transcript.delta" and word in e["delta"].lower()]
+        return bool(asked) and "session.output_transcript.delta" in kinds[asked[0] :]
+
+    return pred
+
+
+def test_live_spoken_turn_text_turn_and_close(engines: Any, speech: dict[str, Path], run: Any) -> None:
+    async def scenario(live: Live) -> None:
+        await live.speak(wire_audio(speech["capital"], tail_s=1.0))
+        await live.wait(_said(lambda s: "paris" in s), 90, "a spoken answer naming Paris")
+        await live.conn.session.commentary.append(content="The museum opens at nine tomorrow.", delegation_id=None)
+        await live.wait(_said(lambda s: "nine" in s.split("paris", 1)[1] or "9" in s.split("paris", 1)[1]), 90, "the commentary spoken")
+
+    async def main() -> Live:
+        async with VoiceAgentServer(_config(), engines) as server:
+            return await _session(server, scenario, audio={"format": {"type": "audio/pcm", "rate": 24000}})
+
+    live = run(main(), 240)
+    live.check_clean()
+    started = live.of("session.started")[0]["session"]
+    assert started["model"] == "gpt-live-1" and started["audio"]["output"]["voice"] == "marin"
+    assert "capital" in live.heard().lower(), live.heard()
+    audio = sum(len(base64.b64decode(e["delta"])) for e in live.of("session.output_audio.delta"))
+    assert audio > 24000 * 2, audio  # over a second of 24 kHz speech
+    assert len(live.of("session.commentary.appended")) == 1
+    closed = live.of("session.closed")[-1]
+    assert closed["reason"] == "close_requested" and closed["usage"]["seconds"] >= 1
+
+
+def test_live_client_delegation_round_trip_speaks_the_applications_result(engines: Any, speech: dict[str, Path], run: Any) -> None:
+    async def scenario(live: Live) -> None:
+        await live.speak(wire_audio(speech["paris_weather"], tail_s=1.0))
+        await live.wait(lambda ev: any(e["type"] == "session.delegation.created" for e in ev), 90, "a delegation")
+        delegation = live.of("session.delegation.created")[0]["delegation"]
+        await live.conn.session.commentary.append(content=PARIS_WEATHER, delegation_id=delegation["id"])
+        await live.wait(_said(lambda s: "18" in s or "eighteen" in s or "sunny" in s), 90, "the delegated result spoken")
+
+    async def main() -> Live:
+        async with VoiceAgentServer(_config(), engines) as server:
+            instructions = "You are a helpful voice assistant. Delegate every question about the weather."
+            return await _session(server, scenario, instructions=instructions)
+
+    live = run(main(), 240)
+    live.check_clean()
+    created = live.of("session.delegation.created")
+    assert len(created) == 1 and created[0]["delegation"]["target"] == "client", created
+    assert "weather" in live.heard().lower(), live.heard()
+
+
+def test_live_update_mute_and_unmute(engines: Any, speech: dict[str, Path], run: Any) -> None:
+    async def scenario(live: Live) -> None:
+        await live.conn.session.update(session={"delegation": {"type": "client", "acknowledgement_delay_ms": 300}})
+        await live.conn.session.input_audio.mute()
+        await live.speak(wire_audio(speech["colour"], tail_s=1.0))
+        await live.conn.session.input_audio.unmute()
+        await live.speak(wire_audio(speech["capital"], tail_s=1.0))
+        await live.wait(lambda ev: any(e["type"] == "session.input_transcript.delta" for e in ev), 90, "an input transcript")
+        await live.wait(_said(lambda s: "paris" in s), 90, "the unmuted question answered")
+
+    async def main() -> Live:
+        async with VoiceAgentServer(_config(), engines) as server:
+            return await _session(server, scenario)
+
+    live = run(main(), 240)
+    live.check_clean()
+    updated = live.of("session.updated")
+    assert len(updated) == 1 and updated[0]["session"]["delegation"]["acknowledgement_delay_ms"] == 300
+    types = [e["type"] for e in live.events]
+    assert types.index("session.input_audio.muted") < types.index("session.input_audio.unmuted")
+    heard = live.heard().lower()
+    assert "capital" in heard and "sky" not in heard and "colour" not in heard and "color" not in heard, heard
+
+
+def test_live_speech_over_the_answer_interrupts_it(engines: Any, speech: dict[str, Path], run: Any) -> None:
+    sessions: list[Any] = []
+
+    async def scenario(live: Live) -> None:
+        await live.speak(wire_audio(speech["weather"], tail_s=0.2))  # a fun fact about the moon: a long answer
+        await live.wait(lambda ev: any(e["type"] == "session.output_audio.delta" for e in ev), 90, "the answer's audio")
+        await live.speak(wire_audio(speech["capital"], tail_s=1.0))
+        await live.wait(_answered_after("capital"), 90, "the interrupting question answered")
+
+    async def main() -> Live:
+        async with VoiceAgentServer(_config(), engines) as server:
+            live = await _session(server, scenario)
+            sessions.extend(server.sessions)
+            return live
+
+    live = run(main(), 240)
+    live.check_clean()
+    assert "capital" in live.heard().lower(), live.heard()
+    history = [item for s in sessions for item in s.history.items if isinstance(item, AssistantItem)]
+    assert history and history[0].status == "incomplete", [(i.status, i.text) for i in history]
+
+
+def test_live_refuses_loudly_and_keeps_the_session(engines: Any, run: Any) -> None:
+    async def scenario(live: Live) -> None:
+        await live.conn.send({"type": "response.create"})  # type: ignore[arg-type]
+        await live.conn.session.commentary.append(content="x", delegation_id="call_nope")
+        await live.wait(lambda ev: len([e for e in ev if e["type"] == "error"]) >= 2, 30, "two errors")
+        await live.conn.session.instructions.append(content="Always answer in one sentence.", delegation_id=None)
+        await live.wait(lambda ev: any(e["type"] == "session.instructions.appended" for e in ev), 30, "the append acknowledged")
+
+    async def main() -> Live:
+        async with VoiceAgentServer(_config(), engines) as server:
+            return await _session(server, scenario)
+
+    live = run(main(), 120)
+    codes = [e["error"]["code"] for e in live.of("error")]
+    assert codes == ["unsupported_event", "delegation_not_found"], codes
+    assert all(check_live_server_event(e) is None for e in live.events)
+    assert live.of("session.closed"), "the session went on after the errors"

@@ -1,0 +1,248 @@
+"""The GPT-Live transport: one ``/v1/live/sessions`` WebSocket ↔ one :class:`~voiceagent.session.Session`.
+
+The client sends ``session.start`` first and waits for ``session.started``; until then anything
+else is refused (``session_not_started``).  Each later frame is decoded by :class:`LiveCodec` and
+applied in order; a bad frame gets an ``error`` and changes nothing, the connection stays open.
+
+Delegation (client delegation, the default and the one served): the session's model is offered one
+tool, :data:`~voiceagent.transports.live_codec.DELEGATE`.  When it calls it the client gets
+``session.delegation.created``; after ``acknowledgement_delay_ms`` (unless commentary or
+thinking is appended first, which cancels every pending acknowledgement) the agent says in a few
+words that it is on it; the application's ``session.commentary.append`` with that
+``delegation_id`` is the call's output, and the agent speaks it.  Speech the application asks
+for waits, in order, for the reply being spoken to end: one reply at a time.
+
+Cancellation: cancelling :meth:`LiveConnection.run` cancels the speaker, the acknowledgement
+timers and the usage reports with it, and closes the session.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from typing import Any
+
+from websockets.asyncio.server import ServerConnection
+
+from voiceagent.audio import PIPELINE_RATE
+from voiceagent.config.prompts import LIVE_ACKNOWLEDGEMENT, LIVE_COMMENTARY, LIVE_THINKING
+from voiceagent.conversation.reply import ResponseOptions
+from voiceagent.errors import ProtocolError, excerpt
+from voiceagent.events import FunctionCallAdded, ResponseCreated, ResponseDone
+from voiceagent.session import Session
+from voiceagent.transports.connection import SessionConnection
+from voiceagent.transports.live_codec import DELEGATE, AppendAudio, AppendContext, Close, Command, LiveCodec, Mute, Start, Update
+from voiceagent.transports.live_config import LIVE_VOICES, session_resource
+from voiceagent.transports.realtime_audio import WireAudio
+
+__all__ = ["LIVE_PATH", "LiveConnection"]
+
+log = logging.getLogger(__name__)
+
+LIVE_PATH = "/v1/live/sessions"
+USAGE_EVERY_S = 60.0
+_ACK_TOKENS = 24
+
+
+class LiveConnection(SessionConnection):
+    def __init__(self, ws: ServerConnection, session: Session, voice_rate: int) -> None:
+        super().__init__(ws, session)
+        self.codec = LiveCodec(voice_rate)
+        self._voice_rate = voice_rate
+        self._muted = False
+        self._idle = asyncio.Event()  # no response is being generated or spoken
+        self._idle.set()
+        self._speech: asyncio.Queue[ResponseOptions] = asyncio.Queue()
+        self._acks: set[asyncio.Task[None]] = set()
+        self._server_instructions = session.settings.instructions
+        self._expires_at = 0
+
+    # ------------------------------------------------------------------ timeline and sending
+
+    def now_ms(self) -> float:
+        """Milliseconds since the connection opened: the session's timeline."""
+        return (self._clock.now() - self.started_at) * 1000.0
+
+    def _resource(self) -> dict[str, Any]:
+        assert self.codec.config is not None
+        return session_resource(self.codec.config, self.session.id, self._expires_at, self.session.settings.instructions)
+
+    def _usage(self) -> dict[str, Any]:
+        return {"seconds": float(int(self.now_ms() / 1000.0))}
+
+    async def error(self, exc: ProtocolError) -> None:
+        self.session.metrics.error(exc.code)
+        await self.send(self.codec.error(exc))
+
+    # ------------------------------------------------------------------ reading
+
+    async def serve(self) -> None:
+        speaker = asyncio.create_task(self._speak(), name=f"{self.session.id}.speaker")
+        usage = asyncio.create_task(self._report_usage(), name=f"{self.session.id}.usage")
+        try:
+            async for frame in self.frames():
+                if isinstance(frame, bytes):
+                    why = "send JSON text frames; audio goes base64 in session.input_audio.append"
+                    await self.error(ProtocolError("binary_not_supported", why))
+                    continue
+                try:
+                    cmd = self.codec.decode(frame)
+                    await self.apply(cmd)
+                except ProtocolError as exc:
+                    await self.error(exc)
+                    continue
+                if isinstance(cmd, Close):
+                    return
+        finally:
+            for task in (speaker, usage, *self._acks):
+                task.cancel()
+            for task in (speaker, usage, *self._acks):
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+
+    async def apply(self, cmd: Command) -> None:
+        """Apply one decoded client event; :class:`ProtocolError` when the session refuses it."""
+        try:
+            await self._apply(cmd)
+        except ProtocolError as exc:
+            if exc.event_id is None:
+                exc.event_id = cmd.event_id
+            raise
+
+    async def _apply(self, cmd: Command) -> None:
+        s = self.session
+        if isinstance(cmd, Start):
+            await self._start(cmd)
+        elif isinstance(cmd, Update):
+            self.codec.config = cmd.config
+            await self.send(self.codec.message("session.updated", cmd.event_id, session=self._resource()))
+        elif isinstance(cmd, AppendAudio):
+            if not self.audio_allowed(len(cmd.pcm) * 1000.0 / PIPELINE_RATE):
+                raise ProtocolError(
+                    "input_audio_rate_exceeded",
+                    f"audio is arriving faster than real time (more than {s.config.server.audio_burst_s:g} s ahead); "
+                    "this chunk was dropped",
+                )
+            # Muted: the model hears silence instead, so the session's timeline goes on.
+            await s.append_audio(cmd.pcm * 0 if self._muted else cmd.pcm)
+        elif isinstance(cmd, Mute):
+            self._muted = cmd.muted
+            kind = "session.input_audio.muted" if cmd.muted else "session.input_audio.unmuted"
+            await self.send(self.codec.message(kind, cmd.event_id))
+        elif isinstance(cmd, AppendContext):
+            await self._append(cmd)
+        elif isinstance(cmd, Close):
+            await self._close("close_requested", cmd.event_id)
+
+    async def _start(self, cmd: Start) -> None:
+        s, cfg = self.session, cmd.config
+        voice = s.resolve_voice(cfg.voice) or (s.config.tts.model if cfg.voice in LIVE_VOICES else None)
+        if voice is None:
+            raise ProtocolError(
+                "unsupported_value",
+                f"voice {excerpt(cfg.voice)} is neither one of GPT-Live's nor of this server's ({', '.join(s.voice_names)})",
+                param="session.audio.output.voice",
+            )
+        developer = [text for role, text in cfg.input if role == "developer"]
+        instructions = "\n\n".join([cfg.instructions or self._server_instructions, *developer])
+        changes: dict[str, Any] = {"instructions": instructions, "voice": voice, "tools": (DELEGATE,), "tool_choice": "auto"}
+        await s.check_update(**changes)
+        s.update(**changes)
+        for role, text in cfg.input:
+            if role != "developer":
+                await s.add_text(text, role)
+        audio = WireAudio(self._voice_rate, pcm_rate=cfg.rate if cfg.format == "audio/pcm" else 24000)
+        audio.set_input_format(cfg.format)
+        audio.output_format = cfg.format
+        self.codec.audio = audio
+        self.codec.config = cfg
+        limit = s.config.server.max_session_s
+        self._expires_at = int(time.time() + (limit if limit > 0 else 24 * 3600))
+        if cfg.safety_identifier is not None:
+            log.info("session %s: safety_identifier %s", s.id, excerpt(cfg.safety_identifier))
+        await self.send(self.codec.message("session.started", cmd.event_id, session=self._resource()))
+
+    async def _append(self, cmd: AppendContext) -> None:
+        s = self.session
+        at = int(self.now_ms())
+        if cmd.kind in ("thinking", "commentary"):
+            self._cancel_acks()
+        if cmd.kind == "commentary" and cmd.delegation_id is not None:
+            self.codec.delegations.pop(cmd.delegation_id, None)
+            await s.add_tool_output(cmd.delegation_id, cmd.content)
+            self._speech.put_nowait(ResponseOptions(tools=()))
+        elif cmd.kind == "commentary":
+            told = s.settings.instructions + LIVE_COMMENTARY.format(content=cmd.content)
+            self._speech.put_nowait(ResponseOptions(instructions=told, tools=()))
+        else:
+            note = cmd.content if cmd.kind == "instructions" else LIVE_THINKING.format(content=cmd.content)
+            instructions = f"{s.settings.instructions}\n\n{note}"
+            await s.check_update(instructions=instructions)
+            s.update(instructions=instructions)
+        await self.send(self.codec.message(f"session.{cmd.kind}.appended", cmd.event_id, start_ms=at, end_ms=at))
+
+    async def _close(self, reason: str, event_id: str | None = None) -> None:
+        """``session.closed``, then the close frame (1000)."""
+        if self.codec.config is not None:
+            await self.send(self.codec.message("session.closed", event_id, reason=reason, session=self._resource(), usage=self._usage()))
+        await self.ws.close(1000, reason)
+
+    async def expire(self, code: str, message: str) -> None:
+        await self.error(ProtocolError(code, message))
+        if self.codec.config is not None:
+            reason = "expired" if code == "session_expired" else "connection_lost"
+            await self.send(self.codec.message("session.closed", reason=reason, session=self._resource(), usage=self._usage()))
+
+    # ------------------------------------------------------------------ speaking
+
+    def _cancel_acks(self) -> None:
+        for task in self._acks:
+            task.cancel()
+
+    async def _acknowledge(self, delay_ms: int) -> None:
+        """After ``delay_ms``, ask for the spoken acknowledgement (cancelled: never asked)."""
+        await self._clock.sleep_until(self._clock.now() + delay_ms / 1000.0)
+        s = self.session
+        self._speech.put_nowait(
+            ResponseOptions(instructions=s.settings.instructions + LIVE_ACKNOWLEDGEMENT, tools=(), out_of_band=True, max_tokens=_ACK_TOKENS)
+        )
+
+    async def _speak(self) -> None:
+        """Answer each request for speech in order, each once no reply is active; a reply that a
+        user turn starts first is waited out (the core refuses a second one at once)."""
+        while True:
+            options = await self._speech.get()
+            while True:
+                await self._idle.wait()
+                try:
+                    await self.session.respond(options)
+                    break
+                except ProtocolError as exc:
+                    if self.session.active_response_id is None:
+                        await self.error(exc)
+                        break
+                    self._idle.clear()
+
+    async def _report_usage(self) -> None:
+        """``session.usage.updated`` once a minute of the session."""
+        while True:
+            await self._clock.sleep_until(self.started_at + (int(self.now_ms() / 1000.0 / USAGE_EVERY_S) + 1) * USAGE_EVERY_S)
+            if self.codec.config is not None:
+                await self.send(self.codec.message("session.usage.updated", usage=self._usage()))
+
+    # ------------------------------------------------------------------ writing
+
+    async def write(self) -> None:
+        async for event in self.session.events():
+            if isinstance(event, ResponseCreated):
+                self._idle.clear()
+            elif isinstance(event, ResponseDone) and self.session.active_response_id is None:
+                self._idle.set()
+            for message in self.codec.encode(event, self.now_ms()):
+                await self.send(message)
+            if isinstance(event, FunctionCallAdded) and event.name == DELEGATE.name and self.codec.config is not None:
+                ack = asyncio.create_task(self._acknowledge(self.codec.config.acknowledgement_delay_ms), name=f"{self.session.id}.ack")
+                self._acks.add(ack)
+                ack.add_done_callback(self._acks.discard)
