@@ -117,6 +117,20 @@ class TurnRecord:
     error: str | None = None
     llm_route: str | None = None
     """``ENGINE/REASON`` of the answer, as the server's turn metrics told it (llm.route's decision)."""
+    content_ms: float | None = None
+    """End of speech → first audio of the answer's content: ``latency_ms`` unless the answer began
+    with an acknowledgement (``llm.acknowledge_ms``), then later by as much as the server's turn
+    metrics put between its first audio and its content's."""
+
+
+def content_latency(result: Any) -> float | None:
+    """End of speech → the first audio of the content of ``result``'s answer (see TurnRecord)."""
+    if result is None or result.latency_ms is None:
+        return None
+    spans = getattr(result, "spans_ms", None) or {}
+    if "content_audio_sent" in spans and "first_audio_sent" in spans:
+        return round(float(result.latency_ms) + max(0.0, spans["content_audio_sent"] - spans["first_audio_sent"]), 1)
+    return float(result.latency_ms)
 
 
 def score_turn(
@@ -157,6 +171,7 @@ def score_turn(
         problems=problems,
         unfinished=answered and unfinished(reply),
         latency_ms=result.latency_ms if result is not None else None,
+        content_ms=content_latency(result),
         cutoffs=result.cutoffs if result is not None else 0,
         overrun=overrun,
         failure=failure,
@@ -176,6 +191,7 @@ def metrics(records: list[TurnRecord]) -> dict[str, Any]:
     """Scores of a set of turns: WER over all their words, shares in %, latency in ms."""
     answered = [r for r in records if r.answered]
     lat = [r.latency_ms for r in records if r.latency_ms is not None]
+    content = [r.content_ms for r in records if r.content_ms is not None]
     paused = [r for r in records if r.paused]
     return {
         "questions": len(records),
@@ -188,6 +204,7 @@ def metrics(records: list[TurnRecord]) -> dict[str, Any]:
         "cutoffs_all_turns": sum(r.cutoffs for r in records),
         "overruns": sum(r.overrun for r in records),
         "latency_ms": {"p50": _pct(lat, 50), "p95": _pct(lat, 95)},
+        "content_latency_ms": {"p50": _pct(content, 50), "p95": _pct(content, 95)},
     }
 
 
@@ -353,8 +370,8 @@ def markdown(report: dict[str, Any]) -> str:
         ),
         "",
         "| profile | STT | LLM | answered | WER % | accuracy % | tuned % | held-out % | known failures % "
-        "| speakable % | false cut-offs | p50 ms | p95 ms |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| speakable % | false cut-offs | p50 ms | p95 ms | content p50 ms | content p95 ms |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for p, e in profiles.items():
         s = e["summary"]
@@ -364,14 +381,16 @@ def markdown(report: dict[str, Any]) -> str:
             f"| {label} | {e['models']['stt']} | {e['models']['llm']} | {s['answered']}/{s['questions']} | {_cell(s['wer_pct'])} "
             f"| {_cell(s['accuracy_pct'])} | {_cell(e['tuned']['accuracy_pct'])} | {_cell(e['held_out']['accuracy_pct'])} "
             f"| {_cell(e['known_failures']['accuracy_pct'])} | {_cell(s['speakable_pct'])} | {fc['cut_off']}/{fc['paused_questions']} "
-            f"| {_cell(s['latency_ms']['p50'])} | {_cell(s['latency_ms']['p95'])} |"
+            f"| {_cell(s['latency_ms']['p50'])} | {_cell(s['latency_ms']['p95'])} "
+            f"| {_cell(s.get('content_latency_ms', {}).get('p50'))} | {_cell(s.get('content_latency_ms', {}).get('p95'))} |"
         )
     lines += [
         "",
         "WER over all words of the transcripts (case, punctuation and numbers normalized).  Accuracy: the reply contains an "
         "accepted answer (unanswered questions count as wrong).  Speakable: of the answered, no list, markdown or emoji and at most "
         "two sentences unless asked for more.  False cut-offs: paused questions whose answer began before the question ended.  "
-        "Latency: end of speech → first audio byte at the client.  Held-out questions are not to be used when tuning "
+        "Latency: end of speech → first audio byte at the client; content: → the first audio of the answer itself "
+        "(later only when an acknowledgement came first).  Held-out questions are not to be used when tuning "
         "prompts or settings: a tuned gain that does not show on them is overfitting.",
     ]
     for title, key in (("category", "by_category"), ("voice", "by_voice")):

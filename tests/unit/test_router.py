@@ -40,7 +40,8 @@ def _routed(large_script: Any = (), small_script: Any = ()) -> tuple[RoutedLlm, 
     return llm, large, small
 
 
-def _ask(llm: RoutedLlm, messages: list[Message], tool_choice: str = "auto") -> tuple[str, list[tuple[str, str]]]:
+def _told(llm: RoutedLlm, messages: list[Message], tool_choice: str = "auto") -> tuple[str, list[tuple[str, str]]]:
+    """The reply's text and every route the stream told, in order."""
     routes: list[tuple[str, str]] = []
 
     async def main() -> str:
@@ -49,6 +50,19 @@ def _ask(llm: RoutedLlm, messages: list[Message], tool_choice: str = "auto") -> 
         return text
 
     return asyncio.run(main()), routes
+
+
+def _ask(llm: RoutedLlm, messages: list[Message], tool_choice: str = "auto") -> tuple[str, list[tuple[str, str]]]:
+    """The reply's text and the route that answered it (the last one told: what the LLM stage keeps)."""
+    text, routes = _told(llm, messages, tool_choice)
+    return text, routes[-1:]
+
+
+def test_the_decision_is_told_before_the_engine_starts() -> None:
+    """The LLM stage reads it while the reply is thought (no acknowledgement over the quick model)."""
+    llm, _, _ = _routed()
+    assert _told(llm, [Message("user", "Thank you very much.")])[1] == [("tiny", "small:thanks"), ("tiny", "small:thanks.primary")]
+    assert _told(llm, [Message("user", "What is the capital of France?")])[1][0] == ("big", "large")
 
 
 def test_a_social_turn_goes_to_the_small_model_and_the_rest_to_the_large() -> None:

@@ -84,6 +84,9 @@ class RoutedLlm:
         """Stream the reply from the route :func:`decide` picks."""
         kind = decide(request.messages, request.tool_choice, self.classify, bool(request.tools))
         engine, decision = (self.large, "large") if kind is None else (self.small, f"small:{kind}")
+        # The decision at once, before the engine's first item: the LLM stage reads it while the
+        # reply is thought (an acknowledgement is never said over the quick model's answer).
+        yield Routed(engine.name, decision)
         async with contextlib.aclosing(engine.generate(request)) as pieces:
             async for item in pieces:
                 yield Routed(item.engine, f"{decision}.{item.reason}") if isinstance(item, Routed) else item

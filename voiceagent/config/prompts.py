@@ -7,6 +7,7 @@ formats, which depend on nothing else of the project."""
 from __future__ import annotations
 
 __all__ = [
+    "ACKNOWLEDGEMENTS",
     "ANSWER_FROM_TOOLS",
     "DEFAULT_EXAMPLES",
     "DEFAULT_INSTRUCTIONS",
@@ -66,6 +67,10 @@ ANSWER_FROM_TOOLS = "Answer the user now, in one short spoken sentence, from the
 """Closes a prompt that ends with tool outputs.  Without a word on what to do with them, the 0.5B
 model mostly writes another call (often as text, which would be spoken); this line turned that
 into a spoken answer in every case tried (tests/integration/test_tools.py)."""
+
+ACKNOWLEDGEMENTS = ("Let's see.", "Hmm, let me think.", "One moment.", "Let me think.")
+"""What the agent says while a late answer is still being thought (``llm.acknowledge_ms``), in
+turn: short, so the answer is not kept waiting behind it."""
 
 LIVE_ACKNOWLEDGEMENT = (
     " You have handed the user's request on and the answer is not back yet: in a few words, tell the "

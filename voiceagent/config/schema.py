@@ -488,6 +488,11 @@ class LlmConfig:
     first_clause_words: int = 4
     """Cut the first clause after this many words when no punctuation came, backing off before
     trailing function words (0: never).  Why 4: docs/decisions/first-clause-words.md."""
+    acknowledge_ms: int = -1
+    """A user turn's answer that has no words this long after the LLM was asked starts with a
+    short spoken acknowledgement ("Let's see.") while the model thinks on; -1: never.  Not on
+    the small route's turns (``route``), whose model is the quick one.  An acknowledgement is
+    not an answer: the turn metrics' ``content_audio_sent`` is when the content starts."""
 
     def __post_init__(self) -> None:
         _check(self.quant in LLM_QUANTS, "llm.quant", "must be one of " + ", ".join(LLM_QUANTS))
@@ -511,6 +516,7 @@ class LlmConfig:
         _check(1 <= self.max_tokens <= 4096, "llm.max_tokens", "must be 1..4096")
         _check(0.0 <= self.temperature <= 2.0, "llm.temperature", "must be 0..2")
         _check(0 <= self.first_clause_words <= 100, "llm.first_clause_words", "must be 0..100")
+        _check(-1 <= self.acknowledge_ms <= 60_000, "llm.acknowledge_ms", "must be -1 (never) or 0..60000")
         try:
             parse_examples(self.examples)
         except ValueError as exc:

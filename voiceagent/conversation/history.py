@@ -68,6 +68,10 @@ class SpokenClause:
     """Audio of this clause sent to the listener so far."""
     expected_ms: float = 0.0
     """The clause's whole audio length, when known (playout sends it ahead in pieces)."""
+    ack: bool = False
+    """An acknowledgement said while the answer was thought: heard, so its audio counts, but not
+    the answer, so its words stay out of the text the model reads back (it would learn to open
+    every answer with one)."""
 
 
 @dataclass
@@ -81,8 +85,8 @@ class AssistantItem:
     heard_by_client: bool = False
     """True once the client itself said how much it played (``conversation.item.truncate``)."""
 
-    def add_clause(self, text: str, expected_ms: float = 0.0) -> None:
-        self.clauses.append(SpokenClause(text, expected_ms=expected_ms))
+    def add_clause(self, text: str, expected_ms: float = 0.0, *, ack: bool = False) -> None:
+        self.clauses.append(SpokenClause(text, expected_ms=expected_ms, ack=ack))
 
     def add_audio(self, ms: float) -> None:
         if not self.clauses:
@@ -95,7 +99,7 @@ class AssistantItem:
 
     @property
     def full_text(self) -> str:
-        return "".join(c.text for c in self.clauses).strip()
+        return "".join(c.text for c in self.clauses if not c.ack).strip()
 
     @property
     def text(self) -> str:
@@ -110,9 +114,11 @@ class AssistantItem:
             # all that was sent of it was.
             total = max(ms, clause.expected_ms)
             if pos + total <= self.heard_ms + 1.0:
-                out += text
+                out += "" if clause.ack else text
                 pos += ms
                 continue
+            if clause.ack:
+                break
             if total > 0:
                 part = cut_to_fraction(text, (self.heard_ms - pos) / total)
                 if part:

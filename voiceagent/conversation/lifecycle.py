@@ -119,7 +119,9 @@ class Replies:
         if reply is None or reply.item is None:
             return
         if isinstance(ev, OutputTranscriptDelta):
-            reply.item.add_clause(ev.text, ev.clause_ms)
+            reply.item.add_clause(ev.text, ev.clause_ms, ack=ev.ack)
+            if not ev.ack:  # the answer's content starts (an acknowledgement is not an answer)
+                reply.timeline.mark("content_audio_sent", self._ctx.clock.now())
         else:
             reply.item.add_audio(len(ev.pcm) * 1000.0 / ev.rate)
             self.spoke = self.spoke or len(ev.pcm) > 0

@@ -222,6 +222,9 @@ class Clause(ResponseEvent):
     index: int
     audio: Int16Array | None = None
     rate: int = 0
+    ack: bool = False
+    """An acknowledgement said while the answer is still being thought (``llm.acknowledge_ms``),
+    not the answer's content."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -233,6 +236,8 @@ class ResponseAudio(ResponseEvent):
     index: int
     text: str
     first_of_clause: bool
+    ack: bool = False
+    """Its clause is an acknowledgement, not the answer's content (:class:`Clause`)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

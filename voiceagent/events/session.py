@@ -157,6 +157,8 @@ class OutputTranscriptDelta(Event):
     item_id: str
     text: str
     clause_ms: float = 0.0
+    ack: bool = False
+    """The clause is an acknowledgement said while the answer is thought, not its content."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -31,6 +31,7 @@ MARKS = (
     "first_clause",
     "tts_first_audio",
     "first_audio_sent",
+    "content_audio_sent",
     "llm_done",
 )
 

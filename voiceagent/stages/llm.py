@@ -58,7 +58,7 @@ import contextlib
 import dataclasses
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from voiceagent.backends.protocols import Admitted, EndProbability, LlmEngine, LlmRequest, Pacing, Report, Routed, Usage
@@ -66,6 +66,7 @@ from voiceagent.cache.semantic import CacheKey, SemanticCache
 from voiceagent.cache.store import CachedClause, CacheEntry
 from voiceagent.clock import Clock
 from voiceagent.config import LlmConfig
+from voiceagent.config.prompts import ACKNOWLEDGEMENTS
 from voiceagent.errors import StageError
 from voiceagent.events import (
     Clause,
@@ -152,11 +153,17 @@ class LlmOptions:
     """``llm.call_check`` (module docstring)."""
     call_grounding: bool = True
     """``llm.call_grounding`` (module docstring)."""
+    acknowledge_ms: int = -1
+    """``llm.acknowledge_ms`` (module docstring)."""
 
     @classmethod
     def from_config(cls, llm: LlmConfig) -> LlmOptions:
         return cls(
-            first_clause_words=llm.first_clause_words, prefill=llm.prefill, call_check=llm.call_check, call_grounding=llm.call_grounding
+            first_clause_words=llm.first_clause_words,
+            prefill=llm.prefill,
+            call_check=llm.call_check,
+            call_grounding=llm.call_grounding,
+            acknowledge_ms=llm.acknowledge_ms,
         )
 
 
@@ -169,6 +176,8 @@ class LlmStage(Stage):
         self._prefill = options.prefill
         self._call_check = options.call_check
         self._call_grounding = options.call_grounding
+        self._acknowledge_ms = options.acknowledge_ms
+        self._acknowledged = 0  # acknowledgements said: the next one is the next phrase
         self._prefilling: asyncio.Task[None] | None = None
         self._heard_before = ports.heard_before or (lambda: "")
         self.prefilled = 0
@@ -261,7 +270,7 @@ class LlmStage(Stage):
             return
         splitter = ClauseSplitter(first_max_words=self._first_clause_words)
         text = ""
-        index = 0
+        said = _Said()
         pacing = self._pacing = FirstClause(self._first_clause_words)
         verdict = _SentenceEnd(gen, self._sentence_end if event.speculative else None)
         reports = _Reports(self.ctx.clock, verdict, self._engine.name)
@@ -285,6 +294,7 @@ class LlmStage(Stage):
         calls = 0  # the calls this reply made (tool_choice "none" aside), good or not
         answered = answered_calls(messages)
         attempts = [request]
+        hold = self._hold(event, said, reports, settings)
 
         try:
             while attempts:
@@ -319,7 +329,7 @@ class LlmStage(Stage):
                         text += piece
                         for clause in splitter.push(piece):
                             pacing.urgent = False  # an engine that never calls piece() learns it here
-                            index = await self._clause(gen, clause, index)
+                            await self._say(gen, clause, said)
                 reports.end()
                 # Asked again in words (at most once: the new attempt's choice is "none"), when
                 # this attempt said nothing and made no call of its own.
@@ -327,7 +337,7 @@ class LlmStage(Stage):
                     attempts.append(dataclasses.replace(request, tool_choice="none", end_probability=False))
             verdict.tell(None)  # a reply with no pieces at all
             for clause in splitter.flush():
-                index = await self._clause(gen, clause, index)
+                await self._say(gen, clause, said)
             for call in retry:
                 if nameless(call) and calls > 1:
                     # The reply called something else too: asked again, the model would most
@@ -349,6 +359,8 @@ class LlmStage(Stage):
                 )
             )
             raise StageError(self.name, f"{type(exc).__name__}: {exc}") from exc
+        finally:
+            hold.cancel()
         done = self._mark(gen, "llm_done")
         await self.ctx.notify(done)
         await self.ctx.notify(
@@ -561,12 +573,39 @@ class LlmStage(Stage):
                     second = piece
         await self._tool_call(gen, retried_call(call, second, request.tools) or call, request.tools, final=True)
 
-    async def _clause(self, gen: int, text: str, index: int) -> int:
+    async def _say(self, gen: int, text: str, said: _Said, *, ack: bool = False) -> None:
+        """The reply's next clause, in order with an acknowledgement said meanwhile (which is
+        said only before the reply's first clause)."""
+        async with said.lock:
+            if not (ack and said.index > 0):
+                said.index = await self._clause(gen, text, said.index, ack=ack)
+
+    def _hold(self, turn: UserTurn, said: _Said, reports: _Reports, settings: SessionSettings) -> asyncio.Future[None]:
+        """The acknowledgement's timer for a spoken user turn (a done future where none is due:
+        ``acknowledge_ms`` -1, a response the client asked for, a text-only session)."""
+        if self._acknowledge_ms < 0 or turn.text is None or not settings.audio:
+            done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            done.set_result(None)
+            return done
+        return self.spawn(self._acknowledge(turn.gen, said, reports, self.ctx.clock.now()), "acknowledge")
+
+    async def _acknowledge(self, gen: int, said: _Said, reports: _Reports, asked: float) -> None:
+        """``acknowledge_ms`` after the LLM was asked (``asked``), a short acknowledgement unless
+        the reply has words by then or the quick model of a router answers it.  Cancelled when
+        the generation ends."""
+        await self.ctx.clock.sleep_until(asked + self._acknowledge_ms / 1000.0)
+        if said.index > 0 or reports.spoke or reports.route[1].startswith("small"):
+            return
+        phrase = ACKNOWLEDGEMENTS[self._acknowledged % len(ACKNOWLEDGEMENTS)]
+        self._acknowledged += 1
+        await self._say(gen, phrase + " ", said, ack=True)  # set apart from the answer, as its clauses are
+
+    async def _clause(self, gen: int, text: str, index: int, *, ack: bool = False) -> int:
         if not text.strip():
             return index
         if index == 0:
             await self.ctx.notify(self._mark(gen, "first_clause"))
-        await self.emit(Clause(t=self.ctx.clock.now(), gen=gen, session=self.ctx.session_id, text=text, index=index))
+        await self.emit(Clause(t=self.ctx.clock.now(), gen=gen, session=self.ctx.session_id, text=text, index=index, ack=ack))
         if index == 0:
             # Leave the cores to TTS until the first audio exists (see pipeline/gate.py): this task
             # stops taking tokens, and an engine that decodes ahead of its reader stops too.
@@ -580,6 +619,14 @@ class LlmStage(Stage):
 
     def _mark(self, gen: int, name: str) -> Mark:
         return Mark(t=self.ctx.clock.now(), gen=gen, session=self.ctx.session_id, name=name)
+
+
+@dataclass
+class _Said:
+    """The clauses one reply has said so far (its acknowledgement included), under one lock."""
+
+    index: int = 0
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
 
 class FirstClause(Pacing):

@@ -95,6 +95,7 @@ class PlayoutStage(Stage):
                     text=audio.text,
                     # Piper yields a whole sentence at once, so the first chunk is the clause.
                     clause_ms=len(audio.pcm) * 1000.0 / audio.rate,
+                    ack=audio.ack,
                 )
             )
         step = max(1, audio.rate * self._chunk_ms // 1000)

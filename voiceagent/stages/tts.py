@@ -194,4 +194,5 @@ class TtsStage(Stage):
             index=clause.index,
             text=clause.text,
             first_of_clause=first,
+            ack=clause.ack,
         )
