@@ -68,7 +68,7 @@ ANSWER_FROM_TOOLS = "Answer the user now, in one short spoken sentence, from the
 model mostly writes another call (often as text, which would be spoken); this line turned that
 into a spoken answer in every case tried (tests/integration/test_tools.py)."""
 
-ACKNOWLEDGEMENTS = ("Let's see.", "Hmm, let me think.", "One moment.", "Let me think.")
+ACKNOWLEDGEMENTS = ("Let's see.", "Well,", "Hmm,")
 """What the agent says while a late answer is still being thought (``llm.acknowledge_ms``), in
 turn: short, so the answer is not kept waiting behind it."""
 

@@ -490,9 +490,12 @@ class LlmConfig:
     trailing function words (0: never).  Why 4: docs/decisions/first-clause-words.md."""
     acknowledge_ms: int = -1
     """A user turn's answer that has no words this long after the LLM was asked starts with a
-    short spoken acknowledgement ("Let's see.") while the model thinks on; -1: never.  Not on
-    the small route's turns (``route``), whose model is the quick one.  An acknowledgement is
-    not an answer: the turn metrics' ``content_audio_sent`` is when the content starts."""
+    short spoken acknowledgement ("Let's see.") while the model thinks on; -1: never; 0: every
+    spoken turn's, said before the model is asked (its voice gets the cores first).  Above 0,
+    not on the small route's turns (``route``), whose model is the quick one.  An
+    acknowledgement is not an answer: the turn metrics' ``content_audio_sent`` is when the
+    content starts.  Off by default: on two cores it delays the content
+    (docs/reports/acknowledge-2026-12-02.md)."""
 
     def __post_init__(self) -> None:
         _check(self.quant in LLM_QUANTS, "llm.quant", "must be one of " + ", ".join(LLM_QUANTS))

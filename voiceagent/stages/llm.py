@@ -294,7 +294,7 @@ class LlmStage(Stage):
         calls = 0  # the calls this reply made (tool_choice "none" aside), good or not
         answered = answered_calls(messages)
         attempts = [request]
-        hold = self._hold(event, said, reports, settings)
+        hold = await self._hold(event, said, reports, settings)
 
         try:
             while attempts:
@@ -580,12 +580,18 @@ class LlmStage(Stage):
             if not (ack and said.index > 0):
                 said.index = await self._clause(gen, text, said.index, ack=ack)
 
-    def _hold(self, turn: UserTurn, said: _Said, reports: _Reports, settings: SessionSettings) -> asyncio.Future[None]:
+    async def _hold(self, turn: UserTurn, said: _Said, reports: _Reports, settings: SessionSettings) -> asyncio.Future[None]:
         """The acknowledgement's timer for a spoken user turn (a done future where none is due:
-        ``acknowledge_ms`` -1, a response the client asked for, a text-only session)."""
+        ``acknowledge_ms`` -1, a response the client asked for, a text-only session).  With 0 the
+        acknowledgement is said now, before the model is asked: its voice gets the cores first
+        (a model's prompt, once running, cannot be paused), and the model waits only for its
+        first audio."""
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        done.set_result(None)
         if self._acknowledge_ms < 0 or turn.text is None or not settings.audio:
-            done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            done.set_result(None)
+            return done
+        if self._acknowledge_ms == 0:
+            await self._acknowledge_now(turn.gen, said)
             return done
         return self.spawn(self._acknowledge(turn.gen, said, reports, self.ctx.clock.now()), "acknowledge")
 
@@ -596,8 +602,14 @@ class LlmStage(Stage):
         await self.ctx.clock.sleep_until(asked + self._acknowledge_ms / 1000.0)
         if said.index > 0 or reports.spoke or reports.route[1].startswith("small"):
             return
+        await self._acknowledge_now(gen, said)
+
+    async def _acknowledge_now(self, gen: int, said: _Said) -> None:
         phrase = ACKNOWLEDGEMENTS[self._acknowledged % len(ACKNOWLEDGEMENTS)]
         self._acknowledged += 1
+        # What the turn stage waits for before its model (the prompt's head start) is moot now:
+        # the acknowledgement is the first audio, and it waits for the turn to be confirmed.
+        self._first_token.open(gen)
         await self._say(gen, phrase + " ", said, ack=True)  # set apart from the answer, as its clauses are
 
     async def _clause(self, gen: int, text: str, index: int, *, ack: bool = False) -> int:
