@@ -9,7 +9,9 @@ parsed by the SDK; no ``error`` may come in any scenario but the one that asks f
 * a client-delegated round trip: the agent delegates the weather, the application answers with
   commentary for that delegation, and the answer is spoken;
 * ``session.update``, mute and unmute: muted speech is never heard, unmuted speech is;
-* an interruption: speech over the answer cuts it, and the new question is answered.
+* an interruption: speech over the answer cuts it, and the new question is answered;
+* a sideband (``client.live.sideband.connect()``) sees the session, its audio reflected, and
+  appends instructions.
 """
 
 from __future__ import annotations
@@ -240,3 +242,50 @@ def test_live_refuses_loudly_and_keeps_the_session(engines: Any, run: Any) -> No
     assert codes == ["unsupported_event", "delegation_not_found"], codes
     assert all(check_live_server_event(e) is None for e in live.events)
     assert live.of("session.closed"), "the session went on after the errors"
+
+
+def test_a_sideband_sees_the_session_and_appends_instructions(engines: Any, speech: dict[str, Path], run: Any) -> None:
+    """``client.live.sideband.connect()`` on a running session: the ``session.started`` replay,
+    the caller's audio and the agent's reflected as PCM16 at 24 kHz with their times, both
+    transcripts; its instructions join the session's; a bad event it sends is answered to it alone."""
+    note = "The caller's name is Ada."
+    seen: dict[str, Any] = {}
+
+    async def main() -> tuple[Live, Live]:
+        async with VoiceAgentServer(_config(), engines) as server:
+            client = _client(server)
+
+            async def scenario(primary: Live) -> None:
+                session_id = primary.of("session.started")[0]["session"]["id"]
+                async with client.live.sideband.connect(session_id=session_id) as conn:
+                    sideband = Live(conn)
+                    pump = asyncio.create_task(sideband.pump())
+                    try:
+                        await sideband.wait(lambda ev: bool(ev) and ev[0]["type"] == "session.started", 30, "the replayed start")
+                        await conn.session.instructions.append(content=note, delegation_id=None)
+                        await conn.session.commentary.append(content="x", delegation_id="call_nope")
+                        await sideband.wait(lambda ev: any(e["type"] == "session.instructions.appended" for e in ev), 30, "the append")
+                        seen["instructions"] = server.live[session_id].session.settings.instructions
+                        await primary.speak(wire_audio(speech["capital"], tail_s=1.0))
+                        await sideband.wait(_said(lambda s: "paris" in s), 90, "the answer, seen from the sideband")
+                    finally:
+                        pump.cancel()
+                        await asyncio.gather(pump, return_exceptions=True)
+                seen["sideband"] = sideband
+
+            primary = await _session(server, scenario)
+            return primary, seen["sideband"]
+
+    primary, sideband = run(main(), 240)
+    primary.check_clean()
+    invalid = [why for why in map(check_live_server_event, sideband.events) if why is not None]
+    assert not invalid, invalid
+    assert note in seen["instructions"]
+    assert [e["error"]["code"] for e in sideband.of("error")] == ["delegation_not_found"]  # to the sideband alone
+    assert primary.of("session.instructions.appended"), "the primary sees the sideband's append too"
+    assert "capital" in sideband.heard().lower(), sideband.heard()
+    reflected = sideband.of("session.output_audio.delta")
+    assert reflected and all(e["end_ms"] >= e["start_ms"] for e in reflected)
+    assert sum(e["end_ms"] - e["start_ms"] for e in reflected) >= 1000  # over a second of the answer, timed
+    heard = sum(len(base64.b64decode(e["audio"])) for e in sideband.of("session.input_audio.append"))
+    assert heard >= 2 * 24000  # the caller's question, reflected at 24 kHz (over a second)

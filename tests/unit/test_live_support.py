@@ -230,8 +230,12 @@ def every_server_event() -> list[dict[str, Any]]:
         ErrorEvent(**HEAD, code="llm_failed", message="the model raised"),
     ]
     for n, ev in enumerate(events):
+        if isinstance(ev, AudioDelta | ResponseDone):
+            out += codec.reflect_output(ev, 1500.0 + n)  # what a sideband gets instead of the primary's audio
         out += codec.encode(ev, 1500.0 + n)
-    return out
+    reflected = codec.reflect_input(np.ones(1600, np.int16))
+    assert reflected is not None
+    return [*out, reflected]
 
 
 def test_every_server_event_sent_validates_and_the_table_names_exactly_those_sent() -> None:
@@ -241,6 +245,8 @@ def test_every_server_event_sent_validates_and_the_table_names_exactly_those_sen
     assert {m["type"] for m in messages} == {row.name for row in SERVER_EVENTS if row.status is not Status.REFUSED}
     transcript = next(m for m in messages if m["type"] == "session.input_transcript.delta")
     assert (transcript["start_ms"], transcript["end_ms"]) == (200, 1400)  # the speech's place on the timeline
+    sideband_audio = [m for m in messages if m["type"] == "session.output_audio.delta" and "start_ms" in m]
+    assert sideband_audio and sideband_audio[0]["start_ms"] >= 1500  # reflected with its place on the timeline
     delegation = next(m for m in messages if m["type"] == "session.delegation.created")
     assert delegation["delegation"] == {"id": "call_1", "target": "client", "type": "delegation"}
 

@@ -22,7 +22,8 @@ import asyncio
 import contextlib
 import logging
 import time
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
 
 from websockets.asyncio.server import ServerConnection
 
@@ -30,18 +31,33 @@ from voiceagent.audio import PIPELINE_RATE
 from voiceagent.config.prompts import LIVE_ACKNOWLEDGEMENT, LIVE_COMMENTARY, LIVE_THINKING
 from voiceagent.conversation.reply import ResponseOptions
 from voiceagent.errors import ProtocolError, excerpt
-from voiceagent.events import FunctionCallAdded, ResponseCreated, ResponseDone
+from voiceagent.events import AudioDelta, FunctionCallAdded, PlaybackCleared, ResponseCreated, ResponseDone
 from voiceagent.session import Session
 from voiceagent.transports.connection import SessionConnection
 from voiceagent.transports.live_codec import DELEGATE, AppendAudio, AppendContext, Close, Command, LiveCodec, Mute, Start, Update
 from voiceagent.transports.live_config import LIVE_VOICES, session_resource
 from voiceagent.transports.realtime_audio import WireAudio
 
-__all__ = ["LIVE_PATH", "LiveConnection"]
+__all__ = ["LIVE_PATH", "LiveConnection", "Reply", "Sideband"]
 
 log = logging.getLogger(__name__)
 
 LIVE_PATH = "/v1/live/sessions"
+
+Reply = Callable[[dict[str, Any]], Awaitable[None]]
+"""Where an answer to one client event goes (its error, when it is refused)."""
+
+
+class Sideband(Protocol):
+    """A sideband as the session sees it (:class:`~voiceagent.transports.live_sideband.LiveSideband`)."""
+
+    def put(self, message: dict[str, Any]) -> None:
+        """Queue ``message`` for it (never waits: a sideband that stops reading is detached)."""
+
+    def end(self) -> None:
+        """The session is over: close it."""
+
+
 USAGE_EVERY_S = 60.0
 _ACK_TOKENS = 24
 
@@ -58,6 +74,10 @@ class LiveConnection(SessionConnection):
         self._acks: set[asyncio.Task[None]] = set()
         self._server_instructions = session.settings.instructions
         self._expires_at = 0
+        self.sidebands: set[Sideband] = set()
+        """Trusted servers' sockets attached to this session (:mod:`.live_sideband`)."""
+        self.started: dict[str, Any] | None = None
+        """The ``session.started`` event, replayed to each sideband as it attaches."""
 
     # ------------------------------------------------------------------ timeline and sending
 
@@ -72,9 +92,38 @@ class LiveConnection(SessionConnection):
     def _usage(self) -> dict[str, Any]:
         return {"seconds": float(int(self.now_ms() / 1000.0))}
 
-    async def error(self, exc: ProtocolError) -> None:
+    async def error(self, exc: ProtocolError, reply: Reply | None = None) -> None:
+        """Tell whoever sent the bad event (the primary unless ``reply`` says otherwise)."""
         self.session.metrics.error(exc.code)
-        await self.send(self.codec.error(exc))
+        message = self.codec.error(exc)
+        await (reply(message) if reply is not None else self.send_primary(message))
+
+    async def send_primary(self, message: dict[str, Any]) -> None:
+        await super().send(message)
+
+    async def send(self, message: dict[str, Any]) -> None:
+        """To the primary socket and every sideband."""
+        await self.send_primary(message)
+        self.tell_sidebands(message)
+
+    def tell_sidebands(self, message: dict[str, Any]) -> None:
+        for sideband in list(self.sidebands):
+            sideband.put(message)
+
+    async def handle_frame(self, frame: str | bytes, reply: Reply | None = None) -> Command | None:
+        """Decode one client frame and apply it; its error goes to ``reply`` (the primary's by
+        default).  The command applied, or None."""
+        if isinstance(frame, bytes):
+            why = "send JSON text frames; audio goes base64 in session.input_audio.append"
+            await self.error(ProtocolError("binary_not_supported", why), reply)
+            return None
+        try:
+            cmd = self.codec.decode(frame)
+            await self.apply(cmd)
+        except ProtocolError as exc:
+            await self.error(exc, reply)
+            return None
+        return cmd
 
     # ------------------------------------------------------------------ reading
 
@@ -83,19 +132,11 @@ class LiveConnection(SessionConnection):
         usage = asyncio.create_task(self._report_usage(), name=f"{self.session.id}.usage")
         try:
             async for frame in self.frames():
-                if isinstance(frame, bytes):
-                    why = "send JSON text frames; audio goes base64 in session.input_audio.append"
-                    await self.error(ProtocolError("binary_not_supported", why))
-                    continue
-                try:
-                    cmd = self.codec.decode(frame)
-                    await self.apply(cmd)
-                except ProtocolError as exc:
-                    await self.error(exc)
-                    continue
-                if isinstance(cmd, Close):
+                if isinstance(await self.handle_frame(frame), Close):
                     return
         finally:
+            for sideband in list(self.sidebands):
+                sideband.end()
             for task in (speaker, usage, *self._acks):
                 task.cancel()
             for task in (speaker, usage, *self._acks):
@@ -125,6 +166,10 @@ class LiveConnection(SessionConnection):
                     f"audio is arriving faster than real time (more than {s.config.server.audio_burst_s:g} s ahead); "
                     "this chunk was dropped",
                 )
+            if self.sidebands:  # reflected before muting, as OpenAI's sideband hears it
+                reflected = self.codec.reflect_input(cmd.pcm)
+                if reflected is not None:
+                    self.tell_sidebands(reflected)
             # Muted: the model hears silence instead, so the session's timeline goes on.
             await s.append_audio(cmd.pcm * 0 if self._muted else cmd.pcm)
         elif isinstance(cmd, Mute):
@@ -162,7 +207,8 @@ class LiveConnection(SessionConnection):
         self._expires_at = int(time.time() + (limit if limit > 0 else 24 * 3600))
         if cfg.safety_identifier is not None:
             log.info("session %s: safety_identifier %s", s.id, excerpt(cfg.safety_identifier))
-        await self.send(self.codec.message("session.started", cmd.event_id, session=self._resource()))
+        self.started = self.codec.message("session.started", cmd.event_id, session=self._resource())
+        await self.send(self.started)
 
     async def _append(self, cmd: AppendContext) -> None:
         s = self.session
@@ -240,8 +286,13 @@ class LiveConnection(SessionConnection):
                 self._idle.clear()
             elif isinstance(event, ResponseDone) and self.session.active_response_id is None:
                 self._idle.set()
-            for message in self.codec.encode(event, self.now_ms()):
-                await self.send(message)
+            now = self.now_ms()
+            if self.sidebands and isinstance(event, AudioDelta | ResponseDone | PlaybackCleared):
+                for reflected in self.codec.reflect_output(event, now):
+                    self.tell_sidebands(reflected)
+            for message in self.codec.encode(event, now):
+                # Reply audio goes to the primary in its format; sidebands got theirs above.
+                await (self.send_primary(message) if message["type"] == "session.output_audio.delta" else self.send(message))
             if isinstance(event, FunctionCallAdded) and event.name == DELEGATE.name and self.codec.config is not None:
                 ack = asyncio.create_task(self._acknowledge(self.codec.config.acknowledgement_delay_ms), name=f"{self.session.id}.ack")
                 self._acks.add(ack)

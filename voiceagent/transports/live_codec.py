@@ -18,7 +18,7 @@ import itertools
 from dataclasses import dataclass
 from typing import Any
 
-from voiceagent.audio import PIPELINE_RATE, Int16Array
+from voiceagent.audio import PIPELINE_RATE, Int16Array, StreamResampler
 from voiceagent.errors import MAX_MESSAGE_CHARS, ProtocolError, bounded, excerpt
 from voiceagent.events import (
     AudioDelta,
@@ -130,6 +130,8 @@ class LiveCodec:
         """Delegations the application has not answered yet: call id → the response that made it."""
         self._speech: dict[str, tuple[float, float]] = {}  # user item → (start, end) ms of its speech
         self._out_at: dict[str, float] = {}  # response → timeline ms its next audio starts at
+        self._reflected = WireAudio(voice_rate)  # sidebands hear PCM16 at 24 kHz, whatever the primary's format
+        self._reflect_in = StreamResampler(PIPELINE_RATE, 24000, quality="LQ")
         self._heard = False  # an input transcript was sent
 
     # ------------------------------------------------------------------ client → server
@@ -269,6 +271,29 @@ class LiveCodec:
             body = {"type": "server_error", "code": ev.code, "message": bounded(ev.message, MAX_MESSAGE_CHARS), "param": None}
             return [self.message("error", error=body)]
         return []
+
+    def reflect_output(self, ev: AudioDelta | ResponseDone | PlaybackCleared, now_ms: float) -> list[dict[str, Any]]:
+        """Reply audio as a sideband gets it: PCM16 at 24 kHz with its place on the timeline
+        (``start_ms``/``end_ms``); call it for every reply event while sidebands listen, before
+        :meth:`encode` moves the timeline on."""
+        if isinstance(ev, AudioDelta):
+            if ev.response_id not in self._reflected.open_responses():
+                self._reflected.open(ev.response_id)
+            raw = self._reflected.out(ev.response_id, ev.pcm, ev.rate)
+        else:
+            raw = self._reflected.close(ev.response_id, flush=isinstance(ev, ResponseDone) and ev.status == "completed")
+        if not raw:
+            return []
+        start = max(self._out_at.get(ev.response_id, now_ms), now_ms) if isinstance(ev, AudioDelta) else now_ms
+        end = start + len(raw) / 2 * 1000.0 / 24000
+        return [{**self._audio_delta(raw), "start_ms": int(start), "end_ms": max(int(start), int(end))}]
+
+    def reflect_input(self, pcm: Int16Array) -> dict[str, Any] | None:
+        """The caller's audio as a sideband gets it: ``session.input_audio.append``, PCM16 at 24 kHz."""
+        out = self._reflect_in.process(pcm)
+        if len(out) == 0:
+            return None
+        return {"type": "session.input_audio.append", "audio": base64.b64encode(out.astype("<i2").tobytes()).decode("ascii")}
 
     def _audio_delta(self, raw: bytes) -> dict[str, Any]:
         # Primary-socket audio carries no event_id and no times (openai.types.live.OutputAudioDeltaEvent).

@@ -55,8 +55,8 @@ SERVER_EVENTS: tuple[Support, ...] = (
     Support("session.instructions.appended", S),
     Support("session.thinking.appended", S),
     Support("session.commentary.appended", S),
-    Support("session.input_audio.append", R, "sideband reflection: no sideband yet"),
-    Support("session.output_audio.delta", S, "in the session's format"),
+    Support("session.input_audio.append", S, "to sidebands: the caller's audio before muting, PCM16 at 24 kHz"),
+    Support("session.output_audio.delta", S, "in the session's format; to sidebands PCM16 at 24 kHz with `start_ms`/`end_ms`"),
     Support(
         "session.input_transcript.delta",
         P,

@@ -12,6 +12,7 @@ Routes:
                                   (:mod:`voiceagent.transports.phone_calls`); 409 in the wrong state
   ``ws://HOST:PORT/v1/realtime?call_id=ID``  a Realtime socket attached to that SIP call
   ``ws://HOST:PORT/v1/live/sessions``  OpenAI's GPT-Live protocol (``client.live.connect()``)
+  ``ws://HOST:PORT/v1/live/sessions/ID/attach``  a GPT-Live sideband on that running session
   ``POST /v1/sip/calls``          place a SIP call (``{"to": "sip:…", "session": {…}, "timeout_s":
                                   30}``): 201 with its record; ``GET /v1/sip/calls/ID`` follows it
   ``ws://HOST:PORT/twilio``       Twilio Media Streams (a phone call)
@@ -81,6 +82,7 @@ from voiceagent.transports.auth import SUBPROTOCOL, access_for, is_loopback
 from voiceagent.transports.call_attach import AttachedConnection
 from voiceagent.transports.http_post import Post, PostConnection
 from voiceagent.transports.live import LIVE_PATH, LiveConnection
+from voiceagent.transports.live_sideband import LiveSideband
 from voiceagent.transports.phone_calls import PhoneCalls, call_control, place_call
 from voiceagent.transports.probe_log import wire_logger
 from voiceagent.transports.realtime import RealtimeConnection
@@ -107,6 +109,7 @@ FIRST_TURN_FACTOR = 5.0
 (:class:`voiceagent.capacity.TurnCost`): the first estimate, before turns are measured."""
 RETRY_AFTER = "5"
 """Seconds a refused client is told to wait: a few load samples, and about a turn's length."""
+_LIVE_ATTACH = re.compile(r"/v1/live/sessions/([A-Za-z0-9_]{1,64})/attach")
 _CONTROL = re.compile(r"/v1/realtime/calls/([A-Za-z0-9_]{1,64})/(accept|reject|refer|hangup)")
 SIP_CALLS_PATH = "/v1/sip/calls"
 _SIP_CALL = re.compile(r"/v1/sip/calls/([A-Za-z0-9_]{1,64})")
@@ -248,6 +251,8 @@ class VoiceAgentServer:
         self._transfers: dict[str, tuple[str | None, int | None]] = {}  # Twilio call id → (transfer target, SIP refusal)
         self.phone_calls = PhoneCalls()
         """The SIP gateway's calls, for OpenAI's call-control API."""
+        self.live: dict[str, LiveConnection] = {}
+        """Running GPT-Live sessions by id, for their sidebands."""
         self._load_watch: asyncio.Task[None] | None = None
         self._admission_watch: asyncio.Task[None] | None = None
         self._agent: asyncio.Server | None = None
@@ -524,6 +529,9 @@ class VoiceAgentServer:
                 return refused
         if path == REALTIME_PATH and "call_id" in parse_qs(urlsplit(request.path).query):
             return self._attach_check(request)
+        attach = _LIVE_ATTACH.fullmatch(path)
+        if attach is not None:
+            return self._unauthorized(request) or self._sideband_check(attach.group(1))
         if path in (REALTIME_PATH, TWILIO_PATH, LIVE_PATH):
             refused = self._admission(request)
             if refused is not None:
@@ -612,6 +620,16 @@ class VoiceAgentServer:
         while len(self._transfers) >= _TRANSFERS_KEPT:
             self._transfers.pop(next(iter(self._transfers)))
         self._transfers[call_sid] = (transfer, refuse)
+
+    def _sideband_check(self, session_id: str) -> Response | None:
+        """A GPT-Live sideband: the session must be running and started (it opens none, so
+        admission does not count it)."""
+        conn = self.live.get(session_id)
+        if conn is None:
+            return _text(http.HTTPStatus.NOT_FOUND, f"no live session {session_id}\n")
+        if conn.started is None:
+            return _text(http.HTTPStatus.CONFLICT, f"session {session_id} has not started: its primary sends session.start first\n")
+        return None
 
     def _attach_check(self, request: Request) -> Response | None:
         """A socket attaching to a call: auth as any other, then the call must exist (404).  It
@@ -818,6 +836,12 @@ class VoiceAgentServer:
             if call is not None:  # it may have ended since the handshake's check
                 await AttachedConnection(ws, call, self.engines.tts.sample_rate).run()
             return
+        attach = _LIVE_ATTACH.fullmatch(path)
+        if attach is not None:
+            live = self.live.get(attach.group(1))
+            if live is not None:  # it may have ended since the handshake's check
+                await LiveSideband(ws, live).run()
+            return
         phone = PhoneTools(self.config.phone.targets) if path == TWILIO_PATH and self.config.phone.tools else None
         session = Session(self.engines, self.config, clock=self.clock, metrics=self.metrics, phone=phone)
         self.sessions.add(session)
@@ -827,7 +851,7 @@ class VoiceAgentServer:
             await session.start()
             conn: RealtimeConnection | TwilioConnection | LiveConnection
             if path == LIVE_PATH:
-                conn = LiveConnection(ws, session, self.engines.tts.sample_rate)
+                conn = self.live[session.id] = LiveConnection(ws, session, self.engines.tts.sample_rate)
             elif path == TWILIO_PATH:
                 cfg = self.config.server
                 webhook = (cfg.sip_webhook_url, cfg.sip_webhook_secret) if cfg.sip_webhook_url else None
@@ -837,5 +861,6 @@ class VoiceAgentServer:
             log.info("session %s opened on %s from %s", session.id, path, ws.remote_address)
             await conn.run()
         finally:
+            self.live.pop(session.id, None)
             await self._end_session(session)
             log.info("session %s closed", session.id)
