@@ -31,18 +31,19 @@ from voiceagent.audio import PIPELINE_RATE
 from voiceagent.config.prompts import LIVE_ACKNOWLEDGEMENT, LIVE_COMMENTARY, LIVE_THINKING
 from voiceagent.conversation.reply import ResponseOptions
 from voiceagent.errors import ProtocolError, excerpt
-from voiceagent.events import AudioDelta, FunctionCallAdded, PlaybackCleared, ResponseCreated, ResponseDone
+from voiceagent.events import AudioDelta, Event, FunctionCallAdded, PlaybackCleared, ResponseCreated, ResponseDone
 from voiceagent.session import Session
 from voiceagent.transports.connection import SessionConnection
 from voiceagent.transports.live_codec import DELEGATE, AppendAudio, AppendContext, Close, Command, LiveCodec, Mute, Start, Update
 from voiceagent.transports.live_config import LIVE_VOICES, session_resource
 from voiceagent.transports.realtime_audio import WireAudio
 
-__all__ = ["LIVE_PATH", "LiveConnection", "Reply", "Sideband"]
+__all__ = ["AUDIO_DELTA", "LIVE_PATH", "LiveConnection", "LiveProtocol", "Reply", "Sideband"]
 
 log = logging.getLogger(__name__)
 
 LIVE_PATH = "/v1/live/sessions"
+AUDIO_DELTA = "session.output_audio.delta"
 
 Reply = Callable[[dict[str, Any]], Awaitable[None]]
 """Where an answer to one client event goes (its error, when it is refused)."""
@@ -62,9 +63,33 @@ USAGE_EVERY_S = 60.0
 _ACK_TOKENS = 24
 
 
-class LiveConnection(SessionConnection):
-    def __init__(self, ws: ServerConnection, session: Session, voice_rate: int) -> None:
-        super().__init__(ws, session)
+class LiveProtocol:
+    """GPT-Live for one session, whatever carries it: client events in (:meth:`handle_frame`),
+    session events out (:meth:`on_event`), sidebands.  ``send`` reaches the primary client,
+    ``close`` ends its connection, ``audio_allowed`` is the transport's real-time budget;
+    ``fixed_audio``: the audio travels on tracks (WebRTC), not as events.  :meth:`start` before
+    the first event, :meth:`stop` after the last (cancels the speaker, the acknowledgement timers
+    and the usage reports; closes the sidebands)."""
+
+    def __init__(
+        self,
+        session: Session,
+        voice_rate: int,
+        *,
+        send: Reply,
+        close: Callable[[str], Awaitable[None]],
+        audio_allowed: Callable[[float], bool],
+        started_at: float,
+        fixed_audio: bool = False,
+    ) -> None:
+        self.session = session
+        self._clock = session.clock
+        self.started_at = started_at
+        self._send_primary = send
+        self._close_primary = close
+        self.audio_allowed = audio_allowed
+        self._fixed_audio = fixed_audio
+        self._tasks: list[asyncio.Task[None]] = []
         self.codec = LiveCodec(voice_rate)
         self._voice_rate = voice_rate
         self._muted = False
@@ -99,7 +124,7 @@ class LiveConnection(SessionConnection):
         await (reply(message) if reply is not None else self.send_primary(message))
 
     async def send_primary(self, message: dict[str, Any]) -> None:
-        await super().send(message)
+        await self._send_primary(message)
 
     async def send(self, message: dict[str, Any]) -> None:
         """To the primary socket and every sideband."""
@@ -125,23 +150,23 @@ class LiveConnection(SessionConnection):
             return None
         return cmd
 
-    # ------------------------------------------------------------------ reading
+    # ------------------------------------------------------------------ lifetime
 
-    async def serve(self) -> None:
-        speaker = asyncio.create_task(self._speak(), name=f"{self.session.id}.speaker")
-        usage = asyncio.create_task(self._report_usage(), name=f"{self.session.id}.usage")
-        try:
-            async for frame in self.frames():
-                if isinstance(await self.handle_frame(frame), Close):
-                    return
-        finally:
-            for sideband in list(self.sidebands):
-                sideband.end()
-            for task in (speaker, usage, *self._acks):
-                task.cancel()
-            for task in (speaker, usage, *self._acks):
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+    def start(self) -> None:
+        self._tasks = [
+            asyncio.create_task(self._speak(), name=f"{self.session.id}.speaker"),
+            asyncio.create_task(self._report_usage(), name=f"{self.session.id}.usage"),
+        ]
+
+    async def stop(self) -> None:
+        for sideband in list(self.sidebands):
+            sideband.end()
+        tasks = [*self._tasks, *self._acks]
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
 
     async def apply(self, cmd: Command) -> None:
         """Apply one decoded client event; :class:`ProtocolError` when the session refuses it."""
@@ -198,10 +223,11 @@ class LiveConnection(SessionConnection):
         for role, text in cfg.input:
             if role != "developer":
                 await s.add_text(text, role)
-        audio = WireAudio(self._voice_rate, pcm_rate=cfg.rate if cfg.format == "audio/pcm" else 24000)
-        audio.set_input_format(cfg.format)
-        audio.output_format = cfg.format
-        self.codec.audio = audio
+        if not self._fixed_audio:  # on tracks the audio is the track's, whatever a format says
+            audio = WireAudio(self._voice_rate, pcm_rate=cfg.rate if cfg.format == "audio/pcm" else 24000)
+            audio.set_input_format(cfg.format)
+            audio.output_format = cfg.format
+            self.codec.audio = audio
         self.codec.config = cfg
         limit = s.config.server.max_session_s
         self._expires_at = int(time.time() + (limit if limit > 0 else 24 * 3600))
@@ -233,7 +259,7 @@ class LiveConnection(SessionConnection):
         """``session.closed``, then the close frame (1000)."""
         if self.codec.config is not None:
             await self.send(self.codec.message("session.closed", event_id, reason=reason, session=self._resource(), usage=self._usage()))
-        await self.ws.close(1000, reason)
+        await self._close_primary(reason)
 
     async def expire(self, code: str, message: str) -> None:
         await self.error(ProtocolError(code, message))
@@ -280,20 +306,49 @@ class LiveConnection(SessionConnection):
 
     # ------------------------------------------------------------------ writing
 
+    async def on_event(self, event: Event) -> None:
+        """One session event to the client and the sidebands, as soon as it exists."""
+        if isinstance(event, ResponseCreated):
+            self._idle.clear()
+        elif isinstance(event, ResponseDone) and self.session.active_response_id is None:
+            self._idle.set()
+        now = self.now_ms()
+        if self.sidebands and isinstance(event, AudioDelta | ResponseDone | PlaybackCleared):
+            for reflected in self.codec.reflect_output(event, now):
+                self.tell_sidebands(reflected)
+        for message in self.codec.encode(event, now):
+            # Reply audio goes to the primary in its format; sidebands got theirs above.
+            await (self.send_primary(message) if message["type"] == AUDIO_DELTA else self.send(message))
+        if isinstance(event, FunctionCallAdded) and event.name == DELEGATE.name and self.codec.config is not None:
+            ack = asyncio.create_task(self._acknowledge(self.codec.config.acknowledgement_delay_ms), name=f"{self.session.id}.ack")
+            self._acks.add(ack)
+            ack.add_done_callback(self._acks.discard)
+
+
+class LiveConnection(SessionConnection):
+    """GPT-Live over its primary WebSocket (``/v1/live/sessions``, ``client.live.connect()``)."""
+
+    def __init__(self, ws: ServerConnection, session: Session, voice_rate: int) -> None:
+        super().__init__(ws, session)
+        self.live = LiveProtocol(
+            session, voice_rate, send=self.send, close=self._close, audio_allowed=self.audio_allowed, started_at=self.started_at
+        )
+
+    async def _close(self, reason: str) -> None:
+        await self.ws.close(1000, reason)
+
+    async def serve(self) -> None:
+        self.live.start()
+        try:
+            async for frame in self.frames():
+                if isinstance(await self.live.handle_frame(frame), Close):
+                    return
+        finally:
+            await self.live.stop()
+
+    async def expire(self, code: str, message: str) -> None:
+        await self.live.expire(code, message)
+
     async def write(self) -> None:
         async for event in self.session.events():
-            if isinstance(event, ResponseCreated):
-                self._idle.clear()
-            elif isinstance(event, ResponseDone) and self.session.active_response_id is None:
-                self._idle.set()
-            now = self.now_ms()
-            if self.sidebands and isinstance(event, AudioDelta | ResponseDone | PlaybackCleared):
-                for reflected in self.codec.reflect_output(event, now):
-                    self.tell_sidebands(reflected)
-            for message in self.codec.encode(event, now):
-                # Reply audio goes to the primary in its format; sidebands got theirs above.
-                await (self.send_primary(message) if message["type"] == "session.output_audio.delta" else self.send(message))
-            if isinstance(event, FunctionCallAdded) and event.name == DELEGATE.name and self.codec.config is not None:
-                ack = asyncio.create_task(self._acknowledge(self.codec.config.acknowledgement_delay_ms), name=f"{self.session.id}.ack")
-                self._acks.add(ack)
-                ack.add_done_callback(self._acks.discard)
+            await self.live.on_event(event)

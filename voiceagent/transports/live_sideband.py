@@ -27,7 +27,7 @@ from typing import Any
 from websockets.asyncio.server import ServerConnection
 from websockets.exceptions import ConnectionClosed
 
-from voiceagent.transports.live import LiveConnection
+from voiceagent.transports.live import LiveProtocol
 
 __all__ = ["QUEUE", "LiveSideband"]
 
@@ -43,7 +43,7 @@ _END = None
 class LiveSideband:
     """One sideband on the session ``conn`` serves."""
 
-    def __init__(self, ws: ServerConnection, conn: LiveConnection) -> None:
+    def __init__(self, ws: ServerConnection, conn: LiveProtocol) -> None:
         self.ws = ws
         self.conn = conn
         self._queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue(QUEUE + 1)

@@ -81,7 +81,7 @@ from voiceagent.tools.phone import PhoneTools
 from voiceagent.transports.auth import SUBPROTOCOL, access_for, is_loopback
 from voiceagent.transports.call_attach import AttachedConnection
 from voiceagent.transports.http_post import Post, PostConnection
-from voiceagent.transports.live import LIVE_PATH, LiveConnection
+from voiceagent.transports.live import LIVE_PATH, LiveConnection, LiveProtocol
 from voiceagent.transports.live_sideband import LiveSideband
 from voiceagent.transports.phone_calls import PhoneCalls, call_control, place_call
 from voiceagent.transports.probe_log import wire_logger
@@ -251,7 +251,7 @@ class VoiceAgentServer:
         self._transfers: dict[str, tuple[str | None, int | None]] = {}  # Twilio call id → (transfer target, SIP refusal)
         self.phone_calls = PhoneCalls()
         """The SIP gateway's calls, for OpenAI's call-control API."""
-        self.live: dict[str, LiveConnection] = {}
+        self.live: dict[str, LiveProtocol] = {}
         """Running GPT-Live sessions by id, for their sidebands."""
         self._load_watch: asyncio.Task[None] | None = None
         self._admission_watch: asyncio.Task[None] | None = None
@@ -851,7 +851,8 @@ class VoiceAgentServer:
             await session.start()
             conn: RealtimeConnection | TwilioConnection | LiveConnection
             if path == LIVE_PATH:
-                conn = self.live[session.id] = LiveConnection(ws, session, self.engines.tts.sample_rate)
+                conn = LiveConnection(ws, session, self.engines.tts.sample_rate)
+                self.live[session.id] = conn.live
             elif path == TWILIO_PATH:
                 cfg = self.config.server
                 webhook = (cfg.sip_webhook_url, cfg.sip_webhook_secret) if cfg.sip_webhook_url else None
