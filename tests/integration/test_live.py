@@ -11,7 +11,8 @@ parsed by the SDK; no ``error`` may come in any scenario but the one that asks f
 * ``session.update``, mute and unmute: muted speech is never heard, unmuted speech is;
 * an interruption: speech over the answer cuts it, and the new question is answered;
 * a sideband (``client.live.sideband.connect()``) sees the session, its audio reflected, and
-  appends instructions.
+  appends instructions;
+* WebRTC (``client.live.create()`` with aiortc's offer), with a sideband on it.
 """
 
 from __future__ import annotations
@@ -20,12 +21,13 @@ import asyncio
 import base64
 import dataclasses
 import json
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from openai import AsyncOpenAI
+from openai import AsyncOpenAI, BadRequestError
 from openai.resources.live.live import AsyncLiveConnection
 
 from tests.integration.rt_client import wire_audio
@@ -289,3 +291,64 @@ def test_a_sideband_sees_the_session_and_appends_instructions(engines: Any, spee
     assert sum(e["end_ms"] - e["start_ms"] for e in reflected) >= 1000  # over a second of the answer, timed
     heard = sum(len(base64.b64decode(e["audio"])) for e in sideband.of("session.input_audio.append"))
     assert heard >= 2 * 24000  # the caller's question, reflected at 24 kHz (over a second)
+
+
+def test_live_over_webrtc_with_a_sideband(engines: Any, speech: dict[str, Path], run: Any) -> None:
+    """``client.live.create()`` with aiortc's offer: GPT-Live's events on the data channel, the
+    agent's voice on the track; a sideband attached by the session's id sees the turn and appends
+    instructions; ``audio.format`` is refused for WebRTC (its tracks negotiate their own)."""
+    from voiceagent.client.webrtc import RtcClient, track_audio
+
+    note = "The caller's name is Ada."
+    out: dict[str, Any] = {}
+
+    async def main() -> None:
+        async with VoiceAgentServer(_config(), engines) as server:
+            client = _client(server)
+            created: dict[str, str] = {}
+
+            async def signal(offer: str, session: dict[str, Any] | None = None) -> str:
+                answer = await client.live.create(session=session or {"model": "gpt-live-1"}, transport={"type": "webrtc", "sdp": offer})
+                created["id"] = answer.session.id
+                return answer.transport.sdp
+
+            async def refused(offer: str) -> str:
+                return await signal(offer, {"model": "gpt-live-1", "audio": {"format": {"type": "audio/pcm", "rate": 24000}}})  # type: ignore[dict-item]
+
+            with pytest.raises(BadRequestError) as err:
+                await RtcClient(server.url, signal=refused).connect()
+            out["refusal"] = err.value.body
+            rtc = RtcClient(server.url.replace("ws://", "http://").removesuffix("/v1/realtime"), signal=signal)
+            await rtc.connect()
+            try:
+                await rtc.wait_for("session.started", 30)
+                async with client.live.sideband.connect(session_id=created["id"]) as conn:
+                    sideband = Live(conn)
+                    pump = asyncio.create_task(sideband.pump())
+                    try:
+                        await sideband.wait(lambda ev: bool(ev) and ev[0]["type"] == "session.started", 30, "the replayed start")
+                        await conn.session.instructions.append(content=note, delegation_id=None)
+                        await rtc.wait_for("session.instructions.appended", 30)
+                        out["instructions"] = server.live[created["id"]].session.settings.instructions
+                        started = time.monotonic()
+                        rtc.mic.say(track_audio(speech["capital"], tail_s=1.0))
+                        await sideband.wait(_said(lambda s: "paris" in s), 90, "the answer, seen from the sideband")
+                        await rtc.wait_for("session.output_transcript.delta", 30)
+                        out["audible"] = rtc.audible_frames(after=started)
+                    finally:
+                        pump.cancel()
+                        await asyncio.gather(pump, return_exceptions=True)
+                out["sideband"], out["channel"] = sideband, list(rtc.events)
+            finally:
+                await rtc.close()
+
+    run(main(), 240)
+    assert out["refusal"]["param"] == "session.audio.format", out["refusal"]  # the SDK hands over the error object
+    channel = out["channel"]
+    assert channel[0]["type"] == "session.started"
+    invalid = [why for why in map(check_live_server_event, channel + out["sideband"].events) if why is not None]
+    assert not invalid, invalid
+    assert not [e for e in channel if e["type"] in ("error", "session.output_audio.delta")]  # the voice is on the track
+    assert note in out["instructions"]
+    assert "capital" in out["sideband"].heard().lower()
+    assert len(out["audible"]) >= 25  # over half a second of the answer heard on the track (20 ms frames)

@@ -19,6 +19,7 @@ import json
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -127,6 +128,9 @@ class RtcClient:
     first sample over -50 dBFS, 0 when none is)."""
     location: str = ""
     """The call's URL path from the answer's ``Location`` (``/v1/realtime/calls/{id}``), once connected."""
+    signal: Callable[[str], Awaitable[str]] | None = None
+    """The offer's SDP → the answer's: None posts it to ``/v1/realtime/calls``; GPT-Live's
+    ``client.live.create()`` is another."""
     jitter_prefetch: int | None = None
     """Packets in order the agent's track holds before it decodes the oldest, that one included
     (1: each as it arrives): None keeps aiortc's buffer (4, and each packet waits for the next
@@ -146,9 +150,12 @@ class RtcClient:
         channel.on("message", self._on_message)
         pc.on("track", lambda track: self._tasks.append(asyncio.ensure_future(self._read(track))))
         await pc.setLocalDescription(await pc.createOffer())
-        offer = pc.localDescription.sdp.encode()
-        status, answer, self.location = await asyncio.to_thread(post_offer_located, f"{self.base}/v1/realtime/calls", offer)
-        assert status == 201, (status, answer)
+        if self.signal is not None:
+            answer = await self.signal(pc.localDescription.sdp)
+        else:
+            offer = pc.localDescription.sdp.encode()
+            status, answer, self.location = await asyncio.to_thread(post_offer_located, f"{self.base}/v1/realtime/calls", offer)
+            assert status == 201, (status, answer)
         await pc.setRemoteDescription(RTCSessionDescription(sdp=answer, type="answer"))
         if self.jitter_prefetch is not None:
             for transceiver in pc.getTransceivers():

@@ -27,7 +27,7 @@ from typing import Any, Protocol
 
 from websockets.asyncio.server import ServerConnection
 
-from voiceagent.audio import PIPELINE_RATE
+from voiceagent.audio import PIPELINE_RATE, Int16Array
 from voiceagent.config.prompts import LIVE_ACKNOWLEDGEMENT, LIVE_COMMENTARY, LIVE_THINKING
 from voiceagent.conversation.reply import ResponseOptions
 from voiceagent.errors import ProtocolError, excerpt
@@ -191,12 +191,7 @@ class LiveProtocol:
                     f"audio is arriving faster than real time (more than {s.config.server.audio_burst_s:g} s ahead); "
                     "this chunk was dropped",
                 )
-            if self.sidebands:  # reflected before muting, as OpenAI's sideband hears it
-                reflected = self.codec.reflect_input(cmd.pcm)
-                if reflected is not None:
-                    self.tell_sidebands(reflected)
-            # Muted: the model hears silence instead, so the session's timeline goes on.
-            await s.append_audio(cmd.pcm * 0 if self._muted else cmd.pcm)
+            await self.microphone(cmd.pcm)
         elif isinstance(cmd, Mute):
             self._muted = cmd.muted
             kind = "session.input_audio.muted" if cmd.muted else "session.input_audio.unmuted"
@@ -205,6 +200,16 @@ class LiveProtocol:
             await self._append(cmd)
         elif isinstance(cmd, Close):
             await self._close("close_requested", cmd.event_id)
+
+    async def microphone(self, pcm: Int16Array) -> None:
+        """The caller's audio at 16 kHz (from events or a track): reflected to the sidebands
+        before muting, as OpenAI's sideband hears it; muted, the model hears silence instead, so
+        the session's timeline goes on."""
+        if self.sidebands:
+            reflected = self.codec.reflect_input(pcm)
+            if reflected is not None:
+                self.tell_sidebands(reflected)
+        await self.session.append_audio(pcm * 0 if self._muted else pcm)
 
     async def _start(self, cmd: Start) -> None:
         s, cfg = self.session, cmd.config

@@ -155,10 +155,15 @@ def _refuse_table_fields(session: dict[str, Any]) -> None:
         raise errors[0]
 
 
-def parse_start(value: Any) -> LiveSession:
+def parse_start(value: Any, *, media: bool = False) -> LiveSession:
     """``session.start``'s ``session`` → the configuration; :class:`ProtocolError` for the first
-    thing wrong with it (nothing is applied then)."""
+    thing wrong with it (nothing is applied then).  ``media``: the session's audio travels on
+    tracks (WebRTC, SIP), which negotiate their own format: ``audio.format`` is refused."""
     session = _object(value, "session")
+    audio_obj = session.get("audio")
+    if media and isinstance(audio_obj, dict) and "format" in audio_obj:
+        why = "session.audio.format is for WebSockets: WebRTC negotiates its media format"
+        raise ProtocolError("unknown_parameter", why, param="session.audio.format")
     _refuse_table_fields(session)
     if "model" not in session:
         raise ProtocolError("missing_required_parameter", "session.model is required", param="session.model")

@@ -71,7 +71,7 @@ SERVER_EVENTS: tuple[Support, ...] = (
     Support("session.usage.updated", S, "the session's seconds, once a minute"),
     Support("session.closed", S, "`close_requested`, `expired` or `connection_lost`"),
     Support("error", S, "a stable `code`, the offending `param`, the client's `event_id` as `client_event_id`"),
-    Support("info", R, "nothing to tell yet: frontend data-channel permissions come with WebRTC"),
+    Support("info", R, "nothing to tell yet: frontend data-channel permissions are not implemented"),
     Support("transport.dtmf.received", R, "SIP on GPT-Live's terms is not implemented yet"),
     Support("transport.dtmf.send", R, "SIP on GPT-Live's terms is not implemented yet"),
     Support("transport.dtmf.sent", R, "SIP on GPT-Live's terms is not implemented yet"),
@@ -83,13 +83,18 @@ SERVER_EVENTS: tuple[Support, ...] = (
 
 SESSION_FIELDS: tuple[Support, ...] = (
     Support("model", S, "required; any name (this server runs its own models) and echoed back"),
-    Support("audio.format", S, "`audio/pcm` at 16000 or 24000 Hz (24000 when omitted), `audio/pcmu`, `audio/pcma` at 8000 Hz"),
+    Support(
+        "audio.format",
+        S,
+        "WebSocket: `audio/pcm` at 16000 or 24000 Hz (24000 when omitted), `audio/pcmu`, `audio/pcma` at 8000 Hz; "
+        "WebRTC: refused (the tracks negotiate)",
+    ),
     Support(
         "audio.output.voice",
         P,
         "a voice of the server's table, or an OpenAI name (`marin` when omitted) spoken by one; custom voice ids only as table names",
     ),
-    Support("client", R, "frontend data-channel permissions are for WebRTC, which is not implemented yet"),
+    Support("client", R, "frontend data-channel permissions are not implemented: every WebRTC client may send every client event"),
     Support(
         "delegation",
         P,

@@ -13,6 +13,7 @@ Routes:
   ``ws://HOST:PORT/v1/realtime?call_id=ID``  a Realtime socket attached to that SIP call
   ``ws://HOST:PORT/v1/live/sessions``  OpenAI's GPT-Live protocol (``client.live.connect()``)
   ``ws://HOST:PORT/v1/live/sessions/ID/attach``  a GPT-Live sideband on that running session
+  ``POST /v1/live/sessions``      a GPT-Live WebRTC session (``{session, transport: {type: webrtc, sdp}}``)
   ``POST /v1/sip/calls``          place a SIP call (``{"to": "sip:…", "session": {…}, "timeout_s":
                                   30}``): 201 with its record; ``GET /v1/sip/calls/ID`` follows it
   ``ws://HOST:PORT/twilio``       Twilio Media Streams (a phone call)
@@ -83,6 +84,7 @@ from voiceagent.transports.call_attach import AttachedConnection
 from voiceagent.transports.http_post import Post, PostConnection
 from voiceagent.transports.live import LIVE_PATH, LiveConnection, LiveProtocol
 from voiceagent.transports.live_sideband import LiveSideband
+from voiceagent.transports.live_webrtc import LiveWebRtcCall, live_offer
 from voiceagent.transports.phone_calls import PhoneCalls, call_control, place_call
 from voiceagent.transports.probe_log import wire_logger
 from voiceagent.transports.realtime import RealtimeConnection
@@ -191,6 +193,12 @@ async def _finish(
     if stuck:
         left = sorted(label.get(t) or (t.get_name() if isinstance(t, asyncio.Task) else repr(t)) for t in stuck)
         log.error("shutdown: %d %s(s) did not end when cancelled and are left behind: %s", len(stuck), what, ", ".join(left))
+
+
+def _live_error(exc: ProtocolError) -> Response:
+    """A refused GPT-Live request, as OpenAI's API answers one (400, JSON)."""
+    error = {"type": "invalid_request_error", "code": exc.code, "message": str(exc), "param": exc.param}
+    return _bytes(http.HTTPStatus.BAD_REQUEST, json.dumps({"error": error}).encode(), "application/json")
 
 
 def _offer(content_type: str, body: bytes) -> tuple[str, dict[str, object] | None]:
@@ -676,13 +684,19 @@ class VoiceAgentServer:
                 return _text(http.HTTPStatus.NOT_FOUND, f"no call {hangup.group(1)}\n")
             found[0].hang_up("hangup requested")
             return _text(http.HTTPStatus.OK, "ok\n")
-        if path not in (CALLS_PATH, REALTIME_PATH):
+        if path not in (CALLS_PATH, REALTIME_PATH, LIVE_PATH):
             return _text(http.HTTPStatus.NOT_FOUND, f"no route for POST {path}\n")
         refused = self._admission(request)
         if refused is not None:
             return refused
         if importlib.util.find_spec("aiortc") is None:
             return _text(http.HTTPStatus.NOT_IMPLEMENTED, "WebRTC needs aiortc: pip install 'voiceagent[webrtc]'\n")
+        if path == LIVE_PATH:
+            try:
+                live, sdp = live_offer(post.body)
+            except ProtocolError as exc:
+                return _live_error(exc)
+            return await self._call(sdp, None, live=live)
         try:
             sdp, session_update = _offer(request.headers.get("Content-Type", ""), post.body)
         except ValueError as exc:
@@ -690,29 +704,42 @@ class VoiceAgentServer:
         metrics = parse_qs(urlsplit(request.path).query).get("voiceagent_metrics") == ["1"]
         return await self._call(sdp, session_update, send_metrics=metrics)
 
-    async def _call(self, sdp: str, session_update: dict[str, object] | None, *, send_metrics: bool = False) -> Response:
+    async def _call(
+        self, sdp: str, session_update: dict[str, object] | None, *, send_metrics: bool = False, live: dict[str, object] | None = None
+    ) -> Response:
         """Answer the offer ``sdp`` with a new call (its session configured by ``session_update``
-        first, as the multipart form's ``session``), or refuse it with 400."""
+        first, as the multipart form's ``session``), or refuse it with 400.  ``live``: a GPT-Live
+        session's configuration instead (the answer is then GPT-Live's JSON)."""
         session = Session(self.engines, self.config, clock=self.clock, metrics=self.metrics)
         self.sessions.add(session)
         self._idle.clear()
         cfg = self.config.server
-        call = WebRtcCall(
-            session,
-            self.engines.tts.sample_rate,
-            ice_servers=cfg.ice_servers,
-            media_timeout_s=cfg.webrtc_media_timeout_s,
-            send_metrics=send_metrics,
-        )
+        call: WebRtcCall
+        if live is not None:
+            call = LiveWebRtcCall(
+                session, self.engines.tts.sample_rate, ice_servers=cfg.ice_servers, media_timeout_s=cfg.webrtc_media_timeout_s
+            )
+        else:
+            call = WebRtcCall(
+                session,
+                self.engines.tts.sample_rate,
+                ice_servers=cfg.ice_servers,
+                media_timeout_s=cfg.webrtc_media_timeout_s,
+                send_metrics=send_metrics,
+            )
         try:
             await session.start()
-            if session_update is not None:
+            if isinstance(call, LiveWebRtcCall):
+                await call.configure(live or {})
+            elif session_update is not None:
                 cmd = call.codec.decode(json.dumps({"type": "session.update", "session": session_update}))
                 await call.commands.apply(cmd)
             answer = await call.answer(sdp)
         except (ProtocolError, WebRtcError) as exc:
             await self._end_session(session)
             self.metrics.error(exc.code if isinstance(exc, ProtocolError) else "bad_offer")
+            if isinstance(call, LiveWebRtcCall) and isinstance(exc, ProtocolError):
+                return _live_error(exc)
             return _text(http.HTTPStatus.BAD_REQUEST, f"{exc}\n")
         except BaseException:
             await self._end_session(session)
@@ -720,6 +747,10 @@ class VoiceAgentServer:
         task = asyncio.create_task(self._run_call(call), name=f"{session.id}.call")
         self._calls[call.call_id] = (call, task)
         log.info("session %s opened as a WebRTC call", session.id)
+        if isinstance(call, LiveWebRtcCall):
+            self.live[session.id] = call.live
+            created = {"session": {"id": session.id}, "transport": {"type": "webrtc", "sdp": answer}}
+            return _bytes(http.HTTPStatus.CREATED, json.dumps(created).encode(), "application/json")
         return _bytes(http.HTTPStatus.CREATED, answer.encode(), "application/sdp", Location=f"{CALLS_PATH}/{call.call_id}")
 
     async def _run_call(self, call: WebRtcCall) -> None:
@@ -727,6 +758,7 @@ class VoiceAgentServer:
             await call.run()
         finally:
             self._calls.pop(call.call_id, None)
+            self.live.pop(call.session.id, None)
             await self._end_session(call.session)
             log.info("session %s closed", call.id)
 

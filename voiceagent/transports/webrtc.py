@@ -41,6 +41,7 @@ import numpy as np
 
 from voiceagent.audio import PIPELINE_RATE, Int16Array, StreamResampler
 from voiceagent.errors import ProtocolError
+from voiceagent.events import Event
 from voiceagent.session import Session
 from voiceagent.transports.audio_budget import AudioBudget
 from voiceagent.transports.realtime import RealtimeCommands
@@ -440,9 +441,9 @@ class WebRtcCall:
         while True:
             message = await self._inbox.get()
             if not isinstance(message, str):
-                await self.commands.error(ProtocolError("binary_not_supported", "send JSON text messages on the data channel"))
+                await self._error(ProtocolError("binary_not_supported", "send JSON text messages on the data channel"))
                 continue
-            await self.commands.handle(message)
+            await self._event(message)
 
     async def _read_microphone(self, track: Any) -> None:
         from aiortc.mediastreams import MediaStreamError
@@ -456,7 +457,7 @@ class WebRtcCall:
             self._last_media = self.session.clock.now()
             pcm = self._to_session(frame)
             if len(pcm):
-                await self.session.append_audio(pcm)
+                await self._microphone(pcm)
 
     def _to_session(self, frame: Any) -> Int16Array:
         """One decoded frame (any rate, mono or interleaved or planar channels) → 16 kHz mono."""
@@ -481,7 +482,7 @@ class WebRtcCall:
             await clock.sleep_until(deadline)
             now = clock.now()
             if max_s > 0 and now >= started + max_s:
-                await self.commands.error(ProtocolError("session_expired", f"sessions last at most {max_s:g} s"))
+                await self._error(ProtocolError("session_expired", f"sessions last at most {max_s:g} s"))
                 self.hang_up("session_expired")
                 return
             if now >= self._last_media + self._media_timeout_s:
@@ -490,12 +491,32 @@ class WebRtcCall:
 
     async def _write(self) -> None:
         async for event in self.session.events():
-            for message in self.codec.encode(event):
-                await self._send(message)
+            await self._on_event(event)
+
+    # ------------------------------------------------------------------ the protocol (Realtime; a subclass may speak another)
+
+    audio_type = _AUDIO_DELTA
+    """The server event that carries reply audio: on a call it goes on the track instead."""
+
+    async def _microphone(self, pcm: Int16Array) -> None:
+        """The microphone's audio at 16 kHz, to the session."""
+        await self.session.append_audio(pcm)
+
+    async def _event(self, text: str) -> None:
+        """One client event from the data channel: applied, its error answered."""
+        await self.commands.handle(text)
+
+    async def _error(self, exc: ProtocolError) -> None:
+        await self.commands.error(exc)
+
+    async def _on_event(self, event: Event) -> None:
+        """One session event: encoded and sent (its audio onto the track)."""
+        for message in self.codec.encode(event):
+            await self._send(message)
 
     async def _send(self, message: dict[str, Any]) -> None:
         kind = message.get("type")
-        if kind == _AUDIO_DELTA:
+        if kind == self.audio_type:
             self.speaker.push(np.frombuffer(base64.b64decode(message["delta"]), dtype="<i2"))
             return
         if kind == _CLEARED:
