@@ -71,8 +71,37 @@ def test_the_acknowledgement_is_asked_for_after_the_delay(run: Run, make_fakes: 
             clock.advance(0.2)
             await _settle()
             assert live._speech.qsize() == 1
-            asked = live._speech.get_nowait()
+            asked, ack = live._speech.get_nowait()
+            assert ack is not None  # an acknowledgement: dropped if commentary or thinking comes before it is said
             assert asked.out_of_band and asked.tools == ()  # said, not kept; no second delegation from it
+        finally:
+            await live.stop()
+            await session.aclose()
+
+    run(main(), 20)
+
+
+def test_an_acknowledgement_already_asked_for_is_dropped_by_commentary_before_it_is_said(run: Run, make_fakes: MakeFakes) -> None:
+    """Asked for while a reply still speaks (it waits its turn), then the result comes: the
+    acknowledgement is not said, the result is."""
+
+    async def main() -> None:
+        clock, sent = VirtualClock(), []
+        session, live = await _protocol(make_fakes(), clock, sent)
+        try:
+            live._idle.clear()  # a reply is speaking: what is asked for waits
+            live.start()
+            await live.on_event(_delegation(session))
+            await _settle()
+            clock.advance(0.6)
+            await _settle()
+            commentary = {"type": "session.commentary.append", "content": "Sunny, 18 degrees.", "delegation_id": None}
+            assert await live.handle_frame(json.dumps(commentary)) is not None
+            live._idle.set()  # the reply ends
+            await _settle()
+            assert live._speech.qsize() == 0
+            assert session.active_response_id is not None  # one response: the commentary's
+            assert not any(m["type"] == "error" for m in sent), sent
         finally:
             await live.stop()
             await session.aclose()

@@ -30,7 +30,7 @@ from voiceagent.events import (
     ResponseDone,
 )
 from voiceagent.transports.live_codec import DELEGATE, AppendAudio, AppendContext, Close, LiveCodec, Mute, Start, Update
-from voiceagent.transports.live_config import LiveSession, parse_start, parse_update, session_resource
+from voiceagent.transports.live_config import MEDIA_ONLY_FIELDS, LiveSession, parse_start, parse_update, session_resource
 from voiceagent.transports.live_support import CLIENT_EVENTS, SERVER_EVENTS, SESSION_FIELDS, markdown
 from voiceagent.transports.realtime_support import Status, Support
 
@@ -148,6 +148,24 @@ def test_the_session_configuration_is_checked_as_strictly_as_openai_does() -> No
         {"role": "assistant", "content": [{"type": "output_text", "text": "Bonjour"}]},
     ]
     assert parse_start({"model": "m", "input": items}).input == (("developer", "Speak French."), ("user", "Hi"), ("assistant", "Bonjour"))
+
+
+def test_a_webrtc_session_refuses_audio_format_and_the_media_only_fields_it_does_not_honour() -> None:
+    from openai.types.live.media_session_config_param import MediaSessionConfigParam
+
+    assert set(MediaSessionConfigParam.__annotations__) == set(SessionConfig.model_fields) | set(MEDIA_ONLY_FIELDS)
+    assert parse_start({"model": "m", "idle_timeout_s": None}, media=True).model == "m"  # null: omitted
+    for session, param in (
+        ({"model": "m", "audio": {"format": {"type": "audio/pcm", "rate": 24000}}}, "session.audio.format"),
+        ({"model": "m", "idle_timeout_s": 30}, "session.idle_timeout_s"),
+        ({"model": "m", "wake_policy": {"type": "speech"}}, "session.wake_policy"),
+    ):
+        with pytest.raises(ProtocolError) as err:
+            parse_start(session, media=True)
+        assert err.value.param == param
+    with pytest.raises(ProtocolError) as err:
+        parse_start({"model": "m", "idle_timeout_s": 30})  # not a WebSocket field at all
+    assert err.value.code == "unknown_parameter"
 
 
 def test_an_update_keeps_the_delegation_type_and_changes_only_the_delay() -> None:

@@ -46,7 +46,7 @@ from voiceagent.pipeline.loopload import loop_load
 from voiceagent.pipeline.scheduler import PriorityExecutor, os_thread_named
 from voiceagent.text.turn_kind import small_talk_kind
 from voiceagent.tools.builtin import builtin_tools
-from voiceagent.tools.spec import Message, Tool, with_tools
+from voiceagent.tools.spec import Message, Tool, ToolCall, with_tools
 
 __all__ = ["Engines", "load_engines", "load_llm", "load_partials", "warm_up"]
 
@@ -419,8 +419,9 @@ async def _llm_step(llm: LlmEngine, config: Config, n: int, tokens: int = 12) ->
 
     async def one(i: int) -> None:
         async with contextlib.aclosing(llm.generate(_probe_request(config, f"warm-up-batch-{i}", tokens))) as pieces:
-            async for _ in pieces:
-                times[i].append(time.perf_counter())
+            async for piece in pieces:
+                if isinstance(piece, str | ToolCall):  # the engine's reports (a route, an admission) are no tokens
+                    times[i].append(time.perf_counter())
 
     try:
         await asyncio.gather(*(one(i) for i in range(n)))
@@ -451,8 +452,9 @@ async def _llm_cost(llm: LlmEngine, config: Config, key: str) -> tuple[float, fl
     t0 = time.perf_counter()
     try:
         async with contextlib.aclosing(llm.generate(request)) as pieces:
-            async for _ in pieces:
-                times.append(time.perf_counter())
+            async for piece in pieces:
+                if isinstance(piece, str | ToolCall):  # the engine's reports (a route, an admission) are no tokens
+                    times.append(time.perf_counter())
     finally:
         await llm.aclose()
     if not times:

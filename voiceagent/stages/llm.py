@@ -346,6 +346,7 @@ class LlmStage(Stage):
                 else:
                     await self._retry_call(gen, call, request)
         except Exception as exc:
+            hold.cancel()  # no acknowledgement after the reply's end
             self._first_token.open(gen)
             verdict.tell(None)
             await self.emit(
@@ -573,12 +574,10 @@ class LlmStage(Stage):
                     second = piece
         await self._tool_call(gen, retried_call(call, second, request.tools) or call, request.tools, final=True)
 
-    async def _say(self, gen: int, text: str, said: _Said, *, ack: bool = False) -> None:
-        """The reply's next clause, in order with an acknowledgement said meanwhile (which is
-        said only before the reply's first clause)."""
+    async def _say(self, gen: int, text: str, said: _Said) -> None:
+        """The reply's next clause, in order with an acknowledgement said meanwhile."""
         async with said.lock:
-            if not (ack and said.index > 0):
-                said.index = await self._clause(gen, text, said.index, ack=ack)
+            said.index = await self._clause(gen, text, said.index)
 
     async def _hold(self, turn: UserTurn, said: _Said, reports: _Reports, settings: SessionSettings) -> asyncio.Future[None]:
         """The acknowledgement's timer for a spoken user turn (a done future where none is due:
@@ -605,12 +604,17 @@ class LlmStage(Stage):
         await self._acknowledge_now(gen, said)
 
     async def _acknowledge_now(self, gen: int, said: _Said) -> None:
-        phrase = ACKNOWLEDGEMENTS[self._acknowledged % len(ACKNOWLEDGEMENTS)]
-        self._acknowledged += 1
-        # What the turn stage waits for before its model (the prompt's head start) is moot now:
-        # the acknowledgement is the first audio, and it waits for the turn to be confirmed.
-        self._first_token.open(gen)
-        await self._say(gen, phrase + " ", said, ack=True)  # set apart from the answer, as its clauses are
+        """The acknowledgement, unless the reply has said something already."""
+        async with said.lock:
+            if said.index > 0:
+                return
+            phrase = ACKNOWLEDGEMENTS[self._acknowledged % len(ACKNOWLEDGEMENTS)]
+            self._acknowledged += 1
+            # What the turn stage waits for before its model (the prompt's head start) is moot now:
+            # the acknowledgement is the first audio, and it waits for the turn to be confirmed.
+            self._first_token.open(gen)
+            # Set apart from the answer, as its clauses are.
+            said.index = await self._clause(gen, phrase + " ", said.index, ack=True)
 
     async def _clause(self, gen: int, text: str, index: int, *, ack: bool = False) -> int:
         if not text.strip():

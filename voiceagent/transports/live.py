@@ -19,8 +19,8 @@ timers and the usage reports with it, and closes the session.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
+import secrets
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
@@ -90,15 +90,25 @@ class LiveProtocol:
         self.audio_allowed = audio_allowed
         self._fixed_audio = fixed_audio
         self._tasks: list[asyncio.Task[None]] = []
+        self.id = f"sess_{secrets.token_hex(16)}"
+        """The GPT-Live session's id (``session.started``'s, a sideband's address): random, so
+        that nobody attaches to a session by counting (the conversation's own ids count up)."""
+        self.closed = False
+        """Set once :meth:`stop` begins: no sideband may attach any more."""
+        self._apply_lock = asyncio.Lock()  # the primary and each sideband apply events in their own tasks
+        self._acks_cancelled = 0  # bumped by appended commentary or thinking: older acknowledgements are not said
         self.codec = LiveCodec(voice_rate)
         self._voice_rate = voice_rate
         self._muted = False
         self._idle = asyncio.Event()  # no response is being generated or spoken
         self._idle.set()
-        self._speech: asyncio.Queue[ResponseOptions] = asyncio.Queue()
+        self._speech: asyncio.Queue[tuple[ResponseOptions, int | None]] = asyncio.Queue()
+        """What to say, in order: (options, None), or an acknowledgement (options, the
+        cancellations counted when it was asked for)."""
         self._acks: set[asyncio.Task[None]] = set()
         self._server_instructions = session.settings.instructions
         self._expires_at = 0
+        self._closed_told = False
         self.sidebands: set[Sideband] = set()
         """Trusted servers' sockets attached to this session (:mod:`.live_sideband`)."""
         self.started: dict[str, Any] | None = None
@@ -112,7 +122,7 @@ class LiveProtocol:
 
     def _resource(self) -> dict[str, Any]:
         assert self.codec.config is not None
-        return session_resource(self.codec.config, self.session.id, self._expires_at, self.session.settings.instructions)
+        return session_resource(self.codec.config, self.id, self._expires_at, self.session.settings.instructions)
 
     def _usage(self) -> dict[str, Any]:
         return {"seconds": float(int(self.now_ms() / 1000.0))}
@@ -159,19 +169,27 @@ class LiveProtocol:
         ]
 
     async def stop(self) -> None:
+        self.closed = True
+        if self.codec.config is not None and not self._closed_told:
+            # The primary went without closing the session: its sidebands are told why.
+            self._closed_told = True
+            self.tell_sidebands(self._closed_message("connection_lost"))
         for sideband in list(self.sidebands):
             sideband.end()
         tasks = [*self._tasks, *self._acks]
         for task in tasks:
             task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        for task, result in zip(tasks, await asyncio.gather(*tasks, return_exceptions=True), strict=True):
+            if isinstance(result, Exception):
+                log.error("session %s: GPT-Live task %s failed: %r", self.session.id, task.get_name(), result)
 
     async def apply(self, cmd: Command) -> None:
-        """Apply one decoded client event; :class:`ProtocolError` when the session refuses it."""
+        """Apply one decoded client event; :class:`ProtocolError` when the session refuses it.
+        One at a time, whoever sent it (the primary, a sideband): an append reads the
+        instructions, then writes them."""
         try:
-            await self._apply(cmd)
+            async with self._apply_lock:
+                await self._apply(cmd)
         except ProtocolError as exc:
             if exc.event_id is None:
                 exc.event_id = cmd.event_id
@@ -246,13 +264,11 @@ class LiveProtocol:
         at = int(self.now_ms())
         if cmd.kind in ("thinking", "commentary"):
             self._cancel_acks()
-        if cmd.kind == "commentary" and cmd.delegation_id is not None:
-            self.codec.delegations.pop(cmd.delegation_id, None)
-            await s.add_tool_output(cmd.delegation_id, cmd.content)
-            self._speech.put_nowait(ResponseOptions(tools=()))
+        if cmd.kind == "commentary" and cmd.delegation_id is not None and await self._answer(cmd.delegation_id, cmd.content):
+            self._speech.put_nowait((ResponseOptions(tools=()), None))
         elif cmd.kind == "commentary":
             told = s.settings.instructions + LIVE_COMMENTARY.format(content=cmd.content)
-            self._speech.put_nowait(ResponseOptions(instructions=told, tools=()))
+            self._speech.put_nowait((ResponseOptions(instructions=told, tools=()), None))
         else:
             note = cmd.content if cmd.kind == "instructions" else LIVE_THINKING.format(content=cmd.content)
             instructions = f"{s.settings.instructions}\n\n{note}"
@@ -260,21 +276,43 @@ class LiveProtocol:
             s.update(instructions=instructions)
         await self.send(self.codec.message(f"session.{cmd.kind}.appended", cmd.event_id, start_ms=at, end_ms=at))
 
+    def _closed_message(self, reason: str, event_id: str | None = None) -> dict[str, Any]:
+        return self.codec.message("session.closed", event_id, reason=reason, session=self._resource(), usage=self._usage())
+
     async def _close(self, reason: str, event_id: str | None = None) -> None:
         """``session.closed``, then the close frame (1000)."""
         if self.codec.config is not None:
-            await self.send(self.codec.message("session.closed", event_id, reason=reason, session=self._resource(), usage=self._usage()))
+            self._closed_told = True
+            await self.send(self._closed_message(reason, event_id))
         await self._close_primary(reason)
 
     async def expire(self, code: str, message: str) -> None:
+        """The session ends for ``code`` (a limit): an ``error`` saying why, then ``session.closed``."""
         await self.error(ProtocolError(code, message))
         if self.codec.config is not None:
-            reason = "expired" if code == "session_expired" else "connection_lost"
-            await self.send(self.codec.message("session.closed", reason=reason, session=self._resource(), usage=self._usage()))
+            self._closed_told = True
+            await self.send(self._closed_message("expired" if code == "session_expired" else "connection_lost"))
+
+    async def _answer(self, delegation_id: str, content: str) -> bool:
+        """The application's result becomes the delegation's output; False when the conversation
+        has moved on and closed the call meanwhile (a later turn's prompt does): the result is
+        then told as the session's commentary instead, never lost."""
+        try:
+            await self.session.add_tool_output(delegation_id, content)
+        except ProtocolError as exc:
+            if exc.code != "tool_output_already_received":
+                raise
+            log.info("session %s: delegation %s was closed before its result came; told as commentary", self.session.id, delegation_id)
+            return False
+        finally:
+            self.codec.delegations.pop(delegation_id, None)
+        return True
 
     # ------------------------------------------------------------------ speaking
 
     def _cancel_acks(self) -> None:
+        """Every pending acknowledgement: its timer, or its place in the queue, is dropped."""
+        self._acks_cancelled += 1
         for task in self._acks:
             task.cancel()
 
@@ -282,17 +320,20 @@ class LiveProtocol:
         """After ``delay_ms``, ask for the spoken acknowledgement (cancelled: never asked)."""
         await self._clock.sleep_until(self._clock.now() + delay_ms / 1000.0)
         s = self.session
-        self._speech.put_nowait(
-            ResponseOptions(instructions=s.settings.instructions + LIVE_ACKNOWLEDGEMENT, tools=(), out_of_band=True, max_tokens=_ACK_TOKENS)
+        ack = ResponseOptions(
+            instructions=s.settings.instructions + LIVE_ACKNOWLEDGEMENT, tools=(), out_of_band=True, max_tokens=_ACK_TOKENS
         )
+        self._speech.put_nowait((ack, self._acks_cancelled))
 
     async def _speak(self) -> None:
         """Answer each request for speech in order, each once no reply is active; a reply that a
         user turn starts first is waited out (the core refuses a second one at once)."""
         while True:
-            options = await self._speech.get()
+            options, ack = await self._speech.get()
             while True:
                 await self._idle.wait()
+                if ack is not None and ack != self._acks_cancelled:
+                    break  # commentary or thinking came while it waited: not said
                 try:
                     await self.session.respond(options)
                     break
@@ -301,6 +342,9 @@ class LiveProtocol:
                         await self.error(exc)
                         break
                     self._idle.clear()
+                except Exception:  # a model or a send failing must not silence later speech
+                    log.exception("session %s: GPT-Live speech failed", self.session.id)
+                    break
 
     async def _report_usage(self) -> None:
         """``session.usage.updated`` once a minute of the session."""
@@ -324,7 +368,7 @@ class LiveProtocol:
         for message in self.codec.encode(event, now):
             # Reply audio goes to the primary in its format; sidebands got theirs above.
             await (self.send_primary(message) if message["type"] == AUDIO_DELTA else self.send(message))
-        if isinstance(event, FunctionCallAdded) and event.name == DELEGATE.name and self.codec.config is not None:
+        if isinstance(event, FunctionCallAdded) and event.name == DELEGATE.name and self.codec.config is not None and not self.closed:
             ack = asyncio.create_task(self._acknowledge(self.codec.config.acknowledgement_delay_ms), name=f"{self.session.id}.ack")
             self._acks.add(ack)
             ack.add_done_callback(self._acks.discard)

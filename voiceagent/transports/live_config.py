@@ -15,7 +15,7 @@ from voiceagent.errors import ProtocolError, excerpt
 from voiceagent.transports.live_support import CONTAINERS, SESSION_FIELDS
 from voiceagent.transports.realtime_support import refusals
 
-__all__ = ["LIVE_VOICES", "MAX_INPUT_ITEMS", "LiveSession", "parse_start", "parse_update", "session_resource"]
+__all__ = ["LIVE_VOICES", "MAX_INPUT_ITEMS", "MEDIA_ONLY_FIELDS", "LiveSession", "parse_start", "parse_update", "session_resource"]
 
 LIVE_VOICES = (
     "alloy", "ash", "ballad", "beacon", "bossa", "cedar", "cinder", "coral", "delta", "echo", "gleam", "marin",
@@ -25,6 +25,9 @@ LIVE_VOICES = (
 of this server's table."""
 
 DEFAULT_VOICE = "marin"
+MEDIA_ONLY_FIELDS = ("idle_timeout_s", "wake_policy")
+"""Fields of a WebRTC session's configuration (``MediaSessionConfigParam``) beyond a WebSocket's:
+refused with a value (null is taken as omitted)."""
 MAX_INPUT_ITEMS = 128
 _PCM_RATES = (16000, 24000)
 _G711_RATE = 8000
@@ -164,6 +167,12 @@ def parse_start(value: Any, *, media: bool = False) -> LiveSession:
     if media and isinstance(audio_obj, dict) and "format" in audio_obj:
         why = "session.audio.format is for WebSockets: WebRTC negotiates its media format"
         raise ProtocolError("unknown_parameter", why, param="session.audio.format")
+    if media:
+        for key in MEDIA_ONLY_FIELDS:
+            if session.get(key) is not None:
+                why = f"session.{key} is not supported by this server (a media session's idle pause and wake-up)"
+                raise ProtocolError("unsupported_field", why, param=f"session.{key}")
+        session = {k: v for k, v in session.items() if k not in MEDIA_ONLY_FIELDS}
     _refuse_table_fields(session)
     if "model" not in session:
         raise ProtocolError("missing_required_parameter", "session.model is required", param="session.model")

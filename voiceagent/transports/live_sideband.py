@@ -55,8 +55,10 @@ class LiveSideband:
         if self._ended:
             return
         if self._queue.qsize() >= QUEUE:
-            self._slow = True
             log.info("session %s: a sideband stopped reading; detached", self.conn.session.id)
+            self._slow = True
+            while not self._queue.empty():  # what it did not read is dropped: it is closed at once
+                self._queue.get_nowait()
             self.end()
             return
         self._queue.put_nowait(message)
@@ -80,6 +82,9 @@ class LiveSideband:
     async def run(self) -> None:
         """Serve until the sideband or the session goes away."""
         conn = self.conn
+        if conn.closed:  # the session ended between the handshake's check and now
+            await self.ws.close(1000, "session closed")
+            return
         if conn.started is not None:
             self.put(conn.started)
         conn.sidebands.add(self)
@@ -87,6 +92,8 @@ class LiveSideband:
         writer = asyncio.create_task(self._write(), name=f"{conn.session.id}.sideband")
         try:
             async for frame in self.ws:
+                if self._ended:  # detached: what it sends is no longer applied
+                    break
                 await conn.handle_frame(frame, self.send)
         except ConnectionClosed:
             pass

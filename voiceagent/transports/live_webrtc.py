@@ -92,7 +92,10 @@ class LiveWebRtcCall(WebRtcCall):
         await self.live.handle_frame(text)
 
     async def _error(self, exc: ProtocolError) -> None:
-        await self.live.error(exc)
+        if exc.code == "session_expired":  # the call's limit: GPT-Live's session.closed follows the error
+            await self.live.expire(exc.code, exc.message)
+        else:
+            await self.live.error(exc)
 
     async def _on_event(self, event: Event) -> None:
         if isinstance(event, PlaybackCleared):

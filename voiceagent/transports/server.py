@@ -633,7 +633,7 @@ class VoiceAgentServer:
         """A GPT-Live sideband: the session must be running and started (it opens none, so
         admission does not count it)."""
         conn = self.live.get(session_id)
-        if conn is None:
+        if conn is None or conn.closed:
             return _text(http.HTTPStatus.NOT_FOUND, f"no live session {session_id}\n")
         if conn.started is None:
             return _text(http.HTTPStatus.CONFLICT, f"session {session_id} has not started: its primary sends session.start first\n")
@@ -748,8 +748,8 @@ class VoiceAgentServer:
         self._calls[call.call_id] = (call, task)
         log.info("session %s opened as a WebRTC call", session.id)
         if isinstance(call, LiveWebRtcCall):
-            self.live[session.id] = call.live
-            created = {"session": {"id": session.id}, "transport": {"type": "webrtc", "sdp": answer}}
+            self.live[call.live.id] = call.live
+            created = {"session": {"id": call.live.id}, "transport": {"type": "webrtc", "sdp": answer}}
             return _bytes(http.HTTPStatus.CREATED, json.dumps(created).encode(), "application/json")
         return _bytes(http.HTTPStatus.CREATED, answer.encode(), "application/sdp", Location=f"{CALLS_PATH}/{call.call_id}")
 
@@ -758,7 +758,8 @@ class VoiceAgentServer:
             await call.run()
         finally:
             self._calls.pop(call.call_id, None)
-            self.live.pop(call.session.id, None)
+            if isinstance(call, LiveWebRtcCall):
+                self.live.pop(call.live.id, None)
             await self._end_session(call.session)
             log.info("session %s closed", call.id)
 
@@ -879,12 +880,14 @@ class VoiceAgentServer:
         self.sessions.add(session)
         self._peers[session] = ws
         self._idle.clear()
+        live_id: str | None = None
         try:
             await session.start()
             conn: RealtimeConnection | TwilioConnection | LiveConnection
             if path == LIVE_PATH:
                 conn = LiveConnection(ws, session, self.engines.tts.sample_rate)
-                self.live[session.id] = conn.live
+                live_id = conn.live.id
+                self.live[live_id] = conn.live
             elif path == TWILIO_PATH:
                 cfg = self.config.server
                 webhook = (cfg.sip_webhook_url, cfg.sip_webhook_secret) if cfg.sip_webhook_url else None
@@ -894,6 +897,7 @@ class VoiceAgentServer:
             log.info("session %s opened on %s from %s", session.id, path, ws.remote_address)
             await conn.run()
         finally:
-            self.live.pop(session.id, None)
+            if live_id is not None:
+                self.live.pop(live_id, None)
             await self._end_session(session)
             log.info("session %s closed", session.id)
