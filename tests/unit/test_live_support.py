@@ -7,16 +7,15 @@ from __future__ import annotations
 
 import base64
 import json
-import typing
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pydantic
 import pytest
 from openai.types.live.session_config import SessionConfig
 
 from tests.strict import check_live_server_event, live_client_event_types, live_server_event_types
+from tests.unit.test_realtime_support import fields
 from voiceagent.errors import ProtocolError
 from voiceagent.events import (
     AudioDelta,
@@ -31,7 +30,7 @@ from voiceagent.events import (
 )
 from voiceagent.transports.live_codec import DELEGATE, AppendAudio, AppendContext, Close, LiveCodec, Mute, Start, Update
 from voiceagent.transports.live_config import MEDIA_ONLY_FIELDS, LiveSession, parse_start, parse_update, session_resource
-from voiceagent.transports.live_support import CLIENT_EVENTS, SERVER_EVENTS, SESSION_FIELDS, markdown
+from voiceagent.transports.live_support import CLIENT_EVENTS, CONTAINERS, SERVER_EVENTS, SESSION_FIELDS, markdown
 from voiceagent.transports.realtime_support import Status, Support
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -41,19 +40,6 @@ HEAD = {"t": 0.0, "gen": 0, "session": "sess_1"}
 
 def names(rows: tuple[Support, ...]) -> list[str]:
     return [row.name for row in rows]
-
-
-def fields(model: type[pydantic.BaseModel], prefix: str = "") -> set[str]:
-    """A model's field names, dotted through ``audio`` and ``audio.output``."""
-    out: set[str] = set()
-    for name, info in model.model_fields.items():
-        dotted = f"{prefix}{name}"
-        if dotted in ("audio", "audio.output"):
-            (sub,) = [a for a in typing.get_args(info.annotation) if isinstance(a, type) and issubclass(a, pydantic.BaseModel)]
-            out |= fields(sub, f"{dotted}.")
-        else:
-            out.add(dotted)
-    return out
 
 
 def started(codec: LiveCodec, **session: Any) -> LiveSession:
@@ -75,7 +61,7 @@ def test_every_name_the_package_declares_has_exactly_one_row() -> None:
         assert all(row.note for row in rows if row.status is Status.PARTIAL), "a partial row says what is missing"
     assert set(names(CLIENT_EVENTS)) == live_client_event_types()
     assert set(names(SERVER_EVENTS)) == live_server_event_types()
-    assert set(names(SESSION_FIELDS)) == fields(SessionConfig)
+    assert set(names(SESSION_FIELDS)) == fields(SessionConfig, containers=tuple(sorted(CONTAINERS)))
 
 
 def test_refused_client_events_get_an_error_that_says_why_and_accepted_ones_decode() -> None:

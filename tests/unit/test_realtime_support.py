@@ -40,15 +40,18 @@ def names(rows: tuple[Support, ...]) -> list[str]:
     return [row.name for row in rows]
 
 
-def fields(model: type[pydantic.BaseModel], prefix: str = "") -> set[str]:
-    """A model's field names, dotted through ``audio``, ``audio.input`` and ``audio.output``."""
+def fields(
+    model: type[pydantic.BaseModel], prefix: str = "", containers: tuple[str, ...] = ("audio", "audio.input", "audio.output")
+) -> set[str]:
+    """A model's field names, dotted through ``containers`` (Realtime's ``audio``,
+    ``audio.input`` and ``audio.output``)."""
     out: set[str] = set()
     for name, info in model.model_fields.items():
         dotted = f"{prefix}{name}"
-        if dotted in ("audio", "audio.input", "audio.output"):
+        if dotted in containers:
             inner = [a for a in typing.get_args(info.annotation) if isinstance(a, type) and issubclass(a, pydantic.BaseModel)]
             (sub,) = inner or [info.annotation]
-            out |= fields(sub, f"{dotted}.")
+            out |= fields(sub, f"{dotted}.", containers)
         else:
             out.add(dotted)
     return out

@@ -3,8 +3,18 @@
 from __future__ import annotations
 
 from voiceagent.clock import Clock
+from voiceagent.errors import ProtocolError
 
-__all__ = ["AudioBudget"]
+__all__ = ["AudioBudget", "too_fast"]
+
+
+def too_fast(burst_s: float, event_id: str | None = None) -> ProtocolError:
+    """The error for a chunk of audio that :meth:`AudioBudget.allow` refused."""
+    return ProtocolError(
+        "input_audio_rate_exceeded",
+        f"audio is arriving faster than real time (more than {burst_s:g} s ahead); this chunk was dropped",
+        event_id=event_id,
+    )
 
 
 class AudioBudget:

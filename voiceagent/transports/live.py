@@ -33,6 +33,7 @@ from voiceagent.conversation.reply import ResponseOptions
 from voiceagent.errors import ProtocolError, excerpt
 from voiceagent.events import AudioDelta, Event, FunctionCallAdded, PlaybackCleared, ResponseCreated, ResponseDone
 from voiceagent.session import Session
+from voiceagent.transports.audio_budget import too_fast
 from voiceagent.transports.connection import SessionConnection
 from voiceagent.transports.live_codec import DELEGATE, AppendAudio, AppendContext, Close, Command, LiveCodec, Mute, Start, Update
 from voiceagent.transports.live_config import LIVE_VOICES, session_resource
@@ -204,11 +205,7 @@ class LiveProtocol:
             await self.send(self.codec.message("session.updated", cmd.event_id, session=self._resource()))
         elif isinstance(cmd, AppendAudio):
             if not self.audio_allowed(len(cmd.pcm) * 1000.0 / PIPELINE_RATE):
-                raise ProtocolError(
-                    "input_audio_rate_exceeded",
-                    f"audio is arriving faster than real time (more than {s.config.server.audio_burst_s:g} s ahead); "
-                    "this chunk was dropped",
-                )
+                raise too_fast(s.config.server.audio_burst_s)
             await self.microphone(cmd.pcm)
         elif isinstance(cmd, Mute):
             self._muted = cmd.muted

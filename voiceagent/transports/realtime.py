@@ -19,6 +19,7 @@ from websockets.asyncio.server import ServerConnection
 from voiceagent.audio import PIPELINE_RATE
 from voiceagent.errors import ProtocolError, excerpt
 from voiceagent.session import Session
+from voiceagent.transports.audio_budget import too_fast
 from voiceagent.transports.connection import SessionConnection
 from voiceagent.transports.realtime_codec import RealtimeCodec
 from voiceagent.transports.realtime_commands import (
@@ -109,12 +110,7 @@ class RealtimeCommands:
         s = self.session
         if isinstance(cmd, AppendAudio):
             if not self._audio_allowed(len(cmd.pcm) * 1000.0 / PIPELINE_RATE):
-                raise ProtocolError(
-                    "input_audio_rate_exceeded",
-                    f"audio is arriving faster than real time (more than {self.session.config.server.audio_burst_s:g} s ahead); "
-                    "this chunk was dropped",
-                    event_id=cmd.event_id,
-                )
+                raise too_fast(s.config.server.audio_burst_s, cmd.event_id)
             await s.append_audio(cmd.pcm)
         elif isinstance(cmd, UpdateSession):
             await self._update_session(cmd)
