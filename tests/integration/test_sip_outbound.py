@@ -1,7 +1,7 @@
 """Calls the server places over SIP (#68 item 2), to real phones (baresip): ``POST /v1/sip/calls``
 dials; an answered call runs the same session as an incoming one (configured as placed, heard
-both ways, attachable and hung up by ``call_id``); a busy phone, one that never answers and an
-address where nobody listens end the call with their reason; ``voiceagent call`` follows a call
+both ways, attachable and hung up by ``call_id``); a busy phone, one that never answers, one the
+application hangs up while it rings and an address where nobody listens end the call with their reason; ``voiceagent call`` follows a call
 to its end and says how it went.  The engines are scripted: what is tested is the call."""
 
 from __future__ import annotations
@@ -92,6 +92,18 @@ def test_a_placed_call_answered_runs_a_session_and_busy_unanswered_and_unreachab
                 await until_state(lambda: _record(server, call_id)["status"] == "ended", 20, "carol's refusal", carol.output)
                 assert _record(server, call_id)["sip_status"] == 486, _record(server, call_id)
 
+                # Hung up by the application while it rings: cancelled, the phone stops ringing.
+                erin = phone("erin", "manual")
+                call_id = await _placed(server, {"to": f"sip:erin@127.0.0.1:{erin.sip_port}", "timeout_s": 60})
+                await until_state(lambda: "Incoming call" in erin.output(), 20, "erin's phone ringing", erin.output)
+                status, _ = await asyncio.to_thread(_http, server, f"/v1/realtime/calls/{call_id}/hangup", {})
+                assert status == 200
+                await until_state(lambda: _record(server, call_id)["status"] == "ended", 20, "erin's call given up", erin.output)
+                assert _record(server, call_id)["reason"] == "hung up before an answer", _record(server, call_id)
+                await until_state(erin.call_ended, 20, "erin's phone no longer ringing", erin.output)
+                assert server.phone_calls.get(call_id) is None  # never answered: no session was opened
+                status, _ = await asyncio.to_thread(_http, server, f"/v1/realtime/calls/{call_id}/hangup", {})
+                assert status == 404  # ended
                 # Nobody answers within the call's timeout: cancelled, "no answer".
                 dave = phone("dave", "manual")
                 call_id = await _placed(server, {"to": f"sip:dave@127.0.0.1:{dave.sip_port}", "timeout_s": 2})

@@ -12,6 +12,7 @@ import dataclasses
 import json
 import time
 import urllib.request
+import wave
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -67,11 +68,16 @@ def _frame_time(call: Any, first_frame: int, offset_s: float) -> float:
     return call.frame_times[index] if index < len(call.frame_times) else time.monotonic()
 
 
-def test_twilio_call_gets_a_spoken_answer(engines: Any, speech: dict[str, Path], run: Callable[..., Any]) -> None:
+def test_twilio_call_gets_a_spoken_answer(engines: Any, speech: dict[str, Path], run: Callable[..., Any], tmp_path: Path) -> None:
+    """...and is recorded (``server.recordings_dir``): both voices, and the transcript."""
     pcm, rate = read_wav(speech["capital"])
+    recordings = tmp_path / "recordings"
 
     async def scenario() -> tuple[Any, Session]:
-        async with VoiceAgentServer(_config(), engines) as server, FakeTwilioCall(_twilio_url(server)) as call:
+        async with (
+            VoiceAgentServer(_config(recordings_dir=str(recordings)), engines) as server,
+            FakeTwilioCall(_twilio_url(server)) as call,
+        ):
             await call.say(pcm, rate)
 
             def done() -> bool:
@@ -100,6 +106,15 @@ def test_twilio_call_gets_a_spoken_answer(engines: Any, speech: dict[str, Path],
     assert len(heard) / 8000 > 0.5
     text = engines.stt.transcribe((resample(heard, 8000, 16000).astype(np.float32) / 32768.0).astype(np.float32), "en")
     assert _words(text) & _words(reply.text), (text, reply.text)
+    # The recording: one call, the caller on the left and the agent on the right, after the question.
+    [wav_path] = recordings.glob("*.wav")
+    with wave.open(str(wav_path)) as w:
+        frames = np.frombuffer(w.readframes(w.getnframes()), dtype="<i2").reshape(-1, 2)
+    caller_loud, agent_loud = (np.flatnonzero(np.abs(frames[:, ch]) > 1000) for ch in (0, 1))
+    assert len(caller_loud) and len(agent_loud) and agent_loud[0] > caller_loud[-1], (caller_loud[-1:], agent_loud[:1])
+    transcript = json.loads(wav_path.with_suffix(".json").read_text())
+    roles = [(t["role"], t["text"]) for t in transcript["turns"]]
+    assert roles[0] == ("caller", users[0].text) and ("agent", reply.text) in roles, roles
 
 
 HEARD_BEFORE_BARGE_IN_MS = 300

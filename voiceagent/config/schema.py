@@ -159,6 +159,12 @@ class ServerConfig:
     sip_accept_timeout_s: float = 30.0
     """A call the application neither accepts nor rejects within this long after taking the webhook
     is refused (480); the webhook's POST itself may take up to 10 s more."""
+    recordings_dir: str = ""
+    """Phone calls (SIP and Twilio) recorded in this folder of the server's own disk: per call a
+    two-channel WAV (caller, agent) and a JSON transcript with each turn's timings
+    (transports/call_recording.py).  "" (the default): nothing is recorded."""
+    recordings_keep_days: float = 30.0
+    """Recordings older than this are deleted (at start-up and after each call)."""
 
     def __post_init__(self) -> None:
         _check(self.auth in ("auto", "on", "off"), "server.auth", "must be auto, on or off")
@@ -179,6 +185,7 @@ class ServerConfig:
         _check(0 <= self.sip_port <= 65535, "server.sip_port", "must be 0..65535 (0: off)")
         _check(self.sip_max_calls >= 1, "server.sip_max_calls", "must be >= 1")
         _check(self.sip_accept_timeout_s > 0, "server.sip_accept_timeout_s", "must be > 0")
+        _check(self.recordings_keep_days > 0, "server.recordings_keep_days", "must be > 0")
         if self.sip_webhook_url:
             _check(self.sip_webhook_url.startswith(("http://", "https://")), "server.sip_webhook_url", "must be an http(s) URL")
             _check(bool(self.sip_webhook_secret), "server.sip_webhook_secret", "is needed with server.sip_webhook_url")

@@ -135,6 +135,7 @@ class SipCall(_CallBase):  # type: ignore[misc]
         self.outbound = ""
         """The server's id of a call this gateway placed ("" for an incoming call)."""
         self.deadline: float | None = None  # an outbound call not answered by then is cancelled
+        self.given_up = False  # the application hung up an outbound call before its answer
         self.timed_out = False
 
     def start_bridge(self) -> None:
@@ -195,7 +196,7 @@ class SipCall(_CallBase):  # type: ignore[misc]
         if info.state == pj.PJSIP_INV_STATE_DISCONNECTED:
             log.info("sip call %s: ended (%s %s)", self.sid, info.lastStatusCode, info.lastReason)
             if self.outbound:
-                reason = "no answer" if self.timed_out else str(info.lastReason)
+                reason = "no answer" if self.timed_out else "hung up before an answer" if self.given_up else str(info.lastReason)
                 report(self.outbound, "ended", 0 if self.timed_out else int(info.lastStatusCode), reason)
             self.ended = True
             if self.bridge is not None:
@@ -377,6 +378,10 @@ class Gateway:
         for line in sys.stdin:
             try:
                 cmd = json.loads(line)
+                if "hangup" in cmd:
+                    hang = str(cmd["hangup"])
+                    self.later(lambda c=hang: self._hang_up(c))  # type: ignore[misc]
+                    continue
                 call_id, uri, timeout_s = str(cmd["id"]), str(cmd["dial"]), float(cmd.get("timeout_s", 30))
             except (ValueError, KeyError, TypeError) as exc:
                 log.warning("sip: a command that cannot be read was skipped (%s): %.120r", exc, line)
@@ -400,6 +405,14 @@ class Gateway:
         self.calls[call.pj_id] = call
         log.info("sip call %s: dialling %s for %s", call.sid, uri, call_id)
         report(call_id, "dialing")
+
+    def _hang_up(self, call_id: str) -> None:
+        """On PJSIP's thread: give up placed call ``call_id`` before it is answered (CANCEL)."""
+        for call in [c for c in self.calls.values() if c.outbound == call_id and not c.answered and not c.ended]:
+            call.deadline = None
+            call.given_up = True
+            log.info("sip call %s: hung up by the application before an answer", call.sid)
+            call.end(487)
 
     def _cancel_unanswered(self) -> None:
         now = time.monotonic()

@@ -168,6 +168,15 @@ class SipGateway:
         proc.stdin.write((json.dumps({"dial": uri, "id": call_id, "timeout_s": timeout_s}) + "\n").encode())
         await proc.stdin.drain()
 
+    async def hang_up(self, call_id: str) -> None:
+        """Ask the gateway to give up placed call ``call_id`` before it is answered (a CANCEL);
+        :class:`SipGatewayError` while no gateway runs."""
+        proc = self._proc
+        if proc is None or proc.stdin is None or proc.returncode is not None:
+            raise SipGatewayError("the SIP gateway is not running")
+        proc.stdin.write((json.dumps({"hangup": call_id}) + "\n").encode())
+        await proc.stdin.drain()
+
     def _reported(self, line: str) -> None:
         try:
             fields = json.loads(line[len(OUTBOUND) :])

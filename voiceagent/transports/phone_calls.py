@@ -70,6 +70,10 @@ class Dialer(Protocol):
 
     async def dial(self, call_id: str, uri: str, timeout_s: float) -> None: ...
 
+    async def hang_up(self, call_id: str) -> None:
+        """Give up a placed call before it is answered."""
+        ...
+
 
 @dataclass
 class OutboundCall:
@@ -234,6 +238,11 @@ class PhoneCalls:
         log.info("call %s: dialling %s", call.id, to)
         return call
 
+    def unanswered(self, call_id: str) -> OutboundCall | None:
+        """Placed call ``call_id`` while it is still dialling or ringing (no session yet)."""
+        call = self.placed.get(call_id)
+        return call if call is not None and call.status in ("dialing", "ringing") and call_id not in self._calls else None
+
     def report(self, fields: dict[str, Any]) -> None:
         """The gateway's word on a placed call (``id``, ``status``, ``sip_status``, ``reason``)."""
         call = self.placed.get(str(fields.get("id")))
@@ -269,6 +278,12 @@ async def call_control(calls: PhoneCalls, call_id: str, action: str, body: bytes
     and, for a refusal, OpenAI's error object (``{"error": {...}}``, which the ``openai`` package
     raises as ``BadRequestError``, ``NotFoundError`` or ``ConflictError``)."""
     call = calls.get(call_id)
+    if call is None and action == "hangup" and calls.unanswered(call_id) is not None and calls.dialer is not None:
+        try:
+            await calls.dialer.hang_up(call_id)  # the record ends when the gateway reports the CANCEL's end
+        except VoiceAgentError as exc:  # the gateway is not running (restarting)
+            return 503, _error(exc.message, "sip_unavailable")
+        return 200, None
     if call is None:
         return 404, _error(f"no call {call_id}", "call_not_found")
     params = _json_object(body)

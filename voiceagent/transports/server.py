@@ -81,6 +81,7 @@ from voiceagent.settings import settings_from_config
 from voiceagent.tools.phone import PhoneTools
 from voiceagent.transports.auth import SUBPROTOCOL, access_for, is_loopback
 from voiceagent.transports.call_attach import AttachedConnection
+from voiceagent.transports.call_recording import prune
 from voiceagent.transports.http_post import Post, PostConnection
 from voiceagent.transports.live import LIVE_PATH, LiveConnection, LiveProtocol
 from voiceagent.transports.live_sideband import LiveSideband
@@ -377,6 +378,12 @@ class VoiceAgentServer:
         )
         self._load_watch = asyncio.create_task(loop_load.watch(), name="loop-load")
         self._admission_watch = asyncio.create_task(self._watch_admission(), name="admission")
+        if cfg.recordings_dir:  # recordings past their time go at start-up too, not only after a call
+            folder = cfg.recordings_dir
+            gone = await asyncio.get_running_loop().run_in_executor(None, prune, folder, cfg.recordings_keep_days)
+            log.info(
+                "calls are recorded in %s (kept %g days%s)", folder, cfg.recordings_keep_days, f"; {gone} old files deleted" if gone else ""
+            )
         if cfg.agent_port:
             self._agent = await asyncio.start_server(self._agent_check, cfg.host, cfg.agent_port)
 
@@ -659,7 +666,8 @@ class VoiceAgentServer:
             return _text(post.error[0], post.error[1] + "\n")
         path = urlsplit(request.path).path
         control = _CONTROL.fullmatch(path)
-        if control is not None and (self.phone_calls.get(control.group(1)) is not None or control.group(2) != "hangup"):
+        known = control is not None and (self.phone_calls.get(control.group(1)) is not None or control.group(1) in self.phone_calls.placed)
+        if control is not None and (known or control.group(2) != "hangup"):
             refused = self._unauthorized(request)
             if refused is not None:
                 return refused

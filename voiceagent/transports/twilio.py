@@ -27,6 +27,10 @@ the ``realtime.call.incoming`` webhook (a call neither accepted nor rejected wit
 ``server.sip_accept_timeout_s`` of the webhook's delivery is refused with 480).  The session's events and the caller's keys
 (``input_audio_buffer.dtmf_event_received``) go to the connections attached to the call.
 
+Recordings (``server.recordings_dir``, off by default): the call's audio both ways and its
+transcript are written when the stream ends (:mod:`~voiceagent.transports.call_recording`), named
+by the gateway's call id or Twilio's call sid.
+
 Cancellation: the key collector's timer and the ringing call's wait are tasks of the
 connection, cancelled with it.
 """
@@ -36,8 +40,10 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from websockets.asyncio.server import ServerConnection
@@ -47,6 +53,7 @@ from voiceagent.errors import ProtocolError
 from voiceagent.events import CallControl, InputTranscriptDone, PlaybackCleared, ResponseDone
 from voiceagent.session import Session
 from voiceagent.tools.phone import HangUp, SendDigits, Transfer
+from voiceagent.transports.call_recording import CallRecorder, prune
 from voiceagent.transports.connection import SessionConnection
 from voiceagent.transports.dtmf import dtmf_tones
 from voiceagent.transports.phone_calls import PhoneCall, PhoneCalls, session_changes
@@ -59,6 +66,13 @@ __all__ = ["CLOSE_POLICY", "TwilioConnection"]
 log = logging.getLogger(__name__)
 
 CLOSE_POLICY = 1008  # RFC 6455 "policy violation": the peer broke the protocol
+
+
+def _file_name(call_sid: str) -> str:
+    """A call id as a file name: what a peer sent, so only letters, digits, ``-`` and ``_``."""
+    return re.sub(r"[^A-Za-z0-9_-]", "_", call_sid)[:64] or "call"
+
+
 CLOSE_UNSUPPORTED = 1003  # RFC 6455 "unsupported data": a binary frame
 
 
@@ -97,6 +111,10 @@ class TwilioConnection(SessionConnection):
         self._ending: CallControl | None = None  # a hang-up or transfer waiting for its goodbye
         self._goodbye_done = False
         self._played = asyncio.Condition()  # notified at each mark echo
+        folder = session.config.server.recordings_dir
+        self.recorder: CallRecorder | None = None
+        """The call's recording (``server.recordings_dir``), named once the stream starts."""
+        self._recordings = Path(folder).expanduser() if folder else None
 
     async def serve(self) -> None:
         """Serve until ``stop`` or the peer goes away."""
@@ -115,6 +133,21 @@ class TwilioConnection(SessionConnection):
             finally:
                 if self.call is not None and self._calls is not None:
                     self._calls.remove(self.call)
+                await self._save_recording()
+
+    async def _save_recording(self) -> None:
+        """Write the call's recording and drop those past their time; a disk that refuses is
+        logged, never the call's failure."""
+        recorder = self.recorder
+        if recorder is None:
+            return
+        try:
+            wav, _ = await recorder.save()
+            keep = self.session.config.server.recordings_keep_days
+            gone = await asyncio.get_running_loop().run_in_executor(None, prune, recorder.directory, keep)
+            log.info("twilio call %s: recorded in %s%s", recorder.call_id, wav, f" ({gone} old files deleted)" if gone else "")
+        except OSError as exc:
+            log.error("twilio call %s: the recording could not be written: %s", recorder.call_id, exc)
 
     async def _serve(self) -> None:
         async for frame in self.frames():
@@ -144,6 +177,8 @@ class TwilioConnection(SessionConnection):
     async def _apply(self, cmd: object) -> None:
         if isinstance(cmd, Media):
             if len(cmd.pcm) and self.audio_allowed(len(cmd.pcm) * 1000.0 / PIPELINE_RATE):
+                if self.recorder is not None:
+                    self.recorder.caller(cmd.pcm)
                 await self.session.append_audio(cmd.pcm)
             elif len(cmd.pcm):
                 self.dropped_ms += len(cmd.pcm) * 1000.0 / PIPELINE_RATE  # faster than a phone line can send
@@ -162,6 +197,9 @@ class TwilioConnection(SessionConnection):
             log.info("twilio call %s started: stream %s, session %s", cmd.call_sid, cmd.stream_sid, self.session.id)
             if cmd.custom_parameters.get("voiceagent_gateway") == "sip" and self._calls is not None and self.call is None:
                 self._ring(cmd)
+            if self._recordings is not None and self.recorder is None:
+                name = self.call.call_id if self.call is not None else _file_name(cmd.call_sid or self.session.id)
+                self.recorder = CallRecorder(self._recordings, name, self.session.clock, self.session.clock.now())
 
     # ------------------------------------------------------------------ the gateway's calls
 
@@ -279,6 +317,8 @@ class TwilioConnection(SessionConnection):
         async for event in self.session.events():
             for message in self.codec.encode(event):
                 await self.send(message)
+            if self.recorder is not None:
+                self.recorder.event(event)
             if self.call is not None:
                 self.call.publish(event)
             if isinstance(event, CallControl):
