@@ -13,6 +13,7 @@ import wave
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from voiceagent.clock import VirtualClock
 from voiceagent.events import (
@@ -41,7 +42,8 @@ def test_the_agent_is_placed_when_it_was_sent_and_the_transcript_has_each_turn(t
     clock.advance(1.5)
     rec.caller(np.zeros(8000, dtype=np.int16))
     rec.event(ResponseCreated(**HEAD, response_id="r1", item_id="a1"))
-    rec.event(AudioDelta(**HEAD, response_id="r1", item_id="a1", pcm=np.full(12000, 2000, dtype=np.int16), rate=24000, offset_ms=0.0))
+    half_second = np.full(12000, 2000, dtype=np.int16)  # at 24 kHz
+    rec.event(AudioDelta(**{**HEAD, "t": clock.now()}, response_id="r1", item_id="a1", pcm=half_second, rate=24000, offset_ms=0.0))
     rec.event(ResponseDone(**HEAD, response_id="r1", item_id="a1", status=ResponseStatus.COMPLETED, text="It is noon."))
     rec.event(TurnMetrics(**HEAD, response_id="r1", spans={"first_audio_sent": 600.0}))
     wav_path, json_path = asyncio.run(rec.save())
@@ -52,8 +54,9 @@ def test_the_agent_is_placed_when_it_was_sent_and_the_transcript_has_each_turn(t
     caller, agent = frames[:, 0], frames[:, 1]
     assert np.all(caller[:16000] == 1000) and np.all(caller[16000:24000] == 0)
     loud = np.flatnonzero(np.abs(agent) > 500)
-    assert loud[0] == 24000  # sent 1.5 s into the call: it starts there, beside the caller's audio
-    assert abs(len(loud) - 8000) < 200  # half a second, resampled from 24 to 16 kHz
+    assert 24000 <= loud[0] < 24000 + 200  # sent 1.5 s into the call: it starts there, beside the caller's audio
+    assert abs(len(loud) - 8000) < 400  # half a second, resampled from 24 to 16 kHz (the stream's delay aside)
+    assert wav_path.name.startswith("call-rtc_abc-") and json_path.name == wav_path.with_suffix(".json").name
     transcript = json.loads(json_path.read_text())
     assert transcript["channels"] == ["caller", "agent"] and transcript["call_id"] == "rtc_abc"
     user, agent_turn = transcript["turns"]
@@ -80,17 +83,19 @@ def test_agent_chunks_sent_ahead_of_their_time_follow_each_other(tmp_path: Path)
     with wave.open(str(wav_path)) as w:
         agent = np.frombuffer(w.readframes(w.getnframes()), dtype="<i2").reshape(-1, 2)[:, 1]
     assert len(agent) == 4800 and np.all(agent == 3000)  # one after the other, none written over
+    with pytest.raises(FileExistsError):
+        asyncio.run(rec.save())  # the same recording again: never written over
 
 
 def test_prune_deletes_only_recordings_past_their_time(tmp_path: Path) -> None:
     now = time.time()
-    old = [tmp_path / "a.wav", tmp_path / "a.json"]
-    new = [tmp_path / "b.wav", tmp_path / "b.json"]
-    other = tmp_path / "notes.txt"
-    for path in [*old, *new, other]:
+    old = [tmp_path / "call-a-1.wav", tmp_path / "call-a-1.json"]
+    new = [tmp_path / "call-b-2.wav", tmp_path / "call-b-2.json"]
+    others = [tmp_path / "notes.txt", tmp_path / "eval_set.json"]  # old, but not recordings: kept
+    for path in [*old, *new, *others]:
         path.write_text("x")
-    for path in [*old, other]:
+    for path in [*old, *others]:
         os.utime(path, (now - 40 * 86400, now - 40 * 86400))
     assert prune(tmp_path, 30, now) == 2
-    assert [p.exists() for p in old] == [False, False] and all(p.exists() for p in new) and other.exists()
+    assert [p.exists() for p in old] == [False, False] and all(p.exists() for p in [*new, *others])
     assert prune(tmp_path / "missing", 30, now) == 0

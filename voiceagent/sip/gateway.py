@@ -188,6 +188,9 @@ class SipCall(_CallBase):  # type: ignore[misc]
         info = self.getInfo()
         if self.outbound and info.state == pj.PJSIP_INV_STATE_EARLY and not self.answered:
             report(self.outbound, "ringing")
+        elif self.outbound and info.state == pj.PJSIP_INV_STATE_CONFIRMED and not self.answered and self.given_up:
+            # The callee's 200 crossed the application's CANCEL: PJSIP acknowledges it; end it.
+            self.end(200)
         elif self.outbound and info.state == pj.PJSIP_INV_STATE_CONFIRMED and not self.answered:
             self.answered = True
             log.info("sip call %s to %s: answered", self.sid, self.caller)
@@ -407,12 +410,13 @@ class Gateway:
         report(call_id, "dialing")
 
     def _hang_up(self, call_id: str) -> None:
-        """On PJSIP's thread: give up placed call ``call_id`` before it is answered (CANCEL)."""
-        for call in [c for c in self.calls.values() if c.outbound == call_id and not c.answered and not c.ended]:
-            call.deadline = None
-            call.given_up = True
-            log.info("sip call %s: hung up by the application before an answer", call.sid)
-            call.end(487)
+        """On PJSIP's thread: end placed call ``call_id`` in whatever state the application's
+        hangup finds it: a CANCEL while it rings, a BYE once answered (the answer may have
+        crossed the request)."""
+        for call in [c for c in self.calls.values() if c.outbound == call_id and not c.ended]:
+            call.given_up = not call.answered
+            log.info("sip call %s: hung up by the application%s", call.sid, " before an answer" if call.given_up else "")
+            call.end(487 if call.given_up else 200)
 
     def _cancel_unanswered(self) -> None:
         now = time.monotonic()

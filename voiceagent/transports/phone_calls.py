@@ -238,11 +238,6 @@ class PhoneCalls:
         log.info("call %s: dialling %s", call.id, to)
         return call
 
-    def unanswered(self, call_id: str) -> OutboundCall | None:
-        """Placed call ``call_id`` while it is still dialling or ringing (no session yet)."""
-        call = self.placed.get(call_id)
-        return call if call is not None and call.status in ("dialing", "ringing") and call_id not in self._calls else None
-
     def report(self, fields: dict[str, Any]) -> None:
         """The gateway's word on a placed call (``id``, ``status``, ``sip_status``, ``reason``)."""
         call = self.placed.get(str(fields.get("id")))
@@ -278,11 +273,14 @@ async def call_control(calls: PhoneCalls, call_id: str, action: str, body: bytes
     and, for a refusal, OpenAI's error object (``{"error": {...}}``, which the ``openai`` package
     raises as ``BadRequestError``, ``NotFoundError`` or ``ConflictError``)."""
     call = calls.get(call_id)
-    if call is None and action == "hangup" and calls.unanswered(call_id) is not None and calls.dialer is not None:
+    placed = calls.placed.get(call_id)
+    if call is None and action == "hangup" and placed is not None and placed.status != "ended" and calls.dialer is not None:
+        # Still dialling or ringing, or answered with its session not yet open: the gateway ends
+        # it in whatever state it is (CANCEL or BYE); the record ends when it reports so.
         try:
-            await calls.dialer.hang_up(call_id)  # the record ends when the gateway reports the CANCEL's end
-        except VoiceAgentError as exc:  # the gateway is not running (restarting)
-            return 503, _error(exc.message, "sip_unavailable")
+            await calls.dialer.hang_up(call_id)
+        except (VoiceAgentError, OSError) as exc:  # the gateway is not running (restarting, or just died)
+            return 503, _error(str(exc), "sip_unavailable")
         return 200, None
     if call is None:
         return 404, _error(f"no call {call_id}", "call_not_found")

@@ -380,10 +380,13 @@ class VoiceAgentServer:
         self._admission_watch = asyncio.create_task(self._watch_admission(), name="admission")
         if cfg.recordings_dir:  # recordings past their time go at start-up too, not only after a call
             folder = cfg.recordings_dir
-            gone = await asyncio.get_running_loop().run_in_executor(None, prune, folder, cfg.recordings_keep_days)
-            log.info(
-                "calls are recorded in %s (kept %g days%s)", folder, cfg.recordings_keep_days, f"; {gone} old files deleted" if gone else ""
-            )
+            try:
+                gone = await asyncio.get_running_loop().run_in_executor(None, prune, folder, cfg.recordings_keep_days)
+            except OSError as exc:
+                log.error("calls are recorded in %s, but it cannot be read: %s", folder, exc)
+            else:
+                deleted = f"; {gone} old files deleted" if gone else ""
+                log.info("calls are recorded in %s (kept %g days%s)", folder, cfg.recordings_keep_days, deleted)
         if cfg.agent_port:
             self._agent = await asyncio.start_server(self._agent_check, cfg.host, cfg.agent_port)
 

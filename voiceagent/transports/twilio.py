@@ -48,7 +48,7 @@ from typing import Any
 
 from websockets.asyncio.server import ServerConnection
 
-from voiceagent.audio import PIPELINE_RATE
+from voiceagent.audio import PIPELINE_RATE, Int16Array
 from voiceagent.errors import ProtocolError
 from voiceagent.events import CallControl, InputTranscriptDone, PlaybackCleared, ResponseDone
 from voiceagent.session import Session
@@ -115,6 +115,25 @@ class TwilioConnection(SessionConnection):
         self.recorder: CallRecorder | None = None
         """The call's recording (``server.recordings_dir``), named once the stream starts."""
         self._recordings = Path(folder).expanduser() if folder else None
+        self._call_name = ""
+
+    def _record(self, pcm: Int16Array) -> None:
+        """The caller's audio to the recording, which starts with the first of it (a SIP call
+        rings before it has any; one never answered leaves no recording)."""
+        if self.recorder is None:
+            assert self._recordings is not None
+            clock = self.session.clock
+            started = clock.now() - len(pcm) / PIPELINE_RATE  # this chunk's first sample, not its arrival
+            self.recorder = CallRecorder(self._recordings, self._call_name or _file_name(self.session.id), clock, started)
+        self.recorder.caller(pcm)
+
+    async def run(self) -> None:
+        """As every connection's, then the recording: once the writer has seen the call's last
+        event and the session is closed (its engines and its place are free meanwhile)."""
+        try:
+            await super().run()
+        finally:
+            await self._save_recording()
 
     async def serve(self) -> None:
         """Serve until ``stop`` or the peer goes away."""
@@ -133,7 +152,6 @@ class TwilioConnection(SessionConnection):
             finally:
                 if self.call is not None and self._calls is not None:
                     self._calls.remove(self.call)
-                await self._save_recording()
 
     async def _save_recording(self) -> None:
         """Write the call's recording and drop those past their time; a disk that refuses is
@@ -148,6 +166,8 @@ class TwilioConnection(SessionConnection):
             log.info("twilio call %s: recorded in %s%s", recorder.call_id, wav, f" ({gone} old files deleted)" if gone else "")
         except OSError as exc:
             log.error("twilio call %s: the recording could not be written: %s", recorder.call_id, exc)
+        finally:
+            self.recorder = None  # saved once
 
     async def _serve(self) -> None:
         async for frame in self.frames():
@@ -177,8 +197,8 @@ class TwilioConnection(SessionConnection):
     async def _apply(self, cmd: object) -> None:
         if isinstance(cmd, Media):
             if len(cmd.pcm) and self.audio_allowed(len(cmd.pcm) * 1000.0 / PIPELINE_RATE):
-                if self.recorder is not None:
-                    self.recorder.caller(cmd.pcm)
+                if self._recordings is not None:
+                    self._record(cmd.pcm)
                 await self.session.append_audio(cmd.pcm)
             elif len(cmd.pcm):
                 self.dropped_ms += len(cmd.pcm) * 1000.0 / PIPELINE_RATE  # faster than a phone line can send
@@ -197,9 +217,7 @@ class TwilioConnection(SessionConnection):
             log.info("twilio call %s started: stream %s, session %s", cmd.call_sid, cmd.stream_sid, self.session.id)
             if cmd.custom_parameters.get("voiceagent_gateway") == "sip" and self._calls is not None and self.call is None:
                 self._ring(cmd)
-            if self._recordings is not None and self.recorder is None:
-                name = self.call.call_id if self.call is not None else _file_name(cmd.call_sid or self.session.id)
-                self.recorder = CallRecorder(self._recordings, name, self.session.clock, self.session.clock.now())
+            self._call_name = self.call.call_id if self.call is not None else _file_name(cmd.call_sid or self.session.id)
 
     # ------------------------------------------------------------------ the gateway's calls
 
