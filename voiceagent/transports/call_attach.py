@@ -23,6 +23,7 @@ from websockets.asyncio.server import ServerConnection
 from websockets.exceptions import ConnectionClosed
 
 from voiceagent.errors import ProtocolError
+from voiceagent.transports.connection import CLOSE_POLICY
 from voiceagent.transports.phone_calls import Observed, PhoneCall
 from voiceagent.transports.realtime import RealtimeCommands
 from voiceagent.transports.realtime_codec import RealtimeCodec
@@ -31,8 +32,6 @@ from voiceagent.transports.realtime_wire import message
 __all__ = ["AttachedConnection"]
 
 log = logging.getLogger(__name__)
-
-CLOSE_POLICY = 1008
 
 
 class AttachedConnection:

@@ -35,16 +35,27 @@ from voiceagent.events import AudioDelta, Event, FunctionCallAdded, PlaybackClea
 from voiceagent.session import Session
 from voiceagent.transports.audio_budget import too_fast
 from voiceagent.transports.connection import SessionConnection
-from voiceagent.transports.live_codec import DELEGATE, AppendAudio, AppendContext, Close, Command, LiveCodec, Mute, Start, Update
+from voiceagent.transports.live_codec import (
+    AUDIO_DELTA,
+    DELEGATE,
+    AppendAudio,
+    AppendContext,
+    Close,
+    Command,
+    LiveCodec,
+    Mute,
+    Start,
+    Update,
+)
 from voiceagent.transports.live_config import LIVE_VOICES, session_resource
 from voiceagent.transports.realtime_audio import WireAudio
+from voiceagent.transports.realtime_wire import WIRE_RATE
 
-__all__ = ["AUDIO_DELTA", "LIVE_PATH", "LiveConnection", "LiveProtocol", "Reply", "Sideband"]
+__all__ = ["LIVE_PATH", "LiveConnection", "LiveProtocol", "Reply", "Sideband"]
 
 log = logging.getLogger(__name__)
 
 LIVE_PATH = "/v1/live/sessions"
-AUDIO_DELTA = "session.output_audio.delta"
 
 Reply = Callable[[dict[str, Any]], Awaitable[None]]
 """Where an answer to one client event goes (its error, when it is refused)."""
@@ -244,7 +255,7 @@ class LiveProtocol:
             if role != "developer":
                 await s.add_text(text, role)
         if not self._fixed_audio:  # on tracks the audio is the track's, whatever a format says
-            audio = WireAudio(self._voice_rate, pcm_rate=cfg.rate if cfg.format == "audio/pcm" else 24000)
+            audio = WireAudio(self._voice_rate, pcm_rate=cfg.rate if cfg.format == "audio/pcm" else WIRE_RATE)
             audio.set_input_format(cfg.format)
             audio.output_format = cfg.format
             self.codec.audio = audio

@@ -39,8 +39,10 @@ from voiceagent.transports.live_config import LiveSession, parse_start, parse_up
 from voiceagent.transports.live_support import CLIENT_EVENTS
 from voiceagent.transports.realtime_audio import WireAudio
 from voiceagent.transports.realtime_support import Status
+from voiceagent.transports.realtime_wire import WIRE_RATE
 
 __all__ = [
+    "AUDIO_DELTA",
     "DELEGATE",
     "MAX_APPEND_CHARS",
     "AppendAudio",
@@ -67,6 +69,9 @@ DELEGATE = Tool(
     },
 )
 """The tool a GPT-Live session with client delegation offers its model: a call is a delegation."""
+
+AUDIO_DELTA = "session.output_audio.delta"
+"""The server event that carries reply audio."""
 
 MAX_APPEND_TOKENS = 500
 MAX_APPEND_CHARS = MAX_APPEND_TOKENS * 4
@@ -131,7 +136,7 @@ class LiveCodec:
         self._speech: dict[str, tuple[float, float]] = {}  # user item → (start, end) ms of its speech
         self._out_at: dict[str, float] = {}  # response → timeline ms its next audio starts at
         self._reflected = WireAudio(voice_rate)  # sidebands hear PCM16 at 24 kHz, whatever the primary's format
-        self._reflect_in = StreamResampler(PIPELINE_RATE, 24000, quality="LQ")
+        self._reflect_in = StreamResampler(PIPELINE_RATE, WIRE_RATE, quality="LQ")
         self._heard = False  # an input transcript was sent
 
     # ------------------------------------------------------------------ client → server
@@ -285,7 +290,7 @@ class LiveCodec:
         if not raw:
             return []
         start = max(self._out_at.get(ev.response_id, now_ms), now_ms) if isinstance(ev, AudioDelta) else now_ms
-        end = start + len(raw) / 2 * 1000.0 / 24000
+        end = start + len(raw) / 2 * 1000.0 / WIRE_RATE
         return [{**self._audio_delta(raw), "start_ms": int(start), "end_ms": max(int(start), int(end))}]
 
     def reflect_input(self, pcm: Int16Array) -> dict[str, Any] | None:
@@ -297,8 +302,4 @@ class LiveCodec:
 
     def _audio_delta(self, raw: bytes) -> dict[str, Any]:
         # Primary-socket audio carries no event_id and no times (openai.types.live.OutputAudioDeltaEvent).
-        return {"type": "session.output_audio.delta", "delta": base64.b64encode(raw).decode("ascii")}
-
-    def timeline_ms(self, samples: int) -> float:
-        """The length of ``samples`` of session audio in ms."""
-        return samples * 1000.0 / PIPELINE_RATE
+        return {"type": AUDIO_DELTA, "delta": base64.b64encode(raw).decode("ascii")}

@@ -27,6 +27,7 @@ from typing import Any
 from websockets.asyncio.server import ServerConnection
 from websockets.exceptions import ConnectionClosed
 
+from voiceagent.transports.connection import CLOSE_POLICY
 from voiceagent.transports.live import LiveProtocol
 
 __all__ = ["QUEUE", "LiveSideband"]
@@ -36,7 +37,6 @@ log = logging.getLogger(__name__)
 QUEUE = 2000
 """Events that may wait for a sideband (about 40 s of reflected audio) before it is detached."""
 
-_CLOSE_POLICY = 1008
 _END = None
 
 
@@ -77,7 +77,7 @@ class LiveSideband:
     async def _write(self) -> None:
         while (message := await self._queue.get()) is not _END:
             await self.send(message)
-        await self.ws.close(_CLOSE_POLICY if self._slow else 1000, "slow reader" if self._slow else "session closed")
+        await self.ws.close(CLOSE_POLICY if self._slow else 1000, "slow reader" if self._slow else "session closed")
 
     async def run(self) -> None:
         """Serve until the sideband or the session goes away."""

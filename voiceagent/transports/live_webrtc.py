@@ -22,8 +22,8 @@ from voiceagent.audio import Int16Array
 from voiceagent.errors import ProtocolError
 from voiceagent.events import Event, PlaybackCleared
 from voiceagent.session import Session
-from voiceagent.transports.live import AUDIO_DELTA, LiveProtocol
-from voiceagent.transports.live_codec import Start
+from voiceagent.transports.live import LiveProtocol
+from voiceagent.transports.live_codec import AUDIO_DELTA, Start
 from voiceagent.transports.live_config import parse_start
 from voiceagent.transports.webrtc import WebRtcCall
 

@@ -46,7 +46,7 @@ from voiceagent.session import Session
 from voiceagent.transports.audio_budget import AudioBudget
 from voiceagent.transports.realtime import RealtimeCommands
 from voiceagent.transports.realtime_codec import RealtimeCodec
-from voiceagent.transports.realtime_wire import WIRE_RATE
+from voiceagent.transports.realtime_wire import AUDIO_DELTA, WIRE_RATE
 
 __all__ = [
     "EVENTS_CHANNEL",
@@ -69,7 +69,6 @@ log = logging.getLogger(__name__)
 EVENTS_CHANNEL = "oai-events"
 TRACK_RATE = 48_000
 FRAME_SAMPLES = TRACK_RATE // 50  # 20 ms: Opus's usual frame
-_AUDIO_DELTA = "response.output_audio.delta"
 _CLEARED = "output_audio_buffer.cleared"
 
 
@@ -495,7 +494,7 @@ class WebRtcCall:
 
     # ------------------------------------------------------------------ the protocol (Realtime; a subclass may speak another)
 
-    audio_type = _AUDIO_DELTA
+    audio_type = AUDIO_DELTA[0]
     """The server event that carries reply audio: on a call it goes on the track instead."""
 
     async def _microphone(self, pcm: Int16Array) -> None:
