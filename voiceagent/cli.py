@@ -37,6 +37,7 @@ from voiceagent.sip.supervisor import SipGateway, check_port
 from voiceagent.talk import TalkOptions, run_talk
 from voiceagent.tools.builtin import builtin_tools
 from voiceagent.tools.spec import with_tools
+from voiceagent.transports.call_recording import check_folder
 from voiceagent.transports.server import VoiceAgentServer
 
 __all__ = ["main"]
@@ -258,6 +259,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     server_cfg = plan.config.server
     if server_cfg.sip_port:  # before the models load: a port that is taken is one line at once
         check_port(server_cfg.sip_host or server_cfg.host, server_cfg.sip_port)
+    if server_cfg.recordings_dir:  # likewise a recordings folder the server cannot write
+        check_folder(server_cfg.recordings_dir)
     asyncio.run(_serve(plan))
     return 0
 

@@ -102,6 +102,17 @@ def test_bad_configuration_is_one_clear_line(tmp_path: Path) -> None:
     assert "Traceback" not in proc.stderr
 
 
+def test_a_recordings_folder_that_cannot_be_made_stops_serve_with_one_line_before_the_models(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    sets = ["--set", f"server.recordings_dir={blocker / 'calls'}"]
+    proc = subprocess.run([*CLI, "serve", "--port", "0", *sets], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"voiceagent: error: server.recordings_dir: cannot make {blocker / 'calls'}"), last
+    assert "Traceback" not in proc.stderr and "loading" not in proc.stderr.lower(), proc.stderr[-2000:]
+
+
 def test_the_gpu_profile_on_a_machine_without_a_gpu_stops_at_start_up_with_one_line() -> None:
     from voiceagent.backends.gpu import query_gpus
 

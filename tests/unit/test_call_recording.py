@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from voiceagent.clock import VirtualClock
+from voiceagent.errors import ConfigError
 from voiceagent.events import (
     AudioDelta,
     InputSpeechStarted,
@@ -26,7 +27,7 @@ from voiceagent.events import (
     ResponseStatus,
     TurnMetrics,
 )
-from voiceagent.transports.call_recording import CallRecorder, prune
+from voiceagent.transports.call_recording import CallRecorder, check_folder, prune
 
 HEAD = {"t": 0.0, "gen": 0, "session": "sess_1"}
 
@@ -99,3 +100,14 @@ def test_prune_deletes_only_recordings_past_their_time(tmp_path: Path) -> None:
     assert prune(tmp_path, 30, now) == 2
     assert [p.exists() for p in old] == [False, False] and all(p.exists() for p in [*new, *others])
     assert prune(tmp_path / "missing", 30, now) == 0
+
+
+def test_a_recordings_folder_the_server_cannot_make_is_one_line(tmp_path: Path) -> None:
+    check_folder(tmp_path / "calls" / "2026")  # made, with its parents
+    assert (tmp_path / "calls" / "2026").is_dir()
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    with pytest.raises(ConfigError) as err:
+        check_folder(blocker / "calls")
+    assert err.value.message.startswith(f"server.recordings_dir: cannot make {blocker / 'calls'}")
+    assert "\n" not in err.value.message

@@ -33,6 +33,7 @@ import numpy as np
 
 from voiceagent.audio import PIPELINE_RATE, Int16Array, StreamResampler
 from voiceagent.clock import Clock
+from voiceagent.errors import ConfigError
 from voiceagent.events import (
     AudioDelta,
     Event,
@@ -44,7 +45,7 @@ from voiceagent.events import (
     TurnMetrics,
 )
 
-__all__ = ["MAX_S", "PREFIX", "CallRecorder", "prune"]
+__all__ = ["MAX_S", "PREFIX", "CallRecorder", "check_folder", "prune"]
 
 log = logging.getLogger(__name__)
 
@@ -199,6 +200,19 @@ def _private(path: Path) -> Any:
     """``path`` created for writing, readable by the server's user alone; never through a link
     and never over a file that is there (``FileExistsError``)."""
     return os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600), "wb")
+
+
+def check_folder(folder: str | Path) -> None:
+    """:class:`~voiceagent.errors.ConfigError` in one line unless ``folder`` (``~`` expanded) is
+    a folder the server can make and write: ``serve`` asks before it loads its models, so a wrong
+    ``server.recordings_dir`` is said at once, not after the first call is lost."""
+    directory = Path(folder).expanduser()
+    try:
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"server.recordings_dir: cannot make {directory}: {exc.strerror or exc}") from None
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise ConfigError(f"server.recordings_dir: {directory} is not writable by this user")
 
 
 def prune(folder: str | Path, keep_days: float, now: float | None = None) -> int:
