@@ -40,8 +40,8 @@ from voiceagent.conversation.effects import (
     TurnEnded,
 )
 from voiceagent.conversation.history import History
-from voiceagent.conversation.interruption import InterruptionPolicy
 from voiceagent.conversation.reply import ReplyState, ResponseOptions
+from voiceagent.conversation.verdict import InterruptionPolicy
 from voiceagent.errors import ProtocolError
 from voiceagent.events import (
     AudioDelta,
@@ -529,6 +529,61 @@ def test_no_words_resume_after_the_timeout_but_never_while_the_user_speaks() -> 
     [arm2] = w.core.handle(w.ev(SpeechStopped, audio_ms=6000.0))
     assert show(w.core.resume_due(arm2.token)) == ["resume"]
     assert w.core.active_response_id == reply.id and reply.item is not None and reply.item.heard_ms is None
+
+
+def test_a_dismissed_segment_keeps_the_pause_while_later_speech_awaits_its_words() -> None:
+    # "Yeah, yeah. Right." on a busy machine: the VAD has ended both stretches before the first
+    # one's transcript is in.  The reply stays paused for the second one's words.
+    w = World()
+    reply = speaking_reply(w)
+    w.core.handle(w.ev(SpeechStarted, audio_ms=5000.0))
+    w.core.handle(w.ev(SpeechStopped, audio_ms=5800.0))
+    w.core.handle(w.ev(SpeechStarted, audio_ms=6200.0))
+    [arm] = w.core.handle(w.ev(SpeechStopped, audio_ms=6600.0))
+    w.clock.advance(0.5)
+    assert w.core.segment_heard("Yeah, yeah.", -21.0, None, None, 5896.0) == (False, [])  # no resume yet
+    assert w.core.floor.judging()
+    takes, effects = w.core.segment_heard("Right.", -21.0, None, None, 6696.0)
+    assert not takes and show(effects) == ["resume"]
+    assert w.core.active_response_id == reply.id and reply.item is not None and reply.item.heard_ms is None
+    assert w.core.resume_due(arm.token) == []  # the timeout finds nothing left to resume
+
+
+@pytest.mark.parametrize(("late", "cuts"), [("What is the capital of France?", True), ("Right.", False)])
+def test_words_that_come_after_the_timeout_resumed_the_reply_are_still_judged(late: str, cuts: bool) -> None:
+    w = World()
+    reply = speaking_reply(w)
+    w.core.handle(w.ev(SpeechStarted, audio_ms=5000.0))
+    w.core.handle(w.ev(SpeechStopped, audio_ms=5800.0))
+    w.core.handle(w.ev(SpeechStarted, audio_ms=6200.0))
+    [arm] = w.core.handle(w.ev(SpeechStopped, audio_ms=7600.0))
+    w.clock.advance(0.2)
+    assert w.core.segment_heard("Yeah, yeah.", -21.0, None, None, 5896.0) == (False, [])
+    w.clock.advance(0.9)
+    assert show(w.core.resume_due(arm.token)) == ["resume"]  # the transcriber is late: the reply goes on
+    assert not w.core.floor.judging()
+    takes, effects = w.core.segment_heard(late, -21.0, 0.9, None, 7696.0)
+    assert takes is cuts
+    if cuts:  # an interruption after all: the client hears of the speech, the reply is cut
+        assert show(effects) == ["emit:InputSpeechStarted", "barge_in", "emit:PlaybackCleared", "emit:ResponseDone", "report:cancelled"]
+        assert reply.item is not None and reply.item.heard_ms is not None and w.core.active_response_id is None
+    else:  # a backchannel: dropped, the reply plays on whole
+        assert effects == [] and w.core.active_response_id == reply.id
+        assert reply.item is not None and reply.item.heard_ms is None
+    # Judged once: the next segment is the user's own.
+    assert w.core.segment_heard("Right.", -21.0, None, None, 9000.0) == (True, [])
+
+
+def test_a_turn_that_supersedes_a_reply_still_playing_cuts_it() -> None:
+    # Speech over the agent that the core never judged (here: barge-in is off) makes a turn: the
+    # reply it ends is cut to what was heard and the client told to clear its buffer.
+    w = World(interrupt=False)
+    reply = speaking_reply(w)
+    assert show(w.core.handle(w.ev(SpeechStarted, audio_ms=5000.0))) == ["emit:InputSpeechStarted"]
+    effects = w.turn("and what else?")
+    shown = show(effects)
+    assert "barge_in" in shown and shown.index("emit:PlaybackCleared") < shown.index("emit:ResponseDone"), shown
+    assert reply.item is not None and reply.item.heard_ms == pytest.approx(1000.0)
 
 
 def test_a_quieter_voice_is_background_not_an_interruption() -> None:

@@ -10,7 +10,7 @@ import pytest
 
 from voiceagent.audio import speech_level_db
 from voiceagent.config import Config, VadConfig
-from voiceagent.conversation.interruption import InterruptionPolicy, Verdict
+from voiceagent.conversation.verdict import InterruptionPolicy, Verdict
 from voiceagent.pipeline.hold import PlayoutHold
 from voiceagent.stages.vad import VadOptions
 from voiceagent.text.backchannel import BACKCHANNELS, floor_words, phrases_for, real_words, takes_floor

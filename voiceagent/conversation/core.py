@@ -37,10 +37,11 @@ from voiceagent.conversation.context import CoreContext
 from voiceagent.conversation.effects import Completed, Effect, Sink, StartAnswer, TurnEnded
 from voiceagent.conversation.history import History
 from voiceagent.conversation.idle import IdleTimeout
-from voiceagent.conversation.interruption import InterruptionPolicy, Interruptions, Verdict
+from voiceagent.conversation.interruption import Interruptions
 from voiceagent.conversation.lifecycle import Replies
 from voiceagent.conversation.reply import Reply, ResponseOptions
 from voiceagent.conversation.user import UserInput
+from voiceagent.conversation.verdict import InterruptionPolicy, Verdict
 from voiceagent.errors import ProtocolError
 from voiceagent.events import (
     AudioDelta,
@@ -93,8 +94,7 @@ class ConversationCore:
         self._user = UserInput(self._ctx)
         self._idle = IdleTimeout(self._ctx)
         self.floor = Interruptions(self._ctx, InterruptionPolicy.from_config(config.turn), self._user)
-        """Speech over a reply and its judging: the STT and turn stages ask it (``judging``,
-        ``reads_segment_again``)."""
+        """Speech over a reply and its judging: the STT and turn stages ask it (``judging``, ``reads_segment_again``)."""
 
     # ------------------------------------------------------------------ queries
 
@@ -162,6 +162,7 @@ class ConversationCore:
             # The paused reply is superseded (a cancel, a response.create): the speech being judged
             # is the user's as any other.
             self.floor.hand_over()
+        self.floor.forget_late()
         return gen
 
     # ------------------------------------------------------------------ what stages observe
@@ -195,7 +196,7 @@ class ConversationCore:
     def _speech_started(self, ev: SpeechStarted) -> None:
         self._idle.disarm()
         if self.floor.pending is not None:
-            self.floor.speech_started()  # still being judged: no resume while the user speaks
+            self.floor.speech_started(ev)  # still being judged: no resume while the user speaks
             return
         detection = self._host.settings.turn_detection
         playing = self._replies.playing
@@ -209,15 +210,13 @@ class ConversationCore:
             self._user.speech_started(ev)
 
     def segment_heard(
-        self, text: str, level_db: float | None, confidence: float | None = None, sound_margin: float | None = None
+        self, text: str, level_db: float | None, confidence: float | None = None, margin: float | None = None, end_ms: float | None = None
     ) -> tuple[bool, list[Effect]]:
-        """The final transcript of a speech segment (heard at ``level_db``, transcribed with
-        ``confidence``, read in backchannels and sounds ``sound_margin`` nats less likely), before
-        the turn stage uses it.  False: it was speech over a paused reply that is no interruption
-        (a backchannel, nothing, a doubted word, a sound written as words, a quieter voice): the
-        turn stage drops it, and the reply resumes once the user is silent
-        (:meth:`Interruptions.segment`)."""
-        verdict = self.floor.segment(text, level_db, confidence, sound_margin)
+        """A segment's final transcript (``level_db``, ``confidence``, its reading as sounds ``margin``
+        nats less likely, its audio's end ``end_ms``), before the turn stage uses it.  False: speech
+        over a paused reply that is no interruption (a backchannel, nothing, a doubted word, sounds,
+        a quieter voice), which the turn stage drops (:meth:`Interruptions.segment`)."""
+        verdict = self.floor.segment(text, level_db, confidence, margin, end_ms)
         if verdict is Verdict.INTERRUPT:
             self._take_turn()
         return verdict in (None, Verdict.INTERRUPT), self._sink.take()
@@ -239,7 +238,8 @@ class ConversationCore:
         if not ev.respond or self._scope.is_stale(ev.gen):
             return
         if (previous := self._replies.active) is not None:
-            # Already stale (this turn's generation superseded it); close it for the client.
+            # Already stale (this turn's generation superseded it): cut if still playing, then closed.
+            self._replies.stop_playing(previous)
             self._finish(previous, ResponseStatus.CANCELLED, "turn_detected")
         self._release(self._replies.confirmed(ended))
 

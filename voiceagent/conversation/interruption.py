@@ -3,7 +3,7 @@
 With ``turn.interruption = "words"`` (the default), voice that starts while a reply is audible
 does not cut the reply at once.  :class:`Interruptions` pauses the reply's audio
 (:class:`~voiceagent.conversation.effects.PausePlayout`) and keeps the speech to itself: the
-client is told nothing of it yet.  Then the words decide (:meth:`InterruptionPolicy.verdict`):
+client is told nothing of it yet.  Then the words decide (:meth:`~voiceagent.conversation.verdict.InterruptionPolicy.verdict`):
 
 * a transcript with ``interruption_min_words`` words that are not backchannels: an
   **interruption**.  The core tells the client of the speech, with its real start, and cuts the
@@ -25,6 +25,13 @@ client is told nothing of it yet.  Then the words decide (:meth:`InterruptionPol
   and stays whole.  The speech leaves no trace in the conversation: no item, no event;
 * nothing decided ``false_interruption_timeout_ms`` after the speech stopped: the reply resumes.
 
+Every stretch of speech over the pause is judged, however late its words come.  A dismissed
+segment resumes the reply only when no later speech over the pause still waits for its
+transcript (:meth:`Pending.awaits_words`); if the timeout resumed the reply first (a busy
+transcriber), that speech is judged when its words come all the same, and an interruption then
+cuts the reply that went on.  Otherwise "Yeah, yeah. Right." over a slow machine made "Right." a
+turn of its own that ended the reply without clearing what the listener still had to play.
+
 A segment that starts within a second of a dismissed one is judged joined with it, transcribed
 again as one clip (the turn stage does it: :mod:`~voiceagent.stages.dismissed`): a short
 interruption cut at its comma ("Hey, wait.") is heard whole, not as two doubted words.
@@ -38,144 +45,28 @@ module is not asked then.
 
 from __future__ import annotations
 
-import enum
 import logging
+import math
 from dataclasses import dataclass, field
 
-from voiceagent.config import TurnConfig
 from voiceagent.conversation.context import CoreContext
 from voiceagent.conversation.effects import ArmResume, PausePlayout, ResumePlayout
 from voiceagent.conversation.reply import Reply
 from voiceagent.conversation.user import UserInput
+from voiceagent.conversation.verdict import InterruptionPolicy, Verdict
 from voiceagent.errors import excerpt
 from voiceagent.events import SpeechStarted, TranscriptDelta, TranscriptSegment
-from voiceagent.text.backchannel import asks, floor_words, phrases_for, real_words, takes_floor
 
-__all__ = [
-    "PARTIAL_AFTER_S",
-    "READ_AGAIN_JOINED_MAX_WORDS",
-    "READ_AGAIN_MAX_WORDS",
-    "RESUME_SILENCE_S",
-    "InterruptionPolicy",
-    "Interruptions",
-    "Pending",
-    "Verdict",
-]
+__all__ = ["PARTIAL_AFTER_S", "RESUME_SILENCE_S", "Interruptions", "Pending"]
 
 log = logging.getLogger(__name__)
 
 _LEVEL_WEIGHT = 0.3  # how much each new turn moves the user's learnt voice level
 PARTIAL_AFTER_S = 1.0
 """Speech that lasts this long is judged by its partial transcripts too (else by the final one)."""
-READ_AGAIN_MAX_WORDS = 4
-"""Speech over the agent with more real words than this is never read again as sounds.  Whisper
-writes a sound as one to four words ("Guarded.", "On course.", "and mamam", "HMP8", a hummed
-"Mm-hmm, sure." as "and then them" at +0.85), while the real requests of three to five words
-that could be read (no floor word, no question word) read 7 nats or more worse in backchannels
-("Make it funny" -7.1, offline; docs/decisions/interruptions.md)."""
-READ_AGAIN_JOINED_MAX_WORDS = 2
-"""The same bound for speech judged joined with dismissed speech before it: a reading of a
-backchannel joined with a request can spell the backchannel and stop, and pay little for the
-rest (a dismissed "Yeah, yeah, right." joined with "What is the capital of France?", heard
-"... What in the capital and friends?", read as sounds at -0.14)."""
 RESUME_SILENCE_S = 0.3
 """Silence after the VAD's end of speech (itself ``vad.stop_ms`` of silence) before a judged
 reply resumes: a listener who says "yeah," and goes on ("but what about...") keeps it paused."""
-
-
-class Verdict(enum.Enum):
-    """What a transcript of speech over the agent is."""
-
-    INTERRUPT = "interrupt"
-    """Real words: the user takes the turn."""
-    BACKCHANNEL = "backchannel"
-    """Only backchannels and fillers."""
-    NOTHING = "nothing"
-    """No words at all (a cough, a noise)."""
-    BACKGROUND = "background"
-    """A voice quieter than the user's by more than the margin (someone else, a radio)."""
-    DOUBTED = "doubted"
-    """Words the transcriber is not sure of: a sound it wrote as words ("BAM", or a growl as a
-    whole sentence, "You are not a man." at 0.07)."""
-    SOUNDS = "sounds"
-    """Words that a second reading of the clip in backchannels and sounds only explains nearly
-    as well (within ``interruption_sound_margin``): "Mm-hmm, sure." heard as "and mamam"."""
-
-
-@dataclass(frozen=True)
-class InterruptionPolicy:
-    """The server's interruption settings (``[turn]``), fixed for the session."""
-
-    mode: str = "words"
-    min_words: int = 1
-    timeout_ms: int = 1000
-    margin_db: float = 10.0
-    backchannels: str = ""
-    min_confidence: float = 0.0
-    sound_margin: float = -1.0
-    """Negative: no second reading."""
-
-    @classmethod
-    def from_config(cls, turn: TurnConfig) -> InterruptionPolicy:
-        return cls(
-            mode=turn.interruption,
-            min_words=turn.interruption_min_words,
-            timeout_ms=turn.false_interruption_timeout_ms,
-            margin_db=turn.interruption_margin_db,
-            backchannels=turn.backchannels,
-            min_confidence=turn.interruption_min_confidence,
-            sound_margin=turn.interruption_sound_margin,
-        )
-
-    @property
-    def judges(self) -> bool:
-        """Whether speech over the agent pauses it and is judged (else it cuts at once)."""
-        return self.mode == "words"
-
-    def verdict(
-        self,
-        text: str,
-        level_db: float | None,
-        user_db: float | None,
-        language: str,
-        confidence: float | None = None,
-        sound_margin: float | None = None,
-    ) -> Verdict:
-        """What ``text`` (heard at ``level_db``, transcribed with ``confidence``, read in
-        backchannels and sounds ``sound_margin`` nats less likely; None: not known) is, from a
-        user whose voice is at ``user_db`` (None: not known yet, every level counts)."""
-        if self.margin_db > 0 and level_db is not None and user_db is not None and level_db < user_db - self.margin_db:
-            return Verdict.BACKGROUND
-        words = real_words(text, phrases_for(language, self.backchannels), floor_words(language))
-        if len(words) >= self.min_words:
-            if takes_floor(words, language):
-                return Verdict.INTERRUPT
-            if confidence is not None and confidence < self.min_confidence:
-                return Verdict.DOUBTED
-            if sound_margin is not None and self.sound_margin >= 0 and sound_margin >= -self.sound_margin:
-                return Verdict.SOUNDS
-            return Verdict.INTERRUPT
-        return Verdict.BACKCHANNEL if text.strip(" .,!?") else Verdict.NOTHING
-
-    def reads_again(
-        self,
-        text: str,
-        level_db: float | None,
-        user_db: float | None,
-        language: str,
-        confidence: float | None,
-        joined: bool = False,
-    ) -> bool:
-        """Whether ``text`` would interrupt only for want of a second reading in backchannels and
-        sounds (at most :data:`READ_AGAIN_MAX_WORDS` real words, :data:`READ_AGAIN_JOINED_MAX_WORDS`
-        when ``joined`` with dismissed speech before it, none taking the floor nor asking a
-        question: "Okay, but why?" read as sounds within the margin was a real question lost):
-        the reading is then worth its decode (100-250 ms of Whisper tiny on two cores)."""
-        if self.sound_margin < 0 or self.verdict(text, level_db, user_db, language, confidence) is not Verdict.INTERRUPT:
-            return False
-        words = real_words(text, phrases_for(language, self.backchannels), floor_words(language))
-        most = READ_AGAIN_JOINED_MAX_WORDS if joined else READ_AGAIN_MAX_WORDS
-        return len(words) <= most and not takes_floor(words, language) and not asks(words, language)
 
 
 @dataclass
@@ -192,6 +83,19 @@ class Pending:
     """The resume armed since the speech stopped, if any."""
     stopped_t: float = 0.0
     """When the VAD last reported the end of the speech (the session's clock)."""
+    latest_ms: float = -math.inf
+    """Where the latest speech over the pause began (input-stream time)."""
+    judged_to_ms: float = -math.inf
+    """Where the last segment judged ended (input-stream time)."""
+
+    def __post_init__(self) -> None:
+        self.latest_ms = self.started.audio_ms
+
+    def awaits_words(self) -> bool:
+        """Whether speech over the pause began after every segment judged so far ended: its
+        transcript is still to come (a segment ends after its speech, a later one begins
+        ``vad.stop_ms`` of silence later)."""
+        return self.latest_ms > self.judged_to_ms
 
 
 class Interruptions:
@@ -204,13 +108,16 @@ class Interruptions:
         self._user = user
         self.policy = policy
         self.pending: Pending | None = None
+        self.late: Pending | None = None
+        """A pause the timeout resumed while speech over it still awaited its words: judged when
+        they come (:meth:`segment`, :meth:`partial`), then forgotten."""
         self.user_db: float | None = None
         """The user's voice level, learnt from their turns (dBFS; None: no turn yet)."""
         self._tokens = 0
 
     def open(self, ev: SpeechStarted, reply: Reply) -> None:
         """Voice started over ``reply``'s audio: pause it and wait for the words."""
-        self.pending = Pending(reply.gen, ev)
+        self.pending, self.late = Pending(reply.gen, ev), None
         self._ctx.sink.add(PausePlayout(reply.gen))
         tl = reply.listener
         heard = tl.heard_ms(self._ctx.clock.now())
@@ -222,7 +129,7 @@ class Interruptions:
         (:meth:`hand_over`, then the cut).  Words that a second reading in backchannels and sounds
         could dismiss (:meth:`InterruptionPolicy.reads_again`) wait for the final transcript,
         which gets that reading: the reply is paused meanwhile, so the wait costs no stop time."""
-        pending = self.pending
+        pending = self.pending or self.late
         if pending is None:
             self._user.transcript(ev)
             return False
@@ -240,7 +147,7 @@ class Interruptions:
         """Whether a segment over the paused reply with this transcript (``joined`` with dismissed
         speech before it) is worth a second reading in backchannels and sounds before it is judged
         (:meth:`InterruptionPolicy.reads_again`); False when nothing is judged."""
-        if self.pending is None:
+        if self.pending is None and self.late is None:
             return False
         return self.policy.reads_again(text, level_db, self.user_db, self._ctx.host.settings.language, confidence, joined)
 
@@ -254,34 +161,56 @@ class Interruptions:
         return self.reads_again(seg.text, seg.level_db, seg.confidence, seg.joined)
 
     def segment(
-        self, text: str, level_db: float | None, confidence: float | None = None, sound_margin: float | None = None
+        self,
+        text: str,
+        level_db: float | None,
+        confidence: float | None = None,
+        sound_margin: float | None = None,
+        end_ms: float | None = None,
     ) -> Verdict | None:
         """A speech segment's final transcript (heard at ``level_db``, transcribed with
-        ``confidence``, its second reading ``sound_margin``): None when nothing is judged (the
-        user's own turn, whose level is learnt); else its verdict.  A verdict other than :attr:`Verdict.INTERRUPT` resumes the
-        reply now or arms its resume (:meth:`_dismissed`); an interruption is the core's to
-        carry out."""
-        if self.pending is None:
+        ``confidence``, its second reading ``sound_margin``; its audio ends at ``end_ms`` of the
+        input stream, None: it is the latest speech's): None when nothing is judged (the user's
+        own turn, whose level is learnt); else its verdict.  A verdict other than
+        :attr:`Verdict.INTERRUPT` resumes the reply now or arms its resume (:meth:`_dismissed`);
+        an interruption is the core's to carry out (:meth:`hand_over`).  The late words of a
+        pause the timeout ended (:attr:`late`) are judged too: dismissed, they are dropped and the
+        reply plays on."""
+        pending, late = self.pending, self.late
+        if pending is None and (late is None or (end_ms is not None and end_ms < late.latest_ms)):
             if text.strip():
                 self._heard_user(level_db)
             return None
+        judged = pending or late
+        assert judged is not None
+        judged.judged_to_ms = max(judged.judged_to_ms, math.inf if end_ms is None else end_ms)
         verdict = self._judge(text, level_db, confidence, sound_margin)
-        self._log(verdict, text, level_db, confidence, sound_margin)
+        self._log(verdict, text, level_db, confidence, sound_margin, late=pending is None)
         if verdict is Verdict.INTERRUPT:
             self._heard_user(level_db)
+        elif pending is None:
+            self.late = None  # the late words were no interruption: the reply plays on
         elif self._dismissed():
             self.close(resumed=True)
         return verdict
 
     def _log(
-        self, verdict: Verdict, text: str, level_db: float | None, confidence: float | None, sound_margin: float | None = None
+        self,
+        verdict: Verdict,
+        text: str,
+        level_db: float | None,
+        confidence: float | None,
+        sound_margin: float | None = None,
+        *,
+        late: bool = False,
     ) -> None:
         level = "?" if level_db is None else f"{level_db:.1f}"
         sure = "?" if confidence is None else f"{confidence:.2f}"
         read = "" if sound_margin is None else f", as sounds {sound_margin:+.2f}"
         log.info(
-            "session %s: speech over the reply is %s: %s at %s dBFS, confidence %s%s",
+            "session %s: speech over the reply%s is %s: %s at %s dBFS, confidence %s%s",
             self._ctx.session,
+            " (its words after the resume)" if late else "",
             verdict.value,
             excerpt(text),
             level,
@@ -292,8 +221,13 @@ class Interruptions:
     def hand_over(self) -> int:
         """The speech being judged is the user's after all (an interruption, or its reply was
         superseded): the pause ends without a resume, the client hears of the speech now (its
-        start, its partials), and the paused generation is returned."""
-        pending = self.close(resumed=False)
+        start, its partials), and the paused generation is returned.  For :attr:`late` words the
+        pause had already ended: only the client is told."""
+        if self.pending is not None:
+            pending = self.close(resumed=False)
+        else:
+            assert self.late is not None
+            pending, self.late = self.late, None
         self._user.speech_started(pending.started)
         for partial in pending.partials:
             self._user.transcript(partial)
@@ -303,12 +237,18 @@ class Interruptions:
         """Resume timeout ``token`` is due: the paused reply goes on if nothing decided since."""
         if self._due(token):
             log.info("session %s: the paused reply resumes (no interruption, or no words within the timeout)", self._ctx.session)
-            self.close(resumed=True)
+            pending = self.close(resumed=True)
+            if pending.awaits_words():
+                self.late = pending
 
-    def speech_started(self) -> None:
+    def forget_late(self) -> None:
+        """The generation moved on: speech whose words are late is the user's as any other."""
+        self.late = None
+
+    def speech_started(self, ev: SpeechStarted) -> None:
         """The user speaks again while the pause lasts: no resume while they do."""
         assert self.pending is not None
-        self.pending.speaking, self.pending.token = True, None
+        self.pending.speaking, self.pending.token, self.pending.latest_ms = True, None, ev.audio_ms
 
     def speech_stopped(self) -> None:
         """The user fell silent: resume after the timeout unless a transcript decides first."""
@@ -323,8 +263,8 @@ class Interruptions:
         for then, or (the user speaks) waits for the end of their speech."""
         pending = self.pending
         assert pending is not None
-        if pending.speaking:
-            return False
+        if pending.speaking or pending.awaits_words():
+            return False  # more speech to judge: the resume armed when it stopped stands meanwhile
         due = pending.stopped_t + RESUME_SILENCE_S
         if self._ctx.clock.now() >= due:
             return True
@@ -340,7 +280,13 @@ class Interruptions:
     def _trusts(self, partial: TranscriptDelta) -> bool:
         """Whether ``partial`` may decide: it transcribes :data:`PARTIAL_AFTER_S` of the speech
         or more (by the input stream's time)."""
-        return self.pending is not None and partial.audio_ms - self.pending.started.audio_ms >= PARTIAL_AFTER_S * 1000.0
+        if self.pending is not None:
+            began = self.pending.started.audio_ms
+        elif self.late is not None:
+            began = self.late.latest_ms  # the speech whose words are late
+        else:
+            return False
+        return partial.audio_ms - began >= PARTIAL_AFTER_S * 1000.0
 
     def _judge(self, text: str, level_db: float | None, confidence: float | None, sound_margin: float | None = None) -> Verdict:
         return self.policy.verdict(text, level_db, self.user_db, self._ctx.host.settings.language, confidence, sound_margin)

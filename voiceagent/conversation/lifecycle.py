@@ -161,6 +161,13 @@ class Replies:
             PlaybackCleared(t=now, gen=reply.gen, session=self._ctx.session, response_id=reply.id, item_id=reply.item_id, heard_ms=heard)
         )
 
+    def stop_playing(self, reply: Reply) -> None:
+        """``reply`` was superseded: if it is still the one playing (never cut), it stops and is
+        :meth:`cut`, so the listener's buffer does not play on under the next answer."""
+        if reply is self.playing:
+            self.playing = None
+            self.cut(reply)
+
     def close(self, reply: Reply, status: ResponseStatus, reason: str | None) -> None:
         """End ``reply`` (exactly once): its MCP calls still running are cancelled first, then
         its ``response.done`` and its report; it is no longer kept."""
