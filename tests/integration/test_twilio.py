@@ -168,9 +168,9 @@ def test_twilio_barge_in_clears_and_cuts_history_to_played_audio(engines: Any, s
             clear_wall = call.clears[0]
             await said
             item = next(i for i in session.history.items if isinstance(i, AssistantItem))
-            # The cut follows the clear once the handset's marks are read back: wait for it (under
-            # load it came after the interruption's last frame had gone).
-            await call.wait_until(lambda: item.heard_ms is not None, 20 * SCALE)
+            # The session cuts the item to its own estimate with the clear; the transport then cuts it
+            # to what the handset's marks say was played: wait for that second figure.
+            await call.wait_until(lambda: item.heard_by_client, 20 * SCALE)
             cut = {"heard_ms": item.heard_ms, "audio_ms": item.audio_ms, "text": item.text, "full": item.full_text}
 
             # The conversation goes on: the interruption is answered (with a long lead its reply may
