@@ -28,7 +28,7 @@ if [ "$SERVE_ONLY" != 1 ]; then  # test-only tools
   command -v flite >/dev/null || need+=(flite)  # the spoken eval's voice from another engine (eval_quality.py)
   command -v haproxy >/dev/null || need+=(haproxy)  # the fleet test's load balancer (tests/integration/test_fleet.py)
   command -v baresip >/dev/null || need+=(baresip-core)  # a real SIP caller (tests/integration/test_sip.py)
-  command -v sipp >/dev/null || need+=(sip-tester)  # SIPp: retransmissions, CANCEL, floods (tests/integration/test_sip.py)
+  command -v sipp >/dev/null || need+=(sip-tester)  # SIPp: retransmissions, malformed messages, floods (tests/integration/test_sip_hostile.py)
 fi
 ldconfig -p 2>/dev/null | grep -q libportaudio.so.2 || need+=(libportaudio2)
 command -v cmake >/dev/null || need+=(cmake)
