@@ -15,6 +15,7 @@ import functools
 import importlib
 import json
 import logging
+import os
 import signal
 import sys
 import time
@@ -33,7 +34,7 @@ from voiceagent.models.checks import check_language
 from voiceagent.models.source import cached_repos, hub_cache, origin_of, resolve
 from voiceagent.observability import logs
 from voiceagent.replay import ReplayResult, format_table, replay_file, summarize
-from voiceagent.sip.supervisor import SipGateway, check_port
+from voiceagent.sip.supervisor import SipGateway, check_port, check_registration
 from voiceagent.talk import TalkOptions, run_talk
 from voiceagent.tools.builtin import builtin_tools
 from voiceagent.tools.spec import with_tools
@@ -241,7 +242,9 @@ async def _start_sip(server: VoiceAgentServer) -> SipGateway | None:
     host = "127.0.0.1" if cfg.host in ("", "0.0.0.0") else "[::1]" if cfg.host == "::" else cfg.host
     host = f"[{host}]" if ":" in host and not host.startswith("[") else host
     token = server.access.tokens[0] if server.access.required else ""
-    sip = SipGateway(cfg.sip_host or cfg.host, cfg.sip_port, f"ws://{host}:{server.port}", cfg.sip_allow, cfg.sip_max_calls, token)
+    url = f"ws://{host}:{server.port}"
+    register = (cfg.sip_register, cfg.sip_auth_user)
+    sip = SipGateway(cfg.sip_host or cfg.host, cfg.sip_port, url, cfg.sip_allow, cfg.sip_max_calls, token, *register)
     try:
         await sip.start()
     except BaseException:
@@ -259,6 +262,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     server_cfg = plan.config.server
     if server_cfg.sip_port:  # before the models load: a port that is taken is one line at once
         check_port(server_cfg.sip_host or server_cfg.host, server_cfg.sip_port)
+        check_registration(server_cfg.sip_register, os.environ)
     if server_cfg.recordings_dir:  # likewise a recordings folder the server cannot write
         check_folder(server_cfg.recordings_dir)
     asyncio.run(_serve(plan))

@@ -1,8 +1,10 @@
-"""The SIP gateway against SIPp (Debian's ``sip-tester``), a caller built to misbehave (issue #68):
+"""The SIP gateway against SIPp (Debian's ``sip-tester``), a peer built to misbehave (issue #68):
 an INVITE sent twice byte for byte (a retransmission) makes one call; malformed messages, a
 caller outside ``server.sip_allow`` and a flood of INVITEs past ``server.sip_max_calls`` get SIP
-errors, while a baresip call already in progress goes on talking.  The engines are scripted: what
-is tested is the SIP side and that the other session is untouched."""
+errors, while a baresip call already in progress goes on talking.  And SIPp as a registrar that
+asks for digest credentials: the gateway registers (``server.sip_register``), a wrong password is
+refused, and the registrar's calls are taken from outside the allow-list.  The engines are
+scripted: what is tested is the SIP side and that the other session is untouched."""
 
 from __future__ import annotations
 
@@ -22,6 +24,8 @@ from tests.integration.sip_caller import Baresip, gateway_for, until_state
 from tests.unit.fakes import FakeEngines, FakeLlm, FakeStt, tone
 from voiceagent.audio import write_wav
 from voiceagent.config import Config, ServerConfig
+from voiceagent.sip.registration import PASSWORD_ENV
+from voiceagent.sip.supervisor import SipGateway
 from voiceagent.transports.server import VoiceAgentServer
 
 pytestmark = [
@@ -45,27 +49,14 @@ def _read(folder: Path, pattern: str) -> str:
     return "".join(p.read_text(errors="replace") for p in sorted(folder.glob(pattern)))
 
 
-async def _sipp(sip_port: int, folder: Path, *args: str, source: str = "127.0.0.1") -> tuple[int, str, str]:
-    """Run SIPp against the gateway on loopback (from ``source``) until its scenario ends: its exit
+async def _sipp(folder: Path, *args: str, source: str = "127.0.0.1") -> tuple[int, str, str]:
+    """Run SIPp (bound to ``source``, loopback) with ``args`` until its scenario ends: its exit
     status (0: every call succeeded, 1: some failed), its errors and its trace of messages."""
     await asyncio.to_thread(folder.mkdir, parents=True, exist_ok=True)
     errors = folder / "errors.log"
     proc = await asyncio.create_subprocess_exec(
         "sipp",
-        f"127.0.0.1:{sip_port}",
-        "-i",
-        source,
-        "-p",
-        str(free_port()),
-        "-mi",
-        source,
-        "-nostdin",
-        "-trace_err",
-        "-trace_msg",
-        "-error_file",
-        str(errors),
-        "-timeout",
-        "60s",
+        *("-i", source, "-mi", source, "-nostdin", "-trace_err", "-trace_msg", "-error_file", str(errors), "-timeout", "60s"),
         *args,
         cwd=folder,
         stdout=asyncio.subprocess.DEVNULL,
@@ -74,6 +65,11 @@ async def _sipp(sip_port: int, folder: Path, *args: str, source: str = "127.0.0.
     _, stderr = await proc.communicate()
     log = await asyncio.to_thread(_read, folder, errors.name)
     return int(proc.returncode or 0), stderr.decode(errors="replace") + log, await asyncio.to_thread(_read, folder, "*_messages.log")
+
+
+async def _call(sip_port: int, folder: Path, scenario: str, *args: str, source: str = "127.0.0.1") -> tuple[int, str, str]:
+    """SIPp calling the gateway with ``scenario`` (a file of :data:`SCENARIOS`)."""
+    return await _sipp(folder, f"127.0.0.1:{sip_port}", "-p", str(free_port()), "-sf", str(SCENARIOS / scenario), *args, source=source)
 
 
 def test_an_invite_sent_twice_makes_one_call(run: Any, tmp_path: Path) -> None:
@@ -85,7 +81,7 @@ def test_an_invite_sent_twice_makes_one_call(run: Any, tmp_path: Path) -> None:
             gateway = gateway_for(server, sip_port)
             await gateway.start()
             try:
-                sipp = asyncio.create_task(_sipp(sip_port, tmp_path / "sipp", "-sf", str(SCENARIOS / "invite_twice.xml"), "-m", "1"))
+                sipp = asyncio.create_task(_call(sip_port, tmp_path / "sipp", "invite_twice.xml", "-m", "1"))
                 await until_state(lambda: bool(server.sessions), 20, "a session for the call")
                 counts = [_sessions_opened(server)]
                 status, log, _ = await sipp
@@ -181,8 +177,8 @@ def test_malformed_sip_an_unallowed_source_and_a_flood_get_sip_errors_while_a_ca
                 [session] = server.sessions
                 malformed = await asyncio.to_thread(_malformed, sip_port)
                 # 127.0.0.2 is loopback too, but not in the allow-list.
-                refused = await _sipp(sip_port, tmp_path / "refused", "-sf", str(SCENARIOS / "refused.xml"), "-m", "1", source="127.0.0.2")
-                flood = await _sipp(sip_port, tmp_path / "flood", "-sf", str(SCENARIOS / "flood.xml"), "-m", "40", "-r", "20", "-l", "40")
+                refused = await _call(sip_port, tmp_path / "refused", "refused.xml", "-m", "1", source="127.0.0.2")
+                flood = await _call(sip_port, tmp_path / "flood", "flood.xml", "-m", "40", "-r", "20", "-l", "40")
                 # The call in progress is answered: its caller hears the agent's voice.
                 heard = caller.heard
                 await until_state(lambda: bool(np.abs(heard()).max(initial=0) > 500), 30, "the agent heard on the call", caller.output)
@@ -215,3 +211,48 @@ def test_malformed_sip_an_unallowed_source_and_a_flood_get_sip_errors_while_a_ca
     assert r["busy"] > 0 and r["answered"] > 0, r
     # The call in progress went on: same session, not hung up, the same gateway process.
     assert r["same_session"] and not r["call_ended"] and r["same_gateway"], r
+
+
+@pytest.mark.parametrize("password", ["s3cret-pw", "wrong"])
+def test_the_gateway_registers_with_digest_credentials_and_takes_the_registrars_calls(
+    password: str, run: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The registrar (SIPp) is at 127.0.0.3, outside the allow-list: its calls are admitted only
+    # because the gateway registered there.
+    monkeypatch.setenv(PASSWORD_ENV, password)
+    fakes = FakeEngines()
+    sip_port, registrar_port = free_port(), free_port()
+
+    async def scenario() -> dict[str, Any]:
+        async with VoiceAgentServer(dataclasses.replace(Config(), server=ServerConfig(port=0)), fakes.engines) as server:
+            serve = ("-sf", str(SCENARIOS / "registrar.xml"), "-p", str(registrar_port), "-m", "1")
+            registrar = asyncio.create_task(_sipp(tmp_path / "registrar", *serve, source="127.0.0.3"))
+            url = f"ws://127.0.0.1:{server.port}"
+            gateway = SipGateway("127.0.0.1", sip_port, url, "127.0.0.1", 4, register=f"sip:1001@127.0.0.3:{registrar_port}")
+            try:
+                await gateway.start()
+                await until_state(lambda: bool(gateway.registered), 20, "the registration's outcome")
+                status, log, trace = await registrar
+                out: dict[str, Any] = {"registered": gateway.registered, "registrar": (status, log), "trace": trace}
+                if gateway.registered.startswith("sip gateway: registered"):
+                    out["call"] = await _call(sip_port, tmp_path / "call", "invite_twice.xml", "-m", "1", source="127.0.0.3")
+                    out["sessions"] = _sessions_opened(server)
+                return out
+            finally:
+                await gateway.stop()
+                registrar.cancel()
+
+    try:
+        r = run(scenario(), 90)
+    finally:
+        fakes.close()
+    assert r["trace"].count("REGISTER sip:127.0.0.3") >= 2, r["trace"][-2000:]  # challenged, then with credentials
+    assert 'Authorization: Digest username="1001"' in r["trace"], r["trace"][-2000:]
+    assert password not in r["trace"]  # digest: the password itself never travels
+    if password == "wrong":
+        assert "registration at sip:127.0.0.3" in r["registered"] and "403 Forbidden" in r["registered"], r["registered"]
+        return
+    assert r["registered"].startswith(f"sip gateway: registered at sip:127.0.0.3:{registrar_port} (200 OK"), r["registered"]
+    assert r["registrar"][0] == 0, r["registrar"][1][-2000:]
+    status, log, _ = r["call"]
+    assert status == 0 and r["sessions"] == 1, (r["sessions"], log[-2000:])

@@ -145,6 +145,13 @@ class ServerConfig:
     sip_allow: str = "127.0.0.1,::1"
     """Addresses or networks (``10.0.0.0/8``) a call may come from, comma-separated (``*``: any):
     your PBX or SIP trunk.  An INVITE from anywhere else is refused with 403, before any session."""
+    sip_register: str = ""
+    """Register the gateway at a PBX or SIP trunk as this account, ``sip:user@registrar[:port]``,
+    with digest credentials: the password is ``VOICEAGENT_SIP_PASSWORD`` in ``serve``'s
+    environment (never in a file).  The registrar's calls to the account come here; its address
+    may call ("": no registration; the PBX routes to ``sip_host`` by address)."""
+    sip_auth_user: str = ""
+    """The digest user name for ``sip_register`` ("": the account's user)."""
     sip_max_calls: int = 16
     """SIP calls at once; the next caller gets 486 (busy).  Each call is also a session, so
     admission by load applies to it as to any other."""
@@ -184,6 +191,9 @@ class ServerConfig:
         _check(self.turn_budget_ms >= 100, "server.turn_budget_ms", "must be >= 100")
         _check(0 <= self.sip_port <= 65535, "server.sip_port", "must be 0..65535 (0: off)")
         _check(self.sip_max_calls >= 1, "server.sip_max_calls", "must be >= 1")
+        if self.sip_register:
+            account = re.fullmatch(r"sips?:[^@\s:;]+@[^@\s;]+", self.sip_register)
+            _check(account is not None, "server.sip_register", "must be sip:user@registrar[:port]")
         _check(self.sip_accept_timeout_s > 0, "server.sip_accept_timeout_s", "must be > 0")
         _check(self.recordings_keep_days > 0, "server.recordings_keep_days", "must be > 0")
         if self.sip_webhook_url:

@@ -39,6 +39,7 @@ import numpy as np
 
 from .allow import AllowList, source_host
 from .bridge import RATE, CallBridge, Next
+from .registration import PASSWORD_ENV, Registration, describe, parse_register
 from .supervisor import OUTBOUND, TOKEN_ENV
 
 log = logging.getLogger("voiceagent.sip")
@@ -252,6 +253,12 @@ class SipAccount(_AccountBase):  # type: ignore[misc]
         super().__init__()
         self.gateway = gateway
 
+    def onRegState(self, prm: Any) -> None:  # noqa: N802 - PJSIP's name
+        # Printed, not only logged: the supervisor reads the gateway's lines (a test waits for it).
+        registration = self.gateway.registration
+        if registration is not None:
+            print(describe(int(prm.code), str(prm.reason), int(prm.expiration), registration.registrar), flush=True)
+
     def onIncomingCall(self, prm: Any) -> None:  # noqa: N802 - PJSIP's name
         # An exception escaping a PJSIP callback would abort the process: a call we fail on is
         # refused with 500, and the gateway goes on.
@@ -300,8 +307,20 @@ class Gateway:
     arrive on stdin, one JSON object a line (``{"dial": uri, "id": call_id, "timeout_s": 30}``);
     how each goes is reported on stdout (:func:`report`)."""
 
-    def __init__(self, host: str, port: int, server: str, allow: AllowList, max_calls: int, token: str = "") -> None:
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        server: str,
+        allow: AllowList,
+        max_calls: int,
+        token: str = "",
+        registration: tuple[Registration, str] | None = None,
+    ) -> None:
+        """``registration``: where to REGISTER, and the password (:mod:`.registration`)."""
         self.host = host
+        self.registration: Registration | None = registration[0] if registration is not None else None
+        self._password = registration[1] if registration is not None else ""
         self.port = port
         self.ws_url = server.rstrip("/") + "/twilio" + (f"/{token}" if token else "")
         self.shown_url = server.rstrip("/") + "/twilio"  # the token left out: for lines that are logged
@@ -349,6 +368,8 @@ class Gateway:
         account = SipAccount(self)
         acfg = lib.AccountConfig()
         acfg.idUri = f"sip:agent@{self.host}:{self.port}"
+        if self.registration is not None:
+            self.registration.configure(lib, acfg, self._password)
         account.create(acfg)
         self.account = account
         self._loop_thread.start()
@@ -459,15 +480,26 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--server", default="ws://127.0.0.1:8765", help="the voiceagent server (its WebSocket base URL)")
     ap.add_argument("--allow", default="127.0.0.1,::1", help="comma-separated addresses or networks that may call ('*': any)")
     ap.add_argument("--max-calls", type=int, default=16)
+    ap.add_argument("--register", default="", help=f"REGISTER as this account, sip:user@registrar[:port] (password: ${PASSWORD_ENV})")
+    ap.add_argument("--auth-user", default="", help="the digest user name, when it is not the account's user")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    registration: tuple[Registration, str] | None = None
     try:
-        allow = AllowList(args.allow.split(","))
+        entries = args.allow.split(",")
+        if args.register:
+            reg = parse_register(args.register, args.auth_user)
+            password = os.environ.get(PASSWORD_ENV, "")
+            if not password:
+                raise ValueError(f"{PASSWORD_ENV} is not set: the registrar's password comes in the environment")
+            entries += reg.addresses()  # the registrar sends the extension's calls
+            registration = (reg, password)
+        allow = AllowList(entries)
     except ValueError as exc:
-        print(f"--allow: {exc}", file=sys.stderr)
+        print(f"sip gateway: {exc}", flush=True)
         return 2
     # The server's token comes in the environment: a command line is visible to every user (ps).
-    gateway = Gateway(args.host, args.port, args.server, allow, args.max_calls, os.environ.get(TOKEN_ENV, ""))
+    gateway = Gateway(args.host, args.port, args.server, allow, args.max_calls, os.environ.get(TOKEN_ENV, ""), registration)
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: gateway.stop())
     gateway.run()

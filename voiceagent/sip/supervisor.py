@@ -20,13 +20,14 @@ import os
 import signal
 import socket
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from voiceagent.errors import VoiceAgentError
+from voiceagent.sip.registration import PASSWORD_ENV
 from voiceagent.transports.phone_calls import PhoneCalls
 
-__all__ = ["TOKEN_ENV", "SipGateway", "SipGatewayError", "check_port"]
+__all__ = ["TOKEN_ENV", "SipGateway", "SipGatewayError", "check_port", "check_registration"]
 
 log = logging.getLogger(__name__)
 
@@ -34,10 +35,18 @@ READY = "sip gateway: listening on"
 OUTBOUND = "sip gateway: outbound "
 """The gateway's lines about the calls it places: this prefix, then a JSON object (``id``,
 ``status``: dialing, ringing, answered or ended, and ``sip_status`` and ``reason`` at the end)."""
+REGISTRATION = ("sip gateway: registered", "sip gateway: unregistered", "sip gateway: registration")
 START_S = 30.0
 TOKEN_ENV = "VOICEAGENT_SIP_GATEWAY_TOKEN"
 """The server's client token reaches the child here, not on its command line (which ``ps`` shows
 to every user of the machine)."""
+
+
+def check_registration(register: str, env: Mapping[str, str]) -> None:
+    """Raise :class:`SipGatewayError` when ``server.sip_register`` is set and its password is not
+    in ``env`` (asked before the models load, as :func:`check_port` is)."""
+    if register and not env.get(PASSWORD_ENV):
+        raise SipGatewayError(f"server.sip_register needs its password in the environment: {PASSWORD_ENV} is not set")
 
 
 def check_port(host: str, port: int) -> None:
@@ -64,7 +73,11 @@ class SipGatewayError(VoiceAgentError):
 class SipGateway:
     """The child process: ``python -m voiceagent.sip.gateway`` with these arguments."""
 
-    def __init__(self, host: str, port: int, server_url: str, allow: str, max_calls: int, token: str = "") -> None:
+    def __init__(
+        self, host: str, port: int, server_url: str, allow: str, max_calls: int, token: str = "", register: str = "", auth_user: str = ""
+    ) -> None:
+        """``register``, ``auth_user``: ``server.sip_register`` and ``sip_auth_user`` (its password
+        is the child's from this process's environment: :mod:`.registration`)."""
         self.args = [
             "-m",
             "voiceagent.sip.gateway",
@@ -78,7 +91,10 @@ class SipGateway:
             allow,
             "--max-calls",
             str(max_calls),
+            *(["--register", register, "--auth-user", auth_user] if register else []),
         ]
+        self.registered = ""
+        """The gateway's last line about its registration ("" until one: :mod:`.registration`)."""
         self._token = token
         self.restarts = 0
         self._proc: asyncio.subprocess.Process | None = None
@@ -138,6 +154,8 @@ class SipGateway:
                 log.info("%s", line)
                 if line.startswith(OUTBOUND):
                     self._reported(line)
+                elif line.startswith(REGISTRATION):
+                    self.registered = line
             code = await proc.wait()
             self.listening = False
             for call_id in list(self._placing):  # the calls it was placing ended with it
