@@ -1,12 +1,14 @@
 """The agent's call control on a SIP call, with real phones: ``transfer_call`` sends baresip a
 REFER once the announcement has played, and baresip places the new call to the named target (a
 second baresip); ``end_call`` ends the call with a BYE after the goodbye.  The engines are
-scripted (the tool call is the model's choice; what is tested is the call).  And a caller past
+scripted (the tool call is the model's choice; what is tested is the call).  The agent's
+``send_dtmf`` reaches baresip as RFC 4733 telephone events.  And a caller past
 ``server.sip_max_calls`` is told busy (486) while the first call goes on."""
 
 from __future__ import annotations
 
 import dataclasses
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -135,3 +137,35 @@ def test_a_call_past_sip_max_calls_is_busy_and_the_first_goes_on(speech: dict[st
     finally:
         fakes.close()
     assert "486 Busy Here" in output and sessions == 1, output[-1500:]
+
+
+def test_the_agents_keys_reach_the_caller_as_rfc_4733_events(speech: dict[str, Path], run: Any, tmp_path: Path) -> None:
+    fakes = FakeEngines(
+        stt=FakeStt(default="press four two and hash"),
+        llm=FakeLlm([[ToolCall("c1", "send_dtmf", '{"digits": "42#"}')], ["I pressed them."]], default=("Yes.",)),
+    )
+    said = tmp_path / "said.wav"
+    write_wav(said, np.concatenate([np.zeros(3 * 8000, dtype=np.int16), tone(800, rate=8000)]), 8000)
+    sip_port = free_port()
+
+    async def scenario() -> str:
+        config = dataclasses.replace(Config(), server=ServerConfig(port=0), phone=PhoneConfig(tools=True))
+        async with VoiceAgentServer(config, fakes.engines) as server:
+            gateway = gateway_for(server, sip_port)
+            await gateway.start()
+            caller = Baresip(tmp_path / "caller", said, "PCMU")
+            try:
+                caller.dial(f"sip:agent@127.0.0.1:{sip_port}")
+                await until_state(lambda: "received event: '#'" in caller.output(), 30, "the last key at the caller", caller.output)
+                return caller.output()
+            finally:
+                caller.close()
+                await gateway.stop()
+
+    try:
+        output = run(scenario(), 90)
+    finally:
+        fakes.close()
+    # baresip reports telephone-events it receives over RTP (keypad tones in the audio it would not).
+    keys = re.findall(r"received event: '(.)' \(end=0\)", output)
+    assert keys == ["4", "2", "#"], output[-3000:]

@@ -79,7 +79,8 @@ class CallBridge:
     """One call's WebSocket session.  ``on_open`` is called once the server says to answer (at
     once, or once an application accepted the call: OpenAI's call-control API); ``on_end`` once,
     at the end, with what the call does next (``None`` when the caller hung up first).  Both are
-    called on the loop.  ``sip_headers``: the INVITE's headers, for the server's webhook."""
+    called on the loop.  ``sip_headers``: the INVITE's headers, for the server's webhook.
+    ``on_keys``: the keys the agent presses (``send_dtmf``), also on the loop."""
 
     def __init__(
         self,
@@ -91,6 +92,7 @@ class CallBridge:
         on_end: Callable[[Next | None], None],
         sip_headers: list[tuple[str, str]] | None = None,
         outbound: str = "",
+        on_keys: Callable[[str], None] = lambda digits: None,
     ) -> None:
         self.ws_url = ws_url
         self.next_url = next_url
@@ -103,6 +105,7 @@ class CallBridge:
         self.playout = Playout()
         self._on_open = on_open
         self._on_end = on_end
+        self._on_keys = on_keys
         self._ws: ClientConnection | None = None
         self._outbox: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue(maxsize=500)
         self._chunk = 0
@@ -226,6 +229,8 @@ class CallBridge:
             self.playout.mark(str(msg["mark"]["name"]))
         elif event == "clear":
             self.marks_passed(self.playout.clear())
+        elif event == "dtmf":  # the agent presses keys (send_dtmf): RFC 4733 events on the call
+            self._on_keys(str(msg["dtmf"]["digits"]))
         elif event == "answer" and not self._answered:  # the server's word to answer the call
             self._answered = True
             self._on_open()

@@ -45,6 +45,8 @@ from .supervisor import OUTBOUND, TOKEN_ENV
 log = logging.getLogger("voiceagent.sip")
 
 FRAME_MS = 20
+KEYS = "0123456789*#ABCD"
+"""The keys RFC 4733 carries (telephone-events 0-15)."""
 CODECS = {"G722/16000": 255, "PCMU/8000": 254, "PCMA/8000": 253}
 """Codec priorities (PJSIP's names), the wideband one first where the caller offers it; every
 other codec is disabled."""
@@ -153,8 +155,11 @@ class SipCall(_CallBase):  # type: ignore[misc]
             if step is not None:
                 gateway.later(lambda: gateway.call_do(pj_id, lambda call: call.finish(step)))
 
+        def on_keys(digits: str) -> None:
+            gateway.later(lambda: gateway.call_do(pj_id, lambda call: call.press(digits)))
+
         self.bridge = CallBridge(
-            gateway.ws_url, gateway.next_url, self.sid, self.caller, on_open, on_end, self.sip_headers, outbound=self.outbound
+            gateway.ws_url, gateway.next_url, self.sid, self.caller, on_open, on_end, self.sip_headers, self.outbound, on_keys
         )
         asyncio.run_coroutine_threadsafe(self.bridge.run(), gateway.loop)
         if self.outbound:  # answered already: its media may be up before the bridge was
@@ -206,6 +211,22 @@ class SipCall(_CallBase):  # type: ignore[misc]
             if self.bridge is not None:
                 self.gateway.loop.call_soon_threadsafe(self.bridge.hung_up)
             self.gateway.calls.pop(self.pj_id, None)
+
+    def press(self, digits: str) -> None:
+        """The agent's keys (``send_dtmf``) as RFC 4733 telephone events; SIP INFO when the other
+        side offered no telephone-event (PJSIP then refuses the RTP events)."""
+        keys = "".join(d for d in digits.upper() if d in KEYS)
+        if self.ended or not self.answered or not keys:
+            return
+        try:
+            self.dialDtmf(keys)
+            log.info("sip call %s: pressed %s (RFC 4733)", self.sid, keys)
+        except pj.Error as exc:
+            log.info("sip call %s: no telephone-event (%s): pressing %s by SIP INFO", self.sid, exc.reason, keys)
+            param = pj.CallSendDtmfParam()
+            param.method = pj.PJSUA_DTMF_METHOD_SIP_INFO
+            param.digits = keys
+            self.sendDtmf(param)
 
     def answer_now(self) -> None:
         if not self.ended and not self.answered:

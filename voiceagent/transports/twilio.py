@@ -14,7 +14,8 @@ Keys and call control (issue #68, item 4): the caller's ``dtmf`` keys are collec
 or ``phone.dtmf_gap_ms`` without another, then become one user message and a response (a reply
 being spoken is cancelled first: a key press answers a question, as speech would).  The
 session's call-control tools (:class:`~voiceagent.events.CallControl`): ``send_dtmf`` plays
-keypad tones in the call's audio (Media Streams has no key message); ``end_call`` and
+keypad tones in the call's audio (Media Streams has no key message; on the SIP gateway's calls it
+is a ``dtmf`` message instead, which the gateway sends as RFC 4733 telephone events); ``end_call`` and
 ``transfer_call`` end the stream once the goodbye after the tool call has been heard (every mark
 echoed).  Twilio then runs the ``<Connect>``'s ``action``: the server answers it with a
 ``<Dial>`` for a transfer (:attr:`TwilioConnection.transfer`), else ``<Hangup/>``.
@@ -102,6 +103,7 @@ class TwilioConnection(SessionConnection):
         """Told (call sid, transfer target, refusal) before the stream closes: the call's next
         step must be known before the gateway or Twilio asks for it."""
         self.dtmf: list[str] = []
+        self._gateway = False  # the SIP gateway's call (its start says so): keys go to it as a message
         self.dropped_ms = 0.0
         """Caller audio refused for arriving faster than real time (``server.audio_burst_s``)."""
         self.transfer: Transfer | None = None
@@ -215,7 +217,8 @@ class TwilioConnection(SessionConnection):
             await self._key(cmd.digit)
         elif isinstance(cmd, Start):
             log.info("twilio call %s started: stream %s, session %s", cmd.call_sid, cmd.stream_sid, self.session.id)
-            if cmd.custom_parameters.get("voiceagent_gateway") == "sip" and self._calls is not None and self.call is None:
+            self._gateway = cmd.custom_parameters.get("voiceagent_gateway") == "sip"
+            if self._gateway and self._calls is not None and self.call is None:
                 self._ring(cmd)
             self._call_name = self.call.call_id if self.call is not None else _file_name(cmd.call_sid or self.session.id)
 
@@ -307,7 +310,11 @@ class TwilioConnection(SessionConnection):
 
     async def _control(self, event: CallControl) -> None:
         action = event.action
-        if isinstance(action, SendDigits):
+        if isinstance(action, SendDigits) and self._gateway:
+            # The gateway presses them as RFC 4733 events, at once: a menu listens while it speaks.
+            await self.send({"event": "dtmf", "streamSid": self.codec.stream_sid, "dtmf": {"digits": action.digits}})
+            log.info("twilio stream %s: sent keys %s to the SIP gateway", self.codec.stream_sid, action.digits)
+        elif isinstance(action, SendDigits):
             tones = dtmf_tones(action.digits, self.codec.rate)
             for message in self.codec.media(tones):
                 await self.send(message)
