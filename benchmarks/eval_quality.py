@@ -25,6 +25,7 @@ and a guess whether STT or the LLM failed) and ``quality.png`` (accuracy against
 
     .venv/bin/python -m benchmarks.eval_quality                                   # all, about 15 min per profile
     .venv/bin/python -m benchmarks.eval_quality --profiles fast --limit 3 --voices espeak:en-us+m3 --out artifacts/quality
+    .venv/bin/python -m benchmarks.eval_quality --profiles fast,fast@mulaw,fast@g722 --out docs/bench/phone_band   # a phone line's cost
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import dataclasses
 import json
 import sys
 import time
@@ -46,6 +48,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 from benchmarks.common.conversations import Conversation, plan  # noqa: E402
 from benchmarks.common.machine import cpu_times, machine, steal_pct  # noqa: E402
+from benchmarks.common.phone_band import through  # noqa: E402
 from benchmarks.common.questions import QUESTIONS_FILE, Question, load_questions  # noqa: E402
 from benchmarks.common.scoring import STT_FAIL_WER, edit_distance, judge, normalize, speakable_problems, unfinished  # noqa: E402
 from benchmarks.common.serve import ServeFailed, ServeProcess  # noqa: E402
@@ -267,11 +270,25 @@ def variant(spec: str) -> tuple[str, dict[str, str]]:
     return name, dict(s.split("=", 1) for s in sets)
 
 
-def run_profile(spec: str, overrides: dict[str, str], convs: list[Conversation], timeout_s: float) -> dict[str, Any]:
+def banded(convs: list[Conversation], band: str, cache: Path) -> list[Conversation]:
+    """The conversations as ``band`` carries them (:mod:`benchmarks.common.phone_band`)."""
+    out = []
+    for conv in convs:
+        assert conv.path is not None
+        path = through(band, conv.path, cache / band / conv.path.name)
+        out.append(dataclasses.replace(conv, path=path))
+    return out
+
+
+def run_profile(spec: str, overrides: dict[str, str], convs: list[Conversation], timeout_s: float, cache: Path) -> dict[str, Any]:
     from voiceagent.config import load_config
 
     entry: dict[str, Any] = {}
-    profile, own = variant(spec)
+    spec_only, _, band = spec.partition("@")
+    if band:  # PROFILE@BAND: the same questions heard through a phone codec
+        entry["band"] = band
+        convs = banded(convs, band, cache)
+    profile, own = variant(spec_only)
     overrides = {**overrides, **own}
     try:
         cfg = load_config(env={}, overrides={**({"profile": profile} if profile != "default" else {}), **overrides})
@@ -479,7 +496,8 @@ def main() -> int:
     ap.add_argument(
         "--profiles",
         default=DEFAULT_PROFILES,
-        help="comma-separated; 'default': serve without --profile; NAME+SECTION.KEY=VALUE: the profile with that setting",
+        help="comma-separated; 'default': serve without --profile; NAME+SECTION.KEY=VALUE: the profile with that setting; "
+        "NAME@BAND: the questions through a phone codec (mulaw: 8 kHz G.711, g722: 16 kHz G.722; wide: as recorded)",
     )
     ap.add_argument("--voices", default=",".join(DEFAULT_VOICES), help="comma-separated ENGINE:NAME (espeak, piper, flite, festival)")
     ap.add_argument("--limit", type=int, default=0, help="only the first N questions (a smoke run)")
@@ -540,7 +558,7 @@ def main() -> int:
     }
     t0 = time.monotonic()
     for profile in profiles:
-        report["profiles"][profile] = run_profile(profile, overrides, convs, args.timeout)
+        report["profiles"][profile] = run_profile(profile, overrides, convs, args.timeout, Path(args.cache) / "bands")
     report["wall_s"] = round(time.monotonic() - t0, 1)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
