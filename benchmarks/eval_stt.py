@@ -47,9 +47,10 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 
 from benchmarks.common.machine import machine  # noqa: E402
+from benchmarks.common.phone_band import BANDS, carry  # noqa: E402
 from benchmarks.common.questions import QUESTIONS_FILE, Question, load_questions  # noqa: E402
 from benchmarks.common.scoring import edit_distance, normalize  # noqa: E402
-from benchmarks.common.speech import DEFAULT_VOICES, Speaker, resolve_voices  # noqa: E402
+from benchmarks.common.speech import DEFAULT_VOICES, RATE, Speaker, resolve_voices  # noqa: E402
 from benchmarks.common.stt import SttConfig, VadCutter, clips, load_backend, parse_config, rejoined_text  # noqa: E402
 
 DEFAULT_CONFIGS = "whisper-tiny@1,whisper-tiny@5,whisper-base@1,whisper-base@5,whisper-base@1+history,whisper-base@1+Hello."
@@ -178,6 +179,7 @@ def main() -> int:
     ap.add_argument("--cut", choices=("gt", "vad"), default="gt", help="clips padded from the audio's own bounds, or cut by the real VAD")
     ap.add_argument("--questions", default=str(QUESTIONS_FILE), help="questions file; benchmarks/eval_tool_questions.toml: tool requests")
     ap.add_argument("--limit", type=int, default=0, help="only the first N questions (a smoke run)")
+    ap.add_argument("--band", choices=BANDS, default="wide", help="the clips through a phone codec (benchmarks/common/phone_band.py)")
     ap.add_argument("--cache", default=str(ROOT / ".cache" / "eval_quality"), help="synthesized speech, shared with eval_quality.py")
     ap.add_argument("--out", default=str(ROOT / "docs" / "bench"))
     args = ap.parse_args()
@@ -188,6 +190,8 @@ def main() -> int:
         questions = questions[: args.limit]
     voices, notes = resolve_voices([v.strip() for v in args.voices.split(",") if v.strip()])
     items = clips(questions, voices, Speaker(Path(args.cache)), args.seed, pad=args.cut == "gt")
+    if args.band != "wide":  # the clips as a phone line carries them
+        items = [(c, v, q, carry(args.band, (a * 32768).astype(np.int16), RATE).astype(np.float32) / 32768) for c, v, q, a in items]
     cutter = VadCutter() if args.cut == "vad" else None
     results = []
     for config in configs:
@@ -202,12 +206,13 @@ def main() -> int:
         "machine": machine(),
         "command": " ".join(["python -m benchmarks.eval_stt", *sys.argv[1:]]),
         "questions": len(questions),
+        "band": args.band,
         "voice_notes": notes,
         "results": results,
     }
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    name = "stt_eval" if args.cut == "gt" else "stt_eval_vad"
+    name = ("stt_eval" if args.cut == "gt" else "stt_eval_vad") + ("" if args.band == "wide" else f"_{args.band}")
     (out / f"{name}.json").write_text(json.dumps(report) + "\n")  # one line: a row per clip (335) per config
     (out / f"{name}.md").write_text(markdown(report))
     print(f"wrote {out}/{name}.json, {name}.md")

@@ -2,7 +2,7 @@
 
 ``mulaw``: 8 kHz G.711 μ-law (what a PSTN call, a Twilio Media Stream and most SIP trunks carry);
 ``g722``: 16 kHz G.722 (the wideband codec of desk phones and many trunks, through ffmpeg's
-encoder and decoder); ``wide``: the recording as it is.  The result is written back at the
+encoder and decoder); ``narrow``: the 8 kHz band alone (no μ-law); ``wide``: the recording as it is.  The result is written back at the
 recording's rate, as the server's phone paths hand it to the transcriber (μ-law decoded and
 resampled to 16 kHz), so a replay of it over the WebSocket hears what a phone call would.
 """
@@ -18,7 +18,7 @@ import numpy as np
 
 from voiceagent.audio import mulaw_decode, mulaw_encode, read_wav, resample, write_wav
 
-BANDS = ("wide", "mulaw", "g722")
+BANDS = ("wide", "narrow", "mulaw", "g722")
 
 
 def through(band: str, src: Path, dst: Path) -> Path:
@@ -30,14 +30,24 @@ def through(band: str, src: Path, dst: Path) -> Path:
     if dst.exists() and dst.stat().st_mtime >= src.stat().st_mtime:
         return dst
     pcm, rate = read_wav(src)
-    if band == "mulaw":
-        narrow = mulaw_decode(mulaw_encode(resample(pcm, rate, 8000)))
-        out = resample(narrow, 8000, rate)
-    else:
-        out = _g722(pcm, rate)
     dst.parent.mkdir(parents=True, exist_ok=True)
-    write_wav(dst, out.astype(np.int16), rate)
+    write_wav(dst, carry(band, pcm, rate), rate)
     return dst
+
+
+def carry(band: str, pcm: np.ndarray, rate: int) -> np.ndarray:
+    """16-bit ``pcm`` at ``rate`` as ``band`` carries it, at ``rate`` again.  ``narrow`` is the
+    8 kHz band alone, without μ-law's quantization: it tells the two losses apart."""
+    if band == "wide":
+        return pcm
+    if band in ("mulaw", "narrow"):
+        narrow = resample(pcm, rate, 8000)
+        if band == "mulaw":
+            narrow = mulaw_decode(mulaw_encode(narrow))
+        return resample(narrow, 8000, rate).astype(np.int16)
+    if band == "g722":
+        return _g722(pcm, rate).astype(np.int16)
+    raise ValueError(f"unknown band {band!r}: one of {', '.join(BANDS)}")
 
 
 def _g722(pcm: np.ndarray, rate: int) -> np.ndarray:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -81,11 +82,11 @@ def test_the_agents_transfer_sends_a_refer_and_the_caller_calls_the_target(speec
     assert "transfer" in output.lower(), output
 
 
-def test_the_agents_end_call_hangs_up_with_a_bye_after_the_goodbye(speech: dict[str, Path], run: Any, tmp_path: Path) -> None:
-    fakes = FakeEngines(
-        stt=FakeStt(default="thank you, goodbye"),
-        llm=FakeLlm([[ToolCall("c1", "end_call", "{}")], ["Goodbye, and thank you for calling."]], default=("Yes.",)),
-    )
+def _call_the_agent(heard: str, llm: FakeLlm, tmp_path: Path, run: Any, done: Callable[[Baresip], bool], what: str) -> tuple[str, int]:
+    """A baresip call to a server with the phone tools whose scripted transcriber hears ``heard``
+    (a tone a few seconds into the call) and whose scripted model answers as ``llm`` says: the
+    caller's output once ``done(caller)``, and the sessions left then."""
+    fakes = FakeEngines(stt=FakeStt(default=heard), llm=llm)
     said = tmp_path / "said.wav"
     write_wav(said, np.concatenate([np.zeros(3 * 8000, dtype=np.int16), tone(800, rate=8000)]), 8000)
     sip_port = free_port()
@@ -98,16 +99,21 @@ def test_the_agents_end_call_hangs_up_with_a_bye_after_the_goodbye(speech: dict[
             caller = Baresip(tmp_path / "caller", said, "PCMU")
             try:
                 caller.dial(f"sip:agent@127.0.0.1:{sip_port}")
-                await until_state(caller.call_ended, 30, "the agent's hang-up at the caller", caller.output)
+                await until_state(lambda: done(caller), 30, what, caller.output)
                 return caller.output(), len(server.sessions)
             finally:
                 caller.close()
                 await gateway.stop()
 
     try:
-        output, sessions = run(scenario(), 90)
+        return run(scenario(), 90)
     finally:
         fakes.close()
+
+
+def test_the_agents_end_call_hangs_up_with_a_bye_after_the_goodbye(run: Any, tmp_path: Path) -> None:
+    llm = FakeLlm([[ToolCall("c1", "end_call", "{}")], ["Goodbye, and thank you for calling."]], default=("Yes.",))
+    output, sessions = _call_the_agent("thank you, goodbye", llm, tmp_path, run, Baresip.call_ended, "the agent's hang-up at the caller")
     assert "Call with sip:agent@" in output and sessions == 0, output[-2000:]
 
 
@@ -139,33 +145,11 @@ def test_a_call_past_sip_max_calls_is_busy_and_the_first_goes_on(speech: dict[st
     assert "486 Busy Here" in output and sessions == 1, output[-1500:]
 
 
-def test_the_agents_keys_reach_the_caller_as_rfc_4733_events(speech: dict[str, Path], run: Any, tmp_path: Path) -> None:
-    fakes = FakeEngines(
-        stt=FakeStt(default="press four two and hash"),
-        llm=FakeLlm([[ToolCall("c1", "send_dtmf", '{"digits": "42#"}')], ["I pressed them."]], default=("Yes.",)),
+def test_the_agents_keys_reach_the_caller_as_rfc_4733_events(run: Any, tmp_path: Path) -> None:
+    llm = FakeLlm([[ToolCall("c1", "send_dtmf", '{"digits": "42#"}')], ["I pressed them."]], default=("Yes.",))
+    output, _ = _call_the_agent(
+        "press four two and hash", llm, tmp_path, run, lambda caller: "received event: '#'" in caller.output(), "the last key at the caller"
     )
-    said = tmp_path / "said.wav"
-    write_wav(said, np.concatenate([np.zeros(3 * 8000, dtype=np.int16), tone(800, rate=8000)]), 8000)
-    sip_port = free_port()
-
-    async def scenario() -> str:
-        config = dataclasses.replace(Config(), server=ServerConfig(port=0), phone=PhoneConfig(tools=True))
-        async with VoiceAgentServer(config, fakes.engines) as server:
-            gateway = gateway_for(server, sip_port)
-            await gateway.start()
-            caller = Baresip(tmp_path / "caller", said, "PCMU")
-            try:
-                caller.dial(f"sip:agent@127.0.0.1:{sip_port}")
-                await until_state(lambda: "received event: '#'" in caller.output(), 30, "the last key at the caller", caller.output)
-                return caller.output()
-            finally:
-                caller.close()
-                await gateway.stop()
-
-    try:
-        output = run(scenario(), 90)
-    finally:
-        fakes.close()
     # baresip reports telephone-events it receives over RTP (keypad tones in the audio it would not).
     keys = re.findall(r"received event: '(.)' \(end=0\)", output)
     assert keys == ["4", "2", "#"], output[-3000:]

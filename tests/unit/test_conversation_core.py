@@ -531,15 +531,23 @@ def test_no_words_resume_after_the_timeout_but_never_while_the_user_speaks() -> 
     assert w.core.active_response_id == reply.id and reply.item is not None and reply.item.heard_ms is None
 
 
+def two_stretches(w: World, second_end_ms: float) -> ArmResume:
+    """Speech over the reply from 5.0 to 5.8 s, and again from 6.2 s to ``second_end_ms``, both
+    ended by the VAD before any transcript: the resume armed at the second's end."""
+    w.core.handle(w.ev(SpeechStarted, audio_ms=5000.0))
+    w.core.handle(w.ev(SpeechStopped, audio_ms=5800.0))
+    w.core.handle(w.ev(SpeechStarted, audio_ms=6200.0))
+    [arm] = w.core.handle(w.ev(SpeechStopped, audio_ms=second_end_ms))
+    assert isinstance(arm, ArmResume)
+    return arm
+
+
 def test_a_dismissed_segment_keeps_the_pause_while_later_speech_awaits_its_words() -> None:
     # "Yeah, yeah. Right." on a busy machine: the VAD has ended both stretches before the first
     # one's transcript is in.  The reply stays paused for the second one's words.
     w = World()
     reply = speaking_reply(w)
-    w.core.handle(w.ev(SpeechStarted, audio_ms=5000.0))
-    w.core.handle(w.ev(SpeechStopped, audio_ms=5800.0))
-    w.core.handle(w.ev(SpeechStarted, audio_ms=6200.0))
-    [arm] = w.core.handle(w.ev(SpeechStopped, audio_ms=6600.0))
+    arm = two_stretches(w, 6600.0)
     w.clock.advance(0.5)
     assert w.core.segment_heard("Yeah, yeah.", -21.0, None, None, 5896.0) == (False, [])  # no resume yet
     assert w.core.floor.judging()
@@ -553,10 +561,7 @@ def test_a_dismissed_segment_keeps_the_pause_while_later_speech_awaits_its_words
 def test_words_that_come_after_the_timeout_resumed_the_reply_are_still_judged(late: str, cuts: bool) -> None:
     w = World()
     reply = speaking_reply(w)
-    w.core.handle(w.ev(SpeechStarted, audio_ms=5000.0))
-    w.core.handle(w.ev(SpeechStopped, audio_ms=5800.0))
-    w.core.handle(w.ev(SpeechStarted, audio_ms=6200.0))
-    [arm] = w.core.handle(w.ev(SpeechStopped, audio_ms=7600.0))
+    arm = two_stretches(w, 7600.0)
     w.clock.advance(0.2)
     assert w.core.segment_heard("Yeah, yeah.", -21.0, None, None, 5896.0) == (False, [])
     w.clock.advance(0.9)
