@@ -14,6 +14,7 @@ from typing import Any
 
 import pydantic
 from openai.types.live.client_event import ClientEvent as LiveClientEvent
+from openai.types.live.connect_client_event import ConnectClientEvent as LiveSidebandEvent
 from openai.types.live.server_event import ServerEvent as LiveServerEvent
 from openai.types.realtime.realtime_client_event import RealtimeClientEvent
 from openai.types.realtime.realtime_server_event import RealtimeServerEvent
@@ -68,8 +69,9 @@ def live_server_event_types() -> frozenset[str]:
 
 
 def live_client_event_types() -> frozenset[str]:
-    """Every GPT-Live client event type the installed ``openai`` package declares."""
-    return frozenset(_models(LiveClientEvent))
+    """Every GPT-Live client event type the installed ``openai`` package declares: a primary's
+    and a sideband's (``transport.dtmf.send`` is a sideband's alone)."""
+    return frozenset(_models(LiveClientEvent)) | frozenset(_models(LiveSidebandEvent))
 
 
 def check_live_server_event(msg: dict[str, Any]) -> str | None:

@@ -9,12 +9,8 @@ call, not the model's words."""
 from __future__ import annotations
 
 import asyncio
-import base64
 import dataclasses
-import http.server
-import queue
 import shutil
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,6 +21,7 @@ from openai import AsyncOpenAI
 
 from tests.integration.llm_server import free_port
 from tests.integration.sip_caller import Baresip, gateway_for, until_state
+from tests.integration.webhook_app import SECRET, Application, serving
 from tests.unit.fakes import FakeEngines, FakeLlm, FakeStt
 from voiceagent.config import Config, ServerConfig
 from voiceagent.transports.server import VoiceAgentServer
@@ -32,53 +29,12 @@ from voiceagent.transports.server import VoiceAgentServer
 pytestmark = pytest.mark.skipif(shutil.which("baresip") is None, reason="baresip-core is not installed (scripts/setup.sh installs it)")
 pytest.importorskip("pjsua2", reason="the sip extra is not installed (scripts/setup.sh installs it)")
 
-SECRET = "whsec_" + base64.b64encode(b"a test secret of thirty-two byte").decode()
 INSTRUCTIONS = "You answer the phone for the Acme front desk."
-
-
-class Application:
-    """The application's webhook endpoint: each POST is checked with the ``openai`` package's
-    ``webhooks.unwrap`` (a bad signature is answered 400 and kept as such)."""
-
-    def __init__(self) -> None:
-        self.events: queue.Queue[Any] = queue.Queue()
-        client = openai.OpenAI(api_key="not-needed", webhook_secret=SECRET)
-        events = self.events
-
-        class Hook(http.server.BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers["Content-Length"]))
-                try:
-                    events.put(client.webhooks.unwrap(body, dict(self.headers)))
-                    self.send_response(200)
-                except openai.InvalidWebhookSignatureError as exc:
-                    events.put(exc)
-                    self.send_response(400)
-                self.end_headers()
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hook)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/hooks/openai"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    async def next_call(self, within_s: float = 20) -> Any:
-        event = await asyncio.to_thread(self.events.get, True, within_s)
-        assert not isinstance(event, Exception), event
-        assert event.type == "realtime.call.incoming", event
-        return event
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
 
 
 @pytest.fixture
 def app() -> Iterator[Application]:
-    application = Application()
-    yield application
-    application.close()
+    yield from serving()
 
 
 def test_an_openai_application_accepts_attaches_hears_keys_transfers_hangs_up_and_rejects(

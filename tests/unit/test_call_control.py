@@ -28,7 +28,7 @@ from voiceagent.sip.gateway import invite_headers
 from voiceagent.transports.phone_calls import valid_uri
 from voiceagent.transports.server import VoiceAgentServer
 from voiceagent.transports.twilio_codec import after_stream_twiml
-from voiceagent.transports.webhooks import WebhookError, deliver, incoming_call, signed_headers
+from voiceagent.transports.webhooks import WebhookError, deliver, incoming_call, incoming_live, signed_headers
 
 SECRET = "whsec_" + base64.b64encode(b"0123456789abcdef0123456789abcdef").decode()
 Run = Callable[..., Any]
@@ -46,6 +46,22 @@ def test_the_webhook_is_signed_as_the_openai_package_checks_it() -> None:
         client.webhooks.unwrap(body, signed_headers(other, body), secret=SECRET)
     with pytest.raises(openai.InvalidWebhookSignatureError):  # a replay, an hour late
         client.webhooks.unwrap(body, signed_headers(SECRET, body, timestamp=int(unwrapped.created_at) - 3600), secret=SECRET)
+
+
+def test_the_gpt_live_webhook_of_the_same_call_is_the_one_the_openai_package_knows() -> None:
+    event = incoming_live("live_1", [("From", "<sip:alice@pbx>")])
+    body = json.dumps(event).encode()
+    unwrapped = openai.OpenAI(api_key="x").webhooks.unwrap(body, signed_headers(SECRET, body), secret=SECRET)
+    assert unwrapped.type == "live.transport.incoming"
+    assert (unwrapped.data.type, unwrapped.data.session_id) == ("sip", "live_1")
+    assert [(h.name, h.value) for h in unwrapped.data.sip_headers] == [("From", "<sip:alice@pbx>")]
+
+
+def test_the_webhook_events_are_realtimes_gpt_lives_or_both() -> None:
+    assert ServerConfig(sip_webhook_events="live.transport.incoming").sip_webhook_events == "live.transport.incoming"
+    for bad in ("realtime.call.ringing", " , ", "live.transport.incoming,live.call.incoming"):
+        with pytest.raises(ConfigError, match="sip_webhook_events"):
+            ServerConfig(sip_webhook_events=bad)
 
 
 def test_a_webhook_url_needs_a_secret_and_a_whsec_secret_is_base64() -> None:
@@ -82,10 +98,11 @@ def test_a_refusal_after_the_stream_is_the_status_the_application_gave() -> None
 
 
 class _Hooks:
-    """The application's webhook endpoint: the ``call_id`` of each ``realtime.call.incoming``."""
+    """The application's webhook endpoint: (type, id) of each event, ``realtime.call.incoming``'s
+    ``call_id`` or ``live.transport.incoming``'s ``session_id``."""
 
     def __init__(self) -> None:
-        self.calls: asyncio.Queue[str] = asyncio.Queue()
+        self.calls: asyncio.Queue[tuple[str, str]] = asyncio.Queue()
         loop = asyncio.get_running_loop()
         calls = self.calls
         client = openai.OpenAI(api_key="x", webhook_secret=SECRET)
@@ -93,7 +110,9 @@ class _Hooks:
         class Hook(http.server.BaseHTTPRequestHandler):
             def do_POST(self) -> None:
                 event = client.webhooks.unwrap(self.rfile.read(int(self.headers["Content-Length"])), dict(self.headers))
-                loop.call_soon_threadsafe(calls.put_nowait, event.data.call_id)  # type: ignore[union-attr]
+                data = event.data
+                name = data.session_id if event.type == "live.transport.incoming" else data.call_id  # type: ignore[union-attr]
+                loop.call_soon_threadsafe(calls.put_nowait, (event.type, name))
                 self.send_response(204)
                 self.end_headers()
 
@@ -147,7 +166,11 @@ def hooked() -> Iterator[Callable[..., Any]]:
                     )
                     task = asyncio.create_task(bridge.run())
                     try:
-                        call_id = await asyncio.wait_for(hooks.calls.get(), 10 * SCALE)
+                        # Both APIs' events announce the call (server.sip_webhook_events' default).
+                        events = dict([await asyncio.wait_for(hooks.calls.get(), 10 * SCALE) for _ in range(2)])
+                        call_id = events["realtime.call.incoming"]
+                        call = srv.phone_calls.get(call_id)
+                        assert call is not None and events["live.transport.incoming"] == call.live_id
                         return await scenario(srv, call_id, opened, ended)
                     finally:
                         bridge.hung_up()
@@ -178,6 +201,42 @@ def test_a_call_rings_until_accepted_and_a_bad_configuration_leaves_it_ringing(r
         status, _ = await _post(server, f"/v1/realtime/calls/{call_id}/hangup", {})
         assert status == 200
         assert await asyncio.wait_for(ended, 10 * SCALE) == Next(None)
+
+    hooked(run, scenario)
+
+
+def test_a_call_accepted_on_gpt_live_is_checked_as_gpt_live_checks_and_the_realtime_side_is_closed(
+    run: Run, hooked: Callable[..., Any]
+) -> None:
+    async def scenario(server: VoiceAgentServer, call_id: str, opened: asyncio.Event, ended: Any) -> None:
+        call = server.phone_calls.get(call_id)
+        assert call is not None
+        accept = f"/v1/live/sessions/{call.live_id}/accept"
+        live = {"type": "live", "model": "gpt-live-1"}
+        refusals = [
+            ({}, "missing_required_parameter"),
+            ({"session": live, "extra": 1}, "unknown_parameter"),
+            ({"session": {**live, "type": "realtime"}}, "invalid_value"),
+            ({"session": {"type": "live"}}, "missing_required_parameter"),  # the model
+            ({"session": {**live, "audio": {"format": {"type": "audio/pcm", "rate": 24000}}}}, "unknown_parameter"),  # the call's
+            ({"session": {**live, "store": True}}, "unsupported_value"),
+        ]
+        for body, code in refusals:
+            status, error = await _post(server, accept, body)
+            assert (status, error["error"]["code"]) == (400, code), (body, error)
+        assert not opened.is_set() and call.state == "ringing"
+        status, _ = await _post(server, accept, {"session": {**live, "instructions": "Be brief."}})
+        assert status == 200
+        await asyncio.wait_for(opened.wait(), 10 * SCALE)
+        assert call.surface == "live" and call.live is not None and call.live.protocol.id == call.live_id
+        assert call.session.settings.instructions == "Be brief."
+        status, error = await _post(server, f"/v1/realtime/calls/{call_id}/accept", {"type": "realtime"})
+        assert status == 409 and error["error"]["code"] == "invalid_call_state"  # the first accept chose GPT-Live
+        status, _ = await _post(server, f"/v1/live/sessions/{call.live_id}/hangup", {})
+        assert status == 200
+        assert await asyncio.wait_for(ended, 10 * SCALE) == Next(None)
+        status, error = await _post(server, f"/v1/live/sessions/{call.live_id}/hangup", {})
+        assert status == 404 and error["error"]["code"] == "call_not_found"
 
     hooked(run, scenario)
 

@@ -28,7 +28,7 @@ from voiceagent.events import (
     ResponseCreated,
     ResponseDone,
 )
-from voiceagent.transports.live_codec import DELEGATE, AppendAudio, AppendContext, Close, LiveCodec, Mute, Start, Update
+from voiceagent.transports.live_codec import DELEGATE, AppendAudio, AppendContext, Close, LiveCodec, Mute, SendKey, Start, Update
 from voiceagent.transports.live_config import MEDIA_ONLY_FIELDS, LiveSession, parse_start, parse_update, session_resource
 from voiceagent.transports.live_support import CLIENT_EVENTS, CONTAINERS, SERVER_EVENTS, SESSION_FIELDS, markdown
 from voiceagent.transports.realtime_support import Status
@@ -77,6 +77,7 @@ def test_refused_client_events_get_an_error_that_says_why_and_accepted_ones_deco
         "session.thinking.append": {"content": "The user is in Paris.", "delegation_id": None},
         "session.commentary.append": {"content": "Your order shipped.", "delegation_id": None},
         "session.close": {},
+        "transport.dtmf.send": {"event": "4"},
     }
     assert set(accepted) | {"session.start"} == {row.name for row in CLIENT_EVENTS if row.status is not Status.REFUSED}
     kinds = {name: type(codec.decode(json.dumps({"type": name, **body}))) for name, body in accepted.items()}
@@ -89,6 +90,7 @@ def test_refused_client_events_get_an_error_that_says_why_and_accepted_ones_deco
         "session.thinking.append": AppendContext,
         "session.commentary.append": AppendContext,
         "session.close": Close,
+        "transport.dtmf.send": SendKey,
     }
     assert refused(codec, {"type": "session.nonsense"}).code == "unknown_event_type"
 
@@ -208,6 +210,8 @@ def every_server_event() -> list[dict[str, Any]]:
         codec.message("session.usage.updated", usage=usage),
         codec.message("session.closed", "c4", reason="close_requested", session=resource, usage=usage),
         codec.error(ProtocolError("invalid_value", "bad", param="audio", event_id="c5")),
+        codec.key_received("7"),
+        codec.key_sent("#", "c6"),
     ]
     events = [
         InputSpeechStarted(**HEAD, item_id="u1", audio_ms=200.0),

@@ -160,6 +160,13 @@ class ServerConfig:
     here, signed with ``sip_webhook_secret``; the application answers it with
     ``POST /v1/realtime/calls/{call_id}/accept`` (or ``reject``) (docs/telephony.md).  "" (the
     default): every call is answered at once with the server's own session."""
+    sip_webhook_events: str = "realtime.call.incoming,live.transport.incoming"
+    """Which events announce a ringing call at ``sip_webhook_url``, as an OpenAI webhook endpoint
+    subscribes to them: ``realtime.call.incoming`` (answered with
+    ``POST /v1/realtime/calls/{call_id}/accept``), ``live.transport.incoming`` (GPT-Live:
+    ``POST /v1/live/sessions/{session_id}/accept``), or both, comma-separated (the default: the
+    first accept, on either API, decides which protocol the call speaks).  The call rings while
+    at least one was taken."""
     sip_webhook_secret: str = ""
     """The webhooks' signing secret (``whsec_`` + base64, as OpenAI's; the application's
     ``client.webhooks.unwrap`` checks it).  Needed with ``sip_webhook_url``."""
@@ -199,6 +206,10 @@ class ServerConfig:
         if self.sip_webhook_url:
             _check(self.sip_webhook_url.startswith(("http://", "https://")), "server.sip_webhook_url", "must be an http(s) URL")
             _check(bool(self.sip_webhook_secret), "server.sip_webhook_secret", "is needed with server.sip_webhook_url")
+        events = [e.strip() for e in self.sip_webhook_events.split(",") if e.strip()]
+        known = ("realtime.call.incoming", "live.transport.incoming")
+        why = f"must name one or both of {', '.join(known)}"
+        _check(bool(events) and all(e in known for e in events), "server.sip_webhook_events", why)
         if self.sip_webhook_secret.startswith("whsec_"):
             try:
                 base64.b64decode(self.sip_webhook_secret[6:], validate=True)

@@ -44,6 +44,7 @@ from voiceagent.transports.live_codec import (
     Command,
     LiveCodec,
     Mute,
+    SendKey,
     Start,
     Update,
 )
@@ -93,6 +94,8 @@ class LiveProtocol:
         audio_allowed: Callable[[float], bool],
         started_at: float,
         fixed_audio: bool = False,
+        session_id: str = "",
+        press: Callable[[str], Awaitable[None]] | None = None,
     ) -> None:
         self.session = session
         self._clock = session.clock
@@ -102,7 +105,7 @@ class LiveProtocol:
         self.audio_allowed = audio_allowed
         self._fixed_audio = fixed_audio
         self._tasks: list[asyncio.Task[None]] = []
-        self.id = f"sess_{secrets.token_hex(16)}"
+        self.id = session_id or f"sess_{secrets.token_hex(16)}"
         """The GPT-Live session's id (``session.started``'s, a sideband's address): random, so
         that nobody attaches to a session by counting (the conversation's own ids count up)."""
         self.closed = False
@@ -111,6 +114,7 @@ class LiveProtocol:
         self._acks_cancelled = 0  # bumped by appended commentary or thinking: older acknowledgements are not said
         self.codec = LiveCodec(voice_rate)
         self._voice_rate = voice_rate
+        self._press = press  # a SIP call's keypad (None: transport.dtmf.send is refused)
         self._muted = False
         self._idle = asyncio.Event()  # no response is being generated or spoken
         self._idle.set()
@@ -180,12 +184,13 @@ class LiveProtocol:
             asyncio.create_task(self._report_usage(), name=f"{self.session.id}.usage"),
         ]
 
-    async def stop(self) -> None:
+    async def stop(self, reason: str = "connection_lost") -> None:
+        """``reason``: ``session.closed``'s, unless it was told already (the primary went
+        without closing the session, or a SIP call ended: ``remote_hangup``)."""
         self.closed = True
         if self.codec.config is not None and not self._closed_told:
-            # The primary went without closing the session: its sidebands are told why.
             self._closed_told = True
-            self.tell_sidebands(self._closed_message("connection_lost"))
+            self.tell_sidebands(self._closed_message(reason))
         for sideband in list(self.sidebands):
             sideband.end()
         tasks = [*self._tasks, *self._acks]
@@ -226,6 +231,15 @@ class LiveProtocol:
             await self._append(cmd)
         elif isinstance(cmd, Close):
             await self._close("close_requested", cmd.event_id)
+        elif isinstance(cmd, SendKey):
+            if self._press is None:
+                raise ProtocolError("unsupported_event", "transport.dtmf.send is for SIP calls only", param="type")
+            await self._press(cmd.key)
+            self.tell_sidebands(self.codec.key_sent(cmd.key, cmd.event_id))
+
+    def key_received(self, key: str) -> None:
+        """The caller pressed ``key`` (a SIP call): its sidebands are told."""
+        self.tell_sidebands(self.codec.key_received(key))
 
     async def microphone(self, pcm: Int16Array) -> None:
         """The caller's audio at 16 kHz (from events or a track): reflected to the sidebands

@@ -118,6 +118,17 @@ class Close(Command):
     pass
 
 
+@dataclass(frozen=True)
+class SendKey(Command):
+    """``transport.dtmf.send``: one key for a SIP call to press."""
+
+    key: str
+
+
+KEYS = frozenset("0123456789*#ABCD")
+"""The keys a phone's keypad has (RFC 4733 events 0-15)."""
+
+
 _ACCEPTED = frozenset(row.name for row in CLIENT_EVENTS if row.status is not Status.REFUSED)
 _REFUSED = {row.name: row.note for row in CLIENT_EVENTS if row.status is Status.REFUSED}
 _APPENDS = {"session.instructions.append": "instructions", "session.thinking.append": "thinking", "session.commentary.append": "commentary"}
@@ -186,6 +197,12 @@ class LiveCodec:
         if kind in _APPENDS:
             self._fields(msg, kind, ("content", "delegation_id"))
             return self._append(_APPENDS[kind], msg, event_id)
+        if kind == "transport.dtmf.send":
+            self._fields(msg, kind, ("event",))
+            key = msg.get("event")
+            if not isinstance(key, str) or key.upper() not in KEYS or len(key) != 1:
+                raise ProtocolError("invalid_value", "event must be one key: 0-9, *, # or A-D (send one event per key)", param="event")
+            return SendKey(event_id, key.upper())
         self._fields(msg, kind, ())
         return Close(event_id)
 
@@ -230,6 +247,14 @@ class LiveCodec:
         if client_event_id is not None:
             msg["client_event_id"] = client_event_id
         return msg
+
+    def key_received(self, key: str) -> dict[str, Any]:
+        """``transport.dtmf.received``: the caller of a SIP call pressed ``key`` (sidebands only)."""
+        return self.message("transport.dtmf.received", event=key)
+
+    def key_sent(self, key: str, client_event_id: str | None) -> dict[str, Any]:
+        """``transport.dtmf.sent``: ``key`` went to the SIP call (``transport.dtmf.send``'s answer)."""
+        return self.message("transport.dtmf.sent", client_event_id, event=key)
 
     def error(self, exc: ProtocolError) -> dict[str, Any]:
         body = {"type": "invalid_request_error", "code": exc.code, "message": exc.message, "param": exc.param}

@@ -165,7 +165,7 @@ def parse_start(value: Any, *, media: bool = False) -> LiveSession:
     session = _object(value, "session")
     audio_obj = session.get("audio")
     if media and isinstance(audio_obj, dict) and "format" in audio_obj:
-        why = "session.audio.format is for WebSockets: WebRTC negotiates its media format"
+        why = "session.audio.format is for WebSockets: WebRTC and SIP negotiate their media format"
         raise ProtocolError("unknown_parameter", why, param="session.audio.format")
     if media:
         for key in MEDIA_ONLY_FIELDS:

@@ -42,6 +42,7 @@ CLIENT_EVENTS: tuple[Support, ...] = (
     Support("response.item.create", R, _RESPONSES),
     Support("response.create", R, _RESPONSES),
     Support("session.close", S, "`session.closed` (`close_requested`, the final session and usage), then close code 1000"),
+    Support("transport.dtmf.send", S, "SIP calls only (a sideband's command): the gateway presses the key as an RFC 4733 event"),
 )
 """Every client event.  Any other type is ``unknown_event_type``."""
 
@@ -72,12 +73,12 @@ SERVER_EVENTS: tuple[Support, ...] = (
     Support("session.closed", S, "`close_requested`, `expired` or `connection_lost`"),
     Support("error", S, "a stable `code`, the offending `param`, the client's `event_id` as `client_event_id`"),
     Support("info", R, "nothing to tell yet: frontend data-channel permissions are not implemented"),
-    Support("transport.dtmf.received", R, "SIP on GPT-Live's terms is not implemented yet"),
-    Support("transport.dtmf.send", R, "SIP on GPT-Live's terms is not implemented yet"),
-    Support("transport.dtmf.sent", R, "SIP on GPT-Live's terms is not implemented yet"),
-    Support("transport.ringing", R, "SIP on GPT-Live's terms is not implemented yet"),
-    Support("transport.answered", R, "SIP on GPT-Live's terms is not implemented yet"),
-    Support("transport.failed", R, "SIP on GPT-Live's terms is not implemented yet"),
+    Support("transport.dtmf.received", S, "to sidebands: each key the caller presses on a SIP call"),
+    Support("transport.dtmf.send", R, "the legacy notification: `transport.dtmf.sent` confirms a key instead"),
+    Support("transport.dtmf.sent", S, "to sidebands, once the SIP gateway was told to press the key"),
+    Support("transport.ringing", R, "outbound GPT-Live SIP sessions are not implemented (`POST /v1/sip/calls` places Realtime ones)"),
+    Support("transport.answered", R, "outbound GPT-Live SIP sessions are not implemented (`POST /v1/sip/calls` places Realtime ones)"),
+    Support("transport.failed", R, "outbound GPT-Live SIP sessions are not implemented (`POST /v1/sip/calls` places Realtime ones)"),
 )
 """Every server event the package declares."""
 

@@ -2,6 +2,11 @@
 until an application accepts or rejects it, and may be transferred (``refer``), hung up, and
 watched and steered by Realtime WebSockets attached with ``/v1/realtime?call_id=…``.
 
+The same call has a second name, GPT-Live's (``live_…``): ``POST /v1/live/sessions/{id}/accept``
+(and ``reject``, ``refer``, ``hangup``) control it as GPT-Live does, and a call accepted there
+speaks GPT-Live to its sidebands (``/v1/live/sessions/{id}/attach``).  The first accept, on
+either API, decides the call's protocol; an accept on the other is then a 409, as any second one.
+
 A :class:`PhoneCall` is created by the call's transport (the Twilio stream the gateway opened)
 with the three things only it can do: answer with a session configuration, end the call (with a
 transfer or a refusal) and tell it apart from calls that ended.  This module keeps the states
@@ -32,7 +37,7 @@ import secrets
 import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeGuard
+from typing import TYPE_CHECKING, Any, Protocol, TypeGuard
 
 from websockets.exceptions import ConnectionClosed
 
@@ -41,6 +46,9 @@ from voiceagent.events import Event
 from voiceagent.session import Session
 from voiceagent.transports.realtime_codec import RealtimeCodec
 from voiceagent.transports.realtime_commands import UpdateSession
+
+if TYPE_CHECKING:
+    from voiceagent.transports.live_phone import LivePhoneCall
 
 __all__ = [
     "CallStateError",
@@ -112,11 +120,17 @@ class PhoneCall:
         self,
         session: Session,
         sip_headers: Sequence[tuple[str, str]],
-        answer: Callable[[dict[str, Any] | None], Awaitable[None]],
+        answer: Callable[[dict[str, Any] | None, str], Awaitable[None]],
         end: Callable[[str | None, int | None], Awaitable[None]],
         call_id: str = "",
     ) -> None:
         self.call_id = call_id or new_call_id()
+        self.live_id = "live_" + secrets.token_hex(16)
+        """The call's GPT-Live session id (``live.transport.incoming``'s ``session_id``)."""
+        self.surface = ""
+        """The protocol it was accepted on: ``realtime`` or ``live`` ("" while it rings)."""
+        self.live: LivePhoneCall | None = None
+        """Its GPT-Live protocol, once accepted on GPT-Live (what its sidebands attach to)."""
         self.session = session
         self.sip_headers = list(sip_headers)
         self.state = "ringing"
@@ -126,14 +140,17 @@ class PhoneCall:
         self._lock = asyncio.Lock()  # one action at a time: two accepts never both apply
         self._decided = asyncio.Event()
 
-    async def accept(self, session_config: dict[str, Any] | None = None) -> None:
+    async def accept(self, session_config: dict[str, Any] | None = None, surface: str = "realtime") -> None:
+        """Answer with ``session_config`` (Realtime's ``session.update`` session, or GPT-Live's
+        accept ``session`` for ``surface`` ``live``)."""
         async with self._lock:
             self._expect("ringing", "accepted")
-            await self._answer(session_config)
+            await self._answer(session_config, surface)
+            self.surface = surface
             if self.state == "ringing":  # the caller may have hung up meanwhile
                 self.state = "accepted"
             self._decided.set()
-        log.info("call %s: accepted (session %s)", self.call_id, self.session.id)
+        log.info("call %s: accepted on %s (session %s)", self.call_id, surface, self.session.id)
 
     async def reject(self, status: int = 603) -> None:
         async with self._lock:
@@ -222,6 +239,7 @@ class PhoneCalls:
 
     def __init__(self) -> None:
         self._calls: dict[str, PhoneCall] = {}
+        self._live: dict[str, PhoneCall] = {}  # the same calls by their GPT-Live id
         self.placed: dict[str, OutboundCall] = {}
         self.dialer: Dialer | None = None
         """Set while a SIP gateway runs beside the server (``server.sip_port``)."""
@@ -253,13 +271,19 @@ class PhoneCalls:
 
     def add(self, call: PhoneCall) -> None:
         self._calls[call.call_id] = call
+        self._live[call.live_id] = call
 
     def remove(self, call: PhoneCall) -> None:
         self._calls.pop(call.call_id, None)
+        self._live.pop(call.live_id, None)
         call.ended()
 
     def get(self, call_id: str) -> PhoneCall | None:
         return self._calls.get(call_id)
+
+    def get_live(self, session_id: str) -> PhoneCall | None:
+        """The call whose GPT-Live session id is ``session_id``."""
+        return self._live.get(session_id)
 
     def __iter__(self) -> Iterator[PhoneCall]:
         return iter(list(self._calls.values()))
@@ -268,12 +292,15 @@ class PhoneCalls:
         return len(self._calls)
 
 
-async def call_control(calls: PhoneCalls, call_id: str, action: str, body: bytes) -> tuple[int, dict[str, Any] | None]:
-    """Apply ``POST /v1/realtime/calls/{call_id}/{action}`` (``body``: its JSON); the HTTP status
-    and, for a refusal, OpenAI's error object (``{"error": {...}}``, which the ``openai`` package
+async def call_control(
+    calls: PhoneCalls, call_id: str, action: str, body: bytes, surface: str = "realtime"
+) -> tuple[int, dict[str, Any] | None]:
+    """Apply ``POST /v1/realtime/calls/{call_id}/{action}`` (``body``: its JSON), or with
+    ``surface`` ``live`` ``POST /v1/live/sessions/{session_id}/{action}``; the HTTP status and,
+    for a refusal, OpenAI's error object (``{"error": {...}}``, which the ``openai`` package
     raises as ``BadRequestError``, ``NotFoundError`` or ``ConflictError``)."""
-    call = calls.get(call_id)
-    placed = calls.placed.get(call_id)
+    call = calls.get_live(call_id) if surface == "live" else calls.get(call_id)
+    placed = calls.placed.get(call_id) if surface == "realtime" else None
     if call is None and action == "hangup" and placed is not None and placed.status != "ended" and calls.dialer is not None:
         # Still dialling or ringing, or answered with its session not yet open: the gateway ends
         # it in whatever state it is (CANCEL or BYE); the record ends when it reports so.
@@ -288,9 +315,20 @@ async def call_control(calls: PhoneCalls, call_id: str, action: str, body: bytes
     if params is None:
         return 400, _error("the body must be a JSON object", "invalid_json")
     try:
-        if action == "accept":
+        if action == "accept" and surface == "live":
+            unknown = sorted(set(params) - {"session"})
+            if unknown:
+                return 400, _error(f"unknown field(s): {', '.join(unknown)}", "unknown_parameter", unknown[0])
+            session = params.get("session")
+            if not isinstance(session, dict):
+                return 400, _error("session is required: the accepted call's GPT-Live session", "missing_required_parameter", "session")
+            if session.get("type") != "live":
+                return 400, _error("session.type must be 'live'", "invalid_value", "session.type")
+            await call.accept(session, "live")
+        elif action == "accept":
             if params.get("type", "realtime") != "realtime":
-                return 400, _error("type must be 'realtime' (GPT-Live sessions are not served here yet)", "invalid_value", "type")
+                why = "type must be 'realtime' (a GPT-Live application accepts at /v1/live/sessions/{session_id}/accept)"
+                return 400, _error(why, "invalid_value", "type")
             await call.accept(params or None)
         elif action == "reject":
             status = params.get("status_code", 603)

@@ -13,6 +13,8 @@ Routes:
   ``ws://HOST:PORT/v1/realtime?call_id=ID``  a Realtime socket attached to that SIP call
   ``ws://HOST:PORT/v1/live/sessions``  OpenAI's GPT-Live protocol (``client.live.connect()``)
   ``ws://HOST:PORT/v1/live/sessions/ID/attach``  a GPT-Live sideband on that running session
+                                  (a WebSocket or WebRTC one, or a SIP call accepted on GPT-Live)
+  ``POST /v1/live/sessions/ID/accept|reject|refer|hangup``  GPT-Live's control of a SIP call
   ``POST /v1/live/sessions``      a GPT-Live WebRTC session (``{session, transport: {type: webrtc, sdp}}``)
   ``POST /v1/sip/calls``          place a SIP call (``{"to": "sip:…", "session": {…}, "timeout_s":
                                   30}``): 201 with its record; ``GET /v1/sip/calls/ID`` follows it
@@ -114,6 +116,7 @@ RETRY_AFTER = "5"
 """Seconds a refused client is told to wait: a few load samples, and about a turn's length."""
 _LIVE_ATTACH = re.compile(r"/v1/live/sessions/([A-Za-z0-9_]{1,64})/attach")
 _CONTROL = re.compile(r"/v1/realtime/calls/([A-Za-z0-9_]{1,64})/(accept|reject|refer|hangup)")
+_LIVE_CONTROL = re.compile(r"/v1/live/sessions/([A-Za-z0-9_]{1,64})/(accept|reject|refer|hangup)")
 SIP_CALLS_PATH = "/v1/sip/calls"
 _SIP_CALL = re.compile(r"/v1/sip/calls/([A-Za-z0-9_]{1,64})")
 
@@ -639,10 +642,22 @@ class VoiceAgentServer:
             self._transfers.pop(next(iter(self._transfers)))
         self._transfers[call_sid] = (transfer, refuse)
 
+    def _live_session(self, session_id: str) -> LiveProtocol | None:
+        """The running GPT-Live session ``session_id``: a socket's or WebRTC's, or a SIP call's."""
+        conn = self.live.get(session_id)
+        if conn is None:
+            call = self.phone_calls.get_live(session_id)
+            conn = call.live.protocol if call is not None and call.live is not None else None
+        return conn
+
     def _sideband_check(self, session_id: str) -> Response | None:
         """A GPT-Live sideband: the session must be running and started (it opens none, so
         admission does not count it)."""
-        conn = self.live.get(session_id)
+        conn = self._live_session(session_id)
+        call = self.phone_calls.get_live(session_id)
+        if conn is None and call is not None and call.state != "ended":
+            why = f"call {session_id} is {call.state if call.state != 'accepted' else 'accepted on Realtime'}: accept it on GPT-Live first"
+            return _text(http.HTTPStatus.CONFLICT, why + "\n")
         if conn is None or conn.closed:
             return _text(http.HTTPStatus.NOT_FOUND, f"no live session {session_id}\n")
         if conn.started is None:
@@ -661,6 +676,9 @@ class VoiceAgentServer:
             return _text(http.HTTPStatus.NOT_FOUND, f"no call {call_id[:64]}\n")
         if call.state != "accepted":  # as OpenAI's: a call is watched once it has been accepted
             return _text(http.HTTPStatus.CONFLICT, f"call {call_id} is {call.state}: accept it first\n")
+        if call.surface == "live":
+            why = f"call {call_id} was accepted on GPT-Live: its sidebands attach at /v1/live/sessions/{call.live_id}/attach"
+            return _text(http.HTTPStatus.CONFLICT, why + "\n")
         return None
 
     async def _post(self, request: Request, post: Post) -> Response:
@@ -668,6 +686,15 @@ class VoiceAgentServer:
         if post.error is not None:
             return _text(post.error[0], post.error[1] + "\n")
         path = urlsplit(request.path).path
+        live_control = _LIVE_CONTROL.fullmatch(path)
+        if live_control is not None:
+            refused = self._unauthorized(request)
+            if refused is not None:
+                return refused
+            status, error = await call_control(self.phone_calls, live_control.group(1), live_control.group(2), post.body, "live")
+            if error is None:
+                return _text(http.HTTPStatus(status), "")
+            return _bytes(http.HTTPStatus(status), json.dumps(error).encode(), "application/json")
         control = _CONTROL.fullmatch(path)
         known = control is not None and (self.phone_calls.get(control.group(1)) is not None or control.group(1) in self.phone_calls.placed)
         if control is not None and (known or control.group(2) != "hangup"):
@@ -882,7 +909,7 @@ class VoiceAgentServer:
             return
         attach = _LIVE_ATTACH.fullmatch(path)
         if attach is not None:
-            live = self.live.get(attach.group(1))
+            live = self._live_session(attach.group(1))
             if live is not None:  # it may have ended since the handshake's check
                 await LiveSideband(ws, live).run()
             return
@@ -901,7 +928,8 @@ class VoiceAgentServer:
                 self.live[live_id] = conn.live
             elif path == TWILIO_PATH:
                 cfg = self.config.server
-                webhook = (cfg.sip_webhook_url, cfg.sip_webhook_secret) if cfg.sip_webhook_url else None
+                kinds = tuple(k.strip() for k in cfg.sip_webhook_events.split(",") if k.strip())
+                webhook = (cfg.sip_webhook_url, cfg.sip_webhook_secret, kinds) if cfg.sip_webhook_url else None
                 conn = TwilioConnection(ws, session, self.engines.tts.sample_rate, self.phone_calls, webhook, self._remember_next)
             else:
                 conn = RealtimeConnection(ws, session, self.engines.tts.sample_rate, send_metrics=query.get("voiceagent_metrics") == ["1"])

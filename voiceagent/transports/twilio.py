@@ -24,9 +24,11 @@ Calls from the SIP gateway (its ``start`` carries ``customParameters.voiceagent_
 "sip"``) are also :class:`~voiceagent.transports.phone_calls.PhoneCall` objects, for OpenAI's
 call-control API: the gateway answers the call only when this connection sends it ``{"event":
 "answer"}``, at once, or, with ``server.sip_webhook_url`` set, once the application accepted
-the ``realtime.call.incoming`` webhook (a call neither accepted nor rejected within
-``server.sip_accept_timeout_s`` of the webhook's delivery is refused with 480).  The session's events and the caller's keys
-(``input_audio_buffer.dtmf_event_received``) go to the connections attached to the call.
+the ``realtime.call.incoming`` or ``live.transport.incoming`` webhook (``server.sip_webhook_events``;
+a call neither accepted nor rejected within ``server.sip_accept_timeout_s`` of the webhook's
+delivery is refused with 480).  Accepted on Realtime, the session's events and the caller's keys
+(``input_audio_buffer.dtmf_event_received``) go to the connections attached to the call; on
+GPT-Live, to its sidebands (:mod:`~voiceagent.transports.live_phone`).
 
 Recordings (``server.recordings_dir``, off by default): the call's audio both ways and its
 transcript are written when the stream ends (:mod:`~voiceagent.transports.call_recording`), named
@@ -39,6 +41,7 @@ connection, cancelled with it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import re
@@ -57,10 +60,11 @@ from voiceagent.tools.phone import HangUp, SendDigits, Transfer
 from voiceagent.transports.call_recording import CallRecorder, prune
 from voiceagent.transports.connection import SessionConnection
 from voiceagent.transports.dtmf import dtmf_tones
-from voiceagent.transports.phone_calls import PhoneCall, PhoneCalls, session_changes
+from voiceagent.transports.live_phone import LivePhoneCall
+from voiceagent.transports.phone_calls import CallStateError, PhoneCall, PhoneCalls, session_changes
 from voiceagent.transports.realtime_codec import RealtimeCodec
 from voiceagent.transports.twilio_codec import Dtmf, MarkEcho, Media, Start, Stop, TwilioCodec
-from voiceagent.transports.webhooks import WEBHOOK_POOL, WebhookError, deliver, incoming_call
+from voiceagent.transports.webhooks import WEBHOOK_POOL, WebhookError, deliver, incoming_call, incoming_live
 
 __all__ = ["CLOSE_POLICY", "TwilioConnection"]
 
@@ -86,16 +90,20 @@ class TwilioConnection(SessionConnection):
         session: Session,
         voice_rate: int,
         calls: PhoneCalls | None = None,
-        webhook: tuple[str, str] | None = None,
+        webhook: tuple[str, str, tuple[str, ...]] | None = None,
         after_stream: Callable[[str, str | None, int | None], None] = lambda call_sid, transfer, refuse: None,
     ) -> None:
         super().__init__(ws, session)
         self.codec = TwilioCodec(voice_rate)
         self._voice_rate = voice_rate
         self._calls = calls
-        self._webhook = webhook  # (url, secret) of realtime.call.incoming, for the gateway's calls
+        self._webhook = webhook  # (url, secret, events) announcing the gateway's calls
         self.call: PhoneCall | None = None
         """The gateway's call this stream carries (None for a Twilio call)."""
+        self.live: LivePhoneCall | None = None
+        """Set when the call was accepted on GPT-Live's terms."""
+        self._ended_here = False  # the server ended the call (an application's action, the agent's tool)
+        self._stopped = False  # the gateway said the call ended: the caller hung up
         self.refuse: int | None = None
         """A SIP status the call is refused with (the application rejected it, or no answer came)."""
         self._ringing: asyncio.Task[None] | None = None
@@ -152,8 +160,13 @@ class TwilioConnection(SessionConnection):
                     if isinstance(result, Exception):
                         log.warning("twilio stream %s: %s failed: %r", self.codec.stream_sid or "-", task.get_name(), result)
             finally:
-                if self.call is not None and self._calls is not None:
-                    self._calls.remove(self.call)
+                try:
+                    if self.live is not None:
+                        reason = "remote_hangup" if self._stopped else "close_requested" if self._ended_here else "connection_lost"
+                        await self.live.stop(reason)
+                finally:
+                    if self.call is not None and self._calls is not None:
+                        self._calls.remove(self.call)
 
     async def _save_recording(self) -> None:
         """Write the call's recording and drop those past their time; a disk that refuses is
@@ -182,6 +195,7 @@ class TwilioConnection(SessionConnection):
                 await self._refuse(CLOSE_POLICY, f"{exc.code}: {exc.message}")
                 return
             if isinstance(cmd, Stop):
+                self._stopped = True
                 log.info("twilio call %s stopped (session %s)", cmd.call_sid or self.codec.call_sid, self.session.id)
                 await self.ws.close()
                 return
@@ -201,7 +215,7 @@ class TwilioConnection(SessionConnection):
             if len(cmd.pcm) and self.audio_allowed(len(cmd.pcm) * 1000.0 / PIPELINE_RATE):
                 if self._recordings is not None:
                     self._record(cmd.pcm)
-                await self.session.append_audio(cmd.pcm)
+                await (self.live.microphone(cmd.pcm) if self.live is not None else self.session.append_audio(cmd.pcm))
             elif len(cmd.pcm):
                 self.dropped_ms += len(cmd.pcm) * 1000.0 / PIPELINE_RATE  # faster than a phone line can send
         elif isinstance(cmd, MarkEcho):
@@ -211,7 +225,9 @@ class TwilioConnection(SessionConnection):
         elif isinstance(cmd, Dtmf):
             self.dtmf.append(cmd.digit)
             log.info("twilio stream %s: caller pressed %s", self.codec.stream_sid, cmd.digit)
-            if self.call is not None:
+            if self.live is not None:
+                self.live.key(cmd.digit)
+            elif self.call is not None:
                 event = {"type": "input_audio_buffer.dtmf_event_received", "event": cmd.digit, "received_at": int(time.time())}
                 self.call.publish(event)
             await self._key(cmd.digit)
@@ -248,14 +264,22 @@ class TwilioConnection(SessionConnection):
         if self._webhook is None:
             await call.accept(None)
             return
-        url, secret = self._webhook
-        log.info("call %s: ringing; realtime.call.incoming to %s", call.call_id, url)
+        url, secret, kinds = self._webhook
+        log.info("call %s: ringing; %s to %s", call.call_id, " and ".join(kinds), url)
         loop = asyncio.get_running_loop()
-        try:
-            # Its own threads: a slow application never holds up the pool the engines use.
-            await loop.run_in_executor(WEBHOOK_POOL, deliver, url, secret, incoming_call(call.call_id, call.sip_headers))
-        except WebhookError as exc:
-            log.error("call %s: the webhook was not taken (%s): the call is refused", call.call_id, exc)
+        headers = call.sip_headers
+        live = incoming_live(call.live_id, headers)
+        events = [incoming_call(call.call_id, headers) if k == "realtime.call.incoming" else live for k in kinds]
+        # Their own threads: a slow application never holds up the pool the engines use.
+        sent = [loop.run_in_executor(WEBHOOK_POOL, deliver, url, secret, event) for event in events]
+        results = await asyncio.gather(*sent, return_exceptions=True)
+        failures = [r for r in results if isinstance(r, BaseException)]
+        for failure in failures:
+            if not isinstance(failure, WebhookError):
+                raise failure
+            log.error("call %s: a webhook was not taken (%s)", call.call_id, failure)
+        if len(failures) == len(results):
+            log.error("call %s: no webhook was taken: the call is refused", call.call_id)
             await call.reject_if_ringing(503)
             return
         try:
@@ -265,17 +289,42 @@ class TwilioConnection(SessionConnection):
             if await call.reject_if_ringing(480):
                 log.warning("call %s: neither accepted nor rejected in time: refused (480)", call.call_id)
 
-    async def _answer_call(self, session_config: dict[str, Any] | None) -> None:
+    async def _answer_call(self, session_config: dict[str, Any] | None, surface: str) -> None:
         """Apply the accept's session configuration (strictly: a field this server does not honour
-        is a :class:`ProtocolError`, the call still ringing), then tell the gateway to answer."""
-        if session_config is not None:
+        is a :class:`ProtocolError`, the call still ringing), then tell the gateway to answer.
+        ``surface`` ``live``: GPT-Live's accept, whose sidebands then speak GPT-Live."""
+        if surface == "live":
+            assert self.call is not None
+            live = LivePhoneCall(
+                self.session,
+                self._voice_rate,
+                self.call.live_id,
+                press=self._press,
+                hang_up=self._hang_up,
+                audio_allowed=self.audio_allowed,
+            )
+            await live.start(session_config or {})
+            self.live = self.call.live = live
+        elif session_config is not None:
             changes = session_changes(RealtimeCodec(self.session.settings, self._voice_rate), session_config)
             await self.session.check_update(**changes)
             self.session.update(**changes)
         await self.send({"event": "answer", "streamSid": self.codec.stream_sid})
 
+    async def _press(self, keys: str) -> None:
+        """The gateway presses ``keys`` as RFC 4733 events, at once: a menu listens while it speaks."""
+        await self.send({"event": "dtmf", "streamSid": self.codec.stream_sid, "dtmf": {"digits": keys}})
+        log.info("twilio stream %s: sent keys %s to the SIP gateway", self.codec.stream_sid, keys)
+
+    async def _hang_up(self) -> None:
+        """A GPT-Live sideband closed the session: the call ends (unless it has already)."""
+        if self.call is not None:
+            with contextlib.suppress(CallStateError):  # it ended meanwhile: nothing to hang up
+                await self.call.hangup()
+
     async def _end_call(self, transfer: str | None, refuse: int | None) -> None:
         """End the stream; the gateway then transfers the call, refuses it or hangs up."""
+        self._ended_here = True
         self.transfer = Transfer(transfer, transfer) if transfer else None
         self.refuse = refuse
         self._after_stream(self.codec.call_sid, transfer, refuse)
@@ -311,9 +360,7 @@ class TwilioConnection(SessionConnection):
     async def _control(self, event: CallControl) -> None:
         action = event.action
         if isinstance(action, SendDigits) and self._gateway:
-            # The gateway presses them as RFC 4733 events, at once: a menu listens while it speaks.
-            await self.send({"event": "dtmf", "streamSid": self.codec.stream_sid, "dtmf": {"digits": action.digits}})
-            log.info("twilio stream %s: sent keys %s to the SIP gateway", self.codec.stream_sid, action.digits)
+            await self._press(action.digits)
         elif isinstance(action, SendDigits):
             tones = dtmf_tones(action.digits, self.codec.rate)
             for message in self.codec.media(tones):
@@ -327,6 +374,7 @@ class TwilioConnection(SessionConnection):
         async with self._played:
             await self._played.wait_for(lambda: self.codec.marks_pending == 0)
         assert self._ending is not None
+        self._ended_here = True
         action = self._ending.action
         self.transfer = action if isinstance(action, Transfer) else None
         if self.transfer is not None:
@@ -344,7 +392,9 @@ class TwilioConnection(SessionConnection):
                 await self.send(message)
             if self.recorder is not None:
                 self.recorder.event(event)
-            if self.call is not None:
+            if self.live is not None:
+                await self.live.on_event(event)
+            elif self.call is not None:
                 self.call.publish(event)
             if isinstance(event, CallControl):
                 await self._control(event)

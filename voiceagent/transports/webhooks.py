@@ -1,6 +1,7 @@
-"""Webhooks as OpenAI sends them: the ``realtime.call.incoming`` event of a phone call, signed the
-Standard Webhooks way, so that an application's ``client.webhooks.unwrap(body, headers)`` (the
-``openai`` package) verifies it unchanged.
+"""Webhooks as OpenAI sends them: a phone call's ``realtime.call.incoming`` (Realtime) and
+``live.transport.incoming`` (GPT-Live) events, signed the Standard Webhooks way, so that an
+application's ``client.webhooks.unwrap(body, headers)`` (the ``openai`` package) verifies them
+unchanged.
 
 Signature: ``webhook-signature: v1,<base64 HMAC-SHA256 of "id.timestamp.body">`` with the
 secret's bytes (a ``whsec_`` secret is base64 after its prefix), beside ``webhook-id`` and
@@ -23,8 +24,10 @@ import urllib.request
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["WEBHOOK_POOL", "WebhookError", "check_secret", "deliver", "incoming_call", "signed_headers"]
+__all__ = ["INCOMING_EVENTS", "WEBHOOK_POOL", "WebhookError", "check_secret", "deliver", "incoming_call", "incoming_live", "signed_headers"]
 
+INCOMING_EVENTS = ("realtime.call.incoming", "live.transport.incoming")
+"""The events a ringing call can announce (``server.sip_webhook_events`` chooses)."""
 TIMEOUT_S = 10.0
 """How long the application has to take the webhook (its answer's body is not read)."""
 WEBHOOK_POOL = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="webhook")
@@ -73,6 +76,23 @@ def incoming_call(call_id: str, sip_headers: Sequence[tuple[str, str]], media_se
         "created_at": int(time.time()),
         "data": {
             "call_id": call_id,
+            "sip_headers": [{"name": name, "value": value} for name, value in sip_headers],
+            "sip_media_security": media_security,
+        },
+    }
+
+
+def incoming_live(session_id: str, sip_headers: Sequence[tuple[str, str]], media_security: str = "rtp") -> dict[str, Any]:
+    """The ``live.transport.incoming`` event of the same ringing call: GPT-Live's name for it is
+    ``session_id`` (``live_…``), which its accept, reject, refer, hangup and sideband take."""
+    return {
+        "object": "event",
+        "id": "evt_" + secrets.token_hex(12),
+        "type": "live.transport.incoming",
+        "created_at": int(time.time()),
+        "data": {
+            "type": "sip",
+            "session_id": session_id,
             "sip_headers": [{"name": name, "value": value} for name, value in sip_headers],
             "sip_media_security": media_security,
         },
