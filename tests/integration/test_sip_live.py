@@ -6,7 +6,7 @@ attached by ``client.live.sideband.connect(session_id=…)`` that sees the sessi
 caller's key (``transport.dtmf.received``), the caller's turn and the agent's answer, presses a
 key on the call (``transport.dtmf.send``: baresip receives it over RTP) and appends
 instructions; ``client.live.sessions.hangup`` ending the call (``session.closed`` on the
-sideband); a second call rejected busy.  Every sideband event validates against
+sideband); a second call rejected busy; a third whose caller hangs up (``remote_hangup``).  Every sideband event validates against
 ``openai.types.live`` and parses in the SDK.  The engines are scripted: what is tested is the call
 and the protocol, not the model's words."""
 
@@ -46,8 +46,7 @@ def app() -> Iterator[Application]:
 
 
 def _answered_after_heard(events: list[dict[str, Any]]) -> bool:
-    """The caller's turn transcribed, then the agent speaking (the keys make a turn of their own:
-    the caller's "7" is answered too, earlier)."""
+    """The caller's turn transcribed, then the agent speaking."""
     heard = [n for n, e in enumerate(events) if e["type"] == "session.input_transcript.delta"]
     return bool(heard) and any(e["type"] == "session.output_transcript.delta" for e in events[heard[0] + 1 :])
 
@@ -120,8 +119,31 @@ def test_an_openai_live_application_accepts_a_call_watches_it_presses_a_key_and_
                 second.dial(f"sip:agent@127.0.0.1:{sip_port}")
                 await client.live.sessions.reject((await app.next_call("live.transport.incoming")).data.session_id, status_code=486)
                 await until_state(lambda: "486" in second.output(), 20, "the second call refused busy", second.output)
+
+                # A third, accepted, whose caller hangs up: its sideband is told so.
+                third = phone("third", speech["capital"])
+                third.dial(f"sip:agent@127.0.0.1:{sip_port}")
+                third_id = (await app.next_call("live.transport.incoming")).data.session_id
+                await client.live.sessions.accept(third_id, session={"type": "live", "model": "gpt-live-1"})
+                await until_state(lambda: "Call established" in third.output(), 20, "the third call answered", third.output)
+                async with client.live.sideband.connect(session_id=third_id) as conn:
+                    watcher = Live(conn)
+                    pump = asyncio.create_task(watcher.pump())
+                    try:
+                        await watcher.wait(lambda ev: bool(ev) and ev[0]["type"] == "session.started", 20, "the third call's start")
+                        third.hangup()
+                        await watcher.wait(lambda _: bool(watcher.of("session.closed")), 20, "the third call closed")
+                    finally:
+                        pump.cancel()
+                        await asyncio.gather(pump, return_exceptions=True)
                 await until_state(lambda: not server.sessions, 20, "every call's session closed")
-                return {"sideband": sideband, "caller": caller.output(), "instructions": call.session.settings.instructions}
+                return {
+                    "sideband": sideband,
+                    "watcher": watcher,
+                    "caller": caller.output(),
+                    "instructions": call.session.settings.instructions,
+                    "history": [str(getattr(item, "text", "")) for item in call.session.history.items],
+                }
             finally:
                 for p in phones:
                     p.close()
@@ -135,6 +157,7 @@ def test_an_openai_live_application_accepts_a_call_watches_it_presses_a_key_and_
     sideband.check_clean()  # every event validates against openai.types.live; no error came
     assert sideband.events[0]["session"]["instructions"] == INSTRUCTIONS
     assert [e["event"] for e in sideband.of("transport.dtmf.received")] == ["7"]
+    assert not any("pressed" in text for text in out["history"]), out["history"]  # keys go to the sidebands alone
     assert [(e["event"], e.get("client_event_id")) for e in sideband.of("transport.dtmf.sent")] == [("4", "key_1")]
     assert re.findall(r"received event: '(.)' \(end=0\)", out["caller"]) == ["4"]
     assert "hello" in sideband.heard().lower(), sideband.heard()  # the caller's turn, as the sideband hears it
@@ -142,3 +165,6 @@ def test_an_openai_live_application_accepts_a_call_watches_it_presses_a_key_and_
     assert sideband.of("session.input_audio.append"), "the caller's voice reflected to the sideband"
     assert [e["reason"] for e in sideband.of("session.closed")] == ["close_requested"]
     assert out["instructions"].startswith(INSTRUCTIONS) and "callback" in out["instructions"]
+    watcher: Live = out["watcher"]
+    watcher.check_clean()
+    assert [e["reason"] for e in watcher.of("session.closed")] == ["remote_hangup"]

@@ -302,8 +302,8 @@ class LiveProtocol:
         return self.codec.message("session.closed", event_id, reason=reason, session=self._resource(), usage=self._usage())
 
     async def _close(self, reason: str, event_id: str | None = None) -> None:
-        """``session.closed``, then the close frame (1000)."""
-        if self.codec.config is not None:
+        """``session.closed`` (once, however many ask), then the close frame (1000)."""
+        if self.codec.config is not None and not self._closed_told:
             self._closed_told = True
             await self.send(self._closed_message(reason, event_id))
         await self._close_primary(reason)

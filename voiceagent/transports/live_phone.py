@@ -32,10 +32,6 @@ __all__ = ["LivePhoneCall"]
 log = logging.getLogger(__name__)
 
 
-async def _no_primary(message: dict[str, Any]) -> None:
-    """A SIP session has no primary socket: its events go to the sidebands only."""
-
-
 class LivePhoneCall:
     """GPT-Live on one phone call.  ``press`` sends a key on the call; ``hang_up`` ends it."""
 
@@ -53,7 +49,7 @@ class LivePhoneCall:
         self.protocol = LiveProtocol(
             session,
             voice_rate,
-            send=_no_primary,
+            send=self._primary,
             close=self._close,
             audio_allowed=audio_allowed,
             started_at=session.clock.now(),
@@ -69,6 +65,17 @@ class LivePhoneCall:
         cfg = parse_start({k: v for k, v in config.items() if k != "type"}, media=True)
         await self.protocol.apply(Start(None, cfg))
         self.protocol.start()
+
+    async def _primary(self, message: dict[str, Any]) -> None:
+        """A SIP session has no primary socket: what the protocol sends there goes nowhere (its
+        events reach the sidebands too), but for errors that answer no sideband's command (a
+        reply that failed, the call's time limit), which its sidebands are told."""
+        if message.get("type") == "error":
+            self.protocol.tell_sidebands(message)
+
+    async def expire(self, code: str, message: str) -> None:
+        """The call's time limit: ``error``, then ``session.closed`` (``expired``), to the sidebands."""
+        await self.protocol.expire(code, message)
 
     async def _close(self, reason: str) -> None:
         log.info("session %s: GPT-Live sideband closed the call (%s)", self.protocol.session.id, reason)

@@ -928,7 +928,7 @@ class VoiceAgentServer:
                 self.live[live_id] = conn.live
             elif path == TWILIO_PATH:
                 cfg = self.config.server
-                kinds = tuple(k.strip() for k in cfg.sip_webhook_events.split(",") if k.strip())
+                kinds = tuple(dict.fromkeys(k.strip() for k in cfg.sip_webhook_events.split(",") if k.strip()))
                 webhook = (cfg.sip_webhook_url, cfg.sip_webhook_secret, kinds) if cfg.sip_webhook_url else None
                 conn = TwilioConnection(ws, session, self.engines.tts.sample_rate, self.phone_calls, webhook, self._remember_next)
             else:

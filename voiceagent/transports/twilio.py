@@ -51,6 +51,7 @@ from pathlib import Path
 from typing import Any
 
 from websockets.asyncio.server import ServerConnection
+from websockets.exceptions import ConnectionClosed
 
 from voiceagent.audio import PIPELINE_RATE, Int16Array
 from voiceagent.errors import ProtocolError
@@ -202,8 +203,11 @@ class TwilioConnection(SessionConnection):
             await self._apply(cmd)
 
     async def expire(self, code: str, message: str) -> None:
-        """Media Streams has no error message: the close code and reason (1008) say it."""
+        """Media Streams has no error message: the close code and reason (1008) say it.  A call
+        on GPT-Live tells its sidebands (an ``error``, then ``session.closed``)."""
         log.warning("twilio stream %s: %s: %s", self.codec.stream_sid or "-", code, message)
+        if self.live is not None:
+            await self.live.expire(code, message)
 
     async def _refuse(self, code: int, reason: str) -> None:
         log.warning("twilio stream %s: closing: %s", self.codec.stream_sid or "-", reason)
@@ -226,8 +230,9 @@ class TwilioConnection(SessionConnection):
             self.dtmf.append(cmd.digit)
             log.info("twilio stream %s: caller pressed %s", self.codec.stream_sid, cmd.digit)
             if self.live is not None:
-                self.live.key(cmd.digit)
-            elif self.call is not None:
+                self.live.key(cmd.digit)  # GPT-Live tells its sidebands alone: the model never hears keys (a PIN)
+                return
+            if self.call is not None:
                 event = {"type": "input_audio_buffer.dtmf_event_received", "event": cmd.digit, "received_at": int(time.time())}
                 self.call.publish(event)
             await self._key(cmd.digit)
@@ -277,7 +282,7 @@ class TwilioConnection(SessionConnection):
         for failure in failures:
             if not isinstance(failure, WebhookError):
                 raise failure
-            log.error("call %s: a webhook was not taken (%s)", call.call_id, failure)
+            log.warning("call %s: a webhook was not taken (%s)", call.call_id, failure)
         if len(failures) == len(results):
             log.error("call %s: no webhook was taken: the call is refused", call.call_id)
             await call.reject_if_ringing(503)
@@ -304,16 +309,29 @@ class TwilioConnection(SessionConnection):
                 audio_allowed=self.audio_allowed,
             )
             await live.start(session_config or {})
+            try:
+                # The caller may have hung up while the session was set up (this connection's
+                # clean-up then found no protocol to stop): the send fails, and it is stopped here.
+                await self.send({"event": "answer", "streamSid": self.codec.stream_sid})
+            except BaseException:
+                await live.stop("remote_hangup")
+                raise
+            # Published once answered: a sideband never attaches to a call still ringing.
             self.live = self.call.live = live
-        elif session_config is not None:
+            return
+        if session_config is not None:
             changes = session_changes(RealtimeCodec(self.session.settings, self._voice_rate), session_config)
             await self.session.check_update(**changes)
             self.session.update(**changes)
         await self.send({"event": "answer", "streamSid": self.codec.stream_sid})
 
     async def _press(self, keys: str) -> None:
-        """The gateway presses ``keys`` as RFC 4733 events, at once: a menu listens while it speaks."""
-        await self.send({"event": "dtmf", "streamSid": self.codec.stream_sid, "dtmf": {"digits": keys}})
+        """The gateway presses ``keys`` as RFC 4733 events, at once: a menu listens while it
+        speaks.  :class:`ProtocolError` when the call has ended (its stream is closed)."""
+        try:
+            await self.send({"event": "dtmf", "streamSid": self.codec.stream_sid, "dtmf": {"digits": keys}})
+        except ConnectionClosed:
+            raise ProtocolError("call_ended", "the call has ended: no key was sent") from None
         log.info("twilio stream %s: sent keys %s to the SIP gateway", self.codec.stream_sid, keys)
 
     async def _hang_up(self) -> None:
