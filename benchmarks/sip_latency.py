@@ -46,31 +46,44 @@ ROOT = Path(__file__).resolve().parents[1]
 FILES = ("capital", "weather", "colour", "count", "short")
 
 
-async def _sip_turn(server: VoiceAgentServer, sip_port: int, wav: Path, codec: str, folder: Path) -> dict[str, Any]:
-    caller = Baresip(folder, wav, codec, tail_s=12.0)
+def _answered(caller: Baresip) -> bool:
+    """Whether the caller has heard an answer after its question, and quiet again after it."""
+    sent, heard = caller.sent(), caller.heard()
+    said = speech_turns(sent, caller.rate)
+    if not said or not len(heard):
+        return False
+    after = [s for s, e in speech_turns(heard, caller.rate, turn_gap_s=0.05) if s > said[-1][1]]
+    return bool(after) and len(heard) / caller.rate - after[-1] > 1.5
+
+
+def _latency(caller: Baresip) -> tuple[float | None, float | None]:
+    """(end of the question in what the caller sent, first voice it heard after that), in s."""
+    said = speech_turns(caller.sent(), caller.rate)
+    end = said[-1][1] if said else None
+    first = next((s for s, _ in speech_turns(caller.heard(), caller.rate, turn_gap_s=0.05) if end is not None and s > end), None)
+    return end, first
+
+
+async def sip_turn(sip_port: int, wav: Path, codec: str, folder: Path, within_s: float = 30.0) -> dict[str, Any]:
+    """One call asking ``wav``'s question: its latency (None: no answer heard), whether it was
+    answered (``established``) and the caller's log.  The caller's set-up and the reading of its
+    dumps run in threads: the server under test may share this event loop."""
+    caller = await asyncio.to_thread(Baresip, folder, wav, codec, tail_s=12.0)
     try:
         caller.dial(f"sip:agent@127.0.0.1:{sip_port}")
         t0 = time.monotonic()
-        while True:  # until the answer has played and gone quiet again (or 30 s)
-            await asyncio.sleep(0.25)
-            sent, heard = caller.sent(), caller.heard()
-            said = speech_turns(sent, caller.rate)
-            if said and len(heard):
-                end = said[-1][1]
-                after = [s for s, e in speech_turns(heard, caller.rate, turn_gap_s=0.05) if s > end]
-                if after and len(heard) / caller.rate - after[-1] > 1.5:
-                    break
-            if time.monotonic() - t0 > 30:
+        while not await asyncio.to_thread(_answered, caller):  # until the answer has played and gone quiet
+            if time.monotonic() - t0 > within_s or caller.call_ended():  # refused, or hung up by the server
                 break
+            await asyncio.sleep(0.5)
         caller.hangup()
+        output = caller.whole_output()
     finally:
         caller.close()
-    sent, heard = caller.sent(), caller.heard()
-    said = speech_turns(sent, caller.rate)
-    end = said[-1][1] if said else None
-    first = next((s for s, _ in speech_turns(heard, caller.rate, turn_gap_s=0.05) if end is not None and s > end), None)
+    end, first = await asyncio.to_thread(_latency, caller)
     latency = round((first - end) * 1000.0, 1) if first is not None and end is not None else None
-    return {"file": wav.stem, "codec": codec, "speech_end_s": end, "first_audio_s": first, "latency_ms": latency}
+    row = {"file": wav.stem, "codec": codec, "speech_end_s": end, "first_audio_s": first, "latency_ms": latency}
+    return {**row, "established": "Call established" in output, "log": output}
 
 
 async def run(files: list[str], codecs: list[str], config: Config, engines: Engines) -> dict[str, Any]:
@@ -83,10 +96,11 @@ async def run(files: list[str], codecs: list[str], config: Config, engines: Engi
             gateway = SipGateway("127.0.0.1", sip_port, f"ws://127.0.0.1:{server.port}", "127.0.0.1", 4)
             await gateway.start()
             try:
-                await _sip_turn(server, sip_port, paths[files[0]], codecs[0], work / "warm")  # untimed
+                await sip_turn(sip_port, paths[files[0]], codecs[0], work / "warm")  # untimed
                 for n, name in enumerate(files):
                     for codec in codecs:
-                        rows.append(await _sip_turn(server, sip_port, paths[name], codec, work / f"{n}-{codec}"))
+                        row = await sip_turn(sip_port, paths[name], codec, work / f"{n}-{codec}")
+                        rows.append({k: v for k, v in row.items() if k not in ("established", "log")})
                     turns = await replay_file(server.url, paths[name])
                     for t in turns:
                         rows.append({"file": name, "codec": "websocket", "latency_ms": t.latency_ms})

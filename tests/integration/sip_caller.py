@@ -74,14 +74,14 @@ class Baresip:
                     "poll_method epoll",
                     f"sip_listen 127.0.0.1:{sip_port}",
                     "net_interface 127.0.0.1",
-                    "audio_player alsa,null",
+                    "audio_player aubridge,nil",
                     f"audio_source aufile,{folder / 'say.wav'}",
                     "module_path /usr/lib/baresip/modules",
                     # Only the codec asked for: the gateway then has no other to choose.
                     "module g722.so" if codec == "G722" else "module g711.so",
                     "module aufile.so",
                     "module sndfile.so",
-                    "module alsa.so",
+                    "module aubridge.so",
                     "module_app account.so",
                     "module_app menu.so",
                     "module_app ctrl_tcp.so",
@@ -143,8 +143,12 @@ class Baresip:
         return "session closed" in out or "terminated" in out
 
     def output(self) -> str:
+        """The end of baresip's log (the last 3,000 characters)."""
+        return self.whole_output()[-3000:]
+
+    def whole_output(self) -> str:
         self.log.flush()
-        return (self.folder / "baresip.log").read_text(errors="replace")[-3000:]
+        return (self.folder / "baresip.log").read_text(errors="replace")
 
     def close(self) -> None:
         if self.proc.poll() is None:

@@ -21,7 +21,7 @@ import pytest
 
 from tests.conftest import SCALE
 from tests.unit.fakes import FakeEngines, FakeLlm, FakeStt
-from voiceagent.config import Config, ServerConfig
+from voiceagent.config import SIP_CALLS_LIMIT, Config, ServerConfig
 from voiceagent.errors import ConfigError
 from voiceagent.sip.bridge import CallBridge, Next, next_step
 from voiceagent.sip.gateway import invite_headers
@@ -62,6 +62,12 @@ def test_the_webhook_events_are_realtimes_gpt_lives_or_both() -> None:
     for bad in ("realtime.call.ringing", " , ", "live.transport.incoming,live.call.incoming"):
         with pytest.raises(ConfigError, match="sip_webhook_events"):
             ServerConfig(sip_webhook_events=bad)
+
+
+def test_more_calls_than_the_packaged_pjsip_holds_are_refused_at_start_up() -> None:
+    assert ServerConfig().sip_max_calls == SIP_CALLS_LIMIT == 4
+    with pytest.raises(ConfigError, match="at most 4 calls"):
+        ServerConfig(sip_max_calls=5)
 
 
 def test_a_webhook_url_needs_a_secret_and_a_whsec_secret_is_base64() -> None:

@@ -37,6 +37,8 @@ from typing import Any
 
 import numpy as np
 
+from voiceagent.config.schema import SIP_CALLS_LIMIT
+
 from .allow import AllowList, source_host
 from .bridge import RATE, CallBridge, Next
 from .registration import PASSWORD_ENV, Registration, describe, parse_register
@@ -365,7 +367,7 @@ class Gateway:
         ep.libCreate()
         cfg = lib.EpConfig()
         cfg.uaConfig.threadCnt = 0
-        cfg.uaConfig.maxCalls = max(4, self.max_calls + 2)
+        cfg.uaConfig.maxCalls = SIP_CALLS_LIMIT  # this build's most; the gateway's own count refuses first
         cfg.uaConfig.userAgent = "voiceagent"
         cfg.logConfig.level = 2
         cfg.logConfig.consoleLevel = 2
@@ -500,7 +502,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--port", type=int, default=5060)
     ap.add_argument("--server", default="ws://127.0.0.1:8765", help="the voiceagent server (its WebSocket base URL)")
     ap.add_argument("--allow", default="127.0.0.1,::1", help="comma-separated addresses or networks that may call ('*': any)")
-    ap.add_argument("--max-calls", type=int, default=16)
+    ap.add_argument("--max-calls", type=int, default=SIP_CALLS_LIMIT)
     ap.add_argument("--register", default="", help=f"REGISTER as this account, sip:user@registrar[:port] (password: ${PASSWORD_ENV})")
     ap.add_argument("--auth-user", default="", help="the digest user name, when it is not the account's user")
     args = ap.parse_args(argv)
