@@ -79,12 +79,27 @@ def _answered_after(word: str) -> Callable[[list[dict[str, Any]]], bool]:
     return pred
 
 
+def _spoken(live: Live, after: int, words: tuple[str, ...]) -> bool:
+    """One of ``words`` in what the agent said after its first ``after`` transcript deltas."""
+    said = "".join(e["delta"] for e in live.of("session.output_transcript.delta")[after:]).lower()
+    return any(w in said for w in words)
+
+
+def _answer_heard(events: list[dict[str, Any]]) -> bool:
+    """The question about the capital answered, and over a second of the answer reflected, timed.
+    (Whatever the answer says: Whisper tiny has heard "capital of France" as "capital and
+    friends"; what these tests check is the session's events, not the model's accuracy.)"""
+    reflected = sum(e["end_ms"] - e["start_ms"] for e in events if e["type"] == "session.output_audio.delta" and "start_ms" in e)
+    return _answered_after("capital")(events) and reflected >= 1000
+
+
 def test_live_spoken_turn_text_turn_and_close(engines: Any, speech: dict[str, Path], run: Any) -> None:
     async def scenario(live: Live) -> None:
         await live.speak(wire_audio(speech["capital"], tail_s=1.0))
-        await live.wait(_said(lambda s: "paris" in s), 90, "a spoken answer naming Paris")
+        await live.wait(_answered_after("capital"), 90, "a spoken answer to the question")
+        before = len(live.of("session.output_transcript.delta"))
         await live.conn.session.commentary.append(content="The museum opens at nine tomorrow.", delegation_id=None)
-        await live.wait(_said(lambda s: "nine" in s.split("paris", 1)[1] or "9" in s.split("paris", 1)[1]), 90, "the commentary spoken")
+        await live.wait(lambda _: _spoken(live, before, ("nine", "9")), 90, "the commentary spoken")
 
     async def main() -> Live:
         async with VoiceAgentServer(_config(), engines) as server:
@@ -130,7 +145,7 @@ def test_live_update_mute_and_unmute(engines: Any, speech: dict[str, Path], run:
         await live.conn.session.input_audio.unmute()
         await live.speak(wire_audio(speech["capital"], tail_s=1.0))
         await live.wait(lambda ev: any(e["type"] == "session.input_transcript.delta" for e in ev), 90, "an input transcript")
-        await live.wait(_said(lambda s: "paris" in s), 90, "the unmuted question answered")
+        await live.wait(_answered_after("capital"), 90, "the unmuted question answered")
 
     async def main() -> Live:
         async with VoiceAgentServer(_config(), engines) as server:
@@ -210,7 +225,7 @@ def test_a_sideband_sees_the_session_and_appends_instructions(engines: Any, spee
                         await sideband.wait(lambda ev: any(e["type"] == "session.instructions.appended" for e in ev), 30, "the append")
                         seen["instructions"] = server.live[session_id].session.settings.instructions
                         await primary.speak(wire_audio(speech["capital"], tail_s=1.0))
-                        await sideband.wait(_said(lambda s: "paris" in s), 90, "the answer, seen from the sideband")
+                        await sideband.wait(_answer_heard, 90, "the answer, seen from the sideband")
                     finally:
                         pump.cancel()
                         await asyncio.gather(pump, return_exceptions=True)
@@ -273,7 +288,7 @@ def test_live_over_webrtc_with_a_sideband(engines: Any, speech: dict[str, Path],
                         out["instructions"] = server.live[created["id"]].session.settings.instructions
                         started = time.monotonic()
                         rtc.mic.say(track_audio(speech["capital"], tail_s=1.0))
-                        await sideband.wait(_said(lambda s: "paris" in s), 90, "the answer, seen from the sideband")
+                        await sideband.wait(_answer_heard, 90, "the answer, seen from the sideband")
                         await rtc.wait_for("session.output_transcript.delta", 30)
                         out["audible"] = rtc.audible_frames(after=started)
                     finally:
