@@ -38,11 +38,11 @@ from websockets.exceptions import InvalidStatus
 from benchmarks.common.machine import machine
 from benchmarks.common.report import emit_json
 from benchmarks.common.stats import percentiles
-from benchmarks.sip_latency import FILES, sip_turn
+from benchmarks.sip_latency import FILES, sip_turn, with_models
 from scripts import make_fixtures
 from tests.integration.llm_server import free_port
-from voiceagent.backends.registry import Engines, load_engines, warm_up
-from voiceagent.config import Config, load_config
+from voiceagent.backends.registry import Engines
+from voiceagent.config import Config
 from voiceagent.replay import replay_file
 from voiceagent.sip.supervisor import SipGateway
 from voiceagent.transports.server import VoiceAgentServer
@@ -132,15 +132,7 @@ def main() -> int:
     ap.add_argument("--codec", default="PCMU")
     ap.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")
     args = ap.parse_args()
-    overrides = dict(s.split("=", 1) for s in args.set)
-    overrides.setdefault("profile", "fast")
-    config = load_config(env={}, overrides={"server.port": "0", "llm.instructions": "Answer in one short sentence.", **overrides})
-    engines = load_engines(config)
-    try:
-        warm_up(engines, config)  # outside the event loop: it runs its own
-        report = asyncio.run(run(list(args.calls), args.codec, config, engines))
-    finally:
-        engines.close()
+    report = with_models(args.set, lambda config, engines: run(list(args.calls), args.codec, config, engines))
     emit_json(report, args.out, "sip_calls.json")
     return 0
 

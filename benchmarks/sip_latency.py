@@ -26,6 +26,7 @@ import shutil
 import statistics
 import tempfile
 import time
+from collections.abc import Callable, Coroutine
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -137,17 +138,23 @@ def main() -> int:
     ap.add_argument("--codecs", default="PCMU,G722")
     ap.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")
     args = ap.parse_args()
-    overrides = dict(s.split("=", 1) for s in args.set)
+    report = with_models(args.set, lambda config, engines: run(list(args.files), args.codecs.split(","), config, engines))
+    emit_json(report, args.out, "sip_latency.json")
+    return 0
+
+
+def with_models(settings: list[str], bench: Callable[[Config, Engines], Coroutine[Any, Any, dict[str, Any]]]) -> dict[str, Any]:
+    """Load the models once (``fast`` and one-sentence answers unless ``settings``, ``SECTION.KEY=VALUE``
+    each, say otherwise), warm them, and run ``bench`` on them in an event loop of its own."""
+    overrides = dict(s.split("=", 1) for s in settings)
     overrides.setdefault("profile", "fast")
     config = load_config(env={}, overrides={"server.port": "0", "llm.instructions": "Answer in one short sentence.", **overrides})
     engines = load_engines(config)
     try:
         warm_up(engines, config)  # outside the event loop: it runs its own
-        report = asyncio.run(run(list(args.files), args.codecs.split(","), config, engines))
+        return asyncio.run(bench(config, engines))
     finally:
         engines.close()
-    emit_json(report, args.out, "sip_latency.json")
-    return 0
 
 
 if __name__ == "__main__":
