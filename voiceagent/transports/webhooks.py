@@ -69,34 +69,19 @@ def signed_headers(secret: str, body: bytes, msg_id: str | None = None, timestam
 
 def incoming_call(call_id: str, sip_headers: Sequence[tuple[str, str]], media_security: str = "rtp") -> dict[str, Any]:
     """The ``realtime.call.incoming`` event of ``call_id`` (the INVITE's headers, in order)."""
-    return {
-        "object": "event",
-        "id": "evt_" + secrets.token_hex(12),
-        "type": "realtime.call.incoming",
-        "created_at": int(time.time()),
-        "data": {
-            "call_id": call_id,
-            "sip_headers": [{"name": name, "value": value} for name, value in sip_headers],
-            "sip_media_security": media_security,
-        },
-    }
+    return _incoming("realtime.call.incoming", {"call_id": call_id}, sip_headers, media_security)
 
 
 def incoming_live(session_id: str, sip_headers: Sequence[tuple[str, str]], media_security: str = "rtp") -> dict[str, Any]:
     """The ``live.transport.incoming`` event of the same ringing call: GPT-Live's name for it is
     ``session_id`` (``live_…``), which its accept, reject, refer, hangup and sideband take."""
-    return {
-        "object": "event",
-        "id": "evt_" + secrets.token_hex(12),
-        "type": "live.transport.incoming",
-        "created_at": int(time.time()),
-        "data": {
-            "type": "sip",
-            "session_id": session_id,
-            "sip_headers": [{"name": name, "value": value} for name, value in sip_headers],
-            "sip_media_security": media_security,
-        },
-    }
+    return _incoming("live.transport.incoming", {"type": "sip", "session_id": session_id}, sip_headers, media_security)
+
+
+def _incoming(kind: str, names: dict[str, str], sip_headers: Sequence[tuple[str, str]], media_security: str) -> dict[str, Any]:
+    headers = [{"name": name, "value": value} for name, value in sip_headers]
+    data = {**names, "sip_headers": headers, "sip_media_security": media_security}
+    return {"object": "event", "id": "evt_" + secrets.token_hex(12), "type": kind, "created_at": int(time.time()), "data": data}
 
 
 def deliver(url: str, secret: str, event: dict[str, Any]) -> int:
