@@ -1,5 +1,5 @@
 """How many phone calls at once: N SIP calls arriving together against N WebSocket conversations,
-one server, its own admission rule (by load), in one run.
+under the server's own admission rule (by load), in one run.
 
 For each N (``--calls``, 1 2 4 8 by default) N baresip callers (Debian's ``baresip-core``) dial
 the server's SIP gateway at the same instant, each asking one of the spoken questions over G.711
@@ -48,7 +48,7 @@ from voiceagent.sip.supervisor import SipGateway
 from voiceagent.transports.server import VoiceAgentServer
 
 ROOT = Path(__file__).resolve().parents[1]
-REFUSED = re.compile(r"\b(486|503|480|603)\b")
+REFUSED = re.compile(r"session closed: (\d{3})")  # baresip's line for a final answer other than 200
 
 
 async def _ws_call(url: str, wav: Path) -> dict[str, Any]:

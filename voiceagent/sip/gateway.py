@@ -367,7 +367,9 @@ class Gateway:
         ep.libCreate()
         cfg = lib.EpConfig()
         cfg.uaConfig.threadCnt = 0
-        cfg.uaConfig.maxCalls = SIP_CALLS_LIMIT  # this build's most; the gateway's own count refuses first
+        # This build's most (PJSIP caps any more without a word).  Below it, the gateway's own count
+        # refuses first and says so; at it, PJSIP answers the next caller 486 itself.
+        cfg.uaConfig.maxCalls = SIP_CALLS_LIMIT
         cfg.uaConfig.userAgent = "voiceagent"
         cfg.logConfig.level = 2
         cfg.logConfig.consoleLevel = 2
