@@ -18,7 +18,7 @@ from voiceagent.audio import Int16Array
 from voiceagent.client.pacer import Pacer
 from voiceagent.transports.server import VoiceAgentServer
 
-__all__ = ["Live", "live_client"]
+__all__ = ["Live", "answered_after", "live_client"]
 
 
 def live_client(server: VoiceAgentServer) -> AsyncOpenAI:
@@ -75,3 +75,14 @@ class Live:
             await self.conn.session.input_audio.append(audio=base64.b64encode(chunk.astype("<i2").tobytes()).decode())
 
         await Pacer(send, chunk_ms=20).play(pcm)
+
+
+def answered_after(word: str) -> Callable[[list[dict[str, Any]]], bool]:
+    """An output transcript after the input transcript that has ``word``."""
+
+    def pred(events: list[dict[str, Any]]) -> bool:
+        kinds = [e["type"] for e in events]
+        asked = [n for n, e in enumerate(events) if e["type"] == "session.input_transcript.delta" and word in e["delta"].lower()]
+        return bool(asked) and "session.output_transcript.delta" in kinds[asked[0] :]
+
+    return pred

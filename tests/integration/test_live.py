@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 from openai import BadRequestError
 
-from tests.integration.live_client import Live, live_client
+from tests.integration.live_client import Live, answered_after, live_client
 from tests.integration.rt_client import wire_audio
 from tests.profile import profile_config
 from tests.strict import check_live_server_event
@@ -68,17 +68,6 @@ def _said(needle: Callable[[str], bool]) -> Callable[[list[dict[str, Any]]], boo
     return pred
 
 
-def _answered_after(word: str) -> Callable[[list[dict[str, Any]]], bool]:
-    """An output transcript after the input transcript that has ``word``."""
-
-    def pred(events: list[dict[str, Any]]) -> bool:
-        kinds = [e["type"] for e in events]
-        asked = [n for n, e in enumerate(events) if e["type"] == "session.input_transcript.delta" and word in e["delta"].lower()]
-        return bool(asked) and "session.output_transcript.delta" in kinds[asked[0] :]
-
-    return pred
-
-
 def _spoken(live: Live, after: int, words: tuple[str, ...]) -> bool:
     """One of ``words`` in what the agent said after its first ``after`` transcript deltas."""
     said = "".join(e["delta"] for e in live.of("session.output_transcript.delta")[after:]).lower()
@@ -90,13 +79,13 @@ def _answer_heard(events: list[dict[str, Any]]) -> bool:
     (Whatever the answer says: Whisper tiny has heard "capital of France" as "capital and
     friends"; what these tests check is the session's events, not the model's accuracy.)"""
     reflected = sum(e["end_ms"] - e["start_ms"] for e in events if e["type"] == "session.output_audio.delta" and "start_ms" in e)
-    return _answered_after("capital")(events) and reflected >= 1000
+    return answered_after("capital")(events) and reflected >= 1000
 
 
 def test_live_spoken_turn_text_turn_and_close(engines: Any, speech: dict[str, Path], run: Any) -> None:
     async def scenario(live: Live) -> None:
         await live.speak(wire_audio(speech["capital"], tail_s=1.0))
-        await live.wait(_answered_after("capital"), 90, "a spoken answer to the question")
+        await live.wait(answered_after("capital"), 90, "a spoken answer to the question")
         before = len(live.of("session.output_transcript.delta"))
         await live.conn.session.commentary.append(content="The museum opens at nine tomorrow.", delegation_id=None)
         await live.wait(lambda _: _spoken(live, before, ("nine", "9")), 90, "the commentary spoken")
@@ -145,7 +134,7 @@ def test_live_update_mute_and_unmute(engines: Any, speech: dict[str, Path], run:
         await live.conn.session.input_audio.unmute()
         await live.speak(wire_audio(speech["capital"], tail_s=1.0))
         await live.wait(lambda ev: any(e["type"] == "session.input_transcript.delta" for e in ev), 90, "an input transcript")
-        await live.wait(_answered_after("capital"), 90, "the unmuted question answered")
+        await live.wait(answered_after("capital"), 90, "the unmuted question answered")
 
     async def main() -> Live:
         async with VoiceAgentServer(_config(), engines) as server:
@@ -168,7 +157,7 @@ def test_live_speech_over_the_answer_interrupts_it(engines: Any, speech: dict[st
         await live.speak(wire_audio(speech["weather"], tail_s=0.2))  # a fun fact about the moon: a long answer
         await live.wait(lambda ev: any(e["type"] == "session.output_audio.delta" for e in ev), 90, "the answer's audio")
         await live.speak(wire_audio(speech["capital"], tail_s=1.0))
-        await live.wait(_answered_after("capital"), 90, "the interrupting question answered")
+        await live.wait(answered_after("capital"), 90, "the interrupting question answered")
 
     async def main() -> Live:
         async with VoiceAgentServer(_config(), engines) as server:

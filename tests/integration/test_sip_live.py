@@ -25,7 +25,7 @@ import openai
 import pytest
 from openai import AsyncOpenAI
 
-from tests.integration.live_client import Live
+from tests.integration.live_client import Live, answered_after
 from tests.integration.llm_server import free_port
 from tests.integration.sip_caller import Baresip, gateway_for, until_state
 from tests.integration.webhook_app import SECRET, Application, serving
@@ -43,12 +43,6 @@ INSTRUCTIONS = "You answer the phone for the Acme front desk."
 @pytest.fixture
 def app() -> Iterator[Application]:
     yield from serving()
-
-
-def _answered_after_heard(events: list[dict[str, Any]]) -> bool:
-    """The caller's turn transcribed, then the agent speaking."""
-    heard = [n for n, e in enumerate(events) if e["type"] == "session.input_transcript.delta"]
-    return bool(heard) and any(e["type"] == "session.output_transcript.delta" for e in events[heard[0] + 1 :])
 
 
 def test_an_openai_live_application_accepts_a_call_watches_it_presses_a_key_and_hangs_up(
@@ -103,7 +97,7 @@ def test_an_openai_live_application_accepts_a_call_watches_it_presses_a_key_and_
                         await until_state(lambda: "received event: '4'" in caller.output(), 20, "the key at the caller", caller.output)
                         await conn.session.instructions.append(content="Offer the caller a callback.", delegation_id=None)
                         await sideband.wait(lambda _: bool(sideband.of("session.instructions.appended")), 20, "the append")
-                        await sideband.wait(_answered_after_heard, 40, "the caller's turn, and an answer after it")
+                        await sideband.wait(answered_after("hello"), 40, "the caller's turn, and an answer after it")
                         await client.live.sessions.hangup(session_id)
                         await sideband.wait(lambda _: bool(sideband.of("session.closed")), 20, "the session closed")
                     finally:

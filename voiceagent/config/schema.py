@@ -22,6 +22,7 @@ __all__ = [
     "LLM_QUANTS",
     "OPENAI_VOICES",
     "SIP_CALLS_LIMIT",
+    "SIP_WEBHOOK_EVENTS",
     "CacheConfig",
     "Config",
     "GpuConfig",
@@ -62,6 +63,9 @@ def _check(cond: bool, key: str, message: str) -> None:
     if not cond:
         raise ConfigError(f"invalid configuration: {key} {message}")
 
+
+SIP_WEBHOOK_EVENTS = ("realtime.call.incoming", "live.transport.incoming")
+"""The events that can announce a ringing SIP call (``server.sip_webhook_events``)."""
 
 SIP_CALLS_LIMIT = 4
 """Calls the packaged PJSIP (``pjsua2-python`` 2.15.1) holds at once, whatever it is asked: its
@@ -219,10 +223,9 @@ class ServerConfig:
         if self.sip_webhook_url:
             _check(self.sip_webhook_url.startswith(("http://", "https://")), "server.sip_webhook_url", "must be an http(s) URL")
             _check(bool(self.sip_webhook_secret), "server.sip_webhook_secret", "is needed with server.sip_webhook_url")
-        events = [e.strip() for e in self.sip_webhook_events.split(",") if e.strip()]
-        known = ("realtime.call.incoming", "live.transport.incoming")
-        why = f"must name one or both of {', '.join(known)}"
-        _check(bool(events) and all(e in known for e in events), "server.sip_webhook_events", why)
+        events = self.webhook_events
+        why = f"must name one or both of {', '.join(SIP_WEBHOOK_EVENTS)}"
+        _check(bool(events) and all(e in SIP_WEBHOOK_EVENTS for e in events), "server.sip_webhook_events", why)
         if self.sip_webhook_secret.startswith("whsec_"):
             try:
                 base64.b64decode(self.sip_webhook_secret[6:], validate=True)
@@ -234,6 +237,11 @@ class ServerConfig:
                     ipaddress.ip_network(entry, strict=False)
                 except ValueError:
                     _check(False, "server.sip_allow", f"has {entry!r}, which is not an address or network")
+
+    @property
+    def webhook_events(self) -> tuple[str, ...]:
+        """``sip_webhook_events`` as a list: each named once, in order."""
+        return tuple(dict.fromkeys(e.strip() for e in self.sip_webhook_events.split(",") if e.strip()))
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,10 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from websockets.exceptions import ConnectionClosed
+
 from voiceagent.audio import Int16Array
+from voiceagent.errors import ProtocolError
 from voiceagent.events import Event
 from voiceagent.session import Session
 from voiceagent.transports.live import LiveProtocol
@@ -46,6 +49,7 @@ class LivePhoneCall:
         audio_allowed: Callable[[float], bool],
     ) -> None:
         self._hang_up = hang_up
+        self._press_key = press
         self.protocol = LiveProtocol(
             session,
             voice_rate,
@@ -55,7 +59,7 @@ class LivePhoneCall:
             started_at=session.clock.now(),
             fixed_audio=True,
             session_id=session_id,
-            press=press,
+            press=self._press,
         )
 
     async def start(self, config: dict[str, Any]) -> None:
@@ -65,6 +69,14 @@ class LivePhoneCall:
         cfg = parse_start({k: v for k, v in config.items() if k != "type"}, media=True)
         await self.protocol.apply(Start(None, cfg))
         self.protocol.start()
+
+    async def _press(self, key: str) -> None:
+        """A sideband's ``transport.dtmf.send``: :class:`ProtocolError` (its ``error``, and the
+        session goes on to its ``session.closed``) when the call's stream has closed."""
+        try:
+            await self._press_key(key)
+        except ConnectionClosed:
+            raise ProtocolError("call_ended", "the call has ended: no key was sent") from None
 
     async def _primary(self, message: dict[str, Any]) -> None:
         """A SIP session has no primary socket: what the protocol sends there goes nowhere (its

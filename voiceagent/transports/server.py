@@ -199,6 +199,13 @@ async def _finish(
         log.error("shutdown: %d %s(s) did not end when cancelled and are left behind: %s", len(stuck), what, ", ".join(left))
 
 
+def _controlled(status: int, error: dict[str, object] | None) -> Response:
+    """A call-control request's answer: its status, empty, or OpenAI's error object as JSON."""
+    if error is None:
+        return _text(http.HTTPStatus(status), "")
+    return _bytes(http.HTTPStatus(status), json.dumps(error).encode(), "application/json")
+
+
 def _live_error(exc: ProtocolError) -> Response:
     """A refused GPT-Live request, as OpenAI's API answers one (400, JSON)."""
     error = {"type": "invalid_request_error", "code": exc.code, "message": str(exc), "param": exc.param}
@@ -691,20 +698,14 @@ class VoiceAgentServer:
             refused = self._unauthorized(request)
             if refused is not None:
                 return refused
-            status, error = await call_control(self.phone_calls, live_control.group(1), live_control.group(2), post.body, "live")
-            if error is None:
-                return _text(http.HTTPStatus(status), "")
-            return _bytes(http.HTTPStatus(status), json.dumps(error).encode(), "application/json")
+            return _controlled(*await call_control(self.phone_calls, live_control.group(1), live_control.group(2), post.body, "live"))
         control = _CONTROL.fullmatch(path)
         known = control is not None and (self.phone_calls.get(control.group(1)) is not None or control.group(1) in self.phone_calls.placed)
         if control is not None and (known or control.group(2) != "hangup"):
             refused = self._unauthorized(request)
             if refused is not None:
                 return refused
-            status, error = await call_control(self.phone_calls, control.group(1), control.group(2), post.body)
-            if error is None:
-                return _text(http.HTTPStatus(status), "")
-            return _bytes(http.HTTPStatus(status), json.dumps(error).encode(), "application/json")
+            return _controlled(*await call_control(self.phone_calls, control.group(1), control.group(2), post.body))
         if path == SIP_CALLS_PATH:
             refused = self._unauthorized(request)
             if refused is not None:
@@ -928,8 +929,7 @@ class VoiceAgentServer:
                 self.live[live_id] = conn.live
             elif path == TWILIO_PATH:
                 cfg = self.config.server
-                kinds = tuple(dict.fromkeys(k.strip() for k in cfg.sip_webhook_events.split(",") if k.strip()))
-                webhook = (cfg.sip_webhook_url, cfg.sip_webhook_secret, kinds) if cfg.sip_webhook_url else None
+                webhook = (cfg.sip_webhook_url, cfg.sip_webhook_secret, cfg.webhook_events) if cfg.sip_webhook_url else None
                 conn = TwilioConnection(ws, session, self.engines.tts.sample_rate, self.phone_calls, webhook, self._remember_next)
             else:
                 conn = RealtimeConnection(ws, session, self.engines.tts.sample_rate, send_metrics=query.get("voiceagent_metrics") == ["1"])

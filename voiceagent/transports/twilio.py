@@ -51,7 +51,6 @@ from pathlib import Path
 from typing import Any
 
 from websockets.asyncio.server import ServerConnection
-from websockets.exceptions import ConnectionClosed
 
 from voiceagent.audio import PIPELINE_RATE, Int16Array
 from voiceagent.errors import ProtocolError
@@ -327,11 +326,8 @@ class TwilioConnection(SessionConnection):
 
     async def _press(self, keys: str) -> None:
         """The gateway presses ``keys`` as RFC 4733 events, at once: a menu listens while it
-        speaks.  :class:`ProtocolError` when the call has ended (its stream is closed)."""
-        try:
-            await self.send({"event": "dtmf", "streamSid": self.codec.stream_sid, "dtmf": {"digits": keys}})
-        except ConnectionClosed:
-            raise ProtocolError("call_ended", "the call has ended: no key was sent") from None
+        speaks.  ``ConnectionClosed`` when the call's stream has closed."""
+        await self.send({"event": "dtmf", "streamSid": self.codec.stream_sid, "dtmf": {"digits": keys}})
         log.info("twilio stream %s: sent keys %s to the SIP gateway", self.codec.stream_sid, keys)
 
     async def _hang_up(self) -> None:

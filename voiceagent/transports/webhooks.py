@@ -24,10 +24,8 @@ import urllib.request
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["INCOMING_EVENTS", "WEBHOOK_POOL", "WebhookError", "check_secret", "deliver", "incoming_call", "incoming_live", "signed_headers"]
+__all__ = ["WEBHOOK_POOL", "WebhookError", "check_secret", "deliver", "incoming_call", "incoming_live", "signed_headers"]
 
-INCOMING_EVENTS = ("realtime.call.incoming", "live.transport.incoming")
-"""The events a ringing call can announce (``server.sip_webhook_events`` chooses)."""
 TIMEOUT_S = 10.0
 """How long the application has to take the webhook (its answer's body is not read)."""
 WEBHOOK_POOL = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="webhook")
