@@ -315,7 +315,12 @@ def cmd_talk(args: argparse.Namespace) -> int:
     # go to stderr unless --verbose.
     level = config.log_level.upper() if args.verbose else "WARNING"
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
-    options = TalkOptions(url=args.url, input=Path(args.input) if args.input else None, output=Path(args.output) if args.output else None)
+    options = TalkOptions(
+        url=args.url,
+        input=Path(args.input) if args.input else None,
+        output=Path(args.output) if args.output else None,
+        echo_cancellation=args.echo_cancellation,
+    )
     try:
         asyncio.run(run_talk(options, plan))
     except KeyboardInterrupt:
@@ -473,6 +478,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--url", help="a running server's ws://HOST:PORT/v1/realtime (default: run the models in this process)")
     p.add_argument("--input", metavar="FILE", help="say this audio file instead of using the microphone (any format ffmpeg reads)")
     p.add_argument("--output", metavar="FILE", help="play the agent into this file instead of the speaker (format from the suffix)")
+    p.add_argument(
+        "--echo-cancellation",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="remove the agent's own voice from the microphone (WebRTC's echo canceller); auto: on when both the microphone"
+        " and the speaker are the sound card's (default auto)",
+    )
     p.add_argument("--verbose", action="store_true", help="show log lines (at the configured log_level)")
     p.set_defaults(func=cmd_talk)
 

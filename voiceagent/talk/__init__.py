@@ -4,6 +4,9 @@ By default the models run in this process (:func:`~voiceagent.talk.local.talk_lo
 URL it talks to a running server over the Realtime protocol (:func:`~voiceagent.talk.remote.talk_remote`).
 Audio comes from the sound card, or from files (``input``/``output``), through the very same code.
 
+On the sound card's microphone and speaker the agent's own voice is taken out of what the
+microphone hears (:mod:`voiceagent.talk.echo`), so a laptop with no headphones works.
+
 Devices are checked before any model loads, so a machine without a sound card fails at once with
 a :class:`~voiceagent.errors.DeviceError` that names what is missing.  With a file as input, the
 talk ends once the file has been said and the agent has finished answering (``tail_s`` of quiet);
@@ -33,6 +36,7 @@ from voiceagent.talk.devices import (
     Speaker,
     load_sounddevice,
 )
+from voiceagent.talk.echo import cancel_echo
 from voiceagent.talk.local import talk_local
 from voiceagent.talk.remote import WIRE_RATE, talk_remote
 
@@ -49,6 +53,16 @@ class TalkOptions:
     """File to play the agent into instead of the speaker (format from its suffix)."""
     tail_s: float = 2.0
     max_wait_s: float = 90.0
+    echo_cancellation: str = "auto"
+    """``on``, ``off``, or ``auto``: on when both the microphone and the speaker are the sound card's
+    (a file has no echo path)."""
+
+    def cancels_echo(self) -> bool:
+        if self.echo_cancellation not in ("auto", "on", "off"):
+            raise ValueError(f"echo_cancellation must be auto, on or off, not {self.echo_cancellation!r}")
+        if self.echo_cancellation == "auto":
+            return self.input is None and self.output is None
+        return self.echo_cancellation == "on"
 
 
 async def run_talk(options: TalkOptions, config: Config | auto_profile.Plan, out: TextIO | None = None) -> TalkResult:
@@ -79,6 +93,7 @@ async def run_talk(options: TalkOptions, config: Config | auto_profile.Plan, out
         if options.url is not None:
             speaker = _speaker(card_speaker, options.output, WIRE_RATE)
             file_speaker = speaker if isinstance(speaker, FileSpeaker) else None
+            mic = cancel_echo(mic, speaker) if options.cancels_echo() else mic
             console.info(f"connected to {options.url}" if options.input else f"talking to {options.url}; speak (Ctrl-C to stop)")
             return await talk_remote(options.url, mic, Conversation(speaker, console, tail_s=options.tail_s), max_tail_s=options.max_wait_s)
         console.info("loading models…")
@@ -90,6 +105,7 @@ async def run_talk(options: TalkOptions, config: Config | auto_profile.Plan, out
         try:
             speaker = _speaker(card_speaker, options.output, engines.tts.sample_rate)
             file_speaker = speaker if isinstance(speaker, FileSpeaker) else None
+            mic = cancel_echo(mic, speaker) if options.cancels_echo() else mic
             console.info("ready" if options.input else "ready: speak (Ctrl-C to stop)")
             conv = Conversation(speaker, console, tail_s=options.tail_s)
             async with Session(engines, config) as session:

@@ -6,7 +6,10 @@ Both kinds offer the same two objects, so a conversation runs the same code eith
   ``exhausted`` turns true once a file has been read to its end (it then yields silence);
 * a **speaker**: ``write(item_id, pcm, rate)`` queues reply audio, ``clear()`` drops what is not
   yet played, ``played_ms(item_id)`` is how much of an item the listener heard, by the device's
-  own clock (PortAudio's stream time for a sound card; a real-time virtual clock for a file).
+  own clock (PortAudio's stream time for a sound card; a real-time virtual clock for a file);
+  each of its ``monitors`` is called with every block the device plays, silence included, at the
+  device's rate (on the device's thread): the reference of echo cancellation
+  (:mod:`voiceagent.talk.echo`).
 
 Sound-card callbacks run on PortAudio's thread: the microphone hands blocks to the event loop
 with ``call_soon_threadsafe``; the speaker pulls from a :class:`PlaybackBuffer` under a short lock.
@@ -22,7 +25,7 @@ import contextlib
 import importlib
 import time
 import warnings
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Protocol
@@ -38,6 +41,7 @@ __all__ = [
     "FileMicrophone",
     "FileSpeaker",
     "Microphone",
+    "Monitor",
     "SoundCardMicrophone",
     "SoundCardSpeaker",
     "Speaker",
@@ -49,12 +53,20 @@ _FRAME = PIPELINE_RATE * FRAME_MS // 1000
 
 
 class Microphone(Protocol):
-    exhausted: bool
+    @property
+    def exhausted(self) -> bool: ...
 
     def frames(self) -> AsyncIterator[Int16Array]: ...
 
 
+Monitor = Callable[[Int16Array, int], None]
+"""Told each block a speaker plays (mono int16, the device's rate), on the device's thread; it
+must not block."""
+
+
 class Speaker(Protocol):
+    monitors: list[Monitor]
+
     def write(self, item_id: str, pcm: Int16Array, rate: int) -> None: ...
 
     def clear(self) -> set[str]: ...
@@ -161,6 +173,7 @@ class SoundCardSpeaker:
         self.rate = 0
         self._buffer: PlaybackBuffer | None = None
         self._resample: _Resamplers | None = None
+        self.monitors: list[Monitor] = []
 
     def open(self) -> None:
         sd = self._sd
@@ -179,6 +192,8 @@ class SoundCardSpeaker:
         block = np.zeros(frames, dtype=np.int16)
         self._buffer.pull(block, float(time_info.outputBufferDacTime))
         outdata[:, 0] = block
+        for monitor in self.monitors:
+            monitor(block, self.rate)
 
     def _now(self) -> float:
         return float(self._stream.time) if self._stream is not None else float("inf")
@@ -281,6 +296,7 @@ class FileSpeaker:
         self._resample = _Resamplers(rate)
         self._blocks: list[Int16Array] = []
         self._task: asyncio.Task[None] | None = None
+        self.monitors: list[Monitor] = []
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._device(), name="file-speaker")
@@ -297,6 +313,8 @@ class FileSpeaker:
             block = np.zeros(n, dtype=np.int16)
             self._buffer.pull(block, due)
             self._blocks.append(block)
+            for monitor in self.monitors:
+                monitor(block, self.rate)
             k += 1
 
     def write(self, item_id: str, pcm: Int16Array, rate: int) -> None:
