@@ -65,10 +65,11 @@ MODES = {
     "immediate": {"turn.interruption": "immediate"},
     "words": {"turn.interruption": "words"},
     "words-unread": {"turn.interruption": "words", "turn.interruption_sound_margin": "-1"},
+    "words-unheard": {"turn.interruption": "words", "turn.sound_model": "none"},
 }
 """The servers a run can compare (``--modes``): today's default (``words``), the cut at
-``vad.barge_in_ms`` (``immediate``), and ``words`` without the second reading in backchannels
-and sounds (``words-unread``)."""
+``vad.barge_in_ms`` (``immediate``), ``words`` without the second reading in backchannels
+and sounds (``words-unread``), and ``words`` without the sound model (``words-unheard``)."""
 FRAME_S = 0.02
 FALSE_KINDS = ("backchannel", "noise", "background")
 STOPS = ("input_audio_buffer.speech_started", "output_audio_buffer.cleared")  # a listener stops its playback at these

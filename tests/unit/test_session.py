@@ -54,6 +54,7 @@ from .fakes import (
     EventLog,
     FakeEngines,
     FakeLlm,
+    FakeSound,
     FakeSoundStt,
     FakeStt,
     FakeTts,
@@ -712,6 +713,74 @@ def test_words_mode_words_read_again_as_sounds_decide_by_the_margin(run: Run, ma
             assert samples > 0 and language == "en" and "mm-hmm" in phrases and thread.startswith("fake-stt")
             assert text == "and mamam"  # the transcript judged: the reading is weighed against it
             assert session.turn.read_again == 1
+
+    run(main(), 30)
+
+
+@pytest.mark.parametrize(("speech", "cut"), [(Config().turn.interruption_min_speech / 3, False), (0.9, True)])
+def test_words_mode_words_the_sound_model_hears_as_no_speech_are_a_sound(run: Run, make_fakes: MakeFakes, speech: float, cut: bool) -> None:
+    """The sound model's reading travels from its backend (on its own executor) through the
+    turn stage's segment to the verdict: "Just..." (a tongue click) in which it hears no speech
+    resumes the reply whole; the same words heard as speech cut it.  Neither the user's own turn
+    nor words that take the floor are read by it."""
+    saying: list[str] = ["tell me a story"]
+    sound = FakeSound(lambda samples: speech)
+    fakes = make_fakes(
+        stt=FakeStt(respond=lambda audio: saying[0]),
+        sound=sound,
+        llm=FakeLlm([tokens(REPLY), ["Okay", "."]]),
+        tts=FakeTts(ms_per_word=125.0),
+    )
+
+    async def main() -> None:
+        clock = VirtualClock()
+        async with running(fakes, make_config(lead_ms=125, interruption="words"), clock) as (session, log):
+            _, first = await story_under_way(session, log)
+            assert sound.readings.items == []  # an ordinary turn is never read
+            saying[0] = Transcript("Just...", 0.5)
+            await speak(session, 128)
+            await pause(session, 160)
+            if cut:
+                _, done = await log.wait_type(ResponseDone, response_id=first.response_id)
+                assert done.status is ResponseStatus.CANCELLED and done.reason == "turn_detected"
+            else:
+                await until(lambda: session.turn.dropped == 1)
+                done = await resumed_to_the_end(clock, log, first)
+                assert done.status is ResponseStatus.COMPLETED and log.of_type(PlaybackCleared) == []
+                assert [i.text for i in session.history.items] == ["tell me a story", REPLY]
+            [(samples, thread)] = sound.readings.items
+            assert samples > 0 and thread.startswith("fake-sound") and session.turn.heard_again == 1
+
+    run(main(), 30)
+
+
+def test_words_mode_a_sound_model_that_raises_leaves_the_words_to_decide(run: Run, make_fakes: MakeFakes) -> None:
+    """A sound model that fails is logged and the segment judged by its words: a real request
+    still cuts the reply, and the session goes on."""
+    saying: list[str] = ["tell me a story"]
+
+    def broken(samples: int) -> float:
+        raise RuntimeError("the model fell over")
+
+    sound = FakeSound(broken)
+    fakes = make_fakes(
+        stt=FakeStt(respond=lambda audio: saying[0]),
+        sound=sound,
+        llm=FakeLlm([tokens(REPLY), ["Okay", "."]]),
+        tts=FakeTts(ms_per_word=125.0),
+    )
+
+    async def main() -> None:
+        clock = VirtualClock()
+        async with running(fakes, make_config(lead_ms=125, interruption="words"), clock) as (session, log):
+            _, first = await story_under_way(session, log)
+            saying[0] = Transcript("Make it funny.", 0.5)
+            await speak(session, 128)
+            await pause(session, 160)
+            _, done = await log.wait_type(ResponseDone, response_id=first.response_id)
+            assert done.status is ResponseStatus.CANCELLED and done.reason == "turn_detected"
+            await log.wait_type(InputTranscriptDone, text="Make it funny.")
+            assert len(sound.readings.items) == 1 and log.of_type(ErrorEvent) == []
 
     run(main(), 30)
 

@@ -52,6 +52,7 @@ from dataclasses import dataclass, field
 from typing import Protocol, TypeGuard, runtime_checkable
 
 from voiceagent.audio import Float32Array, Int16Array
+from voiceagent.events import SoundHeard
 from voiceagent.tools.spec import Message, Tool, ToolCall, ToolChoice
 
 __all__ = [
@@ -94,6 +95,16 @@ class VadStream(Protocol):
 
     @property
     def window_samples(self) -> int: ...
+
+
+class SoundBackend(Protocol):
+    """A sound-event model (``turn.sound_model``): what a clip holds, speech or a sound."""
+
+    executor: Executor
+
+    def hear(self, audio: Float32Array) -> SoundHeard:
+        """``audio`` (float, 16 kHz) read by the model.  Blocking: run it on ``executor``."""
+        ...
 
 
 class VadBackend(Protocol):

@@ -26,6 +26,7 @@ from voiceagent.backends.llm_pool import LlmPool
 from voiceagent.backends.protocols import (
     LlmEngine,
     LlmRequest,
+    SoundBackend,
     SttBackend,
     SttRequest,
     TtsBackend,
@@ -59,6 +60,7 @@ _VAD = ("voiceagent.backends.silero", "SileroVad", "cpu")
 _STT = ("voiceagent.backends.whisper", "WhisperStt", "cpu")
 _TURN = ("voiceagent.backends.smart_turn", "SmartTurn", "cpu")
 _TTS = ("voiceagent.backends.piper_tts", "PiperTts", "cpu")
+_SOUND = ("voiceagent.backends.yamnet", "YamnetSounds", "cpu")
 # LLM engines: (module, factory ``load(LlmConfig, cache_dir)``, extra)
 _LLM = {
     "llama_cpp": ("voiceagent.backends.llama_cpp", "load", "cpu"),
@@ -100,6 +102,9 @@ class Engines:
     None: one by one."""
     cache: SemanticCache | None = None
     """The semantic reply cache (``cache.semantic``), shared by every session; None: off."""
+    sound: SoundBackend | None = None
+    """The sound-event model (``turn.sound_model``) that reads speech over the agent a second
+    way; None: off, or ``turn.interruption`` is ``immediate`` (nothing is judged)."""
     voices: dict[str, TtsBackend] = field(default_factory=dict)
     """The voice table (``tts.voices``): name → its loaded voice, ``tts`` under the default's name.
     Empty: ``tts`` is the only voice.  One object per model, shared by every session that picks
@@ -111,7 +116,7 @@ class Engines:
 
     def close(self) -> None:
         extra = [v for v in {id(v): v for v in self.voices.values()}.values() if v is not self.tts]
-        for backend in (self.vad, self.stt, self.turn, self.tts, self.cache, *extra):
+        for backend in (self.vad, self.stt, self.turn, self.tts, self.cache, self.sound, *extra):
             if backend is not None:
                 backend.executor.shutdown(wait=False, cancel_futures=True)
         self.llm.close()
@@ -145,6 +150,7 @@ def load_engines(config: Config) -> Engines:
         "llm_route": ("llm.route_model", config.llm.route_model),
         "tts": ("tts.model", config.tts.model),
         "embed": ("cache.embed_model", config.cache.embed_model),
+        "sound": ("turn.sound_model", config.turn.sound_model),
     }
 
     def timed(name: str, factory: Any, *args: Any) -> Any:
@@ -214,6 +220,8 @@ def load_engines(config: Config) -> Engines:
             voice.contended = busy_besides("tts")
     cache_ = timed("embed", _semantic_cache, config) if config.cache.semantic else None
     finals = Coalescer(stt.executor, stt.transcribe_batch, config.stt.batch) if config.stt.batch > 1 else None
+    hears = config.turn.sound_model != "none" and config.turn.interruption == "words"
+    sound = timed("sound", _load_sound, config) if hears else None
     return Engines(
         vad=vad,
         stt=stt,
@@ -225,7 +233,16 @@ def load_engines(config: Config) -> Engines:
         cache=cache_,
         stt_finals=finals,
         stt_partials=partials,
+        sound=sound,
     )
+
+
+def _load_sound(config: Config) -> SoundBackend:
+    """The sound-event model of ``turn.sound_model``, run once on a second of silence (the first
+    run pays for ONNX Runtime's buffers: not a caller's turn)."""
+    sound: SoundBackend = _import(*_SOUND)(config.turn.sound_model, config.cache_path)
+    sound.hear(np.zeros(PIPELINE_RATE, dtype=np.float32))
+    return sound
 
 
 def _semantic_cache(config: Config) -> SemanticCache:

@@ -383,6 +383,15 @@ class TurnConfig:
     is at most this much less likely than the transcript (nats), the words were a sound Whisper
     wrote as words ("Mm-hmm, sure." as "and mamam") and do not interrupt; a negative value:
     no second reading (docs/decisions/interruptions.md)."""
+    sound_model: str = "yamnet"
+    """``words``: the sound-event model that reads speech over the agent a second way (YAMNet,
+    packaged: ``yamnet``), or ``none``.  It runs only on speech over the agent that would
+    otherwise interrupt, never on an ordinary turn."""
+    interruption_min_speech: float = 0.3
+    """``words``: speech over the agent in which the sound model hears speech less likely than
+    this (0..1) is a sound whatever Whisper wrote (a tongue click as "Just..."), unless its words
+    take the floor or ask a question; 0: the sound model never dismisses
+    (docs/decisions/interruptions.md)."""
     backchannels: str = ""
     """``words``: comma-separated phrases that never interrupt; empty: the built-in list of
     ``stt.language`` (voiceagent/text/backchannel.py)."""
@@ -400,6 +409,8 @@ class TurnConfig:
         _check(self.false_interruption_timeout_ms >= 0, "turn.false_interruption_timeout_ms", "must be >= 0")
         _check(self.interruption_margin_db >= 0, "turn.interruption_margin_db", "must be >= 0")
         _check(0.0 <= self.interruption_min_confidence < 1.0, "turn.interruption_min_confidence", "must be >= 0 and < 1")
+        _check(self.sound_model in ("yamnet", "none"), "turn.sound_model", "must be yamnet or none")
+        _check(0.0 <= self.interruption_min_speech < 1.0, "turn.interruption_min_speech", "must be >= 0 and < 1")
 
 
 @dataclass(frozen=True)

@@ -53,6 +53,7 @@ from voiceagent.events import (
     OutputTranscriptDelta,
     PlaybackCleared,
     ResponseStatus,
+    SoundHeard,
     SpeechStarted,
     SpeechStopped,
     ToolCallMade,
@@ -210,13 +211,12 @@ class ConversationCore:
             self._user.speech_started(ev)
 
     def segment_heard(
-        self, text: str, level_db: float | None, confidence: float | None = None, margin: float | None = None, end_ms: float | None = None
-    ) -> tuple[bool, list[Effect]]:
-        """A segment's final transcript (``level_db``, ``confidence``, its reading as sounds ``margin``
-        nats less likely, its audio's end ``end_ms``), before the turn stage uses it.  False: speech
-        over a paused reply that is no interruption (a backchannel, nothing, a doubted word, sounds,
-        a quieter voice), which the turn stage drops (:meth:`Interruptions.segment`)."""
-        verdict = self.floor.segment(text, level_db, confidence, margin, end_ms)
+        self, text: str, level_db: float | None, confidence: float | None = None, margin: float | None = None, end_ms: float | None = None,
+        heard: SoundHeard | None = None,
+    ) -> tuple[bool, list[Effect]]:  # fmt: skip
+        """A segment's final transcript, its readings and its audio's end (:meth:`Interruptions.segment`), before the
+        turn stage uses it.  False: speech over a paused reply that is no interruption (a backchannel, a sound), to drop."""
+        verdict = self.floor.segment(text, level_db, confidence, margin, end_ms, heard)
         if verdict is Verdict.INTERRUPT:
             self._take_turn()
         return verdict in (None, Verdict.INTERRUPT), self._sink.take()

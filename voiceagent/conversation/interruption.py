@@ -18,7 +18,10 @@ client is told nothing of it yet.  Then the words decide (:meth:`~voiceagent.con
   :data:`~voiceagent.text.backchannel.FLOOR_WORDS`), of words that a second reading in
   backchannels and sounds only explains within ``interruption_sound_margin`` (the turn stage asks
   for that reading when :meth:`InterruptionPolicy.reads_again`; "Mm-hmm, sure." heard as "and
-  mamam"; never floor words either, nor a question word: "Okay, but why?"), or of speech
+  mamam"; never floor words either, nor a question word: "Okay, but why?"), of words in whose
+  audio the sound-event model hears speech less likely than ``interruption_min_speech`` (the turn
+  stage asks for that reading when :meth:`InterruptionPolicy.hears_again`; a tongue click written
+  "Just..."; the same exceptions), or of speech
   ``interruption_margin_db`` quieter than the user's own voice (a second voice in the room):
   the reply **resumes** where it paused, once the user has been silent for
   :data:`RESUME_SILENCE_S` after their speech ended (a "Yeah, ... but" goes on after the comma),
@@ -55,7 +58,7 @@ from voiceagent.conversation.reply import Reply
 from voiceagent.conversation.user import UserInput
 from voiceagent.conversation.verdict import InterruptionPolicy, Verdict
 from voiceagent.errors import excerpt
-from voiceagent.events import SpeechStarted, TranscriptDelta, TranscriptSegment
+from voiceagent.events import SoundHeard, SpeechStarted, TranscriptDelta, TranscriptSegment
 
 __all__ = ["PARTIAL_AFTER_S", "RESUME_SILENCE_S", "Interruptions", "Pending"]
 
@@ -160,6 +163,15 @@ class Interruptions:
         """:meth:`reads_again` of a final segment (the turn stage's ``reads_again`` port)."""
         return self.reads_again(seg.text, seg.level_db, seg.confidence, seg.joined)
 
+    def hears_segment_again(self, seg: TranscriptSegment) -> bool:
+        """Whether a final segment over the paused reply is worth the sound model's reading
+        (:meth:`InterruptionPolicy.hears_again`, its second reading's margin known); False when
+        nothing is judged (the turn stage's ``hears_again`` port)."""
+        if self.pending is None and self.late is None:
+            return False
+        language = self._ctx.host.settings.language
+        return self.policy.hears_again(seg.text, seg.level_db, self.user_db, language, seg.confidence, seg.sound_margin)
+
     def segment(
         self,
         text: str,
@@ -167,9 +179,11 @@ class Interruptions:
         confidence: float | None = None,
         sound_margin: float | None = None,
         end_ms: float | None = None,
+        heard: SoundHeard | None = None,
     ) -> Verdict | None:
         """A speech segment's final transcript (heard at ``level_db``, transcribed with
-        ``confidence``, its second reading ``sound_margin``; its audio ends at ``end_ms`` of the
+        ``confidence``, its second reading ``sound_margin``, the sound model's reading ``heard``;
+        its audio ends at ``end_ms`` of the
         input stream, None: it is the latest speech's): None when nothing is judged (the user's
         own turn, whose level is learnt); else its verdict.  A verdict other than
         :attr:`Verdict.INTERRUPT` resumes the reply now or arms its resume (:meth:`_dismissed`);
@@ -184,8 +198,8 @@ class Interruptions:
         judged = pending or late
         assert judged is not None
         judged.judged_to_ms = max(judged.judged_to_ms, math.inf if end_ms is None else end_ms)
-        verdict = self._judge(text, level_db, confidence, sound_margin)
-        self._log(verdict, text, level_db, confidence, sound_margin, late=pending is None)
+        verdict = self._judge(text, level_db, confidence, sound_margin, heard)
+        self._log(verdict, text, level_db, confidence, sound_margin, heard, late=pending is None)
         if verdict is Verdict.INTERRUPT:
             self._heard_user(level_db)
         elif pending is None:
@@ -201,12 +215,15 @@ class Interruptions:
         level_db: float | None,
         confidence: float | None,
         sound_margin: float | None = None,
+        heard: SoundHeard | None = None,
         *,
         late: bool = False,
     ) -> None:
         level = "?" if level_db is None else f"{level_db:.1f}"
         sure = "?" if confidence is None else f"{confidence:.2f}"
         read = "" if sound_margin is None else f", as sounds {sound_margin:+.2f}"
+        if heard is not None:
+            read += f", speech {heard.speech:.2f} (else {heard.sound} {heard.sound_p:.2f})"
         log.info(
             "session %s: speech over the reply%s is %s: %s at %s dBFS, confidence %s%s",
             self._ctx.session,
@@ -288,8 +305,16 @@ class Interruptions:
             return False
         return partial.audio_ms - began >= PARTIAL_AFTER_S * 1000.0
 
-    def _judge(self, text: str, level_db: float | None, confidence: float | None, sound_margin: float | None = None) -> Verdict:
-        return self.policy.verdict(text, level_db, self.user_db, self._ctx.host.settings.language, confidence, sound_margin)
+    def _judge(
+        self,
+        text: str,
+        level_db: float | None,
+        confidence: float | None,
+        sound_margin: float | None = None,
+        heard: SoundHeard | None = None,
+    ) -> Verdict:
+        speech = None if heard is None else heard.speech
+        return self.policy.verdict(text, level_db, self.user_db, self._ctx.host.settings.language, confidence, sound_margin, speech)
 
     def _due(self, token: int) -> bool:
         """Resume timeout ``token`` is due: True when it still stands (the user is silent)."""

@@ -199,7 +199,7 @@ class ReplyController:
         """A speech segment's final transcript, before the turn stage uses it (its
         ``takes_turn`` port): False when it is speech over a paused reply that is no
         interruption, which the turn stage then drops (see :meth:`ConversationCore.segment_heard`)."""
-        takes, effects = self.core.segment_heard(seg.text, seg.level_db, seg.confidence, seg.sound_margin, seg.end_ms)
+        takes, effects = self.core.segment_heard(seg.text, seg.level_db, seg.confidence, seg.sound_margin, seg.end_ms, seg.heard)
         await self._apply(effects)
         return takes
 

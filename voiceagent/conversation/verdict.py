@@ -41,6 +41,9 @@ class Verdict(enum.Enum):
     SOUNDS = "sounds"
     """Words that a second reading of the clip in backchannels and sounds only explains nearly
     as well (within ``interruption_sound_margin``): "Mm-hmm, sure." heard as "and mamam"."""
+    SOUND = "a sound"
+    """Words in which the sound-event model hears no speech (below ``interruption_min_speech``):
+    a tongue click Whisper wrote as "Just..."."""
 
 
 @dataclass(frozen=True)
@@ -55,6 +58,8 @@ class InterruptionPolicy:
     min_confidence: float = 0.0
     sound_margin: float = -1.0
     """Negative: no second reading."""
+    min_speech: float = 0.0
+    """0: the sound model never dismisses."""
 
     @classmethod
     def from_config(cls, turn: TurnConfig) -> InterruptionPolicy:
@@ -66,6 +71,7 @@ class InterruptionPolicy:
             backchannels=turn.backchannels,
             min_confidence=turn.interruption_min_confidence,
             sound_margin=turn.interruption_sound_margin,
+            min_speech=turn.interruption_min_speech if turn.sound_model != "none" else 0.0,
         )
 
     @property
@@ -81,10 +87,12 @@ class InterruptionPolicy:
         language: str,
         confidence: float | None = None,
         sound_margin: float | None = None,
+        speech: float | None = None,
     ) -> Verdict:
         """What ``text`` (heard at ``level_db``, transcribed with ``confidence``, read in
-        backchannels and sounds ``sound_margin`` nats less likely; None: not known) is, from a
-        user whose voice is at ``user_db`` (None: not known yet, every level counts)."""
+        backchannels and sounds ``sound_margin`` nats less likely, heard by the sound model as
+        speech with probability ``speech``; None: not known) is, from a user whose voice is at
+        ``user_db`` (None: not known yet, every level counts)."""
         if self.margin_db > 0 and level_db is not None and user_db is not None and level_db < user_db - self.margin_db:
             return Verdict.BACKGROUND
         words = real_words(text, phrases_for(language, self.backchannels), floor_words(language))
@@ -95,6 +103,8 @@ class InterruptionPolicy:
                 return Verdict.DOUBTED
             if sound_margin is not None and self.sound_margin >= 0 and sound_margin >= -self.sound_margin:
                 return Verdict.SOUNDS
+            if speech is not None and speech < self.min_speech and not asks(words, language):
+                return Verdict.SOUND
             return Verdict.INTERRUPT
         return Verdict.BACKCHANNEL if text.strip(" .,!?") else Verdict.NOTHING
 
@@ -117,3 +127,14 @@ class InterruptionPolicy:
         words = real_words(text, phrases_for(language, self.backchannels), floor_words(language))
         most = READ_AGAIN_JOINED_MAX_WORDS if joined else READ_AGAIN_MAX_WORDS
         return len(words) <= most and not takes_floor(words, language) and not asks(words, language)
+
+    def hears_again(
+        self, text: str, level_db: float | None, user_db: float | None, language: str, confidence: float | None, sound_margin: float | None
+    ) -> bool:
+        """Whether ``text`` would interrupt, with no word that takes the floor or asks, so that
+        the sound model's reading of its audio could still dismiss it (10-30 ms on one thread for
+        a clip of one to three seconds; never asked of an ordinary turn)."""
+        if self.min_speech <= 0 or self.verdict(text, level_db, user_db, language, confidence, sound_margin) is not Verdict.INTERRUPT:
+            return False
+        words = real_words(text, phrases_for(language, self.backchannels), floor_words(language))
+        return not takes_floor(words, language) and not asks(words, language)

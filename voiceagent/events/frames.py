@@ -36,6 +36,7 @@ __all__ = [
     "ResponseAudio",
     "ResponseStatus",
     "Silence",
+    "SoundHeard",
     "SpeechPaused",
     "SpeechResumed",
     "SpeechStarted",
@@ -120,6 +121,18 @@ class TranscriptDelta(Event):
     confidence: float | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class SoundHeard:
+    """What a sound-event model heard in a clip (``backends.yamnet``)."""
+
+    speech: float
+    """The probability of speech in the clip's most speech-like part (0..1)."""
+    sound: str
+    """The likeliest of the sounds it tells apart (a cough, a laugh, a hum...): the log's reason."""
+    sound_p: float
+    """That sound's probability (0..1)."""
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class TranscriptSegment(Event):
     """STT: the final transcript of one speech segment, with its audio (float32, 16 kHz).
@@ -132,6 +145,8 @@ class TranscriptSegment(Event):
     ``backends.whisper_sounds``).
     ``joined``: speech over the agent joined with the dismissed segments just before it and
     transcribed again as one clip (``stages.dismissed``).
+    ``heard``: for speech over the agent, what the sound-event model heard in its audio (None:
+    not asked; ``backends.yamnet``).
     """
 
     text: str
@@ -143,6 +158,7 @@ class TranscriptSegment(Event):
     confidence: float | None = None
     sound_margin: float | None = None
     joined: bool = False
+    heard: SoundHeard | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -42,7 +42,7 @@ __all__ = [
     "unpack",
 ]
 
-_KINDS = ("vad", "stt", "turn", "llm", "tts", "embed")
+_KINDS = ("vad", "stt", "turn", "llm", "tts", "embed", "sound")
 
 
 @dataclass(frozen=True)

@@ -69,6 +69,7 @@ SETTINGS = {
     "llm": "llm.model",
     "tts": "tts.model",
     "embed": "cache.embed_model",
+    "sound": "turn.sound_model",
 }
 """The setting that names each kind's model (the fallback LLM's is ``llm.fallback_model``)."""
 

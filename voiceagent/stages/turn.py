@@ -44,7 +44,7 @@ import numpy as np
 from voiceagent.audio import PIPELINE_RATE, Float32Array
 from voiceagent.backends.protocols import TurnBackend, confidence_of
 from voiceagent.config import Config
-from voiceagent.events import Event, Silence, SpeechStarted, SpeechStopped, TranscriptSegment, TurnConfirmed, UserTurn
+from voiceagent.events import Event, Silence, SoundHeard, SpeechStarted, SpeechStopped, TranscriptSegment, TurnConfirmed, UserTurn
 from voiceagent.pipeline import Channel, Stage, StageContext, run_in
 from voiceagent.pipeline.gate import GenerationGate
 from voiceagent.settings import SessionSettings
@@ -342,6 +342,12 @@ class TurnPorts:
     """That second reading of a segment (its audio against its transcript): its margin in nats
     (:mod:`~voiceagent.backends.whisper_sounds`), carried to ``takes_turn`` in the segment's
     ``sound_margin``; None: not read.  Both ports or neither."""
+    hears_again: Callable[[TranscriptSegment], bool] | None = None
+    """Asked after the second reading: True when the segment would still interrupt but the sound
+    model's reading of its audio could dismiss it."""
+    hear_sounds: Callable[[TranscriptSegment], Awaitable[SoundHeard | None]] | None = None
+    """That reading (``backends.yamnet``), carried to ``takes_turn`` in the segment's ``heard``;
+    None: not read.  Both ports or neither."""
 
 
 @dataclass(frozen=True)
@@ -415,6 +421,10 @@ class TurnStage(Stage):
         self._judging = ports.judging
         self._reads_again = ports.reads_again
         self._read_as_sounds = ports.read_as_sounds
+        self._hears_again = ports.hears_again
+        self._hear_sounds = ports.hear_sounds
+        self.heard_again = 0
+        """Segments over the agent read by the sound model."""
         self.read_again = 0
         """Segments over the agent read a second time in backchannels and sounds."""
         self._dismissed = Dismissed()
@@ -492,7 +502,7 @@ class TurnStage(Stage):
         elif isinstance(event, TranscriptSegment):
             if not event.committed and self._takes_turn is not None:
                 event = await self._with_dismissed(event)
-                event = await self._read_again(event)
+                event = await self._hear_again(await self._read_again(event))
                 if not await self._takes_turn(event):
                     self.dropped += 1
                     self._dismissed.hold(event)
@@ -538,6 +548,15 @@ class TurnStage(Stage):
         margin = await self._read_as_sounds(seg)
         self.read_again += 1
         return seg if margin is None else dataclasses.replace(seg, sound_margin=margin)
+
+    async def _hear_again(self, seg: TranscriptSegment) -> TranscriptSegment:
+        """``seg`` with the sound model's reading of its audio, when the ``hears_again`` port asks
+        for one (else ``seg`` as it is).  Cancellation: the reading is dropped with the stage's task."""
+        if self._hears_again is None or self._hear_sounds is None or not self._hears_again(seg):
+            return seg
+        heard = await self._hear_sounds(seg)
+        self.heard_again += 1
+        return seg if heard is None else dataclasses.replace(seg, heard=heard)
 
     async def _rejoined(self, seg: TranscriptSegment) -> TranscriptSegment | None:
         """``seg`` joined with the turn's earlier segments and transcribed again as one clip; None
