@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib
-import json
 import statistics
 import sys
 import tempfile
@@ -31,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks.common.machine import machine
+from benchmarks.common.report import emit_json
 from tests.integration.echo_path import Room, RoomTalk, talk_in_room
 from tests.profile import profile_config
 from voiceagent.audio import speech_level_db
@@ -112,11 +112,7 @@ def main() -> int:
     ap.add_argument("--out", type=Path, help="also write the JSON here")
     args = ap.parse_args()
     result = asyncio.run(measure(args))
-    text = json.dumps(result, indent=2)
-    print(text)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text + "\n")
+    emit_json(result, args.out.parent if args.out else None, args.out.name if args.out else "")
     return 0
 
 

@@ -82,10 +82,11 @@ class Room:
 
 
 class TurnTakingMicrophone:
-    """Says ``questions`` one by one, each once the speaker has been idle for ``gap_s`` after the
-    agent spoke (the first at once), with ``room``'s echo of the speaker added to every frame
-    (silence included); paced in real time.  ``heard`` keeps every frame it yielded.  Once all
-    are said and answered it yields silence, and ``exhausted`` turns true."""
+    """Says ``questions`` one by one, each once the agent has been quiet for ``gap_s`` after it
+    spoke (``busy``: a response in progress or audio playing; the first question at once), with
+    ``room``'s echo of the speaker added to every frame (silence included); paced in real time.
+    ``heard`` keeps every frame it yielded.  Once all are said and answered it yields silence, and
+    ``exhausted`` turns true."""
 
     def __init__(self, questions: list[Path], busy: Callable[[], bool], room: Room | None, gap_s: float = 1.0) -> None:
         self._questions = [_at_rate(q) for q in questions]
@@ -221,12 +222,14 @@ async def talk_in_room(
     ``limit_s``: end it then in any case (a benchmark's bound on a talk that answers itself)."""
     printed = io.StringIO()
     speaker = FileSpeaker(out, engines.tts.sample_rate)
-    mic = TurnTakingMicrophone(questions, speaker.busy, room)
+    conv = _Watched(speaker, Console(printed, live=False))
+    # The user waits for the whole answer, not for a gap in it: on a loaded machine a reply's
+    # next clause can come more than ``gap_s`` after the last one ended.
+    mic = TurnTakingMicrophone(questions, lambda: conv.responding() or speaker.busy(), room)
     if room is not None:
         speaker.monitors.append(room.played)
     after = _AfterCancelling(cancel_echo(mic, speaker), mic, speaker.busy) if cancel else None
     talk_mic: Microphone = after if after is not None else mic
-    conv = _Watched(speaker, Console(printed, live=False))
     speaker.start()
     started = time.monotonic()
     try:

@@ -190,6 +190,10 @@ class Conversation:
 
     # ------------------------------------------------------------------ end of a file conversation
 
+    def responding(self) -> bool:
+        """Whether a response is in progress (its audio may still be arriving, with gaps)."""
+        return bool(self._open)
+
     def idle(self) -> bool:
         """No response in progress, nothing left to play, and ``tail_s`` of quiet, or
         ``pending_tail_s`` while speech heard has had neither a transcript nor a response (speech
