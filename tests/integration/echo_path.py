@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from tests.integration.local_talk import FrameClock
 from voiceagent.audio import Int16Array, read_wav, resample, speech_level_db
 from voiceagent.config import Config
 from voiceagent.session import Session
@@ -112,16 +113,8 @@ class TurnTakingMicrophone:
         return out
 
     async def frames(self) -> AsyncIterator[Int16Array]:
-        t0 = time.monotonic()
-        n = 0
+        tick = FrameClock().tick  # real-time pacing, as a microphone delivers
         silence = np.zeros(FRAME, dtype=np.int16)
-
-        async def tick() -> None:  # real-time pacing, as a microphone delivers
-            nonlocal n
-            delay = t0 + n * FRAME_MS / 1000 - time.monotonic()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            n += 1
 
         for i, question in enumerate(self._questions):
             if i:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
+import time
 from pathlib import Path
 from typing import Any
 
@@ -11,8 +13,23 @@ from voiceagent.config import Config
 from voiceagent.session import Session
 from voiceagent.talk.console import Console
 from voiceagent.talk.conversation import Conversation, TalkResult
-from voiceagent.talk.devices import FileMicrophone, FileSpeaker
+from voiceagent.talk.devices import FRAME_MS, FileMicrophone, FileSpeaker
 from voiceagent.talk.local import talk_local
+
+
+class FrameClock:
+    """A microphone's real-time pace for the tests' scripted microphones: each :meth:`tick`
+    returns when the next ``FRAME_MS`` frame is due, counted from the clock's making."""
+
+    def __init__(self) -> None:
+        self._t0 = time.monotonic()
+        self._n = 0
+
+    async def tick(self) -> None:
+        delay = self._t0 + self._n * FRAME_MS / 1000 - time.monotonic()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        self._n += 1
 
 
 def talk_file(

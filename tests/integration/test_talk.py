@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.integration.local_talk import talk_file
+from tests.integration.local_talk import FrameClock, talk_file
 from tests.profile import profile_config
 from voiceagent.audio import read_wav, resample
 from voiceagent.config import Config, ServerConfig
@@ -95,16 +95,8 @@ class _CuedMicrophone:
         self.exhausted = False
 
     async def frames(self) -> AsyncIterator[np.ndarray[Any, Any]]:
-        t0 = time.monotonic()
-        n = 0
+        tick = FrameClock().tick  # real-time pacing, as a microphone delivers
         silence = np.zeros(_FRAME, dtype=np.int16)
-
-        async def tick() -> None:  # real-time pacing, as a microphone delivers
-            nonlocal n
-            delay = t0 + n * FRAME_MS / 1000 - time.monotonic()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            n += 1
 
         for frame in self._question:
             await tick()
