@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from voiceagent.backends import auto_profile
+from voiceagent.backends.gpu import check_gpu
 from voiceagent.backends.registry import Engines
 from voiceagent.client.sip_call import CallNotPlacedError, place_and_follow
 from voiceagent.config import Config, given_keys, load_config
@@ -138,7 +139,10 @@ def _require_models(config: Config) -> None:
     naming the command that installs it (and the profile, when the profile chose that model); a
     path or hub id that is missing, not cached or of the wrong kind is one line saying so
     (voiceagent.models.source; a hub model not cached names ``voiceagent models pull``); an
-    English-only Whisper with another ``stt.language`` too.  Never downloads."""
+    English-only Whisper with another ``stt.language`` too; stages on CUDA without a usable GPU
+    too (:func:`check_gpu`).  Never downloads, and takes no lock: models load under the start-up
+    lock, which another process's warm-up may hold for a while, and none of these needs it."""
+    check_gpu(config)
     keys = _configured_models(config)
     chosen = PROFILES.get(config.profile, {})
     why: dict[str, str] = {}

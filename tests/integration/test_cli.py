@@ -113,12 +113,18 @@ def test_a_recordings_folder_that_cannot_be_made_stops_serve_with_one_line_befor
     assert "Traceback" not in proc.stderr and "loading" not in proc.stderr.lower(), proc.stderr[-2000:]
 
 
-def test_the_gpu_profile_on_a_machine_without_a_gpu_stops_at_start_up_with_one_line() -> None:
+def test_the_gpu_profile_on_a_machine_without_a_gpu_stops_at_start_up_with_one_line(tmp_path: Path) -> None:
     from voiceagent.backends.gpu import query_gpus
+    from voiceagent.contention import startup_lock
 
     if query_gpus():
         pytest.skip("this machine has an NVIDIA GPU: the profile's failure path needs one without")
-    proc = subprocess.run([*CLI, "serve", "--profile", "gpu", "--port", "0"], capture_output=True, text=True, timeout=60)
+    # Another start-up's warm-up holds the lock (as a sibling test's server did on CI, for over a
+    # minute): the check needs no lock, so it must answer without waiting for it.
+    sets = ["--set", f"server.startup_lock_dir={tmp_path}"]
+    with startup_lock(tmp_path, shared=False) as held:
+        assert held
+        proc = subprocess.run([*CLI, "serve", "--profile", "gpu", "--port", "0", *sets], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1, proc.stderr
