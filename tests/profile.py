@@ -20,6 +20,13 @@ from voiceagent.config import Config, load_config
 PROFILE = os.environ.get("VOICEAGENT_TEST_PROFILE", "")
 
 
+SERVE_PROFILE = PROFILE or "fast"
+"""The profile of the tests' ``voiceagent serve`` processes that are not about choosing one: the
+test run's, else ``fast`` (the defaults' models, as the in-process engines).  Not ``auto``, which
+on a machine busy with the suite's other workers measures and loads every installed profile in
+turn before it settles (three model loads where one does)."""
+
+
 def profile_config(overrides: Mapping[str, str] | None = None) -> Config:
     """The test run's profile (or the defaults) under ``overrides`` (dotted keys, string values);
     never the caller's environment or config file."""

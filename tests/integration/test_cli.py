@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from tests.profile import SERVE_PROFILE
 from voiceagent.audio import read_wav
 from voiceagent.replay import speech_turns
 
@@ -165,7 +166,7 @@ def test_a_window_that_cannot_hold_a_turn_stops_serve_with_one_line(env: dict[st
     """The server's own instructions must leave the LLM's window room for a turn, as a client's
     must at session.update; and llm.context may be raised only up to the model's trained length."""
     proc = subprocess.run(
-        [*CLI, "serve", "--port", "0", "--set", "llm.contexts=1", *sets],
+        [*CLI, "serve", "--port", "0", "--profile", SERVE_PROFILE, "--set", "llm.contexts=1", *sets],
         capture_output=True,
         text=True,
         env={**os.environ, **env},

@@ -24,7 +24,7 @@ from websockets.exceptions import InvalidStatus
 from websockets.typing import Origin, Subprotocol
 
 from tests.integration.rt_client import recording
-from tests.profile import profile_config
+from tests.profile import SERVE_PROFILE, profile_config
 from voiceagent.transports.server import VoiceAgentServer
 
 pytestmark = pytest.mark.models
@@ -227,7 +227,7 @@ CLI = [sys.executable, "-m", "voiceagent.cli"]
 def test_serve_on_a_public_address_turns_auth_on_says_how_to_connect_and_drains_on_sigterm(run: Any) -> None:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen(
-        [*CLI, "serve", "--host", "0.0.0.0", "--port", "0", "--set", "server.drain_s=30"],
+        [*CLI, "serve", "--host", "0.0.0.0", "--port", "0", "--profile", SERVE_PROFILE, "--set", "server.drain_s=30"],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,

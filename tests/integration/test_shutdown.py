@@ -26,6 +26,7 @@ import pytest
 from websockets.asyncio.client import ClientConnection, connect
 
 from tests.integration.serve_process import until
+from tests.profile import SERVE_PROFILE
 
 pytestmark = pytest.mark.models
 
@@ -38,7 +39,7 @@ GRACE_S = 5.0
 def serving(*sets: str) -> Iterator[tuple[subprocess.Popen[str], str, list[str]]]:
     """``voiceagent serve`` on a free port: the process, its base URL and its output so far
     (read on until the process ends, by a thread)."""
-    args = [*CLI, "serve", "--port", "0"]
+    args = [*CLI, "serve", "--port", "0", "--profile", SERVE_PROFILE]
     for s in sets:
         args += ["--set", s]
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
@@ -139,7 +140,9 @@ def test_sigterm_while_the_models_load_still_drains_and_exits_0() -> None:
     or a test that stops the server the moment it reads the ready line) is a clean stop: the
     process exits 0 after loading rather than dying of the signal's default action (-15)."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen([*CLI, "serve", "--port", "0"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    proc = subprocess.Popen(
+        [*CLI, "serve", "--port", "0", "--profile", SERVE_PROFILE], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
+    )
     try:
         assert proc.stdout is not None
         lines = []
