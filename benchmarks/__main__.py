@@ -43,6 +43,7 @@ INDEX: tuple[Benchmark, ...] = (
     # Many conversations, long runs
     Benchmark("concurrency", "~17 min", "1 to 12 conversations at once on real servers, batched engine against the pool: latency, CPU"),
     Benchmark("soak", "11 min", "4 sessions x 50 spoken turns on one server: every turn answered, latency and memory (8 x 100: 51 min)"),
+    Benchmark("machine_detection", "~6 min", "placed SIP calls answered by a person or a machine: precision, recall, time to decide"),
     Benchmark("sip_calls", "~5 min", "1 to 8 SIP calls arriving at once against as many WebSocket sessions: answered, refused, latency"),
     Benchmark("fuzz", "2 min", "hostile protocol clients beside a good session: no crash, no 1011, every bad message answered"),
     Benchmark("fleet_sim", "2 s", "a simulated day of callers on a fleet: replicas, LLM GPUs and proxies a peak needs, callers refused"),

@@ -293,8 +293,15 @@ async def _replay(args: argparse.Namespace, plan: auto_profile.Plan | None) -> R
 def cmd_call(args: argparse.Namespace) -> int:
     """Exit 0 when the call was answered, 1 when it ended unanswered (busy, declined, no answer)."""
     session = {"type": "realtime", "instructions": args.instructions} if args.instructions else None
+    machine: dict[str, str] | None = None
+    if args.voicemail is not None:
+        machine = {"on_machine": "voicemail", "voicemail": args.voicemail}
+    elif args.on_machine is not None:
+        machine = {"on_machine": args.on_machine}
     try:
-        record = place_and_follow(args.server, args.to, session=session, timeout_s=args.timeout, token=args.token or "")
+        record = place_and_follow(
+            args.server, args.to, session=session, timeout_s=args.timeout, token=args.token or "", machine_detection=machine
+        )
     except CallNotPlacedError as exc:
         raise VoiceAgentError(f"the call was not placed: {exc}") from None
     return 0 if record["answered"] else 1
@@ -476,6 +483,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--instructions", help="the call's instructions (default: the server's)")
     p.add_argument("--timeout", type=float, default=30, help="seconds to ring before giving up (default 30)")
     p.add_argument("--token", help="the server's client token, when auth is on")
+    p.add_argument(
+        "--on-machine",
+        choices=["hangup", "continue"],
+        help="detect an answering machine (the record says who answered) and then hang up, or go on as with a person",
+    )
+    p.add_argument("--voicemail", metavar="TEXT", help="detect an answering machine and leave this message after its beep, then hang up")
     p.set_defaults(func=cmd_call)
 
     p = sub.add_parser("talk", parents=[common], help="talk to the agent through the sound card (or audio files)")

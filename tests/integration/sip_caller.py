@@ -10,8 +10,11 @@ import json
 import socket
 import subprocess
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -23,6 +26,22 @@ from voiceagent.transports.server import VoiceAgentServer
 from .llm_server import free_port
 
 CODEC_RATES = {"PCMU": 8000, "PCMA": 8000, "G722": 16000}
+
+
+def sip_api(server: VoiceAgentServer, path: str, body: dict[str, Any] | None = None) -> tuple[int, dict[str, Any]]:
+    """A request to the server's HTTP API (POST with ``body``, else GET): status and JSON body
+    (blocking: call it from a thread)."""
+    req = urllib.request.Request(f"http://127.0.0.1:{server.port}{path}", data=json.dumps(body).encode() if body is not None else None)
+    try:
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            return resp.status, json.loads(resp.read() or b"{}")
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read() or b"{}")
+
+
+def placed_record(server: VoiceAgentServer, call_id: str) -> dict[str, Any]:
+    """A placed call's record, as ``GET /v1/sip/calls/{id}`` shows it."""
+    return server.phone_calls.placed[call_id].as_object()
 
 
 def gateway_for(server: VoiceAgentServer, sip_port: int, allow: str = "127.0.0.1", max_calls: int = 4) -> SipGateway:

@@ -8,12 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
 import shutil
 import subprocess
 import sys
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +19,8 @@ import pytest
 
 from tests.integration.llm_server import free_port
 from tests.integration.sip_caller import Baresip, gateway_for, until_state
+from tests.integration.sip_caller import placed_record as _record
+from tests.integration.sip_caller import sip_api as _http
 from tests.unit.fakes import FakeEngines, FakeLlm, FakeStt
 from voiceagent.config import Config, ServerConfig
 from voiceagent.transports.server import VoiceAgentServer
@@ -30,23 +29,10 @@ pytestmark = pytest.mark.skipif(shutil.which("baresip") is None, reason="baresip
 pytest.importorskip("pjsua2", reason="the sip extra is not installed (scripts/setup.sh installs it)")
 
 
-def _http(server: VoiceAgentServer, path: str, body: dict[str, Any] | None = None) -> tuple[int, dict[str, Any]]:
-    req = urllib.request.Request(f"http://127.0.0.1:{server.port}{path}", data=json.dumps(body).encode() if body is not None else None)
-    try:
-        with urllib.request.urlopen(req, timeout=10) as resp:
-            return resp.status, json.loads(resp.read() or b"{}")
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read() or b"{}")
-
-
 async def _placed(server: VoiceAgentServer, body: dict[str, Any]) -> str:
     status, record = await asyncio.to_thread(_http, server, "/v1/sip/calls", body)
     assert status == 201 and record["status"] == "dialing", record
     return str(record["id"])
-
-
-def _record(server: VoiceAgentServer, call_id: str) -> dict[str, Any]:
-    return server.phone_calls.placed[call_id].as_object()
 
 
 def test_a_placed_call_answered_runs_a_session_and_busy_unanswered_and_unreachable_ones_end_with_their_reason(
@@ -115,6 +101,9 @@ def test_a_placed_call_answered_runs_a_session_and_busy_unanswered_and_unreachab
                 assert status == 400 and error["error"]["param"] == "to"
                 status, error = await asyncio.to_thread(_http, server, "/v1/sip/calls", {"to": "sip:x@y", "session": {"no_such": 1}})
                 assert status == 400, error
+                body = {"to": "sip:x@y", "machine_detection": {"on_machine": "voicemail"}}
+                status, error = await asyncio.to_thread(_http, server, "/v1/sip/calls", body)
+                assert status == 400 and error["error"]["param"] == "machine_detection" and "needs the message" in error["error"]["message"]
                 await until_state(lambda: not server.sessions, 20, "every call's session closed")
             finally:
                 for p in phones:

@@ -24,6 +24,7 @@ from voiceagent.clock import VirtualClock
 from voiceagent.config import DEFAULT_EXAMPLES, Config, LlmConfig, PlayoutConfig, SttConfig, TurnConfig, VadConfig, parse_examples
 from voiceagent.conversation.history import AssistantItem, UserItem
 from voiceagent.conversation.interruption import RESUME_SILENCE_S
+from voiceagent.conversation.reply import ResponseOptions
 from voiceagent.errors import ProtocolError
 from voiceagent.events import (
     AudioDelta,
@@ -1165,6 +1166,26 @@ def test_text_items_and_create_response_with_instructions(run: Run, make_fakes: 
                 Message("assistant", "Earlier answer."),
                 Message("user", "Say hello"),
             )
+
+    run(main(), 20)
+
+
+def test_a_response_asked_to_say_words_speaks_them_as_they_are_and_asks_no_model(run: Run, make_fakes: MakeFakes) -> None:
+    """``ResponseOptions.say`` (a message left on an answering machine): the reply is those words,
+    in the history and in the voice, clause by clause; the LLM is never asked."""
+    fakes = make_fakes()
+    words = "This is the clinic. Your appointment is on Tuesday at three."
+
+    async def main() -> None:
+        async with running(fakes, make_config()) as (session, log):
+            await session.add_text("Please leave a message after the tone.")
+            response_id = await session.respond(ResponseOptions(tools=(), say=words))
+            _, done = await log.wait_type(ResponseDone, response_id=response_id)
+            assert done.text == words and done.status == ResponseStatus.COMPLETED
+            assert fakes.llm.calls.items == []
+            spoken = " ".join(str(c) for c in fakes.tts.calls.items)
+            assert "clinic" in spoken and "Tuesday" in spoken
+            assert [i.text for i in session.history.items if isinstance(i, AssistantItem)] == [words]
 
     run(main(), 20)
 

@@ -51,15 +51,20 @@ def place_and_follow(
     timeout_s: float = 30,
     token: str = "",
     say: Callable[[str], None] = print,
+    machine_detection: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Place the call through ``server`` (``http://HOST:PORT``), ``say`` each change of its status,
-    and return its last record (``status`` "ended", with ``sip_status`` and ``reason``)."""
+    """Place the call through ``server`` (``http://HOST:PORT``), ``say`` each change of its status
+    (and, with ``machine_detection``, who answered), and return its last record (``status``
+    "ended", with ``sip_status`` and ``reason``)."""
     base = server.rstrip("/").replace("ws://", "http://").replace("wss://", "https://").removesuffix("/v1/realtime")
     body: dict[str, Any] = {"to": to, "timeout_s": timeout_s, **({"session": session} if session else {})}
+    if machine_detection is not None:
+        body["machine_detection"] = machine_detection
     record = _request(f"{base}/v1/sip/calls", token, body)
     say(f"{record['id']}: {record['status']} {to}")
     last = record["status"]
     answered = False
+    told = False
     while record["status"] != "ended":
         time.sleep(POLL_S)
         record = _request(f"{base}/v1/sip/calls/{record['id']}", token)
@@ -68,5 +73,13 @@ def place_and_follow(
             last = record["status"]
             detail = " ".join(str(x) for x in (record.get("sip_status"), record.get("reason")) if x)
             say(f"{record['id']}: {last}" + (f" ({detail})" if detail else ""))
+        if record.get("answered_by") and not told:
+            told = True
+            say(_answered_by(record))
     record["answered"] = answered
     return record
+
+
+def _answered_by(record: dict[str, Any]) -> str:
+    reasons = "; ".join(record.get("answered_by_reasons") or [])
+    return f"{record['id']}: answered by {record['answered_by']} after {(record.get('answered_by_ms') or 0) / 1000:.1f} s ({reasons})"

@@ -16,6 +16,7 @@ __all__ = [
     "LIVE_COMMENTARY",
     "LIVE_THINKING",
     "MCP_APOLOGY",
+    "SILENT_CALLEE",
     "parse_examples",
     "timer_note",
 ]
@@ -99,3 +100,10 @@ error tends to recite it, or to call again."""
 def timer_note(label: str, seconds: int) -> str:
     """Added to the instructions of the response that announces a built-in timer going off."""
     return f" A timer the user set ({label}, {seconds} s) has just gone off: tell them so now, in one short sentence."
+
+
+SILENT_CALLEE = (
+    " The call has been answered, but nobody has said anything yet: in one short sentence, greet them and say why you are calling."
+)
+"""Closes the instructions of the first words of a placed call whose callee has said nothing
+(answering-machine detection's ``unknown``): without a word on it, the model has no turn to answer."""

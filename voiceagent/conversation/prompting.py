@@ -62,6 +62,8 @@ class Prompter:
     async def prompt(self, turn: UserTurn, options: ResponseOptions | None, settings: SessionSettings) -> tuple[LlmPrompt, Event | None]:
         """The messages, tools and tool choice of the answer of ``turn``, asked with ``options``
         (None: the session's); with the :class:`ItemsDropped` to send when the history was cut."""
+        if options is not None and options.say is not None:
+            return LlmPrompt((), (), "none", say=options.say), None  # words to speak as they are: no model asked
         instructions = (options.instructions if options and options.instructions else None) or settings.instructions
         client_tools = (options or ResponseOptions()).client_tools(settings)
         # An out-of-band response only reports its calls (none runs here): it is offered the

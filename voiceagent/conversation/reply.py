@@ -63,6 +63,9 @@ class ResponseOptions:
     metadata: dict[str, str] | None = None
     """Carried back on ``response.created`` and ``response.done``."""
     max_tokens: int | None = None
+    say: str | None = None
+    """Speak these words as they are, asking no model (a message left on an answering machine):
+    the reply is this text, split into clauses for the voice."""
 
     def client_tools(self, settings: SessionSettings) -> tuple[Tool, ...]:
         """The client's tools for this response: its own, else the session's."""

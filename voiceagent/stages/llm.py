@@ -111,6 +111,8 @@ class LlmPrompt:
     tool_choice: str = "auto"
     max_tokens: int | None = None
     """This answer's ``max_output_tokens`` (``response.create``); None: the session's."""
+    say: str | None = None
+    """Words to speak as they are, instead of asking the engine (``ResponseOptions.say``)."""
 
 
 SentenceEnd = Callable[[int, float | None], None]
@@ -246,23 +248,10 @@ class LlmStage(Stage):
             await self.emit(event)
             return
         gen = event.gen
-        try:
-            prompt = await self._prompt(event)
-        except Exception as exc:
-            # A prompt that cannot be made (an out-of-band one that does not fit the window)
-            # fails its response like a failed generation: never a response left open.
-            self._first_token.open(gen)
-            await self.emit(
-                GenerationEnd(
-                    t=self.ctx.clock.now(),
-                    gen=gen,
-                    session=self.ctx.session_id,
-                    text="",
-                    status=ResponseStatus.FAILED,
-                    error=f"{type(exc).__name__}: {exc}",
-                )
-            )
-            raise StageError(self.name, f"{type(exc).__name__}: {exc}") from exc
+        prompt = await self._turn_prompt(event)
+        if prompt.say is not None:
+            await self._say_text(gen, prompt.say)
+            return
         messages = list(prompt.messages)
         settings = self._settings()
         key, cached = await self._from_cache(event, prompt, settings)
@@ -505,6 +494,34 @@ class LlmStage(Stage):
         await self.emit(
             GenerationEnd(t=self.ctx.clock.now(), gen=gen, session=self.ctx.session_id, text=entry.reply, status=ResponseStatus.COMPLETED)
         )
+
+    async def _turn_prompt(self, turn: UserTurn) -> LlmPrompt:
+        """The turn's prompt.  One that cannot be made (an out-of-band one that does not fit the
+        window) fails its response like a failed generation: never a response left open."""
+        try:
+            return await self._prompt(turn)
+        except Exception as exc:
+            self._first_token.open(turn.gen)
+            error = f"{type(exc).__name__}: {exc}"
+            now = self.ctx.clock.now()
+            await self.emit(
+                GenerationEnd(t=now, gen=turn.gen, session=self.ctx.session_id, text="", status=ResponseStatus.FAILED, error=error)
+            )
+            raise StageError(self.name, error) from exc
+
+    async def _say_text(self, gen: int, text: str) -> None:
+        """Answer generation ``gen`` with ``text`` as it is: its clauses, for the voice."""
+        await self.ctx.notify(self._mark(gen, "llm_request"))
+        self._first_token.open(gen)
+        await self.ctx.notify(LlmRoute(t=self.ctx.clock.now(), gen=gen, session=self.ctx.session_id, engine="text", reason="said"))
+        await self.ctx.notify(self._mark(gen, "llm_first_token"))
+        splitter = ClauseSplitter(first_max_words=self._first_clause_words)
+        said = _Said()
+        for clause in [*splitter.push(text), *splitter.flush()]:
+            await self._say(gen, clause, said)
+        await self.ctx.notify(self._mark(gen, "llm_done"))
+        end = GenerationEnd(t=self.ctx.clock.now(), gen=gen, session=self.ctx.session_id, text=text, status=ResponseStatus.COMPLETED)
+        await self.emit(end)
 
     def _call_kind(self, call: ToolCall, request: LlmRequest, answered: set[tuple[str, str]]) -> CallKind:
         """What a call the engine yielded for ``request`` is: ``"call"`` (checked, then made),

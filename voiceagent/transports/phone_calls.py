@@ -44,6 +44,8 @@ from websockets.exceptions import ConnectionClosed
 from voiceagent.errors import ProtocolError, VoiceAgentError
 from voiceagent.events import Event
 from voiceagent.session import Session
+from voiceagent.transports.machine_answer import MachinePlan, machine_plan
+from voiceagent.transports.machine_detection import Answered
 from voiceagent.transports.realtime_codec import RealtimeCodec
 from voiceagent.transports.realtime_commands import UpdateSession
 
@@ -94,9 +96,12 @@ class OutboundCall:
     sip_status: int | None = None
     reason: str | None = None
     created_at: int = field(default_factory=lambda: int(time.time()))
+    machine: MachinePlan | None = None
+    """Answering-machine detection asked for (:mod:`.machine_answer`); None: off."""
+    answered_by: Answered | None = None
 
     def as_object(self) -> dict[str, Any]:
-        return {
+        record: dict[str, Any] = {
             "object": "sip.call",
             "id": self.id,
             "to": self.to,
@@ -105,6 +110,12 @@ class OutboundCall:
             "reason": self.reason,
             "created_at": self.created_at,
         }
+        if self.machine is not None:
+            verdict = self.answered_by
+            record["answered_by"] = verdict.by if verdict else None
+            record["answered_by_ms"] = round(verdict.at_ms) if verdict else None
+            record["answered_by_reasons"] = list(verdict.reasons) if verdict else []
+        return record
 
 
 class CallStateError(Exception):
@@ -244,11 +255,11 @@ class PhoneCalls:
         self.dialer: Dialer | None = None
         """Set while a SIP gateway runs beside the server (``server.sip_port``)."""
 
-    async def place(self, to: str, session: dict[str, Any] | None, timeout_s: float) -> OutboundCall:
+    async def place(self, to: str, session: dict[str, Any] | None, timeout_s: float, machine: MachinePlan | None = None) -> OutboundCall:
         """Dial ``to``; the record follows the call (:meth:`report`).  The dialer's errors propagate."""
         if self.dialer is None:
             raise CallStateError("the server places calls only with its SIP gateway on (server.sip_port)")
-        call = OutboundCall(new_call_id(), to, session)
+        call = OutboundCall(new_call_id(), to, session, machine=machine)
         while len(self.placed) >= _PLACED_KEPT:
             self.placed.pop(next(iter(self.placed)))
         self.placed[call.id] = call
@@ -354,14 +365,15 @@ async def call_control(
 
 
 async def place_call(calls: PhoneCalls, body: bytes, codec: RealtimeCodec) -> tuple[int, dict[str, Any]]:
-    """``POST /v1/sip/calls``: ``{"to": "sip:…" | "tel:…", "session": {…}, "timeout_s": 30}``; the
+    """``POST /v1/sip/calls``: ``{"to": "sip:…" | "tel:…", "session": {…}, "timeout_s": 30,
+    "machine_detection": {…}}`` (:func:`~.machine_answer.machine_plan`); the
     session configuration is checked now (``codec`` decodes it as a ``session.update``, strictly),
     so that a call is never answered into a session that refuses it.  201 and the call's record,
     or an error object."""
     params = _json_object(body)
     if params is None:
         return 400, _error("the body must be a JSON object", "invalid_json")
-    unknown = set(params) - {"to", "session", "timeout_s"}
+    unknown = set(params) - {"to", "session", "timeout_s", "machine_detection"}
     if unknown:
         return 400, _error(f"unknown field(s): {', '.join(sorted(unknown))}", "unknown_parameter", sorted(unknown)[0])
     to, session, timeout_s = params.get("to"), params.get("session"), params.get("timeout_s", 30)
@@ -376,8 +388,14 @@ async def place_call(calls: PhoneCalls, body: bytes, codec: RealtimeCodec) -> tu
             session_changes(codec, session)
         except ProtocolError as exc:
             return 400, _error(exc.message, exc.code, exc.param)
+    machine = None
+    if params.get("machine_detection") is not None:
+        try:
+            machine = machine_plan(params["machine_detection"])
+        except ValueError as exc:
+            return 400, _error(str(exc), "invalid_value", "machine_detection")
     try:
-        call = await calls.place(to, session, float(timeout_s))
+        call = await calls.place(to, session, float(timeout_s), machine)
     except CallStateError as exc:
         return 503, _error(str(exc), "sip_off")
     except VoiceAgentError as exc:  # the gateway is not running (restarting)

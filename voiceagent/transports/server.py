@@ -17,7 +17,8 @@ Routes:
   ``POST /v1/live/sessions/ID/accept|reject|refer|hangup``  GPT-Live's control of a SIP call
   ``POST /v1/live/sessions``      a GPT-Live WebRTC session (``{session, transport: {type: webrtc, sdp}}``)
   ``POST /v1/sip/calls``          place a SIP call (``{"to": "sip:…", "session": {…}, "timeout_s":
-                                  30}``): 201 with its record; ``GET /v1/sip/calls/ID`` follows it
+                                  30, "machine_detection": {…}}``): 201 with its record;
+                                  ``GET /v1/sip/calls/ID`` follows it (and says who answered)
   ``ws://HOST:PORT/twilio``       Twilio Media Streams (a phone call)
   ``GET /twilio/twiml``           the TwiML that connects a call to ``/twilio``
   ``GET /``                       the browser microphone page (and its scripts)

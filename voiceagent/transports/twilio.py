@@ -61,7 +61,9 @@ from voiceagent.transports.call_recording import CallRecorder, prune
 from voiceagent.transports.connection import SessionConnection
 from voiceagent.transports.dtmf import dtmf_tones
 from voiceagent.transports.live_phone import LivePhoneCall
-from voiceagent.transports.phone_calls import CallStateError, PhoneCall, PhoneCalls, session_changes
+from voiceagent.transports.machine_answer import MachineWatch
+from voiceagent.transports.machine_detection import Answered
+from voiceagent.transports.phone_calls import CallStateError, OutboundCall, PhoneCall, PhoneCalls, session_changes
 from voiceagent.transports.realtime_codec import RealtimeCodec
 from voiceagent.transports.twilio_codec import Dtmf, MarkEcho, Media, Start, Stop, TwilioCodec
 from voiceagent.transports.webhooks import WEBHOOK_POOL, WebhookError, deliver, incoming_call, incoming_live
@@ -126,6 +128,9 @@ class TwilioConnection(SessionConnection):
         """The call's recording (``server.recordings_dir``), named once the stream starts."""
         self._recordings = Path(folder).expanduser() if folder else None
         self._call_name = ""
+        self._placed: OutboundCall | None = None
+        self.machine: MachineWatch | None = None
+        """Answering-machine detection, for a placed call that asked for it."""
 
     def _record(self, pcm: Int16Array) -> None:
         """The caller's audio to the recording, which starts with the first of it (a SIP call
@@ -219,6 +224,8 @@ class TwilioConnection(SessionConnection):
                 if self._recordings is not None:
                     self._record(cmd.pcm)
                 await (self.live.microphone(cmd.pcm) if self.live is not None else self.session.append_audio(cmd.pcm))
+                if self.machine is not None:
+                    await self.machine.audio(cmd.pcm)
             elif len(cmd.pcm):
                 self.dropped_ms += len(cmd.pcm) * 1000.0 / PIPELINE_RATE  # faster than a phone line can send
         elif isinstance(cmd, MarkEcho):
@@ -253,6 +260,9 @@ class TwilioConnection(SessionConnection):
         assert self._calls is not None
         placed = self._calls.placed.get(start.custom_parameters.get("voiceagent_outbound", ""))
         self.call = PhoneCall(self.session, headers, self._answer_call, self._end_call, placed.id if placed else "")
+        self._placed = placed
+        if placed is not None and placed.machine is not None:
+            self.machine = MachineWatch(self.session, placed.machine, self._answered_by, self._hang_up, self._hang_up_when_heard)
         self._calls.add(self.call)
         config = placed.session if placed else None
         self._ringing = asyncio.create_task(self._until_answered(self.call, placed is not None, config), name=f"{self.session.id}.ringing")
@@ -264,6 +274,8 @@ class TwilioConnection(SessionConnection):
             except ProtocolError as exc:  # checked when placed; a session that cannot take it keeps its own
                 log.error("call %s: its session configuration was refused (%s); the server's is kept", call.call_id, exc.message)
                 await call.accept(None)
+            if self.machine is not None:
+                self.machine.hold()
             return
         if self._webhook is None:
             await call.accept(None)
@@ -329,6 +341,17 @@ class TwilioConnection(SessionConnection):
         speaks.  ``ConnectionClosed`` when the call's stream has closed."""
         await self.send({"event": "dtmf", "streamSid": self.codec.stream_sid, "dtmf": {"digits": keys}})
         log.info("twilio stream %s: sent keys %s to the SIP gateway", self.codec.stream_sid, keys)
+
+    def _answered_by(self, verdict: Answered) -> None:
+        """Who answered the placed call: its record says so (``GET /v1/sip/calls/{id}``)."""
+        if self._placed is not None:
+            self._placed.answered_by = verdict
+
+    async def _hang_up_when_heard(self, response_id: str) -> None:
+        """End the call once reply ``response_id`` (a message left on a machine) has been heard."""
+        self._ending = CallControl(t=time.monotonic(), gen=0, session=self.session.id, response_id=response_id, action=HangUp())
+        self._goodbye_done = True
+        await self._end_when_heard()
 
     async def _hang_up(self) -> None:
         """A GPT-Live sideband closed the session: the call ends (unless it has already)."""
@@ -410,6 +433,8 @@ class TwilioConnection(SessionConnection):
                 await self.live.on_event(event)
             elif self.call is not None:
                 self.call.publish(event)
+            if self.machine is not None and self.live is None:
+                await self.machine.event(event)
             if isinstance(event, CallControl):
                 await self._control(event)
             elif (
