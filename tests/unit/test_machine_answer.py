@@ -14,7 +14,7 @@ import pytest
 from voiceagent.config import Config
 from voiceagent.config.prompts import SILENT_CALLEE
 from voiceagent.conversation.reply import ResponseOptions
-from voiceagent.events import InputSpeechStarted, InputSpeechStopped, InputTranscriptDone, ResponseDone
+from voiceagent.events import InputTranscriptDone, ResponseDone
 from voiceagent.events.frames import ResponseStatus
 from voiceagent.settings import SessionSettings, settings_from_config
 from voiceagent.transports.machine_answer import MachinePlan, MachineWatch, machine_plan
@@ -69,16 +69,20 @@ class Harness:
         self.heard_then_hung_up.append(response_id)
 
     async def audio(self, ms: float, tone_hz: float = 0.0) -> None:
+        """Silence, or a tone of ``tone_hz``."""
         n = int(RATE * ms / 1000)
         pcm = (np.sin(2 * np.pi * tone_hz * np.arange(n) / RATE) * 8000).astype(np.int16) if tone_hz else np.zeros(n, dtype=np.int16)
-        for i in range(0, n, 320):
-            await self.watch.audio(pcm[i : i + 320])
+        await self._feed(pcm)
 
-    async def turn(self, start_ms: float, end_ms: float, text: str) -> None:
-        await self.watch.event(InputSpeechStarted(t=0.0, gen=0, item_id="item_u", audio_ms=start_ms))
-        await self.audio(end_ms - start_ms)
-        await self.watch.event(InputSpeechStopped(t=0.0, gen=0, item_id="item_u", audio_ms=end_ms))
+    async def turn(self, ms: float, text: str) -> None:
+        """A voice for ``ms`` (a 150 Hz voice's harmonics), then its transcript."""
+        t = np.arange(int(RATE * ms / 1000)) / RATE
+        await self._feed((sum(np.sin(2 * np.pi * 150 * k * t) / k for k in range(1, 8)) * 2500).astype(np.int16))
         await self.watch.event(InputTranscriptDone(t=0.0, gen=0, item_id="item_u", text=text))
+
+    async def _feed(self, pcm: np.ndarray[Any, Any]) -> None:
+        for i in range(0, len(pcm), 320):
+            await self.watch.audio(pcm[i : i + 320])
 
 
 def test_the_answers_are_held_until_a_person_is_heard_then_given_back_and_used(run: Any) -> None:
@@ -88,7 +92,7 @@ def test_the_answers_are_held_until_a_person_is_heard_then_given_back_and_used(r
 
     async def call() -> None:
         await h.audio(500)
-        await h.turn(500, 1000, "Hello?")
+        await h.turn(500, "Hello?")
         assert h.session.created == 0 and not h.told
         await h.audio(900)
 
@@ -111,7 +115,7 @@ def test_a_machine_is_hung_up_on_when_the_plan_says_so(run: Any) -> None:
 
     async def call() -> None:
         await h.audio(300)
-        await h.turn(300, 1500, "Hi, you've reached Sam.")
+        await h.turn(1200, "Hi, you've reached Sam.")
 
     run(call())
     assert [v.by for v in h.told] == ["machine"] and h.hung_up == 1 and h.session.created == 0
@@ -122,7 +126,7 @@ def test_a_message_is_left_when_the_beep_ends_and_the_call_hung_up_once_it_was_h
 
     async def call() -> None:
         await h.audio(300)
-        await h.turn(300, 1500, "Please leave a message after the tone.")
+        await h.turn(1200, "Please leave a message after the tone.")
         assert [v.by for v in h.told] == ["machine"] and not h.session.responded  # not over the greeting
         await h.audio(400)
         await h.audio(500, tone_hz=1000)
@@ -140,9 +144,30 @@ def test_a_message_is_left_when_the_beep_ends_and_the_call_hung_up_once_it_was_h
     assert options.tools == () and h.heard_then_hung_up == ["resp_message"] and h.hung_up == 0 and h.session.created == 0
 
 
+def test_a_person_who_turns_out_a_machine_stops_the_agent_and_gets_the_message_after_the_beep(run: Any) -> None:
+    h = Harness(MachinePlan("voicemail", "Call the clinic back."))
+
+    async def call() -> None:
+        await h.turn(400, "Hello.")
+        await h.audio(900)
+        assert [v.by for v in h.told] == ["human"] and h.session.created == 1
+        h.session.active_response_id = "resp_answer"  # the agent answers the "Hello."
+        await h.turn(1200, "This is Tom.")
+        await h.audio(500, tone_hz=1000)
+        assert [v.by for v in h.told] == ["human", "machine"]
+        td = h.session.settings.turn_detection
+        assert td is not None and not td.create_response and h.session.cancelled == ["machine_detection"]
+        h.session.active_response_id = None
+        assert not h.session.responded  # not over the beep
+        await h.audio(100)
+        assert [o.say for o in h.session.responded] == ["Call the clinic back."]
+
+    run(call())
+
+
 def test_continue_leaves_a_machine_to_the_application(run: Any) -> None:
     h = Harness(MachinePlan("continue"))
-    run(h.turn(0, 3000, "Hi there, you've reached the Smith family."))
+    run(h.turn(3000, "Hi there, you've reached the Smith family."))
     assert [v.by for v in h.told] == ["machine"] and h.hung_up == 0 and not h.session.responded and h.session.created == 0
 
 

@@ -64,7 +64,7 @@ def place_and_follow(
     say(f"{record['id']}: {record['status']} {to}")
     last = record["status"]
     answered = False
-    told = False
+    told = None
     while record["status"] != "ended":
         time.sleep(POLL_S)
         record = _request(f"{base}/v1/sip/calls/{record['id']}", token)
@@ -73,8 +73,8 @@ def place_and_follow(
             last = record["status"]
             detail = " ".join(str(x) for x in (record.get("sip_status"), record.get("reason")) if x)
             say(f"{record['id']}: {last}" + (f" ({detail})" if detail else ""))
-        if record.get("answered_by") and not told:
-            told = True
+        if record.get("answered_by") and record["answered_by"] != told:
+            told = record["answered_by"]  # a person's verdict may turn into a machine's: said again
             say(_answered_by(record))
     record["answered"] = answered
     return record

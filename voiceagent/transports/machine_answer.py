@@ -5,7 +5,9 @@ who answered, and a machine gets what the plan says.
 - While :class:`~.machine_detection.MachineDetector` listens, the session's turns end as usual
   (the callee's words enter the history) but start no answer: ``turn_detection.create_response``
   is off, as a Realtime client turns it off.
-- ``human``: the setting comes back, and the agent answers what the person said.
+- ``human``: the setting comes back, and the agent answers what the person said.  A beep or a
+  machine's words soon after (the detector's ``revise_ms``) make it a ``machine`` after all: the
+  agent stops, holds again, and the machine gets what the plan says.
 - ``unknown`` (nobody spoke, or no verdict in time): the same; with nothing said, the agent
   speaks first (the session's instructions closed with
   :data:`~voiceagent.config.prompts.SILENT_CALLEE`).
@@ -32,7 +34,7 @@ from voiceagent.audio import Int16Array
 from voiceagent.config.prompts import SILENT_CALLEE
 from voiceagent.conversation.reply import ResponseOptions
 from voiceagent.errors import ProtocolError
-from voiceagent.events import Event, InputSpeechStarted, InputSpeechStopped, InputTranscriptDone, ResponseDone
+from voiceagent.events import Event, InputTranscriptDone, ResponseDone
 from voiceagent.session import Session
 
 from .machine_detection import Answered, MachineDetector
@@ -107,22 +109,18 @@ class MachineWatch:
         """The callee's audio, as the session gets it (read until the verdict, and after it only
         while a message waits for the machine to record)."""
         verdict = self.detector.verdict
-        if verdict is not None and (verdict.by != "machine" or self.plan.on_machine != "voicemail" or self._message_id is not None):
+        waiting = verdict is not None and verdict.by == "machine" and self.plan.on_machine == "voicemail" and self._message_id is None
+        if not (self.detector.listening() or waiting):
             return
         await self._act(self.detector.audio(pcm))
         if self._message_id is None and self.plan.on_machine == "voicemail" and self.detector.message_due():
             await self._leave_message()
 
     async def event(self, event: Event) -> None:
-        """The session's events: the callee's turns and their words; the message's end."""
-        det = self.detector
-        if isinstance(event, InputSpeechStarted):
-            await self._act(det.speech_started(event.audio_ms))
-        elif isinstance(event, InputSpeechStopped):
-            await self._act(det.speech_stopped(event.audio_ms))
-        elif isinstance(event, InputTranscriptDone):
+        """The session's events: the words of the callee's turns; the message's end."""
+        if isinstance(event, InputTranscriptDone) and self.detector.listening():
             self._words = self._words or bool(event.text.strip())
-            await self._act(det.transcript(event.text))
+            await self._act(self.detector.transcript(event.text))
         elif isinstance(event, ResponseDone) and event.response_id == self._message_id:
             await self._hang_up_when_heard(event.response_id)
 
@@ -133,7 +131,12 @@ class MachineWatch:
         self._told(verdict)
         if verdict.by != "machine":
             await self._release()
-        elif self.plan.on_machine == "hangup":
+            return
+        if self._held is None:  # a person's verdict revised: the agent stops talking to a machine
+            self.hold()
+            if self.session.active_response_id is not None:
+                await self.session.cancel_response("machine_detection")
+        if self.plan.on_machine == "hangup":
             await self._hang_up()
 
     async def _release(self) -> None:
