@@ -30,7 +30,9 @@ from voiceagent.events import (
 )
 from voiceagent.transports.live_codec import DELEGATE, AppendAudio, AppendContext, Close, LiveCodec, Mute, SendKey, Start, Update
 from voiceagent.transports.live_config import MEDIA_ONLY_FIELDS, LiveSession, parse_start, parse_update, session_resource
+from voiceagent.transports.live_outbound import transport_event
 from voiceagent.transports.live_support import CLIENT_EVENTS, CONTAINERS, SERVER_EVENTS, SESSION_FIELDS, markdown
+from voiceagent.transports.phone_calls import OutboundCall
 from voiceagent.transports.realtime_support import Status
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -239,7 +241,11 @@ def every_server_event() -> list[dict[str, Any]]:
         out += codec.encode(ev, 1500.0 + n)
     reflected = codec.reflect_input(np.ones(1600, np.int16))
     assert reflected is not None
-    return [*out, reflected]
+    # A session placed over SIP: what its sidebands are told while the phone rings, answers or not.
+    placed = OutboundCall("rtc_1", "sip:bob@example.com", None, status="ended", sip_status=486, reason="Busy Here", live_id="live_1")
+    calling = [transport_event(kind, placed) for kind in ("transport.ringing", "transport.answered", "transport.failed")]
+    assert calling[-1]["error"]["code"] == "busy"
+    return [*out, reflected, *calling]
 
 
 def test_every_server_event_sent_validates_and_the_table_names_exactly_those_sent() -> None:

@@ -76,9 +76,9 @@ SERVER_EVENTS: tuple[Support, ...] = (
     Support("transport.dtmf.received", S, "to sidebands: each key the caller presses on a SIP call"),
     Support("transport.dtmf.send", R, "the legacy notification: `transport.dtmf.sent` confirms a key instead"),
     Support("transport.dtmf.sent", S, "to sidebands, once the SIP gateway was told to press the key"),
-    Support("transport.ringing", R, "outbound GPT-Live SIP sessions are not implemented (`POST /v1/sip/calls` places Realtime ones)"),
-    Support("transport.answered", R, "outbound GPT-Live SIP sessions are not implemented (`POST /v1/sip/calls` places Realtime ones)"),
-    Support("transport.failed", R, "outbound GPT-Live SIP sessions are not implemented (`POST /v1/sip/calls` places Realtime ones)"),
+    Support("transport.ringing", S, "to sidebands of a session placed over SIP (`transport: {type: sip, to}`) while the phone rings"),
+    Support("transport.answered", S, "to sidebands of a session placed over SIP, when the phone answers (before `session.started`)"),
+    Support("transport.failed", S, "to sidebands of a session placed over SIP that was not answered (`busy`, `no_answer`, …); then closed"),
 )
 """Every server event the package declares."""
 

@@ -99,6 +99,21 @@ class OutboundCall:
     machine: MachinePlan | None = None
     """Answering-machine detection asked for (:mod:`.machine_answer`); None: off."""
     answered_by: Answered | None = None
+    live_session: dict[str, Any] | None = None
+    """GPT-Live's session configuration, for a call placed as a GPT-Live session (``POST
+    /v1/live/sessions`` with a SIP transport): answered on GPT-Live's terms, not Realtime's."""
+    live_id: str = ""
+    """That session's id (``live_…``; "" for a Realtime call)."""
+    _changed: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
+
+    def notify(self) -> None:
+        """Its status changed, or its GPT-Live session began: every :meth:`changed` returns."""
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    async def changed(self) -> None:
+        """Until the next :meth:`notify`."""
+        await self._changed.wait()
 
     def as_object(self) -> dict[str, Any]:
         record: dict[str, Any] = {
@@ -110,6 +125,8 @@ class OutboundCall:
             "reason": self.reason,
             "created_at": self.created_at,
         }
+        if self.live_id:
+            record["live_session_id"] = self.live_id
         if self.machine is not None:
             verdict = self.answered_by
             record["answered_by"] = verdict.by if verdict else None
@@ -255,11 +272,21 @@ class PhoneCalls:
         self.dialer: Dialer | None = None
         """Set while a SIP gateway runs beside the server (``server.sip_port``)."""
 
-    async def place(self, to: str, session: dict[str, Any] | None, timeout_s: float, machine: MachinePlan | None = None) -> OutboundCall:
-        """Dial ``to``; the record follows the call (:meth:`report`).  The dialer's errors propagate."""
+    async def place(
+        self,
+        to: str,
+        session: dict[str, Any] | None,
+        timeout_s: float,
+        machine: MachinePlan | None = None,
+        live_session: dict[str, Any] | None = None,
+    ) -> OutboundCall:
+        """Dial ``to``; the record follows the call (:meth:`report`).  ``live_session``: answer it
+        as a GPT-Live session of that configuration (found by its id, :meth:`placed_live`).  The
+        dialer's errors propagate."""
         if self.dialer is None:
             raise CallStateError("the server places calls only with its SIP gateway on (server.sip_port)")
-        call = OutboundCall(new_call_id(), to, session, machine=machine)
+        live_id = "live_" + secrets.token_hex(16) if live_session is not None else ""
+        call = OutboundCall(new_call_id(), to, session, machine=machine, live_session=live_session, live_id=live_id)
         while len(self.placed) >= _PLACED_KEPT:
             self.placed.pop(next(iter(self.placed)))
         self.placed[call.id] = call
@@ -279,6 +306,11 @@ class PhoneCalls:
             call.reason = str(fields["reason"])
         if call.status == "ended":
             log.info("call %s to %s: ended (%s %s)", call.id, call.to, call.sip_status or "-", call.reason or "")
+        call.notify()
+
+    def placed_live(self, session_id: str) -> OutboundCall | None:
+        """The placed call whose GPT-Live session is ``session_id``."""
+        return next((c for c in self.placed.values() if c.live_id and c.live_id == session_id), None)
 
     def add(self, call: PhoneCall) -> None:
         self._calls[call.call_id] = call

@@ -15,7 +15,8 @@ Routes:
   ``ws://HOST:PORT/v1/live/sessions/ID/attach``  a GPT-Live sideband on that running session
                                   (a WebSocket or WebRTC one, or a SIP call accepted on GPT-Live)
   ``POST /v1/live/sessions/ID/accept|reject|refer|hangup``  GPT-Live's control of a SIP call
-  ``POST /v1/live/sessions``      a GPT-Live WebRTC session (``{session, transport: {type: webrtc, sdp}}``)
+  ``POST /v1/live/sessions``      a GPT-Live WebRTC session (``{session, transport: {type: webrtc, sdp}}``),
+                                  or one that dials out (``transport: {type: sip, to}``)
   ``POST /v1/sip/calls``          place a SIP call (``{"to": "sip:…", "session": {…}, "timeout_s":
                                   30, "machine_detection": {…}}``): 201 with its record;
                                   ``GET /v1/sip/calls/ID`` follows it (and says who answered)
@@ -47,6 +48,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import functools
 import http
 import importlib.util
 import json
@@ -87,6 +89,7 @@ from voiceagent.transports.call_attach import AttachedConnection
 from voiceagent.transports.call_recording import prune
 from voiceagent.transports.http_post import Post, PostConnection
 from voiceagent.transports.live import LIVE_PATH, LiveConnection, LiveProtocol
+from voiceagent.transports.live_outbound import follow_placed, is_sip_create, place_live
 from voiceagent.transports.live_sideband import LiveSideband
 from voiceagent.transports.live_webrtc import LiveWebRtcCall, live_offer
 from voiceagent.transports.phone_calls import PhoneCalls, call_control, place_call
@@ -658,10 +661,18 @@ class VoiceAgentServer:
             conn = call.live.protocol if call is not None and call.live is not None else None
         return conn
 
+    def _live_started(self, session_id: str) -> bool:
+        """Whether GPT-Live session ``session_id`` runs and has started (a sideband may join it)."""
+        conn = self._live_session(session_id)
+        return conn is not None and conn.started is not None and not conn.closed
+
     def _sideband_check(self, session_id: str) -> Response | None:
         """A GPT-Live sideband: the session must be running and started (it opens none, so
         admission does not count it)."""
         conn = self._live_session(session_id)
+        placed = self.phone_calls.placed_live(session_id)
+        if conn is None and placed is not None and placed.status != "ended":
+            return None  # a session still dialling: the sideband follows the call until it runs (live_outbound)
         call = self.phone_calls.get_live(session_id)
         if conn is None and call is not None and call.state != "ended":
             why = f"call {session_id} is {call.state if call.state != 'accepted' else 'accepted on Realtime'}: accept it on GPT-Live first"
@@ -724,6 +735,15 @@ class VoiceAgentServer:
                 return _text(http.HTTPStatus.NOT_FOUND, f"no call {hangup.group(1)}\n")
             found[0].hang_up("hangup requested")
             return _text(http.HTTPStatus.OK, "ok\n")
+        if path == LIVE_PATH and is_sip_create(post.body):  # a GPT-Live session that dials out
+            refused = self._unauthorized(request)
+            if refused is not None:
+                return refused
+            try:
+                status, created = await place_live(self.phone_calls, post.body)
+            except ProtocolError as exc:
+                return _live_error(exc)
+            return _bytes(http.HTTPStatus(status), json.dumps(created).encode(), "application/json")
         if path not in (CALLS_PATH, REALTIME_PATH, LIVE_PATH):
             return _text(http.HTTPStatus.NOT_FOUND, f"no route for POST {path}\n")
         refused = self._admission(request)
@@ -911,7 +931,11 @@ class VoiceAgentServer:
             return
         attach = _LIVE_ATTACH.fullmatch(path)
         if attach is not None:
-            live = self._live_session(attach.group(1))
+            session_id = attach.group(1)
+            live = self._live_session(session_id)
+            placed = self.phone_calls.placed_live(session_id)
+            if live is None and placed is not None and await follow_placed(ws, placed, functools.partial(self._live_started, session_id)):
+                live = self._live_session(session_id)
             if live is not None:  # it may have ended since the handshake's check
                 await LiveSideband(ws, live).run()
             return

@@ -260,20 +260,24 @@ class TwilioConnection(SessionConnection):
         assert self._calls is not None
         placed = self._calls.placed.get(start.custom_parameters.get("voiceagent_outbound", ""))
         self.call = PhoneCall(self.session, headers, self._answer_call, self._end_call, placed.id if placed else "")
+        if placed is not None and placed.live_id:
+            self.call.live_id = placed.live_id  # placed as a GPT-Live session: its sidebands know it by that id
         self._placed = placed
         if placed is not None and placed.machine is not None:
             self.machine = MachineWatch(self.session, placed.machine, self._answered_by, self._hang_up, self._hang_up_when_heard)
         self._calls.add(self.call)
-        config = placed.session if placed else None
+        config = (placed.live_session or placed.session) if placed else None
         self._ringing = asyncio.create_task(self._until_answered(self.call, placed is not None, config), name=f"{self.session.id}.ringing")
 
     async def _until_answered(self, call: PhoneCall, placed: bool, config: dict[str, Any] | None) -> None:
         if placed:  # a call the server placed: answered by the callee already, configured when placed
+            surface = "live" if self._placed is not None and self._placed.live_session is not None else "realtime"
             try:
-                await call.accept(config)
+                await call.accept(config, surface)
             except ProtocolError as exc:  # checked when placed; a session that cannot take it keeps its own
                 log.error("call %s: its session configuration was refused (%s); the server's is kept", call.call_id, exc.message)
-                await call.accept(None)
+                fallback = {"type": "live", "model": str((config or {}).get("model") or "gpt-live-1")} if surface == "live" else None
+                await call.accept(fallback, surface)
             if self.machine is not None:
                 self.machine.hold()
             return
@@ -327,8 +331,11 @@ class TwilioConnection(SessionConnection):
             except BaseException:
                 await live.stop("remote_hangup")
                 raise
-            # Published once answered: a sideband never attaches to a call still ringing.
+            # Published once answered: a sideband never attaches to a call still ringing (one
+            # waiting for a placed call's answer is told now).
             self.live = self.call.live = live
+            if self._placed is not None:
+                self._placed.notify()
             return
         if session_config is not None:
             changes = session_changes(RealtimeCodec(self.session.settings, self._voice_rate), session_config)
