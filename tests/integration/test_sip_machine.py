@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import shutil
 import subprocess
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -64,23 +66,44 @@ def _place(server: VoiceAgentServer, phone: Baresip, machine: dict[str, Any]) ->
     return str(record["id"])
 
 
+@dataclasses.dataclass
+class Placed:
+    server: VoiceAgentServer
+    phone: Baresip
+    call_id: str
+    session: Session
+    cli: subprocess.Popen[str] | None
+    """``voiceagent call`` following the call, when it placed it."""
+
+
 @contextlib.asynccontextmanager
-async def placed_call(
-    config: Config, engines: Any, folder: Path, wav: Path
-) -> AsyncIterator[tuple[VoiceAgentServer, Baresip, str, Session]]:
-    """A server with its SIP gateway, and a call it placed (with a voicemail plan) to a phone that
-    answers and plays ``wav``: once answered, the server, the phone, the call's id and session."""
+async def placed_call(config: Config, engines: Any, folder: Path, wav: Path, *, by_cli: bool = False) -> AsyncIterator[Placed]:
+    """A server with its SIP gateway, and a call it placed (with a voicemail plan; ``by_cli``:
+    by ``voiceagent call --voicemail``, else by the HTTP API) to a phone that answers and plays
+    ``wav``; yielded once answered."""
     async with VoiceAgentServer(config, engines) as server:
         gateway = gateway_for(server, free_port())
         await gateway.start()
         phone = Baresip(folder, wav, "PCMU", user="callee", answer="auto")
+        cli = None
         try:
-            call_id = await asyncio.to_thread(_place, server, phone, {"voicemail": MESSAGE})
+            if by_cli:
+                to = f"sip:callee@127.0.0.1:{phone.sip_port}"
+                at = f"http://127.0.0.1:{server.port}"
+                cmd = [sys.executable, "-m", "voiceagent.cli", "call", to, "--server", at, "--voicemail", MESSAGE]
+                cli = await asyncio.to_thread(subprocess.Popen, cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                await until_state(lambda: bool(server.phone_calls.placed), 30, "the call placed by voiceagent call", phone.output)
+                call_id = next(iter(server.phone_calls.placed))
+            else:
+                call_id = await asyncio.to_thread(_place, server, phone, {"voicemail": MESSAGE})
             await until_state(lambda: server.phone_calls.get(call_id) is not None, 30, "the call answered", phone.output)
             call = server.phone_calls.get(call_id)
             assert call is not None
-            yield server, phone, call_id, call.session
+            yield Placed(server, phone, call_id, call.session, cli)
         finally:
+            if cli is not None and cli.poll() is None:
+                cli.kill()
+                cli.wait()
             phone.close()
             await gateway.stop()
 
@@ -89,16 +112,21 @@ def test_an_answering_machine_is_told_apart_and_gets_its_message_after_the_beep(
     beep_end_s = _machine_wav(engines, tmp_path / "machine.wav")
     config = profile_config({"server.port": "0"})
 
-    async def scenario() -> tuple[dict[str, Any], list[Any], np.ndarray[Any, Any], int]:
-        async with placed_call(config, engines, tmp_path / "machine", tmp_path / "machine.wav") as (server, phone, call_id, session):
-            await until_state(lambda: placed_record(server, call_id)["answered_by"] is not None, 30, "a verdict", phone.output)
+    async def scenario() -> tuple[dict[str, Any], list[Any], np.ndarray[Any, Any], int, str]:
+        async with placed_call(config, engines, tmp_path / "machine", tmp_path / "machine.wav", by_cli=True) as c:
+            await until_state(lambda: placed_record(c.server, c.call_id)["answered_by"] is not None, 30, "a verdict", c.phone.output)
             # The message is left and heard, then the server hangs up.
-            await until_state(phone.call_ended, 120, "the server's hang-up after the message", phone.output)
-            await until_state(lambda: placed_record(server, call_id)["status"] == "ended", 20, "the call's end on its record")
-            return placed_record(server, call_id), list(session.history.items), phone.heard(), phone.rate
+            await until_state(c.phone.call_ended, 120, "the server's hang-up after the message", c.phone.output)
+            await until_state(lambda: placed_record(c.server, c.call_id)["status"] == "ended", 20, "the call's end on its record")
+            assert c.cli is not None
+            said, _ = await asyncio.to_thread(c.cli.communicate, timeout=30)  # it follows the call to its end
+            assert c.cli.returncode == 0, said  # answered
+            return placed_record(c.server, c.call_id), list(c.session.history.items), c.phone.heard(), c.phone.rate, said
 
-    record, items, heard, rate = run(scenario(), 300)
+    record, items, heard, rate, said = run(scenario(), 300)
     assert record["answered_by"] == "machine", record
+    lines = said.strip().splitlines()
+    assert f"{record['id']}: answered by machine after " in said and lines[-1].startswith(f"{record['id']}: ended"), said
     assert record["answered_by_reasons"] and record["answered_by_ms"] < 1000 * beep_end_s, record
     replies = [i for i in items if isinstance(i, AssistantItem)]
     assert len(replies) == 1 and replies[0].status == "completed", items  # the message, and nothing said to the greeting
@@ -114,15 +142,15 @@ def test_a_person_who_says_hello_is_told_apart_and_answered(engines: Any, run: A
     config = profile_config({"server.port": "0", "llm.instructions": instructions})
 
     async def scenario() -> tuple[dict[str, Any], list[Any]]:
-        async with placed_call(config, engines, tmp_path / "person", tmp_path / "hello.wav") as (server, phone, call_id, session):
+        async with placed_call(config, engines, tmp_path / "person", tmp_path / "hello.wav") as c:
 
             def answered() -> bool:
-                return any(isinstance(i, AssistantItem) and i.status == "completed" for i in session.history.items)
+                return any(isinstance(i, AssistantItem) and i.status == "completed" for i in c.session.history.items)
 
-            await until_state(answered, 60, "the agent's answer to the person", phone.output)
-            record = placed_record(server, call_id)
-            assert record["status"] == "answered" and not phone.call_ended(), (record, phone.output())  # still talking
-            return record, list(session.history.items)
+            await until_state(answered, 60, "the agent's answer to the person", c.phone.output)
+            record = placed_record(c.server, c.call_id)
+            assert record["status"] == "answered" and not c.phone.call_ended(), (record, c.phone.output())  # still talking
+            return record, list(c.session.history.items)
 
     record, items = run(scenario(), 200)
     assert record["answered_by"] == "human", record

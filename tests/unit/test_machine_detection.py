@@ -162,6 +162,16 @@ def test_after_a_greeting_without_a_beep_the_message_waits_for_its_silence() -> 
     assert det.message_due()
 
 
+def test_a_machine_that_never_beeps_nor_falls_silent_gets_its_message_after_the_wait() -> None:
+    det = MachineDetector(MachineRules(message_wait_ms=30000))
+    verdict = feed(det, voice(2100))  # a greeting, then music on a loop: a voice to this detector
+    assert verdict is not None and verdict.by == "machine"
+    feed(det, voice(29800))
+    assert not det.message_due()
+    feed(det, voice(300))
+    assert det.message_due()
+
+
 def test_nobody_speaking_is_unknown_and_so_is_a_greeting_never_decided() -> None:
     det = MachineDetector(MachineRules(initial_silence_ms=5000))
     verdict = feed(det, silence(5100))

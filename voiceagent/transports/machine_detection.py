@@ -72,6 +72,8 @@ class MachineRules:
     beep_ms: float = 200.0
     message_silence_ms: float = 2000.0
     """After a machine's greeting with no beep: the silence that says it is recording."""
+    message_wait_ms: float = 30000.0
+    """After a ``machine`` verdict, the message is due by then whatever plays (music on a loop)."""
     revise_ms: float = 4000.0
     """How long after a ``human`` verdict a beep or a machine's words still make it ``machine``."""
 
@@ -222,10 +224,10 @@ class MachineDetector:
 
     def message_due(self) -> bool:
         """After a ``machine`` verdict: the machine records now (its beep ended, or its greeting
-        was followed by ``message_silence_ms`` of silence)."""
+        was followed by ``message_silence_ms`` of silence), or ``message_wait_ms`` have passed."""
         if self.verdict is None or self.verdict.by != "machine":
             return False
-        if self._tone.ended_ms is not None:
+        if self._tone.ended_ms is not None or self.now_ms - self.verdict.at_ms >= self.rules.message_wait_ms:
             return True
         if self._tone.found_ms is not None:
             return False  # the beep still sounds
