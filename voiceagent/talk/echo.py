@@ -12,8 +12,15 @@ wheel ships it (Apache-2.0; the native library is inside the wheel, nothing is d
 * :meth:`~EchoCanceller.played` takes every block the output device plays, silence included, in
   order and from any one thread (a sound card's callback thread): the *reference*;
 * :meth:`~EchoCanceller.heard` takes each microphone block (mono int16 at 16 kHz) and returns it
-  with the echo removed.  Call it from one thread.  The reference queued so far is handed to the
-  module first, so an echo never reaches it before its reference.
+  with the echo removed.  Call it from one thread.
+
+The two streams are kept in step by their frame counts, not by when they are handled: both are a
+device's continuous stream on one clock, so the microphone's k-th frame was heard while the
+reference's k-th frame (counted from the first microphone frame) played.  Before each microphone
+frame the module gets the reference up to that frame, never more.  Handing it all the reference
+queued so far instead broke the cancellation when the microphone's blocks were read late and in
+a burst (a busy event loop): a second of them read at once, after a second of reference, left the
+echo whole (0.4 dB removed against 25 dB), as the module saw the reference a second early.
 
 Audio goes through in 10 ms frames (the module's unit); a block that is not a whole number of
 frames keeps its remainder for the next call, so :meth:`~EchoCanceller.heard` may return up to
@@ -68,6 +75,9 @@ class EchoCanceller:
         self._ref_pending = np.zeros(0, dtype=np.int16)
         self._ref_resampler: StreamResampler | None = None
         self._mic_pending = np.zeros(0, dtype=np.int16)
+        self._heard_frames = 0  # microphone frames processed
+        self._fed_frames = 0  # reference frames handed to the module
+        self._lead: int | None = None  # reference frames played before the first microphone frame
         self.dropped_reference = 0
         """Reference frames dropped because nothing read the microphone for 5 s."""
 
@@ -90,21 +100,30 @@ class EchoCanceller:
     def heard(self, pcm: Int16Array) -> Int16Array:
         """``pcm`` (mono int16 at 16 kHz) as the microphone heard it → the same without the echo
         (whole 10 ms frames; see the module docstring)."""
-        with self._lock:
-            reference = list(self._reference)
-            self._reference.clear()
-        for frame in reference:
-            self._apm.process_reverse_stream(self._frame(frame))
         buf = np.concatenate([self._mic_pending, pcm]) if len(self._mic_pending) else pcm
         whole = len(buf) // FRAME * FRAME
         out = np.empty(whole, dtype=np.int16)
         for i in range(0, whole, FRAME):
+            self._feed_reference()
+            self._heard_frames += 1
             frame = self._frame(buf[i : i + FRAME])
             self._apm.set_stream_delay_ms(0)  # AEC3 estimates the delay itself
             self._apm.process_stream(frame)
             out[i : i + FRAME] = np.frombuffer(frame.data, dtype=np.int16)
         self._mic_pending = buf[whole:].copy()
         return out
+
+    def _feed_reference(self) -> None:
+        """Hand the module the reference up to the microphone frame about to be processed (the
+        module docstring): all that played before the first one, then one frame per frame."""
+        with self._lock:
+            if self._lead is None:
+                self._lead = len(self._reference)
+            due = self._lead + self._heard_frames - self._fed_frames
+            frames = [self._reference.popleft() for _ in range(min(max(due, 0), len(self._reference)))]
+        for frame in frames:
+            self._apm.process_reverse_stream(self._frame(frame))
+        self._fed_frames += len(frames)
 
     def _frame(self, pcm: Int16Array) -> Any:
         return self._frame_type(bytearray(pcm.astype(np.int16).tobytes()), PIPELINE_RATE, 1, FRAME)
