@@ -103,9 +103,21 @@ class Socket:
     def __init__(self) -> None:
         self.sent: list[dict[str, Any]] = []
         self.closed: tuple[int, str] | None = None
+        self.gone = asyncio.Event()
+        self.arrived = asyncio.Condition()
+
+    async def wait_closed(self) -> None:
+        await self.gone.wait()
+
+    async def told(self, n: int) -> None:
+        """Until ``n`` messages have been sent."""
+        async with self.arrived:
+            await self.arrived.wait_for(lambda: len(self.sent) >= n)
 
     async def send(self, text: str) -> None:
-        self.sent.append(json.loads(text))
+        async with self.arrived:
+            self.sent.append(json.loads(text))
+            self.arrived.notify_all()
 
     async def close(self, code: int, reason: str) -> None:
         self.closed = (code, reason)
@@ -122,18 +134,16 @@ def test_a_sideband_is_told_ringing_then_answered_once_each_and_goes_on_when_the
     async def scenario() -> bool:
         nonlocal running
         follow = asyncio.create_task(follow_placed(ws, call, started))  # type: ignore[arg-type]
-        await asyncio.sleep(0)
         call.status = "ringing"
         call.notify()
-        await asyncio.sleep(0)
+        await ws.told(1)
         call.notify()  # no change: nothing told again
-        await asyncio.sleep(0)
         call.status = "answered"
         call.notify()
-        await asyncio.sleep(0)
+        await ws.told(2)
         running = True
         call.notify()
-        return await follow
+        return await asyncio.wait_for(follow, 5)
 
     assert run(scenario()) is True
     assert [e["type"] for e in ws.sent] == ["transport.ringing", "transport.answered"] and ws.closed is None
@@ -146,3 +156,45 @@ def test_a_sideband_of_a_call_not_answered_is_told_why_and_closed(run: Any) -> N
     assert run(follow_placed(ws, call, lambda: False)) is False  # type: ignore[arg-type]
     assert [e["type"] for e in ws.sent] == ["transport.failed"] and ws.sent[0]["error"]["code"] == "busy"
     assert ws.closed == (1000, "the call ended")
+
+
+def test_a_sideband_that_goes_away_while_the_phone_rings_stops_being_followed(run: Any) -> None:
+    call = OutboundCall("rtc_1", "sip:bob@x", None, status="ringing", live_id="live_1")
+    ws = Socket()
+
+    async def scenario() -> bool:
+        follow = asyncio.create_task(follow_placed(ws, call, lambda: False))  # type: ignore[arg-type]
+        await ws.told(1)
+        ws.gone.set()  # the client closed: no status change needed to notice
+        return await asyncio.wait_for(follow, 5)
+
+    assert run(scenario()) is False
+    assert [e["type"] for e in ws.sent] == ["transport.ringing"]
+
+
+def test_a_sideband_of_a_call_that_was_answered_and_has_ended_is_closed_without_a_failure(run: Any) -> None:
+    calls = PhoneCalls()
+    calls.dialer = Dialer()
+    _, created = run(place_live(calls, body(to="sip:bob@x")))
+    placed = calls.placed_live(created["session"]["id"])
+    assert placed is not None
+    calls.report({"id": placed.id, "status": "answered"})
+    calls.report({"id": placed.id, "status": "ended", "sip_status": 200, "reason": "Normal call clearing"})
+    ws = Socket()
+    assert run(follow_placed(ws, placed, lambda: False)) is False  # type: ignore[arg-type]
+    assert ws.sent == [] and ws.closed == (1000, "the call ended")
+
+
+def test_a_dial_that_fails_ends_the_record_and_is_a_503(run: Any) -> None:
+    class Broken(Dialer):
+        async def dial(self, call_id: str, uri: str, timeout_s: float) -> None:
+            from voiceagent.errors import VoiceAgentError
+
+            raise VoiceAgentError("the SIP gateway is not running")
+
+    calls = PhoneCalls()
+    calls.dialer = Broken()
+    status, error = run(place_live(calls, body(to="sip:bob@x")))
+    assert status == 503 and error["error"]["code"] == "sip_unavailable"
+    (record,) = calls.placed.values()
+    assert record.status == "ended" and "not dialled" in (record.reason or "")

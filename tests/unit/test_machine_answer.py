@@ -14,6 +14,7 @@ import pytest
 from voiceagent.config import Config
 from voiceagent.config.prompts import SILENT_CALLEE
 from voiceagent.conversation.reply import ResponseOptions
+from voiceagent.errors import ProtocolError
 from voiceagent.events import InputTranscriptDone, ResponseDone
 from voiceagent.events.frames import ResponseStatus
 from voiceagent.settings import SessionSettings, settings_from_config
@@ -34,6 +35,7 @@ class StubSession:
         self.created = 0
         self.responded: list[ResponseOptions] = []
         self.cancelled: list[str] = []
+        self.refuse: ProtocolError | None = None  # what respond raises, when set
 
     def update(self, **changes: Any) -> SessionSettings:
         self.settings = dataclasses.replace(self.settings, **changes)
@@ -44,6 +46,8 @@ class StubSession:
         return "resp_answer"
 
     async def respond(self, options: ResponseOptions) -> str:
+        if self.refuse is not None:
+            raise self.refuse
         self.responded.append(options)
         self.active_response_id = "resp_message"
         return "resp_message"
@@ -141,6 +145,8 @@ def test_a_message_is_left_when_the_beep_ends_and_the_call_hung_up_once_it_was_h
     run(call())
     options = h.session.responded[0]
     assert options.say == "Call the clinic back."  # word for word: no model asked
+    td = h.session.settings.turn_detection
+    assert td is not None and not td.interrupt_response  # nothing the machine plays cuts the message
     assert options.tools == () and h.heard_then_hung_up == ["resp_message"] and h.hung_up == 0 and h.session.created == 0
 
 
@@ -163,6 +169,35 @@ def test_a_person_who_turns_out_a_machine_stops_the_agent_and_gets_the_message_a
         assert [o.say for o in h.session.responded] == ["Call the clinic back."]
 
     run(call())
+
+
+def test_a_message_the_session_refuses_ends_the_call_instead_of_the_connection(run: Any) -> None:
+    h = Harness(MachinePlan("voicemail", "Call the clinic back."))
+    h.session.refuse = ProtocolError("invalid_state", "a transcription session does not answer")
+
+    async def call() -> None:
+        await h.turn(1200, "Please leave a message after the tone.")
+        await h.audio(400)
+        await h.audio(500, tone_hz=1000)
+        await h.audio(100)  # the beep ended: the message is due, and refused
+        await h.audio(1000)  # not tried again
+
+    run(call())
+    assert h.hung_up == 1 and h.session.responded == []
+
+
+def test_a_person_whose_words_come_late_is_answered_not_greeted_as_silent(run: Any) -> None:
+    h = Harness(MachinePlan())
+
+    async def call() -> None:
+        await h._feed(np.zeros(RATE // 2, dtype=np.int16))
+        t = np.arange(int(RATE * 0.5)) / RATE
+        await h._feed((sum(np.sin(2 * np.pi * 150 * k * t) / k for k in range(1, 8)) * 2500).astype(np.int16))
+        await h.audio(2400)  # 0.8 s of silence and 1.5 s more: a person's, their words not in yet
+
+    run(call())
+    assert [v.by for v in h.told] == ["human"] and "its words not heard in time" in h.told[0].reasons[0]
+    assert h.session.created == 1 and h.session.responded == []  # answered from what they said, not told nobody spoke
 
 
 def test_continue_leaves_a_machine_to_the_application(run: Any) -> None:

@@ -17,7 +17,7 @@ wheel ships it (Apache-2.0; the native library is inside the wheel, nothing is d
 The two streams are kept in step by their frame counts, not by when they are handled: both are a
 device's continuous stream on one clock, so the microphone's k-th frame was heard while the
 reference's k-th frame (counted from the first microphone frame) played.  Before each microphone
-frame the module gets the reference up to that frame, never more.  Handing it all the reference
+frame the module gets the reference up to and including that frame, never more.  Handing it all the reference
 queued so far instead broke the cancellation when the microphone's blocks were read late and in
 a burst (a busy event loop): a second of them read at once, after a second of reference, left the
 echo whole (0.4 dB removed against 25 dB), as the module saw the reference a second early.
@@ -76,7 +76,7 @@ class EchoCanceller:
         self._ref_resampler: StreamResampler | None = None
         self._mic_pending = np.zeros(0, dtype=np.int16)
         self._heard_frames = 0  # microphone frames processed
-        self._fed_frames = 0  # reference frames handed to the module
+        self._next = 0  # the index of the reference queue's first frame (0: the oldest queued at the first microphone frame)
         self._lead: int | None = None  # reference frames played before the first microphone frame
         self.dropped_reference = 0
         """Reference frames dropped because nothing read the microphone for 5 s."""
@@ -95,6 +95,8 @@ class EchoCanceller:
             full = len(self._reference) + len(frames) - _MAX_QUEUED
             if full > 0:
                 self.dropped_reference += full
+                if self._lead is not None:
+                    self._next += min(full, len(self._reference))  # the oldest go: the queue starts later
             self._reference.extend(frames)
 
     def heard(self, pcm: Int16Array) -> Int16Array:
@@ -114,16 +116,18 @@ class EchoCanceller:
         return out
 
     def _feed_reference(self) -> None:
-        """Hand the module the reference up to the microphone frame about to be processed (the
-        module docstring): all that played before the first one, then one frame per frame."""
+        """Hand the module the reference up to and including the frame that played while the
+        microphone frame about to be processed was heard (the module docstring): for the first,
+        all that played before it and one more; then one frame per frame."""
         with self._lock:
             if self._lead is None:
                 self._lead = len(self._reference)
-            due = self._lead + self._heard_frames - self._fed_frames
+                self._next = 0
+            due = self._lead + self._heard_frames + 1 - self._next
             frames = [self._reference.popleft() for _ in range(min(max(due, 0), len(self._reference)))]
+            self._next += len(frames)
         for frame in frames:
             self._apm.process_reverse_stream(self._frame(frame))
-        self._fed_frames += len(frames)
 
     def _frame(self, pcm: Int16Array) -> Any:
         return self._frame_type(bytearray(pcm.astype(np.int16).tobytes()), PIPELINE_RATE, 1, FRAME)

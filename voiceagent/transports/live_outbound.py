@@ -17,11 +17,13 @@ answered (busy, declined, no answer, unreachable) ends the sideband with ``trans
 ``call_failed``, the SIP status and reason in the message) and a close (1000).  These three
 events go to sidebands alone, as OpenAI sends them.
 
-Cancellation: cancelling :func:`follow_placed` closes the socket and re-raises; the call goes on.
+Cancellation: cancelling :func:`follow_placed` stops following (its waits are cancelled) and
+re-raises; the socket is the server's to close, and the call goes on.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import secrets
@@ -31,7 +33,7 @@ from typing import Any
 from websockets.asyncio.server import ServerConnection
 from websockets.exceptions import ConnectionClosed
 
-from voiceagent.errors import ProtocolError
+from voiceagent.errors import ProtocolError, VoiceAgentError
 from voiceagent.transports.live_config import parse_start
 from voiceagent.transports.phone_calls import CallStateError, OutboundCall, PhoneCalls, valid_uri
 
@@ -82,6 +84,8 @@ async def place_live(calls: PhoneCalls, body: bytes) -> tuple[int, dict[str, Any
         call = await calls.place(to, None, timeout_s, live_session=session)
     except CallStateError as exc:
         return 503, {"error": {"type": "invalid_request_error", "code": "sip_off", "message": str(exc), "param": "transport"}}
+    except VoiceAgentError as exc:  # the gateway is not running (restarting, or just died)
+        return 503, {"error": {"type": "invalid_request_error", "code": "sip_unavailable", "message": exc.message, "param": "transport"}}
     log.info("call %s: GPT-Live session %s dialling %s", call.id, call.live_id, to)
     return 201, {"session": {"id": call.live_id}, "transport": {"type": "sip", "to": to, "call_id": call.id}}
 
@@ -113,6 +117,7 @@ async def follow_placed(ws: ServerConnection, call: OutboundCall, started: Calla
     told: set[str] = set()
     try:
         while True:
+            change = call.next_change()  # taken before the state is read: no change is missed
             if call.status == "ringing" and "ringing" not in told:
                 told.add("ringing")
                 await ws.send(json.dumps(transport_event("transport.ringing", call)))
@@ -123,10 +128,24 @@ async def follow_placed(ws: ServerConnection, call: OutboundCall, started: Calla
             if running:
                 return True
             if call.status == "ended":
-                if "answered" not in told:
+                if not call.was_answered:
                     await ws.send(json.dumps(transport_event("transport.failed", call)))
                 await ws.close(1000, "the call ended")
                 return False
-            await call.changed()
+            if not await _changed_or_gone(change, ws):
+                return False  # the sideband went away while the call was placed
     except ConnectionClosed:
         return False
+
+
+async def _changed_or_gone(change: asyncio.Event, ws: ServerConnection) -> bool:
+    """Wait for the call's ``change`` (True) or the sideband's going (False)."""
+    changed = asyncio.ensure_future(change.wait())
+    gone = asyncio.ensure_future(ws.wait_closed())
+    try:
+        done, _ = await asyncio.wait((changed, gone), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in (changed, gone):
+            task.cancel()
+        await asyncio.gather(changed, gone, return_exceptions=True)
+    return gone not in done

@@ -34,7 +34,7 @@ from voiceagent.audio import Int16Array
 from voiceagent.config.prompts import SILENT_CALLEE
 from voiceagent.conversation.reply import ResponseOptions
 from voiceagent.errors import ProtocolError
-from voiceagent.events import Event, InputTranscriptDone, ResponseDone
+from voiceagent.events import Event, InputTranscriptDone, ResponseDone, ResponseStatus
 from voiceagent.session import Session
 
 from .machine_detection import Answered, MachineDetector
@@ -122,6 +122,8 @@ class MachineWatch:
             self._words = self._words or bool(event.text.strip())
             await self._act(self.detector.transcript(event.text))
         elif isinstance(event, ResponseDone) and event.response_id == self._message_id:
+            if event.status != ResponseStatus.COMPLETED:
+                log.warning("session %s: the message ended %s (%s)", self.session.id, event.status.value, event.reason or "-")
             await self._hang_up_when_heard(event.response_id)
 
     async def _act(self, verdict: Answered | None) -> None:
@@ -146,7 +148,7 @@ class MachineWatch:
             self._held = None
         if self.session.active_response_id is None:
             try:
-                if self._words:
+                if self._words or self.detector.voice_heard:  # their words may still be on their way: the answer waits for them
                     await self.session.create_response()
                 else:
                     await self.session.respond(ResponseOptions(instructions=self.session.settings.instructions + SILENT_CALLEE))
@@ -154,8 +156,20 @@ class MachineWatch:
                 log.info("session %s: no answer after the verdict: %s", self.session.id, exc.message)
 
     async def _leave_message(self) -> None:
+        """Say the message; nothing the machine plays (a second prompt, music, the line) may cut
+        it: ``interrupt_response`` is off for it.  A session that cannot answer now (a sideband
+        made it a transcription session) ends the call instead: a message never left is logged."""
         s = self.session
-        if s.active_response_id is not None:
-            await s.cancel_response("machine_detection")
-        self._message_id = await s.respond(ResponseOptions(tools=(), say=self.plan.voicemail))
+        td = s.settings.turn_detection
+        if td is not None:
+            s.update(turn_detection=dataclasses.replace(td, create_response=False, interrupt_response=False))
+        try:
+            if s.active_response_id is not None:
+                await s.cancel_response("machine_detection")
+            self._message_id = await s.respond(ResponseOptions(tools=(), say=self.plan.voicemail))
+        except ProtocolError as exc:
+            self._message_id = ""  # tried: not again at the next frame
+            log.error("session %s: the message could not be left (%s): hanging up", s.id, exc.message)
+            await self._hang_up()
+            return
         log.info("session %s: leaving the message (%s)", s.id, self._message_id)

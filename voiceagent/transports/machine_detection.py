@@ -218,6 +218,11 @@ class MachineDetector:
     # ------------------------------------------------------------------ outputs
 
     @property
+    def voice_heard(self) -> bool:
+        """Whether any voice has been heard on the call (its words may not be transcribed yet)."""
+        return self._first is not None
+
+    @property
     def beep_ended_ms(self) -> float | None:
         """When the beep ended (None: no beep, or it still sounds)."""
         return self._tone.ended_ms

@@ -104,16 +104,20 @@ class OutboundCall:
     /v1/live/sessions`` with a SIP transport): answered on GPT-Live's terms, not Realtime's."""
     live_id: str = ""
     """That session's id (``live_…``; "" for a Realtime call)."""
+    was_answered: bool = False
+    """The gateway reported it answered (its status is ``ended`` once it has ended, answered or not)."""
     _changed: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
 
     def notify(self) -> None:
-        """Its status changed, or its GPT-Live session began: every :meth:`changed` returns."""
+        """Its status changed, or its GPT-Live session began: every :meth:`next_change` taken
+        before is set."""
         self._changed.set()
         self._changed = asyncio.Event()
 
-    async def changed(self) -> None:
-        """Until the next :meth:`notify`."""
-        await self._changed.wait()
+    def next_change(self) -> asyncio.Event:
+        """Set at the next :meth:`notify`: take it before reading the state, so that no change
+        after the reading is missed."""
+        return self._changed
 
     def as_object(self) -> dict[str, Any]:
         record: dict[str, Any] = {
@@ -290,7 +294,11 @@ class PhoneCalls:
         while len(self.placed) >= _PLACED_KEPT:
             self.placed.pop(next(iter(self.placed)))
         self.placed[call.id] = call
-        await self.dialer.dial(call.id, to, timeout_s)
+        try:
+            await self.dialer.dial(call.id, to, timeout_s)
+        except BaseException as exc:  # never dialled: the record says so (a sideband following it is told)
+            self.report({"id": call.id, "status": "ended", "reason": f"not dialled: {exc}"})
+            raise
         log.info("call %s: dialling %s", call.id, to)
         return call
 
@@ -300,6 +308,7 @@ class PhoneCalls:
         if call is None:
             return
         call.status = str(fields.get("status", call.status))
+        call.was_answered = call.was_answered or call.status == "answered"
         if "sip_status" in fields:
             call.sip_status = int(fields["sip_status"])
         if "reason" in fields:
@@ -343,12 +352,12 @@ async def call_control(
     for a refusal, OpenAI's error object (``{"error": {...}}``, which the ``openai`` package
     raises as ``BadRequestError``, ``NotFoundError`` or ``ConflictError``)."""
     call = calls.get_live(call_id) if surface == "live" else calls.get(call_id)
-    placed = calls.placed.get(call_id) if surface == "realtime" else None
+    placed = calls.placed.get(call_id) if surface == "realtime" else calls.placed_live(call_id)
     if call is None and action == "hangup" and placed is not None and placed.status != "ended" and calls.dialer is not None:
         # Still dialling or ringing, or answered with its session not yet open: the gateway ends
         # it in whatever state it is (CANCEL or BYE); the record ends when it reports so.
         try:
-            await calls.dialer.hang_up(call_id)
+            await calls.dialer.hang_up(placed.id)
         except (VoiceAgentError, OSError) as exc:  # the gateway is not running (restarting, or just died)
             return 503, _error(str(exc), "sip_unavailable")
         return 200, None
