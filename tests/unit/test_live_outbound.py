@@ -12,7 +12,7 @@ import pytest
 
 from voiceagent.errors import ProtocolError
 from voiceagent.transports.live_outbound import follow_placed, is_sip_create, place_live, transport_failure
-from voiceagent.transports.phone_calls import OutboundCall, PhoneCalls
+from voiceagent.transports.phone_calls import OutboundCall, PhoneCalls, call_control
 
 SESSION = {"type": "live", "model": "gpt-live-1"}
 
@@ -20,9 +20,13 @@ SESSION = {"type": "live", "model": "gpt-live-1"}
 class Dialer:
     def __init__(self) -> None:
         self.dialled: list[tuple[str, str, float]] = []
+        self.hung_up: list[str] = []
 
     async def dial(self, call_id: str, uri: str, timeout_s: float) -> None:
         self.dialled.append((call_id, uri, timeout_s))
+
+    async def hang_up(self, call_id: str) -> None:
+        self.hung_up.append(call_id)
 
 
 def body(**transport: Any) -> bytes:
@@ -198,3 +202,15 @@ def test_a_dial_that_fails_ends_the_record_and_is_a_503(run: Any) -> None:
     assert status == 503 and error["error"]["code"] == "sip_unavailable"
     (record,) = calls.placed.values()
     assert record.status == "ended" and "not dialled" in (record.reason or "")
+
+
+def test_a_session_still_dialling_is_hung_up_by_its_gpt_live_id(run: Any) -> None:
+    calls = PhoneCalls()
+    calls.dialer = dialer = Dialer()
+    _, created = run(place_live(calls, body(to="sip:bob@x")))
+    placed = calls.placed_live(created["session"]["id"])
+    assert placed is not None
+    status, error = run(call_control(calls, created["session"]["id"], "hangup", b"{}", "live"))
+    assert (status, error) == (200, None) and dialer.hung_up == [placed.id]
+    status, _ = run(call_control(calls, "live_nobody", "hangup", b"{}", "live"))
+    assert status == 404
