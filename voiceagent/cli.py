@@ -483,12 +483,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--instructions", help="the call's instructions (default: the server's)")
     p.add_argument("--timeout", type=float, default=30, help="seconds to ring before giving up (default 30)")
     p.add_argument("--token", help="the server's client token, when auth is on")
-    p.add_argument(
+    machine = p.add_mutually_exclusive_group()
+    machine.add_argument(
         "--on-machine",
         choices=["hangup", "continue"],
         help="detect an answering machine (the record says who answered) and then hang up, or go on as with a person",
     )
-    p.add_argument("--voicemail", metavar="TEXT", help="detect an answering machine and leave this message after its beep, then hang up")
+    machine.add_argument(
+        "--voicemail", metavar="TEXT", help="detect an answering machine and leave this message after its beep, then hang up"
+    )
     p.set_defaults(func=cmd_call)
 
     p = sub.add_parser("talk", parents=[common], help="talk to the agent through the sound card (or audio files)")

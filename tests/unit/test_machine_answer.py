@@ -200,6 +200,26 @@ def test_a_person_whose_words_come_late_is_answered_not_greeted_as_silent(run: A
     assert h.session.created == 1 and h.session.responded == []  # answered from what they said, not told nobody spoke
 
 
+def test_the_release_gives_back_only_create_response_and_manual_turns_are_left_to_the_application(run: Any) -> None:
+    h = Harness(MachinePlan())
+    td = h.session.settings.turn_detection
+    assert td is not None
+    h.session.update(turn_detection=dataclasses.replace(td, silence_duration_ms=900))  # a sideband's update meanwhile
+
+    async def call() -> None:
+        await h.turn(500, "Hello?")
+        await h.audio(900)
+
+    run(call())
+    td = h.session.settings.turn_detection
+    assert td is not None and td.create_response and td.silence_duration_ms == 900 and h.session.created == 1
+
+    h = Harness(MachinePlan())
+    h.session.update(turn_detection=None)  # the application takes turns by hand
+    run(call())
+    assert [v.by for v in h.told] == ["human"] and h.session.created == 0 and h.session.responded == []
+
+
 def test_continue_leaves_a_machine_to_the_application(run: Any) -> None:
     h = Harness(MachinePlan("continue"))
     run(h.turn(3000, "Hi there, you've reached the Smith family."))

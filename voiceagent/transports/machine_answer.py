@@ -142,10 +142,15 @@ class MachineWatch:
             await self._hang_up()
 
     async def _release(self) -> None:
-        """Give the answers back, and answer what was said (or speak first: nothing was)."""
-        if self._held is not None:
-            self.session.update(turn_detection=self._held)
-            self._held = None
+        """Give the answers back, and answer what was said (or speak first: nothing was).  Only
+        ``create_response`` is given back: whatever else changed meanwhile (a sideband's
+        ``session.update``) stays.  With no turn detection (manual turns) the application answers."""
+        td = self.session.settings.turn_detection
+        if self._held is not None and td is not None:
+            self.session.update(turn_detection=dataclasses.replace(td, create_response=self._held.create_response))
+        self._held = None
+        if td is None:
+            return
         if self.session.active_response_id is None:
             try:
                 if self._words or self.detector.voice_heard:  # their words may still be on their way: the answer waits for them
