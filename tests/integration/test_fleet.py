@@ -284,7 +284,7 @@ async def call_placed(port: int, replicas: list[Replica]) -> tuple[ClientConnect
 
 def test_a_fleet_behind_haproxy_fills_spreads_by_load_drains_and_fails_over(run: Any, speech: dict[str, Path]) -> None:
     with fleet() as (port, replicas, proxy):
-        run(_full(port, replicas), 300)
+        run(_full(port, replicas, proxy), 300)
         run(_webrtc(port, replicas), 300)
         run(_spread_drain_and_failover(port, replicas, proxy, speech["capital"]), 400)
 
@@ -297,7 +297,7 @@ async def _spread_drain_and_failover(port: int, replicas: list[Replica], proxy: 
     await _drain_and_failover(port, replicas, on)
 
 
-async def _full(port: int, replicas: list[Replica]) -> None:
+async def _full(port: int, replicas: list[Replica], proxy: Proxy) -> None:
     placed = [await call_placed(port, replicas) for _ in range(CAP * len(replicas))]
     assert where(replicas) == [CAP] * len(replicas)
     # Every replica full: each tells HAProxy "drain" or refuses the upgrade itself.
@@ -314,6 +314,12 @@ async def _full(port: int, replicas: list[Replica]) -> None:
     for ws in [newcomer, *(ws for ws, _ in placed)]:
         await ws.close()
     await until(lambda: where(replicas) == [0] * len(replicas), 30, "every call closed")
+    # The replicas take sessions again at once; the proxy hears so at each one's next agent check
+    # (2 s). Until then only the replicas it has heard from get the next calls: a fresh clone's
+    # WebRTC phase once sent its three offers to the one replica out of drain, and the third was
+    # refused after the proxy's retries, as a full replica's is.
+    names = [r.name for r in replicas]
+    await until(lambda: all(proxy.weights().get(n, 0) > 0 for n in names), 30, "the proxy taking calls on every replica again")
 
 
 async def _webrtc(port: int, replicas: list[Replica]) -> None:
