@@ -24,7 +24,9 @@ if [ "$workers" -gt 1 ]; then
   echo "[test] pytest tests/unit tests/env -m 'not serial' -n 2"
   $V/python -m pytest -q -p no:cacheprovider -m "not serial" -n 2 tests/unit tests/env
   echo "[test] pytest -m 'not serial' -n $workers (the rest)"
-  $V/python -m pytest -q -p no:cacheprovider -m "not serial" -n "$workers" --dist loadfile --ignore=tests/unit --ignore=tests/env
+  # One LLM thread per worker: llama.cpp spins while it waits for its threads, and three workers
+  # spinning two each on two cores spent half their CPU waiting (tests/profile.py).
+  VOICEAGENT_LLM__THREADS=${VOICEAGENT_LLM__THREADS:-1} $V/python -m pytest -q -p no:cacheprovider -m "not serial" -n "$workers" --dist loadfile --ignore=tests/unit --ignore=tests/env
 else
   echo "[test] pytest"; $V/python -m pytest -q -p no:cacheprovider
 fi

@@ -19,6 +19,14 @@ from voiceagent.config import Config, load_config
 
 PROFILE = os.environ.get("VOICEAGENT_TEST_PROFILE", "")
 
+LLM_THREADS = os.environ.get("VOICEAGENT_LLM__THREADS", "")
+"""The LLM's threads when the test run sets them (scripts/test.sh: 1 while several test workers
+share the machine), else the profile's.  The same variable reaches the ``serve`` processes the
+tests start through their environment, so in-process engines and servers agree.  Why 1: llama.cpp
+waits for its threads by spinning, and three workers each spinning two threads on two cores took
+285 s of wall time and 483 s of CPU for six test files, against 175 s and 230 s with one thread
+(docs/operations.md)."""
+
 
 SERVE_PROFILE = PROFILE or "fast"
 """The profile of the tests' ``voiceagent serve`` processes that are not about choosing one: the
@@ -28,6 +36,9 @@ turn before it settles (three model loads where one does)."""
 
 
 def profile_config(overrides: Mapping[str, str] | None = None) -> Config:
-    """The test run's profile (or the defaults) under ``overrides`` (dotted keys, string values);
-    never the caller's environment or config file."""
-    return load_config(env={}, overrides={**({"profile": PROFILE} if PROFILE else {}), **(overrides or {})})
+    """The test run's profile (or the defaults) and its :data:`LLM_THREADS` under ``overrides``
+    (dotted keys, string values); never the caller's other environment or config file."""
+    run = {"profile": PROFILE} if PROFILE else {}
+    if LLM_THREADS:
+        run["llm.threads"] = LLM_THREADS
+    return load_config(env={}, overrides={**run, **(overrides or {})})

@@ -16,7 +16,7 @@ import urllib.request
 from typing import IO
 
 from tests.conftest import SCALE
-from tests.profile import profile_config
+from tests.profile import LLM_THREADS, profile_config
 from voiceagent.backends.llama_cpp import gguf_path
 
 
@@ -42,7 +42,7 @@ class LlamaCppServer:
 
     def start(self, timeout: float = 60.0) -> LlamaCppServer:
         cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(self.model_path), "--host", "127.0.0.1"]
-        cmd += ["--port", str(self.port), "--n_threads", "2", "--n_ctx", "2048", "--logits_all", "false"]
+        cmd += ["--port", str(self.port), "--n_threads", LLM_THREADS or "2", "--n_ctx", "2048", "--logits_all", "false"]
         # Only a disconnect may stop a generation (the default also stops it when another request comes).
         cmd += ["--interrupt_requests", "false", "--model_alias", "qwen"]
         env = dict(os.environ, PYTHONUNBUFFERED="1")

@@ -75,15 +75,15 @@ def test_a_conversation_that_outgrows_the_window_drops_its_oldest_turns_and_keep
             await ws.send(json.dumps({"type": "session.update", "session": {"type": "realtime", "instructions": knowledge_base()}}))
             await rec.wait_for("session.updated", 30)
             created: list[str] = []
-            # Five turns: the second already outgrows the window, so three cuts are made (a cut
+            # Three turns: the second already outgrows the window, so two cuts are made (a cut
             # keeps the instructions and the newest turn; each turn is a prefill of ~350 tokens).
-            for turn in range(5):
-                question = "Where is the keynote held?" if turn == 4 else "Which room is the talk on Tuesday at 14:00 in?"
+            for turn in range(3):
+                question = "Where is the keynote held?" if turn == 2 else "Which room is the talk on Tuesday at 14:00 in?"
                 response = await _ask(ws, rec, f"Question {turn}: {filler} {question}")
                 assert response["status"] == "completed", response
                 created += [e["item"]["id"] for e in rec.of("conversation.item.added") if e["item"]["role"] == "user"][len(created) :]
             deleted = [e["item_id"] for e in rec.of("conversation.item.deleted")]
-            assert deleted, "five turns of ~350 tokens beside ~1,500 of instructions must outgrow 2,048 tokens"
+            assert deleted, "three turns of ~350 tokens beside ~1,500 of instructions must outgrow 2,048 tokens"
             # Oldest first, whole turns: the first user items created are the ones deleted.
             users_deleted = [i for i in deleted if i in created]
             assert users_deleted == created[: len(users_deleted)]
