@@ -48,6 +48,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 from benchmarks.common.conversations import Conversation, plan  # noqa: E402
 from benchmarks.common.machine import cpu_times, machine, steal_pct  # noqa: E402
+from benchmarks.common.noise import noisy  # noqa: E402
+from benchmarks.common.noise import parse as parse_noise  # noqa: E402
 from benchmarks.common.phone_band import through  # noqa: E402
 from benchmarks.common.questions import QUESTIONS_FILE, Question, load_questions  # noqa: E402
 from benchmarks.common.scoring import STT_FAIL_WER, edit_distance, judge, normalize, speakable_problems, unfinished  # noqa: E402
@@ -229,17 +231,28 @@ def breakdown(records: list[TurnRecord]) -> dict[str, Any]:
 # ----------------------------------------------------------------------------- the server
 
 
-async def replay_all(url: str, convs: list[Conversation], profile: str, timeout_s: float) -> list[TurnRecord]:
-    """Each conversation over its own connection, one after the other, at real-time pace."""
-    from voiceagent.replay import replay_file
+async def replay_all(
+    url: str, convs: list[Conversation], profile: str, timeout_s: float, clean: dict[Path, Path] | None = None
+) -> tuple[list[TurnRecord], dict[str, int]]:
+    """Each conversation over its own connection, one after the other, at real-time pace; the
+    turns' records, and the responses the server made: ``replies``, ``cut`` (cancelled or left
+    incomplete: nobody meant to interrupt, so each is a false interruption unless the reply
+    overran into the next question) and ``unasked`` (answers to no question: turns opened by
+    noise).  ``clean``: a noisy file → the recording it was mixed from, whose speech gives the turns."""
+    from voiceagent.replay import replay_responses
 
     records: list[TurnRecord] = []
+    counts = {"replies": 0, "cut": 0, "unasked": 0}
     for n, conv in enumerate(convs, 1):
         assert conv.path is not None
         error = None
         results: list[Any] = []
         try:
-            results = await replay_file(url, conv.path, timeout_s=timeout_s)
+            results, seen = await replay_responses(url, conv.path, timeout_s=timeout_s, truth=(clean or {}).get(conv.path))
+            answers = {r.first_audio_s for r in results if r.first_audio_s is not None}
+            counts["replies"] += len(seen)
+            counts["cut"] += sum(r.status in ("cancelled", "incomplete") for r in seen)
+            counts["unasked"] += sum(r.first_audio_s is not None and round(r.first_audio_s, 3) not in answers for r in seen)
         except Exception as exc:  # one conversation's failure is reported, the run goes on
             error = f"{type(exc).__name__}: {exc}"[:300]
         if not error and len(results) != len(conv.questions):
@@ -257,7 +270,7 @@ async def replay_all(url: str, convs: list[Conversation], profile: str, timeout_
                 flush=True,
             )
         await asyncio.sleep(0.5)  # the server closes the session before the next one opens
-    return records
+    return records, counts
 
 
 def variant(spec: str) -> tuple[str, dict[str, str]]:
@@ -280,12 +293,31 @@ def banded(convs: list[Conversation], band: str, cache: Path) -> list[Conversati
     return out
 
 
+def noised(convs: list[Conversation], spec: str, cache: Path) -> tuple[list[Conversation], dict[Path, Path]]:
+    """The conversations with ``spec``'s noise mixed in (:mod:`benchmarks.common.noise`), and
+    each noisy file → its clean one."""
+    out, clean = [], {}
+    for conv in convs:
+        assert conv.path is not None
+        path = noisy(spec, conv.path, cache / spec / conv.path.name, cache)
+        clean[path] = conv.path
+        out.append(dataclasses.replace(conv, path=path))
+    return out, clean
+
+
 def run_profile(spec: str, overrides: dict[str, str], convs: list[Conversation], timeout_s: float, cache: Path) -> dict[str, Any]:
     from voiceagent.config import load_config
 
     entry: dict[str, Any] = {}
     spec_only, _, band = spec.partition("@")
-    if band:  # PROFILE@BAND: the same questions heard through a phone codec
+    band, _, own_sets = band.partition("+")  # PROFILE@BAND+KEY=VALUE: the settings belong to the profile
+    if own_sets:
+        spec_only = f"{spec_only}+{own_sets}"
+    clean: dict[Path, Path] = {}
+    if parse_noise(band):  # PROFILE@NOISE: the same questions with a noise bed mixed in
+        entry["noise"] = band
+        convs, clean = noised(convs, band, cache)
+    elif band:  # PROFILE@BAND: the same questions heard through a phone codec
         entry["band"] = band
         convs = banded(convs, band, cache)
     profile, own = variant(spec_only)
@@ -311,7 +343,7 @@ def run_profile(spec: str, overrides: dict[str, str], convs: list[Conversation],
     times0 = cpu_times()
     t1 = time.monotonic()
     try:
-        records = asyncio.run(replay_all(server.url, convs, spec, timeout_s))
+        records, entry["responses"] = asyncio.run(replay_all(server.url, convs, spec, timeout_s, clean))
     finally:
         server.stop(30)
     times1 = cpu_times()
@@ -491,13 +523,14 @@ def plot(report: dict[str, Any], path: Path) -> None:
 # ----------------------------------------------------------------------------- main
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     ap.add_argument(
         "--profiles",
         default=DEFAULT_PROFILES,
         help="comma-separated; 'default': serve without --profile; NAME+SECTION.KEY=VALUE: the profile with that setting; "
-        "NAME@BAND: the questions through a phone codec (mulaw: 8 kHz G.711, g722: 16 kHz G.722; wide: as recorded)",
+        "NAME@BAND: the questions through a phone codec (mulaw: 8 kHz G.711, g722: 16 kHz G.722; wide: as recorded); "
+        "NAME@NOISE: with a noise bed mixed in (babble, music or street, then the SNR in dB: babble5; benchmarks/common/noise.py)",
     )
     ap.add_argument("--voices", default=",".join(DEFAULT_VOICES), help="comma-separated ENGINE:NAME (espeak, piper, flite, festival)")
     ap.add_argument("--limit", type=int, default=0, help="only the first N questions (a smoke run)")
@@ -510,7 +543,7 @@ def main() -> int:
     ap.add_argument("--timeout", type=float, default=40.0, help="seconds to wait for the last answer after a conversation's audio")
     ap.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE", help="passed to every server")
     ap.add_argument("--rescore", metavar="JSON", help="score a finished run's quality.json again (no server) and rewrite its reports")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
 
     questions = load_questions(Path(args.questions))
     if args.rescore:
@@ -543,7 +576,7 @@ def main() -> int:
     overrides = {"server.max_sessions": "4", **dict(s.split("=", 1) for s in args.set)}
     report: dict[str, Any] = {
         "machine": machine(),
-        "command": " ".join(["python -m benchmarks.eval_quality", *sys.argv[1:]]),
+        "command": " ".join(["python -m benchmarks.eval_quality", *(sys.argv[1:] if argv is None else argv)]),
         "seed": args.seed,
         "gap_s": args.gap,
         "overrides": overrides,

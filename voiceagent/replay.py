@@ -30,7 +30,16 @@ from voiceagent.client import Pacer, RealtimeClient, SessionEvent, messages
 from voiceagent.events import ErrorEvent, InputTranscriptDone
 from voiceagent.transports.realtime_wire import WIRE_RATE
 
-__all__ = ["ENERGY_FLOOR_DBFS", "ReplayResult", "TurnResult", "replay_file", "speech_turns", "summarize"]
+__all__ = [
+    "ENERGY_FLOOR_DBFS",
+    "ReplayResult",
+    "ResponseSeen",
+    "TurnResult",
+    "replay_file",
+    "replay_responses",
+    "speech_turns",
+    "summarize",
+]
 
 ENERGY_FLOOR_DBFS = -45.0
 _FRAME_MS = 10
@@ -149,10 +158,24 @@ class _Collector:
         ]
 
 
-def _prepare(path: str | Path, tail_s: float, turn_gap_s: float) -> tuple[list[tuple[float, float]], Int16Array]:
-    """(the file's speech turns, its audio at the wire rate with ``tail_s`` of silence after)."""
+@dataclass(frozen=True)
+class ResponseSeen:
+    """One response of a replay, whatever turn it answered: how it ended (``completed``,
+    ``cancelled``: cut by speech, ``incomplete``), when it was created and first heard (seconds
+    of the file's audio)."""
+
+    status: str
+    created_s: float
+    first_audio_s: float | None
+
+
+def _prepare(
+    path: str | Path, tail_s: float, turn_gap_s: float, truth: str | Path | None = None
+) -> tuple[list[tuple[float, float]], Int16Array]:
+    """(the speech turns of ``truth``, else of the file; the file's audio at the wire rate with
+    ``tail_s`` of silence after)."""
     pcm, rate = read_wav(path)
-    turns = speech_turns(pcm, rate, turn_gap_s=turn_gap_s)
+    turns = speech_turns(read_wav(truth)[0] if truth is not None else pcm, rate, turn_gap_s=turn_gap_s)
     out = resample(pcm, rate, _WIRE_RATE)
     return turns, np.concatenate([out, np.zeros(int(tail_s * _WIRE_RATE), dtype=np.int16)])
 
@@ -169,10 +192,28 @@ async def replay_file(
 ) -> list[TurnResult]:
     """Stream one file over one connection and return one result per ground-truth turn.
     ``session``: more ``session.update`` fields sent before the audio (``instructions``, ``tools``…)."""
+    turns, _ = await replay_responses(url, path, speed=speed, tail_s=tail_s, timeout_s=timeout_s, turn_gap_s=turn_gap_s, session=session)
+    return turns
+
+
+async def replay_responses(
+    url: str,
+    path: str | Path,
+    *,
+    speed: float = 1.0,
+    tail_s: float = 2.5,
+    timeout_s: float = 30.0,
+    turn_gap_s: float = 1.5,
+    session: Mapping[str, Any] | None = None,
+    truth: str | Path | None = None,
+) -> tuple[list[TurnResult], list[ResponseSeen]]:
+    """:func:`replay_file`, and every response the server made, answers to no turn included.
+    ``truth``: a file of the same length whose speech gives the turns (the clean recording a
+    noisy one was mixed from, whose own energy would find turns in its noise)."""
     # Reading, segmenting and resampling a long file takes seconds of CPU: off the event loop, so
     # that other replays' opening handshakes on the same loop are not starved past their timeout
     # (8 soak clients with 50-minute files lost 1-3 connections that way).
-    turns, out = await asyncio.to_thread(_prepare, path, tail_s, turn_gap_s)
+    turns, out = await asyncio.to_thread(_prepare, path, tail_s, turn_gap_s, truth)
     sep = "&" if "?" in url else "?"
     async with connect(f"{url}{sep}voiceagent_metrics=1", max_size=None) as ws:
         client = RealtimeClient()
@@ -205,7 +246,11 @@ async def replay_file(
             await asyncio.gather(read_task, return_exceptions=True)
     if col.errors:
         raise RuntimeError(f"server reported errors: {col.errors}")
-    return _match(str(path), turns, col.responses(), col.transcripts, t0, speed)
+    responses = col.responses()
+    seen = [
+        ResponseSeen(r.status, round(r.created_s, 3), None if r.first_audio_s is None else round(r.first_audio_s, 3)) for r in responses
+    ]
+    return _match(str(path), turns, responses, col.transcripts, t0, speed), seen
 
 
 def _match(

@@ -36,6 +36,7 @@ from voiceagent.conversation.history import AssistantItem, History, new_id
 from voiceagent.conversation.prompt_fit import PromptFitter
 from voiceagent.conversation.replies import ReplyController
 from voiceagent.conversation.reply import ResponseOptions
+from voiceagent.denoise import NoiseSuppressor, suppressor_installed
 from voiceagent.errors import ProtocolError, StageError, excerpt
 from voiceagent.events import (
     AudioFrame,
@@ -109,6 +110,7 @@ class Session:
         self._tasks: list[asyncio.Task[None]] = []
         self._channels: tuple[Channel[Event], ...] = ()
         self._audio_ms = 0.0
+        self._denoiser: NoiseSuppressor | None = NoiseSuppressor() if self.settings.noise_reduction else None
         self._arrivals: deque[tuple[float, float]] = deque(maxlen=3000)  # (end_ms, clock time)
         self._started = False
         self._closed = False
@@ -282,6 +284,10 @@ class Session:
         if changes.get("kind") == "transcription" and self.settings.kind != "transcription":
             changes["mcp_servers"] = ()  # a transcription session calls no tools: its connections close
         self.settings = dataclasses.replace(self.settings, **changes)
+        if self.settings.noise_reduction is None:
+            self._denoiser = None  # its remainder (under 10 ms) goes with it
+        elif self._denoiser is None:
+            self._denoiser = NoiseSuppressor()  # near and far field: the same suppressor, kept
         self.replies.settings_changed()
         if "mcp_servers" in changes:
             self.replies.mcp.configure(self.settings.mcp_servers)
@@ -306,7 +312,8 @@ class Session:
         neither in the table nor OpenAI's (``invalid_value``, the names listed), a new voice once the session has
         spoken (``cannot_update_voice``, as OpenAI), a switch to a transcription session while a
         response is active (``invalid_state``), the semantic cache turned on where the server has
-        none (``unsupported_value``), and instructions and tools that would leave
+        none (``unsupported_value``), noise reduction where ``livekit`` is not installed
+        (``unsupported_value``), and instructions and tools that would leave
         the LLM's window no room for a turn (``context_length_exceeded``).  Call it before
         :meth:`update` with the same changes."""
         if changes.get("kind") == "transcription" and self.settings.kind != "transcription" and self.replies.core.active_response_id:
@@ -320,6 +327,12 @@ class Session:
                 "unsupported_value",
                 "this server runs without the semantic reply cache; its operator turns it on with cache.semantic = true",
                 param="session.voiceagent.semantic_cache",
+            )
+        if changes.get("noise_reduction") and not suppressor_installed():
+            raise ProtocolError(
+                "unsupported_value",
+                "noise reduction needs the livekit package, which this server lacks: pip install 'voiceagent[clients]'",
+                param="session.audio.input.noise_reduction",
             )
         asked = changes.get("voice")
         voice = None if asked is None else self.resolve_voice(asked)
@@ -343,7 +356,13 @@ class Session:
         await self._fitter.check_instructions(with_tools(settings.instructions, tools), tools)
 
     async def append_audio(self, pcm: Int16Array) -> None:
-        """User audio at 16 kHz.  Waits (back-pressure) rather than dropping when stages lag."""
+        """User audio at 16 kHz.  Waits (back-pressure) rather than dropping when stages lag.
+        With noise reduction on, the VAD gets it suppressed in whole 10 ms frames
+        (:mod:`voiceagent.denoise`)."""
+        if self._denoiser is not None:
+            pcm = self._denoiser.process(pcm)
+            if not len(pcm):
+                return
         now = self.clock.now()
         frame = AudioFrame(t=now, gen=self.scope.current, session=self.id, pcm=pcm, start_ms=self._audio_ms)
         self._audio_ms += len(pcm) * 1000.0 / PIPELINE_RATE

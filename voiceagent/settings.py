@@ -106,6 +106,9 @@ class SessionSettings:
     ``session.voiceagent.semantic_cache``); it cannot be on where the server has none."""
     tracing: Tracing | None = None
     """``session.tracing``: None (off, the default) or how the session's turns are labelled."""
+    noise_reduction: str | None = None
+    """``audio.input.noise_reduction.type`` (``near_field`` or ``far_field``: the same
+    suppressor, :mod:`voiceagent.denoise`) or None (off); a new session's is ``vad.noise_reduction``."""
     examples: tuple[tuple[str, str], ...] = ()
     """(user, assistant) exchanges shown after the system message (``llm.examples``).  They belong
     to the server's instructions: :meth:`voiceagent.session.Session.update` drops them when a
@@ -126,6 +129,7 @@ def settings_from_config(config: Config) -> SessionSettings:
         temperature=config.llm.temperature,
         voice=config.tts.model,
         examples=config.llm.example_pairs,
+        noise_reduction=config.vad.noise_reduction or None,
     )
 
 

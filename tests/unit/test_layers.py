@@ -21,6 +21,7 @@ LAYERS = [
     # leaves: data and pure helpers
     "errors",
     "audio",
+    "denoise",
     "clock",
     "playback",
     "contention",

@@ -107,7 +107,6 @@ REFUSED_SESSION_VALUES: dict[str, Any] = {
     "include": ["item.input_audio_transcription.logprobs"],
     "prompt": {"id": "pmpt_1"},
     "reasoning": {"effort": "low"},
-    "audio.input.noise_reduction": {"type": "near_field"},
 }
 
 

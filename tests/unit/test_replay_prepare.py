@@ -42,3 +42,20 @@ def test_prepare_gives_the_turns_and_the_audio_at_the_wire_rate(tmp_path: Path) 
     turns, out = replay._prepare(path, tail_s=1.0, turn_gap_s=1.5)
     assert len(turns) == 2
     assert len(out) == round(len(pcm) * replay.WIRE_RATE / rate) + replay.WIRE_RATE
+
+
+def test_a_noisy_file_takes_its_turns_from_the_clean_one_it_was_mixed_from(tmp_path: Path) -> None:
+    from benchmarks.common.noise import mix
+
+    rate = 16000
+    tone = (np.sin(np.arange(rate) * 2 * np.pi * 220 / rate) * 8000).astype(np.int16)
+    clean = np.concatenate([np.zeros(rate // 2, np.int16), tone, np.zeros(rate * 2, np.int16), tone, np.zeros(rate // 2, np.int16)])
+    rng = np.random.default_rng(3)
+    noisy = mix(clean, (rng.standard_normal(rate * 3) * 3000).astype(np.int16), rate, 5.0)
+    write_wav(tmp_path / "clean.wav", clean, rate)
+    write_wav(tmp_path / "noisy.wav", noisy, rate)
+    own, _ = replay._prepare(tmp_path / "noisy.wav", tail_s=0.0, turn_gap_s=1.5)
+    truth, out = replay._prepare(tmp_path / "noisy.wav", tail_s=0.0, turn_gap_s=1.5, truth=tmp_path / "clean.wav")
+    assert len(own) == 1  # the noise fills the gap: one long "turn"
+    assert [(round(a, 1), round(b, 1)) for a, b in truth] == [(0.5, 1.5), (3.5, 4.5)]
+    assert len(out) == round(len(noisy) * replay.WIRE_RATE / rate)  # the noisy audio is what is sent

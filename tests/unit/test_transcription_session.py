@@ -55,11 +55,6 @@ def test_what_a_transcription_session_has_no_use_for_is_refused(session: dict[st
     ("session", "code", "param"),
     [
         ({"type": "transcription", "include": ["item.input_audio_transcription.logprobs"]}, "unsupported_field", "session.include"),
-        (
-            {"type": "transcription", "audio": {"input": {"noise_reduction": {"type": "near_field"}}}},
-            "unsupported_field",
-            "session.audio.input.noise_reduction",
-        ),
         ({"type": "transcription", "audio": {"input": {"loudness": 3}}}, "unknown_parameter", "session.audio.input.loudness"),
         (
             {"type": "transcription", "audio": {"input": {"turn_detection": {"type": "server_vad", "idle_timeout_ms": 5000}}}},

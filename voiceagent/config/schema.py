@@ -260,6 +260,11 @@ class VadConfig:
     barge_in_ms: int = 320
     """Speech must last this long while the agent talks before it interrupts (filters coughs);
     counted as for ``min_speech_ms``."""
+    noise_reduction: str = ""
+    """A new session's noise suppression of its input audio, before the VAD and the transcriber
+    (:mod:`voiceagent.denoise`): ``""`` (off, the default: docs/decisions/noise-suppression.md
+    measures where it pays), ``near_field`` or ``far_field`` (the same suppressor).  A Realtime
+    session changes its own with ``audio.input.noise_reduction``."""
 
     def __post_init__(self) -> None:
         _check(self.device in DEVICES, "vad.device", "must be cpu or cuda")
@@ -268,6 +273,7 @@ class VadConfig:
         _check(self.prefix_padding_ms >= 0, "vad.prefix_padding_ms", "must be >= 0")
         _check(self.min_speech_ms >= 0, "vad.min_speech_ms", "must be >= 0")
         _check(self.barge_in_ms >= 0, "vad.barge_in_ms", "must be >= 0")
+        _check(self.noise_reduction in ("", "near_field", "far_field"), "vad.noise_reduction", 'must be "", near_field or far_field')
 
 
 @dataclass(frozen=True)

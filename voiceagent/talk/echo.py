@@ -34,7 +34,6 @@ reference) and its microphone.
 
 from __future__ import annotations
 
-import importlib
 import threading
 from collections import deque
 from collections.abc import AsyncIterator
@@ -43,23 +42,14 @@ from typing import Any
 import numpy as np
 
 from voiceagent.audio import PIPELINE_RATE, Int16Array, StreamResampler
-from voiceagent.errors import MissingDependencyError
+from voiceagent.denoise import FRAME, livekit_rtc
 from voiceagent.talk.devices import Microphone, Speaker
 
 __all__ = ["FRAME", "EchoCanceller", "EchoCancelledMicrophone", "cancel_echo"]
 
-FRAME = PIPELINE_RATE // 100
-"""Samples in the module's 10 ms frame at the microphone's rate."""
 _MAX_QUEUED = 100 * 5
 """Reference frames held at most (5 s): a microphone that stopped being read must not let the
 queue grow without bound; the oldest go first, as they would be stale anyway."""
-
-
-def _livekit_rtc() -> Any:
-    try:
-        return importlib.import_module("livekit.rtc")
-    except ModuleNotFoundError:
-        raise MissingDependencyError("livekit", "clients") from None
 
 
 class EchoCanceller:
@@ -67,7 +57,7 @@ class EchoCanceller:
     changes what the transcriber hears, and issue #70 measures where it pays)."""
 
     def __init__(self, *, noise_suppression: bool = False) -> None:
-        rtc = _livekit_rtc()
+        rtc = livekit_rtc()
         self._frame_type = rtc.AudioFrame
         self._apm = rtc.AudioProcessingModule(echo_cancellation=True, noise_suppression=noise_suppression, high_pass_filter=True)
         self._lock = threading.Lock()

@@ -19,6 +19,7 @@ from typing import Any
 
 from voiceagent.audio import Int16Array
 from voiceagent.conversation.reply import ResponseOptions
+from voiceagent.denoise import NOISE_REDUCTION_TYPES
 from voiceagent.errors import ProtocolError, excerpt
 from voiceagent.settings import EAGERNESS_LEVELS, InputItem, SessionSettings, Tracing, TurnDetection
 from voiceagent.tools.mcp import McpServer
@@ -203,7 +204,7 @@ class CommandDecoder:
             if extra:
                 raise ProtocolError("invalid_value", f"a transcription session has no {excerpt(extra[0])}", param=f"session.{extra[0]}")
             # Its fields go through the same table as a realtime session's: unknown or refused ones
-            # (include, noise_reduction) are errors, not silently accepted.
+            # (include) are errors, not silently accepted.
             refused = refusals({k: v for k, v in sess.items() if k not in ("object", "id")}, "session", SESSION_FIELDS)
             td = _obj(_obj(sess, "audio", "session.audio"), "input", "session.audio.input").get("turn_detection")
             if isinstance(td, dict) and td.get("idle_timeout_ms") is not None:
@@ -230,6 +231,8 @@ class CommandDecoder:
         changes.update(_transcription(transcription))
         if "turn_detection" in inp:
             changes["turn_detection"] = self._turn_detection(inp["turn_detection"])
+        if "noise_reduction" in inp:
+            changes["noise_reduction"] = _noise_reduction(inp["noise_reduction"])
         if "output_modalities" in sess:
             changes["audio"] = _modalities(sess["output_modalities"], "session.output_modalities")
         tools: tuple[Tool, ...] | None = None
@@ -642,6 +645,24 @@ def _tracing(value: Any) -> Tracing | None:
             )
         pairs.append((key, text))
     return Tracing(auto=False, workflow_name=names["workflow_name"], group_id=names["group_id"], metadata=tuple(pairs))
+
+
+def _noise_reduction(value: Any) -> str | None:
+    """``audio.input.noise_reduction``: null (off) or ``{"type": "near_field" | "far_field"}``."""
+    param = "session.audio.input.noise_reduction"
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise ProtocolError("invalid_value", "noise_reduction must be an object or null", param=param)
+    extra = sorted(set(value) - {"type"})
+    if extra:
+        raise ProtocolError("unknown_parameter", f"noise_reduction has no field {excerpt(extra[0])}", param=f"{param}.{extra[0]}")
+    kind = value.get("type")
+    if kind not in NOISE_REDUCTION_TYPES:
+        raise ProtocolError(
+            "invalid_value", f"noise_reduction.type must be one of {', '.join(NOISE_REDUCTION_TYPES)}", param=f"{param}.type"
+        )
+    return str(kind)
 
 
 def _transcription(transcription: dict[str, Any]) -> dict[str, Any]:

@@ -38,6 +38,7 @@ def session_object(settings: SessionSettings, audio: WireAudio, session_id: str 
     s = settings
     td = turn_detection_object(s.turn_detection)
     transcription = {"model": "whisper", "language": s.language, "prompt": s.transcription_prompt}
+    noise = None if s.noise_reduction is None else {"type": s.noise_reduction}
     if s.kind == "transcription":
         return {
             "type": "transcription",
@@ -47,7 +48,7 @@ def session_object(settings: SessionSettings, audio: WireAudio, session_id: str 
                     "format": format_object(audio.input_format),
                     "transcription": transcription,
                     "turn_detection": td,
-                    "noise_reduction": None,
+                    "noise_reduction": noise,
                 }
             },
             "include": None,
@@ -67,6 +68,7 @@ def session_object(settings: SessionSettings, audio: WireAudio, session_id: str 
                 "format": format_object(audio.input_format),
                 "transcription": transcription,
                 "turn_detection": td,
+                "noise_reduction": noise,
             },
             "output": {"format": format_object(audio.output_format), "voice": s.voice, "speed": s.speed},
         },

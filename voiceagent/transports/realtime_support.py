@@ -145,7 +145,12 @@ SESSION_FIELDS: tuple[Support, ...] = (
     Support(
         "audio.input.turn_detection", S, "`server_vad` (all its fields), `semantic_vad` with `eagerness` (its own endpointing a level)"
     ),
-    Support("audio.input.noise_reduction", R),
+    Support(
+        "audio.input.noise_reduction",
+        P,
+        "`near_field` or `far_field`: both run WebRTC's noise suppressor (one strength), before the VAD and the transcriber; "
+        "null turns it off (the default, `vad.noise_reduction`)",
+    ),
     Support("audio.output.format", S, "`audio/pcm` (24 kHz), `audio/pcmu`, `audio/pcma`"),
     Support(
         "audio.output.voice",
