@@ -233,16 +233,17 @@ def breakdown(records: list[TurnRecord]) -> dict[str, Any]:
 
 async def replay_all(
     url: str, convs: list[Conversation], profile: str, timeout_s: float, clean: dict[Path, Path] | None = None
-) -> tuple[list[TurnRecord], dict[str, int]]:
+) -> tuple[list[TurnRecord], dict[str, Any]]:
     """Each conversation over its own connection, one after the other, at real-time pace; the
-    turns' records, and the responses the server made: ``replies``, ``cut`` (cancelled or left
-    incomplete: nobody meant to interrupt, so each is a false interruption unless the reply
-    overran into the next question) and ``unasked`` (answers to no question: turns opened by
-    noise).  ``clean``: a noisy file → the recording it was mixed from, whose speech gives the turns."""
+    turns' records, and the responses the server made: ``replies``, ``cut`` (cancelled by speech
+    detected over them: nobody meant to interrupt, so each is a false interruption unless the
+    reply overran into the next question), ``unasked`` (answers to no question: turns opened by
+    noise) and how each ended (``status/reason``: count).  ``clean``: a noisy file → the
+    recording it was mixed from, whose speech gives the turns."""
     from voiceagent.replay import replay_responses
 
     records: list[TurnRecord] = []
-    counts = {"replies": 0, "cut": 0, "unasked": 0}
+    counts: dict[str, Any] = {"replies": 0, "cut": 0, "unasked": 0, "ended": collections.Counter()}
     for n, conv in enumerate(convs, 1):
         assert conv.path is not None
         error = None
@@ -251,7 +252,8 @@ async def replay_all(
             results, seen = await replay_responses(url, conv.path, timeout_s=timeout_s, truth=(clean or {}).get(conv.path))
             answers = {r.first_audio_s for r in results if r.first_audio_s is not None}
             counts["replies"] += len(seen)
-            counts["cut"] += sum(r.status in ("cancelled", "incomplete") for r in seen)
+            counts["cut"] += sum(r.status == "cancelled" and r.reason == "turn_detected" for r in seen)
+            counts["ended"].update(f"{r.status}/{r.reason}" if r.reason else r.status for r in seen)
             counts["unasked"] += sum(r.first_audio_s is not None and round(r.first_audio_s, 3) not in answers for r in seen)
         except Exception as exc:  # one conversation's failure is reported, the run goes on
             error = f"{type(exc).__name__}: {exc}"[:300]

@@ -9,8 +9,8 @@ clean pair first, so that what suppression costs on quiet speech is in the same 
 condition:
 
 * right answers (the eval's scoring) and transcript WER;
-* false interruptions: replies cut (cancelled or left incomplete) although nobody spoke over
-  them, and answers to no question (turns the noise opened);
+* false interruptions: replies cut (cancelled by speech detected over them) although nobody
+  spoke over them, and answers to no question (turns the noise opened);
 * end of speech -> first audio, p50 and p95.
 
 Writes ``quality.json`` / ``quality.md`` (every turn, as the eval's) and ``noise.json`` /
@@ -93,7 +93,7 @@ def markdown(summary: dict[str, Any]) -> str:
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     lines += [
         "",
-        "Replies cut: cancelled or left incomplete although nobody spoke over them (each condition's questions leave the answer "
+        "Replies cut: cancelled by speech detected over them although nobody spoke (each condition's questions leave the answer "
         "time to finish).  Unasked answers: replies to no question, to a turn the noise opened.  Latency: end of speech → first "
         "audio at the client.",
         "",

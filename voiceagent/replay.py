@@ -111,6 +111,7 @@ class _Response:
     first_audio_s: float | None = None
     text: str = ""
     status: str = "in_progress"
+    reason: str | None = None
     spans: dict[str, float] = field(default_factory=dict)
     llm_route: str | None = None
     playback_gap_ms: float = 0.0
@@ -150,6 +151,7 @@ class _Collector:
                 first_audio_s=None if r.first_audio_at is None else self.audio_s(r.first_audio_at),
                 text=r.transcript,
                 status=r.status,
+                reason=r.reason,
                 spans=r.spans,
                 llm_route=r.llm_route,
                 playback_gap_ms=r.playback_gap_ms,
@@ -161,10 +163,11 @@ class _Collector:
 @dataclass(frozen=True)
 class ResponseSeen:
     """One response of a replay, whatever turn it answered: how it ended (``completed``,
-    ``cancelled``: cut by speech, ``incomplete``), when it was created and first heard (seconds
-    of the file's audio)."""
+    ``cancelled``, ``incomplete``, ``failed``) and why (``turn_detected``: cut by speech over it;
+    ``max_output_tokens``…), when it was created and first heard (seconds of the file's audio)."""
 
     status: str
+    reason: str | None
     created_s: float
     first_audio_s: float | None
 
@@ -248,7 +251,8 @@ async def replay_responses(
         raise RuntimeError(f"server reported errors: {col.errors}")
     responses = col.responses()
     seen = [
-        ResponseSeen(r.status, round(r.created_s, 3), None if r.first_audio_s is None else round(r.first_audio_s, 3)) for r in responses
+        ResponseSeen(r.status, r.reason, round(r.created_s, 3), None if r.first_audio_s is None else round(r.first_audio_s, 3))
+        for r in responses
     ]
     return _match(str(path), turns, responses, col.transcripts, t0, speed), seen
 
