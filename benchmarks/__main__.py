@@ -50,7 +50,7 @@ INDEX: tuple[Benchmark, ...] = (
     # Interruptions and end of turn
     Benchmark("interruptions", "70 min (a group: 3)", "speech over the agent's reply, both modes: replies lost, interruptions honoured"),
     Benchmark("eval_sounds", "20 s", "the sound model alone on the interruption set's clips: speech heard by kind, its rule's changes"),
-    Benchmark("noise", "~35 min", "the spoken eval in babble, music and street noise at 0-10 dB SNR: suppression off and on"),
+    Benchmark("noise", "~40 min", "the spoken eval in babble, music and street noise at 0-10 dB SNR: suppression off and on"),
     Benchmark("echo", "~3 min", "voiceagent talk on speakers through a simulated room: self-interruptions, echo cancellation on and off"),
     Benchmark("eval_end_of_turn", "3 min", "the turn model (audio) and the LLM (words) judging if a question has ended: AUC, turns held"),
     # Answers, transcripts, tools

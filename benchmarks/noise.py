@@ -16,7 +16,7 @@ condition:
 Writes ``quality.json`` / ``quality.md`` (every turn, as the eval's) and ``noise.json`` /
 ``noise.md`` (one line per condition, off and on side by side) to ``--out``.
 
-    .venv/bin/python -m benchmarks.noise --out docs/bench/noise                    # about 35 min
+    .venv/bin/python -m benchmarks.noise --out docs/bench/noise                    # about 40 min
     .venv/bin/python -m benchmarks.noise --noises babble --snrs 0 --limit 3 --out artifacts/noise   # a smoke run
 """
 
@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--profile", default="fast")
     ap.add_argument("--noises", default=",".join(NOISES), help=f"comma-separated, of: {', '.join(NOISES)}")
     ap.add_argument("--snrs", default="0,5,10", help="comma-separated dB")
-    ap.add_argument("--limit", type=int, default=10, help="the first N questions of the eval")
+    ap.add_argument("--limit", type=int, default=8, help="the first N questions of the eval")
     ap.add_argument("--voices", default="piper:joe", help="as benchmarks.eval_quality's")
     ap.add_argument("--gap", type=float, default=8.0, help="seconds after each question (the answer plays in them)")
     ap.add_argument("--out", default=str(ROOT / "artifacts" / "noise"))

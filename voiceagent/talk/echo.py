@@ -54,7 +54,7 @@ queue grow without bound; the oldest go first, as they would be stale anyway."""
 
 class EchoCanceller:
     """See the module docstring.  ``noise_suppression``: also WebRTC's noise suppressor (off: it
-    changes what the transcriber hears, and issue #70 measures where it pays)."""
+    wins only in loud steady noise, docs/decisions/noise-suppression.md)."""
 
     def __init__(self, *, noise_suppression: bool = False) -> None:
         rtc = livekit_rtc()
