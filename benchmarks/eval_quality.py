@@ -254,7 +254,8 @@ async def replay_all(
             counts["replies"] += len(seen)
             counts["cut"] += sum(r.status == "cancelled" and r.reason == "turn_detected" for r in seen)
             counts["ended"].update(f"{r.status}/{r.reason}" if r.reason else r.status for r in seen)
-            counts["unasked"] += sum(r.first_audio_s is not None and round(r.first_audio_s, 3) not in answers for r in seen)
+            # replay rounds both to the millisecond from the same time, so they compare exactly.
+            counts["unasked"] += sum(r.first_audio_s is not None and r.first_audio_s not in answers for r in seen)
         except Exception as exc:  # one conversation's failure is reported, the run goes on
             error = f"{type(exc).__name__}: {exc}"[:300]
         if not error and len(results) != len(conv.questions):

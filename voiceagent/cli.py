@@ -29,6 +29,7 @@ from voiceagent.client.sip_call import CallNotPlacedError, place_and_follow
 from voiceagent.config import Config, given_keys, load_config
 from voiceagent.config.profiles import AUTO_ORDER, PROFILES
 from voiceagent.conversation.prompt_fit import PromptFitter
+from voiceagent.denoise import NEEDS_LIVEKIT, suppressor_installed
 from voiceagent.errors import ConfigError, MissingDependencyError, ModelError, ProtocolError, VoiceAgentError
 from voiceagent.models import catalog
 from voiceagent.models.checks import check_language
@@ -140,9 +141,12 @@ def _require_models(config: Config) -> None:
     path or hub id that is missing, not cached or of the wrong kind is one line saying so
     (voiceagent.models.source; a hub model not cached names ``voiceagent models pull``); an
     English-only Whisper with another ``stt.language`` too; stages on CUDA without a usable GPU
-    too (:func:`check_gpu`).  Never downloads, and takes no lock: models load under the start-up
+    too (:func:`check_gpu`); ``vad.noise_reduction`` where its suppressor is not installed too.
+    Never downloads, and takes no lock: models load under the start-up
     lock, which another process's warm-up may hold for a while, and none of these needs it."""
     check_gpu(config)
+    if config.vad.noise_reduction and not suppressor_installed():
+        raise ConfigError(f"vad.noise_reduction = {config.vad.noise_reduction!r}: {NEEDS_LIVEKIT}")
     keys = _configured_models(config)
     chosen = PROFILES.get(config.profile, {})
     why: dict[str, str] = {}

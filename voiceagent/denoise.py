@@ -28,13 +28,25 @@ import numpy as np
 from voiceagent.audio import PIPELINE_RATE, Int16Array
 from voiceagent.errors import MissingDependencyError
 
-__all__ = ["FRAME", "NOISE_REDUCTION_TYPES", "NoiseSuppressor", "livekit_rtc", "suppressor_installed"]
+__all__ = [
+    "FRAME",
+    "NEEDS_LIVEKIT",
+    "NOISE_REDUCTION_TYPES",
+    "Frames",
+    "NoiseSuppressor",
+    "apm_frame",
+    "livekit_rtc",
+    "suppressor_installed",
+]
 
 FRAME = PIPELINE_RATE // 100
 """Samples in the module's 10 ms frame at the pipeline's rate."""
 
 NOISE_REDUCTION_TYPES = ("near_field", "far_field")
 """The Realtime ``noise_reduction.type`` values; both run :class:`NoiseSuppressor`."""
+
+NEEDS_LIVEKIT = "noise reduction needs the livekit package, which this server lacks: pip install 'voiceagent[clients]'"
+"""Why noise reduction cannot run here: a session's ``error`` and a start-up's one line say it."""
 
 
 def livekit_rtc() -> Any:
@@ -50,6 +62,28 @@ def suppressor_installed() -> bool:
     return importlib.util.find_spec("livekit") is not None
 
 
+class Frames:
+    """Blocks of any length in, whole 10 ms frames out: the module's unit.  What is left of a
+    block waits for the next one (under 10 ms), so nothing is dropped and nothing is delayed
+    longer than that."""
+
+    def __init__(self) -> None:
+        self._pending = np.zeros(0, dtype=np.int16)
+
+    def whole(self, pcm: Int16Array) -> Int16Array:
+        """What was left over, then ``pcm``, up to the last whole frame (a multiple of :data:`FRAME`)."""
+        buf = np.concatenate([self._pending, pcm]) if len(self._pending) else pcm
+        whole = len(buf) // FRAME * FRAME
+        self._pending = buf[whole:].copy()
+        return buf[:whole]
+
+
+def apm_frame(frame_type: Any, pcm: Int16Array) -> Any:
+    """One :data:`FRAME` of ``pcm`` as the module's ``AudioFrame`` (``frame_type``), which it
+    processes in place: its ``data`` is a copy."""
+    return frame_type(bytearray(pcm.astype(np.int16).tobytes()), PIPELINE_RATE, 1, FRAME)
+
+
 class NoiseSuppressor:
     """See the module docstring.  Raises :class:`~voiceagent.errors.MissingDependencyError`
     without ``livekit``."""
@@ -58,17 +92,15 @@ class NoiseSuppressor:
         rtc = livekit_rtc()
         self._frame_type = rtc.AudioFrame
         self._apm = rtc.AudioProcessingModule(noise_suppression=True, high_pass_filter=True)
-        self._pending = np.zeros(0, dtype=np.int16)
+        self._frames = Frames()
 
     def process(self, pcm: Int16Array) -> Int16Array:
         """``pcm`` (mono int16 at 16 kHz) → the same with its noise suppressed, in whole 10 ms
         frames (the remainder waits for the next call)."""
-        buf = np.concatenate([self._pending, pcm]) if len(self._pending) else pcm
-        whole = len(buf) // FRAME * FRAME
-        out = np.empty(whole, dtype=np.int16)
-        for i in range(0, whole, FRAME):
-            frame = self._frame_type(bytearray(buf[i : i + FRAME].astype(np.int16).tobytes()), PIPELINE_RATE, 1, FRAME)
+        buf = self._frames.whole(pcm)
+        out = np.empty(len(buf), dtype=np.int16)
+        for i in range(0, len(buf), FRAME):
+            frame = apm_frame(self._frame_type, buf[i : i + FRAME])
             self._apm.process_stream(frame)
             out[i : i + FRAME] = np.frombuffer(frame.data, dtype=np.int16)
-        self._pending = buf[whole:].copy()
         return out

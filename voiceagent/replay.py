@@ -164,11 +164,10 @@ class _Collector:
 class ResponseSeen:
     """One response of a replay, whatever turn it answered: how it ended (``completed``,
     ``cancelled``, ``incomplete``, ``failed``) and why (``turn_detected``: cut by speech over it;
-    ``max_output_tokens``…), when it was created and first heard (seconds of the file's audio)."""
+    ``max_output_tokens``…), and when it was first heard (seconds of the file's audio; None: never)."""
 
     status: str
     reason: str | None
-    created_s: float
     first_audio_s: float | None
 
 
@@ -250,10 +249,7 @@ async def replay_responses(
     if col.errors:
         raise RuntimeError(f"server reported errors: {col.errors}")
     responses = col.responses()
-    seen = [
-        ResponseSeen(r.status, r.reason, round(r.created_s, 3), None if r.first_audio_s is None else round(r.first_audio_s, 3))
-        for r in responses
-    ]
+    seen = [ResponseSeen(r.status, r.reason, None if r.first_audio_s is None else round(r.first_audio_s, 3)) for r in responses]
     return _match(str(path), turns, responses, col.transcripts, t0, speed), seen
 
 

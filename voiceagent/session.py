@@ -36,7 +36,7 @@ from voiceagent.conversation.history import AssistantItem, History, new_id
 from voiceagent.conversation.prompt_fit import PromptFitter
 from voiceagent.conversation.replies import ReplyController
 from voiceagent.conversation.reply import ResponseOptions
-from voiceagent.denoise import NoiseSuppressor, suppressor_installed
+from voiceagent.denoise import NEEDS_LIVEKIT, NoiseSuppressor, suppressor_installed
 from voiceagent.errors import ProtocolError, StageError, excerpt
 from voiceagent.events import (
     AudioFrame,
@@ -110,7 +110,8 @@ class Session:
         self._tasks: list[asyncio.Task[None]] = []
         self._channels: tuple[Channel[Event], ...] = ()
         self._audio_ms = 0.0
-        self._denoiser: NoiseSuppressor | None = NoiseSuppressor() if self.settings.noise_reduction else None
+        self._denoiser: NoiseSuppressor | None = None
+        self._follow_noise_reduction()
         self._arrivals: deque[tuple[float, float]] = deque(maxlen=3000)  # (end_ms, clock time)
         self._started = False
         self._closed = False
@@ -284,16 +285,20 @@ class Session:
         if changes.get("kind") == "transcription" and self.settings.kind != "transcription":
             changes["mcp_servers"] = ()  # a transcription session calls no tools: its connections close
         self.settings = dataclasses.replace(self.settings, **changes)
-        if self.settings.noise_reduction is None:
-            self._denoiser = None  # its remainder (under 10 ms) goes with it
-        elif self._denoiser is None:
-            self._denoiser = NoiseSuppressor()  # near and far field: the same suppressor, kept
+        self._follow_noise_reduction()
         self.replies.settings_changed()
         if "mcp_servers" in changes:
             self.replies.mcp.configure(self.settings.mcp_servers)
         if changes.keys() & {"tools", "instructions", "examples"}:
             self.llm.warm()
         return self.settings
+
+    def _follow_noise_reduction(self) -> None:
+        """A suppressor while the settings ask for noise reduction, none otherwise."""
+        if self.settings.noise_reduction is None:
+            self._denoiser = None  # its remainder (under 10 ms) goes with it
+        elif self._denoiser is None:
+            self._denoiser = NoiseSuppressor()  # near and far field: the same suppressor, kept
 
     @property
     def voice_names(self) -> list[str]:
@@ -329,11 +334,7 @@ class Session:
                 param="session.voiceagent.semantic_cache",
             )
         if changes.get("noise_reduction") and not suppressor_installed():
-            raise ProtocolError(
-                "unsupported_value",
-                "noise reduction needs the livekit package, which this server lacks: pip install 'voiceagent[clients]'",
-                param="session.audio.input.noise_reduction",
-            )
+            raise ProtocolError("unsupported_value", NEEDS_LIVEKIT, param="session.audio.input.noise_reduction")
         asked = changes.get("voice")
         voice = None if asked is None else self.resolve_voice(asked)
         if asked is not None and voice is None:

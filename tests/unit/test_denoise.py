@@ -144,3 +144,15 @@ def test_a_transcription_session_mirrors_its_noise_reduction_in_the_ga_shape() -
     obj = c.session_object()
     assert obj["audio"]["input"]["noise_reduction"] == {"type": "far_field"}
     RealtimeTranscriptionSessionCreateRequest.model_validate(obj)
+
+
+def test_a_server_default_the_machine_cannot_run_stops_start_up_with_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``vad.noise_reduction`` without ``livekit``: refused before any model loads (as a model
+    setting is), not by every session that opens."""
+    from voiceagent import cli
+    from voiceagent.config import load_config
+
+    monkeypatch.setattr(cli, "suppressor_installed", lambda: False)
+    config = load_config(env={}, overrides={"profile": "fast", "vad.noise_reduction": "near_field"})
+    with pytest.raises(ConfigError, match=r"^vad\.noise_reduction = 'near_field': noise reduction needs the livekit package"):
+        cli._require_models(config)

@@ -37,12 +37,11 @@ from __future__ import annotations
 import threading
 from collections import deque
 from collections.abc import AsyncIterator
-from typing import Any
 
 import numpy as np
 
 from voiceagent.audio import PIPELINE_RATE, Int16Array, StreamResampler
-from voiceagent.denoise import FRAME, livekit_rtc
+from voiceagent.denoise import FRAME, Frames, apm_frame, livekit_rtc
 from voiceagent.talk.devices import Microphone, Speaker
 
 __all__ = ["FRAME", "EchoCanceller", "EchoCancelledMicrophone", "cancel_echo"]
@@ -62,9 +61,9 @@ class EchoCanceller:
         self._apm = rtc.AudioProcessingModule(echo_cancellation=True, noise_suppression=noise_suppression, high_pass_filter=True)
         self._lock = threading.Lock()
         self._reference: deque[Int16Array] = deque(maxlen=_MAX_QUEUED)
-        self._ref_pending = np.zeros(0, dtype=np.int16)
+        self._ref_frames = Frames()
         self._ref_resampler: StreamResampler | None = None
-        self._mic_pending = np.zeros(0, dtype=np.int16)
+        self._mic_frames = Frames()
         self._heard_frames = 0  # microphone frames processed
         self._next = 0  # the index of the reference queue's first frame (0: the oldest queued at the first microphone frame)
         self._lead: int | None = None  # reference frames played before the first microphone frame
@@ -77,10 +76,8 @@ class EchoCanceller:
             if self._ref_resampler is None or self._ref_resampler.src_rate != rate:
                 self._ref_resampler = StreamResampler(rate, PIPELINE_RATE)
             pcm = self._ref_resampler.process(pcm)
-        buf = np.concatenate([self._ref_pending, pcm]) if len(self._ref_pending) else pcm
-        whole = len(buf) // FRAME * FRAME
-        frames = [buf[i : i + FRAME].copy() for i in range(0, whole, FRAME)]
-        self._ref_pending = buf[whole:].copy()
+        buf = self._ref_frames.whole(pcm)
+        frames = [buf[i : i + FRAME].copy() for i in range(0, len(buf), FRAME)]
         with self._lock:
             full = len(self._reference) + len(frames) - _MAX_QUEUED
             if full > 0:
@@ -92,17 +89,15 @@ class EchoCanceller:
     def heard(self, pcm: Int16Array) -> Int16Array:
         """``pcm`` (mono int16 at 16 kHz) as the microphone heard it → the same without the echo
         (whole 10 ms frames; see the module docstring)."""
-        buf = np.concatenate([self._mic_pending, pcm]) if len(self._mic_pending) else pcm
-        whole = len(buf) // FRAME * FRAME
-        out = np.empty(whole, dtype=np.int16)
-        for i in range(0, whole, FRAME):
+        buf = self._mic_frames.whole(pcm)
+        out = np.empty(len(buf), dtype=np.int16)
+        for i in range(0, len(buf), FRAME):
             self._feed_reference()
             self._heard_frames += 1
-            frame = self._frame(buf[i : i + FRAME])
+            frame = apm_frame(self._frame_type, buf[i : i + FRAME])
             self._apm.set_stream_delay_ms(0)  # AEC3 estimates the delay itself
             self._apm.process_stream(frame)
             out[i : i + FRAME] = np.frombuffer(frame.data, dtype=np.int16)
-        self._mic_pending = buf[whole:].copy()
         return out
 
     def _feed_reference(self) -> None:
@@ -117,10 +112,7 @@ class EchoCanceller:
             frames = [self._reference.popleft() for _ in range(min(max(due, 0), len(self._reference)))]
             self._next += len(frames)
         for frame in frames:
-            self._apm.process_reverse_stream(self._frame(frame))
-
-    def _frame(self, pcm: Int16Array) -> Any:
-        return self._frame_type(bytearray(pcm.astype(np.int16).tobytes()), PIPELINE_RATE, 1, FRAME)
+            self._apm.process_reverse_stream(apm_frame(self._frame_type, frame))
 
 
 class EchoCancelledMicrophone:
