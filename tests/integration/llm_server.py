@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -16,14 +15,9 @@ import urllib.request
 from typing import IO
 
 from tests.conftest import SCALE
+from tests.ports import free_port
 from tests.profile import LLM_THREADS, profile_config
 from voiceagent.backends.llama_cpp import gguf_path
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class LlamaCppServer:

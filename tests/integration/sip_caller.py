@@ -19,11 +19,10 @@ from typing import Any
 import numpy as np
 
 from tests.conftest import SCALE
+from tests.ports import free_port
 from voiceagent.audio import Int16Array, read_wav, resample, write_wav
 from voiceagent.sip.supervisor import SipGateway
 from voiceagent.transports.server import VoiceAgentServer
-
-from .llm_server import free_port
 
 CODEC_RATES = {"PCMU": 8000, "PCMA": 8000, "G722": 16000}
 
@@ -86,7 +85,7 @@ class Baresip:
         pcm = resample(pcm, rate, self.rate) if not silent else np.zeros(0, dtype=np.int16)  # silent: keys only
         write_wav(folder / "say.wav", np.concatenate([pcm, np.zeros(int(tail_s * self.rate), dtype=np.int16)]), self.rate)
         self.ctrl_port = free_port()
-        self.sip_port = sip_port = free_port()
+        self.sip_port = sip_port = free_port(span=2)  # SIP over TLS listens on the next port
         (folder / "config").write_text(
             "\n".join(
                 [

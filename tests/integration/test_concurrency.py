@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import http
-import socket
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,7 @@ from websockets.exceptions import InvalidStatus
 
 from tests.integration.rt_client import WIRE_RATE, Recorder, recording, send_paced, wire_audio
 from tests.integration.test_network import http_get
+from tests.ports import free_port
 from tests.profile import profile_config
 from voiceagent.admission import LoadMeter
 from voiceagent.config import Config
@@ -165,12 +165,6 @@ def test_a_burst_of_handshakes_cannot_pass_the_limit(engines: Any, run: Any) -> 
     run(scenario(), 60)
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 async def _agent_says(port: int) -> str:
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     line = await asyncio.wait_for(reader.read(), 10)
@@ -192,7 +186,7 @@ def test_the_measured_load_refuses_new_sessions_and_tells_the_balancer(engines: 
         meter.sample()
 
     async def scenario() -> None:
-        config = _config(**{"server.max_sessions": "0", "server.agent_port": str(_free_port())})
+        config = _config(**{"server.max_sessions": "0", "server.agent_port": str(free_port())})
         async with VoiceAgentServer(config, engines, load=meter) as server:
             base = f"http://127.0.0.1:{server.port}"
             meter.sample()

@@ -46,9 +46,10 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from tests.conftest import SCALE
-from tests.integration.llm_server import LlamaCppServer, free_port
+from tests.integration.llm_server import LlamaCppServer
 from tests.integration.rt_client import send_paced, wire_audio
 from tests.integration.serve_process import ServeProcess, until
+from tests.ports import free_port
 
 # In the parallel part: admission here is by count (server.max_sessions), and what the phases
 # wait for they read (each replica's /metrics, HAProxy's runtime API), so load slows it, never

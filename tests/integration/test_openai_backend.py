@@ -14,8 +14,9 @@ from typing import Any
 import pytest
 from websockets.asyncio.client import connect
 
-from tests.integration.llm_server import LlamaCppServer, free_port
+from tests.integration.llm_server import LlamaCppServer
 from tests.integration.rt_client import recording
+from tests.ports import free_port
 from tests.profile import profile_config
 from voiceagent.backends.openai_llm import OpenAiLlm
 from voiceagent.backends.protocols import LlmRequest, is_piece

@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 
 from tests.conftest import SCALE
-from tests.integration.llm_server import free_port
 from tests.integration.sip_caller import Baresip, gateway_for, until_state
+from tests.ports import free_port
 from tests.profile import profile_config
 from voiceagent.audio import read_wav, resample, write_wav
 from voiceagent.conversation.history import AssistantItem, UserItem

@@ -19,8 +19,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.integration.llm_server import free_port
 from tests.integration.sip_caller import Baresip, gateway_for, until_state
+from tests.ports import free_port
 from tests.unit.fakes import FakeEngines, FakeLlm, FakeStt, tone
 from voiceagent.audio import write_wav
 from voiceagent.config import Config, ServerConfig

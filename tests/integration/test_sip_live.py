@@ -26,9 +26,9 @@ import pytest
 from openai import AsyncOpenAI
 
 from tests.integration.live_client import Live, answered_after
-from tests.integration.llm_server import free_port
 from tests.integration.sip_caller import Baresip, gateway_for, until_state
 from tests.integration.webhook_app import SECRET, Application, serving
+from tests.ports import free_port
 from tests.unit.fakes import FakeEngines, FakeLlm, FakeStt, tone
 from voiceagent.audio import write_wav
 from voiceagent.config import Config, ServerConfig

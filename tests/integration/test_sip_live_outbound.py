@@ -20,8 +20,8 @@ import pytest
 from openai import AsyncOpenAI
 
 from tests.integration.live_client import Live, answered_after
-from tests.integration.llm_server import free_port
 from tests.integration.sip_caller import Baresip, gateway_for, placed_record, until_state
+from tests.ports import free_port
 from tests.unit.fakes import FakeEngines, FakeLlm, FakeStt
 from voiceagent.config import Config, ServerConfig
 from voiceagent.transports.server import VoiceAgentServer

@@ -19,8 +19,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.integration.llm_server import free_port
 from tests.integration.sip_caller import Baresip, gateway_for, placed_record, sip_api, until_state
+from tests.ports import free_port
 from tests.profile import profile_config
 from voiceagent.audio import read_wav, resample, write_wav
 from voiceagent.config import Config

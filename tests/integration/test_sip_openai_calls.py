@@ -19,9 +19,9 @@ import openai
 import pytest
 from openai import AsyncOpenAI
 
-from tests.integration.llm_server import free_port
 from tests.integration.sip_caller import Baresip, gateway_for, until_state
 from tests.integration.webhook_app import SECRET, Application, serving
+from tests.ports import free_port
 from tests.unit.fakes import FakeEngines, FakeLlm, FakeStt
 from voiceagent.config import Config, ServerConfig
 from voiceagent.transports.server import VoiceAgentServer

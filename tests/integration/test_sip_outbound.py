@@ -17,10 +17,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.integration.llm_server import free_port
 from tests.integration.sip_caller import Baresip, gateway_for, until_state
 from tests.integration.sip_caller import placed_record as _record
 from tests.integration.sip_caller import sip_api as _http
+from tests.ports import free_port
 from tests.unit.fakes import FakeEngines, FakeLlm, FakeStt
 from voiceagent.config import Config, ServerConfig
 from voiceagent.transports.server import VoiceAgentServer
