@@ -69,6 +69,29 @@ def engines() -> Iterator[Any]:
     eng.close()
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """With ``VOICEAGENT_TEST_CPU_LOG=FILE``, each test's wall time and the CPU its process and
+    its ended child processes spent meanwhile (setup and teardown included) are appended to FILE
+    as one JSON line: where a 2-core run's time goes is CPU more than wall (docs/operations.md)."""
+    log = os.environ.get("VOICEAGENT_TEST_CPU_LOG")
+    if not log:
+        yield
+        return
+    import json
+    import resource
+
+    def cpu() -> float:
+        own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+        return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+    wall, used = time.monotonic(), cpu()
+    yield
+    line = {"test": item.nodeid, "wall_s": round(time.monotonic() - wall, 2), "cpu_s": round(cpu() - used, 2)}
+    with open(log, "a") as out:  # one short write per test: the workers' lines do not interleave
+        out.write(json.dumps(line) + "\n")
+
+
 def where_everything_is() -> str:
     """The stack of every task of the running loop and of every thread, for a deadline's failure."""
     out = io.StringIO()

@@ -8,6 +8,7 @@ What each field does here is the table in :mod:`.live_support`.  Pure: no I/O, n
 from __future__ import annotations
 
 import dataclasses
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,7 +16,16 @@ from voiceagent.errors import ProtocolError, excerpt
 from voiceagent.transports.live_support import CONTAINERS, SESSION_FIELDS
 from voiceagent.transports.realtime_support import refusals
 
-__all__ = ["LIVE_VOICES", "MAX_INPUT_ITEMS", "MEDIA_ONLY_FIELDS", "LiveSession", "parse_start", "parse_update", "session_resource"]
+__all__ = [
+    "LIVE_VOICES",
+    "MAX_INPUT_ITEMS",
+    "MEDIA_ONLY_FIELDS",
+    "LiveSession",
+    "create_body",
+    "parse_start",
+    "parse_update",
+    "session_resource",
+]
 
 LIVE_VOICES = (
     "alloy", "ash", "ballad", "beacon", "bossa", "cedar", "cinder", "coral", "delta", "echo", "gleam", "marin",
@@ -156,6 +166,31 @@ def _refuse_table_fields(session: dict[str, Any]) -> None:
     errors = refusals(session, "session", SESSION_FIELDS, CONTAINERS)
     if errors:
         raise errors[0]
+
+
+def create_body(body: bytes, transport_shape: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A ``POST /v1/live/sessions`` body → (its ``session``, its ``transport``), both objects and
+    nothing else beside them; :class:`ProtocolError` otherwise.  ``transport_shape`` is what the
+    caller's transport must look like, for the message.  The two objects' own fields are the
+    caller's to check."""
+    try:
+        obj = json.loads(body)
+    except ValueError:
+        raise ProtocolError("invalid_json", f"the body is not JSON: {{session, transport: {transport_shape}}}") from None
+    if not isinstance(obj, dict):
+        raise ProtocolError("invalid_type", "the body must be an object: {session, transport}")
+    for key in obj:
+        if key not in ("session", "transport"):
+            raise ProtocolError("unknown_parameter", f"unknown parameter {key[:64]!r}", param=key)
+    transport = obj.get("transport")
+    if not isinstance(transport, dict):
+        raise ProtocolError("invalid_value", f"transport must be {transport_shape}", param="transport")
+    if "session" not in obj:
+        raise ProtocolError("missing_required_parameter", "session is required", param="session")
+    session = obj["session"]
+    if not isinstance(session, dict):
+        raise ProtocolError("invalid_type", "session must be an object", param="session")
+    return session, transport
 
 
 def parse_start(value: Any, *, media: bool = False) -> LiveSession:

@@ -34,7 +34,7 @@ from websockets.asyncio.server import ServerConnection
 from websockets.exceptions import ConnectionClosed
 
 from voiceagent.errors import ProtocolError, VoiceAgentError
-from voiceagent.transports.live_config import parse_start
+from voiceagent.transports.live_config import create_body, parse_start
 from voiceagent.transports.phone_calls import CallStateError, OutboundCall, PhoneCalls, valid_uri
 
 __all__ = ["follow_placed", "is_sip_create", "place_live", "transport_event", "transport_failure"]
@@ -52,11 +52,7 @@ def is_sip_create(body: bytes) -> bool:
 
 
 def _parse(body: bytes) -> tuple[dict[str, Any], str, float]:
-    obj = json.loads(body)
-    for key in obj:
-        if key not in ("session", "transport"):
-            raise ProtocolError("unknown_parameter", f"unknown parameter {key[:64]!r}", param=key)
-    transport = obj["transport"]
+    session, transport = create_body(body, "{type: sip, to, timeout_s}")
     for key in transport:
         if key not in ("type", "to", "timeout_s"):
             raise ProtocolError("unknown_parameter", f"unknown parameter transport.{key[:64]}", param=f"transport.{key[:64]}")
@@ -66,11 +62,6 @@ def _parse(body: bytes) -> tuple[dict[str, Any], str, float]:
     timeout_s = transport.get("timeout_s", 30)
     if isinstance(timeout_s, bool) or not isinstance(timeout_s, int | float) or not 1 <= timeout_s <= 300:
         raise ProtocolError("invalid_value", "transport.timeout_s must be 1-300 (seconds to ring)", param="transport.timeout_s")
-    if "session" not in obj:
-        raise ProtocolError("missing_required_parameter", "session is required", param="session")
-    session = obj["session"]
-    if not isinstance(session, dict):
-        raise ProtocolError("invalid_type", "session must be an object", param="session")
     parse_start({k: v for k, v in session.items() if k != "type"}, media=True)  # checked now: never a call answered into a refusal
     return session, to, float(timeout_s)
 

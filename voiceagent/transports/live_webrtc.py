@@ -16,15 +16,13 @@ Cancellation: as :class:`~voiceagent.transports.webrtc.WebRtcCall`.
 
 from __future__ import annotations
 
-import json
-
 from voiceagent.audio import Int16Array
 from voiceagent.errors import ProtocolError
 from voiceagent.events import Event, PlaybackCleared
 from voiceagent.session import Session
 from voiceagent.transports.live import LiveProtocol
 from voiceagent.transports.live_codec import AUDIO_DELTA, Start
-from voiceagent.transports.live_config import parse_start
+from voiceagent.transports.live_config import create_body, parse_start
 from voiceagent.transports.webrtc import WebRtcCall
 
 __all__ = ["LiveWebRtcCall", "live_offer"]
@@ -33,23 +31,10 @@ __all__ = ["LiveWebRtcCall", "live_offer"]
 def live_offer(body: bytes) -> tuple[dict[str, object], str]:
     """The POST's JSON → (the session's configuration, the SDP offer); :class:`ProtocolError`
     when it is not that shape."""
-    try:
-        obj = json.loads(body)
-    except ValueError:
-        raise ProtocolError("invalid_json", "the body is not JSON: {session, transport: {type: webrtc, sdp}}") from None
-    if not isinstance(obj, dict):
-        raise ProtocolError("invalid_type", "the body must be an object: {session, transport}")
-    for key in obj:
-        if key not in ("session", "transport"):
-            raise ProtocolError("unknown_parameter", f"unknown parameter {key[:64]!r}", param=key)
-    transport = obj.get("transport")
-    if not isinstance(transport, dict) or transport.get("type") != "webrtc" or not isinstance(transport.get("sdp"), str):
-        raise ProtocolError("invalid_value", "transport must be {type: webrtc, sdp: the offer}", param="transport")
-    if "session" not in obj:
-        raise ProtocolError("missing_required_parameter", "session is required", param="session")
-    session = obj["session"]
-    if not isinstance(session, dict):
-        raise ProtocolError("invalid_type", "session must be an object", param="session")
+    shape = "{type: webrtc, sdp: the offer}"
+    session, transport = create_body(body, shape)
+    if transport.get("type") != "webrtc" or not isinstance(transport.get("sdp"), str):
+        raise ProtocolError("invalid_value", f"transport must be {shape}", param="transport")
     return session, str(transport["sdp"])
 
 

@@ -266,12 +266,12 @@ class TwilioConnection(SessionConnection):
         if placed is not None and placed.machine is not None:
             self.machine = MachineWatch(self.session, placed.machine, self._answered_by, self._hang_up, self._hang_up_when_heard)
         self._calls.add(self.call)
-        config = (placed.live_session or placed.session) if placed else None
-        self._ringing = asyncio.create_task(self._until_answered(self.call, placed is not None, config), name=f"{self.session.id}.ringing")
+        self._ringing = asyncio.create_task(self._until_answered(self.call, placed), name=f"{self.session.id}.ringing")
 
-    async def _until_answered(self, call: PhoneCall, placed: bool, config: dict[str, Any] | None) -> None:
-        if placed:  # a call the server placed: answered by the callee already, configured when placed
-            surface = "live" if self._placed is not None and self._placed.live_session is not None else "realtime"
+    async def _until_answered(self, call: PhoneCall, placed: OutboundCall | None) -> None:
+        if placed is not None:  # a call the server placed: answered by the callee already, configured when placed
+            config = placed.live_session or placed.session
+            surface = "live" if placed.live_session is not None else "realtime"
             try:
                 await call.accept(config, surface)
             except ProtocolError as exc:  # checked when placed; a session that cannot take it keeps its own
