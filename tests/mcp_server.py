@@ -146,10 +146,9 @@ class McpTestServer:
 
 def unused_url() -> str:
     """An MCP URL on loopback where nothing listens (a server that is down)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    return f"http://127.0.0.1:{port}/mcp"
+    from tests.ports import free_port  # here: this file also runs as the MCP server's own script
+
+    return f"http://127.0.0.1:{free_port()}/mcp"  # below the ephemeral range: no client is given it meanwhile
 
 
 if __name__ == "__main__":

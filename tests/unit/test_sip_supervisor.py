@@ -8,6 +8,7 @@ import socket
 
 import pytest
 
+from tests.ports import free_port
 from voiceagent.sip.supervisor import READY, TOKEN_ENV, SipGateway, SipGatewayError, check_port
 
 
@@ -24,9 +25,9 @@ def test_a_port_taken_over_udp_or_tcp_is_the_gateways_one_line(kind: int) -> Non
 
 
 def test_a_free_port_passes_and_stays_free() -> None:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    # Free for UDP and TCP, away from the ephemeral range: a UDP port the kernel chose was once
+    # held over TCP by one of the run's own connections.
+    port = free_port()
     check_port("127.0.0.1", port)
     check_port("127.0.0.1", port)  # the probe let go of it
 
