@@ -23,6 +23,8 @@ from collections import Counter
 from pathlib import Path
 from typing import IO, Any
 
+from tests.ports import free_port
+
 WEATHER = "It is 21 degrees and sunny in {city}."
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -146,8 +148,6 @@ class McpTestServer:
 
 def unused_url() -> str:
     """An MCP URL on loopback where nothing listens (a server that is down)."""
-    from tests.ports import free_port  # here: this file also runs as the MCP server's own script
-
     return f"http://127.0.0.1:{free_port()}/mcp"  # below the ephemeral range: no client is given it meanwhile
 
 
