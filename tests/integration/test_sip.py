@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import shutil
 import signal
 import time
@@ -267,32 +268,43 @@ def test_a_call_put_on_hold_and_resumed_goes_on(engines: Any, speech: dict[str, 
                 await until_state(lambda: caller.output().count("update 'audio'") >= 2, 10, "the hold's re-INVITE", caller.output)
                 caller.command("resume")  # and back: sendrecv
                 await until_state(lambda: caller.output().count("update 'audio'") >= 3, 10, "the resume's re-INVITE", caller.output)
+                # The question's turn is the first to begin after this point: a user item opens at
+                # its speech's start, so one the hold's clicks opened (heard as words, it may be)
+                # lies before it.
+                asked_from = len(session.history.items)
                 caller.command("ausrc", f"aufile,{question}")
 
-                def answered() -> bool:
-                    # The question's answer: a completed reply after the user turn that asked it.
-                    # (Whatever else the line carried around the hold, a click heard as words, may
-                    # have made a turn of its own before it.)  The question is known by two of its
-                    # words: through the phone band Whisper tiny has heard it as "Tell me a fun
-                    # fact, and I'll see you soon." (what a phone line costs is the accuracy
-                    # benchmark's to measure; here the call must go on).
+                def answer() -> AssistantItem | None:
+                    # A completed reply after a user turn that began after the resume.  The turn is
+                    # not known by its words: through the phone band, under a loaded run, Whisper
+                    # tiny has heard "Tell me a fun fact about the moon." as "Help me up on top."
+                    # (what a phone line costs is the accuracy benchmark's to measure; here the
+                    # call must go on, both ways).
                     items = list(session.history.items)
-                    asked = [n for n, i in enumerate(items) if isinstance(i, UserItem) and _asked(i.text)]
-                    return bool(asked) and any(isinstance(i, AssistantItem) and i.status == "completed" for i in items[asked[0] + 1 :])
+                    asked = [n for n, i in enumerate(items) if n >= asked_from and isinstance(i, UserItem) and i.text.strip()]
+                    done = [i for i in items[asked[0] + 1 :] if isinstance(i, AssistantItem) and i.status == "completed"] if asked else []
+                    return done[0] if done else None
 
                 def report() -> str:
                     return f"history: {list(session.history.items)}\n{caller.output()[-3000:]}"
 
-                await until_state(answered, 60, "the question after the resume answered", report)
-                return list(session.history.items)
+                await until_state(lambda: answer() is not None, 60, "the question after the resume answered", report)
+                # ... and the line carries RTP down as well as up after the resume, by baresip's own
+                # counters.  (What the phone heard cannot be read back here: baresip 1.0 restarts
+                # its player at a hold, and its decode recording stays empty from then on.)
+                await until_state(lambda: _rtp_both_ways_since(caller.output(), "call: resume"), 10, "RTP both ways", report)
+                return list(session.history.items)[asked_from:]
             finally:
                 caller.close()
                 await gateway.stop()
 
-    items = run(scenario(), 120)
-    assert any(isinstance(i, UserItem) and _asked(i.text) for i in items), items
+    after_resume = run(scenario(), 120)
+    users = [i for i in after_resume if isinstance(i, UserItem)]
+    replies = [i for i in after_resume if isinstance(i, AssistantItem) and i.status == "completed"]
+    assert any(u.text.strip() for u in users) and replies and replies[0].text.strip(), after_resume
 
 
-def _asked(text: str) -> bool:
-    """Whether a user turn is the hold test's question, "Tell me a fun fact about the moon." """
-    return len({"tell", "fun", "fact", "moon"} & _words(text)) >= 2
+def _rtp_both_ways_since(output: str, mark: str) -> bool:
+    """Whether baresip's last status line after ``mark`` counts audio both ways ("audio=rx/tx (bit/s)")."""
+    rates = re.findall(r"audio=(\d+)/(\d+) \(bit/s\)", output[output.rfind(mark) :]) if mark in output else []
+    return bool(rates) and all(int(r) > 0 for r in rates[-1])
