@@ -17,7 +17,7 @@ from voiceagent.backends.batch_engine import BatchedEngine
 from voiceagent.backends.protocols import LlmRequest, Usage, is_piece
 from voiceagent.tools.spec import Message
 
-pytestmark = pytest.mark.models
+pytestmark = [pytest.mark.models, pytest.mark.unpaced]
 
 SYSTEM = "You are a helpful voice assistant. Answer in one short sentence."
 CAPITALS = {

@@ -15,7 +15,7 @@ from tests.profile import SERVE_PROFILE
 from voiceagent.audio import read_wav
 from voiceagent.replay import speech_turns
 
-pytestmark = pytest.mark.models
+pytestmark = [pytest.mark.models, pytest.mark.unpaced]
 
 ROOT = Path(__file__).resolve().parents[2]
 CLI = [sys.executable, "-m", "voiceagent.cli"]

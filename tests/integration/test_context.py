@@ -21,7 +21,7 @@ from voiceagent.backends import llama_cpp
 from voiceagent.backends.registry import Engines
 from voiceagent.transports.server import VoiceAgentServer
 
-pytestmark = pytest.mark.models
+pytestmark = [pytest.mark.models, pytest.mark.unpaced]
 
 ROOMS = ["Amber", "Birch", "Cedar", "Delta", "Ember", "Fjord", "Garnet", "Harbor", "Indigo", "Juniper"]
 TOPICS = ["robotics", "weather models", "speech codecs", "solar panels", "compilers", "tea farming", "bridges", "sleep research"]

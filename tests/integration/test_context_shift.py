@@ -17,7 +17,7 @@ from voiceagent.backends import llama_cpp
 from voiceagent.backends.protocols import LlmEngine, LlmRequest, Usage, is_piece
 from voiceagent.tools.spec import Message
 
-pytestmark = pytest.mark.models
+pytestmark = [pytest.mark.models, pytest.mark.unpaced]
 
 SYSTEM = "You are a helpful voice assistant. Answer in one short sentence. " + "Be kind and precise. " * 30
 PEOPLE = {"Oliver": ("Mr Grey", "Leeds"), "Maria": ("Mrs Stone", "Porto")}

@@ -18,7 +18,7 @@ from tests.conftest import ROOT, make_fixtures
 from tests.integration.local_talk import talk_file
 from tests.profile import profile_config
 
-pytestmark = pytest.mark.models
+pytestmark = [pytest.mark.models, pytest.mark.unpaced]
 
 
 @pytest.mark.xfail(

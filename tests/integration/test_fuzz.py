@@ -23,7 +23,7 @@ import pytest
 from tests.profile import profile_config
 from voiceagent.transports.server import VoiceAgentServer
 
-pytestmark = pytest.mark.models
+pytestmark = [pytest.mark.models, pytest.mark.unpaced]
 
 ROOT = Path(__file__).resolve().parents[2]
 MESSAGES = 600

@@ -21,7 +21,7 @@ from voiceagent.backends.router import RoutedLlm
 from voiceagent.tools.spec import Message
 from voiceagent.transports.server import VoiceAgentServer
 
-pytestmark = pytest.mark.models
+pytestmark = [pytest.mark.models, pytest.mark.unpaced]
 
 
 def test_two_conversations_at_once_are_answered_by_the_engine_their_words_call_for(engines: Any, run: Any) -> None:

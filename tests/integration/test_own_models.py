@@ -29,6 +29,8 @@ from voiceagent.models import catalog
 from voiceagent.models.source import resolve
 from voiceagent.transports.server import VoiceAgentServer
 
+pytestmark = pytest.mark.unpaced
+
 ROOT = Path(__file__).resolve().parents[2]
 CLI = [sys.executable, "-m", "voiceagent.cli"]
 LLM_REPO = "Qwen/Qwen2.5-Coder-0.5B-Instruct-GGUF"

@@ -28,7 +28,7 @@ from websockets.asyncio.client import ClientConnection, connect
 from tests.integration.serve_process import until
 from tests.profile import SERVE_PROFILE
 
-pytestmark = pytest.mark.models
+pytestmark = [pytest.mark.models, pytest.mark.unpaced]
 
 CLI = [sys.executable, "-m", "voiceagent.cli"]
 GRACE_S = 5.0

@@ -23,7 +23,7 @@ from voiceagent.audio import read_wav
 from voiceagent.backends.whisper import WhisperStt
 from voiceagent.text.backchannel import phrases_for
 
-pytestmark = pytest.mark.models
+pytestmark = [pytest.mark.models, pytest.mark.unpaced]
 
 SOUNDS = [("Mm-hmm.", "en-us+m3"), ("Uh-huh.", "en-us+f3")]
 REQUESTS = [("Can you tell me a joke instead?", "en-us+m7"), ("What is the capital of Spain?", "en-us+f3")]

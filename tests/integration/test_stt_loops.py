@@ -25,7 +25,7 @@ from voiceagent.backends.whisper import WhisperStt
 from voiceagent.config import Config
 from voiceagent.text.stt_guard import check
 
-pytestmark = pytest.mark.models
+pytestmark = [pytest.mark.models, pytest.mark.unpaced]
 
 MOON = "Tell me a short fact about the moon."
 # (voice, words per minute, leading silence s, trailing silence s, first seconds kept or None)

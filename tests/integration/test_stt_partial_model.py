@@ -19,7 +19,7 @@ from voiceagent.pipeline.offload import run_at
 from voiceagent.pipeline.scheduler import PriorityExecutor
 from voiceagent.stages.stt import PRIORITY_FINAL, PRIORITY_PARTIAL
 
-pytestmark = pytest.mark.models
+pytestmark = [pytest.mark.models, pytest.mark.unpaced]
 
 
 def test_partials_from_tiny_share_base_s_decoder_thread_and_both_hear_the_clip(run: Callable[..., Any]) -> None:

@@ -21,7 +21,7 @@ from tests.profile import profile_config
 from voiceagent.audio import read_wav
 from voiceagent.backends.whisper import WhisperStt
 
-pytestmark = pytest.mark.models
+pytestmark = [pytest.mark.models, pytest.mark.unpaced]
 
 WEATHER_PROMPT = "Get the current weather in a city."
 # A long prompt of the kind a client with many tools gets: over MAX_PROMPT_TOKENS, so it is cut.

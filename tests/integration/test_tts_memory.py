@@ -7,9 +7,13 @@ and with the heap trimmed, it stays within a small margin of where it started.
 
 from __future__ import annotations
 
+import pytest
+
 from voiceagent.backends.heap import free_bytes
 from voiceagent.backends.piper_tts import PiperTts
 from voiceagent.config import load_config
+
+pytestmark = pytest.mark.unpaced
 
 TEXT = "The train from London to Paris takes about two hours and twenty minutes, and it leaves from St Pancras station every hour. " * 2
 

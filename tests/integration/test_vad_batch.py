@@ -11,7 +11,7 @@ from voiceagent.audio import int16_to_float, read_wav, resample
 from voiceagent.backends.silero import SileroVad
 from voiceagent.stages.vad import VadTracker, VoiceEvent
 
-pytestmark = pytest.mark.models
+pytestmark = [pytest.mark.models, pytest.mark.unpaced]
 
 CLIPS = ("two_turns", "backchannel", "pause_mid")
 FRAMES = (320, 480, 800)  # 20, 30 and 50 ms messages: the windows of the streams do not line up

@@ -24,7 +24,7 @@ from voiceagent.backends.protocols import SttRequest
 from voiceagent.backends.whisper import WhisperStt
 from voiceagent.pipeline.coalesce import Coalescer
 
-pytestmark = pytest.mark.models
+pytestmark = [pytest.mark.models, pytest.mark.unpaced]
 
 # fixture -> a word its transcript holds (Whisper tiny and base both hear these).
 CLIPS = {"long_question": "london", "colour": "sky", "weather": "moon", "count": "count"}
