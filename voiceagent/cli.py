@@ -252,7 +252,9 @@ async def _start_sip(server: VoiceAgentServer) -> SipGateway | None:
     token = server.access.tokens[0] if server.access.required else ""
     url = f"ws://{host}:{server.port}"
     register = (cfg.sip_register, cfg.sip_auth_user)
-    sip = SipGateway(cfg.sip_host or cfg.host, cfg.sip_port, url, cfg.sip_allow, cfg.sip_max_calls, token, *register)
+    sip = SipGateway(
+        cfg.sip_host or cfg.host, cfg.sip_port, url, cfg.sip_allow, cfg.sip_max_calls, token, *register, cfg.sip_echo_cancellation
+    )
     try:
         await sip.start()
     except BaseException:

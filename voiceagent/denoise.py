@@ -4,7 +4,7 @@ A Realtime session asks for it with ``audio.input.noise_reduction`` (``{"type": 
 or ``{"type": "far_field"}``; null, the default, for none), and a server makes it every new
 session's default with ``vad.noise_reduction``.  Both types run the same suppressor: WebRTC's
 (the audio processing module's noise suppressor and its high-pass filter, as the ``livekit``
-wheel ships it; the module :mod:`voiceagent.talk.echo` also uses).  It has one strength, so the
+wheel ships it; the module :mod:`voiceagent.echo` also uses).  It has one strength, so the
 two types differ only in name: the field is honoured, not tuned per microphone distance.
 
 :class:`NoiseSuppressor` is sans-I/O and stateful (the suppressor learns the noise as it goes):
@@ -49,12 +49,13 @@ NEEDS_LIVEKIT = "noise reduction needs the livekit package, which this server la
 """Why noise reduction cannot run here: a session's ``error`` and a start-up's one line say it."""
 
 
-def livekit_rtc() -> Any:
-    """``livekit.rtc``, or a :class:`~voiceagent.errors.MissingDependencyError` naming its extra."""
+def livekit_rtc(extra: str = "clients") -> Any:
+    """``livekit.rtc``, or a :class:`~voiceagent.errors.MissingDependencyError` naming ``extra``
+    (one of the extras that install it: ``clients`` for the talk, ``sip`` for the gateway)."""
     try:
         return importlib.import_module("livekit.rtc")
     except ModuleNotFoundError:
-        raise MissingDependencyError("livekit", "clients") from None
+        raise MissingDependencyError("livekit", extra) from None
 
 
 def suppressor_installed() -> bool:

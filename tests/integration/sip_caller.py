@@ -43,10 +43,13 @@ def placed_record(server: VoiceAgentServer, call_id: str) -> dict[str, Any]:
     return server.phone_calls.placed[call_id].as_object()
 
 
-def gateway_for(server: VoiceAgentServer, sip_port: int, allow: str = "127.0.0.1", max_calls: int = 4) -> SipGateway:
+def gateway_for(
+    server: VoiceAgentServer, sip_port: int, allow: str = "127.0.0.1", max_calls: int = 4, echo_cancellation: bool = True
+) -> SipGateway:
     """The SIP gateway of ``server`` (not yet started), listening on loopback at ``sip_port``, and
     placing the server's calls as ``serve``'s does."""
-    gateway = SipGateway("127.0.0.1", sip_port, f"ws://127.0.0.1:{server.port}", allow, max_calls)
+    url = f"ws://127.0.0.1:{server.port}"
+    gateway = SipGateway("127.0.0.1", sip_port, url, allow, max_calls, echo_cancellation=echo_cancellation)
     gateway.place_calls_for(server.phone_calls)
     return gateway
 
@@ -72,6 +75,7 @@ class Baresip:
         codec: str = "PCMU",
         tail_s: float = 60.0,
         silent: bool = False,
+        echo: bool = False,
         user: str = "caller",
         answer: str = "manual",
     ) -> None:
@@ -93,7 +97,9 @@ class Baresip:
                     f"sip_listen 127.0.0.1:{sip_port}",
                     "net_interface 127.0.0.1",
                     "audio_player aubridge,nil",
-                    f"audio_source aufile,{folder / 'say.wav'}",
+                    # echo: a speakerphone at its worst, sending back all it plays, as it plays it
+                    # (baresip's audio bridge joins its player to its source).
+                    "audio_source aubridge,nil" if echo else f"audio_source aufile,{folder / 'say.wav'}",
                     "module_path /usr/lib/baresip/modules",
                     # Only the codec asked for: the gateway then has no other to choose.
                     "module g722.so" if codec == "G722" else "module g711.so",

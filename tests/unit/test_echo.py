@@ -1,6 +1,7 @@
-"""Echo cancellation for ``voiceagent talk`` (voiceagent/talk/echo.py) on WebRTC's real module:
-the echo of a room goes, the user's voice over it stays, frames are carried whole, the reference
-queue is bounded, and the talk's options decide when it runs.  No models."""
+"""Echo cancellation (voiceagent/echo.py, and voiceagent/talk/echo.py for the talk) on WebRTC's
+real module: the echo of a room goes, the user's voice over it stays, a phone line with no echo is
+judged so and passed untouched, frames are carried whole, the reference queue is bounded, and the
+talk's options decide when it runs.  No models."""
 
 from __future__ import annotations
 
@@ -14,10 +15,11 @@ import numpy as np
 import pytest
 
 from tests.integration.echo_path import FRAME, RATE, Room
+from voiceagent.echo import FRAME as AEC_FRAME
+from voiceagent.echo import EchoCanceller
 from voiceagent.errors import MissingDependencyError
 from voiceagent.talk import TalkOptions
-from voiceagent.talk.echo import FRAME as AEC_FRAME
-from voiceagent.talk.echo import EchoCancelledMicrophone, EchoCanceller, cancel_echo
+from voiceagent.talk.echo import EchoCancelledMicrophone, cancel_echo
 
 
 def _voice(seconds: float, seed: int, f0: float = 140.0) -> np.ndarray[Any, Any]:
@@ -92,6 +94,45 @@ def test_a_microphone_read_late_and_in_bursts_keeps_its_echo_removed() -> None:
     echo = slice(3 * RATE, 11 * RATE)
     removed = _db(np.concatenate(raw)[echo]) - _db(np.concatenate(clean)[echo])
     assert removed >= 20, removed
+
+
+def test_a_line_that_returns_nothing_is_judged_so_and_the_callers_voice_then_passes_untouched() -> None:
+    """A phone line with no echo (a handset): the agent talks for a second with nothing coming
+    back, the line is judged ``none``, and a caller interrupting 5 s in (the syllables of this
+    voice leave it loud a quarter of the time) is passed as it came.  On the canceller alone (the
+    control) the same interruption comes through damped: AEC3 has not learnt yet that nothing
+    comes back."""
+    far = _voice(8.0, seed=1)
+    near = np.zeros_like(far)
+    caller = slice(5 * RATE, 7 * RATE)
+    near[caller] = _voice(2.0, seed=2, f0=220.0) * 0.7
+    line = EchoCanceller(line=True)
+    assert line.verdict is None
+    passed = _through_room(line, far, near, Room(gain_db=-200.0, delay_s=0.06))
+    assert line.verdict == "none"
+    expected = np.clip(near, -32768, 32767).astype(np.int16)[: len(passed)]
+    assert np.array_equal(passed[caller], expected[caller])
+    damped = _through_room(EchoCanceller(), far, near, Room(gain_db=-200.0, delay_s=0.06))
+    assert _db(damped[caller]) < _db(expected[caller]) - 1, (_db(damped[caller]), _db(expected[caller]))
+
+
+def test_a_line_that_echoes_is_judged_so_and_its_echo_is_removed() -> None:
+    far = _voice(5.0, seed=1)
+    room = Room(gain_db=-6.0, delay_s=0.06)
+    line = EchoCanceller(line=True)
+    raw = _through_room(None, far, np.zeros_like(far), Room(gain_db=-6.0, delay_s=0.06))
+    clean = _through_room(line, far, np.zeros_like(far), room)
+    assert line.verdict == "echo"
+    echo_only = slice(2 * RATE, 5 * RATE - FRAME)
+    assert _db(raw[echo_only]) - _db(clean[echo_only]) >= 20, (_db(raw[echo_only]), _db(clean[echo_only]))
+
+
+def test_a_line_is_not_judged_while_the_agent_is_quiet_and_a_microphone_is_never_judged() -> None:
+    line = EchoCanceller(line=True)
+    quiet = np.zeros(RATE * 3, dtype=np.int16)
+    _through_room(line, quiet, quiet, Room(gain_db=-200.0, delay_s=0.06))
+    assert line.verdict is None  # three seconds with nothing played: nothing to judge by
+    assert EchoCanceller().verdict == "echo"
 
 
 def test_frames_are_carried_whole_across_blocks_of_any_length() -> None:

@@ -22,6 +22,7 @@ LAYERS = [
     "errors",
     "audio",
     "denoise",
+    "echo",
     "clock",
     "playback",
     "contention",

@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import socket
+from typing import Any
 
 import pytest
 
 from tests.ports import free_port
+from voiceagent.errors import MissingDependencyError
+from voiceagent.sip import gateway
 from voiceagent.sip.supervisor import READY, TOKEN_ENV, SipGateway, SipGatewayError, check_port
 
 
@@ -53,3 +56,21 @@ def test_the_token_reaches_the_child_in_its_environment_not_on_its_command_line(
 
     line = asyncio.run(asyncio.wait_for(scenario(), 30))
     assert "token=s3cret argv=" in line and "s3cret" not in line.split("argv=")[1]
+
+
+@pytest.mark.parametrize("on", [True, False])
+def test_the_echo_cancellation_setting_reaches_the_gateway_s_command_line(on: bool) -> None:
+    gateway = SipGateway("127.0.0.1", 5060, "ws://127.0.0.1:8765", "127.0.0.1", 4, echo_cancellation=on)
+    at = gateway.args.index("--echo-cancellation")
+    assert gateway.args[at + 1] == ("on" if on else "off")
+
+
+def test_a_gateway_asked_to_cancel_echo_without_livekit_stops_in_one_line(monkeypatch: pytest.MonkeyPatch, capsys: Any) -> None:
+    def missing(extra: str = "clients") -> Any:
+        raise MissingDependencyError("livekit", extra)
+
+    monkeypatch.setattr(gateway, "livekit_rtc", missing)
+    assert gateway.main(["--port", "5060", "--echo-cancellation", "on"]) == 2
+    assert capsys.readouterr().out.strip() == (
+        "sip gateway: the package 'livekit' is not installed; install it with: pip install 'voiceagent[sip]'"
+    )

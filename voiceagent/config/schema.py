@@ -169,6 +169,14 @@ class ServerConfig:
     """SIP calls at once; the next caller gets 486 (busy).  Each call is also a session, so
     admission by load applies to it as to any other.  At most :data:`SIP_CALLS_LIMIT`: the
     packaged PJSIP holds no more."""
+    sip_echo_cancellation: bool = True
+    """Remove the agent's own voice from what SIP callers send: a speakerphone, or a line's echo,
+    sends it back, and the agent would hear itself talk over its reply.  The gateway knows each
+    frame it played, so WebRTC's echo canceller (AEC3, the ``livekit`` package) subtracts it
+    (about 1.5 % of a core per call).  Each call's line is judged over the first second of the
+    agent talking: one that returns nothing (a handset) is then passed as it comes, so that the
+    canceller, still learning, does not damp a caller who interrupts early (voiceagent/echo.py).
+    Off: what the caller sends always reaches the server as it is."""
     sip_webhook_url: str = ""
     """OpenAI's call-control API: each SIP call rings while ``realtime.call.incoming`` is POSTed
     here, signed with ``sip_webhook_secret``; the application answers it with

@@ -38,6 +38,9 @@ from typing import Any
 import numpy as np
 
 from voiceagent.config.schema import SIP_CALLS_LIMIT
+from voiceagent.denoise import livekit_rtc
+from voiceagent.echo import EchoCanceller
+from voiceagent.errors import MissingDependencyError
 
 from .allow import AllowList, source_host
 from .bridge import RATE, CallBridge, Next
@@ -47,6 +50,8 @@ from .supervisor import OUTBOUND, TOKEN_ENV
 log = logging.getLogger("voiceagent.sip")
 
 FRAME_MS = 20
+_SAMPLES = RATE * FRAME_MS // 1000
+"""Samples in one frame of the call's audio."""
 KEYS = "0123456789*#ABCD"
 """The keys RFC 4733 carries (telephone-events 0-15)."""
 CODECS = {"G722/16000": 255, "PCMU/8000": 254, "PCMA/8000": 253}
@@ -95,12 +100,21 @@ def invite_headers(message: str) -> list[tuple[str, str]]:
 
 class MediaPort(_PortBase):  # type: ignore[misc]
     """One call's audio: caller frames to the bridge, the agent's from its playout.  Its two
-    callbacks run on PJSIP's clock thread every 20 ms: they only copy and hand over."""
+    callbacks run on PJSIP's clock thread every 20 ms: they only copy, cancel the echo and hand
+    over.
 
-    def __init__(self, bridge: CallBridge, loop: asyncio.AbstractEventLoop, name: str) -> None:
+    ``canceller``: the agent's own voice coming back (a speakerphone, a line's echo) is removed
+    from the caller's audio before the server hears it.  Both streams are this port's, on the
+    call's one media clock: every frame played is the reference, and every tick's input counts,
+    silence included, so the two stay in step (:mod:`voiceagent.echo`)."""
+
+    def __init__(self, bridge: CallBridge, loop: asyncio.AbstractEventLoop, name: str, canceller: EchoCanceller | None = None) -> None:
         super().__init__()
         self._bridge = bridge
         self._loop = loop
+        self._canceller = canceller
+        self._name = name
+        self._verdict = canceller.verdict if canceller is not None else None
         fmt = pj.MediaFormatAudio()
         fmt.type = pj.PJMEDIA_TYPE_AUDIO
         fmt.clockRate = RATE
@@ -110,12 +124,23 @@ class MediaPort(_PortBase):  # type: ignore[misc]
         self.createPort(f"call-{name}", fmt)
 
     def onFrameReceived(self, frame: Any) -> None:  # noqa: N802 - PJSIP's name
-        if frame.type == pj.PJMEDIA_FRAME_TYPE_AUDIO and frame.size:
-            pcm = np.frombuffer(bytes(frame.buf), dtype="<i2").copy()
+        audio = frame.type == pj.PJMEDIA_FRAME_TYPE_AUDIO and frame.size
+        if not audio and self._canceller is None:
+            return
+        # A tick with no audio is silence to the canceller: its count keeps the two streams in step.
+        pcm = np.frombuffer(bytes(frame.buf), dtype="<i2").copy() if audio else np.zeros(_SAMPLES, dtype=np.int16)
+        if self._canceller is not None:
+            pcm = self._canceller.heard(pcm)
+            if self._canceller.verdict != self._verdict:  # once a call: how its line was judged
+                self._verdict = self._canceller.verdict
+                log.info("sip call %s: %s", self._name, "echo on the line, cancelled" if self._verdict == "echo" else "no echo on the line")
+        if audio:
             self._loop.call_soon_threadsafe(self._bridge.inbound, pcm)
 
     def onFrameRequested(self, frame: Any) -> None:  # noqa: N802 - PJSIP's name
-        pcm, passed = self._bridge.playout.pull(RATE * FRAME_MS // 1000)
+        pcm, passed = self._bridge.playout.pull(_SAMPLES)
+        if self._canceller is not None:
+            self._canceller.played(pcm, RATE)
         if passed:
             self._loop.call_soon_threadsafe(self._bridge.marks_passed, passed)
         frame.type = pj.PJMEDIA_FRAME_TYPE_AUDIO
@@ -176,7 +201,8 @@ class SipCall(_CallBase):  # type: ignore[misc]
             if media.type == pj.PJMEDIA_TYPE_AUDIO and media.status == pj.PJSUA_CALL_MEDIA_ACTIVE and self.bridge is not None:
                 audio = self.getAudioMedia(media.index)
                 if self.port is None:
-                    self.port = MediaPort(self.bridge, self.gateway.loop, self.sid)
+                    canceller = EchoCanceller(line=True) if self.gateway.echo_cancellation else None
+                    self.port = MediaPort(self.bridge, self.gateway.loop, self.sid, canceller)
                 audio.startTransmit(self.port)  # again after a re-INVITE (hold, resume)
                 self.port.startTransmit(audio)
 
@@ -339,9 +365,13 @@ class Gateway:
         max_calls: int,
         token: str = "",
         registration: tuple[Registration, str] | None = None,
+        echo_cancellation: bool = True,
     ) -> None:
-        """``registration``: where to REGISTER, and the password (:mod:`.registration`)."""
+        """``registration``: where to REGISTER, and the password (:mod:`.registration`).
+        ``echo_cancellation``: each call's :class:`MediaPort` removes the agent's own voice from
+        what the caller sends (``server.sip_echo_cancellation``)."""
         self.host = host
+        self.echo_cancellation = echo_cancellation
         self.registration: Registration | None = registration[0] if registration is not None else None
         self._password = registration[1] if registration is not None else ""
         self.port = port
@@ -507,6 +537,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-calls", type=int, default=SIP_CALLS_LIMIT)
     ap.add_argument("--register", default="", help=f"REGISTER as this account, sip:user@registrar[:port] (password: ${PASSWORD_ENV})")
     ap.add_argument("--auth-user", default="", help="the digest user name, when it is not the account's user")
+    ap.add_argument(
+        "--echo-cancellation", choices=("on", "off"), default="on", help="remove the agent's own voice from what callers send (default: on)"
+    )
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     registration: tuple[Registration, str] | None = None
@@ -520,11 +553,14 @@ def main(argv: list[str] | None = None) -> int:
             entries += reg.addresses()  # the registrar sends the extension's calls
             registration = (reg, password)
         allow = AllowList(entries)
-    except ValueError as exc:
+        if args.echo_cancellation == "on":
+            livekit_rtc("sip")  # the canceller's library, asked for before any call needs it
+    except (ValueError, MissingDependencyError) as exc:
         print(f"sip gateway: {exc}", flush=True)
         return 2
     # The server's token comes in the environment: a command line is visible to every user (ps).
-    gateway = Gateway(args.host, args.port, args.server, allow, args.max_calls, os.environ.get(TOKEN_ENV, ""), registration)
+    token = os.environ.get(TOKEN_ENV, "")
+    gateway = Gateway(args.host, args.port, args.server, allow, args.max_calls, token, registration, args.echo_cancellation == "on")
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: gateway.stop())
     gateway.run()

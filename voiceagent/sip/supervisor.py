@@ -74,10 +74,20 @@ class SipGateway:
     """The child process: ``python -m voiceagent.sip.gateway`` with these arguments."""
 
     def __init__(
-        self, host: str, port: int, server_url: str, allow: str, max_calls: int, token: str = "", register: str = "", auth_user: str = ""
+        self,
+        host: str,
+        port: int,
+        server_url: str,
+        allow: str,
+        max_calls: int,
+        token: str = "",
+        register: str = "",
+        auth_user: str = "",
+        echo_cancellation: bool = True,
     ) -> None:
         """``register``, ``auth_user``: ``server.sip_register`` and ``sip_auth_user`` (its password
-        is the child's from this process's environment: :mod:`.registration`)."""
+        is the child's from this process's environment: :mod:`.registration`).
+        ``echo_cancellation``: ``server.sip_echo_cancellation``."""
         self.args = [
             "-m",
             "voiceagent.sip.gateway",
@@ -92,6 +102,8 @@ class SipGateway:
             "--max-calls",
             str(max_calls),
             *(["--register", register, "--auth-user", auth_user] if register else []),
+            "--echo-cancellation",
+            "on" if echo_cancellation else "off",
         ]
         self.registered = ""
         """The gateway's last line about its registration ("" until one: :mod:`.registration`)."""
