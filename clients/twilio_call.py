@@ -5,11 +5,13 @@ It speaks Media Streams exactly as Twilio does: ``connected`` and ``start``, the
 message every 20 ms (160 bytes of base64 μ-law at 8 kHz, numbers sent as strings), silence when
 the caller says nothing.  Reply audio is "played" in real time by a simulated handset, and each
 ``mark`` is echoed only once the audio sent before it would have finished playing; a ``clear``
-drops what was not played yet and echoes the pending marks at once, as Twilio does.
+drops what was not played yet and echoes the pending marks at once, as Twilio does.  With
+``echo_db`` (``--echo-db``) the handset is a speakerphone: what it plays comes back into what it
+sends, that far down and :data:`ECHO_DELAY_S` late.
 
 Usage::
 
-    python clients/twilio_call.py ws://127.0.0.1:8765/twilio question.wav --out heard.wav
+    python clients/twilio_call.py ws://127.0.0.1:8765/twilio question.wav --out heard.wav [--echo-db -6]
 
 The test suite imports :class:`FakeTwilioCall` from here (tests/integration/test_twilio.py).
 """
@@ -37,6 +39,8 @@ from voiceagent.audio import Int16Array, mulaw_decode, mulaw_encode, read_wav, r
 __all__ = ["FakeTwilioCall", "Segment"]
 
 RATE = 8000
+ECHO_DELAY_S = 0.06
+"""A speakerphone's echo path: the loudspeaker to the microphone, and the phone's own buffers."""
 FRAME_BYTES = 160  # 20 ms of 8 kHz μ-law
 FRAME_S = FRAME_BYTES / RATE
 SILENCE = b"\xff" * FRAME_BYTES  # μ-law zero
@@ -74,8 +78,9 @@ class _Outgoing:
 class FakeTwilioCall:
     """``async with FakeTwilioCall(url) as call: await call.say(pcm, rate)`` — see the module doc."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, echo_db: float | None = None) -> None:
         self.url = url
+        self.echo_gain = 10 ** (echo_db / 20) if echo_db is not None else 0.0
         self.stream_sid = "MZ" + secrets.token_hex(16)
         self.call_sid = "CA" + secrets.token_hex(16)
         self.segments: list[Segment] = []
@@ -192,6 +197,19 @@ class FakeTwilioCall:
         raw = b"".join(seg.played_bytes(now) for seg in self.segments)
         return mulaw_decode(raw)
 
+    def _played_during(self, t0: float) -> Int16Array:
+        """The 20 ms the handset played from monotonic time ``t0`` (silence where it played nothing)."""
+        times = t0 + np.arange(FRAME_BYTES) / RATE
+        out = np.zeros(FRAME_BYTES, dtype=np.int16)
+        for seg in reversed(self.segments):  # in time order: the recent ones are the ones that can overlap
+            if seg.end <= t0:
+                break
+            inside = (times >= seg.start) & (times < seg.end)
+            index = ((times[inside] - seg.start) * RATE).astype(int)
+            index = index[index < len(seg.payload)]
+            out[np.flatnonzero(inside)[: len(index)]] = mulaw_decode(bytes(seg.payload[i] for i in index))
+        return out
+
     # ------------------------------------------------------------------ wire
 
     def _next_seq(self) -> str:
@@ -218,6 +236,10 @@ class FakeTwilioCall:
                     out.drained.set()
             else:
                 frame = SILENCE
+            if self.echo_gain:
+                # The loudspeaker heard by the microphone: what played one echo path earlier.
+                echo = self._played_during(t0 + n * FRAME_S - ECHO_DELAY_S) * self.echo_gain
+                frame = mulaw_encode(np.clip(mulaw_decode(frame) + echo, -32768, 32767).astype(np.int16))
             media = {"track": "inbound", "chunk": str(n + 1), "timestamp": str(n * 20), "payload": base64.b64encode(frame).decode("ascii")}
             await self._send({"event": "media", "sequenceNumber": self._next_seq(), "streamSid": self.stream_sid, "media": media})
             self.frames_sent += 1
@@ -285,9 +307,9 @@ class FakeTwilioCall:
         self._changed.set()
 
 
-async def _main(url: str, wav: Path, out: Path | None, within_s: float) -> int:
+async def _main(url: str, wav: Path, out: Path | None, within_s: float, echo_db: float | None) -> int:
     pcm, rate = read_wav(wav)
-    async with FakeTwilioCall(url) as call:
+    async with FakeTwilioCall(url, echo_db) as call:
         await call.say(pcm, rate)
         await call.wait_until(lambda: call.quiet_for(1.5), within_s)
         heard = call.heard_audio()
@@ -306,5 +328,6 @@ if __name__ == "__main__":
     ap.add_argument("wav", type=Path, help="16-bit WAV file the caller says")
     ap.add_argument("--out", type=Path, help="write what the caller heard (8 kHz WAV)")
     ap.add_argument("--timeout", type=float, default=60.0)
+    ap.add_argument("--echo-db", type=float, help="a speakerphone: what it plays comes back this far down (e.g. -6)")
     a = ap.parse_args()
-    sys.exit(asyncio.run(_main(a.url, a.wav, a.out, a.timeout)))
+    sys.exit(asyncio.run(_main(a.url, a.wav, a.out, a.timeout, a.echo_db)))

@@ -30,6 +30,7 @@ from voiceagent.config import Config, given_keys, load_config
 from voiceagent.config.profiles import AUTO_ORDER, PROFILES
 from voiceagent.conversation.prompt_fit import PromptFitter
 from voiceagent.denoise import NEEDS_LIVEKIT, suppressor_installed
+from voiceagent.echo import echo_cancellation_on
 from voiceagent.errors import ConfigError, MissingDependencyError, ModelError, ProtocolError, VoiceAgentError
 from voiceagent.models import catalog
 from voiceagent.models.checks import check_language
@@ -141,12 +142,16 @@ def _require_models(config: Config) -> None:
     path or hub id that is missing, not cached or of the wrong kind is one line saying so
     (voiceagent.models.source; a hub model not cached names ``voiceagent models pull``); an
     English-only Whisper with another ``stt.language`` too; stages on CUDA without a usable GPU
-    too (:func:`check_gpu`); ``vad.noise_reduction`` where its suppressor is not installed too.
+    too (:func:`check_gpu`); ``vad.noise_reduction`` where its suppressor is not installed too, and
+    ``phone.echo_cancellation = on`` where its canceller is not.
     Never downloads, and takes no lock: models load under the start-up
     lock, which another process's warm-up may hold for a while, and none of these needs it."""
     check_gpu(config)
     if config.vad.noise_reduction and not suppressor_installed():
         raise ConfigError(f"vad.noise_reduction = {config.vad.noise_reduction!r}: {NEEDS_LIVEKIT}")
+    if config.phone.echo_cancellation == "on" and not suppressor_installed():
+        lacking = "it needs the livekit package, which this server lacks: pip install 'voiceagent[sip]'"
+        raise ConfigError(f"phone.echo_cancellation = 'on': {lacking}")
     keys = _configured_models(config)
     chosen = PROFILES.get(config.profile, {})
     why: dict[str, str] = {}
@@ -252,9 +257,8 @@ async def _start_sip(server: VoiceAgentServer) -> SipGateway | None:
     token = server.access.tokens[0] if server.access.required else ""
     url = f"ws://{host}:{server.port}"
     register = (cfg.sip_register, cfg.sip_auth_user)
-    sip = SipGateway(
-        cfg.sip_host or cfg.host, cfg.sip_port, url, cfg.sip_allow, cfg.sip_max_calls, token, *register, cfg.sip_echo_cancellation
-    )
+    echo = echo_cancellation_on(server.config.phone.echo_cancellation)
+    sip = SipGateway(cfg.sip_host or cfg.host, cfg.sip_port, url, cfg.sip_allow, cfg.sip_max_calls, token, *register, echo)
     try:
         await sip.start()
     except BaseException:

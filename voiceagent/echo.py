@@ -41,9 +41,17 @@ from collections import deque
 import numpy as np
 
 from voiceagent.audio import PIPELINE_RATE, Int16Array, StreamResampler
-from voiceagent.denoise import FRAME, Frames, apm_frame, livekit_rtc
+from voiceagent.denoise import FRAME, Frames, apm_frame, livekit_rtc, suppressor_installed
 
-__all__ = ["FRAME", "EchoCanceller"]
+__all__ = ["FRAME", "EchoCanceller", "echo_cancellation_on"]
+
+
+def echo_cancellation_on(setting: str) -> bool:
+    """Whether ``phone.echo_cancellation`` (``auto``, ``on`` or ``off``) cancels here: ``auto``
+    where the canceller's library (``livekit``) is installed.  ``on`` without it is refused at
+    start-up, before this is asked."""
+    return setting == "on" or (setting == "auto" and suppressor_installed())
+
 
 _MAX_QUEUED = 100 * 5
 """Reference frames held at most (5 s): a microphone that stopped being read must not let the

@@ -169,14 +169,6 @@ class ServerConfig:
     """SIP calls at once; the next caller gets 486 (busy).  Each call is also a session, so
     admission by load applies to it as to any other.  At most :data:`SIP_CALLS_LIMIT`: the
     packaged PJSIP holds no more."""
-    sip_echo_cancellation: bool = True
-    """Remove the agent's own voice from what SIP callers send: a speakerphone, or a line's echo,
-    sends it back, and the agent would hear itself talk over its reply.  The gateway knows each
-    frame it played, so WebRTC's echo canceller (AEC3, the ``livekit`` package) subtracts it
-    (about 1.5 % of a core per call).  Each call's line is judged over the first second of the
-    agent talking: one that returns nothing (a handset) is then passed as it comes, so that the
-    canceller, still learning, does not damp a caller who interrupts early (voiceagent/echo.py).
-    Off: what the caller sends always reaches the server as it is."""
     sip_webhook_url: str = ""
     """OpenAI's call-control API: each SIP call rings while ``realtime.call.incoming`` is POSTed
     here, signed with ``sip_webhook_secret``; the application answers it with
@@ -772,10 +764,21 @@ class PhoneConfig:
     dtmf_gap_ms: int = 2000
     """Keys the caller presses are collected until ``#`` or this long without another key, then
     given to the conversation as one user message ("The caller pressed 1 2 3 on the keypad.")."""
+    echo_cancellation: str = "auto"
+    """Remove the agent's own voice from what a phone caller sends (SIP and Twilio calls): a
+    speakerphone, or a line's echo, sends it back, and the agent would hear itself talk over its
+    reply.  What was played is known (the SIP gateway's frames; for Twilio, a copy of its playout
+    buffer), so WebRTC's echo canceller (AEC3, the ``livekit`` package) subtracts it, about 1.5 %
+    of a core per call.  Each call's line is judged over the first second of the agent talking:
+    one that returns nothing (a handset) is then passed as it comes, so that the canceller, still
+    learning, does not damp a caller who interrupts early (voiceagent/echo.py).  ``auto`` (the
+    default): on where ``livekit`` is installed (``scripts/setup.sh`` installs it); ``on``: start-up
+    refuses without it; ``off``: what the caller sends reaches the conversation as it is."""
 
     def __post_init__(self) -> None:
         self.targets  # noqa: B018 - parsed once here, so a bad pair stops start-up
         _check(100 <= self.dtmf_gap_ms <= 30000, "phone.dtmf_gap_ms", "must be 100..30000")
+        _check(self.echo_cancellation in ("auto", "on", "off"), "phone.echo_cancellation", "must be auto, on or off")
 
     @property
     def targets(self) -> dict[str, str]:

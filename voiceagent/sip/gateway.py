@@ -369,7 +369,7 @@ class Gateway:
     ) -> None:
         """``registration``: where to REGISTER, and the password (:mod:`.registration`).
         ``echo_cancellation``: each call's :class:`MediaPort` removes the agent's own voice from
-        what the caller sends (``server.sip_echo_cancellation``)."""
+        what the caller sends (``phone.echo_cancellation``)."""
         self.host = host
         self.echo_cancellation = echo_cancellation
         self.registration: Registration | None = registration[0] if registration is not None else None

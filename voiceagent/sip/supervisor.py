@@ -87,7 +87,7 @@ class SipGateway:
     ) -> None:
         """``register``, ``auth_user``: ``server.sip_register`` and ``sip_auth_user`` (its password
         is the child's from this process's environment: :mod:`.registration`).
-        ``echo_cancellation``: ``server.sip_echo_cancellation``."""
+        ``echo_cancellation``: ``phone.echo_cancellation``."""
         self.args = [
             "-m",
             "voiceagent.sip.gateway",

@@ -53,6 +53,7 @@ from typing import Any
 from websockets.asyncio.server import ServerConnection
 
 from voiceagent.audio import PIPELINE_RATE, Int16Array
+from voiceagent.echo import echo_cancellation_on
 from voiceagent.errors import ProtocolError
 from voiceagent.events import CallControl, InputTranscriptDone, PlaybackCleared, ResponseDone
 from voiceagent.session import Session
@@ -65,6 +66,7 @@ from voiceagent.transports.machine_answer import MachineWatch
 from voiceagent.transports.machine_detection import Answered
 from voiceagent.transports.phone_calls import CallStateError, OutboundCall, PhoneCall, PhoneCalls, session_changes
 from voiceagent.transports.realtime_codec import RealtimeCodec
+from voiceagent.transports.stream_echo import StreamEcho
 from voiceagent.transports.twilio_codec import Dtmf, MarkEcho, Media, Start, Stop, TwilioCodec
 from voiceagent.transports.webhooks import WEBHOOK_POOL, WebhookError, deliver, incoming_call, incoming_live
 
@@ -114,6 +116,8 @@ class TwilioConnection(SessionConnection):
         step must be known before the gateway or Twilio asks for it."""
         self.dtmf: list[str] = []
         self._gateway = False  # the SIP gateway's call (its start says so): keys go to it as a message
+        self._echo: StreamEcho | None = None  # the agent's voice sent back, removed (a Twilio call's: its start decides)
+        self._echo_verdict: str | None = None
         self.dropped_ms = 0.0
         """Caller audio refused for arriving faster than real time (``server.audio_burst_s``)."""
         self.transfer: Transfer | None = None
@@ -222,10 +226,15 @@ class TwilioConnection(SessionConnection):
         if isinstance(cmd, Media):
             if len(cmd.pcm) and self.audio_allowed(len(cmd.pcm) * 1000.0 / PIPELINE_RATE):
                 if self._recordings is not None:
-                    self._record(cmd.pcm)
-                await (self.live.microphone(cmd.pcm) if self.live is not None else self.session.append_audio(cmd.pcm))
+                    self._record(cmd.pcm)  # the line as it came
+                pcm = self._echo.heard(cmd.pcm) if self._echo is not None else cmd.pcm
+                if self._echo is not None and self._echo.verdict != self._echo_verdict:  # once a call: how its line was judged
+                    self._echo_verdict = self._echo.verdict
+                    judged = "echo on the line, cancelled" if self._echo_verdict == "echo" else "no echo on the line"
+                    log.info("twilio stream %s: %s", self.codec.stream_sid, judged)
+                await (self.live.microphone(pcm) if self.live is not None else self.session.append_audio(pcm))
                 if self.machine is not None:
-                    await self.machine.audio(cmd.pcm)
+                    await self.machine.audio(pcm)
             elif len(cmd.pcm):
                 self.dropped_ms += len(cmd.pcm) * 1000.0 / PIPELINE_RATE  # faster than a phone line can send
         elif isinstance(cmd, MarkEcho):
@@ -245,6 +254,11 @@ class TwilioConnection(SessionConnection):
         elif isinstance(cmd, Start):
             log.info("twilio call %s started: stream %s, session %s", cmd.call_sid, cmd.stream_sid, self.session.id)
             self._gateway = cmd.custom_parameters.get("voiceagent_gateway") == "sip"
+            # The SIP gateway cancels its calls' echo on their own clock; a Twilio call's is
+            # cancelled here, against a copy of the media server's playout buffer.
+            if not self._gateway and echo_cancellation_on(self.session.config.phone.echo_cancellation):
+                self._echo = StreamEcho()
+                self.codec.sent_audio = self._echo.sent
             if self._gateway and self._calls is not None and self.call is None:
                 self._ring(cmd)
             self._call_name = self.call.call_id if self.call is not None else _file_name(cmd.call_sid or self.session.id)
@@ -455,6 +469,8 @@ class TwilioConnection(SessionConnection):
                 self._goodbye_done = True
                 await self._end_when_heard()
             if isinstance(event, PlaybackCleared):
+                if self._echo is not None:
+                    self._echo.cleared()  # the codec sent ``clear``: the media server drops what it holds
                 await self._cut_to_heard(event)
             elif isinstance(event, InputTranscriptDone) and self.session.config.log_transcripts:
                 log.info("twilio stream %s: caller: %s", self.codec.stream_sid, event.text)

@@ -25,6 +25,7 @@ from __future__ import annotations
 import base64
 import binascii
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -142,6 +143,9 @@ class TwilioCodec:
         self._marks = _MarkBook()
         self._complete: set[str] = set()  # items whose whole audio was sent
         self._mark_ids = itertools.count(1)
+        self.sent_audio: Callable[[Int16Array, int], None] | None = None
+        """Told every sample the media messages carry, in order, at :attr:`rate` (an echo
+        canceller's reference: voiceagent/transports/stream_echo.py)."""
 
     @property
     def started(self) -> bool:
@@ -299,6 +303,8 @@ class TwilioCodec:
         if self.stream_sid is None:
             return []
         frame = self.rate // 50
+        if self.sent_audio is not None and len(pcm):
+            self.sent_audio(pcm, self.rate)
         payloads = (base64.b64encode(self._encode(pcm[i : i + frame])).decode("ascii") for i in range(0, len(pcm), frame))
         return [{"event": "media", "streamSid": self.stream_sid, "media": {"payload": p}} for p in payloads]
 
@@ -308,6 +314,8 @@ class TwilioCodec:
         # soxr's output starts at the item's first sample, so samples sent are item time: the
         # mark is at the end of everything sent so far (the resampler's tail is still inside).
         out.sent += len(pcm)
+        if self.sent_audio is not None:
+            self.sent_audio(pcm, self.rate)
         name = f"m{next(self._mark_ids)}"
         self._marks.pending[name] = (out.item_id, out.sent * 1000.0 / self.rate)
         payload = base64.b64encode(self._encode(pcm)).decode("ascii")
