@@ -77,12 +77,16 @@ class EchoCanceller:
     canceller).  AEC3 learns that only with time: in the first seconds of the agent's first reply
     it damps the caller's voice as if it were echo (a caller interrupting 2.5 s into it came
     through 8.6 dB down on average and up to 50 dB down in its first half second, and the
-    interruption was missed).  So a line is judged over the first second of the agent talking:
-    if the input stayed quiet all along (:data:`_QUIET_DB` under the reference, or a floor),
-    :attr:`verdict` becomes ``"none"`` and from then on the input passes as it came, the module
-    no longer run; if something came back, ``"echo"``, and the canceller stays.  Until the
-    verdict the output is the canceller's (the agent must not hear itself meanwhile).  A line that
-    starts to echo later in the call (a speakerphone switched on) is not judged again."""
+    interruption was missed).  So a line is judged over the first second or more of the agent
+    talking, frame by frame: quiet (:data:`_QUIET_DB` under the reference, or under a floor) or
+    loud.  Once a second's worth of frames is judged: loud in at most a third of them (a caller's
+    "yeah" over the agent is loud in a few), and :attr:`verdict` becomes ``"none"``: from then on
+    the input passes as it came, the module no longer run; loud in half or more (a speakerphone
+    returns the agent in most frames it talks, all but the echo path's delay at each onset),
+    ``"echo"``, and the canceller stays; in between, the judging goes on.  Until the verdict the
+    output is the canceller's (the agent must not hear itself meanwhile).  A caller who talks over
+    the whole of the agent's first second on a line with no echo can still make it ``"echo"``; a
+    line that starts to echo later in the call (a speakerphone switched on) is not judged again."""
 
     def __init__(self, *, noise_suppression: bool = False, line: bool = False) -> None:
         rtc = livekit_rtc()
@@ -152,9 +156,13 @@ class EchoCanceller:
             self._quiet += 1
         else:
             self._loud += 1
-        if self._loud >= _VERDICT_FRAMES // 10:
+        # A speakerphone returns the agent in nearly every frame it talks; a caller's "yeah" over
+        # the agent's first second is loud in a few of them, and must not make the line an
+        # echoing one (its canceller would then damp that caller's interruptions).
+        judged = self._loud + self._quiet
+        if judged >= _VERDICT_FRAMES and 2 * self._loud >= judged:
             self.verdict = "echo"
-        elif self._quiet >= _VERDICT_FRAMES:
+        elif judged >= _VERDICT_FRAMES and 3 * self._loud <= judged:
             self.verdict = "none"
 
     def _feed_reference(self, run: bool = True) -> None:

@@ -44,7 +44,7 @@ def placed_record(server: VoiceAgentServer, call_id: str) -> dict[str, Any]:
 
 
 def gateway_for(
-    server: VoiceAgentServer, sip_port: int, allow: str = "127.0.0.1", max_calls: int = 4, echo_cancellation: bool = True
+    server: VoiceAgentServer, sip_port: int, allow: str = "127.0.0.1", max_calls: int = 4, echo_cancellation: bool = False
 ) -> SipGateway:
     """The SIP gateway of ``server`` (not yet started), listening on loopback at ``sip_port``, and
     placing the server's calls as ``serve``'s does."""

@@ -116,6 +116,21 @@ def test_a_line_that_returns_nothing_is_judged_so_and_the_callers_voice_then_pas
     assert _db(damped[caller]) < _db(expected[caller]) - 1, (_db(damped[caller]), _db(expected[caller]))
 
 
+def test_a_callers_yeah_over_the_agents_first_second_does_not_make_the_line_an_echoing_one() -> None:
+    """Found in a fresh clone's Twilio barge-in test: a backchannel early in the story made the
+    line ``echo`` (ten loud frames were enough then), and the canceller, still learning, damped the
+    caller's interruption after it."""
+    far = _voice(10.0, seed=1)
+    near = np.zeros_like(far)
+    near[int(0.4 * RATE) : int(0.9 * RATE)] = _voice(0.5, seed=3, f0=200.0) * 0.7  # "yeah"
+    caller = slice(7 * RATE, 9 * RATE)
+    near[caller] = _voice(2.0, seed=2, f0=220.0) * 0.7
+    line = EchoCanceller(line=True)
+    passed = _through_room(line, far, near, Room(gain_db=-200.0, delay_s=0.06))
+    assert line.verdict == "none"
+    assert np.array_equal(passed[caller], np.clip(near, -32768, 32767).astype(np.int16)[caller])
+
+
 def test_a_line_that_echoes_is_judged_so_and_its_echo_is_removed() -> None:
     far = _voice(5.0, seed=1)
     room = Room(gain_db=-6.0, delay_s=0.06)

@@ -365,7 +365,7 @@ class Gateway:
         max_calls: int,
         token: str = "",
         registration: tuple[Registration, str] | None = None,
-        echo_cancellation: bool = True,
+        echo_cancellation: bool = False,
     ) -> None:
         """``registration``: where to REGISTER, and the password (:mod:`.registration`).
         ``echo_cancellation``: each call's :class:`MediaPort` removes the agent's own voice from
@@ -537,9 +537,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-calls", type=int, default=SIP_CALLS_LIMIT)
     ap.add_argument("--register", default="", help=f"REGISTER as this account, sip:user@registrar[:port] (password: ${PASSWORD_ENV})")
     ap.add_argument("--auth-user", default="", help="the digest user name, when it is not the account's user")
-    ap.add_argument(
-        "--echo-cancellation", choices=("on", "off"), default="on", help="remove the agent's own voice from what callers send (default: on)"
-    )
+    ap.add_argument("--echo-cancellation", choices=("on", "off"), default="off", help="remove the agent's own voice from what callers send")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     registration: tuple[Registration, str] | None = None

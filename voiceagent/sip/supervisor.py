@@ -83,7 +83,7 @@ class SipGateway:
         token: str = "",
         register: str = "",
         auth_user: str = "",
-        echo_cancellation: bool = True,
+        echo_cancellation: bool = False,
     ) -> None:
         """``register``, ``auth_user``: ``server.sip_register`` and ``sip_auth_user`` (its password
         is the child's from this process's environment: :mod:`.registration`).

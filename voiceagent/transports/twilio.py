@@ -227,11 +227,9 @@ class TwilioConnection(SessionConnection):
             if len(cmd.pcm) and self.audio_allowed(len(cmd.pcm) * 1000.0 / PIPELINE_RATE):
                 if self._recordings is not None:
                     self._record(cmd.pcm)  # the line as it came
-                pcm = self._echo.heard(cmd.pcm) if self._echo is not None else cmd.pcm
-                if self._echo is not None and self._echo.verdict != self._echo_verdict:  # once a call: how its line was judged
-                    self._echo_verdict = self._echo.verdict
-                    judged = "echo on the line, cancelled" if self._echo_verdict == "echo" else "no echo on the line"
-                    log.info("twilio stream %s: %s", self.codec.stream_sid, judged)
+                pcm = self._without_echo(cmd.pcm)
+                if not len(pcm):
+                    return  # the canceller works in whole 10 ms frames: this one's samples come with the next
                 await (self.live.microphone(pcm) if self.live is not None else self.session.append_audio(pcm))
                 if self.machine is not None:
                     await self.machine.audio(pcm)
@@ -262,6 +260,18 @@ class TwilioConnection(SessionConnection):
             if self._gateway and self._calls is not None and self.call is None:
                 self._ring(cmd)
             self._call_name = self.call.call_id if self.call is not None else _file_name(cmd.call_sid or self.session.id)
+
+    def _without_echo(self, pcm: Int16Array) -> Int16Array:
+        """The caller's audio with the agent's own voice removed (as it came where nothing
+        cancels: :mod:`~voiceagent.transports.stream_echo`); the line's verdict is logged once."""
+        if self._echo is None:
+            return pcm
+        clean = self._echo.heard(pcm)
+        if self._echo.verdict != self._echo_verdict:
+            self._echo_verdict = self._echo.verdict
+            judged = "echo on the line, cancelled" if self._echo_verdict == "echo" else "no echo on the line"
+            log.info("twilio stream %s: %s", self.codec.stream_sid, judged)
+        return clean
 
     # ------------------------------------------------------------------ the gateway's calls
 
