@@ -37,13 +37,14 @@ from __future__ import annotations
 
 import threading
 from collections import deque
+from typing import Any
 
 import numpy as np
 
 from voiceagent.audio import PIPELINE_RATE, Int16Array, StreamResampler
 from voiceagent.denoise import FRAME, Frames, apm_frame, livekit_rtc, suppressor_installed
 
-__all__ = ["FRAME", "EchoCanceller", "echo_cancellation_on"]
+__all__ = ["FRAME", "EchoCanceller", "LineJudge", "echo_cancellation_on"]
 
 
 def echo_cancellation_on(setting: str) -> bool:
@@ -58,15 +59,74 @@ _MAX_QUEUED = 100 * 5
 queue grow without bound; the oldest go first, as they would be stale anyway."""
 
 
+_BLOCK_FRAMES = 20
+"""A line is judged in blocks of 200 ms (10 ms frames)."""
+_LAG_FRAMES = 50
+"""How late an echo may come back: 500 ms (a phone's buffers and the network's, both ways)."""
 _FAR_ACTIVE_RMS = 300.0
-"""A reference frame louder than this (about -40 dBFS) is the agent talking: only those frames
-tell whether anything comes back."""
-_QUIET_DB = -35.0
-"""An input frame this far under its reference frame (or under :data:`_QUIET_FLOOR_RMS`) carried
-no echo of it."""
+"""A block whose reference is louder than this (about -40 dBFS) is the agent talking: only those
+blocks tell whether anything comes back."""
 _QUIET_FLOOR_RMS = 30.0
-_VERDICT_FRAMES = 100
-"""Frames of the agent talking (1 s) before a line is judged."""
+"""An input block under this (about -60 dBFS) carried nothing back."""
+_ECHO_NCC = 0.3
+_CLEAR_NCC = 0.2
+"""Peak normalised cross-correlation of an input block with the reference, over the lags an echo
+may come back at: an echo's is 0.5-0.85 (0.35 and up with the caller talking over it), a caller's
+words over the agent 0-0.27 (docs/telephony.md).  Blocks in between count for neither."""
+_ECHO_BLOCKS = 3
+_CLEAR_BLOCKS = 5
+
+
+class LineJudge:
+    """Whether a phone line returns the agent's voice, judged by what comes back while the agent
+    talks: an input block that correlates with what played up to :data:`_LAG_FRAMES` before it is
+    an echo; one that is quiet, or loud but unlike it (the caller's "yeah" over the agent), is not.
+    :meth:`frame` takes each 10 ms input frame with the reference frame that played while it was
+    heard, and gives the verdict once there is one: ``"echo"`` after :data:`_ECHO_BLOCKS` echoing
+    blocks, ``"none"`` after :data:`_CLEAR_BLOCKS` clear ones (two more for each echoing one).
+    Loudness alone could not tell the two apart: a caller's words over the agent's first second
+    made lines with no echo ``"echo"`` and their early interruptions came through damped."""
+
+    def __init__(self) -> None:
+        self._ref: deque[Int16Array] = deque(maxlen=_LAG_FRAMES + _BLOCK_FRAMES)
+        self._mic: deque[Int16Array] = deque(maxlen=_BLOCK_FRAMES)
+        self._frames = 0
+        self.echo_blocks = 0
+        self.clear_blocks = 0
+
+    def frame(self, mic: Int16Array, ref: Int16Array | None) -> str | None:
+        self._ref.append(ref if ref is not None else np.zeros(FRAME, dtype=np.int16))
+        self._mic.append(mic)
+        self._frames += 1
+        if self._frames % _BLOCK_FRAMES or len(self._ref) < _LAG_FRAMES + _BLOCK_FRAMES:
+            return None
+        r = np.concatenate(self._ref).astype(np.float64)
+        m = np.concatenate(self._mic).astype(np.float64)
+        b = len(m)
+        if np.sqrt(np.mean(r[-b:] ** 2)) < _FAR_ACTIVE_RMS:
+            return None  # the agent is quiet: nothing to judge by
+        if np.sqrt(np.mean(m**2)) < _QUIET_FLOOR_RMS:
+            self.clear_blocks += 1
+        else:
+            ncc = _peak_correlation(m, r)
+            self.echo_blocks += ncc >= _ECHO_NCC
+            self.clear_blocks += ncc < _CLEAR_NCC
+        if self.echo_blocks >= _ECHO_BLOCKS:
+            return "echo"
+        if self.clear_blocks >= _CLEAR_BLOCKS + 2 * self.echo_blocks:
+            return "none"
+        return None
+
+
+def _peak_correlation(m: np.ndarray[Any, np.dtype[np.float64]], r: np.ndarray[Any, np.dtype[np.float64]]) -> float:
+    """The peak of ``m``'s normalised cross-correlation with the windows of ``r`` it could echo
+    (``r``'s last ``len(m)`` samples are simultaneous with ``m``; earlier ones came before)."""
+    b, lags = len(m), len(r) - len(m)
+    n = 1 << int(np.ceil(np.log2(len(r) + b)))
+    c = np.fft.irfft(np.fft.rfft(r, n) * np.conj(np.fft.rfft(m, n)), n)[: lags + 1]  # c[k] = sum r[k + i] m[i]
+    energy = np.concatenate([[0.0], np.cumsum(r**2)])
+    windows = energy[b : b + lags + 1] - energy[: lags + 1]
+    return float(np.max(np.abs(c) / np.sqrt(windows * np.sum(m**2) + 1e-9)))
 
 
 class EchoCanceller:
@@ -77,16 +137,12 @@ class EchoCanceller:
     canceller).  AEC3 learns that only with time: in the first seconds of the agent's first reply
     it damps the caller's voice as if it were echo (a caller interrupting 2.5 s into it came
     through 8.6 dB down on average and up to 50 dB down in its first half second, and the
-    interruption was missed).  So a line is judged over the first second or more of the agent
-    talking, frame by frame: quiet (:data:`_QUIET_DB` under the reference, or under a floor) or
-    loud.  Once a second's worth of frames is judged: loud in at most a third of them (a caller's
-    "yeah" over the agent is loud in a few), and :attr:`verdict` becomes ``"none"``: from then on
-    the input passes as it came, the module no longer run; loud in half or more (a speakerphone
-    returns the agent in most frames it talks, all but the echo path's delay at each onset),
-    ``"echo"``, and the canceller stays; in between, the judging goes on.  Until the verdict the
-    output is the canceller's (the agent must not hear itself meanwhile).  A caller who talks over
-    the whole of the agent's first second on a line with no echo can still make it ``"echo"``; a
-    line that starts to echo later in the call (a speakerphone switched on) is not judged again."""
+    interruption was missed).  So each line is judged by a :class:`LineJudge` while the agent
+    talks: once it finds no echo (:attr:`verdict` ``"none"``, about a second of the agent
+    talking), the input passes as it came and the module no longer runs; once it finds one
+    (``"echo"``), the canceller stays.  Until the verdict the output is the canceller's (the agent
+    must not hear itself meanwhile).  A line that starts to echo later in the call (a speakerphone
+    switched on) is not judged again."""
 
     def __init__(self, *, noise_suppression: bool = False, line: bool = False) -> None:
         rtc = livekit_rtc()
@@ -105,8 +161,7 @@ class EchoCanceller:
         self.verdict: str | None = None if line else "echo"
         """``"echo"`` (cancelled), ``"none"`` (passed as it came) or None (a line still being
         judged): see the class docstring."""
-        self._quiet = 0  # frames of the agent talking with nothing coming back
-        self._loud = 0  # ... with something coming back
+        self._judge = LineJudge() if line else None
         self._ref_now: Int16Array | None = None  # the reference frame that played while the input frame was heard
 
     def played(self, pcm: Int16Array, rate: int) -> None:
@@ -141,29 +196,9 @@ class EchoCanceller:
             self._apm.set_stream_delay_ms(0)  # AEC3 estimates the delay itself
             self._apm.process_stream(frame)
             out[i : i + FRAME] = np.frombuffer(frame.data, dtype=np.int16)
-            if self.verdict is None:
-                self._judge(raw)
+            if self._judge is not None and self.verdict is None:
+                self.verdict = self._judge.frame(raw, self._ref_now)
         return out
-
-    def _judge(self, raw: Int16Array) -> None:
-        """Count one input frame towards a line's verdict (the class docstring)."""
-        ref = self._ref_now
-        ref_rms = float(np.sqrt(np.mean(ref.astype(np.float64) ** 2))) if ref is not None else 0.0
-        if ref_rms < _FAR_ACTIVE_RMS:
-            return
-        mic_rms = float(np.sqrt(np.mean(raw.astype(np.float64) ** 2)))
-        if mic_rms < max(ref_rms * 10 ** (_QUIET_DB / 20), _QUIET_FLOOR_RMS):
-            self._quiet += 1
-        else:
-            self._loud += 1
-        # A speakerphone returns the agent in nearly every frame it talks; a caller's "yeah" over
-        # the agent's first second is loud in a few of them, and must not make the line an
-        # echoing one (its canceller would then damp that caller's interruptions).
-        judged = self._loud + self._quiet
-        if judged >= _VERDICT_FRAMES and 2 * self._loud >= judged:
-            self.verdict = "echo"
-        elif judged >= _VERDICT_FRAMES and 3 * self._loud <= judged:
-            self.verdict = "none"
 
     def _feed_reference(self, run: bool = True) -> None:
         """Hand the module the reference up to and including the frame that played while the

@@ -21,6 +21,7 @@ import numpy as np
 from tests.conftest import SCALE
 from tests.ports import free_port
 from voiceagent.audio import Int16Array, read_wav, resample, write_wav
+from voiceagent.echo import echo_cancellation_on
 from voiceagent.sip.supervisor import SipGateway
 from voiceagent.transports.server import VoiceAgentServer
 
@@ -44,10 +45,13 @@ def placed_record(server: VoiceAgentServer, call_id: str) -> dict[str, Any]:
 
 
 def gateway_for(
-    server: VoiceAgentServer, sip_port: int, allow: str = "127.0.0.1", max_calls: int = 4, echo_cancellation: bool = False
+    server: VoiceAgentServer, sip_port: int, allow: str = "127.0.0.1", max_calls: int = 4, echo_cancellation: bool | None = None
 ) -> SipGateway:
     """The SIP gateway of ``server`` (not yet started), listening on loopback at ``sip_port``, and
-    placing the server's calls as ``serve``'s does."""
+    placing the server's calls as ``serve``'s does; ``echo_cancellation`` as the server's
+    ``phone.echo_cancellation`` says unless given."""
+    if echo_cancellation is None:
+        echo_cancellation = echo_cancellation_on(server.config.phone.echo_cancellation)
     url = f"ws://127.0.0.1:{server.port}"
     gateway = SipGateway("127.0.0.1", sip_port, url, allow, max_calls, echo_cancellation=echo_cancellation)
     gateway.place_calls_for(server.phone_calls)

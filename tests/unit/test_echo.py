@@ -131,6 +131,17 @@ def test_a_callers_yeah_over_the_agents_first_second_does_not_make_the_line_an_e
     assert np.array_equal(passed[caller], np.clip(near, -32768, 32767).astype(np.int16)[caller])
 
 
+def test_the_judges_correlation_finds_a_late_copy_and_not_another_voice() -> None:
+    from voiceagent.echo import _peak_correlation
+
+    ref = _voice(0.7, seed=1)
+    late = np.zeros(3200)
+    late[:] = ref[-3200 - 1600 : -1600] * 0.3  # what played 100 ms before, quieter
+    other = _voice(0.2, seed=4, f0=230.0)[:3200]
+    assert _peak_correlation(late, ref) > 0.99
+    assert _peak_correlation(other, ref) < 0.3
+
+
 def test_a_line_that_echoes_is_judged_so_and_its_echo_is_removed() -> None:
     far = _voice(5.0, seed=1)
     room = Room(gain_db=-6.0, delay_s=0.06)

@@ -764,19 +764,17 @@ class PhoneConfig:
     dtmf_gap_ms: int = 2000
     """Keys the caller presses are collected until ``#`` or this long without another key, then
     given to the conversation as one user message ("The caller pressed 1 2 3 on the keypad.")."""
-    echo_cancellation: str = "off"
+    echo_cancellation: str = "auto"
     """Remove the agent's own voice from what a phone caller sends (SIP and Twilio calls): a
     speakerphone, or a line's echo, sends it back, and the agent would hear itself talk over its
     reply.  What was played is known (the SIP gateway's frames; for Twilio, a copy of its playout
     buffer), so WebRTC's echo canceller (AEC3, the ``livekit`` package) subtracts it, about 1.5 %
-    of a core per call.  Each call's line is judged over the first second or more of the agent
-    talking, and one that returns nothing (a handset) is then passed as it comes, so that the
-    canceller, still learning, does not damp a caller who interrupts early (voiceagent/echo.py).
-    Off by default: the judging goes by loudness, so a caller's words over the agent's first
-    seconds delay the verdict, and an interruption meanwhile reaches the conversation damped (a
-    Twilio barge-in test failed so, docs/telephony.md).  ``auto``: on where ``livekit`` is
-    installed (``scripts/setup.sh`` installs it); ``on``: start-up refuses without it; ``off``:
-    what the caller sends reaches the conversation as it is."""
+    of a core per call.  Each call's line is judged while the agent talks, by how what comes back
+    correlates with what played: one that returns nothing (a handset) is then passed as it comes,
+    so that the canceller, still learning, does not damp a caller who interrupts early
+    (voiceagent/echo.py).  ``auto`` (the default): on where ``livekit`` is installed
+    (``scripts/setup.sh`` installs it); ``on``: start-up refuses without it; ``off``: what the
+    caller sends reaches the conversation as it is."""
 
     def __post_init__(self) -> None:
         self.targets  # noqa: B018 - parsed once here, so a bad pair stops start-up
