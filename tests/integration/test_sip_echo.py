@@ -5,7 +5,7 @@ The phone (tests/integration/speakerphone.py, on PJSIP) sends back all it hears,
 few frames late, as a speakerphone on a desk does (without a room's reverberation).  An
 application's sideband would start the agent talking; here the test asks the in-process session
 for a story directly.  With the gateway's echo cancellation (``phone.echo_cancellation``, on
-by default where ``livekit`` is installed) the story plays to its end and no user turn opens; the same call without it is the
+here) the story plays to its end and no user turn opens; the same call without it is the
 control, and must show the agent hearing itself, or the echo is too weak to test anything.
 """
 

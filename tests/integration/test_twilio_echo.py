@@ -3,8 +3,8 @@ agent must not hear itself.
 
 The phone (clients/twilio_call.py with ``echo_db``) returns all it plays 6 dB down and 60 ms late,
 as a speakerphone on a desk does (without a room's reverberation).  The caller asks once and a
-storyteller answers; with ``phone.echo_cancellation = auto`` (the default, on here: setup
-installs ``livekit``) the story plays to its end with no turn but the question; the same call
+storyteller answers; with ``phone.echo_cancellation = auto`` (on here: setup installs
+``livekit``) the story plays to its end with no turn but the question; the same call
 with it ``off`` is the control, and must show the agent hearing itself (a turn of its own words,
 or the story cut), or the echo is too weak to test anything.
 """

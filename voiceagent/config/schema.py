@@ -764,7 +764,7 @@ class PhoneConfig:
     dtmf_gap_ms: int = 2000
     """Keys the caller presses are collected until ``#`` or this long without another key, then
     given to the conversation as one user message ("The caller pressed 1 2 3 on the keypad.")."""
-    echo_cancellation: str = "auto"
+    echo_cancellation: str = "off"
     """Remove the agent's own voice from what a phone caller sends (SIP and Twilio calls): a
     speakerphone, or a line's echo, sends it back, and the agent would hear itself talk over its
     reply.  What was played is known (the SIP gateway's frames; for Twilio, a copy of its playout
@@ -772,9 +772,10 @@ class PhoneConfig:
     of a core per call.  Each call's line is judged while the agent talks, by how what comes back
     correlates with what played: one that returns nothing (a handset) is then passed as it comes,
     so that the canceller, still learning, does not damp a caller who interrupts early
-    (voiceagent/echo.py).  ``auto`` (the default): on where ``livekit`` is installed
-    (``scripts/setup.sh`` installs it); ``on``: start-up refuses without it; ``off``: what the
-    caller sends reaches the conversation as it is."""
+    (voiceagent/echo.py).  Off by default until it has passed the whole suite on as often as off
+    (docs/telephony.md).  ``auto``: on where ``livekit`` is installed (``scripts/setup.sh``
+    installs it); ``on``: start-up refuses without it; ``off``: what the caller sends reaches the
+    conversation as it is."""
 
     def __post_init__(self) -> None:
         self.targets  # noqa: B018 - parsed once here, so a bad pair stops start-up
