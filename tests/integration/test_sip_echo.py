@@ -80,6 +80,10 @@ def _config() -> Any:
     return profile_config({"server.port": "0", "llm.instructions": instructions, "llm.max_tokens": "48"})
 
 
+# Alone (serial), as the other real-time phone tests that need the voice on time: in a fresh
+# clone's parallel part the canceller, not yet converged in the reply's first second, let the
+# echo through once (the story cut at 1.2 s); alone it passed every run.
+@pytest.mark.serial
 @pytest.mark.parametrize("cancel", [True, False], ids=["cancelled", "control"])
 def test_a_speakerphone_sending_the_agent_back_is_not_heard_with_echo_cancellation(
     cancel: bool, engines: Any, speech: dict[str, Path], run: Any, tmp_path: Path
