@@ -11,8 +11,10 @@ from typing import Any
 
 from voiceagent.clock import VirtualClock
 from voiceagent.config import Config
+from voiceagent.config.prompts import LIVE_COMMENTARY
 from voiceagent.events import FunctionCallAdded
 from voiceagent.session import Session
+from voiceagent.tools.spec import Message
 from voiceagent.transports.live import LiveProtocol
 from voiceagent.transports.live_codec import DELEGATE
 
@@ -102,6 +104,30 @@ def test_an_acknowledgement_already_asked_for_is_dropped_by_commentary_before_it
             assert live._speech.qsize() == 0
             assert session.active_response_id is not None  # one response: the commentary's
             assert not any(m["type"] == "error" for m in sent), sent
+        finally:
+            await live.stop()
+            await session.aclose()
+
+    run(main(), 20)
+
+
+def test_commentary_is_the_closing_message_of_its_answers_prompt(run: Run, make_fakes: MakeFakes) -> None:
+    """Commentary with no delegation is spoken from a prompt that ends with it (a system message
+    after the conversation), under the session's own instructions: at the end of the
+    instructions instead, the 0.5B model refused it after an answered question."""
+
+    async def main() -> None:
+        clock, sent = VirtualClock(), []
+        fakes = make_fakes()
+        session, live = await _protocol(fakes, clock, sent)
+        try:
+            live.start()
+            commentary = {"type": "session.commentary.append", "content": "The museum opens at nine.", "delegation_id": None}
+            assert await live.handle_frame(json.dumps(commentary)) is not None
+            (call,) = await fakes.llm.calls.wait(1)
+            assert call.messages[0] == Message("system", session.settings.instructions)
+            assert call.messages[-1] == Message("system", LIVE_COMMENTARY.format(content="The museum opens at nine."))
+            assert call.tools == ()
         finally:
             await live.stop()
             await session.aclose()

@@ -79,8 +79,11 @@ LIVE_ACKNOWLEDGEMENT = (
 )
 """A GPT-Live delegation's automatic spoken acknowledgement (one answer's prompt, out of the history)."""
 
-LIVE_COMMENTARY = " Tell the user this now, briefly and in your own words: {content}"
-"""Commentary a GPT-Live application appends for the whole session (``delegation_id`` null)."""
+LIVE_COMMENTARY = "Tell the user this now, briefly and in your own words: {content}"
+"""Commentary a GPT-Live application appends for the whole session (``delegation_id`` null): the
+closing message of that answer's prompt.  At the end of the instructions instead, after a spoken
+question and its answer, the 0.5B model refused ("I'm sorry, but I can't assist with that.") in 11
+of 12 contexts tried; as the prompt's last message it said it in 12 of 12."""
 
 LIVE_THINKING = "Background for later answers (do not read it out): {content}"
 """Silent context a GPT-Live application appends (``session.thinking.append``): joins the instructions."""

@@ -74,21 +74,16 @@ class Prompter:
             choice = "auto"
         # The examples show the reply style of the server's instructions; a response with its own
         # instructions, or one that may call a tool, is prompted without them.
-        examples = settings.examples if not (options and options.instructions) and not tools else ()
+        examples = settings.examples if not (options and (options.instructions or options.closing)) and not tools else ()
         instructions = with_tools(instructions, tools)
         max_tokens = options.max_tokens if options is not None else None
         if options is not None and options.input is not None:
             # The client's own context for this response: read as given, not cut to the window.
             given = input_messages(instructions, options.input, self._history)
-            if given[-1].role == "tool":
-                given.append(Message("system", ANSWER_FROM_TOOLS))
-            return LlmPrompt(given, tools, choice, max_tokens), None
+            return LlmPrompt(_closed(given, options), tools, choice, max_tokens), None
 
         def render() -> list[Message]:
-            messages = self._history.messages(instructions, pending_user=turn.text, gen=turn.gen, examples=examples)
-            if messages and messages[-1].role == "tool":
-                messages.append(Message("system", ANSWER_FROM_TOOLS))  # answering from tool results, not from words
-            return messages
+            return _closed(self._history.messages(instructions, pending_user=turn.text, gen=turn.gen, examples=examples), options)
 
         if self._fitter is None:
             return LlmPrompt(render(), tools, choice, max_tokens), None
@@ -106,3 +101,13 @@ class Prompter:
             )
             dropped = ItemsDropped(t=self._clock.now(), gen=self._scope.current, session=self._id, item_ids=tuple(fitted.dropped))
         return LlmPrompt(fitted.messages, tools, choice, max_tokens), dropped
+
+
+def _closed(messages: list[Message], options: ResponseOptions | None) -> list[Message]:
+    """``messages`` with what closes them: after tool outputs, the word to answer from them (not
+    from words); then the response's own closing task (:attr:`ResponseOptions.closing`)."""
+    if messages and messages[-1].role == "tool":
+        messages.append(Message("system", ANSWER_FROM_TOOLS))
+    if options is not None and options.closing:
+        messages.append(Message("system", options.closing))
+    return messages

@@ -66,6 +66,10 @@ class ResponseOptions:
     say: str | None = None
     """Speak these words as they are, asking no model (a message left on an answering machine):
     the reply is this text, split into clauses for the voice."""
+    closing: str | None = None
+    """A system message after the conversation: what this response is to do now.  Where the
+    prompt ends with the agent's own last answer, the 0.5B model reads a task placed at the end of
+    the instructions as a request to refuse; placed last, it does it."""
 
     def client_tools(self, settings: SessionSettings) -> tuple[Tool, ...]:
         """The client's tools for this response: its own, else the session's."""

@@ -289,8 +289,8 @@ class LiveProtocol:
         if cmd.kind == "commentary" and cmd.delegation_id is not None and await self._answer(cmd.delegation_id, cmd.content):
             self._speech.put_nowait((ResponseOptions(tools=()), None))
         elif cmd.kind == "commentary":
-            told = s.settings.instructions + LIVE_COMMENTARY.format(content=cmd.content)
-            self._speech.put_nowait((ResponseOptions(instructions=told, tools=()), None))
+            told = LIVE_COMMENTARY.format(content=cmd.content)
+            self._speech.put_nowait((ResponseOptions(closing=told, tools=()), None))
         else:
             note = cmd.content if cmd.kind == "instructions" else LIVE_THINKING.format(content=cmd.content)
             instructions = f"{s.settings.instructions}\n\n{note}"
