@@ -85,9 +85,15 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
         own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
         return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
-    wall, used = time.monotonic(), cpu()
+    began, wall, used = time.time(), time.monotonic(), cpu()
     yield
-    line = {"test": item.nodeid, "wall_s": round(time.monotonic() - wall, 2), "cpu_s": round(cpu() - used, 2)}
+    line = {
+        "test": item.nodeid,
+        "wall_s": round(time.monotonic() - wall, 2),
+        "cpu_s": round(cpu() - used, 2),
+        "start": round(began, 2),  # with the worker: each worker's schedule, where a phase's tail lies
+        "worker": os.environ.get("PYTEST_XDIST_WORKER", "main"),
+    }
     with open(log, "a") as out:  # one short write per test: the workers' lines do not interleave
         out.write(json.dumps(line) + "\n")
 

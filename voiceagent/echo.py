@@ -35,6 +35,7 @@ beside it, so it runs in line on the caller's thread.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections import deque
 from typing import Any
@@ -45,6 +46,8 @@ from voiceagent.audio import PIPELINE_RATE, Int16Array, StreamResampler
 from voiceagent.denoise import FRAME, Frames, apm_frame, livekit_rtc, suppressor_installed
 
 __all__ = ["FRAME", "EchoCanceller", "LineJudge", "echo_cancellation_on"]
+
+log = logging.getLogger(__name__)
 
 
 def echo_cancellation_on(setting: str) -> bool:
@@ -142,9 +145,9 @@ class EchoCanceller:
     talking), the input passes as it came and the module no longer runs; once it finds one
     (``"echo"``), the canceller stays.  Until the verdict the output is the canceller's (the agent
     must not hear itself meanwhile).  A line that starts to echo later in the call (a speakerphone
-    switched on) is not judged again."""
+    switched on) is not judged again.  The verdict is logged once, under ``label`` (the call's name)."""
 
-    def __init__(self, *, noise_suppression: bool = False, line: bool = False) -> None:
+    def __init__(self, *, noise_suppression: bool = False, line: bool = False, label: str = "line") -> None:
         rtc = livekit_rtc()
         self._frame_type = rtc.AudioFrame
         self._apm = rtc.AudioProcessingModule(echo_cancellation=True, noise_suppression=noise_suppression, high_pass_filter=True)
@@ -162,6 +165,7 @@ class EchoCanceller:
         """``"echo"`` (cancelled), ``"none"`` (passed as it came) or None (a line still being
         judged): see the class docstring."""
         self._judge = LineJudge() if line else None
+        self._label = label
         self._ref_now: Int16Array | None = None  # the reference frame that played while the input frame was heard
 
     def played(self, pcm: Int16Array, rate: int) -> None:
@@ -198,6 +202,8 @@ class EchoCanceller:
             out[i : i + FRAME] = np.frombuffer(frame.data, dtype=np.int16)
             if self._judge is not None and self.verdict is None:
                 self.verdict = self._judge.frame(raw, self._ref_now)
+                if self.verdict is not None:
+                    log.info("%s: %s", self._label, "echo on the line, cancelled" if self.verdict == "echo" else "no echo on the line")
         return out
 
     def _feed_reference(self, run: bool = True) -> None:

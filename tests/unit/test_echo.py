@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -96,7 +97,7 @@ def test_a_microphone_read_late_and_in_bursts_keeps_its_echo_removed() -> None:
     assert removed >= 20, removed
 
 
-def test_a_line_that_returns_nothing_is_judged_so_and_the_callers_voice_then_passes_untouched() -> None:
+def test_a_line_that_returns_nothing_is_judged_so_and_the_callers_voice_then_passes_untouched(caplog: pytest.LogCaptureFixture) -> None:
     """A phone line with no echo (a handset): the agent talks for a second with nothing coming
     back, the line is judged ``none``, and a caller interrupting 5 s in (the syllables of this
     voice leave it loud a quarter of the time) is passed as it came.  On the canceller alone (the
@@ -106,10 +107,12 @@ def test_a_line_that_returns_nothing_is_judged_so_and_the_callers_voice_then_pas
     near = np.zeros_like(far)
     caller = slice(5 * RATE, 7 * RATE)
     near[caller] = _voice(2.0, seed=2, f0=220.0) * 0.7
-    line = EchoCanceller(line=True)
+    line = EchoCanceller(line=True, label="twilio stream MZ1")
     assert line.verdict is None
-    passed = _through_room(line, far, near, Room(gain_db=-200.0, delay_s=0.06))
+    with caplog.at_level(logging.INFO, logger="voiceagent.echo"):
+        passed = _through_room(line, far, near, Room(gain_db=-200.0, delay_s=0.06))
     assert line.verdict == "none"
+    assert [r.getMessage() for r in caplog.records] == ["twilio stream MZ1: no echo on the line"]
     expected = np.clip(near, -32768, 32767).astype(np.int16)[: len(passed)]
     assert np.array_equal(passed[caller], expected[caller])
     damped = _through_room(EchoCanceller(), far, near, Room(gain_db=-200.0, delay_s=0.06))
@@ -142,13 +145,15 @@ def test_the_judges_correlation_finds_a_late_copy_and_not_another_voice() -> Non
     assert _peak_correlation(other, ref) < 0.3
 
 
-def test_a_line_that_echoes_is_judged_so_and_its_echo_is_removed() -> None:
+def test_a_line_that_echoes_is_judged_so_and_its_echo_is_removed(caplog: pytest.LogCaptureFixture) -> None:
     far = _voice(5.0, seed=1)
     room = Room(gain_db=-6.0, delay_s=0.06)
-    line = EchoCanceller(line=True)
+    line = EchoCanceller(line=True, label="sip call c1")
     raw = _through_room(None, far, np.zeros_like(far), Room(gain_db=-6.0, delay_s=0.06))
-    clean = _through_room(line, far, np.zeros_like(far), room)
+    with caplog.at_level(logging.INFO, logger="voiceagent.echo"):
+        clean = _through_room(line, far, np.zeros_like(far), room)
     assert line.verdict == "echo"
+    assert [r.getMessage() for r in caplog.records] == ["sip call c1: echo on the line, cancelled"]  # once a call
     echo_only = slice(2 * RATE, 5 * RATE - FRAME)
     assert _db(raw[echo_only]) - _db(clean[echo_only]) >= 20, (_db(raw[echo_only]), _db(clean[echo_only]))
 

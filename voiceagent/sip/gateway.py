@@ -113,8 +113,6 @@ class MediaPort(_PortBase):  # type: ignore[misc]
         self._bridge = bridge
         self._loop = loop
         self._canceller = canceller
-        self._name = name
-        self._verdict = canceller.verdict if canceller is not None else None
         fmt = pj.MediaFormatAudio()
         fmt.type = pj.PJMEDIA_TYPE_AUDIO
         fmt.clockRate = RATE
@@ -130,10 +128,7 @@ class MediaPort(_PortBase):  # type: ignore[misc]
         # A tick with no audio is silence to the canceller: its count keeps the two streams in step.
         pcm = np.frombuffer(bytes(frame.buf), dtype="<i2").copy() if audio else np.zeros(_SAMPLES, dtype=np.int16)
         if self._canceller is not None:
-            pcm = self._canceller.heard(pcm)
-            if self._canceller.verdict != self._verdict:  # once a call: how its line was judged
-                self._verdict = self._canceller.verdict
-                log.info("sip call %s: %s", self._name, "echo on the line, cancelled" if self._verdict == "echo" else "no echo on the line")
+            pcm = self._canceller.heard(pcm)  # it logs how the line was judged, once
         if audio:
             self._loop.call_soon_threadsafe(self._bridge.inbound, pcm)
 
@@ -201,7 +196,7 @@ class SipCall(_CallBase):  # type: ignore[misc]
             if media.type == pj.PJMEDIA_TYPE_AUDIO and media.status == pj.PJSUA_CALL_MEDIA_ACTIVE and self.bridge is not None:
                 audio = self.getAudioMedia(media.index)
                 if self.port is None:
-                    canceller = EchoCanceller(line=True) if self.gateway.echo_cancellation else None
+                    canceller = EchoCanceller(line=True, label=f"sip call {self.sid}") if self.gateway.echo_cancellation else None
                     self.port = MediaPort(self.bridge, self.gateway.loop, self.sid, canceller)
                 audio.startTransmit(self.port)  # again after a re-INVITE (hold, resume)
                 self.port.startTransmit(audio)

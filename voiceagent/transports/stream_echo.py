@@ -33,8 +33,8 @@ _MAX_QUEUED_S = 60.0
 class StreamEcho:
     """See the module docstring."""
 
-    def __init__(self) -> None:
-        self._canceller = EchoCanceller(line=True)
+    def __init__(self, label: str = "stream") -> None:
+        self._canceller = EchoCanceller(line=True, label=label)  # it logs the line's verdict under ``label``, once
         self._queue: deque[Int16Array] = deque()
         self._queued = 0
         self._resampler: StreamResampler | None = None

@@ -117,7 +117,6 @@ class TwilioConnection(SessionConnection):
         self.dtmf: list[str] = []
         self._gateway = False  # the SIP gateway's call (its start says so): keys go to it as a message
         self._echo: StreamEcho | None = None  # the agent's voice sent back, removed (a Twilio call's: its start decides)
-        self._echo_verdict: str | None = None
         self.dropped_ms = 0.0
         """Caller audio refused for arriving faster than real time (``server.audio_burst_s``)."""
         self.transfer: Transfer | None = None
@@ -255,7 +254,7 @@ class TwilioConnection(SessionConnection):
             # The SIP gateway cancels its calls' echo on their own clock; a Twilio call's is
             # cancelled here, against a copy of the media server's playout buffer.
             if not self._gateway and echo_cancellation_on(self.session.config.phone.echo_cancellation):
-                self._echo = StreamEcho()
+                self._echo = StreamEcho(f"twilio stream {cmd.stream_sid}")
                 self.codec.sent_audio = self._echo.sent
             if self._gateway and self._calls is not None and self.call is None:
                 self._ring(cmd)
@@ -263,15 +262,8 @@ class TwilioConnection(SessionConnection):
 
     def _without_echo(self, pcm: Int16Array) -> Int16Array:
         """The caller's audio with the agent's own voice removed (as it came where nothing
-        cancels: :mod:`~voiceagent.transports.stream_echo`); the line's verdict is logged once."""
-        if self._echo is None:
-            return pcm
-        clean = self._echo.heard(pcm)
-        if self._echo.verdict != self._echo_verdict:
-            self._echo_verdict = self._echo.verdict
-            judged = "echo on the line, cancelled" if self._echo_verdict == "echo" else "no echo on the line"
-            log.info("twilio stream %s: %s", self.codec.stream_sid, judged)
-        return clean
+        cancels: :mod:`~voiceagent.transports.stream_echo`, which logs the line's verdict once)."""
+        return pcm if self._echo is None else self._echo.heard(pcm)
 
     # ------------------------------------------------------------------ the gateway's calls
 
