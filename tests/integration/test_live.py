@@ -30,6 +30,7 @@ from openai import BadRequestError
 
 from tests.integration.live_client import Live, answered_after, live_client
 from tests.integration.rt_client import wire_audio
+from tests.integration.sip_caller import until_state
 from tests.profile import profile_config
 from tests.strict import check_live_server_event
 from voiceagent.config import Config, ServerConfig
@@ -279,6 +280,9 @@ def test_live_over_webrtc_with_a_sideband(engines: Any, speech: dict[str, Path],
                         rtc.mic.say(track_audio(speech["capital"], tail_s=1.0))
                         await sideband.wait(_answer_heard, 90, "the answer, seen from the sideband")
                         await rtc.wait_for("session.output_transcript.delta", 30)
+                        # The track's frames arrive in real time, after the transcript that the
+                        # sideband sees: wait for half a second of them (a guard, not a measure).
+                        await until_state(lambda: len(rtc.audible_frames(after=started)) >= 25, 30, "the answer audible on the track")
                         out["audible"] = rtc.audible_frames(after=started)
                     finally:
                         pump.cancel()
