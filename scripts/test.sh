@@ -17,16 +17,16 @@ if [ $# -gt 0 ]; then  # a selection of tests: run as asked
 fi
 # Two phases (docs/operations.md has the figures):
 # 1. the tests that measure the machine (marked serial) run alone, and beside them, at the lowest
-#    CPU priority on 2 workers, first the tests whose outcome does not hang on keeping up with real
-#    time (marked unpaced: model start-ups, context windows, batch decodes), then the unit and
-#    environment tests (fakes on real threads, no models): a serial test uses under one core of
+#    CPU priority: mypy (12 s of CPU), then on 2 workers the tests whose outcome does not hang
+#    on keeping up with real time (marked unpaced: model start-ups, context windows, batch
+#    decodes), then the unit and environment tests (fakes on real threads, no models; their
+#    deadlines tripled, below): a serial test uses under one core of
 #    the two, and the niced ones take what it leaves, away from the models' load of phase 2
 #    (their output is printed when both sides are done);
 # 2. the rest on 4 workers (pytest-xdist, a file per worker): most of those wait on audio paced in
 #    real time, at the normal priority, since a niced real-time test falls behind its audio; with
 #    the CPU-bound tests beside phase 1 they used 1.2 of the 2 cores on 3 workers, and a fourth
 #    took that part from 366 to 316 s.
-# mypy (12 s of CPU) runs first beside them, niced too.
 # VOICEAGENT_TEST_WORKERS=1 runs everything in one process.
 if [ "$workers" -gt 1 ]; then
   # One LLM thread per worker in the parallel runs: llama.cpp spins while it waits for its
