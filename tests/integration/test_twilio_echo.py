@@ -28,6 +28,10 @@ pytestmark = pytest.mark.models
 pytest.importorskip("livekit.rtc", reason="the canceller's library (scripts/setup.sh installs it)")
 
 
+# Alone (serial), as its SIP twin (tests/integration/test_sip_echo.py): in a fresh clone's parallel
+# part, on 4 workers, the canceller had not converged in the reply's first seconds, let the echo
+# through once, and the reply was cut at 1.8 s.
+@pytest.mark.serial
 @pytest.mark.parametrize("setting", ["auto", "off"], ids=["cancelled", "control"])
 def test_a_speakerphone_on_a_twilio_call_is_not_heard_with_echo_cancellation(
     setting: str, engines: Any, speech: dict[str, Path], run: Callable[..., Any]
